@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/urfave/cli/v2"
+
+	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/stream"
+)
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+// usageError is a mistake in how relay was called (exit code 2).
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// Main runs the relay CLI with args (args[0] is the program name) and returns
+// the exit code: 0 success, 1 error, 2 usage error.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	app := App(stdin, stdout, stderr)
+	err := app.Run(interspersed(app, args))
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "relay: %v\n", err)
+	var ue usageError
+	if errors.As(err, &ue) {
+		return exitUsage
+	}
+	return exitError
+}
+
+const defaultNATSURL = "nats://127.0.0.1:4222"
+
+// App builds the CLI. Tests call it with buffers.
+func App(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
+	return &cli.App{
+		Name:      "relay",
+		Usage:     "deliver events from NATS JetStream to HTTP destinations, and never lose one",
+		Version:   relay.Version,
+		Reader:    stdin,
+		Writer:    stdout,
+		ErrWriter: stderr,
+		// Errors are printed once, by Main, with the right exit code.
+		ExitErrHandler: func(*cli.Context, error) {},
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
+			return usagef("%v (see --help)", err)
+		},
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "nats-url", EnvVars: []string{"RELAY_NATS_URL"}, Usage: "NATS server URL(s), comma-separated; 'relay run' without it starts an embedded server; other commands default to " + defaultNATSURL},
+			&cli.StringFlag{Name: "nats-creds", EnvVars: []string{"RELAY_NATS_CREDS"}, Usage: "NATS credentials file", TakesFile: true},
+			&cli.StringFlag{Name: "nats-nkey", EnvVars: []string{"RELAY_NATS_NKEY"}, Usage: "NATS NKey seed file", TakesFile: true},
+			&cli.StringFlag{Name: "nats-user", EnvVars: []string{"RELAY_NATS_USER"}, Usage: "NATS user"},
+			&cli.StringFlag{Name: "nats-password", EnvVars: []string{"RELAY_NATS_PASSWORD"}, Usage: "NATS password"},
+			&cli.StringFlag{Name: "nats-token", EnvVars: []string{"RELAY_NATS_TOKEN"}, Usage: "NATS token"},
+			&cli.StringFlag{Name: "tls-ca", EnvVars: []string{"RELAY_TLS_CA"}, Usage: "CA bundle to verify the NATS server", TakesFile: true},
+			&cli.StringFlag{Name: "tls-cert", EnvVars: []string{"RELAY_TLS_CERT"}, Usage: "client certificate for NATS", TakesFile: true},
+			&cli.StringFlag{Name: "tls-key", EnvVars: []string{"RELAY_TLS_KEY"}, Usage: "client key for NATS", TakesFile: true},
+			&cli.StringFlag{Name: "log-level", EnvVars: []string{"RELAY_LOG_LEVEL"}, Value: "info", Usage: "debug, info, warn or error"},
+			&cli.StringFlag{Name: "log-format", EnvVars: []string{"RELAY_LOG_FORMAT"}, Value: "text", Usage: "text or json"},
+		},
+		Commands: []*cli.Command{
+			runCommand(),
+			publishCommand(),
+			destCommand(),
+			dlqCommand(),
+			sinkCommand(),
+		},
+	}
+}
+
+func newLogger(c *cli.Context) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+		return nil, usagef("--log-level %q: use debug, info, warn or error", c.String("log-level"))
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	w := c.App.ErrWriter
+	switch c.String("log-format") {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, usagef("--log-format %q: use text or json", c.String("log-format"))
+}
+
+func connConfig(c *cli.Context, url string) stream.ConnConfig {
+	return stream.ConnConfig{
+		URL:       url,
+		Name:      "relay " + c.Command.Name,
+		CredsFile: c.String("nats-creds"),
+		NKeyFile:  c.String("nats-nkey"),
+		User:      c.String("nats-user"),
+		Password:  c.String("nats-password"),
+		Token:     c.String("nats-token"),
+		TLSCA:     c.String("tls-ca"),
+		TLSCert:   c.String("tls-cert"),
+		TLSKey:    c.String("tls-key"),
+	}
+}
+
+// connect dials NATS for the client commands.
+func connect(c *cli.Context) (*nats.Conn, jetstream.JetStream, error) {
+	url := c.String("nats-url")
+	if url == "" {
+		url = defaultNATSURL
+	}
+	nc, err := stream.Connect(connConfig(c, url))
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w (is 'relay run' running? set --nats-url or RELAY_NATS_URL)", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
+}
+
+// cmdContext is the context of a client command: cancelled on SIGINT or
+// SIGTERM, and bounded so a command never hangs forever.
+func cmdContext(c *cli.Context, limit time.Duration) (context.Context, context.CancelFunc) {
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	return ctx, func() { cancel(); stop() }
+}
+
+// parseKV reads "K=V" arguments.
+func parseKV(flag string, vals []string) (map[string]string, error) {
+	if len(vals) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(vals))
+	for _, v := range vals {
+		k, val, ok := strings.Cut(v, "=")
+		if !ok || strings.TrimSpace(k) == "" {
+			return nil, usagef("--%s %q: expected NAME=VALUE", flag, v)
+		}
+		out[strings.TrimSpace(k)] = val
+	}
+	return out, nil
+}

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/relaydev/relay/relay"
+)
+
+// destFlags are the settings of a destination, shared by add and update.
+func destFlags(add bool) []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "url", Required: add, Usage: "http(s) URL that receives a POST per attempt"},
+		&cli.StringFlag{Name: "secret", Usage: "signing secret (whsec_<base64>); default: generate one"},
+		&cli.BoolFlag{Name: "no-secret", Usage: "do not sign deliveries"},
+		&cli.StringSliceFlag{Name: "header", Aliases: []string{"H"}, Usage: "NAME=VALUE added to every request (repeatable; on update replaces all)"},
+		&cli.DurationFlag{Name: "timeout", Usage: "per-attempt timeout (default 30s)"},
+		&cli.IntFlag{Name: "max-attempts", Usage: "attempts before dead-lettering, the first included (default 15)"},
+		&cli.DurationFlag{Name: "backoff-base", Usage: "wait after the first failure (default 2s); doubles per attempt"},
+		&cli.DurationFlag{Name: "backoff-max", Usage: "cap of the wait before jitter (default 1h)"},
+		&cli.Float64Flag{Name: "jitter", Usage: "random +/- fraction of each wait, 0 to 0.5 (default 0.2; 0 turns it off)"},
+		&cli.IntFlag{Name: "concurrency", Usage: "deliveries in flight per relay replica (default 16)"},
+	}
+}
+
+// applyDestFlags copies the flags that were set onto d.
+func applyDestFlags(c *cli.Context, d *relay.Destination) error {
+	if c.IsSet("url") {
+		d.URL = c.String("url")
+	}
+	if c.IsSet("secret") && c.Bool("no-secret") {
+		return usagef("--secret and --no-secret exclude each other")
+	}
+	if c.IsSet("secret") {
+		d.Secret = c.String("secret")
+	}
+	if c.Bool("no-secret") {
+		d.Secret = ""
+	}
+	if c.IsSet("header") {
+		h, err := parseKV("header", c.StringSlice("header"))
+		if err != nil {
+			return err
+		}
+		d.Headers = h
+	}
+	if c.IsSet("timeout") {
+		d.Timeout = relay.Duration(c.Duration("timeout"))
+	}
+	if c.IsSet("max-attempts") {
+		d.Retry.MaxAttempts = c.Int("max-attempts")
+	}
+	if c.IsSet("backoff-base") {
+		d.Retry.Base = relay.Duration(c.Duration("backoff-base"))
+	}
+	if c.IsSet("backoff-max") {
+		d.Retry.Max = relay.Duration(c.Duration("backoff-max"))
+	}
+	if c.IsSet("jitter") {
+		d.Retry.Jitter = c.Float64("jitter")
+		d.Retry.NoJitter = d.Retry.Jitter == 0
+	}
+	if c.IsSet("concurrency") {
+		d.Concurrency = c.Int("concurrency")
+	}
+	return nil
+}
+
+func destCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "dest",
+		Usage: "manage destinations",
+		Subcommands: []*cli.Command{
+			{
+				Name:      "add",
+				Usage:     "add a destination",
+				ArgsUsage: "NAME",
+				Flags:     destFlags(true),
+				Action: func(c *cli.Context) error {
+					name, err := oneArg(c, "NAME")
+					if err != nil {
+						return err
+					}
+					d := relay.Destination{Name: name}
+					if err := applyDestFlags(c, &d); err != nil {
+						return err
+					}
+					generated := false
+					if !c.IsSet("secret") && !c.Bool("no-secret") {
+						d.Secret, generated = relay.GenerateSecret(), true
+					}
+					if err := d.WithDefaults().Validate(); err != nil {
+						return usageError{err.Error()}
+					}
+					ctx, cancel := cmdContext(c, 30*time.Second)
+					defer cancel()
+					nc, js, err := connect(c)
+					if err != nil {
+						return err
+					}
+					defer nc.Close()
+					st, err := relay.NewStore(ctx, js)
+					if err != nil {
+						return err
+					}
+					d, err = st.Add(ctx, d)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(c.App.Writer, "added destination %s -> %s\n", d.Name, d.URL)
+					if generated {
+						fmt.Fprintf(c.App.Writer, "signing secret (shown once, give it to the receiver): %s\n", d.Secret)
+					}
+					return nil
+				},
+			},
+			{
+				Name:      "update",
+				Usage:     "change a destination's settings (only the flags given)",
+				ArgsUsage: "NAME",
+				Flags:     destFlags(false),
+				Action: func(c *cli.Context) error {
+					name, err := oneArg(c, "NAME")
+					if err != nil {
+						return err
+					}
+					ctx, cancel := cmdContext(c, 30*time.Second)
+					defer cancel()
+					nc, js, err := connect(c)
+					if err != nil {
+						return err
+					}
+					defer nc.Close()
+					st, err := relay.NewStore(ctx, js)
+					if err != nil {
+						return err
+					}
+					d, err := st.Update(ctx, name, func(d *relay.Destination) error { return applyDestFlags(c, d) })
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(c.App.Writer, "updated destination %s -> %s\n", d.Name, d.URL)
+					return nil
+				},
+			},
+			{
+				Name:  "list",
+				Usage: "list destinations (secrets are never shown)",
+				Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "one JSON object per line"}},
+				Action: func(c *cli.Context) error {
+					ctx, cancel := cmdContext(c, 30*time.Second)
+					defer cancel()
+					nc, js, err := connect(c)
+					if err != nil {
+						return err
+					}
+					defer nc.Close()
+					st, err := relay.NewStore(ctx, js)
+					if err != nil {
+						return err
+					}
+					ds, err := st.List(ctx)
+					if err != nil {
+						return err
+					}
+					if c.Bool("json") {
+						enc := json.NewEncoder(c.App.Writer)
+						for _, d := range ds {
+							if err := enc.Encode(d.WithDefaults().Redacted()); err != nil {
+								return err
+							}
+						}
+						return nil
+					}
+					tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
+					fmt.Fprintln(tw, "NAME\tURL\tSIGNED\tTIMEOUT\tMAX ATTEMPTS\tBACKOFF\tCONCURRENCY")
+					for _, d := range ds {
+						d = d.WithDefaults()
+						fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%d\t%s..%s\t%d\n", d.Name, d.URL, d.Secret != "", time.Duration(d.Timeout),
+							d.Retry.MaxAttempts, time.Duration(d.Retry.Base), time.Duration(d.Retry.Max), d.Concurrency)
+					}
+					return tw.Flush()
+				},
+			},
+			{
+				Name:      "rm",
+				Usage:     "remove a destination",
+				ArgsUsage: "NAME",
+				Flags:     []cli.Flag{&cli.BoolFlag{Name: "force", Usage: "remove even though events are still waiting for delivery"}},
+				Action: func(c *cli.Context) error {
+					name, err := oneArg(c, "NAME")
+					if err != nil {
+						return err
+					}
+					ctx, cancel := cmdContext(c, 30*time.Second)
+					defer cancel()
+					nc, js, err := connect(c)
+					if err != nil {
+						return err
+					}
+					defer nc.Close()
+					st, err := relay.NewStore(ctx, js)
+					if err != nil {
+						return err
+					}
+					if _, err := st.Get(ctx, name); err != nil {
+						return err
+					}
+					n, err := st.Pending(ctx, name)
+					if err != nil {
+						return err
+					}
+					if n > 0 && !c.Bool("force") {
+						return fmt.Errorf("destination %s still has %d undelivered events; they stay in the event log but will not be delivered: rerun with --force to remove it anyway", name, n)
+					}
+					if err := st.Remove(ctx, name); err != nil {
+						return err
+					}
+					fmt.Fprintf(c.App.Writer, "removed destination %s\n", name)
+					return nil
+				},
+			},
+		},
+	}
+}
+
+func oneArg(c *cli.Context, what string) (string, error) {
+	if c.NArg() != 1 {
+		return "", usagef("expected exactly one argument, %s; got %d", what, c.NArg())
+	}
+	a := strings.TrimSpace(c.Args().First())
+	if a == "" {
+		return "", usagef("%s must not be empty", what)
+	}
+	return a, nil
+}

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/urfave/cli/v2"
+
+	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/stream"
+)
+
+func runCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "run",
+		Usage: "deliver events (starts an embedded NATS server unless --nats-url is set)",
+		Description: `Consumes every destination's events and delivers them. Any number of
+'relay run' processes can share one NATS server or cluster. On SIGINT or SIGTERM
+relay stops pulling, lets in-flight deliveries finish within --shutdown-grace,
+hands the rest back to JetStream, and exits 0.`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "data-dir", EnvVars: []string{"RELAY_DATA_DIR"}, Value: "./relay-data", Usage: "embedded NATS: where JetStream stores events"},
+			&cli.StringFlag{Name: "listen", EnvVars: []string{"RELAY_LISTEN"}, Value: "127.0.0.1:4222", Usage: "embedded NATS: address to listen on (port 0 picks a free one)"},
+			&cli.BoolFlag{Name: "sync-always", EnvVars: []string{"RELAY_SYNC_ALWAYS"}, Usage: "embedded NATS: fsync every write (survives power loss; much slower)"},
+			&cli.IntFlag{Name: "replicas", EnvVars: []string{"RELAY_REPLICAS"}, Value: 1, Usage: "replicas of relay's streams (3 in a NATS cluster)"},
+			&cli.DurationFlag{Name: "event-retention", EnvVars: []string{"RELAY_EVENT_RETENTION"}, Value: 7 * 24 * time.Hour, Usage: "how long events stay in the log, delivered or not (must exceed the longest delivery delay)"},
+			&cli.DurationFlag{Name: "dlq-retention", EnvVars: []string{"RELAY_DLQ_RETENTION"}, Value: 14 * 24 * time.Hour, Usage: "how long dead letters are kept"},
+			&cli.DurationFlag{Name: "duplicate-window", EnvVars: []string{"RELAY_DUPLICATE_WINDOW"}, Value: 2 * time.Minute, Usage: "how long a re-published event id is dropped as a duplicate"},
+			&cli.DurationFlag{Name: "shutdown-grace", EnvVars: []string{"RELAY_SHUTDOWN_GRACE"}, Value: 10 * time.Second, Usage: "how long in-flight deliveries may finish after SIGTERM"},
+		},
+		Action: runAction,
+	}
+}
+
+func runAction(c *cli.Context) error {
+	log, err := newLogger(c)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	url := c.String("nats-url")
+	if url == "" {
+		host, port, err := splitListen(c.String("listen"))
+		if err != nil {
+			return err
+		}
+		s, err := stream.StartEmbedded(stream.EmbeddedConfig{
+			DataDir:    c.String("data-dir"),
+			Host:       host,
+			Port:       port,
+			SyncAlways: c.Bool("sync-always"),
+			User:       c.String("nats-user"),
+			Password:   c.String("nats-password"),
+			Token:      c.String("nats-token"),
+			Logf: func(format string, args ...any) {
+				log.Debug(fmt.Sprintf(format, args...))
+			},
+		})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			s.Shutdown()
+			s.WaitForShutdown()
+		}()
+		url = s.ClientURL()
+		log.Info("embedded NATS started", "url", url, "data_dir", c.String("data-dir"), "sync_always", c.Bool("sync-always"))
+	}
+	nc, err := stream.Connect(connConfig(c, url))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := stream.Ensure(setupCtx, js, stream.Config{
+		Replicas:        c.Int("replicas"),
+		EventRetention:  c.Duration("event-retention"),
+		DLQRetention:    c.Duration("dlq-retention"),
+		DuplicateWindow: c.Duration("duplicate-window"),
+	}); err != nil {
+		return fmt.Errorf("set up streams: %w", err)
+	}
+	r, err := relay.New(setupCtx, relay.Config{JS: js, Logger: log, ShutdownGrace: c.Duration("shutdown-grace")})
+	if err != nil {
+		return err
+	}
+	if err := r.Run(ctx); err != nil {
+		return err
+	}
+	if err := nc.Flush(); err != nil {
+		log.Warn("flushing the NATS connection", "err", err)
+	}
+	return nil
+}
+
+func splitListen(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, usagef("--listen %q: expected HOST:PORT", addr)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, usagef("--listen %q: bad port", addr)
+	}
+	if port == 0 {
+		port = -1 // nats-server: pick a free port
+	}
+	return host, port, nil
+}

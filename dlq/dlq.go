@@ -1,0 +1,279 @@
+// Package dlq owns the dead-letter stream: writing a dead letter with its
+// reason and failure history, listing and reading them, and replaying them.
+package dlq
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaydev/relay/stream"
+)
+
+// Attempt is one failed delivery attempt in an event's history.
+type Attempt struct {
+	N        int           `json:"n"`
+	At       time.Time     `json:"at"`
+	Duration time.Duration `json:"duration_ns"`
+	Status   int           `json:"status,omitempty"`
+	Error    string        `json:"error,omitempty"`
+}
+
+// MaxHistory bounds the attempts kept in a history: the first and the most
+// recent ones are kept.
+const MaxHistory = 50
+
+// TrimHistory keeps the first attempt and the latest MaxHistory-1.
+func TrimHistory(h []Attempt) []Attempt {
+	if len(h) <= MaxHistory {
+		return h
+	}
+	out := append([]Attempt{h[0]}, h[len(h)-(MaxHistory-1):]...)
+	return out
+}
+
+// Letter is a dead letter.
+type Letter struct {
+	Seq      uint64    `json:"seq"` // sequence in the dead-letter stream (0 before it is written)
+	DeadAt   time.Time `json:"dead_at"`
+	Dest     string    `json:"dest"`
+	EventID  string    `json:"event_id"`
+	Reason   string    `json:"reason"`
+	Attempts int       `json:"attempts"`
+	// LastStatus is the last HTTP status (0: no response).
+	LastStatus int    `json:"last_status"`
+	LastError  string `json:"last_error,omitempty"`
+	// First and Last are the first and last attempt times (zero if none).
+	First time.Time `json:"first_attempt,omitzero"`
+	Last  time.Time `json:"last_attempt,omitzero"`
+	// Subject and StreamSeq locate the original event in the event stream.
+	Subject   string    `json:"subject"`
+	StreamSeq uint64    `json:"stream_seq"`
+	History   []Attempt `json:"history,omitempty"`
+	// Headers are the event's own headers (not relay's).
+	Headers nats.Header `json:"headers,omitempty"`
+	Body    []byte      `json:"-"`
+}
+
+// Writer publishes dead letters.
+type Writer struct {
+	JS jetstream.JetStream
+}
+
+// Write publishes l to its destination's dead-letter subject and returns only
+// once JetStream has stored it. The publish is idempotent per original event
+// message, so writing again after a crash stores nothing twice.
+func (w Writer) Write(ctx context.Context, l Letter) (uint64, error) {
+	m := nats.NewMsg(stream.DLQSubject(l.Dest))
+	m.Data = l.Body
+	for k, vs := range l.Headers {
+		if stream.IsContractHeader(k) {
+			continue
+		}
+		m.Header[k] = vs
+	}
+	h := m.Header
+	h.Set(stream.HdrMsgID, fmt.Sprintf("dlq:%s:%d", l.Dest, l.StreamSeq))
+	h.Set(stream.HdrEventID, l.EventID)
+	h.Set(stream.HdrDest, l.Dest)
+	h.Set(stream.HdrReason, l.Reason)
+	h.Set(stream.HdrAttempts, strconv.Itoa(l.Attempts))
+	h.Set(stream.HdrLastStatus, strconv.Itoa(l.LastStatus))
+	if l.LastError != "" {
+		h.Set(stream.HdrLastError, oneLine(l.LastError, 512))
+	}
+	if !l.First.IsZero() {
+		h.Set(stream.HdrFirst, l.First.UTC().Format(time.RFC3339Nano))
+		h.Set(stream.HdrLastAt, l.Last.UTC().Format(time.RFC3339Nano))
+	}
+	h.Set(stream.HdrOrigSubj, l.Subject)
+	h.Set(stream.HdrOrigSeq, strconv.FormatUint(l.StreamSeq, 10))
+	h.Set(stream.HdrDeadAt, l.DeadAt.UTC().Format(time.RFC3339Nano))
+	if len(l.History) > 0 {
+		hist := TrimHistory(l.History)
+		for i := range hist {
+			hist[i].Error = oneLine(hist[i].Error, 256)
+		}
+		b, _ := json.Marshal(hist)
+		h.Set(stream.HdrHistory, string(b))
+	}
+	ack, err := w.JS.PublishMsg(ctx, m)
+	if err != nil {
+		return 0, fmt.Errorf("publish dead letter of event %s to %s: %w", l.EventID, m.Subject, err)
+	}
+	return ack.Sequence, nil
+}
+
+// Decode reads a dead letter from a stored message.
+func Decode(seq uint64, subject string, h nats.Header, body []byte) (Letter, error) {
+	if h == nil {
+		return Letter{}, fmt.Errorf("dead letter %d has no headers", seq)
+	}
+	l := Letter{Seq: seq, Body: body, Headers: nats.Header{}}
+	l.Dest = h.Get(stream.HdrDest)
+	if l.Dest == "" {
+		return Letter{}, fmt.Errorf("dead letter %d (%s) has no %s header", seq, subject, stream.HdrDest)
+	}
+	l.EventID = h.Get(stream.HdrEventID)
+	l.Reason = h.Get(stream.HdrReason)
+	l.Attempts, _ = strconv.Atoi(h.Get(stream.HdrAttempts))
+	l.LastStatus, _ = strconv.Atoi(h.Get(stream.HdrLastStatus))
+	l.LastError = h.Get(stream.HdrLastError)
+	l.First, _ = time.Parse(time.RFC3339Nano, h.Get(stream.HdrFirst))
+	l.Last, _ = time.Parse(time.RFC3339Nano, h.Get(stream.HdrLastAt))
+	l.DeadAt, _ = time.Parse(time.RFC3339Nano, h.Get(stream.HdrDeadAt))
+	l.Subject = h.Get(stream.HdrOrigSubj)
+	l.StreamSeq, _ = strconv.ParseUint(h.Get(stream.HdrOrigSeq), 10, 64)
+	if hs := h.Get(stream.HdrHistory); hs != "" {
+		if err := json.Unmarshal([]byte(hs), &l.History); err != nil {
+			return Letter{}, fmt.Errorf("dead letter %d: bad %s header: %w", seq, stream.HdrHistory, err)
+		}
+	}
+	for k, vs := range h {
+		if !stream.IsContractHeader(k) {
+			l.Headers[k] = vs
+		}
+	}
+	return l, nil
+}
+
+func oneLine(s string, limit int) string {
+	b := []rune(s)
+	for i, r := range b {
+		if r == '\r' || r == '\n' || r < ' ' {
+			b[i] = ' '
+		}
+	}
+	if len(b) > limit {
+		b = append(b[:limit-1], '…')
+	}
+	return string(b)
+}
+
+// Store reads and replays dead letters.
+type Store struct {
+	js jetstream.JetStream
+	st jetstream.Stream
+}
+
+// Open opens the dead-letter stream (stream.Ensure creates it).
+func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
+	st, err := js.Stream(ctx, stream.DLQStream)
+	if err != nil {
+		return nil, fmt.Errorf("open dead-letter stream %s: %w", stream.DLQStream, err)
+	}
+	return &Store{js: js, st: st}, nil
+}
+
+// Filter selects dead letters. Zero fields select everything.
+type Filter struct {
+	Dest string
+	Seqs []uint64
+}
+
+func (f Filter) match(l Letter) bool {
+	if f.Dest != "" && l.Dest != f.Dest {
+		return false
+	}
+	return true
+}
+
+// Get reads one dead letter.
+func (s *Store) Get(ctx context.Context, seq uint64) (Letter, error) {
+	m, err := s.st.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return Letter{}, fmt.Errorf("no dead letter with sequence %d (replayed, purged or expired?)", seq)
+	}
+	if err != nil {
+		return Letter{}, err
+	}
+	return Decode(m.Sequence, m.Subject, m.Header, m.Data)
+}
+
+// List returns the dead letters matching f, oldest first, at most limit (0: no
+// limit).
+func (s *Store) List(ctx context.Context, f Filter, limit int) ([]Letter, error) {
+	if len(f.Seqs) > 0 {
+		var out []Letter
+		for _, seq := range f.Seqs {
+			l, err := s.Get(ctx, seq)
+			if err != nil {
+				return nil, err
+			}
+			if f.match(l) {
+				out = append(out, l)
+			}
+		}
+		return out, nil
+	}
+	info, err := s.st.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if info.State.Msgs == 0 {
+		return nil, nil
+	}
+	subj := stream.DLQPrefix + ".*"
+	if f.Dest != "" {
+		subj = stream.DLQSubject(f.Dest)
+	}
+	var out []Letter
+	seq := info.State.FirstSeq
+	for seq <= info.State.LastSeq {
+		m, err := s.st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		l, err := Decode(m.Sequence, m.Subject, m.Header, m.Data)
+		if err != nil {
+			return nil, err
+		}
+		if f.match(l) {
+			out = append(out, l)
+			if limit > 0 && len(out) >= limit {
+				break
+			}
+		}
+		seq = m.Sequence + 1
+	}
+	return out, nil
+}
+
+// Replay republishes l to its destination's input subject with its event id,
+// a fresh attempt count and a dedup id derived from its dead-letter sequence,
+// and deletes it from the dead-letter stream once the publish is confirmed.
+// Replaying the same letter twice within the duplicate window publishes once.
+// toDest, when not empty, sends it to another destination.
+func (s *Store) Replay(ctx context.Context, l Letter, toDest string) (uint64, error) {
+	p, err := stream.ParseSubject(l.Subject)
+	if err != nil {
+		p = stream.Parsed{Dest: l.Dest}
+	}
+	if toDest != "" {
+		p.Dest = toDest
+	}
+	m := nats.NewMsg(p.InputSubject())
+	m.Data = l.Body
+	for k, vs := range l.Headers {
+		m.Header[k] = vs
+	}
+	m.Header.Set(stream.HdrEventID, l.EventID)
+	m.Header.Set(stream.HdrMsgID, fmt.Sprintf("replay:%d", l.Seq))
+	ack, err := s.js.PublishMsg(ctx, m)
+	if err != nil {
+		return 0, fmt.Errorf("replay dead letter %d: publish: %w", l.Seq, err)
+	}
+	if err := s.st.DeleteMsg(ctx, l.Seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return ack.Sequence, fmt.Errorf("replay dead letter %d: republished as event %d but not removed from the dead-letter stream: %w", l.Seq, ack.Sequence, err)
+	}
+	return ack.Sequence, nil
+}

@@ -1,0 +1,370 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+		"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaydev/relay/stream"
+)
+
+// Destination is where the events published for it are delivered.
+type Destination struct {
+	// Name identifies the destination in subjects and commands. Required.
+	Name string `json:"name"`
+	// URL receives one POST per attempt. Required: http or https, no
+	// credentials in it.
+	URL string `json:"url"`
+	// Secret signs deliveries (Standard Webhooks, "whsec_" + base64).
+	// Optional: without it deliveries are not signed.
+	Secret string `json:"secret,omitempty"`
+	// Headers are added to every request. Optional.
+	Headers map[string]string `json:"headers,omitempty"`
+	// Timeout bounds one attempt, connect to last body byte. Optional,
+	// default 30s.
+	Timeout Duration `json:"timeout,omitempty"`
+	// Retry is the retry policy. Optional, defaults as in RetryPolicy.
+	Retry RetryPolicy `json:"retry"`
+	// Concurrency is the number of deliveries in flight per relay replica.
+	// Optional, default 16.
+	Concurrency int `json:"concurrency,omitempty"`
+	// StartSeq is the first event-stream sequence that belongs to this
+	// destination: events published for its name before it existed are dead
+	// letters (unknown_destination). Set by the store.
+	StartSeq uint64 `json:"start_seq"`
+	// Created and Updated are set by the store.
+	Created time.Time `json:"created"`
+	Updated time.Time `json:"updated"`
+}
+
+// Destination defaults.
+const (
+	DefaultTimeout     = 30 * time.Second
+	DefaultConcurrency = 16
+	MaxConcurrency     = 1024
+)
+
+// WithDefaults returns d with zero fields set to their defaults.
+func (d Destination) WithDefaults() Destination {
+	if d.Timeout == 0 {
+		d.Timeout = Duration(DefaultTimeout)
+	}
+	if d.Concurrency == 0 {
+		d.Concurrency = DefaultConcurrency
+	}
+	d.Retry = d.Retry.WithDefaults()
+	return d
+}
+
+// reservedHeaders are set by relay and may not be configured.
+var reservedHeaders = map[string]bool{
+	"host": true, "content-length": true, "transfer-encoding": true, "connection": true,
+	"content-type": true, "user-agent": true, "te": true, "upgrade": true, "trailer": true,
+}
+
+// ValidateHeader reports a header that cannot be sent: an invalid name, a name
+// relay sets itself, or a value with control characters.
+func ValidateHeader(name, value string) error {
+	l := strings.ToLower(name)
+	if name == "" || strings.ContainsFunc(name, func(r rune) bool {
+		return r <= ' ' || r >= 0x7f || strings.ContainsRune(`()<>@,;:\"/[]?={}`, r)
+	}) {
+		return fmt.Errorf("header name %q is not a valid HTTP header name", name)
+	}
+	if reservedHeaders[l] || strings.HasPrefix(l, "webhook-") {
+		return fmt.Errorf("header %q is set by relay and cannot be overridden", name)
+	}
+	if stream.IsContractHeader(name) {
+		return fmt.Errorf("header %q uses a prefix reserved for NATS and relay (Nats-, Relay-)", name)
+	}
+	if strings.ContainsFunc(value, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }) {
+		return fmt.Errorf("header %q: value contains control characters (CR, LF, ...)", name)
+	}
+	return nil
+}
+
+// ValidateEventHeader is ValidateHeader for the headers of an event, which may
+// also set Content-Type.
+func ValidateEventHeader(name, value string) error {
+	if strings.EqualFold(name, "Content-Type") {
+		return ValidateHeader("X-Content-Type", value)
+	}
+	return ValidateHeader(name, value)
+}
+
+// ValidateURL reports why u cannot be a destination URL.
+func ValidateURL(u string) error {
+	if len(u) > 2048 {
+		return fmt.Errorf("URL is %d characters long; the limit is 2048", len(u))
+	}
+	p, err := url.Parse(u)
+	if err != nil {
+		return fmt.Errorf("URL %q does not parse: %v", u, err)
+	}
+	if p.Scheme != "http" && p.Scheme != "https" {
+		return fmt.Errorf("URL %q: scheme must be http or https, not %q", u, p.Scheme)
+	}
+	if p.Host == "" || p.Hostname() == "" {
+		return fmt.Errorf("URL %q has no host", u)
+	}
+	if p.User != nil {
+		return fmt.Errorf("URL must not contain credentials (user:password@); use --header Authorization=... instead")
+	}
+	if p.Fragment != "" {
+		return fmt.Errorf("URL %q has a fragment (#...), which is never sent to a server", u)
+	}
+	return nil
+}
+
+// Validate reports the first thing wrong with d (after WithDefaults).
+func (d Destination) Validate() error {
+	if err := stream.ValidateDestName(d.Name); err != nil {
+		return err
+	}
+	if err := ValidateURL(d.URL); err != nil {
+		return err
+	}
+	if d.Secret != "" {
+		if _, err := decodeSecret(d.Secret); err != nil {
+			return err
+		}
+	}
+	for k, v := range d.Headers {
+		if err := ValidateHeader(k, v); err != nil {
+			return err
+		}
+	}
+	if d.Timeout < Duration(100*time.Millisecond) || d.Timeout > Duration(10*time.Minute) {
+		return fmt.Errorf("timeout %s must be between 100ms and 10m", time.Duration(d.Timeout))
+	}
+	if d.Concurrency < 1 || d.Concurrency > MaxConcurrency {
+		return fmt.Errorf("concurrency %d must be between 1 and %d", d.Concurrency, MaxConcurrency)
+	}
+	return d.Retry.Validate()
+}
+
+// AckWait is how long JetStream waits for this destination's ack before it
+// hands the event to another worker: longer than any attempt can take.
+func (d Destination) AckWait() time.Duration {
+	return 2*time.Duration(d.Timeout) + 30*time.Second
+}
+
+// Redacted returns d with its secret replaced by a marker.
+func (d Destination) Redacted() Destination {
+	if d.Secret != "" {
+		d.Secret = "(set)"
+	}
+	if len(d.Headers) > 0 {
+		h := make(map[string]string, len(d.Headers))
+		for k, v := range d.Headers {
+			if strings.EqualFold(k, "authorization") || strings.Contains(strings.ToLower(k), "token") || strings.Contains(strings.ToLower(k), "key") {
+				v = "(set)"
+			}
+			h[k] = v
+		}
+		d.Headers = h
+	}
+	return d
+}
+
+// Duration is a time.Duration that reads and writes as "1m30s" in JSON.
+type Duration time.Duration
+
+// MarshalJSON writes d as a Go duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads a Go duration string or a number of nanoseconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		var n int64
+		if err2 := json.Unmarshal(b, &n); err2 != nil {
+			return fmt.Errorf("duration must be a string like \"30s\": %w", err)
+		}
+		*d = Duration(n)
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// ErrNotFound is returned for a destination that does not exist.
+var ErrNotFound = errors.New("destination not found")
+
+// ErrExists is returned when adding a destination whose name is taken.
+var ErrExists = errors.New("destination already exists")
+
+// Store keeps destinations in a JetStream key-value bucket, so every replica
+// sees the same set.
+type Store struct {
+	js jetstream.JetStream
+	kv jetstream.KeyValue
+}
+
+// NewStore opens the destination bucket (stream.Ensure creates it).
+func NewStore(ctx context.Context, js jetstream.JetStream) (*Store, error) {
+	kv, err := js.KeyValue(ctx, stream.DestBucket)
+	if err != nil {
+		return nil, fmt.Errorf("open destination bucket %s (has relay set up the streams? run 'relay run' once): %w", stream.DestBucket, err)
+	}
+	return &Store{js: js, kv: kv}, nil
+}
+
+// Add creates d. It fails with ErrExists when the name is taken.
+func (s *Store) Add(ctx context.Context, d Destination) (Destination, error) {
+	d = d.WithDefaults()
+	if err := d.Validate(); err != nil {
+		return Destination{}, err
+	}
+	st, err := s.js.Stream(ctx, stream.EventsStream)
+	if err != nil {
+		return Destination{}, fmt.Errorf("events stream: %w", err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return Destination{}, fmt.Errorf("events stream: %w", err)
+	}
+	d.StartSeq = info.State.LastSeq + 1
+	d.Created = time.Now().UTC()
+	d.Updated = d.Created
+	b, _ := json.Marshal(d)
+	if _, err := s.kv.Create(ctx, d.Name, b); err != nil {
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return Destination{}, fmt.Errorf("%w: %s (use 'relay dest update')", ErrExists, d.Name)
+		}
+		return Destination{}, fmt.Errorf("store destination %s: %w", d.Name, err)
+	}
+	return d, nil
+}
+
+// Update changes an existing destination with fn, retrying on concurrent
+// updates.
+func (s *Store) Update(ctx context.Context, name string, fn func(*Destination) error) (Destination, error) {
+	for range 10 {
+		e, err := s.kv.Get(ctx, name)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return Destination{}, fmt.Errorf("%w: %s", ErrNotFound, name)
+		}
+		if err != nil {
+			return Destination{}, err
+		}
+		var d Destination
+		if err := json.Unmarshal(e.Value(), &d); err != nil {
+			return Destination{}, fmt.Errorf("destination %s is stored corrupt: %w", name, err)
+		}
+		if err := fn(&d); err != nil {
+			return Destination{}, err
+		}
+		d.Name = name
+		d = d.WithDefaults()
+		if err := d.Validate(); err != nil {
+			return Destination{}, err
+		}
+		d.Updated = time.Now().UTC()
+		b, _ := json.Marshal(d)
+		if _, err := s.kv.Update(ctx, name, b, e.Revision()); err != nil {
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				continue // changed under us: read again
+			}
+			return Destination{}, err
+		}
+		return d, nil
+	}
+	return Destination{}, fmt.Errorf("destination %s is being changed concurrently; try again", name)
+}
+
+// Get returns one destination.
+func (s *Store) Get(ctx context.Context, name string) (Destination, error) {
+	e, err := s.kv.Get(ctx, name)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Destination{}, fmt.Errorf("%w: %s", ErrNotFound, name)
+	}
+	if err != nil {
+		return Destination{}, err
+	}
+	var d Destination
+	if err := json.Unmarshal(e.Value(), &d); err != nil {
+		return Destination{}, fmt.Errorf("destination %s is stored corrupt: %w", name, err)
+	}
+	return d, nil
+}
+
+// List returns all destinations, sorted by name.
+func (s *Store) List(ctx context.Context) ([]Destination, error) {
+	keys, err := s.kv.ListKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Destination
+	for k := range keys.Keys() {
+		d, err := s.Get(ctx, k)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	sortDests(out)
+	return out, nil
+}
+
+// Remove deletes a destination and its consumer. Events not yet delivered to
+// it stay in the event log until its retention removes them.
+func (s *Store) Remove(ctx context.Context, name string) error {
+	if _, err := s.Get(ctx, name); err != nil {
+		return err
+	}
+	if err := s.kv.Delete(ctx, name); err != nil {
+		return err
+	}
+	err := s.js.DeleteConsumer(ctx, stream.EventsStream, ConsumerName(name))
+	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("delete consumer of %s: %w", name, err)
+	}
+	return nil
+}
+
+// Pending returns how many events of dest its consumer has not yet
+// acknowledged (waiting or in flight); 0 when it has no consumer yet.
+func (s *Store) Pending(ctx context.Context, name string) (uint64, error) {
+	c, err := s.js.Consumer(ctx, stream.EventsStream, ConsumerName(name))
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	info := c.CachedInfo()
+	return info.NumPending + uint64(info.NumAckPending), nil
+}
+
+// watch keeps a live copy of all destinations.
+type watch struct {
+	mu    sync.RWMutex
+	dests map[string]Destination
+}
+
+func (w *watch) get(name string) (Destination, bool) {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	d, ok := w.dests[name]
+	return d, ok
+}
+
+func sortDests(ds []Destination) {
+	slices.SortFunc(ds, func(a, b Destination) int { return strings.Compare(a.Name, b.Name) })
+}

@@ -1,0 +1,135 @@
+package relay
+
+import (
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Result is what one delivery attempt came back with.
+type Result struct {
+	// Status is the HTTP status, 0 when no response arrived.
+	Status int
+	// Err is the transport error (connection refused, DNS, timeout...) when
+	// no response arrived.
+	Err error
+	// RetryAfter is the destination's Retry-After, when it sent a valid one.
+	RetryAfter    time.Duration
+	HasRetryAfter bool
+	// Snippet is the start of the response body, for the failure history.
+	Snippet string
+	// Duration is how long the attempt took.
+	Duration time.Duration
+}
+
+// Action is what happens to an event after an attempt.
+type Action int
+
+// Actions.
+const (
+	// Ack: delivered; acknowledge the event.
+	Ack Action = iota
+	// Retry: wait Decision.Delay, then try again.
+	Retry
+	// DeadLetter: give up; move the event to the dead-letter stream.
+	DeadLetter
+)
+
+func (a Action) String() string {
+	switch a {
+	case Ack:
+		return "delivered"
+	case Retry:
+		return "retry"
+	case DeadLetter:
+		return "dead_letter"
+	}
+	return "unknown"
+}
+
+// Reasons an event is dead-lettered.
+const (
+	ReasonMaxAttempts        = "max_attempts"
+	ReasonPermanentStatus    = "permanent_status"
+	ReasonRedirect           = "redirect"
+	ReasonUnknownDestination = "unknown_destination"
+)
+
+// Decision is the outcome of an attempt.
+type Decision struct {
+	Action Action
+	Delay  time.Duration // with Retry
+	Reason string        // with DeadLetter
+}
+
+// Retryable reports whether an attempt with this result may succeed later:
+// transport errors (connection refused, DNS, timeouts) and the statuses 408,
+// 425, 429 and 5xx.
+func (r Result) Retryable() bool {
+	if r.Status == 0 {
+		return true
+	}
+	switch {
+	case r.Status == http.StatusRequestTimeout, r.Status == http.StatusTooEarly, r.Status == http.StatusTooManyRequests:
+		return true
+	case r.Status >= 500 && r.Status <= 599:
+		return true
+	}
+	return false
+}
+
+// Decide turns the result of attempt number attempt (1-based) into what to do
+// next. It is the one place where that is decided.
+func Decide(res Result, attempt int, p RetryPolicy, rnd *rand.Rand) Decision {
+	switch {
+	case res.Status >= 200 && res.Status <= 299:
+		return Decision{Action: Ack}
+	case res.Status >= 300 && res.Status <= 399:
+		return Decision{Action: DeadLetter, Reason: ReasonRedirect}
+	case !res.Retryable():
+		return Decision{Action: DeadLetter, Reason: ReasonPermanentStatus}
+	case attempt >= p.MaxAttempts:
+		return Decision{Action: DeadLetter, Reason: ReasonMaxAttempts}
+	}
+	if res.HasRetryAfter && (res.Status == http.StatusTooManyRequests || res.Status == http.StatusServiceUnavailable) {
+		return Decision{Action: Retry, Delay: min(res.RetryAfter, time.Duration(p.Max))}
+	}
+	return Decision{Action: Retry, Delay: p.Delay(attempt, rnd)}
+}
+
+// maxRetryAfter bounds what ParseRetryAfter returns, before the policy's cap.
+const maxRetryAfter = 30 * 24 * time.Hour
+
+// ParseRetryAfter reads a Retry-After value: delay-seconds or an HTTP date.
+// A date in the past means 0. Negative, fractional or garbage values are
+// invalid (ok false); huge ones are clamped to 30 days.
+func ParseRetryAfter(v string, now time.Time) (d time.Duration, ok bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if v[0] >= '0' && v[0] <= '9' {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			if ne, isNum := err.(*strconv.NumError); isNum && ne.Err == strconv.ErrRange {
+				return maxRetryAfter, true
+			}
+			return 0, false
+		}
+		if n > uint64(maxRetryAfter/time.Second) {
+			return maxRetryAfter, true
+		}
+		return time.Duration(n) * time.Second, true
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
+		return 0, false
+	}
+	d = t.Sub(now)
+	if d < 0 {
+		d = 0
+	}
+	return min(d, maxRetryAfter), true
+}

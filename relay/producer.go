@@ -1,0 +1,139 @@
+package relay
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaydev/relay/stream"
+)
+
+// Event is what a producer publishes.
+type Event struct {
+	// Dest names the destination. Required.
+	Dest string
+	// Key is the order key. Optional: events with the same key of an ordered
+	// destination are delivered in publish order.
+	Key string
+	// ID is the event id, sent as webhook-id and used to drop re-publishes
+	// within the duplicate window. Optional: a unique one is generated.
+	ID string
+	// Headers are passed on to the destination as HTTP headers. Optional.
+	Headers map[string]string
+	// Data is the body, POSTed as is. Required (may be empty JSON "{}").
+	Data []byte
+}
+
+// Published is the outcome of a publish.
+type Published struct {
+	ID        string `json:"id"`
+	Stream    string `json:"stream"`
+	Seq       uint64 `json:"seq"`
+	Duplicate bool   `json:"duplicate"` // the id was published before; nothing new was stored
+}
+
+// ErrUnknownDestination is returned when publishing for a destination that
+// does not exist.
+var ErrUnknownDestination = errors.New("unknown destination")
+
+// Producer publishes events, checking first that their destination exists.
+type Producer struct {
+	js    jetstream.JetStream
+	store *Store
+
+	mu    sync.Mutex
+	known map[string]time.Time // destination -> when it was last seen to exist
+}
+
+// NewProducer returns a producer publishing through js.
+func NewProducer(ctx context.Context, js jetstream.JetStream) (*Producer, error) {
+	st, err := NewStore(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	return &Producer{js: js, store: st, known: map[string]time.Time{}}, nil
+}
+
+// knownFor is how long a producer trusts that a destination exists.
+const knownFor = 10 * time.Second
+
+// MaxIDLen bounds event ids.
+const MaxIDLen = 256
+
+// Publish stores ev in the event stream and returns once JetStream confirmed.
+func (p *Producer) Publish(ctx context.Context, ev Event) (Published, error) {
+	if err := stream.ValidateDestName(ev.Dest); err != nil {
+		return Published{}, err
+	}
+	if ev.ID == "" {
+		ev.ID = NewEventID()
+	}
+	if len(ev.ID) > MaxIDLen || strings.ContainsFunc(ev.ID, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		return Published{}, fmt.Errorf("event id must be at most %d printable characters", MaxIDLen)
+	}
+	if err := p.checkDest(ctx, ev.Dest); err != nil {
+		return Published{}, err
+	}
+	m := nats.NewMsg(stream.InSubject(ev.Dest, ev.Key))
+	m.Data = ev.Data
+	for k, v := range ev.Headers {
+		if err := ValidateEventHeader(k, v); err != nil {
+			return Published{}, err
+		}
+		m.Header.Set(k, v)
+	}
+	m.Header.Set(stream.HdrMsgID, ev.ID)
+	if ev.Key != "" {
+		m.Header.Set(stream.HdrKey, ev.Key)
+	}
+	if max := p.js.Conn().MaxPayload(); int64(len(m.Data)) > max {
+		return Published{}, fmt.Errorf("event body is %d bytes; the NATS server accepts at most %d", len(m.Data), max)
+	}
+	ack, err := p.js.PublishMsg(ctx, m)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoStreamResponse) {
+			return Published{}, fmt.Errorf("publish to %s: no stream answered (are relay's streams set up? is the key a single subject token?): %w", m.Subject, err)
+		}
+		return Published{}, fmt.Errorf("publish to %s: %w", m.Subject, err)
+	}
+	return Published{ID: ev.ID, Stream: ack.Stream, Seq: ack.Sequence, Duplicate: ack.Duplicate}, nil
+}
+
+func (p *Producer) checkDest(ctx context.Context, dest string) error {
+	p.mu.Lock()
+	seen, ok := p.known[dest]
+	p.mu.Unlock()
+	if ok && time.Since(seen) < knownFor {
+		return nil
+	}
+	if _, err := p.store.Get(ctx, dest); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("%w %q: add it with 'relay dest add %s --url ...' first; nothing was published", ErrUnknownDestination, dest, dest)
+		}
+		return err
+	}
+	p.mu.Lock()
+	p.known[dest] = time.Now()
+	p.mu.Unlock()
+	return nil
+}
+
+var idEncoding = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadding(base32.NoPadding)
+
+// NewEventID returns a new unique event id: "evt_" and 26 characters that
+// sort by creation time (48 bits of milliseconds, 80 random bits).
+func NewEventID() string {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(time.Now().UnixMilli())<<16)
+	_, _ = rand.Read(b[6:])
+	return "evt_" + idEncoding.EncodeToString(b[:])
+}

@@ -1,0 +1,624 @@
+// Package relay is the delivery engine: it pulls events from JetStream,
+// delivers them over HTTP, and decides per attempt whether to acknowledge,
+// retry after a delay, or dead-letter.
+package relay
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/stream"
+)
+
+// Config configures a relay runner.
+type Config struct {
+	// JS is the JetStream context. Required; stream.Ensure must have run.
+	JS jetstream.JetStream
+	// Logger receives one line per attempt outcome. Optional, default
+	// slog.Default().
+	Logger *slog.Logger
+	// HTTPClient makes the deliveries. Optional, default NewHTTPClient().
+	HTTPClient *http.Client
+	// ShutdownGrace is how long in-flight deliveries may take to finish once
+	// Run's context is cancelled; what is still running then is cancelled and
+	// handed back to JetStream. Optional, default 10s.
+	ShutdownGrace time.Duration
+	// MaxAckPending caps the events of one destination that are in flight or
+	// waiting for a retry in JetStream. Optional, default 10000.
+	MaxAckPending int
+	// Now is the clock. Optional, default time.Now.
+	Now func() time.Time
+	// OnDelivery, when set, is called after every attempt's decision has been
+	// carried out (for tests and metrics).
+	OnDelivery func(Outcome)
+}
+
+// Outcome describes one processed attempt, after relay acted on it.
+type Outcome struct {
+	Dest     string
+	EventID  string
+	Seq      uint64
+	Attempt  int
+	Result   Result
+	Decision Decision
+	Err      error // set when relay could not act on the decision (the event comes back)
+}
+
+// WithDefaults returns cfg with zero fields set to their defaults.
+func (cfg Config) WithDefaults() Config {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = NewHTTPClient()
+	}
+	if cfg.ShutdownGrace == 0 {
+		cfg.ShutdownGrace = 10 * time.Second
+	}
+	if cfg.MaxAckPending == 0 {
+		cfg.MaxAckPending = 10000
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return cfg
+}
+
+// Validate reports a configuration that cannot work.
+func (cfg Config) Validate() error {
+	if cfg.JS == nil {
+		return errors.New("relay: Config.JS is required")
+	}
+	if cfg.ShutdownGrace < 0 || cfg.MaxAckPending < 1 {
+		return errors.New("relay: ShutdownGrace must be >= 0 and MaxAckPending >= 1")
+	}
+	return nil
+}
+
+// ConsumerName is the durable consumer of destination dest.
+func ConsumerName(dest string) string { return "relay_" + dest }
+
+// UnroutedConsumer is the durable consumer that finds events for destinations
+// that do not exist and dead-letters them.
+const UnroutedConsumer = "relay_unrouted"
+
+// Relay delivers events to their destinations.
+type Relay struct {
+	cfg      Config
+	log      *slog.Logger
+	store    *Store
+	attempts jetstream.KeyValue
+	dlq      dlq.Writer
+	sender   *Sender
+	dests    watch
+
+	mu      sync.Mutex
+	workers map[string]*worker
+}
+
+// New prepares a relay runner.
+func New(ctx context.Context, cfg Config) (*Relay, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	st, err := NewStore(ctx, cfg.JS)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := cfg.JS.KeyValue(ctx, stream.AttemptsBucket)
+	if err != nil {
+		return nil, fmt.Errorf("open bucket %s: %w", stream.AttemptsBucket, err)
+	}
+	return &Relay{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		store:    st,
+		attempts: kv,
+		dlq:      dlq.Writer{JS: cfg.JS},
+		sender:   &Sender{Client: cfg.HTTPClient, Now: cfg.Now},
+		dests:    watch{dests: map[string]Destination{}},
+		workers:  map[string]*worker{},
+	}, nil
+}
+
+// Run delivers until ctx is cancelled, then stops pulling, lets in-flight
+// deliveries finish within the shutdown grace, hands back what remains, and
+// returns nil. It returns early with an error only if it cannot start.
+func (r *Relay) Run(ctx context.Context) error {
+	w, err := r.store.kv.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("watch destinations: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+
+	// Load the current destinations before consuming anything.
+	for e := range w.Updates() {
+		if e == nil {
+			break
+		}
+		r.apply(e)
+	}
+	r.reconcile(ctx)
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.runUnrouted(ctx)
+	}()
+
+	r.log.Info("relay running", "destinations", len(r.dests.dests))
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case e, ok := <-w.Updates():
+			if !ok {
+				break loop
+			}
+			if e != nil {
+				r.apply(e)
+				r.reconcile(ctx)
+			}
+		}
+	}
+	r.mu.Lock()
+	ws := make([]*worker, 0, len(r.workers))
+	for _, wk := range r.workers {
+		ws = append(ws, wk)
+	}
+	r.mu.Unlock()
+	for _, wk := range ws {
+		wk.stop()
+	}
+	wg.Wait()
+	r.log.Info("relay stopped")
+	return nil
+}
+
+func (r *Relay) apply(e jetstream.KeyValueEntry) {
+	r.dests.mu.Lock()
+	defer r.dests.mu.Unlock()
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(r.dests.dests, e.Key())
+		return
+	}
+	var d Destination
+	if err := json.Unmarshal(e.Value(), &d); err != nil {
+		r.log.Error("destination stored corrupt; ignoring it", "dest", e.Key(), "err", err)
+		return
+	}
+	r.dests.dests[e.Key()] = d.WithDefaults()
+}
+
+// reconcile starts a worker for each destination without one, restarts those
+// whose consumer settings changed, and stops those of removed destinations.
+func (r *Relay) reconcile(ctx context.Context) {
+	r.dests.mu.RLock()
+	want := make(map[string]Destination, len(r.dests.dests))
+	for k, d := range r.dests.dests {
+		want[k] = d
+	}
+	r.dests.mu.RUnlock()
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for name, wk := range r.workers {
+		d, ok := want[name]
+		if !ok || d.Concurrency != wk.dest.Concurrency || d.AckWait() != wk.dest.AckWait() {
+			wk.stop()
+			delete(r.workers, name)
+		}
+	}
+	for name, d := range want {
+		if _, ok := r.workers[name]; ok {
+			continue
+		}
+		wk, err := r.startWorker(ctx, d)
+		if err != nil {
+			r.log.Error("cannot consume for destination; will retry on the next change", "dest", name, "err", err)
+			continue
+		}
+		r.workers[name] = wk
+	}
+}
+
+// worker pulls and delivers the events of one destination.
+type worker struct {
+	dest   Destination
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (w *worker) stop() {
+	w.cancel()
+	<-w.done
+}
+
+func (r *Relay) consumerConfig(d Destination) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:        ConsumerName(d.Name),
+		Description:    "relay deliveries to " + d.Name,
+		FilterSubjects: stream.DestFilters(d.Name),
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    d.StartSeq,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        d.AckWait(),
+		MaxDeliver:     -1,
+		MaxAckPending:  r.cfg.MaxAckPending,
+	}
+}
+
+func (r *Relay) startWorker(parent context.Context, d Destination) (*worker, error) {
+	cons, err := r.cfg.JS.CreateOrUpdateConsumer(parent, stream.EventsStream, r.consumerConfig(d))
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s: %w", ConsumerName(d.Name), err)
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
+	wk := &worker{dest: d, cancel: cancel, done: make(chan struct{})}
+	// Stop when either Run's context or stop() ends.
+	stopped := make(chan struct{})
+	go func() {
+		select {
+		case <-parent.Done():
+		case <-ctx.Done():
+		}
+		close(stopped)
+	}()
+	go func() {
+		defer close(wk.done)
+		defer cancel()
+		r.consume(cons, d, stopped)
+	}()
+	return wk, nil
+}
+
+// consume runs one destination's pull loop until stopped is closed.
+func (r *Relay) consume(cons jetstream.Consumer, d Destination, stopped <-chan struct{}) {
+	iter, err := cons.Messages(jetstream.PullMaxMessages(d.Concurrency))
+	if err != nil {
+		r.log.Error("cannot pull", "dest", d.Name, "err", err)
+		return
+	}
+	// Deliveries get their own context: cancelled only once the grace period
+	// after stop has run out.
+	dctx, dcancel := context.WithCancel(context.Background())
+	defer dcancel()
+	go func() {
+		<-stopped
+		iter.Drain()
+		t := time.NewTimer(r.cfg.ShutdownGrace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			dcancel()
+		case <-dctx.Done():
+		}
+	}()
+
+	sem := make(chan struct{}, d.Concurrency)
+	var wg sync.WaitGroup
+	for {
+		msg, err := iter.Next()
+		if err != nil {
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				break
+			}
+			r.log.Warn("pull failed; retrying", "dest", d.Name, "err", err)
+			continue
+		}
+		select {
+		case <-stopped:
+			// Drained after stop: hand it straight back.
+			_ = msg.Nak()
+			continue
+		default:
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-stopped:
+			_ = msg.Nak()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			r.handle(dctx, msg)
+		}()
+	}
+	wg.Wait()
+	// Make sure every ack and nak has left the client.
+	_ = r.cfg.JS.Conn().Flush()
+}
+
+// event is a stored event taken apart.
+type event struct {
+	id      string
+	dest    string
+	seq     uint64
+	subject string
+	prior   int // attempts made before this stream message
+	meta    *jetstream.MsgMetadata
+}
+
+func eventOf(msg jetstream.Msg) (event, error) {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return event{}, fmt.Errorf("message without JetStream metadata: %w", err)
+	}
+	p, err := stream.ParseSubject(msg.Subject())
+	if err != nil {
+		return event{}, err
+	}
+	ev := event{dest: p.Dest, seq: meta.Sequence.Stream, subject: msg.Subject(), meta: meta}
+	h := msg.Headers()
+	ev.id = h.Get(stream.HdrEventID)
+	if ev.id == "" {
+		ev.id = h.Get(stream.HdrMsgID)
+	}
+	if ev.id == "" {
+		ev.id = "evt_" + strconv.FormatUint(ev.seq, 10) + "_" + strconv.FormatInt(meta.Timestamp.UnixMilli(), 36)
+	}
+	if a := h.Get(stream.HdrAttempt); a != "" {
+		if n, err := strconv.Atoi(a); err == nil && n >= 0 && n < 1_000_000 {
+			ev.prior = n
+		}
+	}
+	return ev, nil
+}
+
+func eventHeaders(h nats.Header) http.Header {
+	out := http.Header{}
+	for k, vs := range h {
+		if !stream.IsContractHeader(k) {
+			out[k] = vs
+		}
+	}
+	return out
+}
+
+// handle makes one attempt for msg and acts on the outcome.
+func (r *Relay) handle(ctx context.Context, msg jetstream.Msg) {
+	ev, err := eventOf(msg)
+	if err != nil {
+		r.log.Error("cannot read event; terminating it", "subject", msg.Subject(), "err", err)
+		_ = msg.TermWithReason("unreadable")
+		return
+	}
+	d, ok := r.dests.get(ev.dest)
+	attempt := ev.prior + int(ev.meta.NumDelivered)
+	out := Outcome{Dest: ev.dest, EventID: ev.id, Seq: ev.seq, Attempt: attempt}
+	switch {
+	case !ok:
+		out.Decision = Decision{Action: DeadLetter, Reason: ReasonUnknownDestination}
+	case attempt > d.Retry.MaxAttempts:
+		// A previous run decided to give up and crashed before the event
+		// was terminated (or the policy changed): do not send again.
+		out.Decision = Decision{Action: DeadLetter, Reason: ReasonMaxAttempts}
+	default:
+		out.Result = r.sender.Send(ctx, d, Delivery{ID: ev.id, Body: msg.Data(), Headers: eventHeaders(msg.Headers())})
+		if ctx.Err() != nil && out.Result.Status == 0 {
+			// Shut down mid-attempt: hand it back without counting a failure.
+			_ = msg.Nak()
+			r.log.Info("attempt cancelled by shutdown", "dest", ev.dest, "event_id", ev.id, "attempt", attempt)
+			return
+		}
+		out.Decision = Decide(out.Result, attempt, d.Retry, nil)
+	}
+	out.Err = r.act(msg, ev, attempt, &out)
+	r.logOutcome(out)
+	if r.cfg.OnDelivery != nil {
+		r.cfg.OnDelivery(out)
+	}
+}
+
+// ackTimeout bounds waiting for JetStream to confirm an ack or a publish.
+const ackTimeout = 10 * time.Second
+
+// act carries out the decision for attempt number attempt of ev.
+func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, out *Outcome) error {
+	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+	defer cancel()
+	switch out.Decision.Action {
+	case Ack:
+		if err := msg.DoubleAck(ctx); err != nil {
+			return fmt.Errorf("ack not confirmed (the event may be delivered again): %w", err)
+		}
+		if attempt > 1 {
+			r.forgetHistory(ctx, ev)
+		}
+		return nil
+	case Retry:
+		r.recordAttempt(ctx, ev, attempt, out.Result)
+		return msg.NakWithDelay(out.Decision.Delay)
+	}
+	// Dead letter.
+	hist := r.history(ctx, ev)
+	made := attempt - 1 // attempts made before this one
+	if out.Result.Status != 0 || out.Result.Err != nil {
+		hist = append(hist, attemptOf(attempt, r.cfg.Now(), out.Result))
+		made = attempt
+	}
+	l := dlq.Letter{
+		DeadAt:    r.cfg.Now().UTC(),
+		Dest:      ev.dest,
+		EventID:   ev.id,
+		Reason:    out.Decision.Reason,
+		Attempts:  max(made, 0),
+		Subject:   ev.subject,
+		StreamSeq: ev.seq,
+		History:   hist,
+		Headers:   msg.Headers(),
+		Body:      msg.Data(),
+	}
+	if n := len(hist); n > 0 {
+		l.First, l.Last = hist[0].At, hist[n-1].At
+		l.LastStatus, l.LastError = hist[n-1].Status, hist[n-1].Error
+	}
+	if _, err := r.dlq.Write(ctx, l); err != nil {
+		// Keep the event: it comes back and is dead-lettered then.
+		_ = msg.NakWithDelay(5 * time.Second)
+		return err
+	}
+	if err := msg.TermWithReason(out.Decision.Reason); err != nil {
+		return fmt.Errorf("dead-lettered, but terminating the original failed (it comes back and is dropped as a duplicate): %w", err)
+	}
+	r.forgetHistory(ctx, ev)
+	return nil
+}
+
+func attemptOf(n int, at time.Time, res Result) dlq.Attempt {
+	a := dlq.Attempt{N: n, At: at.Add(-res.Duration).UTC(), Duration: res.Duration, Status: res.Status}
+	switch {
+	case res.Err != nil:
+		a.Error = res.Err.Error()
+	case res.Snippet != "":
+		a.Error = res.Snippet
+	}
+	return a
+}
+
+func historyKey(ev event) string {
+	sum := sha256.Sum256([]byte(ev.id))
+	return ev.dest + "." + hex.EncodeToString(sum[:16])
+}
+
+// history returns the failed attempts recorded for ev (none if that fails).
+func (r *Relay) history(ctx context.Context, ev event) []dlq.Attempt {
+	e, err := r.attempts.Get(ctx, historyKey(ev))
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			r.log.Warn("cannot read attempt history", "dest", ev.dest, "event_id", ev.id, "err", err)
+		}
+		return nil
+	}
+	var h []dlq.Attempt
+	if err := json.Unmarshal(e.Value(), &h); err != nil {
+		return nil
+	}
+	return h
+}
+
+// recordAttempt adds a failed attempt to ev's history. A failure to record is
+// logged: the history is then incomplete, the event is not affected.
+func (r *Relay) recordAttempt(ctx context.Context, ev event, attempt int, res Result) {
+	h := append(r.history(ctx, ev), attemptOf(attempt, r.cfg.Now(), res))
+	b, _ := json.Marshal(dlq.TrimHistory(h))
+	if _, err := r.attempts.Put(ctx, historyKey(ev), b); err != nil {
+		r.log.Warn("cannot record attempt history", "dest", ev.dest, "event_id", ev.id, "err", err)
+	}
+}
+
+func (r *Relay) forgetHistory(ctx context.Context, ev event) {
+	if err := r.attempts.Delete(ctx, historyKey(ev)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		r.log.Warn("cannot delete attempt history", "dest", ev.dest, "event_id", ev.id, "err", err)
+	}
+}
+
+func (r *Relay) logOutcome(o Outcome) {
+	attrs := []any{"dest", o.Dest, "event_id", o.EventID, "seq", o.Seq, "attempt", o.Attempt,
+		"outcome", o.Decision.Action.String()}
+	if o.Result.Status != 0 {
+		attrs = append(attrs, "status", o.Result.Status)
+	}
+	if o.Result.Err != nil {
+		attrs = append(attrs, "error", o.Result.Err.Error())
+	}
+	attrs = append(attrs, "duration", o.Result.Duration.Round(time.Microsecond))
+	switch o.Decision.Action {
+	case Retry:
+		attrs = append(attrs, "retry_in", o.Decision.Delay.Round(time.Millisecond))
+	case DeadLetter:
+		attrs = append(attrs, "reason", o.Decision.Reason)
+	}
+	if o.Err != nil {
+		attrs = append(attrs, "act_error", o.Err.Error())
+		r.log.Warn("attempt", attrs...)
+		return
+	}
+	r.log.Info("attempt", attrs...)
+}
+
+// runUnrouted dead-letters events published for destinations that do not
+// exist (or did not yet exist when they were published).
+func (r *Relay) runUnrouted(ctx context.Context) {
+	cons, err := r.cfg.JS.CreateOrUpdateConsumer(ctx, stream.EventsStream, jetstream.ConsumerConfig{
+		Durable:       UnroutedConsumer,
+		Description:   "relay: dead-letters events for unknown destinations",
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       30 * time.Second,
+		MaxDeliver:    -1,
+		MaxAckPending: 20000,
+	})
+	if err != nil {
+		r.log.Error("cannot create the unrouted-events consumer: events for unknown destinations will not be dead-lettered", "err", err)
+		return
+	}
+	iter, err := cons.Messages(jetstream.PullMaxMessages(1000))
+	if err != nil {
+		r.log.Error("cannot pull unrouted events", "err", err)
+		return
+	}
+	go func() {
+		<-ctx.Done()
+		iter.Stop()
+	}()
+	for {
+		msg, err := iter.Next()
+		if err != nil {
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return
+			}
+			continue
+		}
+		r.checkRouted(msg)
+	}
+}
+
+func (r *Relay) checkRouted(msg jetstream.Msg) {
+	ev, err := eventOf(msg)
+	if err != nil {
+		_ = msg.Ack()
+		return
+	}
+	d, ok := r.dests.get(ev.dest)
+	if ok && ev.seq >= d.StartSeq {
+		_ = msg.Ack()
+		return
+	}
+	// Not known here: ask the store, which is authoritative.
+	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+	defer cancel()
+	d, err = r.store.Get(ctx, ev.dest)
+	if err == nil && ev.seq >= d.StartSeq {
+		_ = msg.Ack()
+		return
+	}
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	out := Outcome{Dest: ev.dest, EventID: ev.id, Seq: ev.seq, Decision: Decision{Action: DeadLetter, Reason: ReasonUnknownDestination}}
+	out.Err = r.act(msg, ev, 0, &out)
+	r.logOutcome(out)
+	if r.cfg.OnDelivery != nil {
+		r.cfg.OnDelivery(out)
+	}
+}

@@ -1,0 +1,129 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Version is relay's version, sent in the User-Agent header.
+var Version = "0.1.0-dev"
+
+// maxResponseBody is how much of a response body relay reads; the rest is
+// discarded with the connection.
+const maxResponseBody = 64 << 10
+
+// snippetLen is how much of a failed response's body is kept in the history.
+const snippetLen = 256
+
+// Delivery is one attempt's request.
+type Delivery struct {
+	ID      string      // webhook-id: the event id
+	Body    []byte      // the event body, sent as is
+	Headers http.Header // the event's own headers to pass on
+}
+
+// Sender makes delivery attempts over HTTP.
+type Sender struct {
+	Client *http.Client
+	Now    func() time.Time
+}
+
+// NewHTTPClient returns the client relay delivers with: no redirects followed,
+// no cookies, keep-alive connections per destination host.
+func NewHTTPClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 1024
+	t.MaxIdleConnsPerHost = 256
+	t.IdleConnTimeout = 90 * time.Second
+	t.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	t.TLSHandshakeTimeout = 10 * time.Second
+	return &http.Client{
+		Transport: t,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}
+}
+
+// Send makes one attempt to deliver ev to d and reports what came back. It
+// never returns early without a Result: errors are in Result.Err.
+func (s *Sender) Send(ctx context.Context, d Destination, ev Delivery) Result {
+	now := s.Now()
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(d.Timeout))
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.URL, bytes.NewReader(ev.Body))
+	if err != nil {
+		return Result{Err: fmt.Errorf("build request: %w", err)}
+	}
+	for k, vs := range ev.Headers {
+		if ValidateEventHeader(k, "") != nil {
+			continue // never let an event override what relay sets
+		}
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	for k, v := range d.Headers {
+		req.Header.Set(k, v)
+	}
+	ct := ev.Headers.Get("Content-Type")
+	if ct == "" {
+		ct = "application/json"
+	}
+	req.Header.Set("Content-Type", ct)
+	req.Header.Set("User-Agent", "relay/"+Version)
+	ts := now.Unix()
+	req.Header.Set("webhook-id", ev.ID)
+	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
+	if d.Secret != "" {
+		sig, err := Sign(d.Secret, ev.ID, ts, ev.Body)
+		if err != nil {
+			return Result{Err: err}
+		}
+		req.Header.Set("webhook-signature", sig)
+	}
+	resp, err := s.Client.Do(req)
+	if err != nil {
+		return Result{Err: transportError(err, d), Duration: s.Now().Sub(now)}
+	}
+	body, rerr := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody))
+	resp.Body.Close()
+	res := Result{Status: resp.StatusCode, Duration: s.Now().Sub(now)}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		res.Snippet = snippet(body)
+		if rerr != nil && res.Snippet == "" {
+			res.Snippet = "(reading body: " + rerr.Error() + ")"
+		}
+	}
+	if ra := resp.Header.Get("Retry-After"); ra != "" {
+		res.RetryAfter, res.HasRetryAfter = ParseRetryAfter(ra, now)
+	}
+	return res
+}
+
+// transportError gives a transport error a short, useful text.
+func transportError(err error, d Destination) error {
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
+		return fmt.Errorf("timeout after %s: %w", time.Duration(d.Timeout), err)
+	}
+	return err
+}
+
+func snippet(b []byte) string {
+	if len(b) > snippetLen {
+		b = b[:snippetLen]
+	}
+	s := strings.ToValidUTF8(string(b), string(utf8.RuneError))
+	return strings.TrimSpace(s)
+}

@@ -1,0 +1,70 @@
+package stream
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// ConnConfig says how to reach NATS. All fields are optional but URL.
+type ConnConfig struct {
+	URL         string // e.g. nats://127.0.0.1:4222; a comma-separated list for a cluster
+	Name        string // client name shown by the server
+	CredsFile   string // NATS credentials (JWT + NKey seed)
+	NKeyFile    string // NKey seed file
+	User        string
+	Password    string
+	Token       string
+	TLSCA       string // CA bundle to verify the server
+	TLSCert     string // client certificate (with TLSKey)
+	TLSKey      string
+	ConnectWait time.Duration // default 5s
+}
+
+// Connect dials NATS and keeps reconnecting forever once connected.
+func Connect(cfg ConnConfig) (*nats.Conn, error) {
+	if cfg.URL == "" {
+		return nil, errors.New("no NATS URL given")
+	}
+	if cfg.ConnectWait == 0 {
+		cfg.ConnectWait = 5 * time.Second
+	}
+	opts := []nats.Option{
+		nats.Name(cfg.Name),
+		nats.Timeout(cfg.ConnectWait),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(500 * time.Millisecond),
+	}
+	if cfg.CredsFile != "" {
+		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
+	}
+	if cfg.NKeyFile != "" {
+		o, err := nats.NkeyOptionFromSeed(cfg.NKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("nkey file %s: %w", cfg.NKeyFile, err)
+		}
+		opts = append(opts, o)
+	}
+	if cfg.User != "" {
+		opts = append(opts, nats.UserInfo(cfg.User, cfg.Password))
+	}
+	if cfg.Token != "" {
+		opts = append(opts, nats.Token(cfg.Token))
+	}
+	if cfg.TLSCA != "" {
+		opts = append(opts, nats.RootCAs(cfg.TLSCA))
+	}
+	if cfg.TLSCert != "" || cfg.TLSKey != "" {
+		if cfg.TLSCert == "" || cfg.TLSKey == "" {
+			return nil, errors.New("a TLS client certificate needs both --tls-cert and --tls-key")
+		}
+		opts = append(opts, nats.ClientCert(cfg.TLSCert, cfg.TLSKey))
+	}
+	nc, err := nats.Connect(cfg.URL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", cfg.URL, err)
+	}
+	return nc, nil
+}

@@ -1,0 +1,190 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Config is the JetStream layout relay manages.
+type Config struct {
+	// Replicas of every stream and bucket: 1 for a single server, 3 for a
+	// cluster. Optional, default 1.
+	Replicas int
+	// EventRetention is how long events stay in the event log, delivered or
+	// not. It must exceed the longest time an event may wait for delivery: an
+	// event older than this is removed even if undelivered. Optional, default
+	// 7 days.
+	EventRetention time.Duration
+	// EventMaxBytes caps the event log; when full, new publishes are refused
+	// (never are undelivered events discarded to make room). Optional,
+	// default unlimited.
+	EventMaxBytes int64
+	// DLQRetention is how long dead letters are kept. Optional, default 14 days.
+	DLQRetention time.Duration
+	// DuplicateWindow is how long JetStream remembers event ids to drop
+	// re-publishes. Optional, default 2 minutes.
+	DuplicateWindow time.Duration
+	// MaxMsgSize caps one event (body and headers). Optional, default 1 MiB.
+	MaxMsgSize int32
+}
+
+// WithDefaults returns cfg with zero fields set to their defaults.
+func (cfg Config) WithDefaults() Config {
+	if cfg.Replicas == 0 {
+		cfg.Replicas = 1
+	}
+	if cfg.EventRetention == 0 {
+		cfg.EventRetention = 7 * 24 * time.Hour
+	}
+	if cfg.EventMaxBytes == 0 {
+		cfg.EventMaxBytes = -1
+	}
+	if cfg.DLQRetention == 0 {
+		cfg.DLQRetention = 14 * 24 * time.Hour
+	}
+	if cfg.DuplicateWindow == 0 {
+		cfg.DuplicateWindow = 2 * time.Minute
+	}
+	if cfg.MaxMsgSize == 0 {
+		cfg.MaxMsgSize = 1 << 20
+	}
+	return cfg
+}
+
+// Validate reports a configuration that cannot work.
+func (cfg Config) Validate() error {
+	switch {
+	case cfg.Replicas < 1 || cfg.Replicas > 5:
+		return fmt.Errorf("replicas must be 1 to 5, got %d", cfg.Replicas)
+	case cfg.EventRetention < time.Minute:
+		return fmt.Errorf("event retention %s is too short (minimum 1m)", cfg.EventRetention)
+	case cfg.DLQRetention < time.Minute:
+		return fmt.Errorf("dead-letter retention %s is too short (minimum 1m)", cfg.DLQRetention)
+	case cfg.DuplicateWindow < time.Second || cfg.DuplicateWindow > cfg.EventRetention:
+		return fmt.Errorf("duplicate window %s must be between 1s and the event retention", cfg.DuplicateWindow)
+	}
+	return nil
+}
+
+// EventsConfig is the events stream's definition.
+func (cfg Config) EventsConfig() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        EventsStream,
+		Description: "relay events: relay.in.<dest>[.<key>] in, stored as relay.in.<dest> or relay.ev.<dest>.<bucket>.<key>",
+		Subjects:    []string{InPrefix + ".*", InPrefix + ".*.*"},
+		SubjectTransform: &jetstream.SubjectTransformConfig{
+			Source:      InPrefix + ".*.*",
+			Destination: fmt.Sprintf("%s.{{wildcard(1)}}.{{partition(%d,2)}}.{{wildcard(2)}}", KeyedPrefix, Buckets),
+		},
+		Retention:   jetstream.LimitsPolicy,
+		MaxAge:      cfg.EventRetention,
+		MaxBytes:    cfg.EventMaxBytes,
+		MaxMsgs:     -1,
+		Discard:     jetstream.DiscardNew,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		Duplicates:  cfg.DuplicateWindow,
+		MaxMsgSize:  cfg.MaxMsgSize,
+		AllowDirect: true,
+	}
+}
+
+// DLQConfig is the dead-letter stream's definition.
+func (cfg Config) DLQConfig() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        DLQStream,
+		Description: "relay dead letters: relay.dlq.<dest>",
+		Subjects:    []string{DLQPrefix + ".*"},
+		Retention:   jetstream.LimitsPolicy,
+		MaxAge:      cfg.DLQRetention,
+		MaxBytes:    -1,
+		MaxMsgs:     -1,
+		Discard:     jetstream.DiscardNew,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		Duplicates:  cfg.DuplicateWindow,
+		// Dead letters carry the failure history in headers on top of the event.
+		MaxMsgSize:  cfg.MaxMsgSize + 64<<10,
+		AllowDirect: true,
+	}
+}
+
+// Ensure creates the streams and buckets relay needs, or updates them when
+// their settings differ from cfg. It never deletes or recreates a stream: a
+// change JetStream cannot apply in place is returned as an error naming the
+// setting.
+func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	for _, sc := range []jetstream.StreamConfig{cfg.EventsConfig(), cfg.DLQConfig()} {
+		if err := ensureStream(ctx, js, sc); err != nil {
+			return err
+		}
+	}
+	kvs := []jetstream.KeyValueConfig{
+		{Bucket: DestBucket, Description: "relay destinations", History: 5, Storage: jetstream.FileStorage, Replicas: cfg.Replicas},
+		// Failure history of events being retried, keyed by destination and
+		// event id; entries outlive no event.
+		{Bucket: AttemptsBucket, Description: "relay attempt history of events in retry", History: 1, TTL: cfg.EventRetention, Storage: jetstream.FileStorage, Replicas: cfg.Replicas},
+	}
+	for _, kc := range kvs {
+		if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
+			return fmt.Errorf("bucket %s: %w", kc.Bucket, err)
+		}
+	}
+	return nil
+}
+
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) error {
+	s, err := js.Stream(ctx, want.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, err := js.CreateStream(ctx, want); err != nil {
+			return fmt.Errorf("create stream %s: %w", want.Name, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("look up stream %s: %w", want.Name, err)
+	}
+	have := s.CachedInfo().Config
+	if have.Storage != want.Storage {
+		return fmt.Errorf("stream %s uses %s storage, relay needs %s: JetStream cannot change this in place; move the data or delete the stream yourself", want.Name, have.Storage, want.Storage)
+	}
+	if have.Retention != want.Retention {
+		return fmt.Errorf("stream %s has %s retention, relay needs %s: JetStream cannot change this in place", want.Name, have.Retention, want.Retention)
+	}
+	if sameManaged(have, want) {
+		return nil
+	}
+	// Keep settings relay does not manage (placement, sources, metadata...).
+	upd := have
+	upd.Description = want.Description
+	upd.Subjects = want.Subjects
+	upd.SubjectTransform = want.SubjectTransform
+	upd.MaxAge, upd.MaxBytes, upd.MaxMsgs = want.MaxAge, want.MaxBytes, want.MaxMsgs
+	upd.Discard = want.Discard
+	upd.Replicas = want.Replicas
+	upd.Duplicates = want.Duplicates
+	upd.MaxMsgSize = want.MaxMsgSize
+	upd.AllowDirect = want.AllowDirect
+	if _, err := js.UpdateStream(ctx, upd); err != nil {
+		return fmt.Errorf("update stream %s to relay's settings: %w", want.Name, err)
+	}
+	return nil
+}
+
+func sameManaged(have, want jetstream.StreamConfig) bool {
+	return reflect.DeepEqual(have.Subjects, want.Subjects) &&
+		reflect.DeepEqual(have.SubjectTransform, want.SubjectTransform) &&
+		have.MaxAge == want.MaxAge && have.MaxBytes == want.MaxBytes && have.MaxMsgs == want.MaxMsgs &&
+		have.Discard == want.Discard && have.Replicas == want.Replicas &&
+		have.Duplicates == want.Duplicates && have.MaxMsgSize == want.MaxMsgSize &&
+		have.AllowDirect == want.AllowDirect
+}

@@ -1,0 +1,146 @@
+// Package stream owns everything JetStream: the subject and header contract that
+// producers publish to, the stream and bucket definitions, and the embedded
+// nats-server. No other package of relay imports nats-server.
+package stream
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// The subject contract. A producer publishes an event for destination D to
+//
+//	relay.in.D        (no order key)
+//	relay.in.D.K      (order key K, a single subject token)
+//
+// The events stream stores keyed events under relay.ev.D.P.K, where P is the
+// partition bucket FNV-1a(K) mod Buckets computed by the server's subject
+// transform, so consumers can select partitions without reading the key.
+const (
+	InPrefix    = "relay.in"
+	KeyedPrefix = "relay.ev"
+	DLQPrefix   = "relay.dlq"
+
+	// Buckets is the number of hash buckets of order keys. It is part of the
+	// stored subject and must not change for an existing stream.
+	Buckets = 64
+)
+
+// Stream and bucket names.
+const (
+	EventsStream   = "RELAY_EVENTS"
+	DLQStream      = "RELAY_DLQ"
+	DestBucket     = "relay_destinations"
+	AttemptsBucket = "relay_attempts"
+)
+
+var destNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+
+// ValidateDestName reports whether name can name a destination: 1 to 64
+// characters of lower-case letters, digits, '-' and '_', starting with a letter
+// or digit. Names become subject tokens and consumer names.
+func ValidateDestName(name string) error {
+	if !destNameRE.MatchString(name) {
+		return fmt.Errorf("invalid destination name %q: use 1-64 characters a-z, 0-9, '-' or '_', starting with a letter or digit", name)
+	}
+	return nil
+}
+
+var keyTokenRE = regexp.MustCompile(`^[A-Za-z0-9_:=-]{1,64}$`)
+
+// KeyToken maps an arbitrary order key to a single subject token. A key made of
+// up to 64 characters from [A-Za-z0-9_:=-] is used as it is, so producers using
+// a plain NATS client can publish with such keys directly; any other key is
+// replaced by "h-" and the first 32 hex digits of its SHA-256. Two keys that map
+// to the same token are ordered together, which is safe.
+func KeyToken(key string) string {
+	if keyTokenRE.MatchString(key) {
+		return key
+	}
+	sum := sha256.Sum256([]byte(key))
+	return "h-" + hex.EncodeToString(sum[:16])
+}
+
+// InSubject is the subject a producer publishes to for destination dest and
+// order key key (empty: no key).
+func InSubject(dest, key string) string {
+	if key == "" {
+		return InPrefix + "." + dest
+	}
+	return InPrefix + "." + dest + "." + KeyToken(key)
+}
+
+// DLQSubject is the dead-letter subject of destination dest.
+func DLQSubject(dest string) string { return DLQPrefix + "." + dest }
+
+// DestFilters are the filter subjects that select every event of dest.
+func DestFilters(dest string) []string {
+	return []string{InPrefix + "." + dest, KeyedPrefix + "." + dest + ".>"}
+}
+
+// Parsed is a stored event subject taken apart.
+type Parsed struct {
+	Dest     string
+	KeyToken string // empty when the event has no order key
+	Bucket   int    // -1 when the event has no order key
+}
+
+// ParseSubject takes apart a stored events subject (relay.in.D or
+// relay.ev.D.P.K), or an input subject relay.in.D.K.
+func ParseSubject(subj string) (Parsed, error) {
+	tok := strings.Split(subj, ".")
+	switch {
+	case len(tok) == 3 && tok[0] == "relay" && tok[1] == "in":
+		return Parsed{Dest: tok[2], Bucket: -1}, nil
+	case len(tok) == 4 && tok[0] == "relay" && tok[1] == "in":
+		return Parsed{Dest: tok[2], KeyToken: tok[3], Bucket: -1}, nil
+	case len(tok) == 5 && tok[0] == "relay" && tok[1] == "ev":
+		var b int
+		if _, err := fmt.Sscanf(tok[3], "%d", &b); err != nil {
+			return Parsed{}, fmt.Errorf("subject %q: bad partition token %q", subj, tok[3])
+		}
+		return Parsed{Dest: tok[2], KeyToken: tok[4], Bucket: b}, nil
+	}
+	return Parsed{}, fmt.Errorf("subject %q is not a relay event subject", subj)
+}
+
+// InputSubject is the subject to republish a stored event to so that it goes
+// through the same partitioning again.
+func (p Parsed) InputSubject() string {
+	if p.KeyToken == "" {
+		return InPrefix + "." + p.Dest
+	}
+	return InPrefix + "." + p.Dest + "." + p.KeyToken
+}
+
+// Headers of the wire contract. Headers a producer sets that start with neither
+// "Nats-" nor "Relay-" are passed on to the destination as HTTP headers.
+const (
+	HdrMsgID   = "Nats-Msg-Id"    // producer's event id, also JetStream's dedup id
+	HdrEventID = "Relay-Event-Id" // event id carried by republished events; wins over Nats-Msg-Id
+	HdrAttempt = "Relay-Attempt"  // attempts already made before this stream message
+	HdrKey     = "Relay-Order-Key"
+	HdrFirst   = "Relay-First-Attempt" // RFC 3339 time of the first attempt, carried on republish
+
+	// Dead-letter headers.
+	HdrReason     = "Relay-Reason"
+	HdrDest       = "Relay-Destination"
+	HdrLastStatus = "Relay-Last-Status"
+	HdrLastError  = "Relay-Last-Error"
+	HdrAttempts   = "Relay-Attempts"
+	HdrLastAt     = "Relay-Last-Attempt"
+	HdrOrigSubj   = "Relay-Subject"
+	HdrOrigSeq    = "Relay-Seq"
+	HdrHistory    = "Relay-History"
+	HdrDeadAt     = "Relay-Dead-At"
+)
+
+// IsContractHeader reports whether a header belongs to NATS or relay rather
+// than to the event (such headers are not passed on to destinations).
+func IsContractHeader(name string) bool {
+	l := strings.ToLower(name)
+	return strings.HasPrefix(l, "nats-") || strings.HasPrefix(l, "relay-")
+}
