@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -96,7 +97,7 @@ func (w Writer) Write(ctx context.Context, l Letter) (uint64, error) {
 	h.Set(stream.HdrOrigSeq, strconv.FormatUint(l.StreamSeq, 10))
 	h.Set(stream.HdrDeadAt, l.DeadAt.UTC().Format(time.RFC3339Nano))
 	if len(l.History) > 0 {
-		hist := TrimHistory(l.History)
+		hist := slices.Clone(TrimHistory(l.History))
 		for i := range hist {
 			hist[i].Error = oneLine(hist[i].Error, 256)
 		}

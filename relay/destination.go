@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-		"net/url"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -152,9 +152,11 @@ func (d Destination) Validate() error {
 }
 
 // AckWait is how long JetStream waits for this destination's ack before it
-// hands the event to another worker: longer than any attempt can take.
+// hands the event to another worker: longer than an attempt can take plus the
+// time an event can wait in relay's small prefetch buffer (relay also sends
+// an in-progress ack for an event that waited there more than a second).
 func (d Destination) AckWait() time.Duration {
-	return 2*time.Duration(d.Timeout) + 30*time.Second
+	return 2*time.Duration(d.Timeout) + 5*time.Second
 }
 
 // Redacted returns d with its secret replaced by a marker.

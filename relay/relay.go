@@ -329,11 +329,16 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, stopped <-chan s
 			continue
 		default:
 		}
+		got := time.Now()
 		select {
 		case sem <- struct{}{}:
 		case <-stopped:
 			_ = msg.Nak()
 			continue
+		}
+		if time.Since(got) > time.Second {
+			// It waited for a free worker: restart its AckWait.
+			_ = msg.InProgress()
 		}
 		wg.Add(1)
 		go func() {

@@ -98,7 +98,7 @@ func (p RetryPolicy) Backoff(attempt int) time.Duration {
 // Jittered scales d by 1 + Jitter*(2u-1), u being a uniform random number in
 // [0,1) drawn from rnd (nil: the global source).
 func (p RetryPolicy) Jittered(d time.Duration, rnd *rand.Rand) time.Duration {
-	if p.Jitter <= 0 || d <= 0 {
+	if p.NoJitter || p.Jitter <= 0 || d <= 0 {
 		return d
 	}
 	u := rand.Float64()

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -92,14 +93,19 @@ type Parsed struct {
 // relay.ev.D.P.K), or an input subject relay.in.D.K.
 func ParseSubject(subj string) (Parsed, error) {
 	tok := strings.Split(subj, ".")
+	for _, t := range tok {
+		if t == "" || t == "*" || t == ">" {
+			return Parsed{}, fmt.Errorf("subject %q is not a relay event subject", subj)
+		}
+	}
 	switch {
 	case len(tok) == 3 && tok[0] == "relay" && tok[1] == "in":
 		return Parsed{Dest: tok[2], Bucket: -1}, nil
 	case len(tok) == 4 && tok[0] == "relay" && tok[1] == "in":
 		return Parsed{Dest: tok[2], KeyToken: tok[3], Bucket: -1}, nil
 	case len(tok) == 5 && tok[0] == "relay" && tok[1] == "ev":
-		var b int
-		if _, err := fmt.Sscanf(tok[3], "%d", &b); err != nil {
+		b, err := strconv.Atoi(tok[3])
+		if err != nil || b < 0 || b >= Buckets || strconv.Itoa(b) != tok[3] {
 			return Parsed{}, fmt.Errorf("subject %q: bad partition token %q", subj, tok[3])
 		}
 		return Parsed{Dest: tok[2], KeyToken: tok[4], Bucket: b}, nil

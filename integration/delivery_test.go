@@ -1,0 +1,313 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/stream"
+)
+
+// fast is a retry policy for tests: short waits, no jitter unless asked.
+func fast(attempts int) relay.RetryPolicy {
+	return relay.RetryPolicy{Base: relay.Duration(50 * time.Millisecond), Max: relay.Duration(time.Second), NoJitter: true, MaxAttempts: attempts}
+}
+
+func TestHappyPathDeliversEachEventOnceAndAcksIt(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	s := newSink(t, nil)
+	secret := relay.GenerateSecret()
+	e.addDest(relay.Destination{Name: "happy", URL: s.URL + "/hook", Secret: secret, Concurrency: 32})
+	e.startRelay()
+
+	const n = 1000
+	want := map[string]string{}
+	for i := range n {
+		body := fmt.Sprintf(`{"n":%d}`, i)
+		res := e.publish("happy", fmt.Sprintf("k%d", i%10), body)
+		want[res.ID] = body
+	}
+	eventually(t, 60*time.Second, func() bool { return len(s.delivered()) == n && e.settled("happy") },
+		"%d distinct deliveries and an empty consumer (have %d)", n, len(s.delivered()))
+
+	hits := s.all()
+	require.Len(t, hits, n, "every event is POSTed exactly once")
+	for _, h := range hits {
+		require.Equal(t, 1, h.N, "event %s delivered more than once", h.ID)
+		require.Equal(t, want[h.ID], h.Body)
+		require.Equal(t, "application/json", h.Header.Get("Content-Type"))
+		require.True(t, strings.HasPrefix(h.Header.Get("User-Agent"), "relay/"))
+		var ts int64
+		_, err := fmt.Sscan(h.Header.Get("webhook-timestamp"), &ts)
+		require.NoError(t, err)
+		require.NoError(t, relay.Verify(secret, h.ID, ts, []byte(h.Body), h.Header.Get("webhook-signature")))
+	}
+	require.Empty(t, e.deadLetters("happy"))
+}
+
+func TestFlakyDestinationIsRetriedWithGrowingWaits(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	s := newSink(t, func(h hit, w http.ResponseWriter) int {
+		if h.N <= 2 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return http.StatusServiceUnavailable
+		}
+		w.WriteHeader(http.StatusOK)
+		return http.StatusOK
+	})
+	base := 300 * time.Millisecond
+	const jitter = 0.2
+	e.addDest(relay.Destination{Name: "flaky", URL: s.URL, Retry: relay.RetryPolicy{
+		Base: relay.Duration(base), Max: relay.Duration(10 * time.Second), Jitter: jitter, MaxAttempts: 5}})
+	rec, _ := e.startRelay()
+	res := e.publish("flaky", "", `{"x":1}`)
+
+	eventually(t, 15*time.Second, func() bool { return s.delivered()[res.ID] == 1 && e.settled("flaky") }, "delivery on the third attempt")
+	hits := s.all()
+	require.Len(t, hits, 3)
+	require.Equal(t, []int{503, 503, 200}, []int{hits[0].Status, hits[1].Status, hits[2].Status})
+	for _, h := range hits {
+		require.Equal(t, res.ID, h.Header.Get("webhook-id"), "the webhook-id is stable across retries")
+	}
+	// The waits are base*2^(n-1) within the jitter bounds; scheduling adds a
+	// little on top, never takes away.
+	slack := 250 * time.Millisecond
+	for i, gap := range []time.Duration{hits[1].At.Sub(hits[0].At), hits[2].At.Sub(hits[1].At)} {
+		nominal := base << i
+		lo := time.Duration(float64(nominal) * (1 - jitter))
+		hi := time.Duration(float64(nominal)*(1+jitter)) + slack
+		require.GreaterOrEqual(t, gap, lo, "wait %d", i+1)
+		require.LessOrEqual(t, gap, hi, "wait %d", i+1)
+	}
+	require.Equal(t, 1, rec.count(func(o relay.Outcome) bool { return o.Attempt == 3 && o.Decision.Action == relay.Ack }))
+	require.Empty(t, e.deadLetters("flaky"))
+}
+
+func TestAlways500IsDeadLetteredWithItsHistory(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	s := newSink(t, func(h hit, w http.ResponseWriter) int {
+		w.WriteHeader(http.StatusInternalServerError)
+		fmt.Fprint(w, "boom: database down")
+		return http.StatusInternalServerError
+	})
+	e.addDest(relay.Destination{Name: "broken", URL: s.URL, Retry: fast(3)})
+	e.startRelay()
+	res, err := e.prod.Publish(context.Background(), relay.Event{Dest: "broken", Key: "cust-7", Data: []byte(`{"a":1}`), Headers: map[string]string{"X-Trace": "t1"}})
+	require.NoError(t, err)
+
+	eventually(t, 15*time.Second, func() bool { return len(e.deadLetters("broken")) == 1 && e.settled("broken") }, "one dead letter")
+	require.Equal(t, 3, s.len(), "exactly max attempts were made")
+	l := e.deadLetters("broken")[0]
+	require.Equal(t, relay.ReasonMaxAttempts, l.Reason)
+	require.Equal(t, res.ID, l.EventID)
+	require.Equal(t, "broken", l.Dest)
+	require.Equal(t, 3, l.Attempts)
+	require.Equal(t, 500, l.LastStatus)
+	require.Contains(t, l.LastError, "boom: database down")
+	require.Equal(t, res.Seq, l.StreamSeq)
+	require.True(t, strings.HasPrefix(l.Subject, "relay.ev.broken."), l.Subject)
+	require.True(t, strings.HasSuffix(l.Subject, ".cust-7"), l.Subject)
+	require.Equal(t, `{"a":1}`, string(l.Body))
+	require.Equal(t, "t1", l.Headers.Get("X-Trace"))
+	require.Len(t, l.History, 3)
+	for i, a := range l.History {
+		require.Equal(t, i+1, a.N)
+		require.Equal(t, 500, a.Status)
+	}
+	require.Equal(t, l.History[0].At, l.First)
+	require.Equal(t, l.History[2].At, l.Last)
+	require.True(t, l.Last.After(l.First))
+	// The attempt history bucket does not keep what it no longer needs.
+	kv, err := e.js.KeyValue(context.Background(), stream.AttemptsBucket)
+	require.NoError(t, err)
+	keys, err := kv.ListKeys(context.Background())
+	require.NoError(t, err)
+	n := 0
+	for range keys.Keys() {
+		n++
+	}
+	require.Zero(t, n, "attempt history is removed once the event is dead-lettered")
+}
+
+func TestPermanentStatusIsDeadLetteredAfterOneAttempt(t *testing.T) {
+	t.Parallel()
+	for _, status := range []int{404, 400, 410, 302} {
+		t.Run(fmt.Sprint(status), func(t *testing.T) {
+			t.Parallel()
+			e := setup(t)
+			s := newSink(t, func(h hit, w http.ResponseWriter) int {
+				if status == 302 {
+					w.Header().Set("Location", "http://169.254.169.254/latest/meta-data")
+				}
+				w.WriteHeader(status)
+				return status
+			})
+			e.addDest(relay.Destination{Name: "perm", URL: s.URL, Retry: fast(5)})
+			e.startRelay()
+			e.publish("perm", "", `{}`)
+			eventually(t, 10*time.Second, func() bool { return len(e.deadLetters("perm")) == 1 && e.settled("perm") }, "one dead letter")
+			require.Equal(t, 1, s.len(), "no retry of a permanent failure, no redirect followed")
+			l := e.deadLetters("perm")[0]
+			want := relay.ReasonPermanentStatus
+			if status == 302 {
+				want = relay.ReasonRedirect
+			}
+			require.Equal(t, want, l.Reason)
+			require.Equal(t, 1, l.Attempts)
+			require.Equal(t, status, l.LastStatus)
+		})
+	}
+}
+
+func TestRetryAfterIsHonoured(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	s := newSink(t, func(h hit, w http.ResponseWriter) int {
+		if h.N == 1 {
+			w.Header().Set("Retry-After", "2")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return http.StatusTooManyRequests
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return http.StatusNoContent
+	})
+	// Without Retry-After the next attempt would come after 50ms.
+	p := fast(5)
+	p.Max = relay.Duration(10 * time.Second)
+	e.addDest(relay.Destination{Name: "limited", URL: s.URL, Retry: p})
+	e.startRelay()
+	res := e.publish("limited", "", `{}`)
+	eventually(t, 10*time.Second, func() bool { return s.delivered()[res.ID] == 1 }, "delivery after the 429")
+	hits := s.all()
+	require.Len(t, hits, 2)
+	gap := hits[1].At.Sub(hits[0].At)
+	require.GreaterOrEqual(t, gap, 2*time.Second, "waited as Retry-After said")
+	require.Less(t, gap, 3*time.Second)
+}
+
+func TestUnreachableDestinationIsRetriedThenDeadLettered(t *testing.T) {
+	t.Parallel()
+	// A port nothing listens on: take a free one and close it.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	refused := "http://" + ln.Addr().String() + "/hook"
+	require.NoError(t, ln.Close())
+	hang := newSink(t, func(h hit, w http.ResponseWriter) int {
+		time.Sleep(time.Second) // far beyond the destination's 200ms timeout
+		w.WriteHeader(http.StatusOK)
+		return http.StatusOK
+	})
+
+	e := setup(t)
+	e.addDest(relay.Destination{Name: "refused", URL: refused, Retry: fast(3)})
+	e.addDest(relay.Destination{Name: "slow", URL: hang.URL, Timeout: relay.Duration(200 * time.Millisecond), Retry: fast(2)})
+	e.startRelay()
+	e.publish("refused", "", `{}`)
+	e.publish("slow", "", `{}`)
+
+	eventually(t, 20*time.Second, func() bool {
+		return len(e.deadLetters("refused")) == 1 && len(e.deadLetters("slow")) == 1
+	}, "both dead-lettered")
+	l := e.deadLetters("refused")[0]
+	require.Equal(t, relay.ReasonMaxAttempts, l.Reason)
+	require.Equal(t, 3, l.Attempts)
+	require.Equal(t, 0, l.LastStatus)
+	require.Contains(t, l.LastError, "connection refused")
+	require.Len(t, l.History, 3)
+
+	l = e.deadLetters("slow")[0]
+	require.Equal(t, relay.ReasonMaxAttempts, l.Reason)
+	require.Equal(t, 2, l.Attempts)
+	require.Contains(t, l.LastError, "timeout")
+	require.Equal(t, 2, hang.received(), "two attempts reached the hanging destination")
+}
+
+func TestHangingDestinationDoesNotHoldBackAHealthyOne(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	hung := newSink(t, func(h hit, w http.ResponseWriter) int {
+		<-release
+		w.WriteHeader(http.StatusOK)
+		return http.StatusOK
+	})
+	t.Cleanup(func() { close(release) }) // runs before the sink's Close
+	healthy := newSink(t, nil)
+
+	e := setup(t)
+	// The hanging destination's attempts can only end by its 30s timeout.
+	e.addDest(relay.Destination{Name: "hung", URL: hung.URL, Concurrency: 4})
+	e.addDest(relay.Destination{Name: "healthy", URL: healthy.URL, Concurrency: 8})
+	rec, _ := e.startRelay()
+
+	for range 50 {
+		e.publish("hung", "", `{}`)
+	}
+	const n = 300
+	for range n {
+		e.publish("healthy", "", `{}`)
+	}
+	eventually(t, 20*time.Second, func() bool { return len(healthy.delivered()) == n && e.settled("healthy") }, "all healthy deliveries")
+	// While the healthy destination got everything, not one attempt to the
+	// hanging one has finished: it was held up, the healthy one was not.
+	require.Zero(t, rec.count(func(o relay.Outcome) bool { return o.Dest == "hung" }))
+	require.Equal(t, 4, hung.received(), "the hanging destination has exactly its concurrency in flight")
+}
+
+func TestEventForUnknownDestinationIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	s := newSink(t, nil)
+	e.addDest(relay.Destination{Name: "known", URL: s.URL})
+	e.startRelay()
+
+	// A producer with a plain NATS client, not even JetStream publish.
+	m := nats.NewMsg(stream.InSubject("ghost", "k1"))
+	m.Data = []byte(`{"lost":false}`)
+	m.Header.Set("Nats-Msg-Id", "evt-ghost-1")
+	require.NoError(t, e.nc.PublishMsg(m))
+	require.NoError(t, e.nc.PublishMsg(&nats.Msg{Subject: "relay.in.known", Data: []byte(`{}`)}))
+
+	eventually(t, 10*time.Second, func() bool { return len(e.deadLetters("ghost")) == 1 && len(s.delivered()) == 1 }, "ghost dead-lettered, known delivered")
+	l := e.deadLetters("ghost")[0]
+	require.Equal(t, relay.ReasonUnknownDestination, l.Reason)
+	require.Equal(t, "evt-ghost-1", l.EventID)
+	require.Equal(t, 0, l.Attempts)
+	require.Equal(t, `{"lost":false}`, string(l.Body))
+	require.Empty(t, e.deadLetters("known"), "events of known destinations are not touched")
+	// The event without Nats-Msg-Id got an id assigned, stable in the header.
+	for id := range s.delivered() {
+		require.True(t, strings.HasPrefix(id, "evt_"), id)
+	}
+}
+
+func TestRetryAfterIsCappedByMaxBackoff(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	s := newSink(t, func(h hit, w http.ResponseWriter) int {
+		if h.N == 1 {
+			w.Header().Set("Retry-After", "3600")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return http.StatusServiceUnavailable
+		}
+		w.WriteHeader(http.StatusOK)
+		return http.StatusOK
+	})
+	e.addDest(relay.Destination{Name: "capped", URL: s.URL, Retry: fast(5)}) // max backoff 1s
+	rec, _ := e.startRelay()
+	res := e.publish("capped", "", `{}`)
+	eventually(t, 10*time.Second, func() bool { return s.delivered()[res.ID] == 1 }, "delivery after the capped wait")
+	require.Equal(t, 1, rec.count(func(o relay.Outcome) bool {
+		return o.Decision.Action == relay.Retry && o.Decision.Delay == time.Second
+	}), "an hour of Retry-After is capped at the destination's 1s maximum backoff")
+}

@@ -1,0 +1,336 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/stream"
+)
+
+// relayBin is the relay binary built once for the process tests.
+var relayBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "relay-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	relayBin = filepath.Join(dir, "relay")
+	out, err := exec.Command("go", "build", "-o", relayBin, "../cmd/relay").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "building relay: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// env is one test's world: an embedded NATS server with relay's streams.
+type env struct {
+	t     *testing.T
+	srv   *server.Server
+	url   string
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	store *relay.Store
+	prod  *relay.Producer
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	s, err := stream.StartEmbedded(stream.EmbeddedConfig{DataDir: t.TempDir(), Port: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	nc, err := nats.Connect(s.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, stream.Ensure(ctx, js, stream.Config{}))
+	st, err := relay.NewStore(ctx, js)
+	require.NoError(t, err)
+	p, err := relay.NewProducer(ctx, js)
+	require.NoError(t, err)
+	return &env{t: t, srv: s, url: s.ClientURL(), nc: nc, js: js, store: st, prod: p}
+}
+
+func (e *env) addDest(d relay.Destination) relay.Destination {
+	e.t.Helper()
+	d, err := e.store.Add(context.Background(), d)
+	require.NoError(e.t, err)
+	return d
+}
+
+func (e *env) publish(dest, key string, body string) relay.Published {
+	e.t.Helper()
+	res, err := e.prod.Publish(context.Background(), relay.Event{Dest: dest, Key: key, Data: []byte(body)})
+	require.NoError(e.t, err)
+	return res
+}
+
+// outcomes records every attempt an in-process relay made.
+type outcomes struct {
+	mu  sync.Mutex
+	all []relay.Outcome
+}
+
+func (o *outcomes) add(x relay.Outcome) {
+	o.mu.Lock()
+	o.all = append(o.all, x)
+	o.mu.Unlock()
+}
+
+func (o *outcomes) count(f func(relay.Outcome) bool) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for _, x := range o.all {
+		if f(x) {
+			n++
+		}
+	}
+	return n
+}
+
+// startRelay runs a relay in this process until the test ends (or stop is
+// called) and records its outcomes.
+func (e *env) startRelay(mods ...func(*relay.Config)) (*outcomes, func()) {
+	e.t.Helper()
+	rec := &outcomes{}
+	cfg := relay.Config{
+		JS:         e.js,
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnDelivery: rec.add,
+	}
+	if testing.Verbose() {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	for _, m := range mods {
+		m(&cfg)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r, err := relay.New(ctx, cfg)
+	require.NoError(e.t, err)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			require.NoError(e.t, <-done)
+		})
+	}
+	e.t.Cleanup(stop)
+	return rec, stop
+}
+
+func (e *env) consumerInfo(dest string) *jetstream.ConsumerInfo {
+	e.t.Helper()
+	c, err := e.js.Consumer(context.Background(), stream.EventsStream, relay.ConsumerName(dest))
+	require.NoError(e.t, err)
+	info, err := c.Info(context.Background())
+	require.NoError(e.t, err)
+	return info
+}
+
+// settled reports whether dest's consumer has nothing pending and nothing
+// waiting for an ack.
+func (e *env) settled(dest string) bool {
+	c, err := e.js.Consumer(context.Background(), stream.EventsStream, relay.ConsumerName(dest))
+	if err != nil {
+		return false
+	}
+	info, err := c.Info(context.Background())
+	return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.NumRedelivered == 0
+}
+
+func (e *env) deadLetters(dest string) []dlq.Letter {
+	e.t.Helper()
+	st, err := dlq.Open(context.Background(), e.js)
+	require.NoError(e.t, err)
+	ls, err := st.List(context.Background(), dlq.Filter{Dest: dest}, 0)
+	require.NoError(e.t, err)
+	return ls
+}
+
+// eventually polls cond until it holds or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, cond func() bool, format string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for: %s", timeout, fmt.Sprintf(format, args...))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// hit is one request a sink received.
+type hit struct {
+	ID     string
+	N      int // requests with this webhook-id so far, this one included
+	At     time.Time
+	Body   string
+	Header http.Header
+	Status int
+}
+
+// sink is a real HTTP receiver whose answers the test scripts.
+type sink struct {
+	*httptest.Server
+	mu     sync.Mutex
+	hits   []hit          // answered requests
+	perID  map[string]int // requests received per webhook-id, answered or not
+	answer func(h hit, w http.ResponseWriter) int // returns the status written
+}
+
+func newSink(t *testing.T, answer func(h hit, w http.ResponseWriter) int) *sink {
+	s := &sink{perID: map[string]int{}, answer: answer}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		id := r.Header.Get("webhook-id")
+		s.mu.Lock()
+		s.perID[id]++
+		h := hit{ID: id, N: s.perID[id], At: time.Now(), Body: string(b), Header: r.Header.Clone()}
+		s.mu.Unlock()
+		status := http.StatusOK
+		if s.answer != nil {
+			status = s.answer(h, w)
+		} else {
+			w.WriteHeader(status)
+		}
+		h.Status = status
+		s.mu.Lock()
+		s.hits = append(s.hits, h)
+		s.mu.Unlock()
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *sink) all() []hit {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]hit(nil), s.hits...)
+}
+
+// received is the number of requests that arrived, answered or not.
+func (s *sink) received() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, c := range s.perID {
+		n += c
+	}
+	return n
+}
+
+func (s *sink) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.hits)
+}
+
+// delivered returns the webhook-ids answered with a 2xx, and how often.
+func (s *sink) delivered() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]int{}
+	for _, h := range s.hits {
+		if h.Status >= 200 && h.Status < 300 {
+			out[h.ID]++
+		}
+	}
+	return out
+}
+
+// proc is a relay binary running as a process.
+type proc struct {
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	lines  []string
+	exited chan struct{}
+	err    error
+}
+
+// startProc runs the relay binary with args and collects its stderr lines.
+func startProc(t *testing.T, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(relayBin, args...)
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	cmd.Stdout = io.Discard
+	require.NoError(t, cmd.Start())
+	p := &proc{cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.lines = append(p.lines, sc.Text())
+			p.mu.Unlock()
+			if testing.Verbose() {
+				fmt.Fprintln(os.Stderr, "relay:", sc.Text())
+			}
+		}
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+		default:
+			_ = cmd.Process.Kill()
+			<-p.exited
+		}
+	})
+	return p
+}
+
+func (p *proc) logged(substr string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, l := range p.lines {
+		if strings.Contains(l, substr) {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *proc) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.lines, "\n")
+}
+
+// jsonLine decodes v from a JSON line.
+func jsonLine(t *testing.T, line string, v any) {
+	t.Helper()
+	require.NoError(t, json.Unmarshal([]byte(line), v))
+}

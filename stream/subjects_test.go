@@ -1,0 +1,251 @@
+package stream
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"math/rand/v2"
+	"regexp"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestValidateDestNameTable(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		ok   bool
+	}{
+		{"a", true},
+		{"0", true},
+		{"orders", true},
+		{"order-v2_eu", true},
+		{"9lives", true},
+		{"a-", true},
+		{strings.Repeat("a", 64), true},
+		{strings.Repeat("a", 65), false},
+		{"", false},
+		{"-orders", false},
+		{"_orders", false},
+		{"Orders", false},
+		{"orDers", false},
+		{"a.b", false},
+		{"a*", false},
+		{"a>", false},
+		{"a b", false},
+		{"a\n", false},
+		{"orders\n", false},
+		{"a/b", false},
+		{"a:b", false},
+		{"café", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			err := ValidateDestName(tc.name)
+			if tc.ok {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			require.Contains(t, err.Error(), "invalid destination name")
+		})
+	}
+}
+
+var subjectsTestHashedRE = regexp.MustCompile(`^h-[0-9a-f]{32}$`)
+
+// subjectsTestValidToken reports whether tok is one NATS subject token that
+// relay accepts as a key token.
+func subjectsTestValidToken(t *testing.T, tok string) {
+	t.Helper()
+	require.NotEmpty(t, tok)
+	require.LessOrEqual(t, len(tok), 64)
+	require.False(t, strings.ContainsAny(tok, ".*> \t\r\n"), "token %q", tok)
+	require.True(t, keyTokenRE.MatchString(tok), "token %q", tok)
+	require.Len(t, strings.Split(InSubject("d", "x")+"."+tok, "."), 5)
+}
+
+func TestKeyTokenTable(t *testing.T) {
+	t.Parallel()
+	hash := func(k string) string {
+		s := sha256.Sum256([]byte(k))
+		return "h-" + hex.EncodeToString(s[:])[:32]
+	}
+	tests := []struct {
+		name string
+		key  string
+		keep bool
+	}{
+		{"plain", "user-42", true},
+		{"all allowed characters", "Az09_:=-", true},
+		{"single char", "k", true},
+		{"64 chars", strings.Repeat("k", 64), true},
+		{"looks hashed", "h-0123456789abcdef0123456789abcdef", true},
+		{"65 chars", strings.Repeat("k", 65), false},
+		{"empty", "", false},
+		{"dot", "user.42", false},
+		{"star", "user*", false},
+		{"gt", ">", false},
+		{"space", "user 42", false},
+		{"tab", "a\tb", false},
+		{"newline", "a\n", false},
+		{"unicode", "ключ", false},
+		{"emoji", "🔑", false},
+		{"slash", "a/b", false},
+		{"dollar", "$key", false},
+		{"long with dots", strings.Repeat("a.", 100), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got := KeyToken(tc.key)
+			if tc.keep {
+				require.Equal(t, tc.key, got)
+			} else {
+				require.Equal(t, hash(tc.key), got)
+				require.Regexp(t, subjectsTestHashedRE, got)
+				require.Len(t, got, 34)
+			}
+			require.Equal(t, got, KeyToken(tc.key), "KeyToken must be deterministic")
+			require.Equal(t, got, KeyToken(got), "a token must map to itself")
+			subjectsTestValidToken(t, got)
+		})
+	}
+	require.NotEqual(t, KeyToken("a.b"), KeyToken("a*b"))
+	require.NotEqual(t, KeyToken("a.b"), KeyToken("a.c"))
+}
+
+func TestKeyTokenRandomKeysAreValidTokens(t *testing.T) {
+	t.Parallel()
+	rnd := rand.New(rand.NewPCG(1, 2))
+	alphabet := []rune("aZ09_:=-.*> \t\n/$éж🔑\x00\x7f")
+	for range 2000 {
+		n := rnd.IntN(100)
+		var b strings.Builder
+		for range n {
+			b.WriteRune(alphabet[rnd.IntN(len(alphabet))])
+		}
+		key := b.String()
+		tok := KeyToken(key)
+		subjectsTestValidToken(t, tok)
+		require.Equal(t, tok, KeyToken(key))
+		if tok != key {
+			require.Regexp(t, subjectsTestHashedRE, tok, "key %q", key)
+		}
+	}
+	require.True(t, utf8.ValidString(KeyToken("\xff\xfe")))
+}
+
+func TestInSubject(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "relay.in.orders", InSubject("orders", ""))
+	require.Equal(t, "relay.in.orders.user-1", InSubject("orders", "user-1"))
+	hashed := InSubject("orders", "tenant.7 user")
+	require.Equal(t, "relay.in.orders."+KeyToken("tenant.7 user"), hashed)
+	require.Len(t, strings.Split(hashed, "."), 4)
+	require.Regexp(t, `^relay\.in\.orders\.h-[0-9a-f]{32}$`, hashed)
+
+	require.Equal(t, "relay.dlq.orders", DLQSubject("orders"))
+	require.Equal(t, []string{"relay.in.orders", "relay.ev.orders.>"}, DestFilters("orders"))
+}
+
+func TestParseSubjectTable(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		subj    string
+		want    Parsed
+		wantErr string // empty: valid
+	}{
+		{"relay.in.orders", Parsed{Dest: "orders", Bucket: -1}, ""},
+		{"relay.in.orders.user-1", Parsed{Dest: "orders", KeyToken: "user-1", Bucket: -1}, ""},
+		{"relay.ev.orders.5.user-1", Parsed{Dest: "orders", KeyToken: "user-1", Bucket: 5}, ""},
+		{"relay.ev.orders.0.k", Parsed{Dest: "orders", KeyToken: "k", Bucket: 0}, ""},
+		{"relay.ev.orders.63.h-0123456789abcdef0123456789abcdef", Parsed{Dest: "orders", KeyToken: "h-0123456789abcdef0123456789abcdef", Bucket: 63}, ""},
+		{"", Parsed{}, "not a relay event subject"},
+		{"relay", Parsed{}, "not a relay event subject"},
+		{"relay.in", Parsed{}, "not a relay event subject"},
+		{"nats.in.orders", Parsed{}, "not a relay event subject"},
+		{"relay.out.orders", Parsed{}, "not a relay event subject"},
+		{"relay.dlq.orders", Parsed{}, "not a relay event subject"},
+		{"Relay.in.orders", Parsed{}, "not a relay event subject"},
+		{"relay.in.orders.k.extra", Parsed{}, "not a relay event subject"},
+		{"relay.ev.orders", Parsed{}, "not a relay event subject"},
+		{"relay.ev.orders.5", Parsed{}, "not a relay event subject"},
+		{"relay.ev.orders.5.k.extra", Parsed{}, "not a relay event subject"},
+		{"relay.in.orders.5.k", Parsed{}, "not a relay event subject"},
+		{"relay.ev.orders.x.k", Parsed{}, `bad partition token "x"`},
+		{"relay.ev.orders..k", Parsed{}, "not a relay event subject"},
+		{"relay.ev.orders.5x.k", Parsed{}, `bad partition token "5x"`},
+		{"relay.ev.orders.+7.k", Parsed{}, `bad partition token "+7"`},
+		{"relay.ev.orders.64.k", Parsed{}, `bad partition token "64"`},
+		{"relay.ev.orders.-1.k", Parsed{}, `bad partition token "-1"`},
+		{"relay.in.", Parsed{}, "not a relay event subject"},
+		{"relay.in.*", Parsed{}, "not a relay event subject"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.subj, func(t *testing.T) {
+			t.Parallel()
+			got, err := ParseSubject(tc.subj)
+			if tc.wantErr != "" {
+				require.Error(t, err)
+				require.Contains(t, err.Error(), tc.wantErr)
+				require.Equal(t, Parsed{}, got)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func TestParsedInputSubjectRoundTrip(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		subj, input string
+	}{
+		{"relay.in.orders", "relay.in.orders"},
+		{"relay.in.orders.user-1", "relay.in.orders.user-1"},
+		{"relay.ev.orders.5.user-1", "relay.in.orders.user-1"},
+		{"relay.ev.orders.0.h-0123456789abcdef0123456789abcdef", "relay.in.orders.h-0123456789abcdef0123456789abcdef"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.subj, func(t *testing.T) {
+			t.Parallel()
+			p, err := ParseSubject(tc.subj)
+			require.NoError(t, err)
+			require.Equal(t, tc.input, p.InputSubject())
+			// The input subject parses to the same destination and key.
+			q, err := ParseSubject(p.InputSubject())
+			require.NoError(t, err)
+			require.Equal(t, p.Dest, q.Dest)
+			require.Equal(t, p.KeyToken, q.KeyToken)
+			require.Equal(t, -1, q.Bucket)
+			require.Equal(t, tc.input, q.InputSubject())
+		})
+	}
+	for _, key := range []string{"", "user-1", "tenant.7 user", "ключ", strings.Repeat("x", 80)} {
+		in := InSubject("orders", key)
+		p, err := ParseSubject(in)
+		require.NoError(t, err)
+		require.Equal(t, "orders", p.Dest)
+		require.Equal(t, in, p.InputSubject(), "key %q", key)
+		if key != "" {
+			require.Equal(t, KeyToken(key), p.KeyToken)
+		}
+	}
+}
+
+func TestIsContractHeader(t *testing.T) {
+	t.Parallel()
+	for _, h := range []string{HdrMsgID, HdrEventID, HdrAttempt, HdrKey, HdrFirst, HdrReason, HdrDest,
+		HdrLastStatus, HdrLastError, HdrAttempts, HdrLastAt, HdrOrigSubj, HdrOrigSeq, HdrHistory, HdrDeadAt,
+		"nats-expected-stream", "RELAY-anything", "Nats-"} {
+		require.True(t, IsContractHeader(h), h)
+	}
+	for _, h := range []string{"Content-Type", "X-Relay-Id", "Natsy", "Relay", "Authorization", ""} {
+		require.False(t, IsContractHeader(h), h)
+	}
+}
