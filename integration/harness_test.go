@@ -3,7 +3,6 @@ package integration
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -150,15 +149,6 @@ func (e *env) startRelay(mods ...func(*relay.Config)) (*outcomes, func()) {
 	return rec, stop
 }
 
-func (e *env) consumerInfo(dest string) *jetstream.ConsumerInfo {
-	e.t.Helper()
-	c, err := e.js.Consumer(context.Background(), stream.EventsStream, relay.ConsumerName(dest))
-	require.NoError(e.t, err)
-	info, err := c.Info(context.Background())
-	require.NoError(e.t, err)
-	return info
-}
-
 // settled reports whether dest's consumer has nothing pending and nothing
 // waiting for an ack.
 func (e *env) settled(dest string) bool {
@@ -199,14 +189,15 @@ type hit struct {
 	Body   string
 	Header http.Header
 	Status int
+	Ctx    context.Context // the request's context: done when the client goes away
 }
 
 // sink is a real HTTP receiver whose answers the test scripts.
 type sink struct {
 	*httptest.Server
 	mu     sync.Mutex
-	hits   []hit          // answered requests
-	perID  map[string]int // requests received per webhook-id, answered or not
+	hits   []hit                                  // answered requests
+	perID  map[string]int                         // requests received per webhook-id, answered or not
 	answer func(h hit, w http.ResponseWriter) int // returns the status written
 }
 
@@ -217,7 +208,7 @@ func newSink(t *testing.T, answer func(h hit, w http.ResponseWriter) int) *sink 
 		id := r.Header.Get("webhook-id")
 		s.mu.Lock()
 		s.perID[id]++
-		h := hit{ID: id, N: s.perID[id], At: time.Now(), Body: string(b), Header: r.Header.Clone()}
+		h := hit{ID: id, N: s.perID[id], At: time.Now(), Body: string(b), Header: r.Header.Clone(), Ctx: r.Context()}
 		s.mu.Unlock()
 		status := http.StatusOK
 		if s.answer != nil {
@@ -327,10 +318,4 @@ func (p *proc) output() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return strings.Join(p.lines, "\n")
-}
-
-// jsonLine decodes v from a JSON line.
-func jsonLine(t *testing.T, line string, v any) {
-	t.Helper()
-	require.NoError(t, json.Unmarshal([]byte(line), v))
 }

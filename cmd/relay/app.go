@@ -79,14 +79,35 @@ func App(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			&cli.StringFlag{Name: "log-level", EnvVars: []string{"RELAY_LOG_LEVEL"}, Value: "info", Usage: "debug, info, warn or error"},
 			&cli.StringFlag{Name: "log-format", EnvVars: []string{"RELAY_LOG_FORMAT"}, Value: "text", Usage: "text or json"},
 		},
-		Commands: []*cli.Command{
+		Commands: withUsageErrors([]*cli.Command{
 			runCommand(),
 			publishCommand(),
 			destCommand(),
 			dlqCommand(),
 			sinkCommand(),
-		},
+		}),
 	}
+}
+
+// withUsageErrors makes flag errors of every command usage errors (exit 2).
+func withUsageErrors(cmds []*cli.Command) []*cli.Command {
+	for _, c := range cmds {
+		c.OnUsageError = func(_ *cli.Context, err error, _ bool) error {
+			return usagef("%v (see --help)", err)
+		}
+		withUsageErrors(c.Subcommands)
+	}
+	return cmds
+}
+
+// required reports the first of the named flags that is not set.
+func required(c *cli.Context, names ...string) error {
+	for _, n := range names {
+		if !c.IsSet(n) {
+			return usagef("--%s is required (see 'relay %s --help')", n, c.Command.FullName())
+		}
+	}
+	return nil
 }
 
 func newLogger(c *cli.Context) (*slog.Logger, error) {

@@ -19,7 +19,7 @@ func interspersed(app *cli.App, args []string) []string {
 	flags, cmds := app.Flags, app.Commands
 	for i < len(args) {
 		a := args[i]
-		if a == "--" || !strings.HasPrefix(a, "-") {
+		if a == "--" || a == "-" || !strings.HasPrefix(a, "-") {
 			c := findCommand(cmds, a)
 			if c == nil {
 				break

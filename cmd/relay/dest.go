@@ -13,9 +13,9 @@ import (
 )
 
 // destFlags are the settings of a destination, shared by add and update.
-func destFlags(add bool) []cli.Flag {
+func destFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "url", Required: add, Usage: "http(s) URL that receives a POST per attempt"},
+		&cli.StringFlag{Name: "url", Usage: "http(s) URL that receives a POST per attempt (required by add)"},
 		&cli.StringFlag{Name: "secret", Usage: "signing secret (whsec_<base64>); default: generate one"},
 		&cli.BoolFlag{Name: "no-secret", Usage: "do not sign deliveries"},
 		&cli.StringSliceFlag{Name: "header", Aliases: []string{"H"}, Usage: "NAME=VALUE added to every request (repeatable; on update replaces all)"},
@@ -80,10 +80,13 @@ func destCommand() *cli.Command {
 				Name:      "add",
 				Usage:     "add a destination",
 				ArgsUsage: "NAME",
-				Flags:     destFlags(true),
+				Flags:     destFlags(),
 				Action: func(c *cli.Context) error {
 					name, err := oneArg(c, "NAME")
 					if err != nil {
+						return err
+					}
+					if err := required(c, "url"); err != nil {
 						return err
 					}
 					d := relay.Destination{Name: name}
@@ -123,7 +126,7 @@ func destCommand() *cli.Command {
 				Name:      "update",
 				Usage:     "change a destination's settings (only the flags given)",
 				ArgsUsage: "NAME",
-				Flags:     destFlags(false),
+				Flags:     destFlags(),
 				Action: func(c *cli.Context) error {
 					name, err := oneArg(c, "NAME")
 					if err != nil {

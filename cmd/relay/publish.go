@@ -21,7 +21,7 @@ func publishCommand() *cli.Command {
 has stored it. The body comes from --data, --file, or standard input ("-").
 Publishing the same --id again within the duplicate window stores nothing new.`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "dest", Aliases: []string{"d"}, Required: true, Usage: "destination name"},
+			&cli.StringFlag{Name: "dest", Aliases: []string{"d"}, Usage: "destination name (required)"},
 			&cli.StringFlag{Name: "key", Aliases: []string{"k"}, Usage: "order key (any string)"},
 			&cli.StringFlag{Name: "id", Usage: "event id (default: a new unique id)"},
 			&cli.StringSliceFlag{Name: "header", Aliases: []string{"H"}, Usage: "NAME=VALUE passed on to the destination (repeatable)"},
@@ -30,6 +30,9 @@ Publishing the same --id again within the duplicate window stores nothing new.`,
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 		},
 		Action: func(c *cli.Context) error {
+			if err := required(c, "dest"); err != nil {
+				return err
+			}
 			body, err := readBody(c)
 			if err != nil {
 				return err

@@ -1,0 +1,47 @@
+# relay: make help lists the targets.
+GO          ?= go
+BIN         ?= bin/relay
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## Build bin/relay
+	$(GO) build -o $(BIN) ./cmd/relay
+
+.PHONY: run
+run: build ## Run relay with an embedded NATS server on 127.0.0.1:4222 (data in ./relay-data)
+	./$(BIN) run
+
+.PHONY: deps
+deps: ## Install what the tests need that Go does not fetch (redis-server from Debian)
+	@command -v redis-server >/dev/null 2>&1 || { \
+		echo "installing redis-server (Debian package)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
+
+.PHONY: test
+test: deps ## Run every test with the race detector (what CI runs)
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 15m ./...
+
+.PHONY: test-race
+test-race: deps ## Run the suite 3 times with the race detector, to shake out flaky timing
+	$(GO) test -race -count=3 -timeout 45m ./...
+
+.PHONY: lint
+lint: ## gofmt, go vet and staticcheck
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+.PHONY: bench
+bench: ## Go micro-benchmarks only for now (the end-to-end benchmark is issue 8)
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+.PHONY: clean
+clean: ## Remove bin/ (not relay-data/)
+	rm -rf bin

@@ -1,0 +1,245 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/stream"
+)
+
+type bundle struct {
+	url string
+	js  jetstream.JetStream
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	s, err := stream.StartEmbedded(stream.EmbeddedConfig{DataDir: t.TempDir(), Port: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	nc, err := nats.Connect(s.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	require.NoError(t, stream.Ensure(context.Background(), js, stream.Config{}))
+	return bundle{url: s.ClientURL(), js: js}
+}
+
+// cli runs relay with args against b's server.
+func (b bundle) cli(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	all := append([]string{"relay", "--nats-url", b.url}, args...)
+	code = Main(all, strings.NewReader(stdin), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func (b bundle) lastSeq(t *testing.T) uint64 {
+	s, err := b.js.Stream(context.Background(), stream.EventsStream)
+	require.NoError(t, err)
+	info, err := s.Info(context.Background())
+	require.NoError(t, err)
+	return info.State.LastSeq
+}
+
+func TestDestAddListNeverShowsSecrets(t *testing.T) {
+	// Not parallel: urfave/cli v2 mutates package-level help flags on each run.
+	b := setup(t)
+	code, out, errs := b.cli(t, "", "dest", "add", "orders", "--url", "https://example.test/hook", "-H", "Authorization=Bearer xyz", "--max-attempts", "4")
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "added destination orders")
+	i := strings.Index(out, "whsec_")
+	require.Positive(t, i, "a generated secret is printed once")
+	secret := strings.TrimSpace(out[i:])
+
+	code, out, errs = b.cli(t, "", "dest", "list", "--json")
+	require.Equal(t, 0, code, errs)
+	require.NotContains(t, out, secret)
+	require.NotContains(t, out, "xyz")
+	var d relay.Destination
+	require.NoError(t, json.Unmarshal([]byte(strings.TrimSpace(out)), &d))
+	require.Equal(t, "orders", d.Name)
+	require.Equal(t, 4, d.Retry.MaxAttempts)
+	require.Equal(t, "(set)", d.Secret)
+
+	code, out, _ = b.cli(t, "", "dest", "list")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "https://example.test/hook")
+	require.NotContains(t, out, secret)
+
+	code, _, errs = b.cli(t, "", "dest", "update", "orders", "--timeout", "5s")
+	require.Equal(t, 0, code, errs)
+	code, _, errs = b.cli(t, "", "dest", "add", "orders", "--url", "https://example.test/x")
+	require.Equal(t, 1, code)
+	require.Contains(t, errs, "already exists")
+
+	code, _, errs = b.cli(t, "", "dest", "rm", "orders")
+	require.Equal(t, 0, code, errs)
+	code, _, errs = b.cli(t, "", "dest", "rm", "orders")
+	require.Equal(t, 1, code)
+	require.Contains(t, errs, "not found")
+}
+
+func TestDestAddRejectsBadInput(t *testing.T) {
+	// Not parallel: urfave/cli v2 mutates package-level help flags on each run.
+	b := setup(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"dest", "add", "d", "--url", "ftp://example.test"}, `scheme must be http or https`},
+		{[]string{"dest", "add", "d", "--url", "https://user:pw@example.test"}, "must not contain credentials"},
+		{[]string{"dest", "add", "d", "--url", "not a url"}, "scheme must be http or https"},
+		{[]string{"dest", "add", "Bad.Name", "--url", "https://example.test"}, "invalid destination name"},
+		{[]string{"dest", "add", "d", "--url", "https://example.test", "-H", "Host=evil"}, "set by relay"},
+		{[]string{"dest", "add", "d", "--url", "https://example.test", "--secret", "nope"}, "whsec_"},
+		{[]string{"dest", "add", "d", "--url", "https://example.test", "--jitter", "0.9"}, "jitter"},
+		{[]string{"dest", "add", "d"}, "--url is required"},
+		{[]string{"dest", "add", "--url", "https://example.test"}, "exactly one argument"},
+	} {
+		code, _, errs := b.cli(t, "", tc.args...)
+		require.Equal(t, 2, code, "%v: %s", tc.args, errs)
+		require.Contains(t, errs, tc.want, "%v", tc.args)
+	}
+	code, out, _ := b.cli(t, "", "dest", "list", "--json")
+	require.Equal(t, 0, code)
+	require.Empty(t, out, "nothing was added")
+}
+
+func TestPublish(t *testing.T) {
+	// Not parallel: urfave/cli v2 mutates package-level help flags on each run.
+	b := setup(t)
+	code, _, errs := b.cli(t, "", "dest", "add", "orders", "--url", "https://example.test/hook")
+	require.Equal(t, 0, code, errs)
+
+	t.Run("unknown destination publishes nothing", func(t *testing.T) {
+		before := b.lastSeq(t)
+		code, _, errs := b.cli(t, "", "publish", "--dest", "nope", "--data", "{}")
+		require.Equal(t, 1, code)
+		require.Contains(t, errs, `unknown destination "nope"`)
+		require.Equal(t, before, b.lastSeq(t))
+	})
+	t.Run("body exactly once", func(t *testing.T) {
+		code, _, errs := b.cli(t, "", "publish", "--dest", "orders")
+		require.Equal(t, 2, code)
+		require.Contains(t, errs, "exactly once")
+		code, _, _ = b.cli(t, "", "publish", "--dest", "orders", "--data", "{}", "-")
+		require.Equal(t, 2, code)
+	})
+	t.Run("from stdin with key, id and headers; re-publish is a duplicate", func(t *testing.T) {
+		code, out, errs := b.cli(t, `{"a":1}`, "publish", "--dest", "orders", "--key", "customer 42", "--id", "evt-1", "-H", "X-Tenant=t1", "--json", "-")
+		require.Equal(t, 0, code, errs)
+		var res relay.Published
+		require.NoError(t, json.Unmarshal([]byte(out), &res))
+		require.Equal(t, "evt-1", res.ID)
+		require.False(t, res.Duplicate)
+		s, err := b.js.Stream(context.Background(), stream.EventsStream)
+		require.NoError(t, err)
+		m, err := s.GetMsg(context.Background(), res.Seq)
+		require.NoError(t, err)
+		require.Equal(t, `{"a":1}`, string(m.Data))
+		require.Equal(t, "t1", m.Header.Get("X-Tenant"))
+		require.Equal(t, "customer 42", m.Header.Get(stream.HdrKey))
+		p, err := stream.ParseSubject(m.Subject)
+		require.NoError(t, err)
+		require.Equal(t, stream.KeyToken("customer 42"), p.KeyToken)
+
+		code, out, _ = b.cli(t, "", "publish", "--dest", "orders", "--id", "evt-1", "--data", `{"a":1}`)
+		require.Equal(t, 0, code)
+		require.Contains(t, out, "duplicate")
+		require.Equal(t, res.Seq, b.lastSeq(t))
+	})
+	t.Run("bad header", func(t *testing.T) {
+		code, _, errs := b.cli(t, "", "publish", "--dest", "orders", "--data", "{}", "-H", "webhook-id=x")
+		require.Equal(t, 1, code)
+		require.Contains(t, errs, "set by relay")
+		code, _, errs = b.cli(t, "", "publish", "--dest", "orders", "--data", "{}", "-H", "novalue")
+		require.Equal(t, 2, code)
+		require.Contains(t, errs, "NAME=VALUE")
+	})
+}
+
+func TestDLQListShowReplay(t *testing.T) {
+	// Not parallel: urfave/cli v2 mutates package-level help flags on each run.
+	b := setup(t)
+	ctx := context.Background()
+	w := dlq.Writer{JS: b.js}
+	now := time.Now().UTC()
+	for i, dest := range []string{"a", "b", "a"} {
+		_, err := w.Write(ctx, dlq.Letter{
+			DeadAt: now, Dest: dest, EventID: "evt-" + dest + string(rune('0'+i)), Reason: "max_attempts", Attempts: 2,
+			LastStatus: 500, Subject: "relay.in." + dest, StreamSeq: uint64(100 + i), Body: []byte(`{"i":1}`),
+			History: []dlq.Attempt{{N: 1, At: now, Status: 500}, {N: 2, At: now, Status: 500, Error: "boom"}},
+			First:   now, Last: now,
+		})
+		require.NoError(t, err)
+	}
+	code, out, errs := b.cli(t, "", "dlq", "list", "--dest", "a", "--json")
+	require.Equal(t, 0, code, errs)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 2)
+
+	code, out, errs = b.cli(t, "", "dlq", "show", "2")
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "evt-b1")
+	require.Contains(t, out, "#2")
+	require.Contains(t, out, "boom")
+	code, _, errs = b.cli(t, "", "dlq", "show", "x")
+	require.Equal(t, 2, code)
+	require.Contains(t, errs, "sequence number")
+
+	code, _, _ = b.cli(t, "", "dlq", "replay")
+	require.Equal(t, 2, code, "replay needs --seq or --all")
+
+	before := b.lastSeq(t)
+	code, out, errs = b.cli(t, "", "dlq", "replay", "--all", "--dest", "a")
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "replayed 2 dead letters")
+	require.Equal(t, before+2, b.lastSeq(t))
+	s, err := b.js.Stream(ctx, stream.EventsStream)
+	require.NoError(t, err)
+	m, err := s.GetMsg(ctx, before+1)
+	require.NoError(t, err)
+	require.Equal(t, "relay.in.a", m.Subject)
+	require.Equal(t, "evt-a0", m.Header.Get(stream.HdrEventID), "replay keeps the event id")
+	require.Empty(t, m.Header.Get(stream.HdrAttempt), "and starts a fresh attempt count")
+
+	// Nothing left for a: running it again replays nothing.
+	code, out, _ = b.cli(t, "", "dlq", "replay", "--all", "--dest", "a")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "replayed 0 dead letters")
+	require.Equal(t, before+2, b.lastSeq(t))
+	code, out, _ = b.cli(t, "", "dlq", "list")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "evt-b1")
+	require.NotContains(t, out, "evt-a0")
+}
+
+func TestUsageErrorsExit2(t *testing.T) {
+	// Not parallel: urfave/cli v2 mutates package-level help flags on each run.
+	var out, errb bytes.Buffer
+	require.Equal(t, 2, Main([]string{"relay", "publish", "--nope"}, strings.NewReader(""), &out, &errb))
+	require.Contains(t, errb.String(), "flag provided but not defined")
+	require.Equal(t, 0, Main([]string{"relay", "--help"}, strings.NewReader(""), &out, &errb))
+	require.Contains(t, out.String(), "dlq")
+}
+
+func TestInterspersedFlags(t *testing.T) {
+	// Not parallel: urfave/cli v2 mutates package-level help flags on each run.
+	app := App(nil, nil, nil)
+	got := interspersed(app, []string{"relay", "--nats-url", "u", "dest", "add", "orders", "--url", "x", "-H", "A=b", "--no-secret"})
+	require.Equal(t, []string{"relay", "--nats-url", "u", "dest", "add", "--url", "x", "-H", "A=b", "--no-secret", "--", "orders"}, got)
+	got = interspersed(app, []string{"relay", "publish", "--dest", "d", "-"})
+	require.Equal(t, []string{"relay", "publish", "--dest", "d", "--", "-"}, got)
+}
