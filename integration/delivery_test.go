@@ -311,3 +311,49 @@ func TestRetryAfterIsCappedByMaxBackoff(t *testing.T) {
 		return o.Decision.Action == relay.Retry && o.Decision.Delay == time.Second
 	}), "an hour of Retry-After is capped at the destination's 1s maximum backoff")
 }
+
+// Destinations live in a JetStream bucket: a running relay picks up added,
+// changed and removed destinations without a restart.
+func TestRunningRelayFollowsDestinationChanges(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	first := newSink(t, nil)
+	second := newSink(t, nil)
+	e.startRelay()
+
+	e.addDest(relay.Destination{Name: "live", URL: first.URL})
+	a := e.publish("live", "", `{"n":1}`)
+	eventually(t, 10*time.Second, func() bool { return first.delivered()[a.ID] == 1 }, "delivery to the first URL")
+
+	_, err := e.store.Update(context.Background(), "live", func(d *relay.Destination) error {
+		d.URL = second.URL
+		d.Concurrency = 3 // a consumer setting: the worker restarts
+		return nil
+	})
+	require.NoError(t, err)
+	eventually(t, 10*time.Second, func() bool {
+		b := e.publish("live", "", `{"n":2}`)
+		deadline := time.Now().Add(2 * time.Second)
+		for time.Now().Before(deadline) {
+			if second.delivered()[b.ID] == 1 || first.delivered()[b.ID] == 1 {
+				return second.delivered()[b.ID] == 1
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return false
+	}, "deliveries go to the new URL")
+
+	require.NoError(t, e.store.Remove(context.Background(), "live"))
+	fresh, err := relay.NewProducer(context.Background(), e.js)
+	require.NoError(t, err)
+	_, err = fresh.Publish(context.Background(), relay.Event{Dest: "live", Data: []byte("{}")})
+	require.ErrorIs(t, err, relay.ErrUnknownDestination, "publishing for a removed destination is refused")
+
+	// A producer that still believes in it (it caches for a few seconds)
+	// publishes; the event is dead-lettered, not lost.
+	late := e.publish("live", "", `{"late":true}`)
+	eventually(t, 10*time.Second, func() bool { return len(e.deadLetters("live")) == 1 }, "the late event is dead-lettered")
+	l := e.deadLetters("live")[0]
+	require.Equal(t, late.ID, l.EventID)
+	require.Equal(t, relay.ReasonUnknownDestination, l.Reason)
+}

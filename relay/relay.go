@@ -162,11 +162,17 @@ func (r *Relay) Run(ctx context.Context) error {
 	}()
 
 	r.log.Info("relay running", "destinations", len(r.dests.dests))
+	// Reconcile now and then too: a consumer that could not be created, or
+	// one deleted under a running worker, gets another try.
+	tick := time.NewTicker(reconcileEvery)
+	defer tick.Stop()
 loop:
 	for {
 		select {
 		case <-ctx.Done():
 			break loop
+		case <-tick.C:
+			r.reconcile(ctx)
 		case e, ok := <-w.Updates():
 			if !ok {
 				break loop
@@ -206,6 +212,9 @@ func (r *Relay) apply(e jetstream.KeyValueEntry) {
 	r.dests.dests[e.Key()] = d.WithDefaults()
 }
 
+// reconcileEvery is how often workers are checked without a change.
+const reconcileEvery = 5 * time.Second
+
 // reconcile starts a worker for each destination without one, restarts those
 // whose consumer settings changed, and stops those of removed destinations.
 func (r *Relay) reconcile(ctx context.Context) {
@@ -220,7 +229,7 @@ func (r *Relay) reconcile(ctx context.Context) {
 	defer r.mu.Unlock()
 	for name, wk := range r.workers {
 		d, ok := want[name]
-		if !ok || d.Concurrency != wk.dest.Concurrency || d.AckWait() != wk.dest.AckWait() {
+		if !ok || wk.exited() || d.Concurrency != wk.dest.Concurrency || d.AckWait() != wk.dest.AckWait() {
 			wk.stop()
 			delete(r.workers, name)
 		}
@@ -243,6 +252,15 @@ type worker struct {
 	dest   Destination
 	cancel context.CancelFunc
 	done   chan struct{}
+}
+
+func (w *worker) exited() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
 }
 
 func (w *worker) stop() {
@@ -319,7 +337,16 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, stopped <-chan s
 			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 				break
 			}
-			r.log.Warn("pull failed; retrying", "dest", d.Name, "err", err)
+			if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+				r.log.Warn("consumer gone; it is recreated if the destination still exists", "dest", d.Name, "err", err)
+				iter.Stop()
+				break
+			}
+			r.log.Debug("pull interrupted; the client retries", "dest", d.Name, "err", err)
+			select {
+			case <-stopped:
+			case <-time.After(100 * time.Millisecond):
+			}
 			continue
 		}
 		select {

@@ -79,25 +79,61 @@ func App(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			&cli.StringFlag{Name: "log-level", EnvVars: []string{"RELAY_LOG_LEVEL"}, Value: "info", Usage: "debug, info, warn or error"},
 			&cli.StringFlag{Name: "log-format", EnvVars: []string{"RELAY_LOG_FORMAT"}, Value: "text", Usage: "text or json"},
 		},
-		Commands: withUsageErrors([]*cli.Command{
+		Commands: finish([]*cli.Command{
 			runCommand(),
 			publishCommand(),
 			destCommand(),
 			dlqCommand(),
 			sinkCommand(),
-		}),
+		}, ""),
 	}
 }
 
-// withUsageErrors makes flag errors of every command usage errors (exit 2).
-func withUsageErrors(cmds []*cli.Command) []*cli.Command {
+// finish makes flag errors of every command usage errors (exit 2) and gives
+// every flag without one an environment variable: RELAY_ and the command path
+// and flag name in upper case, e.g. RELAY_DEST_ADD_URL.
+func finish(cmds []*cli.Command, path string) []*cli.Command {
 	for _, c := range cmds {
 		c.OnUsageError = func(_ *cli.Context, err error, _ bool) error {
 			return usagef("%v (see --help)", err)
 		}
-		withUsageErrors(c.Subcommands)
+		p := path + "_" + c.Name
+		for _, f := range c.Flags {
+			setEnv(f, envName(p+"_"+f.Names()[0]))
+		}
+		finish(c.Subcommands, p)
 	}
 	return cmds
+}
+
+func envName(s string) string {
+	return "RELAY" + strings.ToUpper(strings.ReplaceAll(s, "-", "_"))
+}
+
+func setEnv(f cli.Flag, name string) {
+	set := func(vars *[]string) {
+		if len(*vars) == 0 {
+			*vars = []string{name}
+		}
+	}
+	switch f := f.(type) {
+	case *cli.StringFlag:
+		set(&f.EnvVars)
+	case *cli.BoolFlag:
+		set(&f.EnvVars)
+	case *cli.IntFlag:
+		set(&f.EnvVars)
+	case *cli.DurationFlag:
+		set(&f.EnvVars)
+	case *cli.Float64Flag:
+		set(&f.EnvVars)
+	case *cli.StringSliceFlag:
+		set(&f.EnvVars)
+	case *cli.Uint64SliceFlag:
+		set(&f.EnvVars)
+	default:
+		panic(fmt.Sprintf("relay: flag %s of type %T has no environment variable", f.Names()[0], f))
+	}
 }
 
 // required reports the first of the named flags that is not set.

@@ -19,12 +19,12 @@ func destFlags() []cli.Flag {
 		&cli.StringFlag{Name: "secret", Usage: "signing secret (whsec_<base64>); default: generate one"},
 		&cli.BoolFlag{Name: "no-secret", Usage: "do not sign deliveries"},
 		&cli.StringSliceFlag{Name: "header", Aliases: []string{"H"}, Usage: "NAME=VALUE added to every request (repeatable; on update replaces all)"},
-		&cli.DurationFlag{Name: "timeout", Usage: "per-attempt timeout (default 30s)"},
-		&cli.IntFlag{Name: "max-attempts", Usage: "attempts before dead-lettering, the first included (default 15)"},
-		&cli.DurationFlag{Name: "backoff-base", Usage: "wait after the first failure (default 2s); doubles per attempt"},
-		&cli.DurationFlag{Name: "backoff-max", Usage: "cap of the wait before jitter (default 1h)"},
-		&cli.Float64Flag{Name: "jitter", Usage: "random +/- fraction of each wait, 0 to 0.5 (default 0.2; 0 turns it off)"},
-		&cli.IntFlag{Name: "concurrency", Usage: "deliveries in flight per relay replica (default 16)"},
+		&cli.DurationFlag{Name: "timeout", DefaultText: "30s", Usage: "per-attempt timeout, connect to last byte"},
+		&cli.IntFlag{Name: "max-attempts", DefaultText: "15", Usage: "attempts before dead-lettering, the first included"},
+		&cli.DurationFlag{Name: "backoff-base", DefaultText: "2s", Usage: "wait after the first failure; doubles per attempt"},
+		&cli.DurationFlag{Name: "backoff-max", DefaultText: "1h", Usage: "cap of the wait before jitter"},
+		&cli.Float64Flag{Name: "jitter", DefaultText: "0.2", Usage: "random +/- fraction of each wait, 0 to 0.5 (0 turns it off)"},
+		&cli.IntFlag{Name: "concurrency", DefaultText: "16", Usage: "deliveries in flight per relay replica"},
 	}
 }
 

@@ -200,7 +200,7 @@ func showLetter(c *cli.Context, l dlq.Letter) error {
 			if a.Error != "" {
 				res += ": " + a.Error
 			}
-			fmt.Fprintf(w, "  #%d  %s  %8s  %s\n", a.N, a.At.Format(time.RFC3339Nano), a.Duration.Round(time.Millisecond), res)
+			fmt.Fprintf(w, "  #%d  %s  %8s  %s\n", a.N, a.At.Format(time.RFC3339Nano), a.Duration.Round(time.Microsecond), res)
 		}
 	}
 	fmt.Fprintln(w, "body:")

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/relaydev/relay/relay"
+)
+
+func TestSinkFailsFirstAndVerifiesSignatures(t *testing.T) {
+	secret := relay.GenerateSecret()
+	var out bytes.Buffer
+	s := &sink{out: &out, secret: secret, status: 200, failFirst: 2, failStatus: 503, retryAfter: "7", asJSON: true, seen: map[string]int{}}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+
+	post := func(id, body string, sign bool) *http.Response {
+		req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(body))
+		require.NoError(t, err)
+		ts := time.Now().Unix()
+		req.Header.Set("webhook-id", id)
+		req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
+		if sign {
+			sig, err := relay.Sign(secret, id, ts, []byte(body))
+			require.NoError(t, err)
+			req.Header.Set("webhook-signature", sig)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp
+	}
+	r := post("a", `{}`, true)
+	require.Equal(t, 503, r.StatusCode)
+	require.Equal(t, "7", r.Header.Get("Retry-After"))
+	require.Equal(t, 503, post("a", `{}`, true).StatusCode)
+	require.Equal(t, 200, post("a", `{}`, true).StatusCode, "third request of an id succeeds")
+	require.Equal(t, 503, post("b", `{}`, true).StatusCode, "counted per webhook-id")
+	require.Equal(t, 401, post("c", `{}`, false).StatusCode, "unsigned request refused")
+
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 5)
+	var rec sinkRecord
+	require.NoError(t, json.Unmarshal([]byte(lines[2]), &rec))
+	require.Equal(t, "a", rec.ID)
+	require.Equal(t, 3, rec.Attempt)
+	require.Equal(t, "valid", rec.Signature)
+	require.Equal(t, 200, rec.Status)
+	require.NoError(t, json.Unmarshal([]byte(lines[4]), &rec))
+	require.Equal(t, "invalid", rec.Signature)
+}

@@ -1,0 +1,91 @@
+package stream
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+)
+
+func startJS(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	s, err := StartEmbedded(EmbeddedConfig{DataDir: t.TempDir(), Port: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	nc, err := nats.Connect(s.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return js
+}
+
+func TestEnsureIsIdempotentAndUpdatesInPlace(t *testing.T) {
+	t.Parallel()
+	js := startJS(t)
+	ctx := context.Background()
+	require.NoError(t, Ensure(ctx, js, Config{}))
+	require.NoError(t, Ensure(ctx, js, Config{}), "a second run changes nothing and succeeds")
+
+	ack, err := js.Publish(ctx, InSubject("orders", "k"), []byte("kept"))
+	require.NoError(t, err)
+
+	// New settings are applied to the existing stream; its events survive.
+	require.NoError(t, Ensure(ctx, js, Config{EventRetention: 48 * time.Hour, DuplicateWindow: time.Minute}))
+	s, err := js.Stream(ctx, EventsStream)
+	require.NoError(t, err)
+	info, err := s.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 48*time.Hour, info.Config.MaxAge)
+	require.Equal(t, time.Minute, info.Config.Duplicates)
+	require.Equal(t, uint64(1), info.State.Msgs)
+	m, err := s.GetMsg(ctx, ack.Sequence)
+	require.NoError(t, err)
+	require.Equal(t, "kept", string(m.Data))
+	require.Equal(t, "relay.ev.orders."+m.Subject[len("relay.ev.orders."):], m.Subject)
+	p, err := ParseSubject(m.Subject)
+	require.NoError(t, err)
+	require.Equal(t, "orders", p.Dest)
+	require.Equal(t, "k", p.KeyToken)
+	require.GreaterOrEqual(t, p.Bucket, 0)
+}
+
+func TestEnsureReportsAStreamItCannotChange(t *testing.T) {
+	t.Parallel()
+	js := startJS(t)
+	ctx := context.Background()
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: EventsStream, Subjects: []string{"relay.in.>"}, Storage: jetstream.MemoryStorage})
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, "relay.in.x", []byte("precious"))
+	require.NoError(t, err)
+
+	err = Ensure(ctx, js, Config{})
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "uses Memory storage, relay needs File")
+	s, err := js.Stream(ctx, EventsStream)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), s.CachedInfo().State.Msgs, "the stream was not recreated")
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, Config{}.WithDefaults().Validate())
+	for _, c := range []Config{
+		{Replicas: 7},
+		{EventRetention: time.Second},
+		{DLQRetention: time.Second},
+		{DuplicateWindow: time.Millisecond},
+		{EventRetention: time.Hour, DuplicateWindow: 2 * time.Hour},
+	} {
+		require.Error(t, c.WithDefaults().Validate(), "%+v", c)
+	}
+}
+
+func TestStartEmbeddedNeedsADataDir(t *testing.T) {
+	t.Parallel()
+	_, err := StartEmbedded(EmbeddedConfig{})
+	require.ErrorContains(t, err, "data directory")
+}
