@@ -273,7 +273,14 @@ type proc struct {
 // startProc runs the relay binary with args and collects its stderr lines.
 func startProc(t *testing.T, args ...string) *proc {
 	t.Helper()
+	return startProcEnv(t, nil, args...)
+}
+
+// startProcEnv is startProc with extra environment variables.
+func startProcEnv(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
 	cmd := exec.Command(relayBin, args...)
+	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	cmd.Stdout = io.Discard

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -41,6 +42,12 @@ type Config struct {
 	MaxAckPending int
 	// Now is the clock. Optional, default time.Now.
 	Now func() time.Time
+	// Schedule parks long waits in Redis. Optional: without it every wait is
+	// a delayed nak in JetStream.
+	Schedule *schedule.Store
+	// ParkThreshold is the shortest wait that is parked in Redis rather than
+	// held by a delayed nak. Optional, default 60s.
+	ParkThreshold time.Duration
 	// OnDelivery, when set, is called after every attempt's decision has been
 	// carried out (for tests and metrics).
 	OnDelivery func(Outcome)
@@ -54,6 +61,7 @@ type Outcome struct {
 	Attempt  int
 	Result   Result
 	Decision Decision
+	Parked   bool  // the retry waits in Redis rather than in JetStream
 	Err      error // set when relay could not act on the decision (the event comes back)
 }
 
@@ -73,6 +81,9 @@ func (cfg Config) WithDefaults() Config {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.ParkThreshold == 0 {
+		cfg.ParkThreshold = time.Minute
 	}
 	return cfg
 }
@@ -478,6 +489,14 @@ func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, out *Outcome) erro
 		return nil
 	case Retry:
 		r.recordAttempt(ctx, ev, attempt, out.Result)
+		if r.cfg.Schedule != nil && out.Decision.Delay >= r.cfg.ParkThreshold {
+			parked, err := r.park(ctx, msg, ev, attempt, out.Decision.Delay)
+			if parked {
+				out.Parked = true
+				return err
+			}
+			r.log.Warn("cannot park the event in Redis; it waits in JetStream instead", "dest", ev.dest, "event_id", ev.id, "err", err)
+		}
 		return msg.NakWithDelay(out.Decision.Delay)
 	}
 	// Dead letter.
@@ -514,6 +533,37 @@ func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, out *Outcome) erro
 	r.forgetHistory(ctx, ev)
 	return nil
 }
+
+// park moves ev to the Redis schedule and acks it once Redis confirmed.
+// It reports whether the event was parked (then it must not also be nak'd).
+func (r *Relay) park(ctx context.Context, msg jetstream.Msg, ev event, attempt int, delay time.Duration) (bool, error) {
+	p, err := stream.ParseSubject(ev.subject)
+	if err != nil {
+		return false, err
+	}
+	e := schedule.Entry{
+		Dest:     ev.dest,
+		Subject:  p.InputSubject(),
+		EventID:  ev.id,
+		Attempts: attempt,
+		Headers:  msg.Headers(),
+		Body:     msg.Data(),
+		Due:      r.cfg.Now().Add(delay),
+	}
+	pctx, cancel := context.WithTimeout(ctx, parkTimeout)
+	defer cancel()
+	if err := r.cfg.Schedule.Park(pctx, e); err != nil {
+		return false, err
+	}
+	if err := msg.DoubleAck(ctx); err != nil {
+		// Parked, but JetStream may deliver it again as well: at least once.
+		return true, fmt.Errorf("parked, but the ack was not confirmed (the event may be attempted twice): %w", err)
+	}
+	return true, nil
+}
+
+// parkTimeout bounds a park; Redis being slow must not stall deliveries.
+const parkTimeout = 2 * time.Second
 
 func attemptOf(n int, at time.Time, res Result) dlq.Attempt {
 	a := dlq.Attempt{N: n, At: at.Add(-res.Duration).UTC(), Duration: res.Duration, Status: res.Status}
@@ -576,6 +626,9 @@ func (r *Relay) logOutcome(o Outcome) {
 	switch o.Decision.Action {
 	case Retry:
 		attrs = append(attrs, "retry_in", o.Decision.Delay.Round(time.Millisecond))
+		if o.Parked {
+			attrs = append(attrs, "parked", true)
+		}
 	case DeadLetter:
 		attrs = append(attrs, "reason", o.Decision.Reason)
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -33,6 +35,10 @@ hands the rest back to JetStream, and exits 0.`,
 			&cli.DurationFlag{Name: "event-retention", EnvVars: []string{"RELAY_EVENT_RETENTION"}, Value: 7 * 24 * time.Hour, Usage: "how long events stay in the log, delivered or not (must exceed the longest delivery delay)"},
 			&cli.DurationFlag{Name: "dlq-retention", EnvVars: []string{"RELAY_DLQ_RETENTION"}, Value: 14 * 24 * time.Hour, Usage: "how long dead letters are kept"},
 			&cli.DurationFlag{Name: "duplicate-window", EnvVars: []string{"RELAY_DUPLICATE_WINDOW"}, Value: 2 * time.Minute, Usage: "how long a re-published event id is dropped as a duplicate"},
+			&cli.StringFlag{Name: "redis-url", EnvVars: []string{"RELAY_REDIS_URL"}, Usage: "Redis for long waits: redis://[user:password@]host:port[/db] or rediss:// (TLS); without it every wait stays in JetStream"},
+			&cli.StringFlag{Name: "redis-mode", EnvVars: []string{"RELAY_REDIS_MODE"}, Value: "single", Usage: "single, cluster or sentinel (then --redis-url is read as go-redis's cluster or failover URL)"},
+			&cli.DurationFlag{Name: "park-threshold", EnvVars: []string{"RELAY_PARK_THRESHOLD"}, Value: time.Minute, Usage: "waits this long or longer are parked in Redis"},
+			&cli.DurationFlag{Name: "park-lease", EnvVars: []string{"RELAY_PARK_LEASE"}, Value: 30 * time.Second, Usage: "how long a promoter reserves the due events it claimed (must be below --duplicate-window)"},
 			&cli.DurationFlag{Name: "shutdown-grace", EnvVars: []string{"RELAY_SHUTDOWN_GRACE"}, Value: 10 * time.Second, Usage: "how long in-flight deliveries may finish after SIGTERM"},
 		},
 		Action: runAction,
@@ -94,13 +100,39 @@ func runAction(c *cli.Context) error {
 	}); err != nil {
 		return fmt.Errorf("set up streams: %w", err)
 	}
-	r, err := relay.New(setupCtx, relay.Config{JS: js, Logger: log, ShutdownGrace: c.Duration("shutdown-grace")})
+	cfg := relay.Config{JS: js, Logger: log, ShutdownGrace: c.Duration("shutdown-grace"), ParkThreshold: c.Duration("park-threshold")}
+	var promoter *schedule.Promoter
+	if u := c.String("redis-url"); u != "" {
+		if c.Duration("park-lease") >= c.Duration("duplicate-window") {
+			return usagef("--park-lease %s must be shorter than --duplicate-window %s, or a promoter crash could deliver an event twice", c.Duration("park-lease"), c.Duration("duplicate-window"))
+		}
+		st, err := schedule.Dial(setupCtx, u, c.String("redis-mode"))
+		if err != nil {
+			return err
+		}
+		defer st.Client().Close()
+		cfg.Schedule = st
+		promoter = &schedule.Promoter{Store: st, JS: js, Lease: c.Duration("park-lease"), Logger: log}
+		log.Info("long waits are parked in Redis", "threshold", cfg.ParkThreshold)
+	} else {
+		log.Info("no --redis-url: every retry wait is a delayed nak in JetStream, and each waiting event holds one of its destination's 10000 ack-pending slots")
+	}
+	r, err := relay.New(setupCtx, cfg)
 	if err != nil {
 		return err
+	}
+	var wg sync.WaitGroup
+	if promoter != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = promoter.Run(ctx)
+		}()
 	}
 	if err := r.Run(ctx); err != nil {
 		return err
 	}
+	wg.Wait()
 	if err := nc.Flush(); err != nil {
 		log.Warn("flushing the NATS connection", "err", err)
 	}

@@ -1,0 +1,182 @@
+package integration
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/schedule"
+	"github.com/relaydev/relay/schedule/redistest"
+)
+
+// withSchedule parks waits of 500ms or more in the Redis of r and runs a
+// promoter next to the relay.
+func (e *env) withSchedule(r *redistest.Server) (*schedule.Store, func(*relay.Config)) {
+	st := schedule.NewStore(r.Client())
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		p := schedule.Promoter{Store: st, JS: e.js, Interval: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		_ = p.Run(ctx)
+	}()
+	e.t.Cleanup(func() { cancel(); wg.Wait() })
+	return st, func(c *relay.Config) {
+		c.Schedule = st
+		c.ParkThreshold = 500 * time.Millisecond
+	}
+}
+
+func failing(n int) func(h hit, w http.ResponseWriter) int {
+	return func(h hit, w http.ResponseWriter) int {
+		if h.N <= n {
+			w.WriteHeader(http.StatusBadGateway)
+			return http.StatusBadGateway
+		}
+		w.WriteHeader(http.StatusOK)
+		return http.StatusOK
+	}
+}
+
+// Waits of at least the park threshold leave JetStream for Redis, come back
+// when due, and keep counting attempts across the trip.
+func TestLongWaitIsParkedInRedisAndComesBack(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	r := redistest.Start(t, redistest.Options{})
+	st, withRedis := e.withSchedule(r)
+	s := newSink(t, func(h hit, w http.ResponseWriter) int {
+		if h.N == 1 {
+			// Hold the second attempt back until the test has looked at Redis.
+			w.WriteHeader(http.StatusBadGateway)
+			return http.StatusBadGateway
+		}
+		if h.N == 2 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return http.StatusServiceUnavailable
+		}
+		w.WriteHeader(http.StatusOK)
+		return http.StatusOK
+	})
+	e.addDest(relay.Destination{Name: "park", URL: s.URL, Retry: relay.RetryPolicy{
+		Base: relay.Duration(1500 * time.Millisecond), Max: relay.Duration(10 * time.Second), NoJitter: true, MaxAttempts: 5}})
+	rec, _ := e.startRelay(withRedis)
+	res := e.publish("park", "cust-1", `{"p":1}`)
+
+	// After the first failure the event waits in Redis, not in JetStream.
+	eventually(t, 10*time.Second, func() bool {
+		ps, err := st.Stats(context.Background(), "park")
+		return err == nil && ps.Parked == 1 && e.settled("park")
+	}, "the event parked in Redis with nothing pending in JetStream")
+	require.Equal(t, 1, rec.count(func(o relay.Outcome) bool { return o.Parked && o.Attempt == 1 }))
+
+	eventually(t, 20*time.Second, func() bool { return s.delivered()[res.ID] == 1 }, "delivery after two parked waits")
+	hits := s.all()
+	require.Len(t, hits, 3)
+	for _, h := range hits {
+		require.Equal(t, res.ID, h.ID)
+		require.Equal(t, `{"p":1}`, h.Body)
+	}
+	require.GreaterOrEqual(t, hits[1].At.Sub(hits[0].At), 1500*time.Millisecond)
+	require.GreaterOrEqual(t, hits[2].At.Sub(hits[1].At), 3000*time.Millisecond)
+	require.Equal(t, 1, rec.count(func(o relay.Outcome) bool { return o.Attempt == 3 && o.Decision.Action == relay.Ack }),
+		"attempts keep counting across the trips through Redis")
+	eventually(t, 5*time.Second, func() bool {
+		ps, err := st.Stats(context.Background(), "park")
+		return err == nil && ps.Parked == 0 && e.settled("park")
+	}, "nothing left parked or pending")
+}
+
+func TestParkedEventsSurviveARedisRestart(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	r := redistest.Start(t, redistest.Options{AppendOnly: true})
+	st, withRedis := e.withSchedule(r)
+	s := newSink(t, failing(1))
+	e.addDest(relay.Destination{Name: "aof", URL: s.URL, Retry: relay.RetryPolicy{
+		Base: relay.Duration(3 * time.Second), Max: relay.Duration(10 * time.Second), NoJitter: true, MaxAttempts: 5}})
+	e.startRelay(withRedis)
+	const n = 50
+	for range n {
+		e.publish("aof", "", `{}`)
+	}
+	eventually(t, 10*time.Second, func() bool {
+		ps, err := st.Stats(context.Background(), "aof")
+		return err == nil && ps.Parked == n
+	}, "all parked")
+	r.Kill() // SIGKILL: only what the append-only file has survives
+	r.Restart()
+	eventually(t, 30*time.Second, func() bool { return len(s.delivered()) == n && e.settled("aof") }, "all delivered after the restart")
+	for id, c := range s.delivered() {
+		require.Equal(t, 1, c, "event %s delivered %d times", id, c)
+	}
+}
+
+func TestUnreachableRedisFallsBackToJetStream(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	dead := schedule.NewStore(redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond}))
+
+	s := newSink(t, failing(1))
+	e.addDest(relay.Destination{Name: "noredis", URL: s.URL, Retry: relay.RetryPolicy{
+		Base: relay.Duration(time.Second), Max: relay.Duration(10 * time.Second), NoJitter: true, MaxAttempts: 5}})
+	rec, _ := e.startRelay(func(c *relay.Config) { c.Schedule = dead; c.ParkThreshold = 500 * time.Millisecond })
+	res := e.publish("noredis", "", `{}`)
+	eventually(t, 15*time.Second, func() bool { return s.delivered()[res.ID] == 1 && e.settled("noredis") }, "delivered without Redis")
+	require.Equal(t, 1, rec.count(func(o relay.Outcome) bool { return o.Decision.Action == relay.Retry && !o.Parked }),
+		"the wait stayed in JetStream")
+}
+
+// Promoters killed with SIGKILL at the two dangerous points lose nothing and
+// deliver nothing twice.
+func TestPromoterKilledMidPromotion(t *testing.T) {
+	t.Parallel()
+	for _, point := range []string{"promote-after-claim", "promote-after-publish"} {
+		t.Run(point, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t)
+			r := redistest.Start(t, redistest.Options{AppendOnly: true})
+			s := newSink(t, failing(1))
+			// A 1s timeout makes AckWait 7s: what the killed relay had already
+			// pulled comes back quickly.
+			e.addDest(relay.Destination{Name: "fp", URL: s.URL, Timeout: relay.Duration(time.Second), Retry: relay.RetryPolicy{
+				Base: relay.Duration(time.Second), Max: relay.Duration(10 * time.Second), NoJitter: true, MaxAttempts: 5}})
+			args := []string{"--nats-url", e.url, "run", "--redis-url", r.URL(), "--park-threshold", "500ms", "--park-lease", "2s"}
+
+			p1 := startProcEnv(t, []string{"RELAY_FAILPOINT=" + point}, args...)
+			res := e.publish("fp", "", `{"fp":1}`)
+			select {
+			case <-p1.exited:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the failpoint never fired")
+			}
+			require.Error(t, p1.err, "killed by the failpoint")
+			ws, ok := p1.cmd.ProcessState.Sys().(syscall.WaitStatus)
+			require.True(t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "died of SIGKILL: %v", p1.cmd.ProcessState)
+			require.True(t, p1.logged("parked=true"), p1.output())
+
+			st := schedule.NewStore(r.Client())
+			startProc(t, args...)
+			eventually(t, 30*time.Second, func() bool {
+				ps, err := st.Stats(context.Background(), "fp")
+				return err == nil && ps.Parked == 0 && s.delivered()[res.ID] == 1 && e.settled("fp")
+			}, "delivered, nothing left parked")
+			require.Equal(t, 2, s.received(), "one failed attempt, one delivery, no duplicate")
+		})
+	}
+}

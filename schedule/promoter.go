@@ -1,0 +1,180 @@
+package schedule
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaydev/relay/stream"
+)
+
+// Promoter republishes parked entries when they are due. Every relay replica
+// runs one; the claim lease keeps two from taking the same entry.
+type Promoter struct {
+	// Store is the Redis side. Required.
+	Store *Store
+	// JS publishes the due entries. Required.
+	JS jetstream.JetStream
+	// Lease is how long a claimed entry is reserved for its promoter. It
+	// must be shorter than the events stream's duplicate window, so that an
+	// entry republished by a promoter that then died is dropped as a
+	// duplicate when the next promoter republishes it. Optional, default 30s.
+	Lease time.Duration
+	// Batch is the most entries claimed at once. Optional, default 1000.
+	Batch int
+	// Interval is how often the promoter looks for due entries. Optional,
+	// default 200ms.
+	Interval time.Duration
+	// Now is the clock. Optional, default time.Now.
+	Now func() time.Time
+	// Logger. Optional, default slog.Default().
+	Logger *slog.Logger
+}
+
+// WithDefaults returns p with zero fields set to their defaults.
+func (p Promoter) WithDefaults() Promoter {
+	if p.Lease == 0 {
+		p.Lease = 30 * time.Second
+	}
+	if p.Batch == 0 {
+		p.Batch = 1000
+	}
+	if p.Interval == 0 {
+		p.Interval = 200 * time.Millisecond
+	}
+	if p.Now == nil {
+		p.Now = time.Now
+	}
+	if p.Logger == nil {
+		p.Logger = slog.Default()
+	}
+	return p
+}
+
+// Run promotes due entries until ctx is cancelled.
+func (p Promoter) Run(ctx context.Context) error {
+	p = p.WithDefaults()
+	if p.Store == nil || p.JS == nil {
+		return errors.New("schedule: Promoter needs a Store and a JS")
+	}
+	t := time.NewTicker(p.Interval)
+	defer t.Stop()
+	failing := false
+	for {
+		n, err := p.PromoteDue(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			if !failing {
+				p.Logger.Warn("promoting parked events failed; they stay parked and are retried", "err", err)
+			}
+			failing = true
+		case err == nil && failing:
+			p.Logger.Info("promoting parked events works again")
+			failing = false
+		}
+		if n > 0 {
+			p.Logger.Debug("promoted parked events", "count", n)
+		}
+		if n >= p.Batch {
+			continue // more may be due right now
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// failpoint lets the fault-injection tests kill the process at a precise
+// point (RELAY_FAILPOINT=promote-after-claim or promote-after-publish).
+// It does nothing unless that variable is set.
+func failpoint(name string) {
+	if os.Getenv("RELAY_FAILPOINT") == name {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // never resumes
+	}
+}
+
+// PromoteDue republishes the entries due now, one batch per destination, and
+// returns how many it republished.
+func (p Promoter) PromoteDue(ctx context.Context) (int, error) {
+	p = p.WithDefaults()
+	dests, err := p.Store.Dests(ctx)
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	var errs []error
+	for _, d := range dests {
+		n, err := p.promoteDest(ctx, d)
+		total += n
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", d, err))
+		}
+	}
+	return total, errors.Join(errs...)
+}
+
+func (p Promoter) promoteDest(ctx context.Context, dest string) (int, error) {
+	claimed, err := p.Store.Claim(ctx, dest, p.Now(), p.Batch, p.Lease)
+	if err != nil || len(claimed) == 0 {
+		return 0, err
+	}
+	failpoint("promote-after-claim")
+	futures := make([]jetstream.PubAckFuture, len(claimed))
+	var errs []error
+	for i, c := range claimed {
+		m := nats.NewMsg(c.Entry.Subject)
+		m.Data = c.Entry.Body
+		for k, vs := range c.Entry.Headers {
+			if !stream.IsContractHeader(k) {
+				m.Header[k] = vs
+			}
+		}
+		m.Header.Set(stream.HdrMsgID, c.Entry.MsgID())
+		m.Header.Set(stream.HdrEventID, c.Entry.EventID)
+		m.Header.Set(stream.HdrAttempt, strconv.Itoa(c.Entry.Attempts))
+		f, err := p.JS.PublishMsgAsync(m)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		futures[i] = f
+	}
+	done := make([]string, 0, len(claimed))
+	timeout := time.NewTimer(10 * time.Second)
+	defer timeout.Stop()
+wait:
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+			done = append(done, claimed[i].Member)
+		case err := <-f.Err():
+			errs = append(errs, err)
+		case <-timeout.C:
+			errs = append(errs, errors.New("timed out waiting for publish acks"))
+			break wait
+		}
+	}
+	failpoint("promote-after-publish")
+	// Entries whose publish failed keep their lease and are claimed again
+	// after it.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := p.Store.Remove(rctx, dest, done); err != nil {
+		errs = append(errs, fmt.Errorf("remove %d republished entries (they are republished again after the lease and dropped as duplicates): %w", len(done), err))
+	}
+	return len(done), errors.Join(errs...)
+}

@@ -1,0 +1,250 @@
+// Package schedule keeps events that must wait long before their next attempt
+// out of JetStream: in a Redis sorted set per destination, scored by due time,
+// until a promoter republishes them when due.
+//
+// A delayed nak holds one of its consumer's ack-pending slots for the whole
+// wait, so thousands of events waiting for minutes would stall a destination.
+// Parked events hold nothing in JetStream.
+//
+// Keys (all carry the {relay} hash tag, so Redis Cluster keeps them on one slot):
+//
+//	relay:{relay}:dests         set of destinations with parked events
+//	relay:{relay}:due:<dest>    sorted set: member -> due time (Unix ms)
+//	relay:{relay}:msg:<dest>    hash: member -> the parked event (JSON)
+//
+// A member is "<event id>#<attempt>". Claiming re-scores members to a lease
+// time instead of removing them, so a promoter that dies between claim and
+// publish only delays them until the lease ends.
+package schedule
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
+)
+
+// Entry is a parked event.
+type Entry struct {
+	// Dest is the destination. Required.
+	Dest string `json:"dest"`
+	// Subject is the input subject to republish to (relay.in.<dest>[.<key>]).
+	Subject string `json:"subject"`
+	// EventID is the event id (webhook-id). Required.
+	EventID string `json:"id"`
+	// Attempts is the number of attempts already made.
+	Attempts int `json:"attempts"`
+	// Headers are the event's own headers.
+	Headers nats.Header `json:"headers,omitempty"`
+	// Body is the event body.
+	Body []byte `json:"body"`
+	// Due is when the next attempt is due.
+	Due time.Time `json:"due"`
+}
+
+// Member is the entry's member name in the sorted set.
+func (e Entry) Member() string { return e.EventID + "#" + strconv.Itoa(e.Attempts) }
+
+// MsgID is the dedup id the promoter republishes e with: a crash between the
+// publish and the removal republishes within the duplicate window, and
+// JetStream drops the copy.
+func (e Entry) MsgID() string { return "park:" + e.EventID + ":" + strconv.Itoa(e.Attempts) }
+
+const prefix = "relay:{relay}:"
+
+func destsKey() string           { return prefix + "dests" }
+func dueKey(dest string) string  { return prefix + "due:" + dest }
+func msgKey(dest string) string  { return prefix + "msg:" + dest }
+func ms(t time.Time) int64       { return t.UnixMilli() }
+func fromMS(v float64) time.Time { return time.UnixMilli(int64(v)).UTC() }
+
+// Store is the Redis side: park, claim, remove, inspect.
+type Store struct {
+	rdb redis.UniversalClient
+}
+
+// NewStore uses rdb (a client, a cluster client or a failover client).
+func NewStore(rdb redis.UniversalClient) *Store { return &Store{rdb: rdb} }
+
+// Client returns the Redis client.
+func (s *Store) Client() redis.UniversalClient { return s.rdb }
+
+// Dial connects to Redis. url is redis://[user:password@]host:port[/db] or
+// rediss:// for TLS; mode is "" (single server), "cluster" or "sentinel" (then
+// url is read by go-redis's ParseClusterURL or ParseFailoverURL). It pings
+// the server once.
+func Dial(ctx context.Context, url, mode string) (*Store, error) {
+	var rdb redis.UniversalClient
+	switch mode {
+	case "", "single":
+		o, err := redis.ParseURL(url)
+		if err != nil {
+			return nil, fmt.Errorf("redis URL: %w", err)
+		}
+		rdb = redis.NewClient(o)
+	case "cluster":
+		o, err := redis.ParseClusterURL(url)
+		if err != nil {
+			return nil, fmt.Errorf("redis cluster URL: %w", err)
+		}
+		rdb = redis.NewClusterClient(o)
+	case "sentinel":
+		o, err := redis.ParseFailoverURL(url)
+		if err != nil {
+			return nil, fmt.Errorf("redis sentinel URL: %w", err)
+		}
+		rdb = redis.NewFailoverClient(o)
+	default:
+		return nil, fmt.Errorf("redis mode %q: use single, cluster or sentinel", mode)
+	}
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("redis at %s: %w", redactURL(url), err)
+	}
+	return NewStore(rdb), nil
+}
+
+func redactURL(u string) string {
+	o, err := redis.ParseURL(u)
+	if err != nil {
+		return "(unparseable URL)"
+	}
+	return o.Addr
+}
+
+// parkScript stores one entry.
+//
+// KEYS[1] due sorted set of the destination, KEYS[2] its message hash,
+// KEYS[3] the set of destinations.
+// ARGV[1] member, ARGV[2] due time (Unix ms), ARGV[3] entry JSON,
+// ARGV[4] destination.
+var parkScript = redis.NewScript(`
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+redis.call('SADD', KEYS[3], ARGV[4])
+return 1
+`)
+
+// claimScript leases up to ARGV[2] members due at or before ARGV[1] by
+// re-scoring them to ARGV[3], and returns member, entry pairs. A member
+// without an entry (not possible through this package) is dropped.
+//
+// KEYS[1] due sorted set, KEYS[2] message hash.
+// ARGV[1] now (Unix ms), ARGV[2] batch size, ARGV[3] lease end (Unix ms).
+var claimScript = redis.NewScript(`
+local ms = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+local out = {}
+for _, m in ipairs(ms) do
+  local p = redis.call('HGET', KEYS[2], m)
+  if p then
+    redis.call('ZADD', KEYS[1], 'XX', ARGV[3], m)
+    out[#out + 1] = m
+    out[#out + 1] = p
+  else
+    redis.call('ZREM', KEYS[1], m)
+  end
+end
+return out
+`)
+
+// removeScript removes members after their republish was confirmed, and the
+// destination from the set once it has nothing parked.
+//
+// KEYS[1] due sorted set, KEYS[2] message hash, KEYS[3] set of destinations.
+// ARGV[1] destination, ARGV[2..] members.
+var removeScript = redis.NewScript(`
+for i = 2, #ARGV do
+  redis.call('ZREM', KEYS[1], ARGV[i])
+  redis.call('HDEL', KEYS[2], ARGV[i])
+end
+if redis.call('ZCARD', KEYS[1]) == 0 then
+  redis.call('SREM', KEYS[3], ARGV[1])
+end
+return #ARGV - 1
+`)
+
+// Park stores e until e.Due. It returns once Redis confirmed the write.
+func (s *Store) Park(ctx context.Context, e Entry) error {
+	if e.Dest == "" || e.EventID == "" || e.Subject == "" {
+		return errors.New("schedule: an entry needs a destination, a subject and an event id")
+	}
+	b, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	return parkScript.Run(ctx, s.rdb, []string{dueKey(e.Dest), msgKey(e.Dest), destsKey()},
+		e.Member(), ms(e.Due), b, e.Dest).Err()
+}
+
+// Claimed is an entry leased to one promoter.
+type Claimed struct {
+	Member string
+	Entry  Entry
+}
+
+// Claim leases up to limit entries of dest that are due at now, until
+// now+lease.
+func (s *Store) Claim(ctx context.Context, dest string, now time.Time, limit int, lease time.Duration) ([]Claimed, error) {
+	res, err := claimScript.Run(ctx, s.rdb, []string{dueKey(dest), msgKey(dest)},
+		ms(now), limit, ms(now.Add(lease))).StringSlice()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Claimed, 0, len(res)/2)
+	for i := 0; i+1 < len(res); i += 2 {
+		var e Entry
+		if err := json.Unmarshal([]byte(res[i+1]), &e); err != nil {
+			return out, fmt.Errorf("schedule: parked entry %s of %s is corrupt: %w", res[i], dest, err)
+		}
+		out = append(out, Claimed{Member: res[i], Entry: e})
+	}
+	return out, nil
+}
+
+// Remove deletes members of dest.
+func (s *Store) Remove(ctx context.Context, dest string, members []string) error {
+	if len(members) == 0 {
+		return nil
+	}
+	args := make([]any, 0, len(members)+1)
+	args = append(args, dest)
+	for _, m := range members {
+		args = append(args, m)
+	}
+	return removeScript.Run(ctx, s.rdb, []string{dueKey(dest), msgKey(dest), destsKey()}, args...).Err()
+}
+
+// Dests lists the destinations with parked entries.
+func (s *Store) Dests(ctx context.Context) ([]string, error) {
+	return s.rdb.SMembers(ctx, destsKey()).Result()
+}
+
+// DestStats describes what one destination has parked.
+type DestStats struct {
+	Parked    int64     `json:"parked"`
+	OldestDue time.Time `json:"oldest_due,omitzero"`
+}
+
+// Stats returns the parked count and the oldest due time of dest.
+func (s *Store) Stats(ctx context.Context, dest string) (DestStats, error) {
+	n, err := s.rdb.ZCard(ctx, dueKey(dest)).Result()
+	if err != nil {
+		return DestStats{}, err
+	}
+	st := DestStats{Parked: n}
+	if n > 0 {
+		z, err := s.rdb.ZRangeWithScores(ctx, dueKey(dest), 0, 0).Result()
+		if err != nil {
+			return DestStats{}, err
+		}
+		if len(z) == 1 {
+			st.OldestDue = fromMS(z[0].Score)
+		}
+	}
+	return st, nil
+}

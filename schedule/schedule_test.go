@@ -1,0 +1,190 @@
+package schedule_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relaydev/relay/schedule"
+	"github.com/relaydev/relay/schedule/redistest"
+	"github.com/relaydev/relay/stream"
+)
+
+type bundle struct {
+	store *schedule.Store
+	rdb   *redis.Client
+	js    jetstream.JetStream
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	r := redistest.Start(t, redistest.Options{})
+	rdb := r.Client()
+	s, err := stream.StartEmbedded(stream.EmbeddedConfig{DataDir: t.TempDir(), Port: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	nc, err := nats.Connect(s.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	require.NoError(t, stream.Ensure(context.Background(), js, stream.Config{}))
+	return bundle{store: schedule.NewStore(rdb), rdb: rdb, js: js}
+}
+
+func entry(dest string, i int, due time.Time) schedule.Entry {
+	return schedule.Entry{
+		Dest: dest, Subject: stream.InSubject(dest, fmt.Sprintf("k%d", i%7)), EventID: fmt.Sprintf("evt-%d", i),
+		Attempts: 2, Headers: nats.Header{"X-Trace": []string{"t"}}, Body: []byte(fmt.Sprintf(`{"i":%d}`, i)), Due: due,
+	}
+}
+
+func TestParkClaimLeaseRemove(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := time.Now()
+	require.NoError(t, b.store.Park(ctx, entry("a", 1, now.Add(-time.Second))))
+	require.NoError(t, b.store.Park(ctx, entry("a", 2, now)))
+	require.NoError(t, b.store.Park(ctx, entry("a", 3, now.Add(time.Hour))))
+	require.Error(t, b.store.Park(ctx, schedule.Entry{Dest: "a"}), "an entry without id and subject is refused")
+
+	st, err := b.store.Stats(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, int64(3), st.Parked)
+	require.Equal(t, now.Add(-time.Second).UnixMilli(), st.OldestDue.UnixMilli())
+
+	lease := 10 * time.Second
+	c, err := b.store.Claim(ctx, "a", now, 10, lease)
+	require.NoError(t, err)
+	require.Len(t, c, 2, "only the due entries")
+	require.Equal(t, "evt-1", c[0].Entry.EventID, "oldest first")
+	require.Equal(t, `{"i":1}`, string(c[0].Entry.Body))
+	require.Equal(t, "t", c[0].Entry.Headers.Get("X-Trace"))
+
+	again, err := b.store.Claim(ctx, "a", now, 10, lease)
+	require.NoError(t, err)
+	require.Empty(t, again, "leased entries are not claimed twice")
+	expired, err := b.store.Claim(ctx, "a", now.Add(lease), 10, lease)
+	require.NoError(t, err)
+	require.Len(t, expired, 2, "once the lease ends they are claimed again")
+
+	require.NoError(t, b.store.Remove(ctx, "a", []string{c[0].Member, c[1].Member}))
+	st, err = b.store.Stats(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, int64(1), st.Parked)
+	dests, err := b.store.Dests(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a"}, dests)
+	require.NoError(t, b.store.Remove(ctx, "a", []string{entry("a", 3, now).Member()}))
+	dests, err = b.store.Dests(ctx)
+	require.NoError(t, err)
+	require.Empty(t, dests, "a destination with nothing parked leaves the set")
+	n, err := b.rdb.HLen(ctx, "relay:{relay}:msg:a").Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "no payload is left behind")
+}
+
+func eventsStored(t *testing.T, js jetstream.JetStream) uint64 {
+	t.Helper()
+	s, err := js.Stream(context.Background(), stream.EventsStream)
+	require.NoError(t, err)
+	info, err := s.Info(context.Background())
+	require.NoError(t, err)
+	return info.State.Msgs
+}
+
+func TestTwoPromotersRepublishEachEntryOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	const n = 10000
+	past := time.Now().Add(-time.Minute)
+	for i := range n {
+		require.NoError(t, b.store.Park(ctx, entry(fmt.Sprintf("d%d", i%3), i, past)))
+	}
+	var wg sync.WaitGroup
+	counts := make([]int, 2)
+	for w := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := schedule.Promoter{Store: b.store, JS: b.js, Batch: 500}
+			for {
+				k, err := p.PromoteDue(ctx)
+				if err != nil {
+					t.Errorf("promoter %d: %v", w, err)
+					return
+				}
+				counts[w] += k
+				if k == 0 {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, n, counts[0]+counts[1], "every entry promoted by exactly one promoter (%v)", counts)
+	require.Equal(t, uint64(n), eventsStored(t, b.js), "each republished once")
+	dests, err := b.store.Dests(ctx)
+	require.NoError(t, err)
+	require.Empty(t, dests)
+
+	// The republished events carry the event id and the attempts so far.
+	s, err := b.js.Stream(ctx, stream.EventsStream)
+	require.NoError(t, err)
+	m, err := s.GetMsg(ctx, 1)
+	require.NoError(t, err)
+	require.Regexp(t, `^evt-\d+$`, m.Header.Get(stream.HdrEventID))
+	require.Equal(t, "2", m.Header.Get(stream.HdrAttempt))
+	require.Equal(t, "t", m.Header.Get("X-Trace"))
+	p, err := stream.ParseSubject(m.Subject)
+	require.NoError(t, err)
+	require.Regexp(t, `^d\d$`, p.Dest)
+}
+
+// A promoter that republished but died before removing the entry leaves it
+// leased; the next promoter republishes it after the lease, and JetStream
+// drops that copy as a duplicate.
+func TestRepublishAfterALostRemovalIsDropped(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	e := entry("a", 1, time.Now().Add(-time.Second))
+	require.NoError(t, b.store.Park(ctx, e))
+	p := schedule.Promoter{Store: b.store, JS: b.js}
+	k, err := p.PromoteDue(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, k)
+	require.Equal(t, uint64(1), eventsStored(t, b.js))
+
+	require.NoError(t, b.store.Park(ctx, e), "as if the removal had never happened")
+	k, err = p.PromoteDue(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, k)
+	require.Equal(t, uint64(1), eventsStored(t, b.js), "the second publish was a duplicate")
+}
+
+func TestPromoterKeepsEntriesItCouldNotPublish(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	// No stream listens on this subject: the publish fails.
+	e := entry("a", 1, time.Now().Add(-time.Second))
+	e.Subject = "nowhere.a"
+	require.NoError(t, b.store.Park(ctx, e))
+	p := schedule.Promoter{Store: b.store, JS: b.js, Lease: 50 * time.Millisecond}
+	k, err := p.PromoteDue(ctx)
+	require.Error(t, err)
+	require.Zero(t, k)
+	st, err := b.store.Stats(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, int64(1), st.Parked, "the entry stays parked, to be claimed again after its lease")
+}
