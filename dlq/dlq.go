@@ -278,3 +278,16 @@ func (s *Store) Replay(ctx context.Context, l Letter, toDest string) (uint64, er
 	}
 	return ack.Sequence, nil
 }
+
+// Counts returns the number of dead letters per destination.
+func (s *Store) Counts(ctx context.Context) (map[string]uint64, error) {
+	info, err := s.st.Info(ctx, jetstream.WithSubjectFilter(stream.DLQPrefix+".*"))
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]uint64, len(info.State.Subjects))
+	for subj, n := range info.State.Subjects {
+		out[subj[len(stream.DLQPrefix)+1:]] = n
+	}
+	return out, nil
+}

@@ -180,3 +180,39 @@ func TestPromoterKilledMidPromotion(t *testing.T) {
 		})
 	}
 }
+
+func TestStatsShowBacklogParkedAndDeadLetters(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	r := redistest.Start(t, redistest.Options{})
+	st, withRedis := e.withSchedule(r)
+	bad := newSink(t, func(h hit, w http.ResponseWriter) int { w.WriteHeader(http.StatusGone); return http.StatusGone })
+	slow := newSink(t, failing(1))
+	ok := newSink(t, nil)
+	e.addDest(relay.Destination{Name: "dead", URL: bad.URL})
+	e.addDest(relay.Destination{Name: "parked", URL: slow.URL, Retry: relay.RetryPolicy{Base: relay.Duration(time.Hour), MaxAttempts: 3}})
+	e.addDest(relay.Destination{Name: "backlog", URL: ok.URL})
+	_, stop := e.startRelay(withRedis)
+	e.publish("dead", "", `{}`)
+	e.publish("parked", "", `{}`)
+	eventually(t, 10*time.Second, func() bool {
+		ps, err := st.Stats(context.Background(), "parked")
+		return err == nil && ps.Parked == 1 && len(e.deadLetters("dead")) == 1
+	}, "one parked, one dead")
+	stop()
+	for range 5 {
+		e.publish("backlog", "", `{}`)
+	}
+	all, err := relay.Stats(context.Background(), e.js, st)
+	require.NoError(t, err)
+	got := map[string]relay.DestStats{}
+	for _, s := range all {
+		got[s.Dest] = s
+	}
+	require.Equal(t, uint64(5), got["backlog"].Backlog)
+	require.Equal(t, uint64(1), got["dead"].DeadLetters)
+	require.Zero(t, got["dead"].Backlog+uint64(got["dead"].InFlight))
+	require.Equal(t, int64(1), got["parked"].Parked)
+	require.Zero(t, got["parked"].InFlight, "a parked event holds nothing in JetStream")
+	require.WithinDuration(t, time.Now().Add(time.Hour), got["parked"].OldestDue, 15*time.Minute)
+}

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/schedule"
+)
+
+func statsCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "stats",
+		Usage: "show each destination's backlog, in-flight, parked and dead-letter counts",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "dest", Usage: "only this destination"},
+			&cli.StringFlag{Name: "redis-url", EnvVars: []string{"RELAY_REDIS_URL"}, Usage: "also count events parked in this Redis"},
+			&cli.StringFlag{Name: "redis-mode", EnvVars: []string{"RELAY_REDIS_MODE"}, Value: "single", Usage: "single, cluster or sentinel"},
+			&cli.BoolFlag{Name: "json", Usage: "one JSON object per destination and line"},
+		},
+		Action: func(c *cli.Context) error {
+			ctx, cancel := cmdContext(c, 30*time.Second)
+			defer cancel()
+			nc, js, err := connect(c)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			var sched *schedule.Store
+			if u := c.String("redis-url"); u != "" {
+				sched, err = schedule.Dial(ctx, u, c.String("redis-mode"))
+				if err != nil {
+					return err
+				}
+				defer sched.Client().Close()
+			}
+			all, err := relay.Stats(ctx, js, sched)
+			if err != nil {
+				return err
+			}
+			if d := c.String("dest"); d != "" {
+				var one []relay.DestStats
+				for _, s := range all {
+					if s.Dest == d {
+						one = append(one, s)
+					}
+				}
+				if len(one) == 0 {
+					return fmt.Errorf("%w: %s", relay.ErrNotFound, d)
+				}
+				all = one
+			}
+			if c.Bool("json") {
+				enc := json.NewEncoder(c.App.Writer)
+				for _, s := range all {
+					if err := enc.Encode(s); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "DEST\tBACKLOG\tIN FLIGHT\tRETRYING\tPARKED\tOLDEST DUE\tDEAD LETTERS")
+			for _, s := range all {
+				parked, due := "-", "-"
+				if s.Parked >= 0 {
+					parked = strconv.FormatInt(s.Parked, 10)
+				}
+				if !s.OldestDue.IsZero() {
+					due = s.OldestDue.Format(time.RFC3339)
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%d\n", s.Dest, s.Backlog, s.InFlight, s.Retrying, parked, due, s.DeadLetters)
+			}
+			return tw.Flush()
+		},
+	}
+}

@@ -1,0 +1,75 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/schedule"
+	"github.com/relaydev/relay/stream"
+)
+
+// DestStats is the state of one destination, read from JetStream and Redis.
+type DestStats struct {
+	Dest string `json:"dest"`
+	// Backlog is the number of events not yet handed to a relay.
+	Backlog uint64 `json:"backlog"`
+	// InFlight is the number of events handed out and not yet acknowledged:
+	// being delivered, or waiting in JetStream for a retry.
+	InFlight int `json:"in_flight"`
+	// Retrying is the number of those that have been delivered more than once.
+	Retrying int `json:"retrying"`
+	// Parked is the number of events waiting in Redis for a later attempt;
+	// -1 when Redis was not asked.
+	Parked int64 `json:"parked"`
+	// OldestDue is the due time of the earliest parked event.
+	OldestDue time.Time `json:"oldest_due,omitzero"`
+	// DeadLetters is the number of dead letters kept for it.
+	DeadLetters uint64 `json:"dead_letters"`
+}
+
+// Stats reads the state of every destination. sched may be nil.
+func Stats(ctx context.Context, js jetstream.JetStream, sched *schedule.Store) ([]DestStats, error) {
+	st, err := NewStore(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	dests, err := st.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ds, err := dlq.Open(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	dead, err := ds.Counts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]DestStats, 0, len(dests))
+	for _, d := range dests {
+		s := DestStats{Dest: d.Name, Parked: -1, DeadLetters: dead[d.Name]}
+		c, err := js.Consumer(ctx, stream.EventsStream, ConsumerName(d.Name))
+		switch {
+		case errors.Is(err, jetstream.ErrConsumerNotFound):
+			// No relay has run since it was added: everything is backlog.
+		case err != nil:
+			return nil, err
+		default:
+			info := c.CachedInfo()
+			s.Backlog, s.InFlight, s.Retrying = info.NumPending, info.NumAckPending, info.NumRedelivered
+		}
+		if sched != nil {
+			ps, err := sched.Stats(ctx, d.Name)
+			if err != nil {
+				return nil, err
+			}
+			s.Parked, s.OldestDue = ps.Parked, ps.OldestDue
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
