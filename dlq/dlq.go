@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -174,12 +176,31 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 
 // Filter selects dead letters. Zero fields select everything.
 type Filter struct {
-	Dest string
+	Dest   string
+	Reason string
+	// Status selects by last HTTP status; 0 selects any, -1 selects those
+	// that got no response.
+	Status int
+	// Since and Until bound the time the letter died (Until excluded).
+	Since, Until time.Time
+	// Seqs selects these dead-letter sequences only.
 	Seqs []uint64
 }
 
-func (f Filter) match(l Letter) bool {
-	if f.Dest != "" && l.Dest != f.Dest {
+// Match reports whether l passes f (Seqs aside).
+func (f Filter) Match(l Letter) bool {
+	switch {
+	case f.Dest != "" && l.Dest != f.Dest:
+		return false
+	case f.Reason != "" && l.Reason != f.Reason:
+		return false
+	case f.Status > 0 && l.LastStatus != f.Status:
+		return false
+	case f.Status < 0 && l.LastStatus != 0:
+		return false
+	case !f.Since.IsZero() && l.DeadAt.Before(f.Since):
+		return false
+	case !f.Until.IsZero() && !l.DeadAt.Before(f.Until):
 		return false
 	}
 	return true
@@ -197,56 +218,81 @@ func (s *Store) Get(ctx context.Context, seq uint64) (Letter, error) {
 	return Decode(m.Sequence, m.Subject, m.Header, m.Data)
 }
 
-// List returns the dead letters matching f, oldest first, at most limit (0: no
-// limit).
-func (s *Store) List(ctx context.Context, f Filter, limit int) ([]Letter, error) {
+// Each calls fn for every dead letter matching f, oldest first, up to the
+// newest one stored when it started. fn returning stream.ErrStop ends it
+// early without an error.
+func (s *Store) Each(ctx context.Context, f Filter, fn func(Letter) error) error {
 	if len(f.Seqs) > 0 {
-		var out []Letter
 		for _, seq := range f.Seqs {
 			l, err := s.Get(ctx, seq)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			if f.match(l) {
-				out = append(out, l)
+			if !f.Match(l) {
+				continue
+			}
+			if err := fn(l); err != nil {
+				if errors.Is(err, stream.ErrStop) {
+					return nil
+				}
+				return err
 			}
 		}
-		return out, nil
+		return nil
 	}
-	info, err := s.st.Info(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if info.State.Msgs == 0 {
-		return nil, nil
-	}
-	subj := stream.DLQPrefix + ".*"
+	var filters []string
 	if f.Dest != "" {
-		subj = stream.DLQSubject(f.Dest)
+		filters = []string{stream.DLQSubject(f.Dest)}
 	}
+	// A letter dies after it is stored, so its stream time is a lower bound
+	// on nothing; start from Since minus a margin and filter exactly.
+	var since time.Time
+	if !f.Since.IsZero() {
+		since = f.Since.Add(-time.Minute)
+	}
+	return stream.Scan(ctx, s.js, stream.DLQStream, filters, since, func(m jetstream.Msg) error {
+		meta, err := m.Metadata()
+		if err != nil {
+			return err
+		}
+		l, err := Decode(meta.Sequence.Stream, m.Subject(), m.Headers(), m.Data())
+		if err != nil {
+			return err
+		}
+		if !f.Match(l) {
+			return nil
+		}
+		return fn(l)
+	})
+}
+
+// List returns the dead letters matching f, oldest first, at most limit (0: no
+// limit).
+func (s *Store) List(ctx context.Context, f Filter, limit int) ([]Letter, error) {
 	var out []Letter
-	seq := info.State.FirstSeq
-	for seq <= info.State.LastSeq {
-		m, err := s.st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			break
+	err := s.Each(ctx, f, func(l Letter) error {
+		out = append(out, l)
+		if limit > 0 && len(out) >= limit {
+			return stream.ErrStop
 		}
-		if err != nil {
-			return nil, err
-		}
-		l, err := Decode(m.Sequence, m.Subject, m.Header, m.Data)
-		if err != nil {
-			return nil, err
-		}
-		if f.match(l) {
-			out = append(out, l)
-			if limit > 0 && len(out) >= limit {
-				break
-			}
-		}
-		seq = m.Sequence + 1
+		return nil
+	})
+	return out, err
+}
+
+// Delete removes one dead letter (purge). Deleting one that is gone is not
+// an error.
+func (s *Store) Delete(ctx context.Context, seq uint64) error {
+	err := s.st.DeleteMsg(ctx, seq)
+	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) && !isNoSuchMsg(err) {
+		return fmt.Errorf("delete dead letter %d: %w", seq, err)
 	}
-	return out, nil
+	return nil
+}
+
+func isNoSuchMsg(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeMessageNotFound
 }
 
 // Replay republishes l to its destination's input subject with its event id,
@@ -254,7 +300,7 @@ func (s *Store) List(ctx context.Context, f Filter, limit int) ([]Letter, error)
 // and deletes it from the dead-letter stream once the publish is confirmed.
 // Replaying the same letter twice within the duplicate window publishes once.
 // toDest, when not empty, sends it to another destination.
-func (s *Store) Replay(ctx context.Context, l Letter, toDest string) (uint64, error) {
+func (s *Store) Replay(ctx context.Context, l Letter, toDest string) (*jetstream.PubAck, error) {
 	p, err := stream.ParseSubject(l.Subject)
 	if err != nil {
 		p = stream.Parsed{Dest: l.Dest}
@@ -271,12 +317,22 @@ func (s *Store) Replay(ctx context.Context, l Letter, toDest string) (uint64, er
 	m.Header.Set(stream.HdrMsgID, fmt.Sprintf("replay:%d", l.Seq))
 	ack, err := s.js.PublishMsg(ctx, m)
 	if err != nil {
-		return 0, fmt.Errorf("replay dead letter %d: publish: %w", l.Seq, err)
+		return nil, fmt.Errorf("replay dead letter %d: publish: %w", l.Seq, err)
 	}
-	if err := s.st.DeleteMsg(ctx, l.Seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-		return ack.Sequence, fmt.Errorf("replay dead letter %d: republished as event %d but not removed from the dead-letter stream: %w", l.Seq, ack.Sequence, err)
+	failpoint("replay-after-publish")
+	if err := s.Delete(ctx, l.Seq); err != nil {
+		return ack, fmt.Errorf("replay dead letter %d: republished as event %d but not removed from the dead-letter stream (a re-run within the duplicate window publishes nothing twice): %w", l.Seq, ack.Sequence, err)
 	}
-	return ack.Sequence, nil
+	return ack, nil
+}
+
+// failpoint lets the fault-injection tests kill the process at a precise
+// point (RELAY_FAILPOINT=name). It does nothing unless that variable is set.
+func failpoint(name string) {
+	if os.Getenv("RELAY_FAILPOINT") == name {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
 }
 
 // Counts returns the number of dead letters per destination.

@@ -160,6 +160,16 @@ func (e *env) settled(dest string) bool {
 	return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.NumRedelivered == 0
 }
 
+// storedAt is when the events stream stored sequence seq.
+func (e *env) storedAt(seq uint64) time.Time {
+	e.t.Helper()
+	s, err := e.js.Stream(context.Background(), stream.EventsStream)
+	require.NoError(e.t, err)
+	m, err := s.GetMsg(context.Background(), seq)
+	require.NoError(e.t, err)
+	return m.Time
+}
+
 func (e *env) deadLetters(dest string) []dlq.Letter {
 	e.t.Helper()
 	st, err := dlq.Open(context.Background(), e.js)

@@ -84,6 +84,7 @@ func App(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			publishCommand(),
 			destCommand(),
 			dlqCommand(),
+			replayCommand(),
 			statsCommand(),
 			sinkCommand(),
 		}, ""),

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
@@ -12,6 +16,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/relay"
 )
 
 func dlqCommand() *cli.Command {
@@ -22,12 +27,15 @@ func dlqCommand() *cli.Command {
 			{
 				Name:  "list",
 				Usage: "list dead letters, oldest first",
-				Flags: []cli.Flag{
-					&cli.StringFlag{Name: "dest", Usage: "only this destination's"},
+				Flags: append(filterFlags(),
 					&cli.IntFlag{Name: "limit", Value: 1000, Usage: "at most this many (0: all)"},
 					&cli.BoolFlag{Name: "json", Usage: "one JSON object per line"},
-				},
+				),
 				Action: func(c *cli.Context) error {
+					f, err := parseFilter(c)
+					if err != nil {
+						return err
+					}
 					ctx, cancel := cmdContext(c, 5*time.Minute)
 					defer cancel()
 					nc, js, err := connect(c)
@@ -39,7 +47,7 @@ func dlqCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					ls, err := st.List(ctx, dlq.Filter{Dest: c.String("dest")}, c.Int("limit"))
+					ls, err := st.List(ctx, f, c.Int("limit"))
 					if err != nil {
 						return err
 					}
@@ -97,18 +105,130 @@ func dlqCommand() *cli.Command {
 				Name:  "replay",
 				Usage: "republish dead letters to their destination and remove them from the dead-letter stream",
 				Description: `Each dead letter is republished with its event id (so receivers can
-deduplicate), a fresh attempt count, and a dedup id derived from its dead-letter
-sequence; it is removed only once the republish is confirmed. Re-running a
-replay that was interrupted publishes nothing twice.`,
-				Flags: []cli.Flag{
+deduplicate), a fresh attempt count, and the dedup id replay:<dead-letter seq>;
+it is removed only once the republish is confirmed. Re-running a replay that
+was interrupted, or running the same replay twice, publishes nothing twice
+within the duplicate window.`,
+				Flags: append(filterFlags(),
 					&cli.Uint64SliceFlag{Name: "seq", Usage: "dead-letter sequence (repeatable)"},
-					&cli.BoolFlag{Name: "all", Usage: "replay every dead letter (of --dest if given)"},
-					&cli.StringFlag{Name: "dest", Usage: "only this destination's"},
-				},
+					&cli.BoolFlag{Name: "all", Usage: "replay every dead letter that passes the filters"},
+					&cli.StringFlag{Name: "to-dest", Usage: "send them to this destination instead"},
+					&cli.BoolFlag{Name: "dry-run", Usage: "print what would be replayed; change nothing"},
+					&cli.StringFlag{Name: "rate", Usage: "at most N per second (e.g. 50 or 50/s), to spare a destination that just came back"},
+				),
 				Action: func(c *cli.Context) error {
-					seqs := c.Uint64Slice("seq")
-					if (len(seqs) > 0) == c.Bool("all") {
-						return usagef("give either --seq N (repeatable) or --all")
+					f, err := parseFilter(c)
+					if err != nil {
+						return err
+					}
+					f.Seqs = c.Uint64Slice("seq")
+					filtered := f.Dest != "" || f.Reason != "" || f.Status != 0 || !f.Since.IsZero() || !f.Until.IsZero()
+					if len(f.Seqs) == 0 && !c.Bool("all") && !filtered {
+						return usagef("say what to replay: --seq N (repeatable), filters such as --dest, or --all")
+					}
+					if len(f.Seqs) > 0 && c.Bool("all") {
+						return usagef("--seq and --all exclude each other")
+					}
+					interval, err := parseRate(c.String("rate"))
+					if err != nil {
+						return err
+					}
+					ctx, cancel := cmdContext(c, 24*time.Hour)
+					defer cancel()
+					nc, js, err := connect(c)
+					if err != nil {
+						return err
+					}
+					defer nc.Close()
+					st, err := dlq.Open(ctx, js)
+					if err != nil {
+						return err
+					}
+					to := c.String("to-dest")
+					if to != "" {
+						ds, err := relay.NewStore(ctx, js)
+						if err != nil {
+							return err
+						}
+						if _, err := ds.Get(ctx, to); err != nil {
+							return fmt.Errorf("--to-dest: %w", err)
+						}
+					}
+					ls, err := st.List(ctx, f, 0)
+					if err != nil {
+						return err
+					}
+					w := c.App.Writer
+					if c.Bool("dry-run") {
+						for _, l := range ls {
+							dest := l.Dest
+							if to != "" {
+								dest = to
+							}
+							fmt.Fprintf(w, "would replay dead letter %d (event %s, %s) to %s\n", l.Seq, l.EventID, l.Reason, dest)
+						}
+						fmt.Fprintf(w, "dry run: %d dead letters would be replayed; nothing was changed\n", len(ls))
+						return nil
+					}
+					prog := newProgress(w, len(ls))
+					var tick *time.Ticker
+					if interval > 0 {
+						tick = time.NewTicker(interval)
+						defer tick.Stop()
+					}
+					n, dups := 0, 0
+					for i, l := range ls {
+						if tick != nil && i > 0 {
+							select {
+							case <-tick.C:
+							case <-ctx.Done():
+								prog.end()
+								return fmt.Errorf("interrupted after %d of %d; re-running is safe", n, len(ls))
+							}
+						}
+						ack, err := st.Replay(ctx, l, to)
+						if err != nil {
+							prog.end()
+							return fmt.Errorf("%w (replayed %d of %d before this; re-running is safe)", err, n, len(ls))
+						}
+						n++
+						note := ""
+						if ack.Duplicate {
+							dups++
+							note = " (already replayed before: not published again)"
+						}
+						dest := l.Dest
+						if to != "" {
+							dest = to
+						}
+						prog.step(fmt.Sprintf("replayed dead letter %d (event %s) to %s as event seq %d%s", l.Seq, l.EventID, dest, ack.Sequence, note))
+					}
+					prog.end()
+					fmt.Fprintf(w, "replayed %d dead letters", n)
+					if dups > 0 {
+						fmt.Fprintf(w, " (%d had been replayed before and were not published again)", dups)
+					}
+					fmt.Fprintln(w)
+					return nil
+				},
+			},
+			{
+				Name:  "purge",
+				Usage: "delete dead letters for good",
+				Flags: append(filterFlags(),
+					&cli.Uint64SliceFlag{Name: "seq", Usage: "dead-letter sequence (repeatable)"},
+					&cli.BoolFlag{Name: "all", Usage: "delete every dead letter that passes the filters"},
+					&cli.BoolFlag{Name: "yes", Usage: "do not ask for confirmation"},
+				),
+				Action: func(c *cli.Context) error {
+					f, err := parseFilter(c)
+					if err != nil {
+						return err
+					}
+					f.Seqs = c.Uint64Slice("seq")
+					filtered := f.Dest != "" || f.Reason != "" || f.Status != 0 || !f.Since.IsZero() || !f.Until.IsZero()
+					if len(f.Seqs) == 0 && !c.Bool("all") && !filtered {
+						return usagef("say what to purge: --seq N (repeatable), filters such as --dest, or --all")
 					}
 					ctx, cancel := cmdContext(c, time.Hour)
 					defer cancel()
@@ -121,25 +241,99 @@ replay that was interrupted publishes nothing twice.`,
 					if err != nil {
 						return err
 					}
-					ls, err := st.List(ctx, dlq.Filter{Dest: c.String("dest"), Seqs: seqs}, 0)
+					ls, err := st.List(ctx, f, 0)
 					if err != nil {
 						return err
 					}
-					n := 0
-					for _, l := range ls {
-						seq, err := st.Replay(ctx, l, "")
-						if err != nil {
-							return fmt.Errorf("%w (replayed %d of %d before this; re-running is safe)", err, n, len(ls))
-						}
-						n++
-						fmt.Fprintf(c.App.Writer, "replayed dead letter %d (event %s) to %s as event seq %d\n", l.Seq, l.EventID, l.Dest, seq)
+					if len(ls) == 0 {
+						fmt.Fprintln(c.App.Writer, "no dead letters match; nothing was deleted")
+						return nil
 					}
-					fmt.Fprintf(c.App.Writer, "replayed %d dead letters\n", n)
+					if !c.Bool("yes") {
+						if !isTerminal(c.App.Writer) || c.App.Reader != os.Stdin {
+							return usagef("purge deletes %d dead letters for good: add --yes to confirm", len(ls))
+						}
+						fmt.Fprintf(c.App.Writer, "delete %d dead letters for good? [y/N] ", len(ls))
+						answer, _ := bufio.NewReader(c.App.Reader).ReadString('\n')
+						if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+							return errors.New("not confirmed; nothing was deleted")
+						}
+					}
+					for i, l := range ls {
+						if err := st.Delete(ctx, l.Seq); err != nil {
+							return fmt.Errorf("%w (deleted %d of %d before this)", err, i, len(ls))
+						}
+					}
+					fmt.Fprintf(c.App.Writer, "purged %d dead letters\n", len(ls))
 					return nil
 				},
 			},
 		},
 	}
+}
+
+// filterFlags select dead letters (list, replay, purge).
+func filterFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "dest", Usage: "only this destination's"},
+		&cli.StringFlag{Name: "reason", Usage: "only this reason (max_attempts, permanent_status, redirect, unknown_destination)"},
+		&cli.StringFlag{Name: "status", Usage: "only this last HTTP status, or 'none' for no response"},
+		&cli.StringFlag{Name: "since", Usage: "only those that died at or after this time (RFC 3339, or a duration ago like 2h)"},
+		&cli.StringFlag{Name: "until", Usage: "only those that died before this time (RFC 3339, or a duration ago)"},
+	}
+}
+
+func parseFilter(c *cli.Context) (dlq.Filter, error) {
+	f := dlq.Filter{Dest: c.String("dest"), Reason: c.String("reason")}
+	if s := c.String("status"); s != "" {
+		if s == "none" {
+			f.Status = -1
+		} else {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 100 || n > 599 {
+				return f, usagef("--status %q: give an HTTP status (100-599) or 'none'", s)
+			}
+			f.Status = n
+		}
+	}
+	var err error
+	if f.Since, err = parseWhen(c, "since"); err != nil {
+		return f, err
+	}
+	if f.Until, err = parseWhen(c, "until"); err != nil {
+		return f, err
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
+		return f, usagef("--until must be after --since")
+	}
+	return f, nil
+}
+
+// parseWhen reads an RFC 3339 time or a duration before now.
+func parseWhen(c *cli.Context, flag string) (time.Time, error) {
+	v := c.String(flag)
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339, v); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+		return time.Now().Add(-d), nil
+	}
+	return time.Time{}, usagef("--%s %q: give an RFC 3339 time (2026-01-02T15:04:05Z) or a duration ago (90m, 2h)", flag, v)
+}
+
+// parseRate reads "N" or "N/s" and returns the interval between items.
+func parseRate(v string) (time.Duration, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseFloat(strings.TrimSuffix(v, "/s"), 64)
+	if err != nil || n <= 0 || n > 1e6 {
+		return 0, usagef("--rate %q: give a number per second, e.g. 50 or 50/s", v)
+	}
+	return time.Duration(float64(time.Second) / n), nil
 }
 
 func statusText(l dlq.Letter) string {

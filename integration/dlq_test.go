@@ -1,0 +1,149 @@
+package integration
+
+import (
+	"context"
+	"net/http"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/relaydev/relay/relay"
+)
+
+// deadLetterMany dead-letters n events of dest by sending them to a
+// destination that answers 410, and returns their ids.
+func deadLetterMany(t *testing.T, e *env, dest string, n int, gone *atomic.Bool) map[string]bool {
+	t.Helper()
+	ids := map[string]bool{}
+	for range n {
+		ids[e.publish(dest, "", `{"replay":true}`).ID] = true
+	}
+	eventually(t, 60*time.Second, func() bool { return len(e.deadLetters(dest)) == n }, "%d dead letters", n)
+	gone.Store(false) // the destination is fixed
+	return ids
+}
+
+// fixable is a sink that answers 410 until fixed.
+func fixable(t *testing.T) (*sink, *atomic.Bool) {
+	var gone atomic.Bool
+	gone.Store(true)
+	s := newSink(t, func(h hit, w http.ResponseWriter) int {
+		if gone.Load() {
+			w.WriteHeader(http.StatusGone)
+			return http.StatusGone
+		}
+		w.WriteHeader(http.StatusOK)
+		return http.StatusOK
+	})
+	return s, &gone
+}
+
+func TestReplayOfAThousandDeadLettersDeliversEachOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	s, gone := fixable(t)
+	e.addDest(relay.Destination{Name: "bulk", URL: s.URL, Concurrency: 32})
+	e.startRelay()
+	const n = 1000
+	ids := deadLetterMany(t, e, "bulk", n, gone)
+
+	p := startProc(t, "--nats-url", e.url, "dlq", "replay", "--dest", "bulk")
+	<-p.exited
+	require.NoError(t, p.err, p.output())
+	eventually(t, 60*time.Second, func() bool { return len(s.delivered()) == n && e.settled("bulk") }, "all replayed events delivered")
+	for id, c := range s.delivered() {
+		require.True(t, ids[id], "replayed events keep their ids: %s", id)
+		require.Equal(t, 1, c)
+	}
+	require.Empty(t, e.deadLetters("bulk"), "the dead-letter stream is empty after the replay")
+}
+
+// A replay killed with SIGKILL between a republish and the removal of its
+// dead letter, then run again: every event delivered once, none left behind.
+func TestReplayKilledHalfwayAndRerun(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	s, gone := fixable(t)
+	e.addDest(relay.Destination{Name: "half", URL: s.URL})
+	e.startRelay()
+	const n = 40
+	deadLetterMany(t, e, "half", n, gone)
+
+	// The failpoint kills the replay right after its first republish, before
+	// the dead letter is removed.
+	p := startProcEnv(t, []string{"RELAY_FAILPOINT=replay-after-publish"}, "--nats-url", e.url, "dlq", "replay", "--all")
+	<-p.exited
+	ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	require.True(t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "killed mid-replay: %v", p.cmd.ProcessState)
+	require.Len(t, e.deadLetters("half"), n, "the letter whose republish was not confirmed as done is still there")
+
+	p = startProc(t, "--nats-url", e.url, "dlq", "replay", "--all")
+	<-p.exited
+	require.NoError(t, p.err, p.output())
+	eventually(t, 30*time.Second, func() bool { return len(s.delivered()) == n && e.settled("half") }, "all delivered")
+	for id, c := range s.delivered() {
+		require.Equal(t, 1, c, "event %s delivered %d times", id, c)
+	}
+	require.Empty(t, e.deadLetters("half"))
+
+	// The same replay again finds nothing and delivers nothing.
+	p = startProc(t, "--nats-url", e.url, "dlq", "replay", "--all")
+	<-p.exited
+	require.NoError(t, p.err)
+	require.Equal(t, n, len(s.delivered()))
+}
+
+// Log replay re-delivers the events of a time range, delivered or not.
+func TestLogReplayRedeliversTheRange(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	s := newSink(t, nil)
+	e.addDest(relay.Destination{Name: "log", URL: s.URL})
+	e.startRelay()
+
+	early := e.publish("log", "a", `{"n":0}`)
+	eventually(t, 10*time.Second, func() bool { return s.delivered()[early.ID] == 1 }, "early delivered")
+	var inRange []string
+	var first relay.Published
+	for i, k := range []string{"a", "b", "a"} {
+		p := e.publish("log", k, `{"n":1}`)
+		if i == 0 {
+			first = p
+		}
+		inRange = append(inRange, p.ID)
+	}
+	eventually(t, 10*time.Second, func() bool { return len(s.delivered()) == 4 && e.settled("log") }, "all delivered once")
+	late := e.publish("log", "a", `{"n":2}`)
+	eventually(t, 10*time.Second, func() bool { return s.delivered()[late.ID] == 1 }, "late delivered")
+	// The range is [stored time of the first in range, stored time of the
+	// late one): exact, whatever the clock resolution.
+	from, to := e.storedAt(first.Seq), e.storedAt(late.Seq)
+	require.True(t, e.storedAt(early.Seq).Before(from), "the early event must be older than the range (same timestamp otherwise)")
+
+	var replayed []string
+	n, err := relay.ReplayLog(context.Background(), e.js, relay.LogReplay{Dest: "log", Since: from, Until: to}, false, func(ev relay.ReplayedEvent) error {
+		replayed = append(replayed, ev.ID)
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	require.Equal(t, inRange, replayed, "exactly the range, in order")
+	eventually(t, 10*time.Second, func() bool {
+		d := s.delivered()
+		return d[inRange[0]] == 2 && d[inRange[1]] == 2 && d[inRange[2]] == 2
+	}, "the range delivered again, with the same ids")
+	require.Equal(t, 1, s.delivered()[early.ID])
+	require.Equal(t, 1, s.delivered()[late.ID])
+
+	// One key only.
+	var keyed []string
+	_, err = relay.ReplayLog(context.Background(), e.js, relay.LogReplay{Dest: "log", Key: "b", Since: from, Until: to}, true, func(ev relay.ReplayedEvent) error {
+		keyed = append(keyed, ev.ID)
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, []string{inRange[1]}, keyed)
+}

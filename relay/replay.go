@@ -1,0 +1,110 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaydev/relay/stream"
+)
+
+// LogReplay selects events to deliver again from the event log.
+type LogReplay struct {
+	// Dest is the destination whose events are replayed. Required.
+	Dest string
+	// ToDest receives them instead of Dest (to backfill a new destination).
+	// Optional.
+	ToDest string
+	// Key selects one order key. Optional.
+	Key string
+	// Since and Until bound the publish time (Until excluded). Since is
+	// required; Until defaults to now.
+	Since, Until time.Time
+}
+
+// ReplayedEvent is one event a log replay republished (or would have).
+type ReplayedEvent struct {
+	ID        string
+	Seq       uint64 // in the log
+	NewSeq    uint64 // of the republished copy; 0 in a dry run
+	Duplicate bool   // replayed within the duplicate window before: not published again
+}
+
+// ReplayLog republishes the events that were published for r.Dest between
+// r.Since and r.Until, delivered or not, with their event ids. Copies made by
+// relay itself (retries republished from Redis, earlier replays) are not
+// replayed again, so each event is replayed once. Each republish uses the dedup
+// id log:<dest>:<seq>, so re-running an interrupted replay within the
+// duplicate window publishes nothing twice. fn, when set, is called per event;
+// dryRun only calls it.
+func ReplayLog(ctx context.Context, js jetstream.JetStream, r LogReplay, dryRun bool, fn func(ReplayedEvent) error) (int, error) {
+	if err := stream.ValidateDestName(r.Dest); err != nil {
+		return 0, err
+	}
+	if r.Since.IsZero() {
+		return 0, errors.New("log replay needs a start time")
+	}
+	if r.Until.IsZero() {
+		r.Until = time.Now()
+	}
+	if !r.Until.After(r.Since) {
+		return 0, errors.New("log replay: until must be after since")
+	}
+	to := r.Dest
+	if r.ToDest != "" {
+		to = r.ToDest
+	}
+	st, err := NewStore(ctx, js)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := st.Get(ctx, to); err != nil {
+		return 0, err
+	}
+	filters := stream.DestFilters(r.Dest)
+	if r.Key != "" {
+		filters = []string{stream.KeyedPrefix + "." + r.Dest + ".*." + stream.KeyToken(r.Key)}
+	}
+	n := 0
+	err = stream.Scan(ctx, js, stream.EventsStream, filters, r.Since, func(m jetstream.Msg) error {
+		ev, err := eventOf(m)
+		if err != nil {
+			return nil // not an event relay could deliver either
+		}
+		if !ev.meta.Timestamp.Before(r.Until) {
+			return stream.ErrStop
+		}
+		if m.Headers().Get(stream.HdrEventID) != "" {
+			return nil // a copy relay made; its original is replayed
+		}
+		out := ReplayedEvent{ID: ev.id, Seq: ev.seq}
+		if !dryRun {
+			p, _ := stream.ParseSubject(ev.subject)
+			p.Dest = to
+			msg := nats.NewMsg(p.InputSubject())
+			msg.Data = m.Data()
+			for k, vs := range m.Headers() {
+				if !stream.IsContractHeader(k) || k == stream.HdrKey {
+					msg.Header[k] = vs
+				}
+			}
+			msg.Header.Set(stream.HdrEventID, ev.id)
+			msg.Header.Set(stream.HdrMsgID, fmt.Sprintf("log:%s:%d", to, ev.seq))
+			ack, err := js.PublishMsg(ctx, msg)
+			if err != nil {
+				return fmt.Errorf("replay event %s (seq %d): %w", ev.id, ev.seq, err)
+			}
+			out.NewSeq, out.Duplicate = ack.Sequence, ack.Duplicate
+		}
+		n++
+		if fn != nil {
+			return fn(out)
+		}
+		return nil
+	})
+	return n, err
+}
