@@ -125,6 +125,8 @@ func setEnv(f cli.Flag, name string) {
 		set(&f.EnvVars)
 	case *cli.IntFlag:
 		set(&f.EnvVars)
+	case *cli.Int64Flag:
+		set(&f.EnvVars)
 	case *cli.DurationFlag:
 		set(&f.EnvVars)
 	case *cli.Float64Flag:

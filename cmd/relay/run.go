@@ -33,6 +33,7 @@ hands the rest back to JetStream, and exits 0.`,
 			&cli.BoolFlag{Name: "sync-always", EnvVars: []string{"RELAY_SYNC_ALWAYS"}, Usage: "embedded NATS: fsync every write (survives power loss; much slower)"},
 			&cli.IntFlag{Name: "replicas", EnvVars: []string{"RELAY_REPLICAS"}, Value: 1, Usage: "replicas of relay's streams (3 in a NATS cluster)"},
 			&cli.DurationFlag{Name: "event-retention", EnvVars: []string{"RELAY_EVENT_RETENTION"}, Value: 7 * 24 * time.Hour, Usage: "how long events stay in the log, delivered or not (must exceed the longest delivery delay)"},
+			&cli.Int64Flag{Name: "event-max-bytes", EnvVars: []string{"RELAY_EVENT_MAX_BYTES"}, Value: -1, Usage: "cap of the event log in bytes (-1: none); when full, publishes are refused, undelivered events are never dropped"},
 			&cli.DurationFlag{Name: "dlq-retention", EnvVars: []string{"RELAY_DLQ_RETENTION"}, Value: 14 * 24 * time.Hour, Usage: "how long dead letters are kept"},
 			&cli.DurationFlag{Name: "duplicate-window", EnvVars: []string{"RELAY_DUPLICATE_WINDOW"}, Value: 2 * time.Minute, Usage: "how long a re-published event id is dropped as a duplicate"},
 			&cli.StringFlag{Name: "redis-url", EnvVars: []string{"RELAY_REDIS_URL"}, Usage: "Redis for long waits: redis://[user:password@]host:port[/db] or rediss:// (TLS); without it every wait stays in JetStream"},
@@ -95,6 +96,7 @@ func runAction(c *cli.Context) error {
 	if err := stream.Ensure(setupCtx, js, stream.Config{
 		Replicas:        c.Int("replicas"),
 		EventRetention:  c.Duration("event-retention"),
+		EventMaxBytes:   c.Int64("event-max-bytes"),
 		DLQRetention:    c.Duration("dlq-retention"),
 		DuplicateWindow: c.Duration("duplicate-window"),
 	}); err != nil {
