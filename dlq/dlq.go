@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -290,9 +291,17 @@ func (s *Store) Delete(ctx context.Context, seq uint64) error {
 	return nil
 }
 
+// isNoSuchMsg reports a delete of a message that is not there. The server
+// answers that with the generic "message delete failed" code (10057) and the
+// description "no message found".
 func isNoSuchMsg(err error) bool {
 	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeMessageNotFound
+	if errors.As(err, &apiErr) {
+		return apiErr.ErrorCode == jetstream.JSErrCodeMessageNotFound ||
+			(apiErr.ErrorCode == 10057 && strings.Contains(apiErr.Description, "no message found"))
+	}
+	// nats.go flattens the API error into the text of ErrMsgDeleteUnsuccessful.
+	return errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) && strings.Contains(err.Error(), "err_code=10057") && strings.Contains(err.Error(), "no message found")
 }
 
 // Replay republishes l to its destination's input subject with its event id,

@@ -36,6 +36,20 @@ type Destination struct {
 	// Concurrency is the number of deliveries in flight per relay replica.
 	// Optional, default 16.
 	Concurrency int `json:"concurrency,omitempty"`
+	// Ordered delivers the events of each order key one at a time, in
+	// publish order. Optional, default false. Fixed once the destination
+	// exists.
+	Ordered bool `json:"ordered,omitempty"`
+	// Partitions is how many order keys of an ordered destination are
+	// delivered in parallel (keys are hashed into 64 buckets; partition i
+	// takes the buckets b with b mod Partitions == i). Optional, default 8,
+	// at most 64. Fixed once the destination exists.
+	Partitions int `json:"partitions,omitempty"`
+	// OnFailure is what an ordered key does while its head fails: "block"
+	// (default) retries the head until it is delivered, so later events of
+	// the key never overtake it; "skip" dead-letters the head after
+	// MaxAttempts and lets the key continue.
+	OnFailure string `json:"on_failure,omitempty"`
 	// StartSeq is the first event-stream sequence that belongs to this
 	// destination: events published for its name before it existed are dead
 	// letters (unknown_destination). Set by the store.
@@ -50,6 +64,13 @@ const (
 	DefaultTimeout     = 30 * time.Second
 	DefaultConcurrency = 16
 	MaxConcurrency     = 1024
+	DefaultPartitions  = 8
+)
+
+// Failure policies of ordered destinations.
+const (
+	OnFailureBlock = "block"
+	OnFailureSkip  = "skip"
 )
 
 // WithDefaults returns d with zero fields set to their defaults.
@@ -59,6 +80,12 @@ func (d Destination) WithDefaults() Destination {
 	}
 	if d.Concurrency == 0 {
 		d.Concurrency = DefaultConcurrency
+	}
+	if d.Ordered && d.Partitions == 0 {
+		d.Partitions = DefaultPartitions
+	}
+	if d.Ordered && d.OnFailure == "" {
+		d.OnFailure = OnFailureBlock
 	}
 	d.Retry = d.Retry.WithDefaults()
 	return d
@@ -148,6 +175,15 @@ func (d Destination) Validate() error {
 	if d.Concurrency < 1 || d.Concurrency > MaxConcurrency {
 		return fmt.Errorf("concurrency %d must be between 1 and %d", d.Concurrency, MaxConcurrency)
 	}
+	if !d.Ordered && (d.Partitions != 0 || d.OnFailure != "") {
+		return errors.New("partitions and on-failure apply to ordered destinations only (add --ordered)")
+	}
+	if d.Ordered && (d.Partitions < 1 || d.Partitions > stream.Buckets) {
+		return fmt.Errorf("partitions %d must be between 1 and %d", d.Partitions, stream.Buckets)
+	}
+	if d.Ordered && d.OnFailure != OnFailureBlock && d.OnFailure != OnFailureSkip {
+		return fmt.Errorf("on-failure %q: use %q or %q", d.OnFailure, OnFailureBlock, OnFailureSkip)
+	}
 	return d.Retry.Validate()
 }
 
@@ -177,6 +213,32 @@ func (d Destination) Redacted() Destination {
 	return d
 }
 
+// PartitionConsumerName is the durable consumer of partition i of an ordered
+// destination. Destination names have no upper-case letters, so these never
+// collide with another destination's consumer.
+func PartitionConsumerName(dest string, i int) string { return fmt.Sprintf("relay_%s_P%d", dest, i) }
+
+// consumerNames are all of d's consumers: the one for events without an order
+// key (all events, when d is not ordered), and one per partition.
+func (d Destination) consumerNames() []string {
+	names := []string{ConsumerName(d.Name)}
+	if d.Ordered {
+		for i := range d.Partitions {
+			names = append(names, PartitionConsumerName(d.Name, i))
+		}
+	}
+	return names
+}
+
+// partitionFilters are the subjects of partition i of ordered d.
+func (d Destination) partitionFilters(i int) []string {
+	var f []string
+	for b := i; b < stream.Buckets; b += d.Partitions {
+		f = append(f, fmt.Sprintf("%s.%s.%d.*", stream.KeyedPrefix, d.Name, b))
+	}
+	return f
+}
+
 // Duration is a time.Duration that reads and writes as "1m30s" in JSON.
 type Duration time.Duration
 
@@ -204,6 +266,11 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 
 // ErrNotFound is returned for a destination that does not exist.
 var ErrNotFound = errors.New("destination not found")
+
+// ErrLayoutFixed is returned when an update would change a destination's
+// ordering or partition count: moving keys between partitions while events
+// are in flight could deliver them out of order.
+var ErrLayoutFixed = errors.New("cannot change the partition layout in place")
 
 // ErrExists is returned when adding a destination whose name is taken.
 var ErrExists = errors.New("destination already exists")
@@ -266,11 +333,15 @@ func (s *Store) Update(ctx context.Context, name string, fn func(*Destination) e
 		if err := json.Unmarshal(e.Value(), &d); err != nil {
 			return Destination{}, fmt.Errorf("destination %s is stored corrupt: %w", name, err)
 		}
+		before := d.WithDefaults()
 		if err := fn(&d); err != nil {
 			return Destination{}, err
 		}
 		d.Name = name
 		d = d.WithDefaults()
+		if d.Ordered != before.Ordered || d.Partitions != before.Partitions {
+			return Destination{}, fmt.Errorf("%w: ordering and partitions of %s are fixed; add a new destination with the new layout, send new events there, and remove %s once 'relay stats' shows it drained", ErrLayoutFixed, name, name)
+		}
 		if err := d.Validate(); err != nil {
 			return Destination{}, err
 		}
@@ -327,31 +398,42 @@ func (s *Store) List(ctx context.Context) ([]Destination, error) {
 // Remove deletes a destination and its consumer. Events not yet delivered to
 // it stay in the event log until its retention removes them.
 func (s *Store) Remove(ctx context.Context, name string) error {
-	if _, err := s.Get(ctx, name); err != nil {
+	d, err := s.Get(ctx, name)
+	if err != nil {
 		return err
 	}
 	if err := s.kv.Delete(ctx, name); err != nil {
 		return err
 	}
-	err := s.js.DeleteConsumer(ctx, stream.EventsStream, ConsumerName(name))
-	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return fmt.Errorf("delete consumer of %s: %w", name, err)
+	for _, c := range d.WithDefaults().consumerNames() {
+		err := s.js.DeleteConsumer(ctx, stream.EventsStream, c)
+		if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("delete consumer %s of %s: %w", c, name, err)
+		}
 	}
 	return nil
 }
 
-// Pending returns how many events of dest its consumer has not yet
+// Pending returns how many events of dest its consumers have not yet
 // acknowledged (waiting or in flight); 0 when it has no consumer yet.
 func (s *Store) Pending(ctx context.Context, name string) (uint64, error) {
-	c, err := s.js.Consumer(ctx, stream.EventsStream, ConsumerName(name))
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return 0, nil
-	}
+	d, err := s.Get(ctx, name)
 	if err != nil {
 		return 0, err
 	}
-	info := c.CachedInfo()
-	return info.NumPending + uint64(info.NumAckPending), nil
+	var n uint64
+	for _, cn := range d.WithDefaults().consumerNames() {
+		c, err := s.js.Consumer(ctx, stream.EventsStream, cn)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		info := c.CachedInfo()
+		n += info.NumPending + uint64(info.NumAckPending)
+	}
+	return n, nil
 }
 
 // watch keeps a live copy of all destinations.

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"strconv"
 	"sync"
@@ -262,12 +263,13 @@ func (r *Relay) reconcile(ctx context.Context) {
 type worker struct {
 	dest   Destination
 	cancel context.CancelFunc
-	done   chan struct{}
+	done   chan struct{} // all its pull loops ended
+	broken chan struct{} // one of its pull loops ended
 }
 
 func (w *worker) exited() bool {
 	select {
-	case <-w.done:
+	case <-w.broken:
 		return true
 	default:
 		return false
@@ -279,27 +281,61 @@ func (w *worker) stop() {
 	<-w.done
 }
 
-func (r *Relay) consumerConfig(d Destination) jetstream.ConsumerConfig {
-	return jetstream.ConsumerConfig{
-		Durable:        ConsumerName(d.Name),
-		Description:    "relay deliveries to " + d.Name,
-		FilterSubjects: stream.DestFilters(d.Name),
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    d.StartSeq,
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        d.AckWait(),
-		MaxDeliver:     -1,
-		MaxAckPending:  r.cfg.MaxAckPending,
+// consumerSpec is one JetStream consumer of a destination and how it is
+// worked.
+type consumerSpec struct {
+	cfg         jetstream.ConsumerConfig
+	concurrency int
+	// ordered: one event at a time, in order; its waits never leave
+	// JetStream (parking would let the next event of the key overtake).
+	ordered bool
+}
+
+// specs lays out d's consumers: one for all its events, or, for an ordered
+// destination, one for its events without an order key and one per partition
+// with a single event in flight.
+func (r *Relay) specs(d Destination) []consumerSpec {
+	base := jetstream.ConsumerConfig{
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:   d.StartSeq,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       d.AckWait(),
+		MaxDeliver:    -1,
+		MaxAckPending: r.cfg.MaxAckPending,
 	}
+	main := base
+	main.Durable = ConsumerName(d.Name)
+	main.Description = "relay deliveries to " + d.Name
+	main.FilterSubjects = stream.DestFilters(d.Name)
+	if !d.Ordered {
+		return []consumerSpec{{cfg: main, concurrency: d.Concurrency}}
+	}
+	main.Description = "relay deliveries to " + d.Name + " (events without an order key)"
+	main.FilterSubjects = main.FilterSubjects[:1]
+	out := []consumerSpec{{cfg: main, concurrency: d.Concurrency}}
+	for i := range d.Partitions {
+		c := base
+		c.Durable = PartitionConsumerName(d.Name, i)
+		c.Description = fmt.Sprintf("relay ordered deliveries to %s, partition %d of %d", d.Name, i, d.Partitions)
+		c.FilterSubjects = d.partitionFilters(i)
+		c.MaxAckPending = 1
+		out = append(out, consumerSpec{cfg: c, concurrency: 1, ordered: true})
+	}
+	return out
 }
 
 func (r *Relay) startWorker(parent context.Context, d Destination) (*worker, error) {
-	cons, err := r.cfg.JS.CreateOrUpdateConsumer(parent, stream.EventsStream, r.consumerConfig(d))
-	if err != nil {
-		return nil, fmt.Errorf("consumer %s: %w", ConsumerName(d.Name), err)
+	specs := r.specs(d)
+	conss := make([]jetstream.Consumer, len(specs))
+	for i, sp := range specs {
+		c, err := r.cfg.JS.CreateOrUpdateConsumer(parent, stream.EventsStream, sp.cfg)
+		if err != nil {
+			return nil, fmt.Errorf("consumer %s: %w", sp.cfg.Durable, err)
+		}
+		conss[i] = c
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
-	wk := &worker{dest: d, cancel: cancel, done: make(chan struct{})}
+	wk := &worker{dest: d, cancel: cancel, done: make(chan struct{}), broken: make(chan struct{})}
 	// Stop when either Run's context or stop() ends.
 	stopped := make(chan struct{})
 	go func() {
@@ -309,17 +345,27 @@ func (r *Relay) startWorker(parent context.Context, d Destination) (*worker, err
 		}
 		close(stopped)
 	}()
+	var wg sync.WaitGroup
+	var once sync.Once
+	for i := range specs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.consume(conss[i], d, specs[i], stopped)
+			once.Do(func() { close(wk.broken) })
+		}()
+	}
 	go func() {
-		defer close(wk.done)
-		defer cancel()
-		r.consume(cons, d, stopped)
+		wg.Wait()
+		cancel()
+		close(wk.done)
 	}()
 	return wk, nil
 }
 
 // consume runs one destination's pull loop until stopped is closed.
-func (r *Relay) consume(cons jetstream.Consumer, d Destination, stopped <-chan struct{}) {
-	iter, err := cons.Messages(jetstream.PullMaxMessages(d.Concurrency))
+func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec, stopped <-chan struct{}) {
+	iter, err := cons.Messages(jetstream.PullMaxMessages(sp.concurrency))
 	if err != nil {
 		r.log.Error("cannot pull", "dest", d.Name, "err", err)
 		return
@@ -340,7 +386,7 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, stopped <-chan s
 		}
 	}()
 
-	sem := make(chan struct{}, d.Concurrency)
+	sem := make(chan struct{}, sp.concurrency)
 	var wg sync.WaitGroup
 	for {
 		msg, err := iter.Next()
@@ -382,7 +428,7 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, stopped <-chan s
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			r.handle(dctx, msg)
+			r.handle(dctx, msg, sp.ordered)
 		}()
 	}
 	wg.Wait()
@@ -436,8 +482,9 @@ func eventHeaders(h nats.Header) http.Header {
 	return out
 }
 
-// handle makes one attempt for msg and acts on the outcome.
-func (r *Relay) handle(ctx context.Context, msg jetstream.Msg) {
+// handle makes one attempt for msg and acts on the outcome. ordered says msg
+// heads an ordered key.
+func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, ordered bool) {
 	ev, err := eventOf(msg)
 	if err != nil {
 		r.log.Error("cannot read event; terminating it", "subject", msg.Subject(), "err", err)
@@ -447,10 +494,15 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg) {
 	d, ok := r.dests.get(ev.dest)
 	attempt := ev.prior + int(ev.meta.NumDelivered)
 	out := Outcome{Dest: ev.dest, EventID: ev.id, Seq: ev.seq, Attempt: attempt}
+	policy := d.Retry
+	if ordered && d.OnFailure == OnFailureBlock {
+		// The head of a blocked key is retried until it is delivered.
+		policy.MaxAttempts = math.MaxInt32
+	}
 	switch {
 	case !ok:
 		out.Decision = Decision{Action: DeadLetter, Reason: ReasonUnknownDestination}
-	case attempt > d.Retry.MaxAttempts:
+	case attempt > policy.MaxAttempts:
 		// A previous run decided to give up and crashed before the event
 		// was terminated (or the policy changed): do not send again.
 		out.Decision = Decision{Action: DeadLetter, Reason: ReasonMaxAttempts}
@@ -462,9 +514,9 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg) {
 			r.log.Info("attempt cancelled by shutdown", "dest", ev.dest, "event_id", ev.id, "attempt", attempt)
 			return
 		}
-		out.Decision = Decide(out.Result, attempt, d.Retry, nil)
+		out.Decision = Decide(out.Result, attempt, policy, nil)
 	}
-	out.Err = r.act(msg, ev, attempt, &out)
+	out.Err = r.act(msg, ev, attempt, !ordered, &out)
 	r.logOutcome(out)
 	if r.cfg.OnDelivery != nil {
 		r.cfg.OnDelivery(out)
@@ -475,7 +527,8 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg) {
 const ackTimeout = 10 * time.Second
 
 // act carries out the decision for attempt number attempt of ev.
-func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, out *Outcome) error {
+// Long waits are parked in Redis only when mayPark.
+func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, mayPark bool, out *Outcome) error {
 	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 	defer cancel()
 	switch out.Decision.Action {
@@ -489,7 +542,7 @@ func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, out *Outcome) erro
 		return nil
 	case Retry:
 		r.recordAttempt(ctx, ev, attempt, out.Result)
-		if r.cfg.Schedule != nil && out.Decision.Delay >= r.cfg.ParkThreshold {
+		if mayPark && r.cfg.Schedule != nil && out.Decision.Delay >= r.cfg.ParkThreshold {
 			parked, err := r.park(ctx, msg, ev, attempt, out.Decision.Delay)
 			if parked {
 				out.Parked = true
@@ -701,7 +754,7 @@ func (r *Relay) checkRouted(msg jetstream.Msg) {
 		return
 	}
 	out := Outcome{Dest: ev.dest, EventID: ev.id, Seq: ev.seq, Decision: Decision{Action: DeadLetter, Reason: ReasonUnknownDestination}}
-	out.Err = r.act(msg, ev, 0, &out)
+	out.Err = r.act(msg, ev, 0, false, &out)
 	r.logOutcome(out)
 	if r.cfg.OnDelivery != nil {
 		r.cfg.OnDelivery(out)

@@ -29,6 +29,10 @@ type DestStats struct {
 	OldestDue time.Time `json:"oldest_due,omitzero"`
 	// DeadLetters is the number of dead letters kept for it.
 	DeadLetters uint64 `json:"dead_letters"`
+	// Ordered destinations only: partitions whose head event is being
+	// retried, holding back the later events of its keys.
+	Partitions        int `json:"partitions,omitempty"`
+	BlockedPartitions int `json:"blocked_partitions,omitempty"`
 }
 
 // Stats reads the state of every destination. sched may be nil.
@@ -51,16 +55,27 @@ func Stats(ctx context.Context, js jetstream.JetStream, sched *schedule.Store) (
 	}
 	out := make([]DestStats, 0, len(dests))
 	for _, d := range dests {
+		d = d.WithDefaults()
 		s := DestStats{Dest: d.Name, Parked: -1, DeadLetters: dead[d.Name]}
-		c, err := js.Consumer(ctx, stream.EventsStream, ConsumerName(d.Name))
-		switch {
-		case errors.Is(err, jetstream.ErrConsumerNotFound):
-			// No relay has run since it was added: everything is backlog.
-		case err != nil:
-			return nil, err
-		default:
+		if d.Ordered {
+			s.Partitions = d.Partitions
+		}
+		for i, name := range d.consumerNames() {
+			c, err := js.Consumer(ctx, stream.EventsStream, name)
+			switch {
+			case errors.Is(err, jetstream.ErrConsumerNotFound):
+				// No relay has run since it was added.
+				continue
+			case err != nil:
+				return nil, err
+			}
 			info := c.CachedInfo()
-			s.Backlog, s.InFlight, s.Retrying = info.NumPending, info.NumAckPending, info.NumRedelivered
+			s.Backlog += info.NumPending
+			s.InFlight += info.NumAckPending
+			s.Retrying += info.NumRedelivered
+			if i > 0 && info.NumRedelivered > 0 {
+				s.BlockedPartitions++
+			}
 		}
 		if sched != nil {
 			ps, err := sched.Stats(ctx, d.Name)

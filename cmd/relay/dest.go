@@ -25,6 +25,9 @@ func destFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "backoff-max", DefaultText: "1h", Usage: "cap of the wait before jitter"},
 		&cli.Float64Flag{Name: "jitter", DefaultText: "0.2", Usage: "random +/- fraction of each wait, 0 to 0.5 (0 turns it off)"},
 		&cli.IntFlag{Name: "concurrency", DefaultText: "16", Usage: "deliveries in flight per relay replica"},
+		&cli.BoolFlag{Name: "ordered", Usage: "deliver the events of each order key one at a time, in publish order (add only)"},
+		&cli.IntFlag{Name: "partitions", DefaultText: "8", Usage: "ordered: keys delivered in parallel, 1 to 64 (add only)"},
+		&cli.StringFlag{Name: "on-failure", DefaultText: "block", Usage: "ordered: block (retry the head of a key until delivered) or skip (dead-letter it after max attempts, the key continues)"},
 	}
 }
 
@@ -67,6 +70,15 @@ func applyDestFlags(c *cli.Context, d *relay.Destination) error {
 	}
 	if c.IsSet("concurrency") {
 		d.Concurrency = c.Int("concurrency")
+	}
+	if c.IsSet("ordered") {
+		d.Ordered = c.Bool("ordered")
+	}
+	if c.IsSet("partitions") {
+		d.Partitions = c.Int("partitions")
+	}
+	if c.IsSet("on-failure") {
+		d.OnFailure = c.String("on-failure")
 	}
 	return nil
 }
@@ -181,11 +193,15 @@ func destCommand() *cli.Command {
 						return nil
 					}
 					tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
-					fmt.Fprintln(tw, "NAME\tURL\tSIGNED\tTIMEOUT\tMAX ATTEMPTS\tBACKOFF\tCONCURRENCY")
+					fmt.Fprintln(tw, "NAME\tURL\tSIGNED\tTIMEOUT\tMAX ATTEMPTS\tBACKOFF\tCONCURRENCY\tORDERED")
 					for _, d := range ds {
 						d = d.WithDefaults()
-						fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%d\t%s..%s\t%d\n", d.Name, d.URL, d.Secret != "", time.Duration(d.Timeout),
-							d.Retry.MaxAttempts, time.Duration(d.Retry.Base), time.Duration(d.Retry.Max), d.Concurrency)
+						ordered := "no"
+						if d.Ordered {
+							ordered = fmt.Sprintf("%d partitions, %s", d.Partitions, d.OnFailure)
+						}
+						fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%d\t%s..%s\t%d\t%s\n", d.Name, d.URL, d.Secret != "", time.Duration(d.Timeout),
+							d.Retry.MaxAttempts, time.Duration(d.Retry.Base), time.Duration(d.Retry.Max), d.Concurrency, ordered)
 					}
 					return tw.Flush()
 				},

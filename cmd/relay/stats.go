@@ -65,7 +65,7 @@ func statsCommand() *cli.Command {
 				return nil
 			}
 			tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "DEST\tBACKLOG\tIN FLIGHT\tRETRYING\tPARKED\tOLDEST DUE\tDEAD LETTERS")
+			fmt.Fprintln(tw, "DEST\tBACKLOG\tIN FLIGHT\tRETRYING\tPARKED\tOLDEST DUE\tDEAD LETTERS\tBLOCKED PARTITIONS")
 			for _, s := range all {
 				parked, due := "-", "-"
 				if s.Parked >= 0 {
@@ -74,7 +74,11 @@ func statsCommand() *cli.Command {
 				if !s.OldestDue.IsZero() {
 					due = s.OldestDue.Format(time.RFC3339)
 				}
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%d\n", s.Dest, s.Backlog, s.InFlight, s.Retrying, parked, due, s.DeadLetters)
+				blocked := "-"
+				if s.Partitions > 0 {
+					blocked = fmt.Sprintf("%d of %d", s.BlockedPartitions, s.Partitions)
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%d\t%s\n", s.Dest, s.Backlog, s.InFlight, s.Retrying, parked, due, s.DeadLetters, blocked)
 			}
 			return tw.Flush()
 		},
