@@ -172,10 +172,15 @@ func (e *env) storedAt(seq uint64) time.Time {
 
 func (e *env) deadLetters(dest string) []dlq.Letter {
 	e.t.Helper()
-	st, err := dlq.Open(context.Background(), e.js)
-	require.NoError(e.t, err)
+	return deadLettersIn(e.t, e.js, dest)
+}
+
+func deadLettersIn(t *testing.T, js jetstream.JetStream, dest string) []dlq.Letter {
+	t.Helper()
+	st, err := dlq.Open(context.Background(), js)
+	require.NoError(t, err)
 	ls, err := st.List(context.Background(), dlq.Filter{Dest: dest}, 0)
-	require.NoError(e.t, err)
+	require.NoError(t, err)
 	return ls
 }
 

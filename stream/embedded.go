@@ -3,6 +3,7 @@ package stream
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"path/filepath"
 	"time"
 
@@ -28,6 +29,16 @@ type EmbeddedConfig struct {
 	// MaxMemory caps JetStream's memory storage. Optional, default 256 MiB
 	// (relay stores on disk; without a cap the server reserves 75% of RAM).
 	MaxMemory int64
+	// Name is the server's name, unique in a cluster. Optional, default
+	// "relay-embedded".
+	Name string
+	// ClusterName, ClusterHost and ClusterPort make the server a node of a
+	// JetStream cluster; Routes are the other nodes' cluster URLs
+	// (nats://host:port). Optional: without ClusterName it runs alone.
+	ClusterName string
+	ClusterHost string
+	ClusterPort int
+	Routes      []string
 	// Logf, when set, receives the server's notices and errors.
 	Logf func(format string, args ...any)
 }
@@ -47,8 +58,11 @@ func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
 	if cfg.MaxMemory == 0 {
 		cfg.MaxMemory = 256 << 20
 	}
+	if cfg.Name == "" {
+		cfg.Name = "relay-embedded"
+	}
 	opts := &server.Options{
-		ServerName:         "relay-embedded",
+		ServerName:         cfg.Name,
 		Host:               cfg.Host,
 		Port:               cfg.Port,
 		JetStream:          true,
@@ -60,6 +74,19 @@ func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
 		Password:           cfg.Password,
 		Authorization:      cfg.Token,
 		MaxPayload:         4 << 20,
+	}
+	if cfg.ClusterName != "" {
+		if cfg.ClusterHost == "" {
+			cfg.ClusterHost = cfg.Host
+		}
+		opts.Cluster = server.ClusterOpts{Name: cfg.ClusterName, Host: cfg.ClusterHost, Port: cfg.ClusterPort}
+		for _, r := range cfg.Routes {
+			u, err := url.Parse(r)
+			if err != nil {
+				return nil, fmt.Errorf("embedded NATS: route %q: %w", r, err)
+			}
+			opts.Routes = append(opts.Routes, u)
+		}
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {

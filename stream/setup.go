@@ -114,6 +114,10 @@ func (cfg Config) DLQConfig() jetstream.StreamConfig {
 	}
 }
 
+// ErrIncompatible marks a stream that exists with settings relay cannot change
+// in place; retrying does not help.
+var ErrIncompatible = errors.New("incompatible stream")
+
 // Ensure creates the streams and buckets relay needs, or updates them when
 // their settings differ from cfg. It never deletes or recreates a stream: a
 // change JetStream cannot apply in place is returned as an error naming the
@@ -155,10 +159,10 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	}
 	have := s.CachedInfo().Config
 	if have.Storage != want.Storage {
-		return fmt.Errorf("stream %s uses %s storage, relay needs %s: JetStream cannot change this in place; move the data or delete the stream yourself", want.Name, have.Storage, want.Storage)
+		return fmt.Errorf("%w: stream %s uses %s storage, relay needs %s: JetStream cannot change this in place; move the data or delete the stream yourself", ErrIncompatible, want.Name, have.Storage, want.Storage)
 	}
 	if have.Retention != want.Retention {
-		return fmt.Errorf("stream %s has %s retention, relay needs %s: JetStream cannot change this in place", want.Name, have.Retention, want.Retention)
+		return fmt.Errorf("%w: stream %s has %s retention, relay needs %s: JetStream cannot change this in place", ErrIncompatible, want.Name, have.Retention, want.Retention)
 	}
 	if sameManaged(have, want) {
 		return nil

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"fmt"
 	"net"
 	"os"
@@ -31,6 +33,10 @@ hands the rest back to JetStream, and exits 0.`,
 			&cli.StringFlag{Name: "data-dir", EnvVars: []string{"RELAY_DATA_DIR"}, Value: "./relay-data", Usage: "embedded NATS: where JetStream stores events"},
 			&cli.StringFlag{Name: "listen", EnvVars: []string{"RELAY_LISTEN"}, Value: "127.0.0.1:4222", Usage: "embedded NATS: address to listen on (port 0 picks a free one)"},
 			&cli.BoolFlag{Name: "sync-always", EnvVars: []string{"RELAY_SYNC_ALWAYS"}, Usage: "embedded NATS: fsync every write (survives power loss; much slower)"},
+			&cli.StringFlag{Name: "server-name", EnvVars: []string{"RELAY_SERVER_NAME"}, Usage: "embedded NATS: server name, unique in a cluster (default relay-embedded)"},
+			&cli.StringFlag{Name: "cluster-name", EnvVars: []string{"RELAY_CLUSTER_NAME"}, Usage: "embedded NATS: join a JetStream cluster of this name"},
+			&cli.StringFlag{Name: "cluster-listen", EnvVars: []string{"RELAY_CLUSTER_LISTEN"}, Value: "127.0.0.1:6222", Usage: "embedded NATS: cluster address to listen on"},
+			&cli.StringSliceFlag{Name: "routes", EnvVars: []string{"RELAY_ROUTES"}, Usage: "embedded NATS: the other nodes' cluster URLs, nats://host:port (repeatable)"},
 			&cli.IntFlag{Name: "replicas", EnvVars: []string{"RELAY_REPLICAS"}, Value: 1, Usage: "replicas of relay's streams (3 in a NATS cluster)"},
 			&cli.DurationFlag{Name: "event-retention", EnvVars: []string{"RELAY_EVENT_RETENTION"}, Value: 7 * 24 * time.Hour, Usage: "how long events stay in the log, delivered or not (must exceed the longest delivery delay)"},
 			&cli.Int64Flag{Name: "event-max-bytes", EnvVars: []string{"RELAY_EVENT_MAX_BYTES"}, Value: -1, Usage: "cap of the event log in bytes (-1: none); when full, publishes are refused, undelivered events are never dropped"},
@@ -60,7 +66,8 @@ func runAction(c *cli.Context) error {
 		if err != nil {
 			return err
 		}
-		s, err := stream.StartEmbedded(stream.EmbeddedConfig{
+		ecfg := stream.EmbeddedConfig{
+			Name:       c.String("server-name"),
 			DataDir:    c.String("data-dir"),
 			Host:       host,
 			Port:       port,
@@ -71,7 +78,15 @@ func runAction(c *cli.Context) error {
 			Logf: func(format string, args ...any) {
 				log.Debug(fmt.Sprintf(format, args...))
 			},
-		})
+		}
+		if cn := c.String("cluster-name"); cn != "" {
+			ch, cp, err := splitListen(c.String("cluster-listen"))
+			if err != nil {
+				return err
+			}
+			ecfg.ClusterName, ecfg.ClusterHost, ecfg.ClusterPort, ecfg.Routes = cn, ch, cp, c.StringSlice("routes")
+		}
+		s, err := stream.StartEmbedded(ecfg)
 		if err != nil {
 			return err
 		}
@@ -91,9 +106,9 @@ func runAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	setupCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if err := stream.Ensure(setupCtx, js, stream.Config{
+	if err := ensureRetrying(setupCtx, log, js, stream.Config{
 		Replicas:        c.Int("replicas"),
 		EventRetention:  c.Duration("event-retention"),
 		EventMaxBytes:   c.Int64("event-max-bytes"),
@@ -139,6 +154,26 @@ func runAction(c *cli.Context) error {
 		log.Warn("flushing the NATS connection", "err", err)
 	}
 	return nil
+}
+
+// ensureRetrying sets up the streams, retrying while JetStream is not ready
+// (a cluster still electing its leaders answers with errors for a while).
+func ensureRetrying(ctx context.Context, log *slog.Logger, js jetstream.JetStream, cfg stream.Config) error {
+	for {
+		err := stream.Ensure(ctx, js, cfg)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, stream.ErrIncompatible) || cfg.WithDefaults().Validate() != nil {
+			return err
+		}
+		log.Warn("JetStream not ready; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 func splitListen(addr string) (string, int, error) {
