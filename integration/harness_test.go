@@ -48,7 +48,7 @@ func TestMain(m *testing.M) {
 
 // env is one test's world: an embedded NATS server with relay's streams.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	srv   *server.Server
 	url   string
 	nc    *nats.Conn
@@ -57,7 +57,7 @@ type env struct {
 	prod  *relay.Producer
 }
 
-func setup(t *testing.T) *env {
+func setup(t testing.TB) *env {
 	t.Helper()
 	s, err := stream.StartEmbedded(stream.EmbeddedConfig{DataDir: t.TempDir(), Port: -1})
 	require.NoError(t, err)
@@ -160,6 +160,16 @@ func (e *env) settled(dest string) bool {
 	return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.NumRedelivered == 0
 }
 
+// eventsStored is the number of messages in the events stream.
+func (e *env) eventsStored() uint64 {
+	e.t.Helper()
+	s, err := e.js.Stream(context.Background(), stream.EventsStream)
+	require.NoError(e.t, err)
+	info, err := s.Info(context.Background())
+	require.NoError(e.t, err)
+	return info.State.Msgs
+}
+
 // storedAt is when the events stream stored sequence seq.
 func (e *env) storedAt(seq uint64) time.Time {
 	e.t.Helper()
@@ -175,7 +185,7 @@ func (e *env) deadLetters(dest string) []dlq.Letter {
 	return deadLettersIn(e.t, e.js, dest)
 }
 
-func deadLettersIn(t *testing.T, js jetstream.JetStream, dest string) []dlq.Letter {
+func deadLettersIn(t testing.TB, js jetstream.JetStream, dest string) []dlq.Letter {
 	t.Helper()
 	st, err := dlq.Open(context.Background(), js)
 	require.NoError(t, err)
@@ -185,7 +195,7 @@ func deadLettersIn(t *testing.T, js jetstream.JetStream, dest string) []dlq.Lett
 }
 
 // eventually polls cond until it holds or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, cond func() bool, format string, args ...any) {
+func eventually(t testing.TB, timeout time.Duration, cond func() bool, format string, args ...any) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
@@ -216,7 +226,7 @@ type sink struct {
 	answer func(h hit, w http.ResponseWriter) int // returns the status written
 }
 
-func newSink(t *testing.T, answer func(h hit, w http.ResponseWriter) int) *sink {
+func newSink(t testing.TB, answer func(h hit, w http.ResponseWriter) int) *sink {
 	s := &sink{perID: map[string]int{}, answer: answer}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
@@ -286,13 +296,13 @@ type proc struct {
 }
 
 // startProc runs the relay binary with args and collects its stderr lines.
-func startProc(t *testing.T, args ...string) *proc {
+func startProc(t testing.TB, args ...string) *proc {
 	t.Helper()
 	return startProcEnv(t, nil, args...)
 }
 
 // startProcEnv is startProc with extra environment variables.
-func startProcEnv(t *testing.T, env []string, args ...string) *proc {
+func startProcEnv(t testing.TB, env []string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(relayBin, args...)
 	cmd.Env = append(os.Environ(), env...)
