@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -149,4 +150,65 @@ func TestOrderingAcrossReplicasUnderFailures(t *testing.T) {
 func TestOrderingSurvivesAKilledReplica(t *testing.T) {
 	t.Parallel()
 	runOrdering(t, true)
+}
+
+// The failure policies of an ordered key: block holds the key behind its
+// failing head (and shows it in stats); skip dead-letters the head after its
+// attempts and lets the key go on.
+func TestOrderedFailurePolicies(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []string{relay.OnFailureBlock, relay.OnFailureSkip} {
+		t.Run(policy, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t)
+			var broken atomic.Bool
+			broken.Store(true)
+			s := newSink(t, func(h hit, w http.ResponseWriter) int {
+				var ev orderEvent
+				_ = json.Unmarshal([]byte(h.Body), &ev)
+				if ev.N == 0 && broken.Load() {
+					w.WriteHeader(http.StatusServiceUnavailable)
+					return http.StatusServiceUnavailable
+				}
+				w.WriteHeader(http.StatusOK)
+				return http.StatusOK
+			})
+			e.addDest(relay.Destination{Name: "pol", URL: s.URL, Ordered: true, Partitions: 1, OnFailure: policy,
+				Retry: relay.RetryPolicy{Base: relay.Duration(20 * time.Millisecond), Max: relay.Duration(50 * time.Millisecond), NoJitter: true, MaxAttempts: 3}})
+			rec, _ := e.startRelay()
+			head := e.publish("pol", "k", `{"k":"k","n":0}`)
+			next := e.publish("pol", "k", `{"k":"k","n":1}`)
+
+			if policy == relay.OnFailureSkip {
+				eventually(t, 10*time.Second, func() bool { return s.delivered()[next.ID] == 1 }, "the key goes on")
+				ls := e.deadLetters("pol")
+				require.Len(t, ls, 1)
+				require.Equal(t, head.ID, ls[0].EventID)
+				require.Equal(t, 3, ls[0].Attempts)
+				return
+			}
+			// block: well past max attempts, the head is still being retried
+			// and the next event has not been sent.
+			eventually(t, 10*time.Second, func() bool {
+				return rec.count(func(o relay.Outcome) bool { return o.EventID == head.ID && o.Attempt > 6 }) > 0
+			}, "the head retried past its max attempts")
+			require.Zero(t, s.delivered()[next.ID], "nothing overtakes the head")
+			require.Empty(t, e.deadLetters("pol"))
+			stats, err := relay.Stats(context.Background(), e.js, nil)
+			require.NoError(t, err)
+			require.Equal(t, 1, stats[0].BlockedPartitions)
+			require.Equal(t, 1, stats[0].Partitions)
+
+			broken.Store(false)
+			eventually(t, 10*time.Second, func() bool { return s.delivered()[next.ID] == 1 }, "the key goes on once the head is delivered")
+			hits := s.all()
+			var order []string
+			for _, h := range hits {
+				if h.Status == http.StatusOK {
+					order = append(order, h.ID)
+				}
+			}
+			require.Equal(t, []string{head.ID, next.ID}, order)
+		})
+	}
 }
