@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/signal"
