@@ -236,3 +236,35 @@ func TestStatsShowBacklogParkedAndDeadLetters(t *testing.T) {
 	require.Zero(t, got["parked"].InFlight, "a parked event holds nothing in JetStream")
 	require.WithinDuration(t, time.Now().Add(time.Hour), got["parked"].OldestDue, 15*time.Minute)
 }
+
+// Events of ordered keys never leave JetStream: a parked head would be
+// acknowledged and the next event of its key would overtake it.
+func TestOrderedKeysAreNotParked(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	r := redistest.Start(t, redistest.Options{})
+	st, withRedis := e.withSchedule(r)
+	s := newSink(t, failing(2))
+	e.addDest(relay.Destination{Name: "ordpark", URL: s.URL, Ordered: true, Partitions: 1,
+		Retry: relay.RetryPolicy{Base: relay.Duration(600 * time.Millisecond), Max: relay.Duration(time.Second), NoJitter: true, MaxAttempts: 5}})
+	rec, _ := e.startRelay(withRedis) // parks waits of 500ms or more
+	head := e.publish("ordpark", "k", `{"n":0}`)
+	next := e.publish("ordpark", "k", `{"n":1}`)
+	unkeyed := e.publish("ordpark", "", `{"n":2}`)
+	eventually(t, 15*time.Second, func() bool {
+		d := s.delivered()
+		return d[head.ID] == 1 && d[next.ID] == 1 && d[unkeyed.ID] == 1
+	}, "all delivered")
+	require.Zero(t, rec.count(func(o relay.Outcome) bool { return o.Parked && o.EventID != unkeyed.ID }), "no keyed event was parked")
+	require.Positive(t, rec.count(func(o relay.Outcome) bool { return o.Parked && o.EventID == unkeyed.ID }), "the unkeyed event of the same destination was")
+	var order []string
+	for _, h := range s.all() {
+		if h.Status == http.StatusOK && h.ID != unkeyed.ID {
+			order = append(order, h.ID)
+		}
+	}
+	require.Equal(t, []string{head.ID, next.ID}, order)
+	ps, err := st.Stats(context.Background(), "ordpark")
+	require.NoError(t, err)
+	require.Zero(t, ps.Parked)
+}
