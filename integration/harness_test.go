@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -93,6 +94,10 @@ func (e *env) publish(dest, key string, body string) relay.Published {
 	return res
 }
 
+// loopback is where the tests' sinks listen: the address guard must let it
+// through.
+var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+
 // outcomes records every attempt an in-process relay made.
 type outcomes struct {
 	mu  sync.Mutex
@@ -124,6 +129,7 @@ func (e *env) startRelay(mods ...func(*relay.Config)) (*outcomes, func()) {
 	rec := &outcomes{}
 	cfg := relay.Config{
 		JS:         e.js,
+		HTTPClient: relay.NewHTTPClient(relay.HTTPOptions{Guard: relay.NetGuard{Allow: loopback}}),
 		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 		OnDelivery: rec.add,
 	}
@@ -305,7 +311,9 @@ func startProc(t testing.TB, args ...string) *proc {
 func startProcEnv(t testing.TB, env []string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(relayBin, args...)
-	cmd.Env = append(os.Environ(), env...)
+	// The tests' sinks listen on loopback, which the address guard refuses
+	// unless allowed.
+	cmd.Env = append(append(os.Environ(), "RELAY_ALLOW_NET=127.0.0.0/8"), env...)
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	cmd.Stdout = io.Discard

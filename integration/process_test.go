@@ -48,7 +48,7 @@ func TestKilledRelayLosesNothing(t *testing.T) {
 
 	p2 := startProc(t, "--nats-url", e.url, "run")
 	eventually(t, 30*time.Second, func() bool { return s.delivered()[res.ID] == 1 }, "the second relay delivers the event")
-	require.True(t, p2.logged("outcome=delivered"))
+	eventually(t, 10*time.Second, func() bool { return p2.logged("outcome=delivered") }, "the second relay logs the delivery")
 	require.Equal(t, 2, s.received(), "one interrupted attempt, one delivery")
 	for _, h := range s.all() {
 		require.Equal(t, res.ID, h.ID, "same webhook-id on the redelivery")

@@ -18,6 +18,8 @@ type Result struct {
 	// RetryAfter is the destination's Retry-After, when it sent a valid one.
 	RetryAfter    time.Duration
 	HasRetryAfter bool
+	// Blocked says the address guard refused the destination's address.
+	Blocked bool
 	// Snippet is the start of the response body, for the failure history.
 	Snippet string
 	// Duration is how long the attempt took.
@@ -55,6 +57,7 @@ const (
 	ReasonPermanentStatus    = "permanent_status"
 	ReasonRedirect           = "redirect"
 	ReasonUnknownDestination = "unknown_destination"
+	ReasonBlockedAddress     = "blocked_address"
 )
 
 // Decision is the outcome of an attempt.
@@ -84,6 +87,8 @@ func (r Result) Retryable() bool {
 // next. It is the one place where that is decided.
 func Decide(res Result, attempt int, p RetryPolicy, rnd *rand.Rand) Decision {
 	switch {
+	case res.Blocked:
+		return Decision{Action: DeadLetter, Reason: ReasonBlockedAddress}
 	case res.Status >= 200 && res.Status <= 299:
 		return Decision{Action: Ack}
 	case res.Status >= 300 && res.Status <= 399:

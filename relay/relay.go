@@ -32,7 +32,8 @@ type Config struct {
 	// Logger receives one line per attempt outcome. Optional, default
 	// slog.Default().
 	Logger *slog.Logger
-	// HTTPClient makes the deliveries. Optional, default NewHTTPClient().
+	// HTTPClient makes the deliveries. Optional, default
+	// NewHTTPClient(HTTPOptions{}): non-public addresses refused.
 	HTTPClient *http.Client
 	// ShutdownGrace is how long in-flight deliveries may take to finish once
 	// Run's context is cancelled; what is still running then is cancelled and
@@ -72,7 +73,7 @@ func (cfg Config) WithDefaults() Config {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = NewHTTPClient()
+		cfg.HTTPClient = NewHTTPClient(HTTPOptions{})
 	}
 	if cfg.ShutdownGrace == 0 {
 		cfg.ShutdownGrace = 10 * time.Second

@@ -46,6 +46,11 @@ hands the rest back to JetStream, and exits 0.`,
 			&cli.StringFlag{Name: "redis-mode", EnvVars: []string{"RELAY_REDIS_MODE"}, Value: "single", Usage: "single, cluster or sentinel (then --redis-url is read as go-redis's cluster or failover URL)"},
 			&cli.DurationFlag{Name: "park-threshold", EnvVars: []string{"RELAY_PARK_THRESHOLD"}, Value: time.Minute, Usage: "waits this long or longer are parked in Redis"},
 			&cli.DurationFlag{Name: "park-lease", EnvVars: []string{"RELAY_PARK_LEASE"}, Value: 30 * time.Second, Usage: "how long a promoter reserves the due events it claimed (must be below --duplicate-window)"},
+			&cli.StringSliceFlag{Name: "allow-net", EnvVars: []string{"RELAY_ALLOW_NET"}, Usage: "let deliveries reach this CIDR range although it is loopback, private or otherwise non-public (repeatable)"},
+			&cli.DurationFlag{Name: "connect-timeout", EnvVars: []string{"RELAY_CONNECT_TIMEOUT"}, Value: 10 * time.Second, Usage: "TCP connect timeout of a delivery"},
+			&cli.DurationFlag{Name: "tls-handshake-timeout", EnvVars: []string{"RELAY_TLS_HANDSHAKE_TIMEOUT"}, Value: 10 * time.Second, Usage: "TLS handshake timeout of a delivery"},
+			&cli.DurationFlag{Name: "response-header-timeout", EnvVars: []string{"RELAY_RESPONSE_HEADER_TIMEOUT"}, Usage: "wait for response headers (0: only the destination's total timeout)"},
+			&cli.BoolFlag{Name: "dangerously-skip-tls-verify", EnvVars: []string{"RELAY_DANGEROUSLY_SKIP_TLS_VERIFY"}, Usage: "do not verify destinations' TLS certificates (anyone on the path can read and forge deliveries)"},
 			&cli.DurationFlag{Name: "shutdown-grace", EnvVars: []string{"RELAY_SHUTDOWN_GRACE"}, Value: 10 * time.Second, Usage: "how long in-flight deliveries may finish after SIGTERM"},
 		},
 		Action: runAction,
@@ -117,7 +122,24 @@ func runAction(c *cli.Context) error {
 	}); err != nil {
 		return fmt.Errorf("set up streams: %w", err)
 	}
-	cfg := relay.Config{JS: js, Logger: log, ShutdownGrace: c.Duration("shutdown-grace"), ParkThreshold: c.Duration("park-threshold")}
+	allow, err := relay.ParseAllowNets(c.StringSlice("allow-net"))
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	if len(allow) > 0 {
+		log.Warn("deliveries may reach these non-public ranges", "allow_net", fmt.Sprint(allow))
+	}
+	if c.Bool("dangerously-skip-tls-verify") {
+		log.Warn("TLS certificates of destinations are NOT verified (--dangerously-skip-tls-verify)")
+	}
+	cfg := relay.Config{JS: js, Logger: log, ShutdownGrace: c.Duration("shutdown-grace"), ParkThreshold: c.Duration("park-threshold"),
+		HTTPClient: relay.NewHTTPClient(relay.HTTPOptions{
+			Guard:                 relay.NetGuard{Allow: allow},
+			ConnectTimeout:        c.Duration("connect-timeout"),
+			TLSHandshakeTimeout:   c.Duration("tls-handshake-timeout"),
+			ResponseHeaderTimeout: c.Duration("response-header-timeout"),
+			InsecureSkipVerify:    c.Bool("dangerously-skip-tls-verify"),
+		})}
 	var promoter *schedule.Promoter
 	if u := c.String("redis-url"); u != "" {
 		if c.Duration("park-lease") >= c.Duration("duplicate-window") {
