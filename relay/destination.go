@@ -26,6 +26,10 @@ type Destination struct {
 	// Secret signs deliveries (Standard Webhooks, "whsec_" + base64).
 	// Optional: without it deliveries are not signed.
 	Secret string `json:"secret,omitempty"`
+	// PrevSecret, until PrevSecretUntil, also signs deliveries: after a
+	// rotation, receivers that still have the old secret keep verifying.
+	PrevSecret      string    `json:"prev_secret,omitempty"`
+	PrevSecretUntil time.Time `json:"prev_secret_until,omitzero"`
 	// Headers are added to every request. Optional.
 	Headers map[string]string `json:"headers,omitempty"`
 	// Timeout bounds one attempt, connect to last body byte. Optional,
@@ -159,9 +163,14 @@ func (d Destination) Validate() error {
 	if err := ValidateURL(d.URL); err != nil {
 		return err
 	}
-	if d.Secret != "" {
-		if _, err := decodeSecret(d.Secret); err != nil {
-			return err
+	for _, sec := range []string{d.Secret, d.PrevSecret} {
+		if isSealed(sec) {
+			return ErrSealed
+		}
+		if sec != "" {
+			if _, err := decodeSecret(sec); err != nil {
+				return err
+			}
 		}
 	}
 	for k, v := range d.Headers {
@@ -199,6 +208,9 @@ func (d Destination) AckWait() time.Duration {
 func (d Destination) Redacted() Destination {
 	if d.Secret != "" {
 		d.Secret = "(set)"
+	}
+	if d.PrevSecret != "" {
+		d.PrevSecret = "(set)"
 	}
 	if len(d.Headers) > 0 {
 		h := make(map[string]string, len(d.Headers))
@@ -276,19 +288,71 @@ var ErrLayoutFixed = errors.New("cannot change the partition layout in place")
 var ErrExists = errors.New("destination already exists")
 
 // Store keeps destinations in a JetStream key-value bucket, so every replica
-// sees the same set.
+// sees the same set. With a secret key, signing secrets are stored encrypted.
 type Store struct {
-	js jetstream.JetStream
-	kv jetstream.KeyValue
+	js     jetstream.JetStream
+	kv     jetstream.KeyValue
+	sealer *sealer
+}
+
+// StoreOption configures a Store.
+type StoreOption func(*Store) error
+
+// WithSecretKey encrypts signing secrets at rest (AES-256-GCM with a key
+// derived from material, at least MinKeyLen bytes).
+func WithSecretKey(material []byte) StoreOption {
+	return func(s *Store) error {
+		if len(material) == 0 {
+			return nil
+		}
+		sl, err := newSealer(material)
+		s.sealer = sl
+		return err
+	}
 }
 
 // NewStore opens the destination bucket (stream.Ensure creates it).
-func NewStore(ctx context.Context, js jetstream.JetStream) (*Store, error) {
+func NewStore(ctx context.Context, js jetstream.JetStream, opts ...StoreOption) (*Store, error) {
 	kv, err := js.KeyValue(ctx, stream.DestBucket)
 	if err != nil {
 		return nil, fmt.Errorf("open destination bucket %s (has relay set up the streams? run 'relay run' once): %w", stream.DestBucket, err)
 	}
-	return &Store{js: js, kv: kv}, nil
+	s := &Store{js: js, kv: kv}
+	for _, o := range opts {
+		if err := o(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Encrypts reports whether the store encrypts secrets.
+func (s *Store) Encrypts() bool { return s.sealer != nil }
+
+// encode marshals d with its secrets sealed.
+func (s *Store) encode(d Destination) []byte {
+	d.Secret = s.sealer.seal(d.Secret, d.Name)
+	d.PrevSecret = s.sealer.seal(d.PrevSecret, d.Name)
+	b, _ := json.Marshal(d)
+	return b
+}
+
+// decode unmarshals a stored destination and opens its secrets. A secret it
+// cannot open stays sealed (Validate then reports ErrSealed); open is false.
+func (s *Store) decode(name string, b []byte) (d Destination, open bool, err error) {
+	if err := json.Unmarshal(b, &d); err != nil {
+		return Destination{}, false, fmt.Errorf("destination %s is stored corrupt: %w", name, err)
+	}
+	open = true
+	for _, p := range []*string{&d.Secret, &d.PrevSecret} {
+		v, err := s.sealer.open(*p, name)
+		if err != nil {
+			open = false
+			continue
+		}
+		*p = v
+	}
+	return d, open, nil
 }
 
 // Add creates d. It fails with ErrExists when the name is taken.
@@ -308,8 +372,7 @@ func (s *Store) Add(ctx context.Context, d Destination) (Destination, error) {
 	d.StartSeq = info.State.LastSeq + 1
 	d.Created = time.Now().UTC()
 	d.Updated = d.Created
-	b, _ := json.Marshal(d)
-	if _, err := s.kv.Create(ctx, d.Name, b); err != nil {
+	if _, err := s.kv.Create(ctx, d.Name, s.encode(d)); err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return Destination{}, fmt.Errorf("%w: %s (use 'relay dest update')", ErrExists, d.Name)
 		}
@@ -329,9 +392,9 @@ func (s *Store) Update(ctx context.Context, name string, fn func(*Destination) e
 		if err != nil {
 			return Destination{}, err
 		}
-		var d Destination
-		if err := json.Unmarshal(e.Value(), &d); err != nil {
-			return Destination{}, fmt.Errorf("destination %s is stored corrupt: %w", name, err)
+		d, _, err := s.decode(name, e.Value())
+		if err != nil {
+			return Destination{}, err
 		}
 		before := d.WithDefaults()
 		if err := fn(&d); err != nil {
@@ -346,8 +409,7 @@ func (s *Store) Update(ctx context.Context, name string, fn func(*Destination) e
 			return Destination{}, err
 		}
 		d.Updated = time.Now().UTC()
-		b, _ := json.Marshal(d)
-		if _, err := s.kv.Update(ctx, name, b, e.Revision()); err != nil {
+		if _, err := s.kv.Update(ctx, name, s.encode(d), e.Revision()); err != nil {
 			if errors.Is(err, jetstream.ErrKeyExists) {
 				continue // changed under us: read again
 			}
@@ -367,11 +429,8 @@ func (s *Store) Get(ctx context.Context, name string) (Destination, error) {
 	if err != nil {
 		return Destination{}, err
 	}
-	var d Destination
-	if err := json.Unmarshal(e.Value(), &d); err != nil {
-		return Destination{}, fmt.Errorf("destination %s is stored corrupt: %w", name, err)
-	}
-	return d, nil
+	d, _, err := s.decode(name, e.Value())
+	return d, err
 }
 
 // List returns all destinations, sorted by name.

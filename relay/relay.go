@@ -44,6 +44,9 @@ type Config struct {
 	MaxAckPending int
 	// Now is the clock. Optional, default time.Now.
 	Now func() time.Time
+	// SecretKey decrypts (and encrypts) destination secrets at rest.
+	// Optional: without it secrets are stored as they are.
+	SecretKey []byte
 	// Schedule parks long waits in Redis. Optional: without it every wait is
 	// a delayed nak in JetStream.
 	Schedule *schedule.Store
@@ -128,7 +131,7 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	st, err := NewStore(ctx, cfg.JS)
+	st, err := NewStore(ctx, cfg.JS, WithSecretKey(cfg.SecretKey))
 	if err != nil {
 		return nil, err
 	}
@@ -217,9 +220,16 @@ func (r *Relay) apply(e jetstream.KeyValueEntry) {
 		delete(r.dests.dests, e.Key())
 		return
 	}
-	var d Destination
-	if err := json.Unmarshal(e.Value(), &d); err != nil {
+	d, open, err := r.store.decode(e.Key(), e.Value())
+	if err != nil {
 		r.log.Error("destination stored corrupt; ignoring it", "dest", e.Key(), "err", err)
+		delete(r.dests.dests, e.Key())
+		return
+	}
+	if !open {
+		// Its events wait in JetStream until relay runs with the right key.
+		r.log.Error("cannot use destination: "+ErrSealed.Error(), "dest", e.Key())
+		delete(r.dests.dests, e.Key())
 		return
 	}
 	r.dests.dests[e.Key()] = d.WithDefaults()

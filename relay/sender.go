@@ -120,6 +120,14 @@ func (s *Sender) Send(ctx context.Context, d Destination, ev Delivery) Result {
 		if err != nil {
 			return Result{Err: err}
 		}
+		if d.PrevSecret != "" && now.Before(d.PrevSecretUntil) {
+			// During a rotation's overlap both secrets sign, space-separated.
+			prev, err := Sign(d.PrevSecret, ev.ID, ts, ev.Body)
+			if err != nil {
+				return Result{Err: err}
+			}
+			sig += " " + prev
+		}
 		req.Header.Set("webhook-signature", sig)
 	}
 	resp, err := s.Client.Do(req)

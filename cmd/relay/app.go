@@ -76,6 +76,8 @@ func App(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			&cli.StringFlag{Name: "tls-ca", EnvVars: []string{"RELAY_TLS_CA"}, Usage: "CA bundle to verify the NATS server", TakesFile: true},
 			&cli.StringFlag{Name: "tls-cert", EnvVars: []string{"RELAY_TLS_CERT"}, Usage: "client certificate for NATS", TakesFile: true},
 			&cli.StringFlag{Name: "tls-key", EnvVars: []string{"RELAY_TLS_KEY"}, Usage: "client key for NATS", TakesFile: true},
+			&cli.StringFlag{Name: "secret-key", EnvVars: []string{"RELAY_SECRET_KEY"}, Usage: "key that encrypts destination secrets at rest (at least 16 random bytes; prefer the environment variable or --secret-key-file)"},
+			&cli.StringFlag{Name: "secret-key-file", EnvVars: []string{"RELAY_SECRET_KEY_FILE"}, Usage: "file holding the key that encrypts destination secrets at rest", TakesFile: true},
 			&cli.StringFlag{Name: "log-level", EnvVars: []string{"RELAY_LOG_LEVEL"}, Value: "info", Usage: "debug, info, warn or error"},
 			&cli.StringFlag{Name: "log-format", EnvVars: []string{"RELAY_LOG_FORMAT"}, Value: "text", Usage: "text or json"},
 		},
@@ -205,6 +207,41 @@ func cmdContext(c *cli.Context, limit time.Duration) (context.Context, context.C
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	return ctx, func() { cancel(); stop() }
+}
+
+// secretKey returns the key material that encrypts destination secrets, or
+// nil when none was given.
+func secretKey(c *cli.Context) ([]byte, error) {
+	k, f := c.String("secret-key"), c.String("secret-key-file")
+	if k != "" && f != "" {
+		return nil, usagef("give the secret key once: --secret-key (RELAY_SECRET_KEY) or --secret-key-file")
+	}
+	if f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("--secret-key-file: %w", err)
+		}
+		k = strings.TrimSpace(string(b))
+		if k == "" {
+			return nil, fmt.Errorf("--secret-key-file %s is empty", f)
+		}
+	}
+	if k == "" {
+		return nil, nil
+	}
+	if len(k) < relay.MinKeyLen {
+		return nil, usagef("the secret key is %d bytes; use at least %d random bytes (openssl rand -base64 32)", len(k), relay.MinKeyLen)
+	}
+	return []byte(k), nil
+}
+
+// destStore opens the destination store with the secret key, if any.
+func destStore(c *cli.Context, ctx context.Context, js jetstream.JetStream) (*relay.Store, error) {
+	key, err := secretKey(c)
+	if err != nil {
+		return nil, err
+	}
+	return relay.NewStore(ctx, js, relay.WithSecretKey(key))
 }
 
 // parseKV reads "K=V" arguments.

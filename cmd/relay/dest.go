@@ -119,7 +119,7 @@ func destCommand() *cli.Command {
 						return err
 					}
 					defer nc.Close()
-					st, err := relay.NewStore(ctx, js)
+					st, err := destStore(c, ctx, js)
 					if err != nil {
 						return err
 					}
@@ -151,7 +151,7 @@ func destCommand() *cli.Command {
 						return err
 					}
 					defer nc.Close()
-					st, err := relay.NewStore(ctx, js)
+					st, err := destStore(c, ctx, js)
 					if err != nil {
 						return err
 					}
@@ -160,6 +160,64 @@ func destCommand() *cli.Command {
 						return err
 					}
 					fmt.Fprintf(c.App.Writer, "updated destination %s -> %s\n", d.Name, d.URL)
+					return nil
+				},
+			},
+			{
+				Name:      "rotate-secret",
+				Usage:     "give a destination a new signing secret; during --overlap both sign",
+				ArgsUsage: "NAME",
+				Description: `Generates a new secret (or takes --secret) and prints it once. During the
+overlap every delivery carries two signatures, one per secret, space-separated
+as Standard Webhooks allows, so receivers can switch to the new secret without
+losing a delivery. After the overlap only the new secret signs.`,
+				Flags: []cli.Flag{
+					&cli.DurationFlag{Name: "overlap", Value: 24 * time.Hour, Usage: "how long the old secret keeps signing too (0: stop at once)"},
+					&cli.StringFlag{Name: "secret", Usage: "the new secret (whsec_<base64>); default: generate one"},
+				},
+				Action: func(c *cli.Context) error {
+					name, err := oneArg(c, "NAME")
+					if err != nil {
+						return err
+					}
+					if c.Duration("overlap") < 0 {
+						return usagef("--overlap must not be negative")
+					}
+					next := c.String("secret")
+					generated := next == ""
+					if generated {
+						next = relay.GenerateSecret()
+					}
+					ctx, cancel := cmdContext(c, 30*time.Second)
+					defer cancel()
+					nc, js, err := connect(c)
+					if err != nil {
+						return err
+					}
+					defer nc.Close()
+					st, err := destStore(c, ctx, js)
+					if err != nil {
+						return err
+					}
+					d, err := st.Update(ctx, name, func(d *relay.Destination) error {
+						d.PrevSecret, d.PrevSecretUntil = "", time.Time{}
+						if ov := c.Duration("overlap"); ov > 0 && d.Secret != "" {
+							d.PrevSecret, d.PrevSecretUntil = d.Secret, time.Now().Add(ov).UTC()
+						}
+						d.Secret = next
+						return nil
+					})
+					if err != nil {
+						return err
+					}
+					if d.PrevSecret != "" {
+						fmt.Fprintf(c.App.Writer, "rotated the secret of %s; the old one also signs until %s\n", name, d.PrevSecretUntil.Format(time.RFC3339))
+					} else {
+						fmt.Fprintf(c.App.Writer, "rotated the secret of %s; the old one no longer signs\n", name)
+					}
+					if generated {
+						fmt.Fprintf(c.App.Writer, "new signing secret (shown once): %s\n", next)
+					}
 					return nil
 				},
 			},
@@ -175,7 +233,7 @@ func destCommand() *cli.Command {
 						return err
 					}
 					defer nc.Close()
-					st, err := relay.NewStore(ctx, js)
+					st, err := destStore(c, ctx, js)
 					if err != nil {
 						return err
 					}
@@ -223,7 +281,7 @@ func destCommand() *cli.Command {
 						return err
 					}
 					defer nc.Close()
-					st, err := relay.NewStore(ctx, js)
+					st, err := destStore(c, ctx, js)
 					if err != nil {
 						return err
 					}

@@ -16,7 +16,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/relaydev/relay/dlq"
-	"github.com/relaydev/relay/relay"
 )
 
 func dlqCommand() *cli.Command {
@@ -146,7 +145,7 @@ within the duplicate window.`,
 					}
 					to := c.String("to-dest")
 					if to != "" {
-						ds, err := relay.NewStore(ctx, js)
+						ds, err := destStore(c, ctx, js)
 						if err != nil {
 							return err
 						}

@@ -122,6 +122,13 @@ func runAction(c *cli.Context) error {
 	}); err != nil {
 		return fmt.Errorf("set up streams: %w", err)
 	}
+	key, err := secretKey(c)
+	if err != nil {
+		return err
+	}
+	if key == nil {
+		log.Warn("destination secrets are stored unencrypted in JetStream: set RELAY_SECRET_KEY or --secret-key-file to encrypt them")
+	}
 	allow, err := relay.ParseAllowNets(c.StringSlice("allow-net"))
 	if err != nil {
 		return usageError{err.Error()}
@@ -132,7 +139,7 @@ func runAction(c *cli.Context) error {
 	if c.Bool("dangerously-skip-tls-verify") {
 		log.Warn("TLS certificates of destinations are NOT verified (--dangerously-skip-tls-verify)")
 	}
-	cfg := relay.Config{JS: js, Logger: log, ShutdownGrace: c.Duration("shutdown-grace"), ParkThreshold: c.Duration("park-threshold"),
+	cfg := relay.Config{JS: js, Logger: log, SecretKey: key, ShutdownGrace: c.Duration("shutdown-grace"), ParkThreshold: c.Duration("park-threshold"),
 		HTTPClient: relay.NewHTTPClient(relay.HTTPOptions{
 			Guard:                 relay.NetGuard{Allow: allow},
 			ConnectTimeout:        c.Duration("connect-timeout"),
