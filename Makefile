@@ -33,6 +33,17 @@ test: deps ## Run every test with the race detector (what CI runs)
 test-race: deps ## Run the suite 3 times with the race detector, to shake out flaky timing
 	$(GO) test -race -count=3 -timeout 45m ./...
 
+FUZZTIME ?= 10s
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME (default 10s; CI runs a short seeded pass)
+	@for pkg in ./relay ./stream ./dlq; do \
+		for f in $$($(GO) test $$pkg -list '^Fuzz' | grep '^Fuzz'); do \
+			echo "fuzz $$pkg $$f ($(FUZZTIME))"; \
+			$(GO) test $$pkg -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || exit 1; \
+		done; \
+	done
+
 .PHONY: lint
 lint: ## gofmt, go vet and staticcheck
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

@@ -47,8 +47,9 @@ var ErrUnknownDestination = errors.New("unknown destination")
 
 // Producer publishes events, checking first that their destination exists.
 type Producer struct {
-	js    jetstream.JetStream
-	store *Store
+	js      jetstream.JetStream
+	store   *Store
+	maxSize int64 // the events stream's largest message (0: unknown)
 
 	mu    sync.Mutex
 	known map[string]time.Time // destination -> when it was last seen to exist
@@ -60,7 +61,11 @@ func NewProducer(ctx context.Context, js jetstream.JetStream) (*Producer, error)
 	if err != nil {
 		return nil, err
 	}
-	return &Producer{js: js, store: st, known: map[string]time.Time{}}, nil
+	p := &Producer{js: js, store: st, known: map[string]time.Time{}}
+	if s, err := js.Stream(ctx, stream.EventsStream); err == nil {
+		p.maxSize = int64(s.CachedInfo().Config.MaxMsgSize)
+	}
+	return p, nil
 }
 
 // knownFor is how long a producer trusts that a destination exists.
@@ -95,8 +100,17 @@ func (p *Producer) Publish(ctx context.Context, ev Event) (Published, error) {
 	if ev.Key != "" {
 		m.Header.Set(stream.HdrKey, ev.Key)
 	}
-	if max := p.js.Conn().MaxPayload(); int64(len(m.Data)) > max {
-		return Published{}, fmt.Errorf("event body is %d bytes; the NATS server accepts at most %d", len(m.Data), max)
+	size := int64(len(m.Data) + len(m.Subject))
+	for k, vs := range m.Header {
+		for _, v := range vs {
+			size += int64(len(k) + len(v) + 4)
+		}
+	}
+	if p.maxSize > 0 && size > p.maxSize {
+		return Published{}, fmt.Errorf("event is %d bytes with its headers; the events stream accepts at most %d (relay run --max-event-size); nothing was published", size, p.maxSize)
+	}
+	if max := p.js.Conn().MaxPayload(); size > max {
+		return Published{}, fmt.Errorf("event is %d bytes with its headers; the NATS server accepts at most %d (its max_payload); nothing was published", size, max)
 	}
 	ack, err := p.js.PublishMsg(ctx, m)
 	if err != nil {

@@ -243,3 +243,27 @@ func TestInterspersedFlags(t *testing.T) {
 	got = interspersed(app, []string{"relay", "publish", "--dest", "d", "-"})
 	require.Equal(t, []string{"relay", "publish", "--dest", "d", "--", "-"}, got)
 }
+
+func TestPublishRejectsOversizedEvents(t *testing.T) {
+	b := setup(t)
+	code, _, errs := b.cli(t, "", "dest", "add", "big", "--url", "https://example.test/hook")
+	require.Equal(t, 0, code, errs)
+	before := b.lastSeq(t)
+	code, _, errs = b.cli(t, strings.Repeat("x", 1<<20), "publish", "--dest", "big", "-")
+	require.Equal(t, 1, code)
+	require.Contains(t, errs, "the events stream accepts at most 1048576")
+	require.Contains(t, errs, "nothing was published")
+	require.Equal(t, before, b.lastSeq(t))
+
+	// Empty and non-UTF-8 bodies are events like any other.
+	code, _, errs = b.cli(t, "", "publish", "--dest", "big", "-")
+	require.Equal(t, 0, code, errs)
+	code, _, errs = b.cli(t, "\xff\xfe\x00binary", "publish", "--dest", "big", "-")
+	require.Equal(t, 0, code, errs)
+	require.Equal(t, before+2, b.lastSeq(t))
+
+	// CR/LF in a header value is refused.
+	code, _, errs = b.cli(t, "", "publish", "--dest", "big", "--data", "{}", "-H", "X-A=1\r\nX-Injected: 2")
+	require.Equal(t, 1, code)
+	require.Contains(t, errs, "control characters")
+}
