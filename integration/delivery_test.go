@@ -142,7 +142,7 @@ func TestAlways500IsDeadLetteredWithItsHistory(t *testing.T) {
 
 func TestPermanentStatusIsDeadLetteredAfterOneAttempt(t *testing.T) {
 	t.Parallel()
-	for _, status := range []int{404, 400, 410, 302} {
+	for _, status := range []int{404, 400, 410, 302} { // 410 with on-gone dead-letter
 		t.Run(fmt.Sprint(status), func(t *testing.T) {
 			t.Parallel()
 			e := setup(t)
@@ -153,7 +153,7 @@ func TestPermanentStatusIsDeadLetteredAfterOneAttempt(t *testing.T) {
 				w.WriteHeader(status)
 				return status
 			})
-			e.addDest(relay.Destination{Name: "perm", URL: s.URL, Retry: fast(5)})
+			e.addDest(relay.Destination{Name: "perm", URL: s.URL, Retry: fast(5), OnGone: relay.OnGoneDeadLetter})
 			e.startRelay()
 			e.publish("perm", "", `{}`)
 			eventually(t, 10*time.Second, func() bool { return len(e.deadLetters("perm")) == 1 && e.settled("perm") }, "one dead letter")

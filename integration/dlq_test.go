@@ -14,7 +14,7 @@ import (
 )
 
 // deadLetterMany dead-letters n events of dest by sending them to a
-// destination that answers 410, and returns their ids.
+// destination that answers 404, and returns their ids.
 func deadLetterMany(t *testing.T, e *env, dest string, n int, gone *atomic.Bool) map[string]bool {
 	t.Helper()
 	ids := map[string]bool{}
@@ -26,14 +26,14 @@ func deadLetterMany(t *testing.T, e *env, dest string, n int, gone *atomic.Bool)
 	return ids
 }
 
-// fixable is a sink that answers 410 until fixed.
+// fixable is a sink that answers 404 until fixed.
 func fixable(t *testing.T) (*sink, *atomic.Bool) {
 	var gone atomic.Bool
 	gone.Store(true)
 	s := newSink(t, func(h hit, w http.ResponseWriter) int {
 		if gone.Load() {
-			w.WriteHeader(http.StatusGone)
-			return http.StatusGone
+			w.WriteHeader(http.StatusNotFound)
+			return http.StatusNotFound
 		}
 		w.WriteHeader(http.StatusOK)
 		return http.StatusOK

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -294,6 +295,7 @@ func (s *sink) delivered() map[string]int {
 
 // proc is a relay binary running as a process.
 type proc struct {
+	out    bytes.Buffer // stdout
 	cmd    *exec.Cmd
 	mu     sync.Mutex
 	lines  []string
@@ -313,12 +315,13 @@ func startProcEnv(t testing.TB, env []string, args ...string) *proc {
 	cmd := exec.Command(relayBin, args...)
 	// The tests' sinks listen on loopback, which the address guard refuses
 	// unless allowed.
-	cmd.Env = append(append(os.Environ(), "RELAY_ALLOW_NET=127.0.0.0/8"), env...)
+	// Several relays run at once: each serves its metrics on a free port.
+	cmd.Env = append(append(os.Environ(), "RELAY_ALLOW_NET=127.0.0.0/8", "RELAY_METRICS_ADDR=127.0.0.1:0"), env...)
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
-	cmd.Stdout = io.Discard
-	require.NoError(t, cmd.Start())
 	p := &proc{cmd: cmd, exited: make(chan struct{})}
+	cmd.Stdout = &p.out
+	require.NoError(t, cmd.Start())
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
@@ -352,6 +355,13 @@ func (p *proc) logged(substr string) bool {
 		}
 	}
 	return false
+}
+
+// stdout is what the process printed on standard output; read it after it
+// exited.
+func (p *proc) stdout() string {
+	<-p.exited
+	return p.out.String()
 }
 
 func (p *proc) output() string {

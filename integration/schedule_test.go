@@ -105,7 +105,7 @@ func TestParkedEventsSurviveARedisRestart(t *testing.T) {
 	r := redistest.Start(t, redistest.Options{AppendOnly: true})
 	st, withRedis := e.withSchedule(r)
 	s := newSink(t, failing(1))
-	e.addDest(relay.Destination{Name: "aof", URL: s.URL, Retry: relay.RetryPolicy{
+	e.addDest(relay.Destination{Name: "aof", URL: s.URL, BreakerThreshold: -1, Retry: relay.RetryPolicy{
 		Base: relay.Duration(3 * time.Second), Max: relay.Duration(10 * time.Second), NoJitter: true, MaxAttempts: 5}})
 	e.startRelay(withRedis)
 	const n = 50
@@ -206,7 +206,7 @@ func TestStatsShowBacklogParkedAndDeadLetters(t *testing.T) {
 	e := setup(t)
 	r := redistest.Start(t, redistest.Options{})
 	st, withRedis := e.withSchedule(r)
-	bad := newSink(t, func(h hit, w http.ResponseWriter) int { w.WriteHeader(http.StatusGone); return http.StatusGone })
+	bad := newSink(t, func(h hit, w http.ResponseWriter) int { w.WriteHeader(http.StatusNotFound); return http.StatusNotFound })
 	slow := newSink(t, failing(1))
 	ok := newSink(t, nil)
 	e.addDest(relay.Destination{Name: "dead", URL: bad.URL})

@@ -54,6 +54,29 @@ type Destination struct {
 	// the key never overtake it; "skip" dead-letters the head after
 	// MaxAttempts and lets the key continue.
 	OnFailure string `json:"on_failure,omitempty"`
+	// RateLimit caps requests per second to the destination across all
+	// relay replicas (each takes an equal share). Optional, 0: no limit.
+	RateLimit float64 `json:"rate_limit,omitempty"`
+	// BreakerThreshold opens the circuit after this many consecutive failed
+	// attempts in one replica: the destination is paused as a whole instead
+	// of every event burning its attempts. Optional, default 20; -1: never.
+	BreakerThreshold int `json:"breaker_threshold,omitempty"`
+	// BreakerPause is the first pause when the circuit opens; it doubles
+	// while the probe after each pause fails, up to Retry.Max. Optional,
+	// default 30s.
+	BreakerPause Duration `json:"breaker_pause,omitempty"`
+	// OnGone is what a 410 Gone does: "disable" (default: pause the
+	// destination until an operator resumes it; the event is kept) or
+	// "dead-letter" (like any other 4xx).
+	OnGone string `json:"on_gone,omitempty"`
+	// PausedUntil pauses deliveries while it is in the future; PauseReason
+	// says why: operator, circuit_open, retry_after or gone. Set by
+	// 'relay dest pause', the circuit breaker, Retry-After and 410 Gone.
+	PausedUntil time.Time `json:"paused_until,omitzero"`
+	PauseReason string    `json:"pause_reason,omitempty"`
+	// BreakerTrips counts the circuit's consecutive openings (the pause
+	// doubles with each); a successful probe resets it.
+	BreakerTrips int `json:"breaker_trips,omitempty"`
 	// StartSeq is the first event-stream sequence that belongs to this
 	// destination: events published for its name before it existed are dead
 	// letters (unknown_destination). Set by the store.
@@ -69,7 +92,45 @@ const (
 	DefaultConcurrency = 16
 	MaxConcurrency     = 1024
 	DefaultPartitions  = 8
+
+	DefaultBreakerThreshold = 20
+	DefaultBreakerPause     = 30 * time.Second
 )
+
+// What a 410 Gone does.
+const (
+	OnGoneDisable    = "disable"
+	OnGoneDeadLetter = "dead-letter"
+)
+
+// Why a destination is paused, and its states in 'relay stats'.
+const (
+	PauseOperator    = "operator"
+	PauseCircuitOpen = "circuit_open"
+	PauseRetryAfter  = "retry_after"
+	PauseGone        = "gone"
+
+	StateActive  = "active"
+	StateProbing = "probing" // the circuit's pause ended; one probe decides
+)
+
+// Forever is the pause of a disabled destination or an operator pause with
+// no end: until it is resumed.
+var Forever = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// State is what 'relay stats' shows: active, probing, or the pause reason.
+func (d Destination) State(now time.Time) string {
+	switch {
+	case now.Before(d.PausedUntil):
+		if d.PauseReason == "" {
+			return PauseOperator
+		}
+		return d.PauseReason
+	case d.PauseReason == PauseCircuitOpen:
+		return StateProbing
+	}
+	return StateActive
+}
 
 // Failure policies of ordered destinations.
 const (
@@ -84,6 +145,15 @@ func (d Destination) WithDefaults() Destination {
 	}
 	if d.Concurrency == 0 {
 		d.Concurrency = DefaultConcurrency
+	}
+	if d.BreakerThreshold == 0 {
+		d.BreakerThreshold = DefaultBreakerThreshold
+	}
+	if d.BreakerPause == 0 {
+		d.BreakerPause = Duration(DefaultBreakerPause)
+	}
+	if d.OnGone == "" {
+		d.OnGone = OnGoneDisable
 	}
 	if d.Ordered && d.Partitions == 0 {
 		d.Partitions = DefaultPartitions
@@ -186,6 +256,18 @@ func (d Destination) Validate() error {
 	}
 	if !d.Ordered && (d.Partitions != 0 || d.OnFailure != "") {
 		return errors.New("partitions and on-failure apply to ordered destinations only (add --ordered)")
+	}
+	if d.RateLimit < 0 || d.RateLimit > 1e6 {
+		return fmt.Errorf("rate limit %g must be between 0 (none) and 1000000 per second", d.RateLimit)
+	}
+	if d.BreakerThreshold < -1 || d.BreakerThreshold > 1_000_000 {
+		return fmt.Errorf("breaker threshold %d must be -1 (never) or a count of consecutive failures", d.BreakerThreshold)
+	}
+	if d.BreakerPause < Duration(time.Second) {
+		return fmt.Errorf("breaker pause %s must be at least 1s", time.Duration(d.BreakerPause))
+	}
+	if d.OnGone != OnGoneDisable && d.OnGone != OnGoneDeadLetter {
+		return fmt.Errorf("on-gone %q: use %q or %q", d.OnGone, OnGoneDisable, OnGoneDeadLetter)
 	}
 	if d.Ordered && (d.Partitions < 1 || d.Partitions > stream.Buckets) {
 		return fmt.Errorf("partitions %d must be between 1 and %d", d.Partitions, stream.Buckets)

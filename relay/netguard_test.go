@@ -21,98 +21,98 @@ func TestNetGuardPermitsTable(t *testing.T) {
 		"127.0.0.1",
 		"127.5.5.5",
 		"::1",
-		"::ffff:127.0.0.1",        // IPv4-mapped loopback
-		"::ffff:169.254.169.254",  // IPv4-mapped metadata
-		"169.254.169.254",         // cloud metadata
-		"10.1.2.3",                // RFC 1918
-		"172.16.0.1",              // RFC 1918, first
-		"172.31.255.255",          // RFC 1918, last
-		"192.168.1.1",             // RFC 1918
-		"100.64.0.1",              // CGNAT
-		"0.0.0.0",                 // unspecified
-		"::",                      // unspecified
-		"224.0.0.1",               // multicast
-		"255.255.255.255",         // broadcast
-		"240.0.0.1",               // reserved
-		"fe80::1",                 // link-local
-		"fe80::1%eth0",            // link-local with a zone
-		"fc00::1",                 // ULA
-		"fd12::1",                 // ULA
-		"ff02::1",                 // multicast
-		"2001:db8::1",             // documentation
-		"64:ff9b::7f00:1",         // NAT64 of 127.0.0.1
-		"2002:7f00:1::",           // 6to4 of 127.0.0.1
-		"::7f00:1",                // IPv4-compatible 127.0.0.1
-		"198.18.0.1",              // benchmarking
-		"192.0.2.1",               // TEST-NET-1
-		"::ffff:10.0.0.1",         // IPv4-mapped private
-		"::ffff:0.0.0.0",          // IPv4-mapped unspecified
-		"64:ff9b::a9fe:a9fe",      // NAT64 of 169.254.169.254
-		"2001:0:4136:e378::1",     // Teredo
-		"fec0::1",                 // site-local
-		"100::1",                  // discard
-		"192.88.99.1",             // 6to4 relay anycast
-		"203.0.113.7",             // TEST-NET-3
-		"198.51.100.7",            // TEST-NET-2
-		"fe80::1%25en0",           // zone that looks escaped
-		"ff02::1%eth0",            // multicast with a zone
-		"::ffff:255.255.255.255",  // IPv4-mapped broadcast
-		"::ffff:224.0.0.251",      // IPv4-mapped multicast (mDNS)
-		"::ffff:100.127.255.255",  // IPv4-mapped CGNAT, last
-		"::ffff:172.16.254.254",   // IPv4-mapped RFC 1918
-		"::ffff:192.168.255.255",  // IPv4-mapped RFC 1918, last
-		"::ffff:198.19.255.255",   // IPv4-mapped benchmarking, last
-		"::ffff:127.255.255.255",  // IPv4-mapped loopback, last
-		"::ffff:169.254.0.0",      // IPv4-mapped link-local, first
-		"::ffff:0.255.255.255",    // IPv4-mapped "this network", last
-		"::ffff:240.0.0.0",        // IPv4-mapped reserved, first
-		"::ffff:10.255.255.255",   // IPv4-mapped RFC 1918, last
-		"::ffff:192.0.0.1",        // IPv4-mapped IETF assignments
-		"::ffff:192.0.2.255",      // IPv4-mapped TEST-NET-1, last
-		"::ffff:203.0.113.255",    // IPv4-mapped TEST-NET-3, last
-		"::ffff:198.51.100.255",   // IPv4-mapped TEST-NET-2, last
-		"::ffff:192.88.99.255",    // IPv4-mapped 6to4 relay, last
-		"::ffff:239.255.255.255",  // IPv4-mapped multicast, last
-		"::ffff:100.64.0.0",       // IPv4-mapped CGNAT, first
-		"::ffff:172.31.0.0",       // IPv4-mapped RFC 1918
-		"::ffff:192.168.0.0",      // IPv4-mapped RFC 1918, first
-		"::ffff:198.18.0.0",       // IPv4-mapped benchmarking, first
-		"::ffff:127.0.0.0",        // IPv4-mapped loopback, first
-		"::ffff:169.254.255.255",  // IPv4-mapped link-local, last
-		"::ffff:10.0.0.0",         // IPv4-mapped RFC 1918, first
-		"::ffff:0.0.0.1",          // IPv4-mapped "this network"
-		"::ffff:224.0.0.0",        // IPv4-mapped multicast, first
-		"::ffff:192.0.0.255",      // IPv4-mapped IETF assignments, last
-		"::ffff:192.0.2.0",        // IPv4-mapped TEST-NET-1, first
-		"::ffff:203.0.113.0",      // IPv4-mapped TEST-NET-3, first
-		"::ffff:198.51.100.0",     // IPv4-mapped TEST-NET-2, first
-		"::ffff:192.88.99.0",      // IPv4-mapped 6to4 relay, first
-		"::ffff:172.16.0.0",       // IPv4-mapped RFC 1918, first
-		"::ffff:172.31.255.255",   // IPv4-mapped RFC 1918, last
-		"64:ff9b:1::1",            // local NAT64
-		"2001:db8:ffff::1",        // documentation
-		"2002::1",                 // 6to4
-		"::2",                     // IPv4-compatible range
-		"fdff:ffff:ffff:ffff::1",  // ULA, last /16
-		"febf:ffff::1",            // link-local, last
-		"ffff:ffff:ffff:ffff::1",  // multicast, last
-		"::ffff:127.0.0.1%eth0",   // IPv4-mapped loopback with a zone
-		"64:ff9b::8.8.8.8",        // NAT64 of a public address is still NAT64
-		"2002:808:808::1",         // 6to4 of a public address is still 6to4
-		"::8.8.8.8",               // IPv4-compatible of a public address
+		"::ffff:127.0.0.1",         // IPv4-mapped loopback
+		"::ffff:169.254.169.254",   // IPv4-mapped metadata
+		"169.254.169.254",          // cloud metadata
+		"10.1.2.3",                 // RFC 1918
+		"172.16.0.1",               // RFC 1918, first
+		"172.31.255.255",           // RFC 1918, last
+		"192.168.1.1",              // RFC 1918
+		"100.64.0.1",               // CGNAT
+		"0.0.0.0",                  // unspecified
+		"::",                       // unspecified
+		"224.0.0.1",                // multicast
+		"255.255.255.255",          // broadcast
+		"240.0.0.1",                // reserved
+		"fe80::1",                  // link-local
+		"fe80::1%eth0",             // link-local with a zone
+		"fc00::1",                  // ULA
+		"fd12::1",                  // ULA
+		"ff02::1",                  // multicast
+		"2001:db8::1",              // documentation
+		"64:ff9b::7f00:1",          // NAT64 of 127.0.0.1
+		"2002:7f00:1::",            // 6to4 of 127.0.0.1
+		"::7f00:1",                 // IPv4-compatible 127.0.0.1
+		"198.18.0.1",               // benchmarking
+		"192.0.2.1",                // TEST-NET-1
+		"::ffff:10.0.0.1",          // IPv4-mapped private
+		"::ffff:0.0.0.0",           // IPv4-mapped unspecified
+		"64:ff9b::a9fe:a9fe",       // NAT64 of 169.254.169.254
+		"2001:0:4136:e378::1",      // Teredo
+		"fec0::1",                  // site-local
+		"100::1",                   // discard
+		"192.88.99.1",              // 6to4 relay anycast
+		"203.0.113.7",              // TEST-NET-3
+		"198.51.100.7",             // TEST-NET-2
+		"fe80::1%25en0",            // zone that looks escaped
+		"ff02::1%eth0",             // multicast with a zone
+		"::ffff:255.255.255.255",   // IPv4-mapped broadcast
+		"::ffff:224.0.0.251",       // IPv4-mapped multicast (mDNS)
+		"::ffff:100.127.255.255",   // IPv4-mapped CGNAT, last
+		"::ffff:172.16.254.254",    // IPv4-mapped RFC 1918
+		"::ffff:192.168.255.255",   // IPv4-mapped RFC 1918, last
+		"::ffff:198.19.255.255",    // IPv4-mapped benchmarking, last
+		"::ffff:127.255.255.255",   // IPv4-mapped loopback, last
+		"::ffff:169.254.0.0",       // IPv4-mapped link-local, first
+		"::ffff:0.255.255.255",     // IPv4-mapped "this network", last
+		"::ffff:240.0.0.0",         // IPv4-mapped reserved, first
+		"::ffff:10.255.255.255",    // IPv4-mapped RFC 1918, last
+		"::ffff:192.0.0.1",         // IPv4-mapped IETF assignments
+		"::ffff:192.0.2.255",       // IPv4-mapped TEST-NET-1, last
+		"::ffff:203.0.113.255",     // IPv4-mapped TEST-NET-3, last
+		"::ffff:198.51.100.255",    // IPv4-mapped TEST-NET-2, last
+		"::ffff:192.88.99.255",     // IPv4-mapped 6to4 relay, last
+		"::ffff:239.255.255.255",   // IPv4-mapped multicast, last
+		"::ffff:100.64.0.0",        // IPv4-mapped CGNAT, first
+		"::ffff:172.31.0.0",        // IPv4-mapped RFC 1918
+		"::ffff:192.168.0.0",       // IPv4-mapped RFC 1918, first
+		"::ffff:198.18.0.0",        // IPv4-mapped benchmarking, first
+		"::ffff:127.0.0.0",         // IPv4-mapped loopback, first
+		"::ffff:169.254.255.255",   // IPv4-mapped link-local, last
+		"::ffff:10.0.0.0",          // IPv4-mapped RFC 1918, first
+		"::ffff:0.0.0.1",           // IPv4-mapped "this network"
+		"::ffff:224.0.0.0",         // IPv4-mapped multicast, first
+		"::ffff:192.0.0.255",       // IPv4-mapped IETF assignments, last
+		"::ffff:192.0.2.0",         // IPv4-mapped TEST-NET-1, first
+		"::ffff:203.0.113.0",       // IPv4-mapped TEST-NET-3, first
+		"::ffff:198.51.100.0",      // IPv4-mapped TEST-NET-2, first
+		"::ffff:192.88.99.0",       // IPv4-mapped 6to4 relay, first
+		"::ffff:172.16.0.0",        // IPv4-mapped RFC 1918, first
+		"::ffff:172.31.255.255",    // IPv4-mapped RFC 1918, last
+		"64:ff9b:1::1",             // local NAT64
+		"2001:db8:ffff::1",         // documentation
+		"2002::1",                  // 6to4
+		"::2",                      // IPv4-compatible range
+		"fdff:ffff:ffff:ffff::1",   // ULA, last /16
+		"febf:ffff::1",             // link-local, last
+		"ffff:ffff:ffff:ffff::1",   // multicast, last
+		"::ffff:127.0.0.1%eth0",    // IPv4-mapped loopback with a zone
+		"64:ff9b::8.8.8.8",         // NAT64 of a public address is still NAT64
+		"2002:808:808::1",          // 6to4 of a public address is still 6to4
+		"::8.8.8.8",                // IPv4-compatible of a public address
 		"100::ffff:ffff:ffff:ffff", // discard, last
 	}
 	permitted := []string{
 		"8.8.8.8",
 		"1.1.1.1",
 		"2606:4700:4700::1111",
-		"172.32.0.1",  // just above 172.16/12
-		"172.15.255.255", // just below 172.16/12
-		"100.128.0.1", // just above 100.64/10
-		"100.63.255.255", // just below 100.64/10
-		"11.0.0.1",    // just above 10/8
-		"9.255.255.255",  // just below 10/8
-		"128.0.0.1",   // just above 127/8
+		"172.32.0.1",      // just above 172.16/12
+		"172.15.255.255",  // just below 172.16/12
+		"100.128.0.1",     // just above 100.64/10
+		"100.63.255.255",  // just below 100.64/10
+		"11.0.0.1",        // just above 10/8
+		"9.255.255.255",   // just below 10/8
+		"128.0.0.1",       // just above 127/8
 		"126.255.255.255", // just below 127/8
 		"169.253.255.255", // just below 169.254/16
 		"169.255.0.1",     // just above 169.254/16

@@ -53,6 +53,8 @@ type Config struct {
 	// ParkThreshold is the shortest wait that is parked in Redis rather than
 	// held by a delayed nak. Optional, default 60s.
 	ParkThreshold time.Duration
+	// Metrics records delivery metrics. Optional.
+	Metrics *Metrics
 	// OnDelivery, when set, is called after every attempt's decision has been
 	// carried out (for tests and metrics).
 	OnDelivery func(Outcome)
@@ -68,6 +70,8 @@ type Outcome struct {
 	Decision Decision
 	Parked   bool  // the retry waits in Redis rather than in JetStream
 	Err      error // set when relay could not act on the decision (the event comes back)
+
+	parkTried bool
 }
 
 // WithDefaults returns cfg with zero fields set to their defaults.
@@ -123,6 +127,9 @@ type Relay struct {
 
 	mu      sync.Mutex
 	workers map[string]*worker
+
+	breakers breakers
+	limits   limits
 }
 
 // New prepares a relay runner.
@@ -148,6 +155,8 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 		sender:   &Sender{Client: cfg.HTTPClient, Now: cfg.Now},
 		dests:    watch{dests: map[string]Destination{}},
 		workers:  map[string]*worker{},
+		breakers: breakers{probing: map[string]bool{}, failures: map[string]int{}},
+		limits:   limits{byDest: map[string]*limit{}, replicas: 1},
 	}, nil
 }
 
@@ -171,10 +180,14 @@ func (r *Relay) Run(ctx context.Context) error {
 	r.reconcile(ctx)
 
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		r.runUnrouted(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		r.runRegistry(ctx, replicaID())
 	}()
 
 	r.log.Info("relay running", "destinations", len(r.dests.dests))
@@ -258,7 +271,11 @@ func (r *Relay) reconcile(ctx context.Context) {
 		}
 	}
 	for name, d := range want {
-		if _, ok := r.workers[name]; ok {
+		if wk, ok := r.workers[name]; ok {
+			if !wk.dest.PausedUntil.Equal(d.PausedUntil) {
+				wk.dest = d
+				go r.applyPause(d)
+			}
 			continue
 		}
 		wk, err := r.startWorker(ctx, d)
@@ -307,6 +324,7 @@ type consumerSpec struct {
 // with a single event in flight.
 func (r *Relay) specs(d Destination) []consumerSpec {
 	base := jetstream.ConsumerConfig{
+		PauseUntil:    pauseUntil(d, r.cfg.Now()),
 		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:   d.StartSeq,
 		AckPolicy:     jetstream.AckExplicitPolicy,
@@ -333,6 +351,14 @@ func (r *Relay) specs(d Destination) []consumerSpec {
 		out = append(out, consumerSpec{cfg: c, concurrency: 1, ordered: true})
 	}
 	return out
+}
+
+func pauseUntil(d Destination, now time.Time) *time.Time {
+	if now.Before(d.PausedUntil) {
+		t := d.PausedUntil
+		return &t
+	}
+	return nil
 }
 
 func (r *Relay) startWorker(parent context.Context, d Destination) (*worker, error) {
@@ -455,6 +481,9 @@ type event struct {
 	subject string
 	prior   int // attempts made before this stream message
 	meta    *jetstream.MsgMetadata
+	// published is when the producer published the event (a republished
+	// copy carries the original's time in a header).
+	published time.Time
 }
 
 func eventOf(msg jetstream.Msg) (event, error) {
@@ -474,6 +503,12 @@ func eventOf(msg jetstream.Msg) (event, error) {
 	}
 	if ev.id == "" {
 		ev.id = "evt_" + strconv.FormatUint(ev.seq, 10) + "_" + strconv.FormatInt(meta.Timestamp.UnixMilli(), 36)
+	}
+	ev.published = meta.Timestamp
+	if p := h.Get(stream.HdrPublished); p != "" {
+		if t, err := time.Parse(time.RFC3339Nano, p); err == nil {
+			ev.published = t
+		}
 	}
 	if a := h.Get(stream.HdrAttempt); a != "" {
 		if n, err := strconv.Atoi(a); err == nil && n >= 0 && n < 1_000_000 {
@@ -503,12 +538,44 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, ordered bool) {
 		return
 	}
 	d, ok := r.dests.get(ev.dest)
-	attempt := ev.prior + int(ev.meta.NumDelivered)
+	skipped := 0
+	if ev.meta.NumDelivered > 1 {
+		// Redelivered: some deliveries may have been handed back unattempted.
+		lctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+		skipped = r.attemptLog(lctx, ev).Skipped
+		cancel()
+	}
+	attempt := max(ev.prior+int(ev.meta.NumDelivered)-skipped, 1)
 	out := Outcome{Dest: ev.dest, EventID: ev.id, Seq: ev.seq, Attempt: attempt}
 	policy := d.Retry
 	if ordered && d.OnFailure == OnFailureBlock {
 		// The head of a blocked key is retried until it is delivered.
 		policy.MaxAttempts = math.MaxInt32
+	}
+	probing := false
+	if ok {
+		now := r.cfg.Now()
+		if now.Before(d.PausedUntil) {
+			// Paused (the consumer is paused too; this one was already
+			// handed out): back to JetStream, not counted as an attempt.
+			r.skip(msg, ev, min(d.PausedUntil.Sub(now), time.Minute))
+			return
+		}
+		if d.PauseReason == PauseCircuitOpen {
+			// The circuit's pause is over: one probe per replica decides.
+			if !r.breakers.tryProbe(d.Name) {
+				r.skip(msg, ev, time.Second)
+				return
+			}
+			probing = true
+			defer r.breakers.endProbe(d.Name)
+		}
+		if lim := r.limiter(d); lim != nil {
+			if err := lim.Wait(ctx); err != nil {
+				r.skip(msg, ev, time.Second) // shutting down
+				return
+			}
+		}
 	}
 	switch {
 	case !ok:
@@ -518,17 +585,30 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, ordered bool) {
 		// was terminated (or the policy changed): do not send again.
 		out.Decision = Decision{Action: DeadLetter, Reason: ReasonMaxAttempts}
 	default:
+		done := r.cfg.Metrics.attemptStarted(d.Name)
 		out.Result = r.sender.Send(ctx, d, Delivery{ID: ev.id, Body: msg.Data(), Headers: eventHeaders(msg.Headers())})
+		done()
 		if ctx.Err() != nil && out.Result.Status == 0 {
-			// Shut down mid-attempt: hand it back without counting a failure.
-			_ = msg.Nak()
+			// Shut down mid-attempt: hand it back without counting it.
+			r.skip(msg, ev, 0)
 			r.log.Info("attempt cancelled by shutdown", "dest", ev.dest, "event_id", ev.id, "attempt", attempt)
 			return
 		}
 		out.Decision = Decide(out.Result, attempt, policy, nil)
+		if out.Result.Status == http.StatusGone && d.OnGone == OnGoneDisable {
+			// The destination says it is gone for good: disable it, keep
+			// the event for when an operator resumes it.
+			out.Decision = Decision{Action: Retry, Delay: time.Minute}
+			r.pause(d, Forever, PauseGone)
+			r.log.Error("destination answered 410 Gone: disabled until 'relay dest resume'", "dest", d.Name, "event_id", ev.id)
+		}
 	}
 	out.Err = r.act(msg, ev, attempt, !ordered, &out)
+	if ok {
+		r.afterAttempt(d, out, probing)
+	}
 	r.logOutcome(out)
+	r.cfg.Metrics.observe(out, ordered, ev.published, r.cfg.Now())
 	if r.cfg.OnDelivery != nil {
 		r.cfg.OnDelivery(out)
 	}
@@ -554,6 +634,7 @@ func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, mayPark bool, out 
 	case Retry:
 		r.recordAttempt(ctx, ev, attempt, out.Result)
 		if mayPark && r.cfg.Schedule != nil && out.Decision.Delay >= r.cfg.ParkThreshold {
+			out.parkTried = true
 			parked, err := r.park(ctx, msg, ev, attempt, out.Decision.Delay)
 			if parked {
 				out.Parked = true
@@ -606,13 +687,14 @@ func (r *Relay) park(ctx context.Context, msg jetstream.Msg, ev event, attempt i
 		return false, err
 	}
 	e := schedule.Entry{
-		Dest:     ev.dest,
-		Subject:  p.InputSubject(),
-		EventID:  ev.id,
-		Attempts: attempt,
-		Headers:  msg.Headers(),
-		Body:     msg.Data(),
-		Due:      r.cfg.Now().Add(delay),
+		Dest:      ev.dest,
+		Subject:   p.InputSubject(),
+		EventID:   ev.id,
+		Attempts:  attempt,
+		Headers:   msg.Headers(),
+		Body:      msg.Data(),
+		Due:       r.cfg.Now().Add(delay),
+		Published: ev.published,
 	}
 	pctx, cancel := context.WithTimeout(ctx, parkTimeout)
 	defer cancel()
@@ -645,30 +727,57 @@ func historyKey(ev event) string {
 	return ev.dest + "." + hex.EncodeToString(sum[:16])
 }
 
-// history returns the failed attempts recorded for ev (none if that fails).
-func (r *Relay) history(ctx context.Context, ev event) []dlq.Attempt {
+// attemptLog is what relay keeps about an event in retry: its failed
+// attempts, and how many times it was handed back without an attempt (paused
+// destination, shutdown), which JetStream's delivery count includes.
+type attemptLog struct {
+	Attempts []dlq.Attempt `json:"attempts,omitempty"`
+	Skipped  int           `json:"skipped,omitempty"`
+}
+
+// log returns what is recorded for ev (nothing if that fails).
+func (r *Relay) attemptLog(ctx context.Context, ev event) attemptLog {
 	e, err := r.attempts.Get(ctx, historyKey(ev))
 	if err != nil {
 		if !errors.Is(err, jetstream.ErrKeyNotFound) {
 			r.log.Warn("cannot read attempt history", "dest", ev.dest, "event_id", ev.id, "err", err)
 		}
-		return nil
+		return attemptLog{}
 	}
-	var h []dlq.Attempt
-	if err := json.Unmarshal(e.Value(), &h); err != nil {
-		return nil
+	var l attemptLog
+	_ = json.Unmarshal(e.Value(), &l)
+	return l
+}
+
+func (r *Relay) history(ctx context.Context, ev event) []dlq.Attempt {
+	return r.attemptLog(ctx, ev).Attempts
+}
+
+func (r *Relay) putLog(ctx context.Context, ev event, l attemptLog) {
+	l.Attempts = dlq.TrimHistory(l.Attempts)
+	b, _ := json.Marshal(l)
+	if _, err := r.attempts.Put(ctx, historyKey(ev), b); err != nil {
+		r.log.Warn("cannot record attempt history", "dest", ev.dest, "event_id", ev.id, "err", err)
 	}
-	return h
 }
 
 // recordAttempt adds a failed attempt to ev's history. A failure to record is
 // logged: the history is then incomplete, the event is not affected.
 func (r *Relay) recordAttempt(ctx context.Context, ev event, attempt int, res Result) {
-	h := append(r.history(ctx, ev), attemptOf(attempt, r.cfg.Now(), res))
-	b, _ := json.Marshal(dlq.TrimHistory(h))
-	if _, err := r.attempts.Put(ctx, historyKey(ev), b); err != nil {
-		r.log.Warn("cannot record attempt history", "dest", ev.dest, "event_id", ev.id, "err", err)
-	}
+	l := r.attemptLog(ctx, ev)
+	l.Attempts = append(l.Attempts, attemptOf(attempt, r.cfg.Now(), res))
+	r.putLog(ctx, ev, l)
+}
+
+// skip hands msg back to JetStream without an attempt, and records that, so
+// the delivery does not count as one.
+func (r *Relay) skip(msg jetstream.Msg, ev event, delay time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+	defer cancel()
+	l := r.attemptLog(ctx, ev)
+	l.Skipped++
+	r.putLog(ctx, ev, l)
+	_ = msg.NakWithDelay(delay)
 }
 
 func (r *Relay) forgetHistory(ctx context.Context, ev event) {

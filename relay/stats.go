@@ -33,6 +33,14 @@ type DestStats struct {
 	// retried, holding back the later events of its keys.
 	Partitions        int `json:"partitions,omitempty"`
 	BlockedPartitions int `json:"blocked_partitions,omitempty"`
+	// State is active, probing (the circuit's pause is over and a probe
+	// decides), or why it is paused: operator, circuit_open, retry_after, or
+	// gone (a 410 disabled it).
+	State       string    `json:"state"`
+	PausedUntil time.Time `json:"paused_until,omitzero"`
+	// OldestUndelivered is when the oldest event not yet acknowledged was
+	// published (zero when none; parked events are not counted here).
+	OldestUndelivered time.Time `json:"oldest_undelivered,omitzero"`
 }
 
 // Stats reads the state of every destination. sched may be nil.
@@ -56,7 +64,12 @@ func Stats(ctx context.Context, js jetstream.JetStream, sched *schedule.Store) (
 	out := make([]DestStats, 0, len(dests))
 	for _, d := range dests {
 		d = d.WithDefaults()
-		s := DestStats{Dest: d.Name, Parked: -1, DeadLetters: dead[d.Name]}
+		s := DestStats{Dest: d.Name, Parked: -1, DeadLetters: dead[d.Name], State: d.State(time.Now())}
+		if s.State != StateActive && s.State != StateProbing {
+			s.PausedUntil = d.PausedUntil
+		}
+		var floor uint64
+		pending := false
 		if d.Ordered {
 			s.Partitions = d.Partitions
 		}
@@ -70,12 +83,21 @@ func Stats(ctx context.Context, js jetstream.JetStream, sched *schedule.Store) (
 				return nil, err
 			}
 			info := c.CachedInfo()
+			if info.NumPending > 0 || info.NumAckPending > 0 {
+				if !pending || info.AckFloor.Stream < floor {
+					floor = max(info.AckFloor.Stream, d.StartSeq-1)
+				}
+				pending = true
+			}
 			s.Backlog += info.NumPending
 			s.InFlight += info.NumAckPending
 			s.Retrying += info.NumRedelivered
 			if i > 0 && info.NumRedelivered > 0 {
 				s.BlockedPartitions++
 			}
+		}
+		if pending {
+			s.OldestUndelivered = oldestAfter(ctx, js, d.Name, floor)
 		}
 		if sched != nil {
 			ps, err := sched.Stats(ctx, d.Name)
@@ -87,4 +109,23 @@ func Stats(ctx context.Context, js jetstream.JetStream, sched *schedule.Store) (
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// oldestAfter returns the publish time of dest's first event after seq.
+func oldestAfter(ctx context.Context, js jetstream.JetStream, dest string, seq uint64) time.Time {
+	st, err := js.Stream(ctx, stream.EventsStream)
+	if err != nil {
+		return time.Time{}
+	}
+	var oldest time.Time
+	for _, subj := range []string{stream.InPrefix + "." + dest, stream.KeyedPrefix + "." + dest + ".>"} {
+		m, err := st.GetMsg(ctx, seq+1, jetstream.WithGetMsgSubject(subj))
+		if err != nil {
+			continue
+		}
+		if oldest.IsZero() || m.Time.Before(oldest) {
+			oldest = m.Time
+		}
+	}
+	return oldest
 }

@@ -143,6 +143,9 @@ func (p Promoter) promoteDest(ctx context.Context, dest string) (int, error) {
 		m.Header.Set(stream.HdrMsgID, c.Entry.MsgID())
 		m.Header.Set(stream.HdrEventID, c.Entry.EventID)
 		m.Header.Set(stream.HdrAttempt, strconv.Itoa(c.Entry.Attempts))
+		if !c.Entry.Published.IsZero() {
+			m.Header.Set(stream.HdrPublished, c.Entry.Published.UTC().Format(time.RFC3339Nano))
+		}
 		f, err := p.JS.PublishMsgAsync(m)
 		if err != nil {
 			errs = append(errs, err)

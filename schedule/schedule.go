@@ -45,6 +45,8 @@ type Entry struct {
 	Body []byte `json:"body"`
 	// Due is when the next attempt is due.
 	Due time.Time `json:"due"`
+	// Published is when the producer published the event.
+	Published time.Time `json:"published,omitzero"`
 }
 
 // Member is the entry's member name in the sorted set.

@@ -36,6 +36,7 @@ const (
 	DLQStream      = "RELAY_DLQ"
 	DestBucket     = "relay_destinations"
 	AttemptsBucket = "relay_attempts"
+	ReplicasBucket = "relay_replicas"
 )
 
 var destNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
@@ -125,11 +126,12 @@ func (p Parsed) InputSubject() string {
 // Headers of the wire contract. Headers a producer sets that start with neither
 // "Nats-" nor "Relay-" are passed on to the destination as HTTP headers.
 const (
-	HdrMsgID   = "Nats-Msg-Id"    // producer's event id, also JetStream's dedup id
-	HdrEventID = "Relay-Event-Id" // event id carried by republished events; wins over Nats-Msg-Id
-	HdrAttempt = "Relay-Attempt"  // attempts already made before this stream message
-	HdrKey     = "Relay-Order-Key"
-	HdrFirst   = "Relay-First-Attempt" // RFC 3339 time of the first attempt, carried on republish
+	HdrMsgID     = "Nats-Msg-Id"    // producer's event id, also JetStream's dedup id
+	HdrEventID   = "Relay-Event-Id" // event id carried by republished events; wins over Nats-Msg-Id
+	HdrAttempt   = "Relay-Attempt"  // attempts already made before this stream message
+	HdrKey       = "Relay-Order-Key"
+	HdrFirst     = "Relay-First-Attempt" // RFC 3339 time of the first attempt, carried on republish
+	HdrPublished = "Relay-Published"     // RFC 3339 time the producer published the event, carried on republish
 
 	// Dead-letter headers.
 	HdrReason     = "Relay-Reason"

@@ -25,6 +25,10 @@ func destFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "backoff-max", DefaultText: "1h", Usage: "cap of the wait before jitter"},
 		&cli.Float64Flag{Name: "jitter", DefaultText: "0.2", Usage: "random +/- fraction of each wait, 0 to 0.5 (0 turns it off)"},
 		&cli.IntFlag{Name: "concurrency", DefaultText: "16", Usage: "deliveries in flight per relay replica"},
+		&cli.Float64Flag{Name: "rate-limit", DefaultText: "none", Usage: "most requests per second, shared by all replicas (0: none)"},
+		&cli.IntFlag{Name: "breaker-threshold", DefaultText: "20", Usage: "consecutive failed attempts that pause the destination as a whole (-1: never)"},
+		&cli.DurationFlag{Name: "breaker-pause", DefaultText: "30s", Usage: "first pause when the circuit opens; doubles while probes fail, up to --backoff-max"},
+		&cli.StringFlag{Name: "on-gone", DefaultText: "disable", Usage: "what a 410 Gone does: disable (pause until resumed; the event is kept) or dead-letter"},
 		&cli.BoolFlag{Name: "ordered", Usage: "deliver the events of each order key one at a time, in publish order (add only)"},
 		&cli.IntFlag{Name: "partitions", DefaultText: "8", Usage: "ordered: keys delivered in parallel, 1 to 64 (add only)"},
 		&cli.StringFlag{Name: "on-failure", DefaultText: "block", Usage: "ordered: block (retry the head of a key until delivered) or skip (dead-letter it after max attempts, the key continues)"},
@@ -70,6 +74,18 @@ func applyDestFlags(c *cli.Context, d *relay.Destination) error {
 	}
 	if c.IsSet("concurrency") {
 		d.Concurrency = c.Int("concurrency")
+	}
+	if c.IsSet("rate-limit") {
+		d.RateLimit = c.Float64("rate-limit")
+	}
+	if c.IsSet("breaker-threshold") {
+		d.BreakerThreshold = c.Int("breaker-threshold")
+	}
+	if c.IsSet("breaker-pause") {
+		d.BreakerPause = relay.Duration(c.Duration("breaker-pause"))
+	}
+	if c.IsSet("on-gone") {
+		d.OnGone = c.String("on-gone")
 	}
 	if c.IsSet("ordered") {
 		d.Ordered = c.Bool("ordered")
@@ -222,6 +238,23 @@ losing a delivery. After the overlap only the new secret signs.`,
 				},
 			},
 			{
+				Name:      "pause",
+				Usage:     "stop deliveries to a destination (its events wait; none uses up attempts)",
+				ArgsUsage: "NAME",
+				Flags:     []cli.Flag{&cli.DurationFlag{Name: "for", Usage: "resume by itself after this long (default: until 'relay dest resume')"}},
+				Action: func(c *cli.Context) error {
+					return setPause(c, true)
+				},
+			},
+			{
+				Name:      "resume",
+				Usage:     "resume deliveries to a paused, circuit-broken or disabled (410 Gone) destination",
+				ArgsUsage: "NAME",
+				Action: func(c *cli.Context) error {
+					return setPause(c, false)
+				},
+			},
+			{
 				Name:  "list",
 				Usage: "list destinations (secrets are never shown)",
 				Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "one JSON object per line"}},
@@ -315,4 +348,54 @@ func oneArg(c *cli.Context, what string) (string, error) {
 		return "", usagef("%s must not be empty", what)
 	}
 	return a, nil
+}
+
+func setPause(c *cli.Context, pause bool) error {
+	name, err := oneArg(c, "NAME")
+	if err != nil {
+		return err
+	}
+	until := relay.Forever
+	if pause && c.IsSet("for") {
+		if c.Duration("for") <= 0 {
+			return usagef("--for must be positive")
+		}
+		until = time.Now().Add(c.Duration("for")).UTC()
+	}
+	ctx, cancel := cmdContext(c, 30*time.Second)
+	defer cancel()
+	nc, js, err := connect(c)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	st, err := destStore(c, ctx, js)
+	if err != nil {
+		return err
+	}
+	d, err := st.Update(ctx, name, func(d *relay.Destination) error {
+		if pause {
+			d.PausedUntil, d.PauseReason = until, relay.PauseOperator
+		} else {
+			d.PausedUntil, d.PauseReason, d.BreakerTrips = time.Time{}, "", 0
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	// Pause the consumers now too, so nothing more is handed out even
+	// before the running relays notice.
+	if err := st.ApplyPause(ctx, d); err != nil {
+		return err
+	}
+	switch {
+	case !pause:
+		fmt.Fprintf(c.App.Writer, "resumed destination %s\n", name)
+	case until.Equal(relay.Forever):
+		fmt.Fprintf(c.App.Writer, "paused destination %s until 'relay dest resume %s'\n", name, name)
+	default:
+		fmt.Fprintf(c.App.Writer, "paused destination %s until %s\n", name, until.Format(time.RFC3339))
+	}
+	return nil
 }

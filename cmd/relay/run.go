@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/urfave/cli/v2"
 
 	"github.com/relaydev/relay/relay"
@@ -52,6 +55,7 @@ hands the rest back to JetStream, and exits 0.`,
 			&cli.DurationFlag{Name: "tls-handshake-timeout", EnvVars: []string{"RELAY_TLS_HANDSHAKE_TIMEOUT"}, Value: 10 * time.Second, Usage: "TLS handshake timeout of a delivery"},
 			&cli.DurationFlag{Name: "response-header-timeout", EnvVars: []string{"RELAY_RESPONSE_HEADER_TIMEOUT"}, Usage: "wait for response headers (0: only the destination's total timeout)"},
 			&cli.BoolFlag{Name: "dangerously-skip-tls-verify", EnvVars: []string{"RELAY_DANGEROUSLY_SKIP_TLS_VERIFY"}, Usage: "do not verify destinations' TLS certificates (anyone on the path can read and forge deliveries)"},
+			&cli.StringFlag{Name: "metrics-addr", EnvVars: []string{"RELAY_METRICS_ADDR"}, Value: "127.0.0.1:9464", Usage: "serve /metrics, /healthz and /readyz here (empty: off)"},
 			&cli.DurationFlag{Name: "shutdown-grace", EnvVars: []string{"RELAY_SHUTDOWN_GRACE"}, Value: 10 * time.Second, Usage: "how long in-flight deliveries may finish after SIGTERM"},
 		},
 		Action: runAction,
@@ -164,6 +168,22 @@ func runAction(c *cli.Context) error {
 		log.Info("long waits are parked in Redis", "threshold", cfg.ParkThreshold)
 	} else {
 		log.Info("no --redis-url: every retry wait is a delayed nak in JetStream, and each waiting event holds one of its destination's 10000 ack-pending slots")
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg.Metrics = relay.NewMetrics(reg)
+	reg.MustRegister(relay.NewStateCollector(js, cfg.Schedule))
+	if addr := c.String("metrics-addr"); addr != "" {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("--metrics-addr %s: %w", addr, err)
+		}
+		srv := &http.Server{Handler: relay.OpsHandler(reg, func(ctx context.Context) error {
+			return relay.Ready(ctx, nc, js, cfg.Schedule)
+		}), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		log.Info("serving /metrics, /healthz and /readyz", "addr", ln.Addr().String())
 	}
 	r, err := relay.New(setupCtx, cfg)
 	if err != nil {

@@ -65,7 +65,7 @@ func statsCommand() *cli.Command {
 				return nil
 			}
 			tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "DEST\tBACKLOG\tIN FLIGHT\tRETRYING\tPARKED\tOLDEST DUE\tDEAD LETTERS\tBLOCKED PARTITIONS")
+			fmt.Fprintln(tw, "DEST\tSTATE\tBACKLOG\tIN FLIGHT\tRETRYING\tPARKED\tOLDEST DUE\tDEAD LETTERS\tOLDEST UNDELIVERED\tBLOCKED PARTITIONS")
 			for _, s := range all {
 				parked, due := "-", "-"
 				if s.Parked >= 0 {
@@ -78,7 +78,15 @@ func statsCommand() *cli.Command {
 				if s.Partitions > 0 {
 					blocked = fmt.Sprintf("%d of %d", s.BlockedPartitions, s.Partitions)
 				}
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%d\t%s\n", s.Dest, s.Backlog, s.InFlight, s.Retrying, parked, due, s.DeadLetters, blocked)
+				state := s.State
+				if !s.PausedUntil.IsZero() && !s.PausedUntil.Equal(relay.Forever) {
+					state += " until " + s.PausedUntil.Format(time.RFC3339)
+				}
+				age := "-"
+				if !s.OldestUndelivered.IsZero() {
+					age = time.Since(s.OldestUndelivered).Round(time.Second).String()
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%s\t%s\n", s.Dest, state, s.Backlog, s.InFlight, s.Retrying, parked, due, s.DeadLetters, age, blocked)
 			}
 			return tw.Flush()
 		},

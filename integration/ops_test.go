@@ -1,0 +1,221 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/schedule"
+	"github.com/relaydev/relay/schedule/redistest"
+)
+
+func TestMetricsCountWhatHappened(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	s := newSink(t, func(h hit, w http.ResponseWriter) int {
+		switch {
+		case strings.Contains(h.Body, "missing"):
+			w.WriteHeader(http.StatusNotFound)
+			return http.StatusNotFound
+		case strings.Contains(h.Body, "flaky") && h.N == 1:
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return http.StatusServiceUnavailable
+		}
+		w.WriteHeader(http.StatusOK)
+		return http.StatusOK
+	})
+	e.addDest(relay.Destination{Name: "m", URL: s.URL, Retry: fast(5)})
+	reg := prometheus.NewRegistry()
+	m := relay.NewMetrics(reg)
+	reg.MustRegister(relay.NewStateCollector(e.js, nil))
+	rec, _ := e.startRelay(func(c *relay.Config) { c.Metrics = m })
+	e.publish("m", "", `{"ok":1}`)
+	e.publish("m", "", `{"flaky":1}`)
+	e.publish("m", "", `{"missing":1}`)
+	eventually(t, 10*time.Second, func() bool {
+		return rec.count(func(o relay.Outcome) bool { return o.Decision.Action != relay.Retry }) == 3 && e.settled("m")
+	}, "all done")
+
+	expect := `
+# HELP relay_deliveries_total Attempts by outcome: delivered, retried, dead_lettered, or blocked (an ordered key's head retried).
+# TYPE relay_deliveries_total counter
+relay_deliveries_total{dest="m",outcome="dead_lettered"} 1
+relay_deliveries_total{dest="m",outcome="delivered"} 2
+relay_deliveries_total{dest="m",outcome="retried"} 1
+# HELP relay_http_responses_total Attempts by HTTP status class (2xx..5xx), or error when no response came back, or blocked.
+# TYPE relay_http_responses_total counter
+relay_http_responses_total{class="2xx",dest="m"} 2
+relay_http_responses_total{class="4xx",dest="m"} 1
+relay_http_responses_total{class="5xx",dest="m"} 1
+# HELP relay_dead_letters Dead letters kept.
+# TYPE relay_dead_letters gauge
+relay_dead_letters{dest="m"} 1
+# HELP relay_backlog Events not yet handed to a relay.
+# TYPE relay_backlog gauge
+relay_backlog{dest="m"} 0
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expect),
+		"relay_deliveries_total", "relay_http_responses_total", "relay_dead_letters", "relay_backlog"))
+	// Attempt numbers of the two deliveries: 1 and 2.
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == "relay_delivery_attempts" {
+			h := mf.GetMetric()[0].GetHistogram()
+			require.Equal(t, uint64(2), h.GetSampleCount())
+			require.Equal(t, 3.0, h.GetSampleSum())
+			require.Equal(t, uint64(1), h.GetBucket()[0].GetCumulativeCount(), "one first-attempt success")
+		}
+	}
+}
+
+func TestReadyzFollowsNATSAndRedis(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	r := redistest.Start(t, redistest.Options{AppendOnly: true})
+	sched := schedule.NewStore(r.Client())
+	srv := httptest.NewServer(relay.OpsHandler(prometheus.NewRegistry(), func(ctx context.Context) error {
+		return relay.Ready(ctx, e.nc, e.js, sched)
+	}))
+	t.Cleanup(srv.Close)
+	status := func(path string) int {
+		resp, err := http.Get(srv.URL + path)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, 200, status("/readyz"))
+	require.Equal(t, 200, status("/healthz"))
+	r.Kill()
+	require.Equal(t, 503, status("/readyz"), "Redis gone")
+	require.Equal(t, 200, status("/healthz"), "the process is alive")
+	r.Restart()
+	eventually(t, 10*time.Second, func() bool { return status("/readyz") == 200 }, "ready again with Redis back")
+
+	e.srv.Shutdown()
+	e.srv.WaitForShutdown()
+	eventually(t, 10*time.Second, func() bool { return status("/readyz") == 503 }, "not ready without NATS")
+}
+
+// A destination down for 60 seconds with 1,000 events queued: the circuit
+// opens, attempts stop, nothing is dead-lettered for the outage, and all are
+// delivered once it is back.
+func TestCircuitBreakerRidesOutAnOutage(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	var down atomic.Bool
+	down.Store(true)
+	var duringOutage atomic.Int64
+	s := newSink(t, func(h hit, w http.ResponseWriter) int {
+		if down.Load() {
+			duringOutage.Add(1)
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return http.StatusServiceUnavailable
+		}
+		w.WriteHeader(http.StatusOK)
+		return http.StatusOK
+	})
+	// Without the breaker, 4 attempts 100ms-1s apart would dead-letter every
+	// event within seconds.
+	e.addDest(relay.Destination{Name: "down", URL: s.URL, BreakerThreshold: 10, BreakerPause: relay.Duration(2 * time.Second),
+		Retry: relay.RetryPolicy{Base: relay.Duration(100 * time.Millisecond), Max: relay.Duration(time.Second), MaxAttempts: 4}})
+	const n = 1000
+	for range n {
+		e.publish("down", "", `{}`)
+	}
+	rec, _ := e.startRelay()
+	eventually(t, 10*time.Second, func() bool {
+		d, err := e.store.Get(context.Background(), "down")
+		return err == nil && d.PauseReason == relay.PauseCircuitOpen
+	}, "the circuit opens")
+	outage := time.NewTimer(60 * time.Second)
+	<-outage.C
+	down.Store(false)
+	eventually(t, 60*time.Second, func() bool { return len(s.delivered()) == n && e.settled("down") }, "all delivered after the outage")
+	require.Empty(t, e.deadLetters("down"), "nothing dead-lettered because of the outage")
+	require.Less(t, duringOutage.Load(), int64(300), "attempts stopped while the circuit was open (%d requests in 60s)", duringOutage.Load())
+	require.Zero(t, rec.count(func(o relay.Outcome) bool { return o.Decision.Action == relay.DeadLetter }))
+	d, err := e.store.Get(context.Background(), "down")
+	require.NoError(t, err)
+	require.Empty(t, d.PauseReason, "the circuit closed")
+}
+
+func TestRateLimitHoldsAndSparesOthers(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	limited := newSink(t, nil)
+	free := newSink(t, nil)
+	e.addDest(relay.Destination{Name: "slow", URL: limited.URL, RateLimit: 50, Concurrency: 16})
+	e.addDest(relay.Destination{Name: "fast", URL: free.URL, Concurrency: 16})
+	e.startRelay()
+	for range 250 {
+		e.publish("slow", "", `{}`)
+	}
+	for range 500 {
+		e.publish("fast", "", `{}`)
+	}
+	eventually(t, 20*time.Second, func() bool { return len(free.delivered()) == 500 }, "the other destination is not held back")
+	require.Less(t, len(limited.delivered()), 250, "the limited one is still going when the other is done")
+	eventually(t, 30*time.Second, func() bool { return len(limited.delivered()) == 250 }, "limited deliveries done")
+	var at []time.Time
+	for _, h := range limited.all() {
+		at = append(at, h.At)
+	}
+	sort.Slice(at, func(i, j int) bool { return at[i].Before(at[j]) })
+	most := 0
+	for i := range at {
+		j := i
+		for j < len(at) && at[j].Sub(at[i]) < time.Second {
+			j++
+		}
+		most = max(most, j-i)
+	}
+	require.LessOrEqual(t, most, 55, "at most ~50 requests in any one-second window")
+	require.GreaterOrEqual(t, most, 40, "and not far below the limit")
+}
+
+func TestPauseResumeAndStatsJSON(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	s := newSink(t, nil)
+	e.addDest(relay.Destination{Name: "op", URL: s.URL})
+	e.startRelay()
+	cli := func(args ...string) string {
+		p := startProc(t, append([]string{"--nats-url", e.url}, args...)...)
+		<-p.exited
+		require.NoError(t, p.err, p.output())
+		return p.stdout()
+	}
+	stats := func() relay.DestStats {
+		var st relay.DestStats
+		require.NoError(t, json.Unmarshal([]byte(strings.TrimSpace(cli("stats", "--dest", "op", "--json"))), &st))
+		return st
+	}
+	a := e.publish("op", "", `{}`)
+	eventually(t, 10*time.Second, func() bool { return s.delivered()[a.ID] == 1 }, "delivered while active")
+	require.Equal(t, relay.StateActive, stats().State)
+
+	require.Contains(t, cli("dest", "pause", "op"), "paused destination op")
+	for range 5 {
+		e.publish("op", "", `{}`)
+	}
+	st := stats()
+	require.Equal(t, relay.PauseOperator, st.State)
+	require.Equal(t, uint64(5), st.Backlog, "nothing is handed out while paused")
+	require.Equal(t, 1, len(s.delivered()))
+
+	require.Contains(t, cli("dest", "resume", "op"), "resumed destination op")
+	eventually(t, 10*time.Second, func() bool { return len(s.delivered()) == 6 }, "delivered after resume")
+	require.Equal(t, relay.StateActive, stats().State)
+}

@@ -1,0 +1,195 @@
+package relay
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/relaydev/relay/schedule"
+)
+
+// Metrics are the Prometheus metrics of one relay process. A nil *Metrics
+// records nothing.
+type Metrics struct {
+	deliveries      *prometheus.CounterVec
+	attempts        *prometheus.HistogramVec
+	responses       *prometheus.CounterVec
+	attemptDuration *prometheus.HistogramVec
+	latency         *prometheus.HistogramVec
+	inFlight        *prometheus.GaugeVec
+	parkFailures    *prometheus.CounterVec
+	pauses          *prometheus.CounterVec
+}
+
+// NewMetrics registers relay's delivery metrics with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relay_deliveries_total",
+			Help: "Attempts by outcome: delivered, retried, dead_lettered, or blocked (an ordered key's head retried).",
+		}, []string{"dest", "outcome"}),
+		attempts: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "relay_delivery_attempts",
+			Help:    "Attempt number of successful deliveries (first-attempt success = bucket le=1 / count).",
+			Buckets: []float64{1, 2, 3, 4, 5, 8, 13, 21},
+		}, []string{"dest"}),
+		responses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relay_http_responses_total",
+			Help: "Attempts by HTTP status class (2xx..5xx), or error when no response came back, or blocked.",
+		}, []string{"dest", "class"}),
+		attemptDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "relay_attempt_duration_seconds",
+			Help:    "Duration of one HTTP attempt.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}, []string{"dest"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "relay_delivery_latency_seconds",
+			Help:    "From publish to confirmed delivery.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 24),
+		}, []string{"dest"}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "relay_in_flight",
+			Help: "Attempts in progress in this process.",
+		}, []string{"dest"}),
+		parkFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relay_park_failures_total",
+			Help: "Waits that could not be parked in Redis and stayed in JetStream.",
+		}, []string{"dest"}),
+		pauses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relay_destination_pauses_total",
+			Help: "Times this process paused a destination, by reason (circuit_open, retry_after, gone).",
+		}, []string{"dest", "reason"}),
+	}
+	reg.MustRegister(m.deliveries, m.attempts, m.responses, m.attemptDuration, m.latency, m.inFlight, m.parkFailures, m.pauses)
+	return m
+}
+
+func statusClass(r Result) string {
+	switch {
+	case r.Blocked:
+		return "blocked"
+	case r.Status == 0:
+		return "error"
+	}
+	return strconv.Itoa(r.Status/100) + "xx"
+}
+
+func (m *Metrics) attemptStarted(dest string) func() {
+	if m == nil {
+		return func() {}
+	}
+	g := m.inFlight.WithLabelValues(dest)
+	g.Inc()
+	return g.Dec
+}
+
+// observe records one acted-on attempt.
+func (m *Metrics) observe(o Outcome, ordered bool, published time.Time, now time.Time) {
+	if m == nil || o.Err != nil {
+		return
+	}
+	if o.Result.Status != 0 || o.Result.Err != nil {
+		m.responses.WithLabelValues(o.Dest, statusClass(o.Result)).Inc()
+		m.attemptDuration.WithLabelValues(o.Dest).Observe(o.Result.Duration.Seconds())
+	}
+	switch o.Decision.Action {
+	case Ack:
+		m.deliveries.WithLabelValues(o.Dest, "delivered").Inc()
+		m.attempts.WithLabelValues(o.Dest).Observe(float64(o.Attempt))
+		if !published.IsZero() {
+			m.latency.WithLabelValues(o.Dest).Observe(now.Sub(published).Seconds())
+		}
+	case Retry:
+		if ordered {
+			m.deliveries.WithLabelValues(o.Dest, "blocked").Inc()
+		} else {
+			m.deliveries.WithLabelValues(o.Dest, "retried").Inc()
+		}
+		if !o.Parked && o.parkTried {
+			m.parkFailures.WithLabelValues(o.Dest).Inc()
+		}
+	case DeadLetter:
+		m.deliveries.WithLabelValues(o.Dest, "dead_lettered").Inc()
+	}
+}
+
+func (m *Metrics) paused(dest, reason string) {
+	if m != nil {
+		m.pauses.WithLabelValues(dest, reason).Inc()
+	}
+}
+
+// StateCollector exports the state of every destination, read from
+// JetStream and Redis at each scrape (like 'relay stats').
+type StateCollector struct {
+	JS       jetstream.JetStream
+	Schedule *schedule.Store // optional
+	Timeout  time.Duration   // per scrape; default 5s
+
+	backlog, unacked, retrying, parked, dead, oldest, paused, blocked, up *prometheus.Desc
+}
+
+// NewStateCollector returns a collector of destination state.
+func NewStateCollector(js jetstream.JetStream, sched *schedule.Store) *StateCollector {
+	d := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, []string{"dest"}, nil)
+	}
+	return &StateCollector{
+		JS: js, Schedule: sched, Timeout: 5 * time.Second,
+		backlog:  d("relay_backlog", "Events not yet handed to a relay."),
+		unacked:  d("relay_unacked", "Events handed out and not acknowledged: in flight or waiting in JetStream for a retry."),
+		retrying: d("relay_retrying", "Unacknowledged events delivered more than once."),
+		parked:   d("relay_parked", "Events waiting in Redis for a later attempt."),
+		dead:     d("relay_dead_letters", "Dead letters kept."),
+		oldest:   d("relay_oldest_undelivered_age_seconds", "Age of the oldest event not yet delivered (0 when none)."),
+		paused:   d("relay_destination_paused", "1 when the destination is paused (operator, circuit breaker, Retry-After or 410 Gone)."),
+		blocked:  d("relay_blocked_partitions", "Partitions of an ordered destination whose head is being retried."),
+		up:       prometheus.NewDesc("relay_state_scrape_ok", "1 when the destination state could be read.", nil, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *StateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.backlog, c.unacked, c.retrying, c.parked, c.dead, c.oldest, c.paused, c.blocked, c.up} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.Timeout)
+	defer cancel()
+	all, err := Stats(ctx, c.JS, c.Schedule)
+	if err != nil {
+		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
+	now := time.Now()
+	for _, s := range all {
+		g := func(d *prometheus.Desc, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, s.Dest)
+		}
+		g(c.backlog, float64(s.Backlog))
+		g(c.unacked, float64(s.InFlight))
+		g(c.retrying, float64(s.Retrying))
+		if s.Parked >= 0 {
+			g(c.parked, float64(s.Parked))
+		}
+		g(c.dead, float64(s.DeadLetters))
+		age := 0.0
+		if !s.OldestUndelivered.IsZero() {
+			age = now.Sub(s.OldestUndelivered).Seconds()
+		}
+		g(c.oldest, age)
+		p := 0.0
+		if s.State != StateActive {
+			p = 1
+		}
+		g(c.paused, p)
+		g(c.blocked, float64(s.BlockedPartitions))
+	}
+}

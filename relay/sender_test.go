@@ -1,0 +1,449 @@
+package relay
+
+import (
+	"bytes"
+	"compress/gzip"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/require"
+)
+
+// senderTestSender delivers through the real client, with loopback allowed so
+// that it can reach httptest servers.
+func senderTestSender(t *testing.T) *Sender {
+	t.Helper()
+	c := NewHTTPClient(HTTPOptions{Guard: NetGuard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
+	t.Cleanup(c.CloseIdleConnections)
+	return &Sender{Client: c, Now: time.Now}
+}
+
+// senderTestServer starts a loopback server. Every handler invocation sends
+// on the returned channel when it returns, so a test can check that a hostile
+// handler was released.
+func senderTestServer(t *testing.T, h http.HandlerFunc) (*httptest.Server, <-chan struct{}) {
+	t.Helper()
+	done := make(chan struct{}, 16)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			select {
+			case done <- struct{}{}:
+			default: // nobody is counting past the buffer
+			}
+		}()
+		h(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, done
+}
+
+// senderTestHandlerReleased fails t unless a handler of the server returned
+// within a generous bound: relay must not keep a hostile peer's connection
+// open after the attempt.
+func senderTestHandlerReleased(t *testing.T, done <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server's handler was never released: relay kept reading or kept the connection open")
+	}
+}
+
+func senderTestDest(u string, timeout time.Duration) Destination {
+	return Destination{Name: "d", URL: u, Timeout: Duration(timeout)}.WithDefaults()
+}
+
+func TestSenderSlowDripBodyTimesOut(t *testing.T) {
+	t.Parallel()
+	srv, done := senderTestServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-r.Context().Done():
+				return
+			case <-tick.C:
+				if _, err := w.Write([]byte{'.'}); err != nil {
+					return
+				}
+				w.(http.Flusher).Flush()
+			}
+		}
+	})
+	s := senderTestSender(t)
+	start := time.Now()
+	res := s.Send(t.Context(), senderTestDest(srv.URL, 500*time.Millisecond), Delivery{ID: "evt_1", Body: []byte(`{}`)})
+	elapsed := time.Since(start)
+	require.Less(t, elapsed, 2*time.Second, "the destination timeout bounds the whole attempt, body included")
+	require.Less(t, res.Duration, 2*time.Second)
+	require.GreaterOrEqual(t, res.Duration, 400*time.Millisecond, "the attempt lasted until the timeout")
+	require.Error(t, res.Err, "a body that never ends within the timeout is a failed attempt, not a delivery: %+v", res)
+	require.Contains(t, res.Err.Error(), "timeout")
+	require.NotEqual(t, Ack, Decide(res, 1, RetryPolicy{}.WithDefaults(), nil).Action, "an attempt that timed out must not be acknowledged")
+	senderTestHandlerReleased(t, done)
+}
+
+func TestSenderSlowHeadersTimesOut(t *testing.T) {
+	t.Parallel()
+	srv, done := senderTestServer(t, func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done() // never answers
+	})
+	s := senderTestSender(t)
+	start := time.Now()
+	res := s.Send(t.Context(), senderTestDest(srv.URL, 300*time.Millisecond), Delivery{ID: "evt_1"})
+	require.Less(t, time.Since(start), 2*time.Second)
+	require.Equal(t, 0, res.Status)
+	require.False(t, res.Blocked)
+	require.ErrorContains(t, res.Err, "timeout after 300ms")
+	dec := Decide(res, 1, RetryPolicy{NoJitter: true}.WithDefaults(), nil)
+	require.Equal(t, Decision{Action: Retry, Delay: 2 * time.Second}, dec, "a timeout is retried")
+	senderTestHandlerReleased(t, done)
+}
+
+func TestSenderEndless500Body(t *testing.T) {
+	t.Parallel()
+	chunk := bytes.Repeat([]byte{'x'}, 4096)
+	srv, done := senderTestServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+		for r.Context().Err() == nil {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	})
+	s := senderTestSender(t)
+	start := time.Now()
+	res := s.Send(t.Context(), senderTestDest(srv.URL, 5*time.Second), Delivery{ID: "evt_1"})
+	require.Less(t, time.Since(start), 2*time.Second, "relay must stop reading an endless body long before the timeout")
+	require.NoError(t, res.Err)
+	require.Equal(t, http.StatusInternalServerError, res.Status)
+	require.LessOrEqual(t, len(res.Snippet), 256)
+	require.Equal(t, strings.Repeat("x", 256), res.Snippet)
+	require.Equal(t, Retry, Decide(res, 1, RetryPolicy{}.WithDefaults(), nil).Action)
+	senderTestHandlerReleased(t, done)
+}
+
+// senderTestGzipBomb is the gzip of 50 MB of zeros (about 50 KB).
+var senderTestGzipBomb = sync.OnceValue(func() []byte {
+	var buf bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	zeros := make([]byte, 1<<20)
+	for range 50 {
+		_, _ = zw.Write(zeros)
+	}
+	_ = zw.Close()
+	return buf.Bytes()
+})
+
+func TestSenderGzipBomb(t *testing.T) {
+	t.Parallel()
+	bomb := senderTestGzipBomb()
+	require.Less(t, len(bomb), 1<<20, "the bomb is small on the wire")
+	srv, done := senderTestServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Encoding", "gzip")
+		w.Header().Set("Content-Length", strconv.Itoa(len(bomb)))
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = w.Write(bomb)
+	})
+	s := senderTestSender(t)
+	start := time.Now()
+	res := s.Send(t.Context(), senderTestDest(srv.URL, 5*time.Second), Delivery{ID: "evt_1"})
+	require.Less(t, time.Since(start), 2*time.Second, "relay must not inflate the whole body")
+	require.NoError(t, res.Err)
+	require.Equal(t, http.StatusInternalServerError, res.Status)
+	require.LessOrEqual(t, len(res.Snippet), 256)
+	require.True(t, utf8.ValidString(res.Snippet))
+	senderTestHandlerReleased(t, done)
+}
+
+func TestSenderBinaryErrorBodySnippet(t *testing.T) {
+	t.Parallel()
+	// Invalid UTF-8 and a multi-byte rune cut at the limit.
+	body := append(bytes.Repeat([]byte{0xff, 'a'}, 100), []byte(strings.Repeat("é", 200))...)
+	srv, _ := senderTestServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusBadGateway)
+		_, _ = w.Write(body)
+	})
+	res := senderTestSender(t).Send(t.Context(), senderTestDest(srv.URL, 5*time.Second), Delivery{ID: "evt_1"})
+	require.NoError(t, res.Err)
+	require.Equal(t, http.StatusBadGateway, res.Status)
+	require.True(t, utf8.ValidString(res.Snippet), "the snippet goes into headers and JSON: it must be valid UTF-8")
+	require.LessOrEqual(t, utf8.RuneCountInString(res.Snippet), 256, "at most 256 bytes of body are kept")
+	require.True(t, strings.HasPrefix(res.Snippet, "\uFFFDa\uFFFDa"), "snippet %q", res.Snippet)
+}
+
+func TestSenderSuccessBodyIsNotKept(t *testing.T) {
+	t.Parallel()
+	srv, _ := senderTestServer(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "ok, thanks")
+	})
+	res := senderTestSender(t).Send(t.Context(), senderTestDest(srv.URL, 5*time.Second), Delivery{ID: "evt_1"})
+	require.NoError(t, res.Err)
+	require.Equal(t, http.StatusOK, res.Status)
+	require.Empty(t, res.Snippet, "only failed responses keep a snippet")
+	require.Equal(t, Ack, Decide(res, 1, RetryPolicy{}.WithDefaults(), nil).Action)
+}
+
+func TestSenderRetryAfterHostileValues(t *testing.T) {
+	t.Parallel()
+	// A fixed clock on whole seconds, so that an HTTP date (second
+	// resolution) gives an exact delay.
+	now := time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
+	srv, _ := senderTestServer(t, func(w http.ResponseWriter, r *http.Request) {
+		for _, v := range r.URL.Query()["ra"] {
+			w.Header().Add("Retry-After", v)
+		}
+		w.WriteHeader(http.StatusTooManyRequests)
+	})
+	c := NewHTTPClient(HTTPOptions{Guard: NetGuard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
+	t.Cleanup(c.CloseIdleConnections)
+	s := &Sender{Client: c, Now: func() time.Time { return now }}
+
+	policy := RetryPolicy{Max: Duration(10 * time.Second)}.WithDefaults()
+	require.NoError(t, policy.Validate())
+	const month = 30 * 24 * time.Hour
+	tests := []struct {
+		name  string
+		ra    []string
+		has   bool
+		after time.Duration
+		delay time.Duration // -1: the jittered backoff of attempt 1
+	}{
+		{"negative", []string{"-5"}, false, 0, -1},
+		{"letters", []string{"abc"}, false, 0, -1},
+		{"fraction", []string{"1.5"}, false, 0, -1},
+		{"unit", []string{"5s"}, false, 0, -1},
+		{"plus sign", []string{"+5"}, false, 0, -1},
+		{"out of range", []string{"99999999999999999999"}, true, month, 10 * time.Second},
+		{"max uint64", []string{"18446744073709551615"}, true, month, 10 * time.Second},
+		{"an hour", []string{"3600"}, true, time.Hour, 10 * time.Second},
+		{"three seconds", []string{"3"}, true, 3 * time.Second, 3 * time.Second},
+		{"zero", []string{"0"}, true, 0, 0},
+		{"http date 2s ahead", []string{now.Add(2 * time.Second).Format(http.TimeFormat)}, true, 2 * time.Second, 2 * time.Second},
+		{"http date in the past", []string{now.Add(-time.Hour).Format(http.TimeFormat)}, true, 0, 0},
+		{"http date far ahead", []string{now.AddDate(5, 0, 0).Format(http.TimeFormat)}, true, month, 10 * time.Second},
+		{"http date year 1", []string{"Mon, 01 Jan 0001 00:00:00 GMT"}, true, 0, 0},
+		{"http date year 9999", []string{"Fri, 31 Dec 9999 23:59:59 GMT"}, true, month, 10 * time.Second},
+		{"garbage date", []string{"Fri, 99 Foo 2024 99:99:99 GMT"}, false, 0, -1},
+		{"first of two wins", []string{"4", "100"}, true, 4 * time.Second, 4 * time.Second},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			u := srv.URL + "/?" + url.Values{"ra": tc.ra}.Encode()
+			res := s.Send(t.Context(), senderTestDest(u, 5*time.Second), Delivery{ID: "evt_1"})
+			require.NoError(t, res.Err)
+			require.Equal(t, http.StatusTooManyRequests, res.Status)
+			require.Equal(t, tc.has, res.HasRetryAfter, "HasRetryAfter for %q", tc.ra)
+			require.Equal(t, tc.after, res.RetryAfter, "RetryAfter for %q", tc.ra)
+			wantRA, wantOK := ParseRetryAfter(tc.ra[0], now)
+			require.Equal(t, wantOK, res.HasRetryAfter, "Send must agree with ParseRetryAfter")
+			require.Equal(t, wantRA, res.RetryAfter, "Send must agree with ParseRetryAfter")
+
+			for range 20 { // the backoff is jittered: try a few draws
+				dec := Decide(res, 1, policy, nil)
+				require.Equal(t, Retry, dec.Action)
+				require.GreaterOrEqual(t, dec.Delay, time.Duration(0), "a delay is never negative")
+				require.LessOrEqual(t, dec.Delay, 10*time.Second, "a delay never exceeds the policy's Max")
+				if tc.delay >= 0 {
+					require.Equal(t, tc.delay, dec.Delay)
+				} else {
+					// 2s base, jitter 0.2.
+					require.GreaterOrEqual(t, dec.Delay, 1600*time.Millisecond)
+					require.LessOrEqual(t, dec.Delay, 2400*time.Millisecond)
+				}
+			}
+			// Every later attempt too: a Retry-After is capped at Max, a
+			// backoff at Max before a jitter of at most +20%.
+			rnd := rand.New(rand.NewPCG(1, 2))
+			for attempt := 1; attempt < policy.MaxAttempts; attempt++ {
+				dec := Decide(res, attempt, policy, rnd)
+				require.Equal(t, Retry, dec.Action)
+				require.GreaterOrEqual(t, dec.Delay, time.Duration(0))
+				if res.HasRetryAfter {
+					require.LessOrEqual(t, dec.Delay, 10*time.Second)
+				} else {
+					require.LessOrEqual(t, dec.Delay, 12*time.Second)
+				}
+			}
+			require.Equal(t, Decision{Action: DeadLetter, Reason: ReasonMaxAttempts}, Decide(res, policy.MaxAttempts, policy, rnd))
+		})
+	}
+}
+
+// senderTestCapture records the requests a server receives.
+type senderTestCapture struct {
+	Host   string
+	Header http.Header
+	Body   []byte
+	Method string
+	Path   string
+}
+
+func senderTestCapturingServer(t *testing.T) (*httptest.Server, <-chan senderTestCapture) {
+	t.Helper()
+	got := make(chan senderTestCapture, 16)
+	srv, _ := senderTestServer(t, func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		got <- senderTestCapture{Host: r.Host, Header: r.Header.Clone(), Body: b, Method: r.Method, Path: r.URL.RequestURI()}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	return srv, got
+}
+
+func senderTestReceive(t *testing.T, got <-chan senderTestCapture) senderTestCapture {
+	t.Helper()
+	select {
+	case c := <-got:
+		return c
+	default:
+		t.Fatal("Send returned but the server recorded no request")
+		return senderTestCapture{}
+	}
+}
+
+func TestSenderHeaders(t *testing.T) {
+	t.Parallel()
+	srv, got := senderTestCapturingServer(t)
+	u, err := url.Parse(srv.URL)
+	require.NoError(t, err)
+	now := time.Unix(1_900_000_000, 0)
+	c := NewHTTPClient(HTTPOptions{Guard: NetGuard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
+	t.Cleanup(c.CloseIdleConnections)
+	s := &Sender{Client: c, Now: func() time.Time { return now }}
+	secret := GenerateSecret()
+	body := []byte(`{"hello":"world"}`)
+
+	t.Run("signed, with forwarded and refused event headers", func(t *testing.T) {
+		d := senderTestDest(srv.URL+"/hook?x=1", 5*time.Second)
+		d.Secret = secret
+		d.Headers = map[string]string{"Authorization": "Bearer dest-token", "X-Shared": "from-destination"}
+		ev := Delivery{ID: "evt_42", Body: body, Headers: http.Header{
+			"X-Event":           {"a", "b"},
+			"X-Shared":          {"from-event"},
+			"Host":              {"evil.example"},
+			"Webhook-Id":        {"forged-id"},
+			"webhook-id":        {"forged-id-lower"},
+			"Webhook-Signature": {"v1,forged"},
+			"webhook-timestamp": {"1"},
+			"Relay-X":           {"1"},
+			"relay-event-id":    {"forged"},
+			"Nats-Msg-Id":       {"forged"},
+			"User-Agent":        {"evil/1.0"},
+			"Content-Length":    {"1"},
+			"Transfer-Encoding": {"chunked"},
+			"Connection":        {"close"},
+			"Bad Name":          {"x"},
+		}}
+		res := s.Send(t.Context(), d, ev)
+		require.NoError(t, res.Err)
+		require.Equal(t, http.StatusNoContent, res.Status)
+		r := senderTestReceive(t, got)
+
+		require.Equal(t, http.MethodPost, r.Method)
+		require.Equal(t, "/hook?x=1", r.Path)
+		require.Equal(t, body, r.Body)
+		require.Equal(t, u.Host, r.Host, "an event cannot change the Host")
+		require.Equal(t, []string{"evt_42"}, r.Header.Values("Webhook-Id"), "webhook-id is relay's, exactly once")
+		require.Equal(t, []string{"1900000000"}, r.Header.Values("Webhook-Timestamp"))
+		sigs := r.Header.Values("Webhook-Signature")
+		require.Len(t, sigs, 1)
+		require.True(t, strings.HasPrefix(sigs[0], "v1,"), sigs[0])
+		require.NoError(t, Verify(secret, "evt_42", 1_900_000_000, body, sigs[0]), "the signature verifies")
+		require.Error(t, Verify(secret, "evt_43", 1_900_000_000, body, sigs[0]), "the signature covers the id")
+		require.Equal(t, []string{"relay/" + Version}, r.Header.Values("User-Agent"))
+		require.True(t, strings.HasPrefix(r.Header.Get("User-Agent"), "relay/"))
+		require.Equal(t, []string{"application/json"}, r.Header.Values("Content-Type"))
+		require.Equal(t, strconv.Itoa(len(body)), r.Header.Get("Content-Length"))
+		require.Empty(t, r.Header.Values("Transfer-Encoding"))
+		require.Equal(t, []string{"a", "b"}, r.Header.Values("X-Event"), "event headers are forwarded, all values")
+		require.Equal(t, []string{"Bearer dest-token"}, r.Header.Values("Authorization"))
+		require.Equal(t, []string{"from-destination"}, r.Header.Values("X-Shared"), "the destination's headers win over the event's")
+		for _, h := range []string{"Relay-X", "Relay-Event-Id", "Nats-Msg-Id", "Bad Name"} {
+			require.Empty(t, r.Header.Values(h), "%s must not be forwarded", h)
+		}
+		for k := range r.Header {
+			require.False(t, strings.HasPrefix(strings.ToLower(k), "relay-"), "header %s forwarded", k)
+			require.False(t, strings.HasPrefix(strings.ToLower(k), "nats-"), "header %s forwarded", k)
+		}
+	})
+
+	t.Run("unsigned without a secret", func(t *testing.T) {
+		res := s.Send(t.Context(), senderTestDest(srv.URL, 5*time.Second), Delivery{ID: "evt_7", Body: body})
+		require.NoError(t, res.Err)
+		r := senderTestReceive(t, got)
+		require.Empty(t, r.Header.Values("Webhook-Signature"))
+		require.Equal(t, []string{"evt_7"}, r.Header.Values("Webhook-Id"))
+		require.Equal(t, []string{"1900000000"}, r.Header.Values("Webhook-Timestamp"))
+		require.Equal(t, "application/json", r.Header.Get("Content-Type"))
+	})
+
+	t.Run("event content type is kept", func(t *testing.T) {
+		ev := Delivery{ID: "evt_8", Body: []byte("plain"), Headers: http.Header{"Content-Type": {"text/plain; charset=utf-8"}}}
+		res := s.Send(t.Context(), senderTestDest(srv.URL, 5*time.Second), ev)
+		require.NoError(t, res.Err)
+		r := senderTestReceive(t, got)
+		require.Equal(t, []string{"text/plain; charset=utf-8"}, r.Header.Values("Content-Type"))
+	})
+
+	t.Run("event content type under a lower-case key is kept", func(t *testing.T) {
+		// Event headers come from NATS, which keeps the producer's
+		// spelling of header names.
+		ev := Delivery{ID: "evt_9", Body: []byte("<a/>"), Headers: http.Header{"content-type": {"application/xml"}}}
+		res := s.Send(t.Context(), senderTestDest(srv.URL, 5*time.Second), ev)
+		require.NoError(t, res.Err)
+		r := senderTestReceive(t, got)
+		require.Equal(t, []string{"application/xml"}, r.Header.Values("Content-Type"))
+	})
+
+	t.Run("a bad signing secret fails before sending", func(t *testing.T) {
+		d := senderTestDest(srv.URL, 5*time.Second)
+		d.Secret = "whsec_!!!"
+		res := s.Send(t.Context(), d, Delivery{ID: "evt_10"})
+		require.Error(t, res.Err)
+		require.Equal(t, 0, res.Status)
+		select {
+		case r := <-got:
+			t.Fatalf("a request was sent: %+v", r)
+		default:
+		}
+	})
+}
+
+func TestSenderEventHeaderWithControlCharacters(t *testing.T) {
+	t.Parallel()
+	// A producer using a plain NATS client can store any header value but
+	// CR and LF. An event header relay cannot send must be dropped, as an
+	// invalid header name is, not turn every attempt into a transport error
+	// (retried until max attempts, forever on a blocking ordered key).
+	srv, got := senderTestCapturingServer(t)
+	s := senderTestSender(t)
+	ev := Delivery{ID: "evt_1", Body: []byte(`{}`), Headers: http.Header{
+		"X-Good": {"fine"},
+		"X-Bad":  {"a\x01b"},
+		"X-Del":  {"a\x7fb"},
+	}}
+	res := s.Send(t.Context(), senderTestDest(srv.URL, 5*time.Second), ev)
+	require.NoError(t, res.Err)
+	require.Equal(t, http.StatusNoContent, res.Status)
+	r := senderTestReceive(t, got)
+	require.Equal(t, "fine", r.Header.Get("X-Good"))
+	require.Empty(t, r.Header.Values("X-Bad"))
+	require.Empty(t, r.Header.Values("X-Del"))
+}

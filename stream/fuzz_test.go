@@ -1,0 +1,106 @@
+package stream
+
+import (
+	"strings"
+	"testing"
+	"unicode"
+)
+
+func FuzzKeyToken(f *testing.F) {
+	for _, s := range []string{
+		"", "user-1", "a", "A_b:c=d-e", strings.Repeat("k", 64), strings.Repeat("k", 65),
+		"a.b", "a*b", "a>b", ">", "*", "a b", "tab\there", "new\nline", "ünïcödé", "\x00", "\xff\xfe",
+		"h-0123456789abcdef0123456789abcdef", "h-", "..", "a\u00a0b", "\u3000", "日本",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		tok := KeyToken(key)
+		if n := len(tok); n < 1 || n > 64 {
+			t.Fatalf("KeyToken(%q) = %q: %d characters", key, tok, n)
+		}
+		if strings.ContainsAny(tok, ".*>") || strings.ContainsFunc(tok, unicode.IsSpace) {
+			t.Fatalf("KeyToken(%q) = %q is not a single subject token", key, tok)
+		}
+		if strings.ContainsFunc(tok, func(r rune) bool { return r > unicode.MaxASCII || !unicode.IsPrint(r) }) {
+			t.Fatalf("KeyToken(%q) = %q has characters outside printable ASCII", key, tok)
+		}
+		if KeyToken(key) != tok {
+			t.Fatalf("KeyToken(%q) is not deterministic", key)
+		}
+		if again := KeyToken(tok); again != tok {
+			t.Fatalf("KeyToken(KeyToken(%q)) = %q, want %q", key, again, tok)
+		}
+		if tok != key && (!strings.HasPrefix(tok, "h-") || len(tok) != 34) {
+			t.Fatalf("KeyToken(%q) = %q: a replaced key must be h- and 32 hex digits", key, tok)
+		}
+		// A key published with InSubject parses back to its token.
+		subj := InSubject("orders", key)
+		p, err := ParseSubject(subj)
+		if key == "" {
+			if err != nil || p.KeyToken != "" || p.Dest != "orders" {
+				t.Fatalf("ParseSubject(%q) = %+v, %v", subj, p, err)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("ParseSubject(InSubject(%q)) = %v", key, err)
+		}
+		if p.Dest != "orders" || p.KeyToken != tok || p.Bucket != -1 {
+			t.Fatalf("ParseSubject(%q) = %+v, want dest orders and token %q", subj, p, tok)
+		}
+	})
+}
+
+func FuzzParseSubject(f *testing.F) {
+	for _, s := range []string{
+		"relay.in.orders", "relay.in.orders.user-1", "relay.ev.orders.5.user-1", "relay.ev.orders.63.k",
+		"relay.ev.orders.64.k", "relay.ev.orders.-1.k", "relay.ev.orders.05.k", "relay.ev.orders.+5.k",
+		"relay.ev.orders. 5.k", "relay.ev.orders.5", "relay.in", "relay.in.", "relay.in..k", "relay.in.*",
+		"relay.in.>", "relay.in.a.b.c", "relay.dlq.orders", "", ".", "relay.ev.orders.99999999999999999999.k",
+		"relay.in.ev", "relay.ev.in.1.x", "relay.in.a b", "relay.in.d.\x00",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, subj string) {
+		p, err := ParseSubject(subj)
+		if err != nil {
+			if p != (Parsed{}) {
+				t.Fatalf("ParseSubject(%q) failed but returned %+v", subj, p)
+			}
+			return
+		}
+		if p.Dest == "" || strings.ContainsAny(p.Dest, ".*>") {
+			t.Fatalf("ParseSubject(%q): bad destination %q", subj, p.Dest)
+		}
+		if strings.ContainsAny(p.KeyToken, ".*>") {
+			t.Fatalf("ParseSubject(%q): bad key token %q", subj, p.KeyToken)
+		}
+		if p.Bucket < -1 || p.Bucket >= Buckets {
+			t.Fatalf("ParseSubject(%q): bucket %d", subj, p.Bucket)
+		}
+		if (p.Bucket == -1) != strings.HasPrefix(subj, InPrefix+".") {
+			t.Fatalf("ParseSubject(%q): bucket %d for this prefix", subj, p.Bucket)
+		}
+		if p.Bucket >= 0 && p.KeyToken == "" {
+			t.Fatalf("ParseSubject(%q): a partitioned subject without a key", subj)
+		}
+		in := p.InputSubject()
+		if !strings.HasPrefix(in, InPrefix+".") {
+			t.Fatalf("InputSubject of %q = %q", subj, in)
+		}
+		if strings.HasPrefix(subj, InPrefix+".") && in != subj {
+			t.Fatalf("InputSubject of input subject %q = %q: not itself", subj, in)
+		}
+		q, err := ParseSubject(in)
+		if err != nil {
+			t.Fatalf("ParseSubject(%q) (InputSubject of %q) = %v", in, subj, err)
+		}
+		if q.Dest != p.Dest || q.KeyToken != p.KeyToken || q.Bucket != -1 {
+			t.Fatalf("%q parsed as %+v, its input subject %q as %+v", subj, p, in, q)
+		}
+		if q.InputSubject() != in {
+			t.Fatalf("InputSubject is not a fixed point: %q then %q", in, q.InputSubject())
+		}
+	})
+}
