@@ -522,7 +522,8 @@ func eventHeaders(h nats.Header) http.Header {
 	out := http.Header{}
 	for k, vs := range h {
 		if !stream.IsContractHeader(k) {
-			out[k] = vs
+			ck := http.CanonicalHeaderKey(k)
+			out[ck] = append(out[ck], vs...)
 		}
 	}
 	return out

@@ -100,13 +100,21 @@ func (s *Sender) Send(ctx context.Context, d Destination, ev Delivery) Result {
 			continue // never let an event override what relay sets
 		}
 		for _, v := range vs {
+			if ValidateEventHeader(k, v) != nil {
+				continue // a producer with a plain NATS client sent CR/LF: drop it
+			}
 			req.Header.Add(k, v)
 		}
 	}
 	for k, v := range d.Headers {
 		req.Header.Set(k, v)
 	}
-	ct := ev.Headers.Get("Content-Type")
+	ct := ""
+	for k, vs := range ev.Headers {
+		if strings.EqualFold(k, "Content-Type") && len(vs) > 0 {
+			ct = vs[0]
+		}
+	}
 	if ct == "" {
 		ct = "application/json"
 	}
@@ -138,11 +146,14 @@ func (s *Sender) Send(ctx context.Context, d Destination, ev Delivery) Result {
 	body, rerr := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody))
 	resp.Body.Close()
 	res := Result{Status: resp.StatusCode, Duration: s.Now().Sub(now)}
+	if rerr != nil {
+		// The response did not finish within the timeout (a slow drip) or
+		// the connection broke: the destination did not answer in full,
+		// so this is a failed attempt whatever the status said.
+		return Result{Err: fmt.Errorf("status %d, but reading the response body failed: %w", resp.StatusCode, transportError(rerr, d)), Duration: res.Duration}
+	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		res.Snippet = snippet(body)
-		if rerr != nil && res.Snippet == "" {
-			res.Snippet = "(reading body: " + rerr.Error() + ")"
-		}
 	}
 	if ra := resp.Header.Get("Retry-After"); ra != "" {
 		res.RetryAfter, res.HasRetryAfter = ParseRetryAfter(ra, now)
