@@ -201,26 +201,32 @@ func ValidateEventHeader(name, value string) error {
 	return ValidateHeader(name, value)
 }
 
-// ValidateURL reports why u cannot be a destination URL.
+// ValidateURL reports why u cannot be a destination URL. Its errors never
+// repeat a password the URL contains.
 func ValidateURL(u string) error {
 	if len(u) > 2048 {
 		return fmt.Errorf("URL is %d characters long; the limit is 2048", len(u))
 	}
 	p, err := url.Parse(u)
 	if err != nil {
-		return fmt.Errorf("URL %q does not parse: %v", u, err)
-	}
-	if p.Scheme != "http" && p.Scheme != "https" {
-		return fmt.Errorf("URL %q: scheme must be http or https, not %q", u, p.Scheme)
-	}
-	if p.Host == "" || p.Hostname() == "" {
-		return fmt.Errorf("URL %q has no host", u)
+		// url.Error quotes the whole URL, password included: keep only why.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("URL does not parse: %v", err)
 	}
 	if p.User != nil {
 		return fmt.Errorf("URL must not contain credentials (user:password@); use --header Authorization=... instead")
 	}
+	if p.Scheme != "http" && p.Scheme != "https" {
+		return fmt.Errorf("URL %q: scheme must be http or https, not %q", p.Redacted(), p.Scheme)
+	}
+	if p.Host == "" || p.Hostname() == "" {
+		return fmt.Errorf("URL %q has no host", p.Redacted())
+	}
 	if p.Fragment != "" {
-		return fmt.Errorf("URL %q has a fragment (#...), which is never sent to a server", u)
+		return fmt.Errorf("URL %q has a fragment (#...), which is never sent to a server", p.Redacted())
 	}
 	return nil
 }

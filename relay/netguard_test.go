@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -320,7 +321,7 @@ func TestGuardBlocksHostnameResolvingToLoopback(t *testing.T) {
 	require.Equal(t, "blocked_address", dec.Reason)
 }
 
-func TestGuardBlocksWhenAnyResolvedAddressIsBlockedAndNoneDialable(t *testing.T) {
+func TestGuardBlocksWhenEveryResolvedAddressIsBlocked(t *testing.T) {
 	t.Parallel()
 	srv, hits := netguardTestServer(t, nil)
 	var lookups atomic.Int64
@@ -340,6 +341,71 @@ func TestGuardBlocksWhenAnyResolvedAddressIsBlockedAndNoneDialable(t *testing.T)
 	require.ErrorAs(t, res.Err, &be)
 	require.Equal(t, netip.MustParseAddr("127.0.0.1"), be.Addr, "the reported address is unmapped")
 	require.Zero(t, hits.Load())
+}
+
+func TestGuardDialsOnlyThePermittedAnswers(t *testing.T) {
+	t.Parallel()
+	// Two servers on the same port: a "forbidden" one on 127.0.0.2 and the
+	// allowed one on 127.0.0.1. The name resolves to the forbidden address
+	// first; the guard must skip it and deliver to the allowed one.
+	var forbiddenHits, allowedHits atomic.Int64
+	_, allowed := netguardTestServerPair(t,
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { forbiddenHits.Add(1) }),
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { allowedHits.Add(1) }))
+	var lookups atomic.Int64
+	s := netguardTestSender(t, NetGuard{
+		Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
+		Lookup: netguardTestLookup(map[string][]netip.Addr{
+			"mixed.test": {netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("169.254.169.254"), netip.MustParseAddr("127.0.0.1")},
+		}, &lookups),
+	})
+	for i := range 3 {
+		res := s.Send(t.Context(), netguardTestDest("http://mixed.test:"+netguardTestPort(t, allowed)+"/"), Delivery{ID: "evt_1"})
+		require.NoError(t, res.Err)
+		require.False(t, res.Blocked)
+		require.Equal(t, http.StatusOK, res.Status)
+		require.Equal(t, int64(i+1), allowedHits.Load())
+	}
+	require.Zero(t, forbiddenHits.Load(), "the blocked answer was dialled")
+
+	// Without the allowed answer the name is blocked, and the forbidden
+	// server still sees nothing.
+	s = netguardTestSender(t, NetGuard{
+		Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
+		Lookup: netguardTestLookup(map[string][]netip.Addr{
+			"mixed.test": {netip.MustParseAddr("127.0.0.2")},
+		}, &lookups),
+	})
+	res := s.Send(t.Context(), netguardTestDest("http://mixed.test:"+netguardTestPort(t, allowed)+"/"), Delivery{ID: "evt_1"})
+	require.True(t, res.Blocked, "result: %+v", res)
+	require.Zero(t, forbiddenHits.Load())
+}
+
+// netguardTestServerPair starts one server on 127.0.0.2 and one on 127.0.0.1,
+// on the same port.
+func netguardTestServerPair(t *testing.T, onTwo, onOne http.Handler) (*httptest.Server, *httptest.Server) {
+	t.Helper()
+	for range 20 {
+		l2, err := net.Listen("tcp", "127.0.0.2:0")
+		if err != nil {
+			t.Skipf("cannot listen on 127.0.0.2: %v", err)
+		}
+		_, port, _ := net.SplitHostPort(l2.Addr().String())
+		l1, err := net.Listen("tcp", "127.0.0.1:"+port)
+		if err != nil {
+			l2.Close()
+			continue // port taken on 127.0.0.1: try another
+		}
+		s2 := &httptest.Server{Listener: l2, Config: &http.Server{Handler: onTwo}}
+		s1 := &httptest.Server{Listener: l1, Config: &http.Server{Handler: onOne}}
+		s2.Start()
+		s1.Start()
+		t.Cleanup(s2.Close)
+		t.Cleanup(s1.Close)
+		return s2, s1
+	}
+	t.Fatal("no port free on both 127.0.0.1 and 127.0.0.2")
+	return nil, nil
 }
 
 func TestGuardBlocksIPv4MappedLoopback(t *testing.T) {

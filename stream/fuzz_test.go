@@ -58,7 +58,7 @@ func FuzzParseSubject(f *testing.F) {
 		"relay.ev.orders.64.k", "relay.ev.orders.-1.k", "relay.ev.orders.05.k", "relay.ev.orders.+5.k",
 		"relay.ev.orders. 5.k", "relay.ev.orders.5", "relay.in", "relay.in.", "relay.in..k", "relay.in.*",
 		"relay.in.>", "relay.in.a.b.c", "relay.dlq.orders", "", ".", "relay.ev.orders.99999999999999999999.k",
-		"relay.in.ev", "relay.ev.in.1.x", "relay.in.a b", "relay.in.d.\x00",
+		"relay.in.ev", "relay.ev.in.1.x", "relay.in.a b", "relay.in.d.\x00", "relay.in.0*", "relay.in.d.k>",
 	} {
 		f.Add(s)
 	}
@@ -70,11 +70,16 @@ func FuzzParseSubject(f *testing.F) {
 			}
 			return
 		}
-		if p.Dest == "" || strings.ContainsAny(p.Dest, ".*>") {
+		// Each part is one literal subject token ('*' and '>' are
+		// wildcards only as whole tokens).
+		if p.Dest == "" || p.Dest == "*" || p.Dest == ">" || strings.Contains(p.Dest, ".") {
 			t.Fatalf("ParseSubject(%q): bad destination %q", subj, p.Dest)
 		}
-		if strings.ContainsAny(p.KeyToken, ".*>") {
+		if p.KeyToken == "*" || p.KeyToken == ">" || strings.Contains(p.KeyToken, ".") {
 			t.Fatalf("ParseSubject(%q): bad key token %q", subj, p.KeyToken)
+		}
+		if want := strings.Count(subj, ".") + 1; want < 3 || want > 5 {
+			t.Fatalf("ParseSubject(%q) accepted %d tokens", subj, want)
 		}
 		if p.Bucket < -1 || p.Bucket >= Buckets {
 			t.Fatalf("ParseSubject(%q): bucket %d", subj, p.Bucket)

@@ -1,0 +1,61 @@
+package relay
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// benchMsg is just enough of a jetstream.Msg for eventOf.
+type benchMsg struct {
+	jetstream.Msg
+	subject string
+	hdr     nats.Header
+	meta    *jetstream.MsgMetadata
+}
+
+func (m benchMsg) Subject() string                           { return m.subject }
+func (m benchMsg) Headers() nats.Header                      { return m.hdr }
+func (m benchMsg) Metadata() (*jetstream.MsgMetadata, error) { return m.meta, nil }
+
+func BenchmarkSign(b *testing.B) {
+	secret := GenerateSecret()
+	body := make([]byte, 1024)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Sign(secret, "evt_06h2rcpt1p0j6zbfdgx7z5g334", 1764500000, body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkEventOf(b *testing.B) {
+	m := benchMsg{
+		subject: "relay.ev.orders.17.customer-42",
+		hdr:     nats.Header{"Nats-Msg-Id": {"evt_06h2rcpt1p0j6zbfdgx7z5g334"}, "Content-Type": {"application/json"}, "X-Trace": {"abc"}},
+		meta:    &jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: 123456}, NumDelivered: 1, Timestamp: time.Now()},
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		ev, err := eventOf(m)
+		if err != nil || ev.id == "" {
+			b.Fatal(err)
+		}
+		_ = eventHeaders(m.hdr)
+	}
+}
+
+func BenchmarkDecide(b *testing.B) {
+	p := RetryPolicy{}.WithDefaults()
+	results := []Result{{Status: 204}, {Status: 503}, {Status: 429, HasRetryAfter: true, RetryAfter: 5 * time.Second}, {Status: 404}, {Err: http.ErrHandlerTimeout}}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		_ = Decide(results[i%len(results)], 1+i%20, p, nil)
+		i++
+	}
+}
