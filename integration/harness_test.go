@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -51,6 +52,7 @@ func TestMain(m *testing.M) {
 // env is one test's world: an embedded NATS server with relay's streams.
 type env struct {
 	t     testing.TB
+	cfg   stream.EmbeddedConfig
 	srv   *server.Server
 	url   string
 	nc    *nats.Conn
@@ -61,13 +63,17 @@ type env struct {
 
 func setup(t testing.TB) *env {
 	t.Helper()
-	s, err := stream.StartEmbedded(stream.EmbeddedConfig{DataDir: t.TempDir(), Port: -1})
+	cfg := stream.EmbeddedConfig{DataDir: t.TempDir(), Port: -1}
+	s, err := stream.StartEmbedded(cfg)
 	require.NoError(t, err)
+	cfg.Port = s.Addr().(*net.TCPAddr).Port
+	e := &env{t: t, cfg: cfg}
+	e.srv = s
 	t.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
+		e.srv.Shutdown()
+		e.srv.WaitForShutdown()
 	})
-	nc, err := nats.Connect(s.ClientURL())
+	nc, err := nats.Connect(s.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
@@ -78,7 +84,18 @@ func setup(t testing.TB) *env {
 	require.NoError(t, err)
 	p, err := relay.NewProducer(ctx, js)
 	require.NoError(t, err)
-	return &env{t: t, srv: s, url: s.ClientURL(), nc: nc, js: js, store: st, prod: p}
+	e.url, e.nc, e.js, e.store, e.prod = s.ClientURL(), nc, js, st, p
+	return e
+}
+
+// restartNATS starts the embedded server again on the same port and data.
+func (e *env) restartNATS() {
+	e.t.Helper()
+	e.srv.Shutdown()
+	e.srv.WaitForShutdown()
+	s, err := stream.StartEmbedded(e.cfg)
+	require.NoError(e.t, err)
+	e.srv = s
 }
 
 func (e *env) addDest(d relay.Destination) relay.Destination {

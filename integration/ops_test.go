@@ -106,6 +106,8 @@ func TestReadyzFollowsNATSAndRedis(t *testing.T) {
 	e.srv.Shutdown()
 	e.srv.WaitForShutdown()
 	eventually(t, 10*time.Second, func() bool { return status("/readyz") == 503 }, "not ready without NATS")
+	e.restartNATS()
+	eventually(t, 20*time.Second, func() bool { return status("/readyz") == 200 }, "ready again once NATS is back and the client reconnected")
 }
 
 // A destination down for 60 seconds with 1,000 events queued: the circuit

@@ -72,6 +72,10 @@ type Outcome struct {
 	Err      error // set when relay could not act on the decision (the event comes back)
 
 	parkTried bool
+	// uncounted: a failed probe of an open circuit. It says the destination
+	// is still down, not that the event failed, so it does not use up one of
+	// the event's attempts.
+	uncounted bool
 }
 
 // WithDefaults returns cfg with zero fields set to their defaults.
@@ -596,6 +600,10 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, ordered bool) {
 			return
 		}
 		out.Decision = Decide(out.Result, attempt, policy, nil)
+		if probing && out.Result.Retryable() && !out.Result.Blocked && out.Result.Status != http.StatusGone {
+			out.Decision = Decision{Action: Retry, Delay: policy.Delay(min(attempt, policy.MaxAttempts), nil)}
+			out.uncounted = true
+		}
 		if out.Result.Status == http.StatusGone && d.OnGone == OnGoneDisable {
 			// The destination says it is gone for good: disable it, keep
 			// the event for when an operator resumes it.
@@ -633,7 +641,7 @@ func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, mayPark bool, out 
 		}
 		return nil
 	case Retry:
-		r.recordAttempt(ctx, ev, attempt, out.Result)
+		r.recordAttempt(ctx, ev, attempt, out.Result, out.uncounted)
 		if mayPark && r.cfg.Schedule != nil && out.Decision.Delay >= r.cfg.ParkThreshold {
 			out.parkTried = true
 			parked, err := r.park(ctx, msg, ev, attempt, out.Decision.Delay)
@@ -764,9 +772,14 @@ func (r *Relay) putLog(ctx context.Context, ev event, l attemptLog) {
 
 // recordAttempt adds a failed attempt to ev's history. A failure to record is
 // logged: the history is then incomplete, the event is not affected.
-func (r *Relay) recordAttempt(ctx context.Context, ev event, attempt int, res Result) {
+// An uncounted attempt is kept in the history but does not advance the
+// event's attempt number.
+func (r *Relay) recordAttempt(ctx context.Context, ev event, attempt int, res Result, uncounted bool) {
 	l := r.attemptLog(ctx, ev)
 	l.Attempts = append(l.Attempts, attemptOf(attempt, r.cfg.Now(), res))
+	if uncounted {
+		l.Skipped++
+	}
 	r.putLog(ctx, ev, l)
 }
 
