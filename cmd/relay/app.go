@@ -201,6 +201,32 @@ func connect(c *cli.Context) (*nats.Conn, jetstream.JetStream, error) {
 	return nc, js, nil
 }
 
+// openNATS connects for a client command: the context is cancelled on
+// SIGINT/SIGTERM or after limit, and done closes everything.
+func openNATS(c *cli.Context, limit time.Duration) (context.Context, jetstream.JetStream, func(), error) {
+	ctx, cancel := cmdContext(c, limit)
+	nc, js, err := connect(c)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	return ctx, js, func() { nc.Close(); cancel() }, nil
+}
+
+// openDests is openNATS with the destination store.
+func openDests(c *cli.Context, limit time.Duration) (context.Context, jetstream.JetStream, *relay.Store, func(), error) {
+	ctx, js, done, err := openNATS(c, limit)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	st, err := destStore(c, ctx, js)
+	if err != nil {
+		done()
+		return nil, nil, nil, nil, err
+	}
+	return ctx, js, st, done, nil
+}
+
 // cmdContext is the context of a client command: cancelled on SIGINT or
 // SIGTERM, and bounded so a command never hangs forever.
 func cmdContext(c *cli.Context, limit time.Duration) (context.Context, context.CancelFunc) {

@@ -128,17 +128,11 @@ func destCommand() *cli.Command {
 					if err := d.WithDefaults().Validate(); err != nil {
 						return usageError{err.Error()}
 					}
-					ctx, cancel := cmdContext(c, 30*time.Second)
-					defer cancel()
-					nc, js, err := connect(c)
+					ctx, _, st, done, err := openDests(c, 30*time.Second)
 					if err != nil {
 						return err
 					}
-					defer nc.Close()
-					st, err := destStore(c, ctx, js)
-					if err != nil {
-						return err
-					}
+					defer done()
 					d, err = st.Add(ctx, d)
 					if err != nil {
 						return err
@@ -160,17 +154,11 @@ func destCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					ctx, cancel := cmdContext(c, 30*time.Second)
-					defer cancel()
-					nc, js, err := connect(c)
+					ctx, _, st, done, err := openDests(c, 30*time.Second)
 					if err != nil {
 						return err
 					}
-					defer nc.Close()
-					st, err := destStore(c, ctx, js)
-					if err != nil {
-						return err
-					}
+					defer done()
 					d, err := st.Update(ctx, name, func(d *relay.Destination) error { return applyDestFlags(c, d) })
 					if err != nil {
 						return err
@@ -204,17 +192,11 @@ losing a delivery. After the overlap only the new secret signs.`,
 					if generated {
 						next = relay.GenerateSecret()
 					}
-					ctx, cancel := cmdContext(c, 30*time.Second)
-					defer cancel()
-					nc, js, err := connect(c)
+					ctx, _, st, done, err := openDests(c, 30*time.Second)
 					if err != nil {
 						return err
 					}
-					defer nc.Close()
-					st, err := destStore(c, ctx, js)
-					if err != nil {
-						return err
-					}
+					defer done()
 					d, err := st.Update(ctx, name, func(d *relay.Destination) error {
 						d.PrevSecret, d.PrevSecretUntil = "", time.Time{}
 						if ov := c.Duration("overlap"); ov > 0 && d.Secret != "" {
@@ -259,17 +241,11 @@ losing a delivery. After the overlap only the new secret signs.`,
 				Usage: "list destinations (secrets are never shown)",
 				Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "one JSON object per line"}},
 				Action: func(c *cli.Context) error {
-					ctx, cancel := cmdContext(c, 30*time.Second)
-					defer cancel()
-					nc, js, err := connect(c)
+					ctx, _, st, done, err := openDests(c, 30*time.Second)
 					if err != nil {
 						return err
 					}
-					defer nc.Close()
-					st, err := destStore(c, ctx, js)
-					if err != nil {
-						return err
-					}
+					defer done()
 					ds, err := st.List(ctx)
 					if err != nil {
 						return err
@@ -307,17 +283,11 @@ losing a delivery. After the overlap only the new secret signs.`,
 					if err != nil {
 						return err
 					}
-					ctx, cancel := cmdContext(c, 30*time.Second)
-					defer cancel()
-					nc, js, err := connect(c)
+					ctx, _, st, done, err := openDests(c, 30*time.Second)
 					if err != nil {
 						return err
 					}
-					defer nc.Close()
-					st, err := destStore(c, ctx, js)
-					if err != nil {
-						return err
-					}
+					defer done()
 					if _, err := st.Get(ctx, name); err != nil {
 						return err
 					}
@@ -362,17 +332,11 @@ func setPause(c *cli.Context, pause bool) error {
 		}
 		until = time.Now().Add(c.Duration("for")).UTC()
 	}
-	ctx, cancel := cmdContext(c, 30*time.Second)
-	defer cancel()
-	nc, js, err := connect(c)
+	ctx, _, st, done, err := openDests(c, 30*time.Second)
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	st, err := destStore(c, ctx, js)
-	if err != nil {
-		return err
-	}
+	defer done()
 	d, err := st.Update(ctx, name, func(d *relay.Destination) error {
 		if pause {
 			d.PausedUntil, d.PauseReason = until, relay.PauseOperator

@@ -35,13 +35,11 @@ func dlqCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					ctx, cancel := cmdContext(c, 5*time.Minute)
-					defer cancel()
-					nc, js, err := connect(c)
+					ctx, js, done, err := openNATS(c, 5*time.Minute)
 					if err != nil {
 						return err
 					}
-					defer nc.Close()
+					defer done()
 					st, err := dlq.Open(ctx, js)
 					if err != nil {
 						return err
@@ -82,13 +80,11 @@ func dlqCommand() *cli.Command {
 					if err != nil || seq == 0 {
 						return usagef("SEQ %q: expected a dead-letter sequence number (see 'relay dlq list')", a)
 					}
-					ctx, cancel := cmdContext(c, 30*time.Second)
-					defer cancel()
-					nc, js, err := connect(c)
+					ctx, js, done, err := openNATS(c, 30*time.Second)
 					if err != nil {
 						return err
 					}
-					defer nc.Close()
+					defer done()
 					st, err := dlq.Open(ctx, js)
 					if err != nil {
 						return err
@@ -132,13 +128,11 @@ within the duplicate window.`,
 					if err != nil {
 						return err
 					}
-					ctx, cancel := cmdContext(c, 24*time.Hour)
-					defer cancel()
-					nc, js, err := connect(c)
+					ctx, js, done, err := openNATS(c, 24*time.Hour)
 					if err != nil {
 						return err
 					}
-					defer nc.Close()
+					defer done()
 					st, err := dlq.Open(ctx, js)
 					if err != nil {
 						return err
@@ -229,13 +223,11 @@ within the duplicate window.`,
 					if len(f.Seqs) == 0 && !c.Bool("all") && !filtered {
 						return usagef("say what to purge: --seq N (repeatable), filters such as --dest, or --all")
 					}
-					ctx, cancel := cmdContext(c, time.Hour)
-					defer cancel()
-					nc, js, err := connect(c)
+					ctx, js, done, err := openNATS(c, time.Hour)
 					if err != nil {
 						return err
 					}
-					defer nc.Close()
+					defer done()
 					st, err := dlq.Open(ctx, js)
 					if err != nil {
 						return err

@@ -41,13 +41,11 @@ Publishing the same --id again within the duplicate window stores nothing new.`,
 			if err != nil {
 				return err
 			}
-			ctx, cancel := cmdContext(c, 30*time.Second)
-			defer cancel()
-			nc, js, err := connect(c)
+			ctx, js, done, err := openNATS(c, 30*time.Second)
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
+			defer done()
 			p, err := relay.NewProducer(ctx, js)
 			if err != nil {
 				return err

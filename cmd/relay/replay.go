@@ -48,13 +48,11 @@ twice.`,
 			if err != nil {
 				return err
 			}
-			ctx, cancel := cmdContext(c, 24*time.Hour)
-			defer cancel()
-			nc, js, err := connect(c)
+			ctx, js, done, err := openNATS(c, 24*time.Hour)
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
+			defer done()
 			w := c.App.Writer
 			dry := c.Bool("dry-run")
 			var tick *time.Ticker

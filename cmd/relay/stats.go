@@ -24,13 +24,11 @@ func statsCommand() *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "one JSON object per destination and line"},
 		},
 		Action: func(c *cli.Context) error {
-			ctx, cancel := cmdContext(c, 30*time.Second)
-			defer cancel()
-			nc, js, err := connect(c)
+			ctx, js, done, err := openNATS(c, 30*time.Second)
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
+			defer done()
 			var sched *schedule.Store
 			if u := c.String("redis-url"); u != "" {
 				sched, err = schedule.Dial(ctx, u, c.String("redis-mode"))
