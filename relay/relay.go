@@ -125,6 +125,7 @@ type Relay struct {
 	log      *slog.Logger
 	store    *Store
 	attempts jetstream.KeyValue
+	events   jetstream.Stream
 	dlq      dlq.Writer
 	sender   *Sender
 	dests    watch
@@ -150,11 +151,16 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s: %w", stream.AttemptsBucket, err)
 	}
+	evs, err := cfg.JS.Stream(ctx, stream.EventsStream)
+	if err != nil {
+		return nil, fmt.Errorf("open stream %s: %w", stream.EventsStream, err)
+	}
 	return &Relay{
 		cfg:      cfg,
 		log:      cfg.Logger,
 		store:    st,
 		attempts: kv,
+		events:   evs,
 		dlq:      dlq.Writer{JS: cfg.JS},
 		sender:   &Sender{Client: cfg.HTTPClient, Now: cfg.Now},
 		dests:    watch{dests: map[string]Destination{}},
@@ -488,6 +494,9 @@ type event struct {
 	// published is when the producer published the event (a republished
 	// copy carries the original's time in a header).
 	published time.Time
+	// body and hdr are the event's own, as stored.
+	body []byte
+	hdr  nats.Header
 }
 
 func eventOf(msg jetstream.Msg) (event, error) {
@@ -499,8 +508,8 @@ func eventOf(msg jetstream.Msg) (event, error) {
 	if err != nil {
 		return event{}, err
 	}
-	ev := event{dest: p.Dest, seq: meta.Sequence.Stream, subject: msg.Subject(), meta: meta}
-	h := msg.Headers()
+	ev := event{dest: p.Dest, seq: meta.Sequence.Stream, subject: msg.Subject(), meta: meta, body: msg.Data(), hdr: msg.Headers()}
+	h := ev.hdr
 	ev.id = h.Get(stream.HdrEventID)
 	if ev.id == "" {
 		ev.id = h.Get(stream.HdrMsgID)
@@ -591,7 +600,7 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, ordered bool) {
 		out.Decision = Decision{Action: DeadLetter, Reason: ReasonMaxAttempts}
 	default:
 		done := r.cfg.Metrics.attemptStarted(d.Name)
-		out.Result = r.sender.Send(ctx, d, Delivery{ID: ev.id, Body: msg.Data(), Headers: eventHeaders(msg.Headers())})
+		out.Result = r.sender.Send(ctx, d, Delivery{ID: ev.id, Body: ev.body, Headers: eventHeaders(ev.hdr)})
 		done()
 		if ctx.Err() != nil && out.Result.Status == 0 {
 			// Shut down mid-attempt: hand it back without counting it.
@@ -669,8 +678,8 @@ func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, mayPark bool, out 
 		Subject:   ev.subject,
 		StreamSeq: ev.seq,
 		History:   hist,
-		Headers:   msg.Headers(),
-		Body:      msg.Data(),
+		Headers:   ev.hdr,
+		Body:      ev.body,
 	}
 	if n := len(hist); n > 0 {
 		l.First, l.Last = hist[0].At, hist[n-1].At
@@ -700,8 +709,8 @@ func (r *Relay) park(ctx context.Context, msg jetstream.Msg, ev event, attempt i
 		Subject:   p.InputSubject(),
 		EventID:   ev.id,
 		Attempts:  attempt,
-		Headers:   msg.Headers(),
-		Body:      msg.Data(),
+		Headers:   ev.hdr,
+		Body:      ev.body,
 		Due:       r.cfg.Now().Add(delay),
 		Published: ev.published,
 	}
@@ -801,6 +810,13 @@ func (r *Relay) forgetHistory(ctx context.Context, ev event) {
 }
 
 func (r *Relay) logOutcome(o Outcome) {
+	level := slog.LevelInfo
+	if o.Err != nil {
+		level = slog.LevelWarn
+	}
+	if !r.log.Enabled(context.Background(), level) {
+		return // on the hot path: build nothing that is not logged
+	}
 	attrs := []any{"dest", o.Dest, "event_id", o.EventID, "seq", o.Seq, "attempt", o.Attempt,
 		"outcome", o.Decision.Action.String()}
 	if o.Result.Status != 0 {
@@ -838,6 +854,8 @@ func (r *Relay) runUnrouted(ctx context.Context) {
 		AckWait:       30 * time.Second,
 		MaxDeliver:    -1,
 		MaxAckPending: 20000,
+		// It needs only the subject and sequence: no bodies on this path.
+		HeadersOnly: true,
 	})
 	if err != nil {
 		r.log.Error("cannot create the unrouted-events consumer: events for unknown destinations will not be dead-lettered", "err", err)
@@ -887,6 +905,13 @@ func (r *Relay) checkRouted(msg jetstream.Msg) {
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
+	// The consumer sends headers only: read the whole event for the letter.
+	full, err := r.events.GetMsg(ctx, ev.seq)
+	if err != nil {
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	ev.body, ev.hdr = full.Data, full.Header
 	out := Outcome{Dest: ev.dest, EventID: ev.id, Seq: ev.seq, Decision: Decision{Action: DeadLetter, Reason: ReasonUnknownDestination}}
 	out.Err = r.act(msg, ev, 0, false, &out)
 	r.logOutcome(out)
