@@ -25,9 +25,13 @@ deps: ## Install what the tests need that Go does not fetch (redis-server from D
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
 
 .PHONY: test
-test: deps ## Run every test with the race detector (what CI runs)
+test: deps ## Run every test but the fault-injection suite, with the race detector
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 15m ./...
+	$(GO) test -race -count=1 -timeout 15m -skip '^TestFault' ./...
+
+.PHONY: test-faults
+test-faults: deps ## Run the fault-injection suite (real processes killed, stopped, cut off), with the race detector
+	$(GO) test -race -count=1 -timeout 15m -run '^TestFault' -v ./integration
 
 .PHONY: test-race
 test-race: deps ## Run the suite 3 times with the race detector, to shake out flaky timing

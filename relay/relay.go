@@ -412,7 +412,10 @@ func (r *Relay) startWorker(parent context.Context, d Destination) (*worker, err
 
 // consume runs one destination's pull loop until stopped is closed.
 func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec, stopped <-chan struct{}) {
-	iter, err := cons.Messages(jetstream.PullMaxMessages(sp.concurrency))
+	// Pull requests expire well within AckWait: a process that stops
+	// (SIGSTOP) must not hold an open pull that would swallow the
+	// redelivery meant for another replica.
+	iter, err := cons.Messages(jetstream.PullMaxMessages(sp.concurrency), jetstream.PullExpiry(max(time.Second, min(30*time.Second, sp.cfg.AckWait/2))))
 	if err != nil {
 		r.log.Error("cannot pull", "dest", d.Name, "err", err)
 		return
@@ -552,14 +555,16 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, ordered bool) {
 		return
 	}
 	d, ok := r.dests.get(ev.dest)
-	skipped := 0
+	// The attempt number counts attempts whose outcome was recorded, not
+	// JetStream deliveries: a delivery handed back unattempted (pause,
+	// shutdown), dropped by the client, or cut short by a crash does not
+	// use up an attempt. A first delivery needs no lookup.
+	attempt := ev.prior + 1
 	if ev.meta.NumDelivered > 1 {
-		// Redelivered: some deliveries may have been handed back unattempted.
 		lctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
-		skipped = r.attemptLog(lctx, ev).Skipped
+		attempt = max(r.attemptLog(lctx, ev).Made, ev.prior) + 1
 		cancel()
 	}
-	attempt := max(ev.prior+int(ev.meta.NumDelivered)-skipped, 1)
 	out := Outcome{Dest: ev.dest, EventID: ev.id, Seq: ev.seq, Attempt: attempt}
 	policy := d.Retry
 	if ordered && d.OnFailure == OnFailureBlock {
@@ -606,6 +611,13 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, ordered bool) {
 			// Shut down mid-attempt: hand it back without counting it.
 			r.skip(msg, ev, 0)
 			r.log.Info("attempt cancelled by shutdown", "dest", ev.dest, "event_id", ev.id, "attempt", attempt)
+			return
+		}
+		if late := out.Result.Duration > d.AckWait()-time.Second; late && (out.Result.Status < 200 || out.Result.Status > 299) {
+			// The process was stopped (SIGSTOP, a long pause) past AckWait:
+			// JetStream has handed the event to another worker already.
+			// Recording or nak'ing now would only disturb that worker.
+			r.log.Warn("attempt finished after AckWait; leaving the event to its redelivery", "dest", ev.dest, "event_id", ev.id, "duration", out.Result.Duration)
 			return
 		}
 		out.Decision = Decide(out.Result, attempt, policy, nil)
@@ -746,11 +758,10 @@ func historyKey(ev event) string {
 }
 
 // attemptLog is what relay keeps about an event in retry: its failed
-// attempts, and how many times it was handed back without an attempt (paused
-// destination, shutdown), which JetStream's delivery count includes.
+// attempts (the history, trimmed) and how many attempts counted so far.
 type attemptLog struct {
 	Attempts []dlq.Attempt `json:"attempts,omitempty"`
-	Skipped  int           `json:"skipped,omitempty"`
+	Made     int           `json:"made"`
 }
 
 // log returns what is recorded for ev (nothing if that fails).
@@ -786,20 +797,15 @@ func (r *Relay) putLog(ctx context.Context, ev event, l attemptLog) {
 func (r *Relay) recordAttempt(ctx context.Context, ev event, attempt int, res Result, uncounted bool) {
 	l := r.attemptLog(ctx, ev)
 	l.Attempts = append(l.Attempts, attemptOf(attempt, r.cfg.Now(), res))
-	if uncounted {
-		l.Skipped++
+	if !uncounted {
+		l.Made = max(l.Made, attempt)
 	}
 	r.putLog(ctx, ev, l)
 }
 
-// skip hands msg back to JetStream without an attempt, and records that, so
-// the delivery does not count as one.
+// skip hands msg back to JetStream without an attempt (attempts are counted
+// in the attempt log, so this uses none up).
 func (r *Relay) skip(msg jetstream.Msg, ev event, delay time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
-	defer cancel()
-	l := r.attemptLog(ctx, ev)
-	l.Skipped++
-	r.putLog(ctx, ev, l)
 	_ = msg.NakWithDelay(delay)
 }
 

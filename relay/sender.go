@@ -165,8 +165,10 @@ func (s *Sender) Send(ctx context.Context, d Destination, ev Delivery) Result {
 func transportError(err error, d Destination) error {
 	var ne net.Error
 	switch {
-	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
+	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("timeout after %s: %w", time.Duration(d.Timeout), err)
+	case errors.As(err, &ne) && ne.Timeout():
+		return fmt.Errorf("timeout: %w", err)
 	}
 	return err
 }

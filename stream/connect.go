@@ -21,6 +21,9 @@ type ConnConfig struct {
 	TLSCert     string // client certificate (with TLSKey)
 	TLSKey      string
 	ConnectWait time.Duration // default 5s
+	// Logf receives asynchronous connection errors (slow consumer,
+	// permissions). Optional: without it they are dropped.
+	Logf func(format string, args ...any)
 }
 
 // Connect dials NATS and keeps reconnecting forever once connected.
@@ -36,6 +39,15 @@ func Connect(cfg ConnConfig) (*nats.Conn, error) {
 		nats.Timeout(cfg.ConnectWait),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(500 * time.Millisecond),
+	}
+	if cfg.Logf != nil {
+		opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if sub != nil {
+				cfg.Logf("nats: %v (subscription %s)", err, sub.Subject)
+				return
+			}
+			cfg.Logf("nats: %v", err)
+		}))
 	}
 	if cfg.CredsFile != "" {
 		opts = append(opts, nats.UserCredentials(cfg.CredsFile))

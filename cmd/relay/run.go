@@ -107,7 +107,9 @@ func runAction(c *cli.Context) error {
 		url = s.ClientURL()
 		log.Info("embedded NATS started", "url", url, "data_dir", c.String("data-dir"), "sync_always", c.Bool("sync-always"))
 	}
-	nc, err := stream.Connect(connConfig(c, url))
+	ccfg := connConfig(c, url)
+	ccfg.Logf = func(format string, args ...any) { log.Warn(fmt.Sprintf(format, args...)) }
+	nc, err := stream.Connect(ccfg)
 	if err != nil {
 		return err
 	}
