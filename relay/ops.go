@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -34,11 +35,17 @@ func Ready(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, sched *sc
 	return nil
 }
 
-// OpsHandler serves /metrics from gatherer, /healthz (the process answers)
-// and /readyz (ready returns nil within 2s).
+// OpsHandler serves /metrics from gatherer, /healthz (the process answers),
+// /readyz (ready returns nil within 2s) and /debug/pprof/.
 func OpsHandler(gatherer prometheus.Gatherer, ready func(context.Context) error) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	// Profiles, for finding where the time goes (the address is loopback
+	// by default; do not expose it).
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
