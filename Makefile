@@ -55,8 +55,9 @@ lint: ## gofmt, go vet and staticcheck
 	$(GO) run $(STATICCHECK) ./...
 
 .PHONY: bench
-bench: ## Go micro-benchmarks only for now (the end-to-end benchmark is issue 8)
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+bench: build deps ## End-to-end benchmark (report in bench-results/, see BENCHMARKS.md), then the Go micro-benchmarks
+	$(GO) run ./cmd/relay-bench -relay $(BIN) -out bench-results
+	$(GO) test -run '^$$' -bench . -benchmem ./relay
 
 .PHONY: clean
 clean: ## Remove bin/ (not relay-data/)

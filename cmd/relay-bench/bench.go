@@ -1,0 +1,584 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/stream"
+)
+
+// bench is everything a run shares: the embedded NATS server, the sink
+// process, the destination store and the publisher.
+type bench struct {
+	opts    options
+	tmp     string // removed at the end
+	logDir  string // <out>/logs, kept
+	ns      *server.Server
+	natsURL string
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	store   *relay.Store
+	pub     *publisher
+	sink    *sinkProc
+	hc      *http.Client // talks to the sink's /count, /stats, /reset
+
+	// figures later scenarios compare with
+	relayRateA float64
+	loopRateA  float64
+}
+
+func newBench(ctx context.Context, o options) (b *bench, err error) {
+	b = &bench{opts: o}
+	defer func() {
+		if err != nil {
+			b.close()
+			b = nil
+		}
+	}()
+	b.tmp, err = os.MkdirTemp("", "relay-bench-")
+	if err != nil {
+		return b, err
+	}
+	b.logDir = filepath.Join(o.out, "logs")
+	if err := os.MkdirAll(b.logDir, 0o755); err != nil {
+		return b, err
+	}
+	b.ns, err = stream.StartEmbedded(stream.EmbeddedConfig{
+		DataDir: filepath.Join(b.tmp, "nats"),
+		Host:    "127.0.0.1",
+		Port:    -1,
+		Name:    "relay-bench",
+	})
+	if err != nil {
+		return b, err
+	}
+	b.natsURL = b.ns.ClientURL()
+	b.nc, err = nats.Connect(b.natsURL, nats.Name("relay-bench publisher"))
+	if err != nil {
+		return b, fmt.Errorf("connect to the embedded NATS server: %w", err)
+	}
+	b.js, err = jetstream.New(b.nc)
+	if err != nil {
+		return b, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := stream.Ensure(sctx, b.js, stream.Config{}); err != nil {
+		return b, fmt.Errorf("set up relay's streams: %w", err)
+	}
+	b.store, err = relay.NewStore(sctx, b.js)
+	if err != nil {
+		return b, err
+	}
+	b.pub, err = newPublisher(b.nc)
+	if err != nil {
+		return b, err
+	}
+	b.sink, err = startSink(ctx, b.logDir)
+	if err != nil {
+		return b, err
+	}
+	b.hc = &http.Client{Timeout: time.Minute, Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 4}}
+	return b, nil
+}
+
+// close stops everything this run started and removes the temporary data.
+func (b *bench) close() {
+	if b.sink != nil {
+		if err := b.sink.stop(5 * time.Second); err != nil {
+			fmt.Fprintln(os.Stderr, "relay-bench:", err)
+		}
+	}
+	if b.nc != nil {
+		b.nc.Close()
+	}
+	if b.ns != nil {
+		b.ns.Shutdown()
+		b.ns.WaitForShutdown()
+	}
+	if b.tmp != "" {
+		if err := os.RemoveAll(b.tmp); err != nil {
+			fmt.Fprintln(os.Stderr, "relay-bench: removing", b.tmp+":", err)
+		}
+	}
+}
+
+func (b *bench) sinkURL(dest string) string { return "http://" + b.sink.addr + "/d/" + dest }
+
+// addDest creates a destination the way 'relay dest add' does: with a
+// generated signing secret, so relay signs every delivery.
+func (b *bench) addDest(ctx context.Context, d relay.Destination) error {
+	if d.URL == "" {
+		d.URL = b.sinkURL(d.Name)
+	}
+	if d.Concurrency == 0 {
+		d.Concurrency = b.opts.concurrency
+	}
+	d.Secret = relay.GenerateSecret()
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := b.store.Add(actx, d); err != nil {
+		return fmt.Errorf("add destination %s: %w", d.Name, err)
+	}
+	return nil
+}
+
+// addPausedDest creates a destination for a baseline: it fixes the subject
+// contract of its events, and it is paused for good so that no relay process
+// ever delivers them (and relay's unrouted-events check finds it).
+func (b *bench) addPausedDest(ctx context.Context, name string) error {
+	return b.addDest(ctx, relay.Destination{Name: name, PausedUntil: relay.Forever, PauseReason: relay.PauseOperator})
+}
+
+// --- the sink's control API ---
+
+func (b *bench) sinkReset(ctx context.Context) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+b.sink.addr+"/reset", nil)
+	resp, err := b.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("reset the sink: %w", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		return fmt.Errorf("reset the sink: status %d", resp.StatusCode)
+	}
+	return nil
+}
+
+func (b *bench) sinkCount(ctx context.Context) (delivered, requests int64, err error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+b.sink.addr+"/count", nil)
+	resp, err := b.hc.Do(req)
+	if err != nil {
+		return 0, 0, fmt.Errorf("ask the sink: %w", err)
+	}
+	defer resp.Body.Close()
+	line, _ := bufio.NewReader(resp.Body).ReadString('\n')
+	if _, err := fmt.Sscanf(line, "%d %d", &delivered, &requests); err != nil {
+		return 0, 0, fmt.Errorf("sink /count answered %q", line)
+	}
+	return delivered, requests, nil
+}
+
+func (b *bench) sinkStats(ctx context.Context) (sinkStats, error) {
+	var st sinkStats
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+b.sink.addr+"/stats", nil)
+	resp, err := b.hc.Do(req)
+	if err != nil {
+		return st, fmt.Errorf("ask the sink for stats: %w", err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return st, fmt.Errorf("sink /stats: %w", err)
+	}
+	return st, nil
+}
+
+// waitDelivered polls the sink until it has delivered want events (since its
+// last reset), and returns when it first saw one delivered. It fails when p
+// (if any) exits, when nothing moves for stallLimit, or after limit.
+func (b *bench) waitDelivered(ctx context.Context, want int64, p *proc, limit time.Duration) (first time.Time, err error) {
+	const stallLimit = 60 * time.Second
+	deadline := time.Now().Add(limit)
+	var last int64 = -1
+	lastMove := time.Now()
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		got, reqs, err := b.sinkCount(ctx)
+		if err != nil {
+			return first, err
+		}
+		if got > 0 && first.IsZero() {
+			first = time.Now()
+		}
+		if got >= want {
+			return first, nil
+		}
+		if p != nil && p.exited() {
+			return first, p.exitError()
+		}
+		if b.sink.exited() {
+			return first, b.sink.exitError()
+		}
+		now := time.Now()
+		if got+reqs != last {
+			last, lastMove = got+reqs, now
+		}
+		if now.Sub(lastMove) > stallLimit {
+			return first, fmt.Errorf("stalled: %d of %d delivered (%d requests), nothing new for %s", got, want, reqs, stallLimit)
+		}
+		if now.After(deadline) {
+			return first, fmt.Errorf("gave up after %s: %d of %d delivered (%d requests)", limit, got, want, reqs)
+		}
+		select {
+		case <-ctx.Done():
+			return first, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// limitFor bounds the wait for n deliveries: generous, but finite.
+func limitFor(n int) time.Duration { return 10*time.Minute + time.Duration(n)*2*time.Millisecond }
+
+// waitConsumerIdle waits until a consumer exists and has nothing pending or
+// unacknowledged.
+func (b *bench) waitConsumerIdle(ctx context.Context, name string, p *proc, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		c, err := b.js.Consumer(cctx, stream.EventsStream, name)
+		if err == nil {
+			var info *jetstream.ConsumerInfo
+			info, err = c.Info(cctx)
+			if err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
+				cancel()
+				return nil
+			}
+		}
+		cancel()
+		if p != nil && p.exited() {
+			return p.exitError()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("consumer %s not idle after %s (last error: %v)", name, limit, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// startRelay starts 'relay run' against the embedded server.
+func (b *bench) startRelay(scenario string) (*proc, error) {
+	args := []string{"--nats-url", b.natsURL, "--log-level", "warn", "run", "--allow-net", "127.0.0.0/8", "--metrics-addr", "127.0.0.1:0"}
+	p, _, err := startProc("relay ("+scenario+")", filepath.Join(b.logDir, "relay-"+scenario+".log"), childEnv(), false, b.opts.relay, args...)
+	return p, err
+}
+
+// --- publishing ---
+
+const bodySize = 1024
+
+var padding = strings.Repeat("x", bodySize)
+
+// makeBody is a 1 KiB JSON event that starts with its publish time:
+// {"ts":<unix ns>,"id":"<id>","pad":"xxx..."}.
+func makeBody(ts int64, id string) []byte {
+	b := make([]byte, 0, bodySize)
+	b = append(b, `{"ts":`...)
+	b = strconv.AppendInt(b, ts, 10)
+	b = append(b, `,"id":"`...)
+	b = append(b, id...)
+	b = append(b, `","pad":"`...)
+	b = append(b, padding[:max(bodySize-len(b)-2, 0)]...)
+	return append(b, `"}`...)
+}
+
+// publisher publishes events asynchronously, as a producer would through
+// the subject contract: relay.in.<dest> with Nats-Msg-Id.
+type publisher struct {
+	js    jetstream.JetStream
+	errs  atomic.Int64
+	mu    sync.Mutex
+	first error
+}
+
+// maxPending bounds the publishes waiting for their PubAck.
+const maxPending = 100_000
+
+func newPublisher(nc *nats.Conn) (*publisher, error) {
+	p := &publisher{}
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(maxPending),
+		jetstream.WithPublishAsyncTimeout(time.Minute),
+		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, _ *nats.Msg, err error) { p.fail(err) }))
+	if err != nil {
+		return nil, err
+	}
+	p.js = js
+	return p, nil
+}
+
+func (p *publisher) fail(err error) {
+	p.errs.Add(1)
+	p.mu.Lock()
+	if p.first == nil {
+		p.first = err
+	}
+	p.mu.Unlock()
+}
+
+func (p *publisher) publish(dest, id string) error {
+	m := nats.NewMsg(stream.InSubject(dest, ""))
+	m.Header.Set(stream.HdrMsgID, id)
+	m.Data = makeBody(time.Now().UnixNano(), id)
+	if _, err := p.js.PublishMsgAsync(m); err != nil {
+		return fmt.Errorf("publish %s: %w", id, err)
+	}
+	return nil
+}
+
+// wait waits until every publish so far is acknowledged, and fails if any
+// was refused.
+func (p *publisher) wait(ctx context.Context) error {
+	select {
+	case <-p.js.PublishAsyncComplete():
+	case <-time.After(2 * time.Minute):
+		return fmt.Errorf("%d publishes still unacknowledged after 2m", p.js.PublishAsyncPending())
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if n := p.errs.Load(); n > 0 {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return fmt.Errorf("%d publishes failed; the first: %w", n, p.first)
+	}
+	return nil
+}
+
+// backlog publishes n events spread round-robin over dests, with at most
+// window unacknowledged at a time, and returns how long it took.
+func (p *publisher) backlog(ctx context.Context, dests []string, prefix string, n, window int) (time.Duration, error) {
+	start := time.Now()
+	for i := range n {
+		if err := p.publish(dests[i%len(dests)], prefix+strconv.Itoa(i)); err != nil {
+			return 0, err
+		}
+		if (i+1)%window == 0 {
+			if err := p.wait(ctx); err != nil {
+				return 0, err
+			}
+		}
+	}
+	if err := p.wait(ctx); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+// atRate publishes to dest at rate events/s for dur, paced by a 10ms ticker
+// (each tick publishes what is due), then waits for the PubAcks. It returns
+// the number published.
+func (p *publisher) atRate(ctx context.Context, dest, prefix string, rate float64, dur time.Duration) (int, error) {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	start := time.Now()
+	sent := 0
+	for {
+		el := time.Since(start)
+		if el >= dur {
+			break
+		}
+		due := int(rate * el.Seconds())
+		for ; sent < due; sent++ {
+			if err := p.publish(dest, prefix+strconv.Itoa(sent)); err != nil {
+				return sent, err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return sent, ctx.Err()
+		case <-t.C:
+		}
+	}
+	return sent, p.wait(ctx)
+}
+
+// --- the minimal loop ---
+
+// loop is the baseline consumer: a durable pull consumer on one
+// destination's subjects, worker goroutines that POST each event to the sink
+// and Ack it on 2xx (Nak otherwise). No retry policy, no dead letters, no
+// signing, no metrics.
+type loop struct {
+	nc      *nats.Conn
+	iter    jetstream.MessagesContext
+	durable string
+	done    chan struct{}
+}
+
+func (b *bench) startLoop(ctx context.Context, dest string, workers int) (l *loop, err error) {
+	// Label the loop's goroutines (its NATS client's and HTTP transport's
+	// too, which start from here) for -cpuprofile: part=minimal-loop.
+	pprof.Do(ctx, pprof.Labels("part", "minimal-loop"), func(ctx context.Context) {
+		l, err = b.startLoopLabelled(ctx, dest, workers)
+	})
+	return l, err
+}
+
+func (b *bench) startLoopLabelled(ctx context.Context, dest string, workers int) (*loop, error) {
+	nc, err := nats.Connect(b.natsURL, nats.Name("relay-bench minimal loop"))
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	l := &loop{nc: nc, durable: "bench_" + dest, done: make(chan struct{})}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cons, err := js.CreateOrUpdateConsumer(cctx, stream.EventsStream, jetstream.ConsumerConfig{
+		Durable:        l.durable,
+		FilterSubjects: stream.DestFilters(dest),
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        30 * time.Second,
+		MaxDeliver:     -1,
+		MaxAckPending:  10_000,
+	})
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("minimal loop consumer: %w", err)
+	}
+	l.iter, err = cons.Messages()
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	url := b.sinkURL(dest)
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		Proxy: nil, MaxIdleConns: 2 * workers, MaxIdleConnsPerHost: 2 * workers, IdleConnTimeout: 90 * time.Second,
+	}}
+	ch := make(chan jetstream.Msg, workers)
+	go func() {
+		defer close(ch)
+		for {
+			m, err := l.iter.Next()
+			if err != nil {
+				if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+					return
+				}
+				time.Sleep(10 * time.Millisecond) // a missed heartbeat and the like: the client retries
+				continue
+			}
+			ch <- m
+		}
+	}()
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for m := range ch {
+				st, err := post(client, url, m.Headers().Get(stream.HdrMsgID), m.Data())
+				if err == nil && st >= 200 && st <= 299 {
+					_ = m.Ack()
+				} else {
+					_ = m.Nak()
+				}
+			}
+		})
+	}
+	go func() {
+		wg.Wait()
+		client.CloseIdleConnections()
+		close(l.done)
+	}()
+	return l, nil
+}
+
+func (l *loop) stop(js jetstream.JetStream) error {
+	l.iter.Stop()
+	var err error
+	select {
+	case <-l.done:
+	case <-time.After(30 * time.Second):
+		err = errors.New("minimal loop workers did not stop within 30s")
+	}
+	_ = l.nc.Flush()
+	l.nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if derr := js.DeleteConsumer(ctx, stream.EventsStream, l.durable); derr != nil && err == nil {
+		err = fmt.Errorf("delete consumer %s: %w", l.durable, derr)
+	}
+	return err
+}
+
+// post sends one delivery the way the baselines do.
+func post(c *http.Client, url, id string, body []byte) (int, error) {
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("webhook-id", id)
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// --- redis-server ---
+
+func (b *bench) startRedis(ctx context.Context) (*proc, *redis.Client, error) {
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, nil, errors.New("redis-server is not installed (scenario f needs it): apt-get install -y redis-server, or leave f out of -scenarios")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, port, _ := net.SplitHostPort(addr)
+	dir := filepath.Join(b.tmp, "redis")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, nil, err
+	}
+	p, _, err := startProc("redis-server", filepath.Join(b.logDir, "redis.log"), childEnv(), false, path,
+		"--port", port, "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "no",
+		"--daemonize", "no", "--loglevel", "warning")
+	if err != nil {
+		return nil, nil, err
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		err := c.Ping(pctx).Err()
+		cancel()
+		if err == nil {
+			return p, c, nil
+		}
+		if p.exited() {
+			c.Close()
+			return nil, nil, p.exitError()
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			c.Close()
+			_ = p.stop(2 * time.Second)
+			return nil, nil, fmt.Errorf("redis-server on %s did not answer PING within 10s: %v", addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,194 @@
+// Command relay-bench is relay's end-to-end benchmark. It runs an embedded
+// NATS server in its own process, a sink (itself, re-executed as a hidden
+// "sink" subcommand) and, per scenario, a fresh 'relay run' process, and
+// compares relay with two baselines: a minimal JetStream consumer loop and a
+// Redis list worked one event at a time.
+//
+//	go build -o bin/relay ./cmd/relay
+//	go run ./cmd/relay-bench -relay bin/relay -out bench-results
+//
+// A quick smoke run: add -n 2000 -backlog 20000.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+type options struct {
+	relay        string
+	out          string
+	n            int
+	backlog      int
+	failN        int
+	redisN       int
+	scenarios    []string
+	rate         float64
+	duration     time.Duration
+	loopDuration time.Duration
+	concurrency  int
+	loopWorkers  int
+	window       int
+	cpuProfile   string
+}
+
+var allScenarios = []string{"a", "b", "c", "d", "e", "f"}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "sink" {
+		if err := runSink(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "relay-bench sink:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	o, err := parseFlags(os.Args[1:])
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "relay-bench:", err)
+		os.Exit(2)
+	}
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "relay-bench: error:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("relay-bench", flag.ContinueOnError)
+	fs.StringVar(&o.relay, "relay", "", "path of the relay binary to benchmark (go build -o bin/relay ./cmd/relay); required")
+	fs.StringVar(&o.out, "out", "bench-results", "directory for report.txt, report.json and logs/")
+	fs.IntVar(&o.n, "n", 50_000, "events of scenarios (a) and (e)")
+	fs.IntVar(&o.backlog, "backlog", 1_000_000, "events of scenario (d), published before relay starts")
+	fs.IntVar(&o.failN, "fail-n", 0, "events of scenario (c) (0: min(-n, 20000))")
+	fs.IntVar(&o.redisN, "redis-n", 0, "events of scenario (f) (0: min(-n, 10000))")
+	sc := fs.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios to run: a throughput, b latency, c 10% 503, d backlog, e 100 destinations, f redis list")
+	fs.Float64Var(&o.rate, "rate", 0, "publish rate of scenario (b) per second (0: half of (a)'s relay rate)")
+	fs.DurationVar(&o.duration, "duration", 20*time.Second, "how long scenario (b) publishes")
+	fs.DurationVar(&o.loopDuration, "loop-duration", 5*time.Second, "how long the minimal loop's reference run of scenario (b) publishes (0: skip it)")
+	fs.IntVar(&o.concurrency, "concurrency", 64, "concurrency of relay's destinations")
+	fs.IntVar(&o.loopWorkers, "loop-workers", 64, "worker goroutines of the minimal loop")
+	fs.IntVar(&o.window, "window", 20_000, "unacknowledged async publishes at most while publishing a backlog")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (embedded NATS, publisher, minimal loop; the loop's goroutines carry the label part=minimal-loop) to this file")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q (see -h)", fs.Args())
+	}
+	if o.relay == "" {
+		return o, errors.New("-relay is required: go build -o bin/relay ./cmd/relay, then -relay bin/relay")
+	}
+	if st, err := os.Stat(o.relay); err != nil {
+		return o, fmt.Errorf("-relay %s: %w (build it with: go build -o bin/relay ./cmd/relay)", o.relay, err)
+	} else if st.IsDir() || st.Mode()&0o111 == 0 {
+		return o, fmt.Errorf("-relay %s is not an executable file", o.relay)
+	}
+	if o.failN == 0 {
+		o.failN = min(o.n, 20_000)
+	}
+	if o.redisN == 0 {
+		o.redisN = min(o.n, 10_000)
+	}
+	for name, v := range map[string]int{"-n": o.n, "-backlog": o.backlog, "-fail-n": o.failN, "-redis-n": o.redisN, "-window": o.window, "-loop-workers": o.loopWorkers} {
+		if v < 1 || v > 100_000_000 {
+			return o, fmt.Errorf("%s %d: give a count from 1 to 100000000", name, v)
+		}
+	}
+	if o.concurrency < 1 || o.concurrency > 1024 {
+		return o, fmt.Errorf("-concurrency %d: give 1 to 1024", o.concurrency)
+	}
+	if o.rate < 0 || o.rate > 1e6 {
+		return o, fmt.Errorf("-rate %g: give 0 (auto) or a rate up to 1000000/s", o.rate)
+	}
+	if o.duration < time.Second || o.duration > time.Hour {
+		return o, fmt.Errorf("-duration %s: give 1s to 1h", o.duration)
+	}
+	if o.loopDuration < 0 || o.loopDuration > time.Hour {
+		return o, fmt.Errorf("-loop-duration %s: give 0 to 1h", o.loopDuration)
+	}
+	for s := range strings.SplitSeq(*sc, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if !slices.Contains(allScenarios, s) {
+			return o, fmt.Errorf("-scenarios: unknown scenario %q (choose from %s)", s, strings.Join(allScenarios, ","))
+		}
+		if !slices.Contains(o.scenarios, s) {
+			o.scenarios = append(o.scenarios, s)
+		}
+	}
+	if len(o.scenarios) == 0 {
+		return o, errors.New("-scenarios: none given")
+	}
+	// Always in the order a..f: (b) and the targets use (a)'s figures.
+	slices.SortFunc(o.scenarios, func(a, b string) int { return strings.Compare(a, b) })
+	return o, nil
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+func run(o options) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return fmt.Errorf("-out: %w", err)
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	rep := newReport(o)
+	logf("relay-bench: scenarios %s; starting embedded NATS and the sink", strings.Join(o.scenarios, ","))
+	b, err := newBench(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	rep.NATSVersion = natsVersion()
+	steps := map[string]func(context.Context) ([]*result, error){
+		"a": b.scenarioA, "b": b.scenarioB, "c": b.scenarioC, "d": b.scenarioD, "e": b.scenarioE, "f": b.scenarioF,
+	}
+	rep.LoadStart = loadAvg()
+	started := time.Now()
+	for _, s := range o.scenarios {
+		logf("scenario (%s)", s)
+		rs, err := steps[s](ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("interrupted during scenario (%s)", s)
+			}
+			return err
+		}
+		rep.Results = append(rep.Results, rs...)
+	}
+	rep.Seconds = time.Since(started).Seconds()
+	rep.LoadEnd = loadAvg()
+	if err := b.checkDLQ(ctx, rep); err != nil {
+		return err
+	}
+	rep.evaluate()
+	return rep.write(o.out, os.Stdout)
+}

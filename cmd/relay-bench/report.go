@@ -1,0 +1,344 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"debug/buildinfo"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/relaydev/relay/stream"
+)
+
+type machine struct {
+	CPUs       int    `json:"cpus"`
+	CPUModel   string `json:"cpu_model"`
+	MemTotalMB int64  `json:"mem_total_mb"`
+	OS         string `json:"os"`
+	Arch       string `json:"arch"`
+	Kernel     string `json:"kernel"`
+}
+
+type target struct {
+	Name   string `json:"name"`
+	Want   string `json:"want"`
+	Got    string `json:"got"`
+	Status string `json:"status"` // PASS, MISS or n/a
+	Note   string `json:"note,omitempty"`
+}
+
+type report struct {
+	Date          string    `json:"date"`
+	Command       string    `json:"command"`
+	Argv          []string  `json:"argv"`
+	Machine       machine   `json:"machine"`
+	GoVersion     string    `json:"go_version"`
+	RelayBinary   string    `json:"relay_binary"`
+	RelayBuild    string    `json:"relay_build"`
+	RelayCommand  string    `json:"relay_command"`
+	NATSVersion   string    `json:"nats_server_version"`
+	Options       optsJSON  `json:"options"`
+	Seconds       float64   `json:"seconds"`
+	LoadStart     string    `json:"loadavg_start"`
+	LoadEnd       string    `json:"loadavg_end"`
+	Results       []*result `json:"results"`
+	DeadLetters   int64     `json:"dead_letters"`
+	EventsInStore int64     `json:"events_in_stream"`
+	Targets       []target  `json:"targets"`
+}
+
+type optsJSON struct {
+	N            int     `json:"n"`
+	Backlog      int     `json:"backlog"`
+	FailN        int     `json:"fail_n"`
+	RedisN       int     `json:"redis_n"`
+	Scenarios    string  `json:"scenarios"`
+	Rate         float64 `json:"rate"`
+	Duration     string  `json:"duration"`
+	LoopDuration string  `json:"loop_duration"`
+	Concurrency  int     `json:"concurrency"`
+	LoopWorkers  int     `json:"loop_workers"`
+	Window       int     `json:"window"`
+}
+
+func newReport(o options) *report {
+	r := &report{
+		Date:        time.Now().UTC().Format(time.RFC3339),
+		Command:     "relay-bench " + strings.Join(os.Args[1:], " "),
+		Argv:        os.Args,
+		Machine:     machineInfo(),
+		GoVersion:   runtime.Version(),
+		RelayBinary: o.relay,
+		RelayCommand: o.relay + " --nats-url <embedded server> --log-level warn run --allow-net 127.0.0.0/8 --metrics-addr 127.0.0.1:0" +
+			" (environment without RELAY_* variables)",
+		Options: optsJSON{N: o.n, Backlog: o.backlog, FailN: o.failN, RedisN: o.redisN, Scenarios: strings.Join(o.scenarios, ","),
+			Rate: o.rate, Duration: o.duration.String(), LoopDuration: o.loopDuration.String(), Concurrency: o.concurrency,
+			LoopWorkers: o.loopWorkers, Window: o.window},
+	}
+	if bi, err := buildinfo.ReadFile(o.relay); err == nil {
+		r.RelayBuild = bi.GoVersion
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				r.RelayBuild += " " + s.Value
+			case "vcs.modified":
+				if s.Value == "true" {
+					r.RelayBuild += " (modified)"
+				}
+			}
+		}
+	}
+	return r
+}
+
+func natsVersion() string { return server.VERSION }
+
+func machineInfo() machine {
+	m := machine{CPUs: runtime.NumCPU(), OS: runtime.GOOS, Arch: runtime.GOARCH}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+		f.Close()
+	}
+	if f, err := os.Open("/proc/meminfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if v, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+				m.MemTotalMB = kb / 1024
+				break
+			}
+		}
+		f.Close()
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	return m
+}
+
+// checkDLQ records how many dead letters the run produced (none expected)
+// and how many events the stream holds.
+func (b *bench) checkDLQ(ctx context.Context, r *report) error {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	s, err := b.js.Stream(cctx, stream.DLQStream)
+	if err != nil {
+		return fmt.Errorf("dead-letter stream: %w", err)
+	}
+	info, err := s.Info(cctx)
+	if err != nil {
+		return err
+	}
+	r.DeadLetters = int64(info.State.Msgs)
+	if s, err := b.js.Stream(cctx, stream.EventsStream); err == nil {
+		if info, err := s.Info(cctx); err == nil {
+			r.EventsInStore = int64(info.State.Msgs)
+		}
+	}
+	return nil
+}
+
+func (r *report) find(scenario, system string) *result {
+	for _, x := range r.Results {
+		if x.Scenario == scenario && x.System == system {
+			return x
+		}
+	}
+	return nil
+}
+
+func passMiss(ok bool) string {
+	if ok {
+		return "PASS"
+	}
+	return "MISS"
+}
+
+// evaluate compares the results with the targets, and flags measurements
+// that other processes on the machine disturbed.
+func (r *report) evaluate() {
+	for _, x := range r.Results {
+		x.OtherCPU = max(x.SystemCPU-x.RelayCPU-x.SinkCPU-x.BenchCPU-x.RedisCPU, 0)
+		if share := x.OtherCPU / (x.Seconds * float64(r.Machine.CPUs)); share > 0.10 {
+			x.Notes = append(x.Notes, fmt.Sprintf("DISTURBED: other processes used %.0f%% of the machine's CPU during this measurement", 100*share))
+		}
+	}
+	a, loop := r.find("a", "relay"), r.find("a", "minimal loop")
+	t := target{Name: "throughput", Want: "relay >= 80% of the minimal loop (a)", Status: "n/a", Got: "(a) not run"}
+	if a != nil && loop != nil {
+		ratio := a.PerSecond / loop.PerSecond
+		t.Got = fmt.Sprintf("%.0f/s vs %.0f/s = %.0f%%", a.PerSecond, loop.PerSecond, 100*ratio)
+		t.Status = passMiss(ratio >= 0.8)
+	}
+	r.Targets = append(r.Targets, t)
+
+	b := r.find("b", "relay")
+	t = target{Name: "latency", Want: "p99 < 10 ms at 50% of (a)'s relay rate (b)", Status: "n/a", Got: "(b) not run"}
+	if b != nil {
+		t.Got = fmt.Sprintf("p99 %.2f ms at %.0f/s", b.P99ms, b.Rate)
+		t.Status = passMiss(b.P99ms < 10)
+		if a == nil || r.Options.Rate != 0 {
+			t.Note = "the rate was not 50% of a measured (a) rate"
+		}
+	}
+	r.Targets = append(r.Targets, t)
+
+	d := r.find("d", "relay")
+	t = target{Name: "backlog", Want: "1,000,000-event backlog drained, relay peak RSS < 150 MB (d)", Status: "n/a", Got: "(d) not run"}
+	if d != nil {
+		t.Got = fmt.Sprintf("%d drained at %.0f/s, peak RSS %.1f MB", d.Delivered, d.PerSecond, d.RelayRSSMB)
+		t.Status = passMiss(d.Delivered >= int64(d.Events) && d.RelayRSSMB < 150)
+		if d.Events < 1_000_000 {
+			t.Note = fmt.Sprintf("backlog was %d, not 1,000,000: not the target's size", d.Events)
+		}
+	}
+	r.Targets = append(r.Targets, t)
+
+	f := r.find("f", "redis list sequential")
+	t = target{Name: "vs redis list", Want: "relay (a) >= 10x the redis-list sequential baseline (f)", Status: "n/a", Got: "(a) or (f) not run"}
+	if a != nil && f != nil {
+		ratio := a.PerSecond / f.PerSecond
+		t.Got = fmt.Sprintf("%.0f/s vs %.0f/s = %.1fx", a.PerSecond, f.PerSecond, ratio)
+		t.Status = passMiss(ratio >= 10)
+	}
+	r.Targets = append(r.Targets, t)
+}
+
+func (r *report) write(dir string, stdout io.Writer) error {
+	var sb strings.Builder
+	r.text(&sb)
+	fmt.Fprint(stdout, sb.String())
+	if err := os.WriteFile(filepath.Join(dir, "report.txt"), []byte(sb.String()), 0o644); err != nil {
+		return err
+	}
+	j, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "report.json"), append(j, '\n'), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nwritten: %s, %s\n", filepath.Join(dir, "report.txt"), filepath.Join(dir, "report.json"))
+	return nil
+}
+
+func (x *result) label() string {
+	switch {
+	case x.Scenario == "f":
+		return "(f) redis list sequential"
+	case x.Scenario == "b":
+		return fmt.Sprintf("(b) latency @ %.0f/s: %s", x.Rate, x.System)
+	case x.Scenario == "d":
+		return fmt.Sprintf("(d) backlog %d: %s", x.Events, x.System)
+	}
+	return fmt.Sprintf("(%s) %s: %s", x.Scenario, x.Title, x.System)
+}
+
+func f1(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
+func f2(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
+func f0(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
+
+func orDash(ok bool, s string) string {
+	if ok {
+		return s
+	}
+	return "-"
+}
+
+func (r *report) text(w io.Writer) {
+	m := r.Machine
+	fmt.Fprintf(w, "relay end-to-end benchmark\n\n")
+	fmt.Fprintf(w, "date:     %s\n", r.Date)
+	fmt.Fprintf(w, "command:  %s\n", r.Command)
+	fmt.Fprintf(w, "machine:  %d CPUs (%s), %s/%s, kernel %s, %d MB RAM\n", m.CPUs, m.CPUModel, m.OS, m.Arch, m.Kernel, m.MemTotalMB)
+	fmt.Fprintf(w, "go:       %s (bench); relay binary %s built with %s\n", r.GoVersion, r.RelayBinary, r.RelayBuild)
+	fmt.Fprintf(w, "nats:     nats-server %s, embedded in the bench process (file storage)\n", r.NATSVersion)
+	fmt.Fprintf(w, "relay:    %s\n", r.RelayCommand)
+	fmt.Fprintf(w, "setup:    1 KiB JSON events; relay destinations with concurrency %d and a signing secret; minimal loop with %d workers;\n", r.Options.Concurrency, r.Options.LoopWorkers)
+	fmt.Fprintf(w, "          relay, NATS, the sink and the publisher share the machine's %d CPUs; all traffic on 127.0.0.1\n", m.CPUs)
+	fmt.Fprintf(w, "run time: %.0fs; load average at start %s, at end %s\n\n", r.Seconds, r.LoadStart, r.LoadEnd)
+
+	rows := [][]string{{"scenario", "events", "requests", "dups", "seconds", "deliveries/s", "p50 ms", "p99 ms", "max ms", "relay CPU s/1k", "relay RSS MB", "vs loop (a)"}}
+	for _, x := range r.Results {
+		isRelay := x.System == "relay"
+		rows = append(rows, []string{
+			x.label(), strconv.Itoa(x.Events), strconv.FormatInt(x.Requests, 10), strconv.FormatInt(x.Duplicates, 10),
+			f2(x.Seconds), f0(x.PerSecond), f2(x.P50ms), f2(x.P99ms), f2(x.Maxms),
+			orDash(isRelay, strconv.FormatFloat(x.RelayCPUPer1, 'f', 3, 64)), orDash(isRelay, f1(x.RelayRSSMB)), orDash(x.VsLoop > 0, fmt.Sprintf("%.2f", x.VsLoop)),
+		})
+	}
+	table(w, rows)
+	fmt.Fprintf(w, "\nLatency is the sink's receipt of a 2xx request minus the publish time in the body. In (b) that is\n")
+	fmt.Fprintf(w, "publish-to-delivery at a steady rate; everywhere else the events were published before the consumer\n")
+	fmt.Fprintf(w, "started, so it is mostly time spent waiting in the backlog. Seconds run from the start of the relay\n")
+	fmt.Fprintf(w, "process (start-up included) or of the baseline's consumer until the sink has every event.\n")
+	fmt.Fprintf(w, "Relay CPU is utime+stime of the relay process from /proc (for (b): during the measured window only).\n")
+	fmt.Fprintf(w, "Sink connections: TCP connections the sink accepted in the interval ((b) reuses those of its warm-up).\n\n")
+
+	rows = [][]string{{"CPU seconds in the measured interval", "relay", "sink", "bench+NATS", "redis", "other processes", "machine busy %", "first delivery ms", "sink connections", "publish/s before"}}
+	for _, x := range r.Results {
+		busy := 100 * x.SystemCPU / (x.Seconds * float64(r.Machine.CPUs))
+		rows = append(rows, []string{x.label(), orDash(x.System == "relay", f2(x.RelayCPU)), f2(x.SinkCPU), f2(x.BenchCPU),
+			orDash(x.Scenario == "f", f2(x.RedisCPU)), f2(x.OtherCPU), f0(busy), orDash(x.FirstMs > 0, f0(x.FirstMs)), orDash(x.Scenario != "b", strconv.FormatInt(x.Conns, 10)), orDash(x.PublishRate > 0, f0(x.PublishRate))})
+	}
+	table(w, rows)
+	fmt.Fprintf(w, "\n(bench+NATS is the bench process: the embedded NATS server, the sink polling and, for the minimal loop, the loop itself.\n")
+	fmt.Fprintf(w, "Other processes is the machine's busy CPU time (/proc/stat) minus the columns before it: anything else running\n")
+	fmt.Fprintf(w, "on the machine, plus the kernel's share of loopback traffic that /proc/<pid>/stat does not charge to a process.)\n")
+	var notes []string
+	for _, x := range r.Results {
+		for _, n := range x.Notes {
+			notes = append(notes, x.label()+": "+n)
+		}
+	}
+	notes = append(notes, fmt.Sprintf("dead letters after the run: %d; events in RELAY_EVENTS: %d", r.DeadLetters, r.EventsInStore))
+	fmt.Fprintf(w, "\nnotes:\n")
+	for _, n := range notes {
+		fmt.Fprintf(w, "  - %s\n", n)
+	}
+	fmt.Fprintf(w, "\ntargets:\n")
+	for _, t := range r.Targets {
+		fmt.Fprintf(w, "  %-4s  %-62s %s", t.Status, t.Want, t.Got)
+		if t.Note != "" {
+			fmt.Fprintf(w, "  (%s)", t.Note)
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// table prints rows with the first column left-aligned and the others
+// right-aligned.
+func table(w io.Writer, rows [][]string) {
+	width := make([]int, len(rows[0]))
+	for _, r := range rows {
+		for i, c := range r {
+			width[i] = max(width[i], len(c))
+		}
+	}
+	for _, r := range rows {
+		var sb strings.Builder
+		for i, c := range r {
+			if i == 0 {
+				sb.WriteString(c + strings.Repeat(" ", width[i]-len(c)))
+			} else {
+				sb.WriteString("  " + strings.Repeat(" ", width[i]-len(c)) + c)
+			}
+		}
+		fmt.Fprintln(w, strings.TrimRight(sb.String(), " "))
+	}
+}

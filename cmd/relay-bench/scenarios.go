@@ -1,0 +1,423 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/relaydev/relay/relay"
+)
+
+// result is one measured run: relay or a baseline in one scenario.
+type result struct {
+	Scenario   string  `json:"scenario"` // a..f
+	Title      string  `json:"title"`
+	System     string  `json:"system"` // relay, minimal loop, redis list sequential
+	Events     int     `json:"events"`
+	Delivered  int64   `json:"delivered"`
+	Requests   int64   `json:"requests"`
+	Failed     int64   `json:"failed_requests"`
+	Duplicates int64   `json:"duplicates"`
+	Conns      int64   `json:"sink_connections"` // TCP connections the sink accepted
+	Seconds    float64 `json:"seconds"`
+	PerSecond  float64 `json:"deliveries_per_second"`
+	// Latency from the body's publish time to the sink's receipt of the 2xx
+	// request. In the drain scenarios it is mostly time spent in the backlog.
+	P50ms        float64  `json:"p50_ms"`
+	P99ms        float64  `json:"p99_ms"`
+	Maxms        float64  `json:"max_ms"`
+	LatencyKind  string   `json:"latency_kind"`
+	RelayCPU     float64  `json:"relay_cpu_seconds,omitempty"`
+	RelayCPUPer1 float64  `json:"relay_cpu_seconds_per_1000,omitempty"`
+	RelayRSSMB   float64  `json:"relay_peak_rss_mb,omitempty"`
+	SinkCPU      float64  `json:"sink_cpu_seconds"`
+	BenchCPU     float64  `json:"bench_process_cpu_seconds"` // embedded NATS + publisher + minimal loop
+	RedisCPU     float64  `json:"redis_cpu_seconds,omitempty"`
+	SystemCPU    float64  `json:"system_busy_cpu_seconds"` // all processes, from /proc/stat
+	OtherCPU     float64  `json:"other_cpu_seconds"`       // SystemCPU minus relay, sink, bench and redis
+	VsLoop       float64  `json:"ratio_to_minimal_loop_a,omitempty"`
+	Rate         float64  `json:"target_rate_per_second,omitempty"`
+	PublishSecs  float64  `json:"publish_seconds,omitempty"`
+	PublishRate  float64  `json:"publish_rate_per_second,omitempty"`
+	FirstMs      float64  `json:"first_delivery_ms,omitempty"` // from the start of the measured interval
+	Notes        []string `json:"notes,omitempty"`
+}
+
+// cpuMark is the CPU counters at the start of a measured interval.
+type cpuMark struct{ bench, sink, system float64 }
+
+func (b *bench) mark() cpuMark {
+	s, _ := b.sink.sample()
+	return cpuMark{bench: selfCPU(), sink: s, system: systemBusy()}
+}
+
+// finish fills in the sink's figures and the CPU used since m.
+// start is when the measured interval began, first when the sink first
+// counted a delivery (zero: unknown).
+func (b *bench) finish(ctx context.Context, r *result, m cpuMark, start, first time.Time, el time.Duration) error {
+	s, _ := b.sink.sample()
+	r.BenchCPU = selfCPU() - m.bench
+	r.SinkCPU = s - m.sink
+	r.SystemCPU = systemBusy() - m.system
+	st, err := b.sinkStats(ctx)
+	if err != nil {
+		return err
+	}
+	r.Seconds = el.Seconds()
+	r.Delivered, r.Requests, r.Failed, r.Duplicates, r.Conns = st.Delivered, st.Requests, st.Failed, st.Duplicates, st.Conns
+	r.PerSecond = float64(st.Delivered) / el.Seconds()
+	r.P50ms, r.P99ms, r.Maxms = st.P50ms, st.P99ms, st.Maxms
+	if b.loopRateA > 0 && r.System != "minimal loop" && r.Scenario != "b" {
+		r.VsLoop = r.PerSecond / b.loopRateA
+	}
+	if r.RelayCPU > 0 && r.Delivered > 0 {
+		r.RelayCPUPer1 = r.RelayCPU / float64(r.Delivered) * 1000
+	}
+	if !first.IsZero() {
+		r.FirstMs = float64(first.Sub(start)) / 1e6
+	}
+	return nil
+}
+
+func (r *result) relayFigures(p *proc, cpu0 float64) {
+	cpu, hwm := p.sample()
+	r.RelayCPU = cpu - cpu0
+	r.RelayRSSMB = float64(hwm) / 1024
+}
+
+// relayDrain publishes n events spread over dests before relay runs, then
+// starts a fresh relay process and times it until the sink has all n.
+func (b *bench) relayDrain(ctx context.Context, r *result, dests []string, n int) error {
+	logf("  publishing %d events (async, windows of %d)", n, b.opts.window)
+	pd, err := b.pub.backlog(ctx, dests, r.Scenario+"-", n, b.opts.window)
+	if err != nil {
+		return err
+	}
+	r.PublishSecs, r.PublishRate = pd.Seconds(), float64(n)/pd.Seconds()
+	logf("  published in %.1fs (%.0f/s); starting relay", pd.Seconds(), r.PublishRate)
+	if err := b.sinkReset(ctx); err != nil {
+		return err
+	}
+	m := b.mark()
+	start := time.Now()
+	p, err := b.startRelay(r.Scenario)
+	if err != nil {
+		return err
+	}
+	defer p.stop(20 * time.Second)
+	first, err := b.waitDelivered(ctx, int64(n), p, limitFor(n))
+	if err != nil {
+		return err
+	}
+	el := time.Since(start)
+	r.relayFigures(p, 0) // a fresh process: all its CPU, start-up included
+	if err := b.finish(ctx, r, m, start, first, el); err != nil {
+		return err
+	}
+	if err := p.stop(20 * time.Second); err != nil {
+		r.Notes = append(r.Notes, err.Error())
+	}
+	return nil
+}
+
+// scenarioA: throughput of a 50,000-event backlog, relay and the minimal loop.
+func (b *bench) scenarioA(ctx context.Context) ([]*result, error) {
+	n := b.opts.n
+	r := &result{Scenario: "a", Title: "throughput", System: "relay", Events: n, LatencyKind: "queue"}
+	if err := b.addDest(ctx, relay.Destination{Name: "a"}); err != nil {
+		return nil, err
+	}
+	if err := b.relayDrain(ctx, r, []string{"a"}, n); err != nil {
+		return nil, fmt.Errorf("(a) relay: %w", err)
+	}
+	b.relayRateA = r.PerSecond
+	logf("  relay: %d delivered in %.2fs = %.0f/s", r.Delivered, r.Seconds, r.PerSecond)
+
+	l := &result{Scenario: "a", Title: "throughput", System: "minimal loop", Events: n, LatencyKind: "queue"}
+	if err := b.loopDrain(ctx, l, n); err != nil {
+		return nil, fmt.Errorf("(a) minimal loop: %w", err)
+	}
+	b.loopRateA = l.PerSecond
+	r.VsLoop = r.PerSecond / l.PerSecond
+	logf("  minimal loop: %d delivered in %.2fs = %.0f/s", l.Delivered, l.Seconds, l.PerSecond)
+	return []*result{r, l}, nil
+}
+
+func (b *bench) loopDrain(ctx context.Context, r *result, n int) error {
+	if err := b.addPausedDest(ctx, "loop"); err != nil {
+		return err
+	}
+	logf("  publishing %d events for the minimal loop", n)
+	pd, err := b.pub.backlog(ctx, []string{"loop"}, "loop-", n, b.opts.window)
+	if err != nil {
+		return err
+	}
+	r.PublishSecs, r.PublishRate = pd.Seconds(), float64(n)/pd.Seconds()
+	if err := b.sinkReset(ctx); err != nil {
+		return err
+	}
+	m := b.mark()
+	start := time.Now()
+	l, err := b.startLoop(ctx, "loop", b.opts.loopWorkers)
+	if err != nil {
+		return err
+	}
+	first, werr := b.waitDelivered(ctx, int64(n), nil, limitFor(n))
+	el := time.Since(start)
+	if werr != nil {
+		_ = l.stop(b.js)
+		return werr
+	}
+	if err := b.finish(ctx, r, m, start, first, el); err != nil {
+		_ = l.stop(b.js)
+		return err
+	}
+	return l.stop(b.js)
+}
+
+// scenarioB: publish-to-delivery latency at a fixed rate, half of (a)'s.
+func (b *bench) scenarioB(ctx context.Context) ([]*result, error) {
+	rate := b.opts.rate
+	note := ""
+	if rate == 0 {
+		if b.relayRateA > 0 {
+			rate = b.relayRateA / 2
+			note = "rate: 50% of (a)'s relay rate"
+		} else {
+			rate = 1000
+			note = "rate: 1000/s, because (a) did not run (set -rate to choose)"
+		}
+	}
+	var out []*result
+
+	// The minimal loop at the same rate first, so that the relay process
+	// below has seen (via its unrouted-events check) every event published so
+	// far before its measurement starts.
+	if b.opts.loopDuration > 0 {
+		l := &result{Scenario: "b", Title: "latency", System: "minimal loop", Rate: rate, LatencyKind: "publish-to-delivery"}
+		if err := b.addPausedDest(ctx, "loopb"); err != nil {
+			return nil, err
+		}
+		lp, err := b.startLoop(ctx, "loopb", b.opts.loopWorkers)
+		if err != nil {
+			return nil, err
+		}
+		err = b.atRateMeasured(ctx, l, "loopb", rate, b.opts.loopDuration, nil)
+		if serr := lp.stop(b.js); err == nil {
+			err = serr
+		}
+		if err != nil {
+			return nil, fmt.Errorf("(b) minimal loop: %w", err)
+		}
+		l.Notes = append(l.Notes, fmt.Sprintf("ran %s, for reference", b.opts.loopDuration))
+		out = append(out, l)
+		logf("  minimal loop at %.0f/s: p50 %.2fms p99 %.2fms max %.2fms", rate, l.P50ms, l.P99ms, l.Maxms)
+	}
+
+	r := &result{Scenario: "b", Title: "latency", System: "relay", Rate: rate, LatencyKind: "publish-to-delivery"}
+	if note != "" {
+		r.Notes = append(r.Notes, note)
+	}
+	if err := b.addDest(ctx, relay.Destination{Name: "b"}); err != nil {
+		return nil, err
+	}
+	p, err := b.startRelay("b")
+	if err != nil {
+		return nil, err
+	}
+	defer p.stop(20 * time.Second)
+	if err := b.atRateMeasured(ctx, r, "b", rate, b.opts.duration, p); err != nil {
+		return nil, fmt.Errorf("(b) relay: %w", err)
+	}
+	if err := p.stop(20 * time.Second); err != nil {
+		r.Notes = append(r.Notes, err.Error())
+	}
+	logf("  relay at %.0f/s: p50 %.2fms p99 %.2fms max %.2fms", rate, r.P50ms, r.P99ms, r.Maxms)
+	return append(out, r), nil
+}
+
+// atRateMeasured warms dest up for a second at rate (until those events are
+// delivered and, with relay, its unrouted-events consumer is idle), then
+// publishes at rate for dur and waits until all of it is delivered.
+func (b *bench) atRateMeasured(ctx context.Context, r *result, dest string, rate float64, dur time.Duration, p *proc) error {
+	warm, err := b.pub.atRate(ctx, dest, dest+"-warm-", rate, time.Second)
+	if err != nil {
+		return err
+	}
+	if _, err := b.waitDelivered(ctx, int64(warm), p, 2*time.Minute); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+	if p != nil {
+		if err := b.waitConsumerIdle(ctx, relay.UnroutedConsumer, p, 5*time.Minute); err != nil {
+			return fmt.Errorf("warm-up: %w", err)
+		}
+		if err := b.waitConsumerIdle(ctx, relay.ConsumerName(dest), p, time.Minute); err != nil {
+			return fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	if err := b.sinkReset(ctx); err != nil {
+		return err
+	}
+	var relay0 float64
+	if p != nil {
+		relay0, _ = p.sample()
+	}
+	m := b.mark()
+	start := time.Now()
+	logf("  publishing to %s at %.0f/s for %s", dest, rate, dur)
+	n, err := b.pub.atRate(ctx, dest, dest+"-", rate, dur)
+	if err != nil {
+		return err
+	}
+	if _, err := b.waitDelivered(ctx, int64(n), p, time.Minute+dur); err != nil {
+		return err
+	}
+	el := time.Since(start)
+	r.Events = n
+	if p != nil {
+		r.relayFigures(p, relay0)
+	}
+	return b.finish(ctx, r, m, time.Time{}, time.Time{}, el)
+}
+
+// scenarioC: 10% of requests answered 503.
+func (b *bench) scenarioC(ctx context.Context) ([]*result, error) {
+	n := b.opts.failN
+	r := &result{Scenario: "c", Title: "10% answered 503", System: "relay", Events: n, LatencyKind: "queue"}
+	d := relay.Destination{Name: "c", URL: b.sinkURL("c") + "?fail=10",
+		Retry: relay.RetryPolicy{Base: relay.Duration(100 * time.Millisecond), Max: relay.Duration(time.Second), NoJitter: true}}
+	if err := b.addDest(ctx, d); err != nil {
+		return nil, err
+	}
+	if err := b.relayDrain(ctx, r, []string{"c"}, n); err != nil {
+		return nil, fmt.Errorf("(c) relay: %w", err)
+	}
+	r.Notes = append(r.Notes, "retry policy: base 100ms, max 1s, no jitter; 503s chosen by a hash of webhook-id and attempt")
+	logf("  relay: %d delivered in %.2fs = %.0f/s, %d requests (%d answered 503)", r.Delivered, r.Seconds, r.PerSecond, r.Requests, r.Failed)
+	return []*result{r}, nil
+}
+
+// scenarioD: a large backlog published before relay starts.
+func (b *bench) scenarioD(ctx context.Context) ([]*result, error) {
+	n := b.opts.backlog
+	r := &result{Scenario: "d", Title: "backlog", System: "relay", Events: n, LatencyKind: "queue"}
+	if err := b.addDest(ctx, relay.Destination{Name: "d"}); err != nil {
+		return nil, err
+	}
+	if err := b.relayDrain(ctx, r, []string{"d"}, n); err != nil {
+		return nil, fmt.Errorf("(d) relay: %w", err)
+	}
+	logf("  relay: drained %d in %.1fs = %.0f/s, peak RSS %.1f MB", r.Delivered, r.Seconds, r.PerSecond, r.RelayRSSMB)
+	return []*result{r}, nil
+}
+
+// scenarioE: 100 destinations on the same sink, events round-robin.
+func (b *bench) scenarioE(ctx context.Context) ([]*result, error) {
+	n := b.opts.n
+	r := &result{Scenario: "e", Title: "100 destinations", System: "relay", Events: n, LatencyKind: "queue"}
+	dests := make([]string, 100)
+	for i := range dests {
+		dests[i] = "e" + strconv.Itoa(i)
+		if err := b.addDest(ctx, relay.Destination{Name: dests[i]}); err != nil {
+			return nil, err
+		}
+	}
+	if err := b.relayDrain(ctx, r, dests, n); err != nil {
+		return nil, fmt.Errorf("(e) relay: %w", err)
+	}
+	st, err := b.sinkStats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	lo, hi := int64(-1), int64(0)
+	for _, d := range dests {
+		c := st.ByDest[d]
+		if lo < 0 || c < lo {
+			lo = c
+		}
+		hi = max(hi, c)
+	}
+	r.Notes = append(r.Notes, fmt.Sprintf("per destination: %d to %d delivered", lo, hi))
+	logf("  relay: %d delivered in %.2fs = %.0f/s", r.Delivered, r.Seconds, r.PerSecond)
+	return []*result{r}, nil
+}
+
+// scenarioF: the design relay started from, a Redis list worked by one
+// goroutine, one event at a time.
+func (b *bench) scenarioF(ctx context.Context) ([]*result, error) {
+	n := b.opts.redisN
+	r := &result{Scenario: "f", Title: "redis list sequential", System: "redis list sequential", Events: n, LatencyKind: "queue"}
+	rp, rc, err := b.startRedis(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("(f): %w", err)
+	}
+	defer rp.stop(5 * time.Second)
+	defer rc.Close()
+	const key = "relay-bench:events"
+	logf("  LPUSH %d events", n)
+	start := time.Now()
+	for i := 0; i < n; {
+		pipe := rc.Pipeline()
+		for j := 0; j < 1000 && i < n; j, i = j+1, i+1 {
+			id := "f-" + strconv.Itoa(i)
+			pipe.LPush(ctx, key, id+"\n"+string(makeBody(time.Now().UnixNano(), id)))
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, fmt.Errorf("(f) LPUSH: %w", err)
+		}
+	}
+	pd := time.Since(start)
+	r.PublishSecs, r.PublishRate = pd.Seconds(), float64(n)/pd.Seconds()
+	if err := b.sinkReset(ctx); err != nil {
+		return nil, err
+	}
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2}}
+	defer client.CloseIdleConnections()
+	url := b.sinkURL("redis")
+	m := b.mark()
+	redis0, _ := rp.sample()
+	start = time.Now()
+	deadline := start.Add(limitFor(n))
+	for done := 0; done < n; {
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("(f) gave up after %s with %d of %d delivered", limitFor(n), done, n)
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		v, err := rc.BRPop(ctx, time.Second, key).Result()
+		if errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("(f) the list ran dry after %d of %d", done, n)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("(f) BRPOP: %w", err)
+		}
+		id, body, _ := strings.Cut(v[1], "\n")
+		st, err := post(client, url, id, []byte(body))
+		if err != nil || st < 200 || st > 299 {
+			// Put it back at the tail it came from and try again.
+			if perr := rc.RPush(ctx, key, v[1]).Err(); perr != nil {
+				return nil, fmt.Errorf("(f) requeue: %w", perr)
+			}
+			continue
+		}
+		done++
+	}
+	el := time.Since(start)
+	if err := b.finish(ctx, r, m, time.Time{}, time.Time{}, el); err != nil {
+		return nil, err
+	}
+	rcpu, _ := rp.sample()
+	r.RedisCPU = rcpu - redis0
+	if err := rp.stop(5 * time.Second); err != nil {
+		r.Notes = append(r.Notes, err.Error())
+	}
+	logf("  redis list: %d delivered in %.2fs = %.0f/s", r.Delivered, r.Seconds, r.PerSecond)
+	return []*result{r}, nil
+}

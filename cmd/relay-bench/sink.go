@@ -1,0 +1,277 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// The sink is the receiving end of every benchmark run. It runs as its own
+// process (relay-bench sink), so that its CPU is neither relay's nor the
+// bench's.
+//
+//	POST /d/<name>[?fail=P]  a delivery for destination <name>; answered 204,
+//	                         or 503 for P percent of requests (chosen by a
+//	                         hash of webhook-id and the request's attempt
+//	                         number, so the choice is deterministic)
+//	GET  /count              "delivered requests" since the last reset
+//	GET  /stats              sinkStats as JSON
+//	POST /reset              forget everything
+//
+// A body is expected to start with {"ts":<unix nanoseconds of the publish>;
+// the latency of a 2xx answer is the time of its arrival minus ts.
+
+// sinkStats is what GET /stats answers.
+type sinkStats struct {
+	Delivered  int64            `json:"delivered"`  // distinct webhook-ids answered 2xx
+	Requests   int64            `json:"requests"`   // every POST /d/...
+	Duplicates int64            `json:"duplicates"` // 2xx answers for a webhook-id already answered 2xx
+	Failed     int64            `json:"failed"`     // answered 503
+	P50ms      float64          `json:"p50_ms"`
+	P99ms      float64          `json:"p99_ms"`
+	Maxms      float64          `json:"max_ms"`
+	Samples    int              `json:"latency_samples"`
+	Conns      int64            `json:"connections"` // TCP connections accepted
+	ByDest     map[string]int64 `json:"by_dest"`     // distinct webhook-ids answered 2xx, per destination
+}
+
+type idState struct {
+	requests  uint32
+	delivered bool
+}
+
+type sinkServer struct {
+	mu         sync.Mutex
+	requests   int64
+	delivered  int64
+	duplicates int64
+	failed     int64
+	conns      atomic.Int64
+	byDest     map[string]int64
+	ids        map[uint64]idState // FNV-64a of webhook-id
+	lat        []int64            // nanoseconds, 2xx answers only
+}
+
+func newSinkServer() *sinkServer {
+	return &sinkServer{byDest: map[string]int64{}, ids: map[uint64]idState{}, lat: make([]int64, 0, 1<<16)}
+}
+
+var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
+
+func (s *sinkServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if dest, ok := strings.CutPrefix(r.URL.Path, "/d/"); ok && r.Method == http.MethodPost {
+		s.deliver(w, r, dest)
+		return
+	}
+	switch {
+	case r.URL.Path == "/count" && r.Method == http.MethodGet:
+		s.mu.Lock()
+		d, n := s.delivered, s.requests
+		s.mu.Unlock()
+		fmt.Fprintf(w, "%d %d\n", d, n)
+	case r.URL.Path == "/stats" && r.Method == http.MethodGet:
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(s.stats())
+	case r.URL.Path == "/reset" && r.Method == http.MethodPost:
+		s.mu.Lock()
+		s.requests, s.delivered, s.duplicates, s.failed = 0, 0, 0, 0
+		s.byDest = map[string]int64{}
+		s.ids = map[uint64]idState{}
+		s.lat = s.lat[:0]
+		s.conns.Store(0)
+		s.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func (s *sinkServer) deliver(w http.ResponseWriter, r *http.Request, dest string) {
+	bp := bodyPool.Get().(*[]byte)
+	body := (*bp)[:0]
+	var err error
+	for {
+		if len(body) == cap(body) {
+			body = slices.Grow(body, cap(body))
+		}
+		var n int
+		n, err = r.Body.Read(body[len(body):cap(body)])
+		body = body[:len(body)+n]
+		if err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, io.EOF) {
+		*bp = body
+		bodyPool.Put(bp)
+		http.Error(w, "reading body", http.StatusBadRequest)
+		return
+	}
+	now := time.Now().UnixNano()
+	ts := parseTS(body)
+	*bp = body
+	bodyPool.Put(bp)
+
+	failPct := 0
+	if q := r.URL.RawQuery; q != "" {
+		if v, ok := strings.CutPrefix(q, "fail="); ok {
+			failPct, _ = strconv.Atoi(v)
+		}
+	}
+	id := r.Header.Get("webhook-id")
+	h := fnv.New64a()
+	_, _ = io.WriteString(h, id)
+	key := h.Sum64()
+
+	s.mu.Lock()
+	st := s.ids[key]
+	st.requests++
+	status := http.StatusNoContent
+	if failPct > 0 && failHash(id, st.requests)%100 < uint64(failPct) {
+		status = http.StatusServiceUnavailable
+	}
+	s.requests++
+	if status == http.StatusNoContent {
+		if st.delivered {
+			s.duplicates++
+		} else {
+			st.delivered = true
+			s.delivered++
+			s.byDest[dest]++
+		}
+		if ts > 0 {
+			s.lat = append(s.lat, now-ts)
+		}
+	} else {
+		s.failed++
+	}
+	s.ids[key] = st
+	s.mu.Unlock()
+	w.WriteHeader(status)
+}
+
+// failHash decides deterministically whether attempt n of id fails.
+func failHash(id string, n uint32) uint64 {
+	h := fnv.New64a()
+	_, _ = io.WriteString(h, id)
+	_, _ = io.WriteString(h, "#")
+	_, _ = io.WriteString(h, strconv.FormatUint(uint64(n), 10))
+	return h.Sum64()
+}
+
+// parseTS reads the publish time from a body that starts with {"ts":N.
+func parseTS(b []byte) int64 {
+	const prefix = `{"ts":`
+	if len(b) < len(prefix) || string(b[:len(prefix)]) != prefix {
+		return 0
+	}
+	var v int64
+	for _, c := range b[len(prefix):] {
+		if c < '0' || c > '9' {
+			break
+		}
+		v = v*10 + int64(c-'0')
+	}
+	return v
+}
+
+func (s *sinkServer) stats() sinkStats {
+	s.mu.Lock()
+	st := sinkStats{Delivered: s.delivered, Requests: s.requests, Duplicates: s.duplicates, Failed: s.failed, Conns: s.conns.Load(), ByDest: make(map[string]int64, len(s.byDest))}
+	for k, v := range s.byDest {
+		st.ByDest[k] = v
+	}
+	lat := slices.Clone(s.lat)
+	s.mu.Unlock()
+	slices.Sort(lat)
+	st.Samples = len(lat)
+	st.P50ms = ms(percentile(lat, 0.50))
+	st.P99ms = ms(percentile(lat, 0.99))
+	if len(lat) > 0 {
+		st.Maxms = ms(lat[len(lat)-1])
+	}
+	return st
+}
+
+// percentile is the nearest-rank percentile of sorted v.
+func percentile(v []int64, p float64) int64 {
+	if len(v) == 0 {
+		return 0
+	}
+	i := int(p*float64(len(v))+0.999999) - 1
+	return v[min(max(i, 0), len(v)-1)]
+}
+
+func ms(ns int64) float64 { return float64(ns) / 1e6 }
+
+// runSink is the hidden subcommand "sink": it prints the address it listens
+// on as the first line of stdout, then serves until SIGTERM/SIGINT or until
+// its stdin is closed (the bench process went away).
+func runSink(args []string) error {
+	fs := flag.NewFlagSet("relay-bench sink", flag.ContinueOnError)
+	addr := fs.String("addr", "127.0.0.1:0", "address to listen on (loopback only)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	host, _, err := net.SplitHostPort(*addr)
+	if err != nil {
+		return fmt.Errorf("-addr %q: %w", *addr, err)
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("-addr %q: the sink listens on loopback only", *addr)
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	out := bufio.NewWriter(os.Stdout)
+	fmt.Fprintln(out, ln.Addr().String())
+	if err := out.Flush(); err != nil {
+		return err
+	}
+	ss := newSinkServer()
+	srv := &http.Server{
+		Handler: ss,
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			if st == http.StateNew {
+				ss.conns.Add(1)
+			}
+		},
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          log.New(io.Discard, "", 0),
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		stop()
+	}()
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
