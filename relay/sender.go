@@ -68,8 +68,11 @@ func NewHTTPClient(o HTTPOptions) *http.Client {
 	}
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.Proxy = nil
-	t.MaxIdleConns = 1024
-	t.MaxIdleConnsPerHost = 256
+	// Keep every connection a destination's workers use: many destinations
+	// on one host (a shared ingress) must not churn connections. Idle ones
+	// close after 90s.
+	t.MaxIdleConns = 0 // no total limit
+	t.MaxIdleConnsPerHost = 4096
 	t.IdleConnTimeout = 90 * time.Second
 	t.DialContext = o.Guard.dialContext(&net.Dialer{Timeout: o.ConnectTimeout, KeepAlive: 30 * time.Second})
 	t.TLSHandshakeTimeout = o.TLSHandshakeTimeout
