@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -220,4 +221,25 @@ func TestPauseResumeAndStatsJSON(t *testing.T) {
 	require.Contains(t, cli("dest", "resume", "op"), "resumed destination op")
 	eventually(t, 10*time.Second, func() bool { return len(s.delivered()) == 6 }, "delivered after resume")
 	require.Equal(t, relay.StateActive, stats().State)
+}
+
+func TestStatsWatchRepeatsUntilInterrupted(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.addDest(relay.Destination{Name: "w", URL: "https://example.test/hook"})
+	p := startProc(t, "--nats-url", e.url, "stats", "--watch", "200ms", "--json")
+	// Let it print a few rounds (every 200ms), then interrupt it as an
+	// operator would.
+	timer := time.NewTimer(2 * time.Second)
+	<-timer.C
+	require.NoError(t, p.cmd.Process.Signal(os.Interrupt))
+	<-p.exited
+	require.NoError(t, p.err, "exit 0 when interrupted")
+	lines := strings.Split(strings.TrimSpace(p.stdout()), "\n")
+	require.GreaterOrEqual(t, len(lines), 2, "printed again and again: %q", lines)
+	for _, l := range lines {
+		var st relay.DestStats
+		require.NoError(t, json.Unmarshal([]byte(l), &st))
+		require.Equal(t, "w", st.Dest)
+	}
 }

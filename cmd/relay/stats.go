@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/urfave/cli/v2"
 
 	"github.com/relaydev/relay/relay"
@@ -22,9 +24,18 @@ func statsCommand() *cli.Command {
 			&cli.StringFlag{Name: "redis-url", EnvVars: []string{"RELAY_REDIS_URL"}, Usage: "also count events parked in this Redis"},
 			&cli.StringFlag{Name: "redis-mode", EnvVars: []string{"RELAY_REDIS_MODE"}, Value: "single", Usage: "single, cluster or sentinel"},
 			&cli.BoolFlag{Name: "json", Usage: "one JSON object per destination and line"},
+			&cli.DurationFlag{Name: "watch", Usage: "print again every this long (e.g. 2s) until interrupted"},
 		},
 		Action: func(c *cli.Context) error {
-			ctx, js, done, err := openNATS(c, 30*time.Second)
+			every := c.Duration("watch")
+			if every < 0 || (every > 0 && every < 100*time.Millisecond) {
+				return usagef("--watch %s: give an interval of at least 100ms", every)
+			}
+			limit := 30 * time.Second
+			if every > 0 {
+				limit = 100 * 365 * 24 * time.Hour // until interrupted
+			}
+			ctx, js, done, err := openNATS(c, limit)
 			if err != nil {
 				return err
 			}
@@ -37,56 +48,76 @@ func statsCommand() *cli.Command {
 				}
 				defer sched.Client().Close()
 			}
-			all, err := relay.Stats(ctx, js, sched)
-			if err != nil {
-				return err
+			for {
+				if every > 0 && !c.Bool("json") && isTerminal(c.App.Writer) {
+					fmt.Fprint(c.App.Writer, "\033[H\033[2J") // clear the screen
+				}
+				if err := printStats(c, ctx, js, sched); err != nil {
+					return err
+				}
+				if every == 0 {
+					return nil
+				}
+				select {
+				case <-ctx.Done():
+					return nil // interrupted
+				case <-time.After(every):
+				}
 			}
-			if d := c.String("dest"); d != "" {
-				var one []relay.DestStats
-				for _, s := range all {
-					if s.Dest == d {
-						one = append(one, s)
-					}
-				}
-				if len(one) == 0 {
-					return fmt.Errorf("%w: %s", relay.ErrNotFound, d)
-				}
-				all = one
-			}
-			if c.Bool("json") {
-				enc := json.NewEncoder(c.App.Writer)
-				for _, s := range all {
-					if err := enc.Encode(s); err != nil {
-						return err
-					}
-				}
-				return nil
-			}
-			tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "DEST\tSTATE\tBACKLOG\tIN FLIGHT\tRETRYING\tPARKED\tOLDEST DUE\tDEAD LETTERS\tOLDEST UNDELIVERED\tBLOCKED PARTITIONS")
-			for _, s := range all {
-				parked, due := "-", "-"
-				if s.Parked >= 0 {
-					parked = strconv.FormatInt(s.Parked, 10)
-				}
-				if !s.OldestDue.IsZero() {
-					due = s.OldestDue.Format(time.RFC3339)
-				}
-				blocked := "-"
-				if s.Partitions > 0 {
-					blocked = fmt.Sprintf("%d of %d", s.BlockedPartitions, s.Partitions)
-				}
-				state := s.State
-				if !s.PausedUntil.IsZero() && !s.PausedUntil.Equal(relay.Forever) {
-					state += " until " + s.PausedUntil.Format(time.RFC3339)
-				}
-				age := "-"
-				if !s.OldestUndelivered.IsZero() {
-					age = time.Since(s.OldestUndelivered).Round(time.Second).String()
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%s\t%s\n", s.Dest, state, s.Backlog, s.InFlight, s.Retrying, parked, due, s.DeadLetters, age, blocked)
-			}
-			return tw.Flush()
 		},
 	}
+}
+
+// printStats prints one round of 'relay stats'.
+func printStats(c *cli.Context, ctx context.Context, js jetstream.JetStream, sched *schedule.Store) error {
+	all, err := relay.Stats(ctx, js, sched)
+	if err != nil {
+		return err
+	}
+	if d := c.String("dest"); d != "" {
+		var one []relay.DestStats
+		for _, s := range all {
+			if s.Dest == d {
+				one = append(one, s)
+			}
+		}
+		if len(one) == 0 {
+			return fmt.Errorf("%w: %s", relay.ErrNotFound, d)
+		}
+		all = one
+	}
+	if c.Bool("json") {
+		enc := json.NewEncoder(c.App.Writer)
+		for _, s := range all {
+			if err := enc.Encode(s); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "DEST\tSTATE\tBACKLOG\tIN FLIGHT\tRETRYING\tPARKED\tOLDEST DUE\tDEAD LETTERS\tOLDEST UNDELIVERED\tBLOCKED PARTITIONS")
+	for _, s := range all {
+		parked, due := "-", "-"
+		if s.Parked >= 0 {
+			parked = strconv.FormatInt(s.Parked, 10)
+		}
+		if !s.OldestDue.IsZero() {
+			due = s.OldestDue.Format(time.RFC3339)
+		}
+		blocked := "-"
+		if s.Partitions > 0 {
+			blocked = fmt.Sprintf("%d of %d", s.BlockedPartitions, s.Partitions)
+		}
+		state := s.State
+		if !s.PausedUntil.IsZero() && !s.PausedUntil.Equal(relay.Forever) {
+			state += " until " + s.PausedUntil.Format(time.RFC3339)
+		}
+		age := "-"
+		if !s.OldestUndelivered.IsZero() {
+			age = time.Since(s.OldestUndelivered).Round(time.Second).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%s\t%s\n", s.Dest, state, s.Backlog, s.InFlight, s.Retrying, parked, due, s.DeadLetters, age, blocked)
+	}
+	return tw.Flush()
 }
