@@ -1,0 +1,101 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relaydev/relay/relay"
+)
+
+// The embedded server's data directory is a small filesystem that fills up:
+// publishes are refused with an error (never acknowledged and then lost),
+// relay keeps running, and every event whose publish was acknowledged is
+// delivered.
+func TestFaultDiskFull(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a small tmpfs (CI runs as root)")
+	}
+	dir := filepath.Join(t.TempDir(), "data")
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", dir).CombinedOutput()
+	require.NoError(t, err, "mount a 16 MiB tmpfs: %s", out)
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+
+	var ok atomic.Bool
+	s := newSink(t, func(h hit, w http.ResponseWriter) int {
+		if !ok.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return http.StatusServiceUnavailable
+		}
+		w.WriteHeader(http.StatusOK)
+		return http.StatusOK
+	})
+	p := startProc(t, "run", "--data-dir", dir, "--listen", "127.0.0.1:0")
+	eventually(t, 20*time.Second, func() bool { return p.logged("relay running") }, "relay up:\n%s", p.output())
+	url := regexp.MustCompile(`url=(nats://[0-9.:]+)`).FindStringSubmatch(p.output())
+	require.Len(t, url, 2, p.output())
+
+	nc, err := nats.Connect(url[1])
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx := context.Background()
+	st, err := relay.NewStore(ctx, js)
+	require.NoError(t, err)
+	_, err = st.Add(ctx, relay.Destination{Name: "full", URL: s.URL, BreakerThreshold: -1,
+		Retry: relay.RetryPolicy{Base: relay.Duration(200 * time.Millisecond), Max: relay.Duration(time.Second), MaxAttempts: 1000}})
+	require.NoError(t, err)
+	prod, err := relay.NewProducer(ctx, js)
+	require.NoError(t, err)
+
+	body := make([]byte, 8<<10)
+	for i := range body {
+		body[i] = 'x'
+	}
+	acked := map[string]bool{}
+	var refused error
+	for i := range 10000 {
+		res, err := prod.Publish(ctx, relay.Event{Dest: "full", ID: fmt.Sprintf("f-%d", i), Data: fmt.Appendf(nil, `{"i":%d,"pad":"%s"}`, i, body)})
+		if err != nil {
+			refused = err
+			break
+		}
+		acked[res.ID] = true
+	}
+	require.Error(t, refused, "the full disk refuses publishes")
+	t.Logf("%d events stored before publishes were refused: %v", len(acked), refused)
+	require.NotEmpty(t, acked)
+	select {
+	case <-p.exited:
+		t.Fatalf("relay exited:\n%s", p.output())
+	default:
+	}
+
+	ok.Store(true)
+	eventually(t, 60*time.Second, func() bool {
+		d := s.delivered()
+		for id := range acked {
+			if d[id] == 0 {
+				return false
+			}
+		}
+		return true
+	}, "every acknowledged event delivered (%d of %d)", len(s.delivered()), len(acked))
+	for id := range s.delivered() {
+		require.True(t, acked[id], "only acknowledged events are delivered: %s", id)
+	}
+}
