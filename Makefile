@@ -33,6 +33,12 @@ test: deps ## Run every test but the fault-injection suite, with the race detect
 test-faults: deps ## Run the fault-injection suite (real processes killed, stopped, cut off), with the race detector
 	$(GO) test -race -count=1 -timeout 15m -run '^TestFault' -v ./integration
 
+SOAK ?= 10m
+
+.PHONY: soak
+soak: deps ## Soak test: SOAK (10m) of steady load, 5% failures, a replica restarted every minute; checks loss and memory
+	RELAY_SOAK=$(SOAK) $(GO) test -count=1 -timeout 30m -run '^TestSoak$$' -v ./integration
+
 .PHONY: test-race
 test-race: deps ## Run the suite 3 times with the race detector, to shake out flaky timing
 	$(GO) test -race -count=3 -timeout 45m ./...
