@@ -112,17 +112,9 @@ within the duplicate window.`,
 					&cli.StringFlag{Name: "rate", Usage: "at most N per second (e.g. 50 or 50/s), to spare a destination that just came back"},
 				),
 				Action: func(c *cli.Context) error {
-					f, err := parseFilter(c)
+					f, err := parseSelection(c, "replay")
 					if err != nil {
 						return err
-					}
-					f.Seqs = c.Uint64Slice("seq")
-					filtered := f.Dest != "" || f.Reason != "" || f.Status != 0 || !f.Since.IsZero() || !f.Until.IsZero()
-					if len(f.Seqs) == 0 && !c.Bool("all") && !filtered {
-						return usagef("say what to replay: --seq N (repeatable), filters such as --dest, or --all")
-					}
-					if len(f.Seqs) > 0 && c.Bool("all") {
-						return usagef("--seq and --all exclude each other")
 					}
 					interval, err := parseRate(c.String("rate"))
 					if err != nil {
@@ -214,14 +206,9 @@ within the duplicate window.`,
 					&cli.BoolFlag{Name: "yes", Usage: "do not ask for confirmation"},
 				),
 				Action: func(c *cli.Context) error {
-					f, err := parseFilter(c)
+					f, err := parseSelection(c, "purge")
 					if err != nil {
 						return err
-					}
-					f.Seqs = c.Uint64Slice("seq")
-					filtered := f.Dest != "" || f.Reason != "" || f.Status != 0 || !f.Since.IsZero() || !f.Until.IsZero()
-					if len(f.Seqs) == 0 && !c.Bool("all") && !filtered {
-						return usagef("say what to purge: --seq N (repeatable), filters such as --dest, or --all")
 					}
 					ctx, js, done, err := openNATS(c, time.Hour)
 					if err != nil {
@@ -296,6 +283,24 @@ func parseFilter(c *cli.Context) (dlq.Filter, error) {
 	}
 	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
 		return f, usagef("--until must be after --since")
+	}
+	return f, nil
+}
+
+// parseSelection reads what replay or purge (verb) acts on: --seq, the
+// filters, or --all, and refuses a call that names none of them.
+func parseSelection(c *cli.Context, verb string) (dlq.Filter, error) {
+	f, err := parseFilter(c)
+	if err != nil {
+		return f, err
+	}
+	f.Seqs = c.Uint64Slice("seq")
+	filtered := f.Dest != "" || f.Reason != "" || f.Status != 0 || !f.Since.IsZero() || !f.Until.IsZero()
+	if len(f.Seqs) == 0 && !c.Bool("all") && !filtered {
+		return f, usagef("say what to %s: --seq N (repeatable), filters such as --dest, or --all", verb)
+	}
+	if len(f.Seqs) > 0 && c.Bool("all") {
+		return f, usagef("--seq and --all exclude each other")
 	}
 	return f, nil
 }
