@@ -2,16 +2,12 @@ package integration
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/relay"
-	"github.com/relaydev/relay/stream"
 )
 
 // The whole 3-node cluster is stopped and started again, over and over, for
@@ -19,22 +15,12 @@ import (
 // is lost, order holds per key, and the relays recover by themselves.
 func TestFaultClusterBouncedRepeatedly(t *testing.T) {
 	t.Parallel()
-	c := startCluster(t)
-	nc, err := nats.Connect(c.urls(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	c, js, st, prod := startClusterClient(t)
 	ctx := context.Background()
-	eventually(t, 30*time.Second, func() bool { return stream.Ensure(ctx, js, stream.Config{Replicas: 3}) == nil }, "streams created")
-	st, err := relay.NewStore(ctx, js)
-	require.NoError(t, err)
-	prod, err := relay.NewProducer(ctx, js)
-	require.NoError(t, err)
 
 	const keys = 10
 	o := newOrderSink(t, 0)
-	_, err = st.Add(ctx, relay.Destination{Name: "bounce", URL: o.URL, Ordered: true, Partitions: 4, Timeout: relay.Duration(500 * time.Millisecond),
+	_, err := st.Add(ctx, relay.Destination{Name: "bounce", URL: o.URL, Ordered: true, Partitions: 4, Timeout: relay.Duration(500 * time.Millisecond),
 		Retry: relay.RetryPolicy{Base: relay.Duration(50 * time.Millisecond), Max: relay.Duration(500 * time.Millisecond), MaxAttempts: 20}})
 	require.NoError(t, err)
 	for range 2 {
@@ -42,18 +28,12 @@ func TestFaultClusterBouncedRepeatedly(t *testing.T) {
 		eventually(t, 30*time.Second, func() bool { return p.logged("relay running") }, "replica up")
 	}
 
-	// Publish in rounds; each event is retried with its id until JetStream
-	// confirms it (a retry of a stored one is dropped as a duplicate).
+	// Publish in rounds, each event retried with its id until JetStream
+	// confirms it.
 	n := 0
 	publishRound := func() {
 		for k := range keys {
-			ev := relay.Event{Dest: "bounce", Key: fmt.Sprintf("key-%d", k), ID: fmt.Sprintf("b-%d-%d", k, n), Data: fmt.Appendf(nil, `{"k":"key-%d","n":%d}`, k, n)}
-			eventually(t, 60*time.Second, func() bool {
-				pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-				defer cancel()
-				_, err := prod.Publish(pctx, ev)
-				return err == nil
-			}, "publish %s", ev.ID)
+			publishThrough(t, prod, "bounce", k, n, 60*time.Second)
 		}
 		n++
 	}

@@ -82,10 +82,10 @@ func (c *cluster) urls() string {
 	return strings.Join(u, ",")
 }
 
-// A 3-node cluster with R3 streams: two relay replicas keep order and lose
-// nothing while one node is stopped and restarted mid-run.
-func TestClusterNodeRestartKeepsOrderAndLosesNothing(t *testing.T) {
-	t.Parallel()
+// startClusterClient starts a 3-node cluster, connects to it, and sets up
+// relay's streams with 3 replicas once the cluster has a leader.
+func startClusterClient(t *testing.T) (*cluster, jetstream.JetStream, *relay.Store, *relay.Producer) {
+	t.Helper()
 	c := startCluster(t)
 	nc, err := nats.Connect(c.urls(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	require.NoError(t, err)
@@ -100,10 +100,34 @@ func TestClusterNodeRestartKeepsOrderAndLosesNothing(t *testing.T) {
 	require.NoError(t, err)
 	prod, err := relay.NewProducer(ctx, js)
 	require.NoError(t, err)
+	return c, js, st, prod
+}
+
+// publishThrough publishes event n of key k for dest with a stable id,
+// retrying through node outages: a retry of a publish that was stored is
+// dropped as a duplicate.
+func publishThrough(t *testing.T, prod *relay.Producer, dest string, k, n int, within time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	ev := relay.Event{Dest: dest, Key: fmt.Sprintf("key-%d", k), ID: fmt.Sprintf("%s-%d-%d", dest, k, n), Data: fmt.Appendf(nil, `{"k":"key-%d","n":%d}`, k, n)}
+	eventually(t, within, func() bool {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err := prod.Publish(pctx, ev)
+		return err == nil
+	}, "publish %s", ev.ID)
+}
+
+// A 3-node cluster with R3 streams: two relay replicas keep order and lose
+// nothing while one node is stopped and restarted mid-run.
+func TestClusterNodeRestartKeepsOrderAndLosesNothing(t *testing.T) {
+	t.Parallel()
+	c, js, st, prod := startClusterClient(t)
+	ctx := context.Background()
 
 	const keys, perKey = 20, 50
 	o := newOrderSink(t, 0.1)
-	_, err = st.Add(ctx, relay.Destination{Name: "clu", URL: o.URL, Ordered: true, Partitions: 8, Timeout: relay.Duration(500 * time.Millisecond),
+	_, err := st.Add(ctx, relay.Destination{Name: "clu", URL: o.URL, Ordered: true, Partitions: 8, Timeout: relay.Duration(500 * time.Millisecond),
 		Retry: relay.RetryPolicy{Base: relay.Duration(20 * time.Millisecond), Max: relay.Duration(200 * time.Millisecond), MaxAttempts: 10}})
 	require.NoError(t, err)
 	for range 2 {
@@ -111,17 +135,7 @@ func TestClusterNodeRestartKeepsOrderAndLosesNothing(t *testing.T) {
 		eventually(t, 30*time.Second, func() bool { return p.logged("relay running") }, "replica up")
 	}
 
-	// Publish with stable ids, retrying through the node outage: a retry of
-	// a publish that was stored is dropped as a duplicate.
-	publish := func(k, n int) {
-		ev := relay.Event{Dest: "clu", Key: fmt.Sprintf("key-%d", k), ID: fmt.Sprintf("e-%d-%d", k, n), Data: fmt.Appendf(nil, `{"k":"key-%d","n":%d}`, k, n)}
-		eventually(t, 30*time.Second, func() bool {
-			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			defer cancel()
-			_, err := prod.Publish(pctx, ev)
-			return err == nil
-		}, "publish %s", ev.ID)
-	}
+	publish := func(k, n int) { publishThrough(t, prod, "clu", k, n, 30*time.Second) }
 	for n := range perKey / 2 {
 		for k := range keys {
 			publish(k, n)
