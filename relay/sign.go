@@ -7,8 +7,10 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"hash"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // SecretPrefix starts every Standard Webhooks secret.
@@ -40,11 +42,67 @@ func decodeSecret(secret string) ([]byte, error) {
 // Sign returns the Standard Webhooks signature header value, "v1,<base64
 // HMAC-SHA256(key, id.timestamp.body)>", timestamp being Unix seconds.
 func Sign(secret, id string, timestamp int64, body []byte) (string, error) {
-	key, err := decodeSecret(secret)
+	sg, err := signerFor(secret)
 	if err != nil {
 		return "", err
 	}
-	return sign(key, id, timestamp, body), nil
+	return sg.sign(id, timestamp, body), nil
+}
+
+// A signer holds a decoded key and reusable HMAC states for it: Sign runs
+// once per attempt, and decoding the secret and setting up the HMAC cost
+// more than hashing a small body.
+type signer struct {
+	macs sync.Pool // of hash.Hash, HMAC-SHA256 keyed
+}
+
+// signers caches a signer per secret, up to maxSigners (then it starts
+// over), so that rotated-out secrets do not pile up.
+var (
+	signersMu sync.RWMutex
+	signers   = map[string]*signer{}
+)
+
+const maxSigners = 4096
+
+func signerFor(secret string) (*signer, error) {
+	signersMu.RLock()
+	sg := signers[secret]
+	signersMu.RUnlock()
+	if sg != nil {
+		return sg, nil
+	}
+	key, err := decodeSecret(secret)
+	if err != nil {
+		return nil, err
+	}
+	sg = &signer{}
+	sg.macs.New = func() any { return hmac.New(sha256.New, key) }
+	signersMu.Lock()
+	defer signersMu.Unlock()
+	if len(signers) >= maxSigners {
+		clear(signers)
+	}
+	signers[secret] = sg
+	return sg, nil
+}
+
+func (sg *signer) sign(id string, timestamp int64, body []byte) string {
+	m := sg.macs.Get().(hash.Hash)
+	defer sg.macs.Put(m)
+	m.Reset()
+	// id.timestamp. in one write, from the stack for the usual id lengths.
+	var buf [128]byte
+	b := append(buf[:0], id...)
+	b = append(b, '.')
+	b = strconv.AppendInt(b, timestamp, 10)
+	b = append(b, '.')
+	m.Write(b)
+	m.Write(body)
+	var out [3 + 44]byte // "v1," and the base64 of 32 bytes
+	copy(out[:], "v1,")
+	base64.StdEncoding.Encode(out[3:], m.Sum(buf[:0]))
+	return string(out[:])
 }
 
 func sign(key []byte, id string, timestamp int64, body []byte) string {

@@ -206,3 +206,29 @@ func TestGenerateSecret(t *testing.T) {
 	require.NoError(t, err)
 	require.Error(t, Verify(b, "evt_1", 1, nil, sig), "a signature must not verify with another generated secret")
 }
+
+// The cached, pooled signer gives the same signature as a fresh HMAC, for
+// short and long ids, across many secrets (past the cache's size).
+func TestCachedSignerMatchesFreshHMAC(t *testing.T) {
+	body := []byte(`{"n":1}`)
+	ids := []string{"evt_1", strings.Repeat("x", 300)}
+	for i := range maxSigners + 10 {
+		secret := GenerateSecret()
+		key, err := decodeSecret(secret)
+		require.NoError(t, err)
+		for _, id := range ids {
+			got, err := Sign(secret, id, int64(1764500000+i), body)
+			require.NoError(t, err)
+			require.Equal(t, sign(key, id, int64(1764500000+i), body), got)
+		}
+		if i%1000 == 0 {
+			// The same secret again, from the cache.
+			got, err := Sign(secret, "evt_2", 7, body)
+			require.NoError(t, err)
+			require.Equal(t, sign(key, "evt_2", 7, body), got)
+		}
+	}
+	signersMu.RLock()
+	defer signersMu.RUnlock()
+	require.LessOrEqual(t, len(signers), maxSigners)
+}
