@@ -3,6 +3,8 @@ package relay
 import (
 	"context"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,6 +24,10 @@ type Metrics struct {
 	inFlight        *prometheus.GaugeVec
 	parkFailures    *prometheus.CounterVec
 	pauses          *prometheus.CounterVec
+
+	// byDest caches each destination's series (*destMetrics): looking a
+	// series up by its labels hashes them, six times per attempt otherwise.
+	byDest sync.Map
 }
 
 // NewMetrics registers relay's delivery metrics with reg.
@@ -67,21 +73,85 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-func statusClass(r Result) string {
+// destMetrics are one destination's series. Counters by outcome and class
+// are created on first use, so that only what happened is exported.
+type destMetrics struct {
+	inFlight                           prometheus.Gauge
+	attempts, attemptDuration, latency prometheus.Observer
+	outcomes                           [4]lazyCounter // delivered, retried, blocked, dead_lettered
+	responses                          [7]lazyCounter // by classIndex
+}
+
+const (
+	outDelivered = iota
+	outRetried
+	outBlocked
+	outDeadLettered
+)
+
+var (
+	outcomeNames = [4]string{"delivered", "retried", "blocked", "dead_lettered"}
+	classNames   = [7]string{"1xx", "2xx", "3xx", "4xx", "5xx", "error", "blocked"}
+)
+
+// classIndex is r's index in classNames, or -1 for a status outside 1xx-5xx.
+func classIndex(r Result) int {
 	switch {
 	case r.Blocked:
-		return "blocked"
+		return 6
 	case r.Status == 0:
-		return "error"
+		return 5
+	case r.Status >= 100 && r.Status < 600:
+		return r.Status/100 - 1
 	}
-	return strconv.Itoa(r.Status/100) + "xx"
+	return -1
+}
+
+type lazyCounter struct {
+	p atomic.Pointer[prometheus.Counter]
+}
+
+func (l *lazyCounter) get(vec *prometheus.CounterVec, dest, label string) prometheus.Counter {
+	if c := l.p.Load(); c != nil {
+		return *c
+	}
+	c := vec.WithLabelValues(dest, label)
+	l.p.Store(&c)
+	return c
+}
+
+func (m *Metrics) forDest(dest string) *destMetrics {
+	if dm, ok := m.byDest.Load(dest); ok {
+		return dm.(*destMetrics)
+	}
+	dm := &destMetrics{
+		inFlight:        m.inFlight.WithLabelValues(dest),
+		attempts:        m.attempts.WithLabelValues(dest),
+		attemptDuration: m.attemptDuration.WithLabelValues(dest),
+		latency:         m.latency.WithLabelValues(dest),
+	}
+	actual, _ := m.byDest.LoadOrStore(dest, dm)
+	return actual.(*destMetrics)
+}
+
+func (m *Metrics) outcome(dm *destMetrics, dest string, i int) {
+	dm.outcomes[i].get(m.deliveries, dest, outcomeNames[i]).Inc()
+}
+
+func (m *Metrics) response(dm *destMetrics, dest string, r Result) {
+	i := classIndex(r)
+	if i < 0 {
+		m.responses.WithLabelValues(dest, statusClass(r)).Inc()
+		return
+	}
+	dm.responses[i].get(m.responses, dest, classNames[i]).Inc()
 }
 
 func (m *Metrics) attemptStarted(dest string) func() {
 	if m == nil {
 		return func() {}
 	}
-	g := m.inFlight.WithLabelValues(dest)
+	g := m.forDest(dest).inFlight
 	g.Inc()
 	return g.Dec
 }
@@ -91,28 +161,29 @@ func (m *Metrics) observe(o Outcome, ordered bool, published time.Time, now time
 	if m == nil || o.Err != nil {
 		return
 	}
+	dm := m.forDest(o.Dest)
 	if o.Result.Status != 0 || o.Result.Err != nil {
-		m.responses.WithLabelValues(o.Dest, statusClass(o.Result)).Inc()
-		m.attemptDuration.WithLabelValues(o.Dest).Observe(o.Result.Duration.Seconds())
+		m.response(dm, o.Dest, o.Result)
+		dm.attemptDuration.Observe(o.Result.Duration.Seconds())
 	}
 	switch o.Decision.Action {
 	case Ack:
-		m.deliveries.WithLabelValues(o.Dest, "delivered").Inc()
-		m.attempts.WithLabelValues(o.Dest).Observe(float64(o.Attempt))
+		m.outcome(dm, o.Dest, outDelivered)
+		dm.attempts.Observe(float64(o.Attempt))
 		if !published.IsZero() {
-			m.latency.WithLabelValues(o.Dest).Observe(now.Sub(published).Seconds())
+			dm.latency.Observe(now.Sub(published).Seconds())
 		}
 	case Retry:
 		if ordered {
-			m.deliveries.WithLabelValues(o.Dest, "blocked").Inc()
+			m.outcome(dm, o.Dest, outBlocked)
 		} else {
-			m.deliveries.WithLabelValues(o.Dest, "retried").Inc()
+			m.outcome(dm, o.Dest, outRetried)
 		}
 		if !o.Parked && o.parkTried {
 			m.parkFailures.WithLabelValues(o.Dest).Inc()
 		}
 	case DeadLetter:
-		m.deliveries.WithLabelValues(o.Dest, "dead_lettered").Inc()
+		m.outcome(dm, o.Dest, outDeadLettered)
 	}
 }
 
@@ -192,4 +263,11 @@ func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 		g(c.paused, p)
 		g(c.blocked, float64(s.BlockedPartitions))
 	}
+}
+
+func statusClass(r Result) string {
+	if i := classIndex(r); i >= 0 {
+		return classNames[i]
+	}
+	return strconv.Itoa(r.Status/100) + "xx"
 }
