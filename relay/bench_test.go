@@ -14,12 +14,14 @@ type benchMsg struct {
 	jetstream.Msg
 	subject string
 	hdr     nats.Header
-	meta    *jetstream.MsgMetadata
+	reply   string
+	data    []byte
 }
 
-func (m benchMsg) Subject() string                           { return m.subject }
-func (m benchMsg) Headers() nats.Header                      { return m.hdr }
-func (m benchMsg) Metadata() (*jetstream.MsgMetadata, error) { return m.meta, nil }
+func (m benchMsg) Subject() string      { return m.subject }
+func (m benchMsg) Headers() nats.Header { return m.hdr }
+func (m benchMsg) Reply() string        { return m.reply }
+func (m benchMsg) Data() []byte         { return m.data }
 
 func BenchmarkSign(b *testing.B) {
 	secret := GenerateSecret()
@@ -37,7 +39,7 @@ func BenchmarkEventOf(b *testing.B) {
 	m := benchMsg{
 		subject: "relay.ev.orders.17.customer-42",
 		hdr:     nats.Header{"Nats-Msg-Id": {"evt_06h2rcpt1p0j6zbfdgx7z5g334"}, "Content-Type": {"application/json"}, "X-Trace": {"abc"}},
-		meta:    &jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: 123456}, NumDelivered: 1, Timestamp: time.Now()},
+		reply:   "$JS.ACK._.ACCHASH.RELAY_EVENTS.relay_orders.1.123456.120000.1764500000123456789.42.tok",
 	}
 	b.ReportAllocs()
 	for b.Loop() {

@@ -93,18 +93,24 @@ type Parsed struct {
 // ParseSubject takes apart a stored events subject (relay.in.D or
 // relay.ev.D.P.K), or an input subject relay.in.D.K.
 func ParseSubject(subj string) (Parsed, error) {
-	tok := strings.Split(subj, ".")
-	for _, t := range tok {
-		if t == "" || t == "*" || t == ">" {
+	// Split into at most 5 tokens without allocating: this runs per event.
+	var tok [5]string
+	n, rest := 0, subj
+	for more := true; more; n++ {
+		if n == len(tok) {
+			return Parsed{}, fmt.Errorf("subject %q is not a relay event subject", subj)
+		}
+		tok[n], rest, more = strings.Cut(rest, ".")
+		if t := tok[n]; t == "" || t == "*" || t == ">" {
 			return Parsed{}, fmt.Errorf("subject %q is not a relay event subject", subj)
 		}
 	}
 	switch {
-	case len(tok) == 3 && tok[0] == "relay" && tok[1] == "in":
+	case n == 3 && tok[0] == "relay" && tok[1] == "in":
 		return Parsed{Dest: tok[2], Bucket: -1}, nil
-	case len(tok) == 4 && tok[0] == "relay" && tok[1] == "in":
+	case n == 4 && tok[0] == "relay" && tok[1] == "in":
 		return Parsed{Dest: tok[2], KeyToken: tok[3], Bucket: -1}, nil
-	case len(tok) == 5 && tok[0] == "relay" && tok[1] == "ev":
+	case n == 5 && tok[0] == "relay" && tok[1] == "ev":
 		b, err := strconv.Atoi(tok[3])
 		if err != nil || b < 0 || b >= Buckets || strconv.Itoa(b) != tok[3] {
 			return Parsed{}, fmt.Errorf("subject %q: bad partition token %q", subj, tok[3])
