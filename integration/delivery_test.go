@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/relay"
@@ -356,4 +357,63 @@ func TestRunningRelayFollowsDestinationChanges(t *testing.T) {
 	l := e.deadLetters("live")[0]
 	require.Equal(t, late.ID, l.EventID)
 	require.Equal(t, relay.ReasonUnknownDestination, l.Reason)
+}
+
+// The unrouted-events check acknowledges in bulk (AckAll) and catches up
+// with the stream; a consumer left by a relay that acked each event is
+// replaced by one that starts at the old one's ack floor, so what it had
+// already checked is not dead-lettered again.
+func TestUnroutedCheckAcksInBulkAndTakesOverAnOldConsumer(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	s := newSink(t, nil)
+	e.addDest(relay.Destination{Name: "known", URL: s.URL})
+	ctx := context.Background()
+
+	// An older relay's consumer: explicit acks, headers only, and it had
+	// checked (acked) the first two events, one of them for a ghost.
+	pub := func(subj, id string) uint64 {
+		m := nats.NewMsg(subj)
+		m.Data = []byte(`{}`)
+		m.Header.Set("Nats-Msg-Id", id)
+		ack, err := e.js.PublishMsg(ctx, m)
+		require.NoError(t, err)
+		return ack.Sequence
+	}
+	pub("relay.in.ghost", "old-ghost")
+	pub("relay.in.known", "old-known")
+	old, err := e.js.CreateOrUpdateConsumer(ctx, stream.EventsStream, jetstream.ConsumerConfig{
+		Durable:     relay.UnroutedConsumer,
+		AckPolicy:   jetstream.AckExplicitPolicy,
+		HeadersOnly: true,
+	})
+	require.NoError(t, err)
+	batch, err := old.Fetch(2)
+	require.NoError(t, err)
+	for m := range batch.Messages() {
+		require.NoError(t, m.DoubleAck(ctx))
+	}
+	require.NoError(t, batch.Error())
+
+	newGhost := pub("relay.in.ghost", "new-ghost")
+	for i := range 50 {
+		pub("relay.in.known", fmt.Sprintf("k%d", i))
+	}
+	e.startRelay()
+
+	eventually(t, 20*time.Second, func() bool { return len(s.delivered()) == 51 && len(e.deadLetters("ghost")) == 1 },
+		"known delivered, the new ghost dead-lettered")
+	l := e.deadLetters("ghost")[0]
+	require.Equal(t, "new-ghost", l.EventID, "the event the old consumer had checked is not dead-lettered again")
+	require.Equal(t, newGhost, l.StreamSeq)
+
+	c, err := e.js.Consumer(ctx, stream.EventsStream, relay.UnroutedConsumer)
+	require.NoError(t, err)
+	require.Equal(t, jetstream.AckAllPolicy, c.CachedInfo().Config.AckPolicy)
+	last := e.eventsStored()
+	eventually(t, 10*time.Second, func() bool {
+		info, err := c.Info(ctx)
+		return err == nil && info.AckFloor.Stream == last && info.NumAckPending == 0
+	}, "the bulk ack covers every event checked")
+	require.Len(t, e.deadLetters("ghost"), 1)
 }

@@ -140,18 +140,17 @@ func TestFaultKillAfter2xxBeforeAck(t *testing.T) {
 	}
 	require.NoError(t, p1.cmd.Process.Signal(syscall.SIGKILL))
 	<-p1.exited
-	// Its log is complete now: a logged delivery means DoubleAck returned,
-	// so JetStream has the ack.
-	ackedFirst := p1.logged("outcome=delivered")
+	// A logged delivery means the ack was handed to the NATS client, not
+	// that it reached the server (acks of unordered events are not
+	// confirmed): either way the event is delivered once or twice.
+	loggedFirst := p1.logged("outcome=delivered")
 
 	p2 := faultRun(t, e.url)
 	eventually(t, 30*time.Second, func() bool { return s.delivered()[res.ID] >= 1 && e.settled("kill2xx") },
 		"the event is delivered and acked")
 	n := s.delivered()[res.ID]
-	t.Logf("ack confirmed before the kill: %v; deliveries: %d", ackedFirst, n)
-	if ackedFirst {
-		require.Equal(t, 1, n, "the ack was confirmed: no redelivery")
-	}
+	t.Logf("delivery logged before the kill: %v; deliveries: %d", loggedFirst, n)
+	require.LessOrEqual(t, n, 2, "one redelivery at most")
 	if n == 2 {
 		require.True(t, p2.logged("outcome=delivered"), "the second delivery is the second relay's")
 	}

@@ -436,8 +436,25 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 		}
 	}()
 
-	sem := make(chan struct{}, sp.concurrency)
+	// A fixed pool of workers takes events from the pull loop: no goroutine
+	// (and no stack growth) per event.
+	type pulled struct {
+		msg jetstream.Msg
+		at  time.Time
+	}
+	work := make(chan pulled)
 	var wg sync.WaitGroup
+	for range sp.concurrency {
+		wg.Go(func() {
+			for p := range work {
+				if time.Since(p.at) > time.Second {
+					// It waited for a free worker: restart its AckWait.
+					_ = p.msg.InProgress()
+				}
+				r.handle(dctx, p.msg, sp.ordered)
+			}
+		})
+	}
 	for {
 		msg, err := iter.Next()
 		if err != nil {
@@ -463,24 +480,13 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 			continue
 		default:
 		}
-		got := time.Now()
 		select {
-		case sem <- struct{}{}:
+		case work <- pulled{msg, time.Now()}:
 		case <-stopped:
 			_ = msg.Nak()
-			continue
 		}
-		if time.Since(got) > time.Second {
-			// It waited for a free worker: restart its AckWait.
-			_ = msg.InProgress()
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			r.handle(dctx, msg, sp.ordered)
-		}()
 	}
+	close(work)
 	wg.Wait()
 	// Make sure every ack and nak has left the client.
 	_ = r.cfg.JS.Conn().Flush()
@@ -493,7 +499,10 @@ type event struct {
 	seq     uint64
 	subject string
 	prior   int // attempts made before this stream message
-	meta    *jetstream.MsgMetadata
+	// delivered counts JetStream's deliveries of this stream message;
+	// stored is when JetStream stored it.
+	delivered uint64
+	stored    time.Time
 	// published is when the producer published the event (a republished
 	// copy carries the original's time in a header).
 	published time.Time
@@ -503,24 +512,28 @@ type event struct {
 }
 
 func eventOf(msg jetstream.Msg) (event, error) {
-	meta, err := msg.Metadata()
-	if err != nil {
-		return event{}, fmt.Errorf("message without JetStream metadata: %w", err)
+	info, ok := parseAckReply(msg.Reply())
+	if !ok {
+		meta, err := msg.Metadata()
+		if err != nil {
+			return event{}, fmt.Errorf("message without JetStream metadata: %w", err)
+		}
+		info = ackInfo{streamSeq: meta.Sequence.Stream, delivered: meta.NumDelivered, stored: meta.Timestamp}
 	}
 	p, err := stream.ParseSubject(msg.Subject())
 	if err != nil {
 		return event{}, err
 	}
-	ev := event{dest: p.Dest, seq: meta.Sequence.Stream, subject: msg.Subject(), meta: meta, body: msg.Data(), hdr: msg.Headers()}
+	ev := event{dest: p.Dest, seq: info.streamSeq, delivered: info.delivered, stored: info.stored, subject: msg.Subject(), body: msg.Data(), hdr: msg.Headers()}
 	h := ev.hdr
 	ev.id = h.Get(stream.HdrEventID)
 	if ev.id == "" {
 		ev.id = h.Get(stream.HdrMsgID)
 	}
 	if ev.id == "" {
-		ev.id = "evt_" + strconv.FormatUint(ev.seq, 10) + "_" + strconv.FormatInt(meta.Timestamp.UnixMilli(), 36)
+		ev.id = "evt_" + strconv.FormatUint(ev.seq, 10) + "_" + strconv.FormatInt(ev.stored.UnixMilli(), 36)
 	}
-	ev.published = meta.Timestamp
+	ev.published = ev.stored
 	if p := h.Get(stream.HdrPublished); p != "" {
 		if t, err := time.Parse(time.RFC3339Nano, p); err == nil {
 			ev.published = t
@@ -534,10 +547,14 @@ func eventOf(msg jetstream.Msg) (event, error) {
 	return ev, nil
 }
 
+// eventHeaders returns the event's own headers to pass on, nil if none.
 func eventHeaders(h nats.Header) http.Header {
-	out := http.Header{}
+	var out http.Header
 	for k, vs := range h {
 		if !stream.IsContractHeader(k) {
+			if out == nil {
+				out = make(http.Header, len(h))
+			}
 			ck := http.CanonicalHeaderKey(k)
 			out[ck] = append(out[ck], vs...)
 		}
@@ -560,7 +577,7 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, ordered bool) {
 	// shutdown), dropped by the client, or cut short by a crash does not
 	// use up an attempt. A first delivery needs no lookup.
 	attempt := ev.prior + 1
-	if ev.meta.NumDelivered > 1 {
+	if ev.delivered > 1 {
 		lctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 		attempt = max(r.attemptLog(lctx, ev).Made, ev.prior) + 1
 		cancel()
@@ -633,7 +650,7 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, ordered bool) {
 			r.log.Error("destination answered 410 Gone: disabled until 'relay dest resume'", "dest", d.Name, "event_id", ev.id)
 		}
 	}
-	out.Err = r.act(msg, ev, attempt, !ordered, &out)
+	out.Err = r.act(msg, ev, attempt, ordered, &out)
 	if ok {
 		r.afterAttempt(d, out, probing)
 	}
@@ -647,15 +664,29 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, ordered bool) {
 // ackTimeout bounds waiting for JetStream to confirm an ack or a publish.
 const ackTimeout = 10 * time.Second
 
-// act carries out the decision for attempt number attempt of ev.
-// Long waits are parked in Redis only when mayPark.
-func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, mayPark bool, out *Outcome) error {
+// act carries out the decision for attempt number attempt of ev. ordered
+// says ev heads an ordered key: its acks are confirmed, and its long waits
+// are not parked in Redis.
+func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, ordered bool, out *Outcome) error {
+	if out.Decision.Action == Ack && attempt == 1 && !ordered {
+		// The hot path. The ack is not confirmed: confirming would cost a
+		// round trip per event and change nothing, since a lost ack means
+		// the event comes back (a duplicate), confirmed or not.
+		return msg.Ack()
+	}
+	mayPark := !ordered
 	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 	defer cancel()
 	switch out.Decision.Action {
 	case Ack:
-		if err := msg.DoubleAck(ctx); err != nil {
-			return fmt.Errorf("ack not confirmed (the event may be delivered again): %w", err)
+		if ordered {
+			// The key's next event waits for this ack anyway; confirming it
+			// costs the key nothing.
+			if err := msg.DoubleAck(ctx); err != nil {
+				return fmt.Errorf("ack not confirmed (the event may be delivered again): %w", err)
+			}
+		} else if err := msg.Ack(); err != nil {
+			return fmt.Errorf("ack not sent (the event will be delivered again): %w", err)
 		}
 		if attempt > 1 {
 			r.forgetHistory(ctx, ev)
@@ -675,6 +706,21 @@ func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, mayPark bool, out 
 		return msg.NakWithDelay(out.Decision.Delay)
 	}
 	// Dead letter.
+	if err := r.writeDeadLetter(ctx, ev, attempt, out); err != nil {
+		// Keep the event: it comes back and is dead-lettered then.
+		_ = msg.NakWithDelay(5 * time.Second)
+		return err
+	}
+	if err := msg.TermWithReason(out.Decision.Reason); err != nil {
+		return fmt.Errorf("dead-lettered, but terminating the original failed (it comes back and is dropped as a duplicate): %w", err)
+	}
+	r.forgetHistory(ctx, ev)
+	return nil
+}
+
+// writeDeadLetter writes ev's dead letter, with its history, and waits for
+// JetStream to confirm it. It does not touch the original.
+func (r *Relay) writeDeadLetter(ctx context.Context, ev event, attempt int, out *Outcome) error {
 	hist := r.history(ctx, ev)
 	made := attempt - 1 // attempts made before this one
 	if out.Result.Status != 0 || out.Result.Err != nil {
@@ -697,16 +743,8 @@ func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, mayPark bool, out 
 		l.First, l.Last = hist[0].At, hist[n-1].At
 		l.LastStatus, l.LastError = hist[n-1].Status, hist[n-1].Error
 	}
-	if _, err := r.dlq.Write(ctx, l); err != nil {
-		// Keep the event: it comes back and is dead-lettered then.
-		_ = msg.NakWithDelay(5 * time.Second)
-		return err
-	}
-	if err := msg.TermWithReason(out.Decision.Reason); err != nil {
-		return fmt.Errorf("dead-lettered, but terminating the original failed (it comes back and is dropped as a duplicate): %w", err)
-	}
-	r.forgetHistory(ctx, ev)
-	return nil
+	_, err := r.dlq.Write(ctx, l)
+	return err
 }
 
 // park moves ev to the Redis schedule and acks it once Redis confirmed.
@@ -850,78 +888,190 @@ func (r *Relay) logOutcome(o Outcome) {
 }
 
 // runUnrouted dead-letters events published for destinations that do not
-// exist (or did not yet exist when they were published).
+// exist (or did not yet exist when they were published). It reads the
+// headers of every event once, in stream order, and acknowledges in bulk: its
+// consumer acks all-up-to (AckAll), so one ack covers every event checked
+// before it. An event it cannot decide on holds it up (it retries) rather
+// than being passed over by a later ack.
 func (r *Relay) runUnrouted(ctx context.Context) {
-	cons, err := r.cfg.JS.CreateOrUpdateConsumer(ctx, stream.EventsStream, jetstream.ConsumerConfig{
-		Durable:       UnroutedConsumer,
-		Description:   "relay: dead-letters events for unknown destinations",
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       30 * time.Second,
-		MaxDeliver:    -1,
-		MaxAckPending: 20000,
-		// It needs only the subject and sequence: no bodies on this path.
-		HeadersOnly: true,
-	})
+	for ctx.Err() == nil {
+		r.unrouted(ctx)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// unroutedAckEvery bounds the events checked between two bulk acks; an idle
+// janitor acks what it checked within unroutedAckIdle.
+const (
+	unroutedAckEvery = 1000
+	unroutedAckIdle  = 500 * time.Millisecond
+)
+
+func (r *Relay) unrouted(ctx context.Context) {
+	cons, err := r.unroutedConsumer(ctx)
 	if err != nil {
-		r.log.Error("cannot create the unrouted-events consumer: events for unknown destinations will not be dead-lettered", "err", err)
+		r.log.Error("cannot set up the unrouted-events consumer (retrying): events for unknown destinations are not dead-lettered meanwhile", "err", err)
 		return
 	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(1000))
+	iter, err := cons.Messages(jetstream.PullMaxMessages(unroutedAckEvery))
 	if err != nil {
-		r.log.Error("cannot pull unrouted events", "err", err)
+		r.log.Error("cannot pull unrouted events (retrying)", "err", err)
 		return
 	}
+	var (
+		mu      sync.Mutex
+		last    jetstream.Msg // the newest checked event not yet acked
+		checked int
+	)
+	ackChecked := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if last != nil {
+			_ = last.Ack()
+			last, checked = nil, 0
+		}
+	}
+	stop := make(chan struct{})
+	defer close(stop)
 	go func() {
-		<-ctx.Done()
-		iter.Stop()
+		t := time.NewTicker(unroutedAckIdle)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				iter.Stop()
+				return
+			case <-stop:
+				iter.Stop()
+				return
+			case <-t.C:
+				ackChecked()
+			}
+		}
 	}()
+	defer ackChecked()
 	for {
 		msg, err := iter.Next()
 		if err != nil {
 			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 				return
 			}
+			if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+				r.log.Warn("the unrouted-events consumer is gone; recreating it", "err", err)
+				return
+			}
 			continue
 		}
-		r.checkRouted(msg)
+		if !r.checkRouted(ctx, msg) {
+			return // shutting down: the bulk ack stops before this event
+		}
+		mu.Lock()
+		last = msg
+		checked++
+		full := checked >= unroutedAckEvery/2
+		mu.Unlock()
+		if full {
+			ackChecked()
+		}
 	}
 }
 
-func (r *Relay) checkRouted(msg jetstream.Msg) {
+// unroutedConsumer returns the janitor's consumer, creating it if needed. A
+// consumer left by an older relay that acked each event (AckExplicit, which
+// cannot be changed in place) is replaced by one that starts where the old
+// one's acks ended.
+func (r *Relay) unroutedConsumer(ctx context.Context) (jetstream.Consumer, error) {
+	cfg := jetstream.ConsumerConfig{
+		Durable:       UnroutedConsumer,
+		Description:   "relay: dead-letters events for unknown destinations",
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckAllPolicy,
+		AckWait:       30 * time.Second,
+		MaxDeliver:    -1,
+		MaxAckPending: 20000,
+		// It needs only the subject and sequence: no bodies on this path.
+		HeadersOnly: true,
+	}
+	cctx, cancel := context.WithTimeout(ctx, ackTimeout)
+	defer cancel()
+	cons, err := r.events.Consumer(cctx, UnroutedConsumer)
+	switch {
+	case err == nil:
+		info := cons.CachedInfo()
+		if info.Config.AckPolicy == jetstream.AckAllPolicy {
+			return cons, nil
+		}
+		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		cfg.OptStartSeq = info.AckFloor.Stream + 1
+		if err := r.events.DeleteConsumer(cctx, UnroutedConsumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return nil, fmt.Errorf("replace the old unrouted-events consumer: %w", err)
+		}
+		r.log.Info("replaced the unrouted-events consumer with a bulk-acking one", "from_seq", cfg.OptStartSeq)
+	case !errors.Is(err, jetstream.ErrConsumerNotFound):
+		return nil, err
+	}
+	return r.events.CreateOrUpdateConsumer(cctx, cfg)
+}
+
+// checkRouted dead-letters msg if its destination is unknown. It returns
+// once msg is decided (routed, or dead-lettered), retrying what fails, and
+// reports false if ctx ended first.
+func (r *Relay) checkRouted(ctx context.Context, msg jetstream.Msg) bool {
 	ev, err := eventOf(msg)
 	if err != nil {
-		_ = msg.Ack()
-		return
+		return true // not an event relay can read; nothing to route
 	}
-	d, ok := r.dests.get(ev.dest)
-	if ok && ev.seq >= d.StartSeq {
-		_ = msg.Ack()
-		return
+	if d, ok := r.dests.get(ev.dest); ok && ev.seq >= d.StartSeq {
+		return true
 	}
-	// Not known here: ask the store, which is authoritative.
-	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 10*time.Second) {
+		err := r.deadLetterUnrouted(ctx, ev)
+		if err == nil {
+			return true
+		}
+		r.log.Warn("cannot check or dead-letter an event for an unknown destination (retrying)", "dest", ev.dest, "seq", ev.seq, "err", err)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(wait):
+		}
+	}
+}
+
+// deadLetterUnrouted asks the store, which is authoritative, whether ev's
+// destination exists, and dead-letters ev if it does not.
+func (r *Relay) deadLetterUnrouted(ctx context.Context, ev event) error {
+	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
 	defer cancel()
-	d, err = r.store.Get(ctx, ev.dest)
+	d, err := r.store.Get(ctx, ev.dest)
 	if err == nil && ev.seq >= d.StartSeq {
-		_ = msg.Ack()
-		return
+		return nil
 	}
 	if err != nil && !errors.Is(err, ErrNotFound) {
-		_ = msg.NakWithDelay(time.Second)
-		return
+		return err
 	}
 	// The consumer sends headers only: read the whole event for the letter.
 	full, err := r.events.GetMsg(ctx, ev.seq)
 	if err != nil {
-		_ = msg.NakWithDelay(time.Second)
-		return
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil // gone meanwhile (deleted, or aged out): nothing to keep
+		}
+		return err
 	}
 	ev.body, ev.hdr = full.Data, full.Header
 	out := Outcome{Dest: ev.dest, EventID: ev.id, Seq: ev.seq, Decision: Decision{Action: DeadLetter, Reason: ReasonUnknownDestination}}
-	out.Err = r.act(msg, ev, 0, false, &out)
+	// The event stays in the stream (the bulk ack covers it); the letter's
+	// dedup id makes a second write after a crash a no-op.
+	out.Err = r.writeDeadLetter(ctx, ev, 0, &out)
+	if out.Err != nil {
+		return out.Err
+	}
 	r.logOutcome(out)
 	if r.cfg.OnDelivery != nil {
 		r.cfg.OnDelivery(out)
 	}
+	return nil
 }

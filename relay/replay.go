@@ -75,7 +75,7 @@ func ReplayLog(ctx context.Context, js jetstream.JetStream, r LogReplay, dryRun 
 		if err != nil {
 			return nil // not an event relay could deliver either
 		}
-		if !ev.meta.Timestamp.Before(r.Until) {
+		if !ev.stored.Before(r.Until) {
 			return stream.ErrStop
 		}
 		if m.Headers().Get(stream.HdrEventID) != "" {

@@ -18,6 +18,8 @@ import (
 // Version is relay's version, sent in the User-Agent header.
 var Version = "0.1.0-dev"
 
+var userAgent = []string{"relay/" + Version}
+
 // maxResponseBody is how much of a response body relay reads; the rest is
 // discarded with the connection.
 const maxResponseBody = 64 << 10
@@ -121,11 +123,12 @@ func (s *Sender) Send(ctx context.Context, d Destination, ev Delivery) Result {
 	if ct == "" {
 		ct = "application/json"
 	}
-	req.Header.Set("Content-Type", ct)
-	req.Header.Set("User-Agent", "relay/"+Version)
+	// Canonical keys set directly: these run per attempt.
+	req.Header["Content-Type"] = []string{ct}
+	req.Header["User-Agent"] = userAgent
 	ts := now.Unix()
-	req.Header.Set("webhook-id", ev.ID)
-	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
+	req.Header["Webhook-Id"] = []string{ev.ID}
+	req.Header["Webhook-Timestamp"] = []string{strconv.FormatInt(ts, 10)}
 	if d.Secret != "" {
 		sig, err := Sign(d.Secret, ev.ID, ts, ev.Body)
 		if err != nil {
@@ -139,7 +142,7 @@ func (s *Sender) Send(ctx context.Context, d Destination, ev Delivery) Result {
 			}
 			sig += " " + prev
 		}
-		req.Header.Set("webhook-signature", sig)
+		req.Header["Webhook-Signature"] = []string{sig}
 	}
 	resp, err := s.Client.Do(req)
 	if err != nil {
