@@ -32,8 +32,9 @@ type Config struct {
 	// Logger receives one line per attempt outcome. Optional, default
 	// slog.Default().
 	Logger *slog.Logger
-	// HTTPClient makes the deliveries. Optional, default
-	// NewHTTPClient(HTTPOptions{}): non-public addresses refused.
+	// HTTPClient's Transport makes the deliveries (the client's redirect
+	// policy, cookie jar and timeout are not used; see Sender). Optional,
+	// default NewHTTPClient(HTTPOptions{}): non-public addresses refused.
 	HTTPClient *http.Client
 	// ShutdownGrace is how long in-flight deliveries may take to finish once
 	// Run's context is cancelled; what is still running then is cancelled and

@@ -9,8 +9,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 )
@@ -36,9 +38,22 @@ type Delivery struct {
 
 // Sender makes delivery attempts over HTTP.
 type Sender struct {
+	// Client's Transport sends the requests (if nil, that of
+	// NewHTTPClient(HTTPOptions{}), which refuses non-public addresses). Its redirect policy, cookie jar and timeout are not used:
+	// relay never follows redirects, keeps no cookies, and bounds each
+	// attempt by the destination's timeout.
 	Client *http.Client
 	Now    func() time.Time
 }
+
+func (s *Sender) transport() http.RoundTripper {
+	if s.Client != nil && s.Client.Transport != nil {
+		return s.Client.Transport
+	}
+	return defaultTransport()
+}
+
+var defaultTransport = sync.OnceValue(func() http.RoundTripper { return NewHTTPClient(HTTPOptions{}).Transport })
 
 // HTTPOptions shape the client relay delivers with. The zero value is the
 // safe default.
@@ -144,12 +159,23 @@ func (s *Sender) Send(ctx context.Context, d Destination, ev Delivery) Result {
 		}
 		req.Header["Webhook-Signature"] = []string{sig}
 	}
-	resp, err := s.Client.Do(req)
+	// Straight to the transport: relay follows no redirects and keeps no
+	// cookies, so http.Client would only add a copy of the headers per
+	// request.
+	resp, err := s.transport().RoundTrip(req)
 	if err != nil {
 		var be *BlockedError
+		err = &url.Error{Op: "Post", URL: d.URL, Err: err} // as http.Client reports it
 		return Result{Err: transportError(err, d), Blocked: errors.As(err, &be), Duration: s.Now().Sub(now)}
 	}
-	body, rerr := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody))
+	var body []byte
+	var rerr error
+	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+		// Read (to keep the connection) but do not keep a 2xx's body.
+		_, rerr = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBody))
+	} else {
+		body, rerr = io.ReadAll(io.LimitReader(resp.Body, maxResponseBody))
+	}
 	resp.Body.Close()
 	res := Result{Status: resp.StatusCode, Duration: s.Now().Sub(now)}
 	if rerr != nil {
