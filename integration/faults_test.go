@@ -444,6 +444,8 @@ func TestFaultNATSRestartMidRun(t *testing.T) {
 		"all %d delivered after the restart (%d so far)", n, len(s.delivered()))
 	require.True(t, faultRunning(p), "the relay survived the restart:\n%s", p.output())
 	eventually(t, 10*time.Second, func() bool { return faultReadyz(t, p) == http.StatusOK }, "the relay is connected again")
+	require.True(t, p.logged("nats: disconnected"), "the relay logs the disconnect:\n%s", p.output())
+	require.True(t, p.logged("nats: reconnected to"), "the relay logs the reconnect:\n%s", p.output())
 	require.Empty(t, e.deadLetters("restart"))
 	dups := faultLedger(t, e, s, "restart", published, 2)
 	t.Logf("delivered %d before the restart finished, %d duplicates", before, dups)

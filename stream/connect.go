@@ -22,7 +22,8 @@ type ConnConfig struct {
 	TLSKey      string
 	ConnectWait time.Duration // default 5s
 	// Logf receives asynchronous connection errors (slow consumer,
-	// permissions). Optional: without it they are dropped.
+	// permissions), disconnects and reconnects. Optional: without it they
+	// are not reported.
 	Logf func(format string, args ...any)
 }
 
@@ -41,13 +42,23 @@ func Connect(cfg ConnConfig) (*nats.Conn, error) {
 		nats.ReconnectWait(500 * time.Millisecond),
 	}
 	if cfg.Logf != nil {
-		opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
-			if sub != nil {
-				cfg.Logf("nats: %v (subscription %s)", err, sub.Subject)
-				return
-			}
-			cfg.Logf("nats: %v", err)
-		}))
+		opts = append(opts,
+			nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+				if sub != nil {
+					cfg.Logf("nats: %v (subscription %s)", err, sub.Subject)
+					return
+				}
+				cfg.Logf("nats: %v", err)
+			}),
+			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+				if err != nil { // nil: closed on purpose
+					cfg.Logf("nats: disconnected: %v (reconnecting)", err)
+				}
+			}),
+			nats.ReconnectHandler(func(nc *nats.Conn) {
+				cfg.Logf("nats: reconnected to %s", nc.ConnectedUrlRedacted())
+			}),
+		)
 	}
 	if cfg.CredsFile != "" {
 		opts = append(opts, nats.UserCredentials(cfg.CredsFile))

@@ -9,9 +9,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/stream"
 )
 
 // result is one measured run: relay or a baseline in one scenario.
@@ -119,6 +121,9 @@ func (b *bench) relayDrain(ctx context.Context, r *result, dests []string, n int
 	r.relayFigures(p, 0) // a fresh process: all its CPU, start-up included
 	if err := b.finish(ctx, r, m, start, first, el); err != nil {
 		return err
+	}
+	if note := b.redeliveries(ctx, dests, n); note != "" {
+		r.Notes = append(r.Notes, note)
 	}
 	if err := p.stop(20 * time.Second); err != nil {
 		r.Notes = append(r.Notes, err.Error())
@@ -420,4 +425,30 @@ func (b *bench) scenarioF(ctx context.Context) ([]*result, error) {
 	}
 	logf("  redis list: %d delivered in %.2fs = %.0f/s", r.Delivered, r.Seconds, r.PerSecond)
 	return []*result{r}, nil
+}
+
+// redeliveries says how many more times JetStream handed relay the events of
+// dests than there were events (naks, retries, AckWait expiries), or "" if
+// it handed each one over once. Anything but "" means relay did more than
+// one attempt's work for some events, which the figures then include.
+func (b *bench) redeliveries(ctx context.Context, dests []string, n int) string {
+	var delivered uint64
+	for _, d := range dests {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		c, err := b.js.Consumer(cctx, stream.EventsStream, relay.ConsumerName(d))
+		if err == nil {
+			var info *jetstream.ConsumerInfo
+			if info, err = c.Info(cctx); err == nil {
+				delivered += info.Delivered.Consumer
+			}
+		}
+		cancel()
+		if err != nil {
+			return fmt.Sprintf("cannot read consumer %s: %v", relay.ConsumerName(d), err)
+		}
+	}
+	if delivered <= uint64(n) {
+		return ""
+	}
+	return fmt.Sprintf("JetStream handed relay %d deliveries for %d events: %d redeliveries (naks or AckWait expiries)", delivered, n, delivered-uint64(n))
 }
