@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/stream"
 )
 
 // deadLetterMany dead-letters n events of dest by sending them to a
@@ -146,4 +148,54 @@ func TestLogReplayRedeliversTheRange(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Equal(t, []string{inRange[1]}, keyed)
+}
+
+// The dead-letter stream refuses writes (full, discard new): an event that
+// has to be dead-lettered stays in the event stream and comes back, and is
+// dead-lettered, with its body, once the dead-letter stream takes writes
+// again. Nothing is dropped in between.
+func TestFailedDeadLetterWriteKeepsTheEvent(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	dlqs, err := e.js.Stream(ctx, stream.DLQStream)
+	require.NoError(t, err)
+	cfg := dlqs.CachedInfo().Config
+	full := cfg
+	full.MaxMsgs, full.Discard = 1, jetstream.DiscardNew
+	_, err = e.js.UpdateStream(ctx, full)
+	require.NoError(t, err)
+	_, err = e.js.Publish(ctx, "relay.dlq.filler", []byte(`{}`))
+	require.NoError(t, err)
+	_, err = e.js.Publish(ctx, "relay.dlq.filler", []byte(`{}`))
+	require.Error(t, err, "the dead-letter stream is full")
+
+	s := newSink(t, func(h hit, w http.ResponseWriter) int {
+		w.WriteHeader(http.StatusBadRequest)
+		return http.StatusBadRequest
+	})
+	e.addDest(relay.Destination{Name: "perm", URL: s.URL, Retry: fast(5)})
+	rec, _ := e.startRelay()
+	id := e.publish("perm", "", `{"keep":"me"}`).ID
+	failedWrites := func() int {
+		return rec.count(func(o relay.Outcome) bool { return o.Decision.Action == relay.DeadLetter && o.Err != nil })
+	}
+	// The write fails, the event is handed back (5s), comes back, fails again.
+	eventually(t, 30*time.Second, func() bool { return failedWrites() >= 2 }, "two failed dead-letter writes")
+	require.Empty(t, e.deadLetters("perm"))
+	c, err := e.js.Consumer(ctx, stream.EventsStream, relay.ConsumerName("perm"))
+	require.NoError(t, err)
+	info, err := c.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), uint64(info.NumAckPending)+info.NumPending, "the event is still in the stream, not acked")
+
+	_, err = e.js.UpdateStream(ctx, cfg) // room again
+	require.NoError(t, err)
+	eventually(t, 30*time.Second, func() bool { return len(e.deadLetters("perm")) == 1 && e.settled("perm") },
+		"dead-lettered once the stream takes writes")
+	l := e.deadLetters("perm")[0]
+	require.Equal(t, id, l.EventID)
+	require.Equal(t, relay.ReasonPermanentStatus, l.Reason)
+	require.Equal(t, `{"keep":"me"}`, string(l.Body))
+	require.GreaterOrEqual(t, s.len(), 3, "each time the event came back it was attempted again")
 }

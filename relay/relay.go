@@ -411,12 +411,22 @@ func (r *Relay) startWorker(parent context.Context, d Destination) (*worker, err
 	return wk, nil
 }
 
+// pullHeartbeat is the longest idle heartbeat relay asks of a pull request.
+const pullHeartbeat = 5 * time.Second
+
 // consume runs one destination's pull loop until stopped is closed.
 func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec, stopped <-chan struct{}) {
 	// Pull requests expire well within AckWait: a process that stops
 	// (SIGSTOP) must not hold an open pull that would swallow the
 	// redelivery meant for another replica.
-	iter, err := cons.Messages(jetstream.PullMaxMessages(sp.concurrency), jetstream.PullExpiry(max(time.Second, min(30*time.Second, sp.cfg.AckWait/2))))
+	expiry := max(time.Second, min(30*time.Second, sp.cfg.AckWait/2))
+	// Heartbeats at most every 5s: the client re-pulls once two are
+	// missed. With the default (half the expiry, so 15s) a pull request
+	// that the client counts on but the server does not hold stalled a
+	// destination for 30s with events waiting; it was seen about once in
+	// 15 runs of relay-bench's backlog scenario (see BENCHMARKS.md).
+	hb := min(pullHeartbeat, expiry/2)
+	iter, err := cons.Messages(jetstream.PullMaxMessages(sp.concurrency), jetstream.PullExpiry(expiry), jetstream.PullHeartbeat(hb))
 	if err != nil {
 		r.log.Error("cannot pull", "dest", d.Name, "err", err)
 		return
