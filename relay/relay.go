@@ -412,7 +412,7 @@ func (r *Relay) startWorker(parent context.Context, d Destination) (*worker, err
 }
 
 // pullHeartbeat is the longest idle heartbeat relay asks of a pull request.
-const pullHeartbeat = 5 * time.Second
+const pullHeartbeat = 2 * time.Second
 
 // consume runs one destination's pull loop until stopped is closed.
 func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec, stopped <-chan struct{}) {
@@ -420,11 +420,15 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 	// (SIGSTOP) must not hold an open pull that would swallow the
 	// redelivery meant for another replica.
 	expiry := max(time.Second, min(30*time.Second, sp.cfg.AckWait/2))
-	// Heartbeats at most every 5s: the client re-pulls once two are
-	// missed. With the default (half the expiry, so 15s) a pull request
-	// that the client counts on but the server does not hold stalled a
-	// destination for 30s with events waiting; it was seen about once in
-	// 15 runs of relay-bench's backlog scenario (see BENCHMARKS.md).
+	// Heartbeats at most every 2s: the client re-pulls once two are
+	// missed. Under load the nats.go iterator now and then stops asking
+	// for more while the server holds no request of it (traced in
+	// BENCHMARKS.md: every request sent was served); only the missed-
+	// heartbeat timer ends that. With the default heartbeat (half the
+	// expiry, 15s) such a stall lasted 30s, with 5s 10s, with 2s 4s. A
+	// heartbeat missed for another reason (a process stalled 4s) makes
+	// the client ask for more than it has room for; what overflows comes
+	// back after AckWait.
 	hb := min(pullHeartbeat, expiry/2)
 	iter, err := cons.Messages(jetstream.PullMaxMessages(sp.concurrency), jetstream.PullExpiry(expiry), jetstream.PullHeartbeat(hb))
 	if err != nil {
