@@ -3,6 +3,8 @@ package integration
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -10,7 +12,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/relay"
@@ -359,61 +360,63 @@ func TestRunningRelayFollowsDestinationChanges(t *testing.T) {
 	require.Equal(t, relay.ReasonUnknownDestination, l.Reason)
 }
 
-// The unrouted-events check acknowledges in bulk (AckAll) and catches up
-// with the stream; a consumer left by a relay that acked each event is
-// replaced by one that starts at the old one's ack floor, so what it had
-// already checked is not dead-lettered again.
-func TestUnroutedCheckAcksInBulkAndTakesOverAnOldConsumer(t *testing.T) {
+// Two replicas share the unknown-destination check, and one of them stops
+// while events keep coming: every event for a ghost destination is
+// dead-lettered exactly once, every event for the known one delivered.
+func TestUnknownDestinationsAreDeadLetteredOnceAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	s := newSink(t, nil)
 	e.addDest(relay.Destination{Name: "known", URL: s.URL})
 	ctx := context.Background()
-
-	// An older relay's consumer: explicit acks, headers only, and it had
-	// checked (acked) the first two events, one of them for a ghost.
-	pub := func(subj, id string) uint64 {
-		m := nats.NewMsg(subj)
-		m.Data = []byte(`{}`)
-		m.Header.Set("Nats-Msg-Id", id)
-		ack, err := e.js.PublishMsg(ctx, m)
-		require.NoError(t, err)
-		return ack.Sequence
+	ghosts := map[string]bool{}
+	publish := func(from, to int) {
+		for i := from; i < to; i++ {
+			m := nats.NewMsg("relay.in.known")
+			if i%2 == 0 {
+				m.Subject = "relay.in.ghost"
+				ghosts[fmt.Sprintf("g%d", i)] = true
+			}
+			m.Data = []byte(`{}`)
+			m.Header.Set("Nats-Msg-Id", fmt.Sprintf("g%d", i))
+			_, err := e.js.PublishMsg(ctx, m)
+			require.NoError(t, err)
+		}
 	}
-	pub("relay.in.ghost", "old-ghost")
-	pub("relay.in.known", "old-known")
-	old, err := e.js.CreateOrUpdateConsumer(ctx, stream.EventsStream, jetstream.ConsumerConfig{
-		Durable:     relay.UnroutedConsumer,
-		AckPolicy:   jetstream.AckExplicitPolicy,
-		HeadersOnly: true,
-	})
-	require.NoError(t, err)
-	batch, err := old.Fetch(2)
-	require.NoError(t, err)
-	for m := range batch.Messages() {
-		require.NoError(t, m.DoubleAck(ctx))
-	}
-	require.NoError(t, batch.Error())
-
-	newGhost := pub("relay.in.ghost", "new-ghost")
-	for i := range 50 {
-		pub("relay.in.known", fmt.Sprintf("k%d", i))
-	}
+	_, stopA := e.startRelay()
 	e.startRelay()
+	publish(0, 2000)
+	stopA() // mid-stream: its unchecked events go to the other replica
+	publish(2000, 4000)
 
-	eventually(t, 20*time.Second, func() bool { return len(s.delivered()) == 51 && len(e.deadLetters("ghost")) == 1 },
-		"known delivered, the new ghost dead-lettered")
-	l := e.deadLetters("ghost")[0]
-	require.Equal(t, "new-ghost", l.EventID, "the event the old consumer had checked is not dead-lettered again")
-	require.Equal(t, newGhost, l.StreamSeq)
-
+	eventually(t, 60*time.Second, func() bool { return len(e.deadLetters("ghost")) >= 2000 && len(s.delivered()) == 2000 },
+		"2000 ghosts dead-lettered (%d so far), 2000 delivered (%d)", len(e.deadLetters("ghost")), len(s.delivered()))
+	letters := e.deadLetters("ghost")
+	require.Len(t, letters, 2000, "each ghost event once")
+	for _, l := range letters {
+		require.True(t, ghosts[l.EventID], l.EventID)
+		delete(ghosts, l.EventID)
+	}
+	require.Empty(t, ghosts)
 	c, err := e.js.Consumer(ctx, stream.EventsStream, relay.UnroutedConsumer)
 	require.NoError(t, err)
-	require.Equal(t, jetstream.AckAllPolicy, c.CachedInfo().Config.AckPolicy)
-	last := e.eventsStored()
-	eventually(t, 10*time.Second, func() bool {
+	eventually(t, 30*time.Second, func() bool {
 		info, err := c.Info(ctx)
-		return err == nil && info.AckFloor.Stream == last && info.NumAckPending == 0
-	}, "the bulk ack covers every event checked")
-	require.Len(t, e.deadLetters("ghost"), 1)
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	}, "the check has acked or terminated every event")
+}
+
+// A relay stopped while it starts returns without an error.
+func TestRunStoppedWhileStartingReturnsNil(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	for range 20 {
+		ctx, cancel := context.WithCancel(context.Background())
+		r, err := relay.New(ctx, relay.Config{JS: e.js, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		require.NoError(t, err)
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx) }()
+		cancel()
+		require.NoError(t, <-done)
+	}
 }

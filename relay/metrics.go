@@ -76,8 +76,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // destMetrics are one destination's series. Counters by outcome and class
 // are created on first use, so that only what happened is exported.
 type destMetrics struct {
-	inFlight                           prometheus.Gauge
-	attempts, attemptDuration, latency prometheus.Observer
+	inFlight                           lazyGauge
+	attempts, attemptDuration, latency lazyObserver
 	outcomes                           [4]lazyCounter // delivered, retried, blocked, dead_lettered
 	responses                          [7]lazyCounter // by classIndex
 }
@@ -120,17 +120,37 @@ func (l *lazyCounter) get(vec *prometheus.CounterVec, dest, label string) promet
 	return c
 }
 
+type lazyGauge struct {
+	p atomic.Pointer[prometheus.Gauge]
+}
+
+func (l *lazyGauge) get(vec *prometheus.GaugeVec, dest string) prometheus.Gauge {
+	if g := l.p.Load(); g != nil {
+		return *g
+	}
+	g := vec.WithLabelValues(dest)
+	l.p.Store(&g)
+	return g
+}
+
+type lazyObserver struct {
+	p atomic.Pointer[prometheus.Observer]
+}
+
+func (l *lazyObserver) get(vec *prometheus.HistogramVec, dest string) prometheus.Observer {
+	if o := l.p.Load(); o != nil {
+		return *o
+	}
+	o := vec.WithLabelValues(dest)
+	l.p.Store(&o)
+	return o
+}
+
 func (m *Metrics) forDest(dest string) *destMetrics {
 	if dm, ok := m.byDest.Load(dest); ok {
 		return dm.(*destMetrics)
 	}
-	dm := &destMetrics{
-		inFlight:        m.inFlight.WithLabelValues(dest),
-		attempts:        m.attempts.WithLabelValues(dest),
-		attemptDuration: m.attemptDuration.WithLabelValues(dest),
-		latency:         m.latency.WithLabelValues(dest),
-	}
-	actual, _ := m.byDest.LoadOrStore(dest, dm)
+	actual, _ := m.byDest.LoadOrStore(dest, &destMetrics{})
 	return actual.(*destMetrics)
 }
 
@@ -151,7 +171,7 @@ func (m *Metrics) attemptStarted(dest string) func() {
 	if m == nil {
 		return func() {}
 	}
-	g := m.forDest(dest).inFlight
+	g := m.forDest(dest).inFlight.get(m.inFlight, dest)
 	g.Inc()
 	return g.Dec
 }
@@ -164,14 +184,14 @@ func (m *Metrics) observe(o Outcome, ordered bool, published time.Time, now time
 	dm := m.forDest(o.Dest)
 	if o.Result.Status != 0 || o.Result.Err != nil {
 		m.response(dm, o.Dest, o.Result)
-		dm.attemptDuration.Observe(o.Result.Duration.Seconds())
+		dm.attemptDuration.get(m.attemptDuration, o.Dest).Observe(o.Result.Duration.Seconds())
 	}
 	switch o.Decision.Action {
 	case Ack:
 		m.outcome(dm, o.Dest, outDelivered)
-		dm.attempts.Observe(float64(o.Attempt))
+		dm.attempts.get(m.attempts, o.Dest).Observe(float64(o.Attempt))
 		if !published.IsZero() {
-			dm.latency.Observe(now.Sub(published).Seconds())
+			dm.latency.get(m.latency, o.Dest).Observe(now.Sub(published).Seconds())
 		}
 	case Retry:
 		if ordered {

@@ -177,6 +177,9 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 func (r *Relay) Run(ctx context.Context) error {
 	w, err := r.store.kv.WatchAll(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting: nothing was handed out yet
+		}
 		return fmt.Errorf("watch destinations: %w", err)
 	}
 	defer func() { _ = w.Stop() }()
@@ -694,14 +697,11 @@ func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, ordered bool, out 
 	defer cancel()
 	switch out.Decision.Action {
 	case Ack:
-		if ordered {
-			// The key's next event waits for this ack anyway; confirming it
-			// costs the key nothing.
-			if err := msg.DoubleAck(ctx); err != nil {
-				return fmt.Errorf("ack not confirmed (the event may be delivered again): %w", err)
-			}
-		} else if err := msg.Ack(); err != nil {
-			return fmt.Errorf("ack not sent (the event will be delivered again): %w", err)
+		// Confirmed: an ordered key's next event waits for this ack anyway,
+		// and a retried event's history is deleted only once its ack is
+		// certain (else a lost ack would bring it back without one).
+		if err := msg.DoubleAck(ctx); err != nil {
+			return fmt.Errorf("ack not confirmed (the event may be delivered again): %w", err)
 		}
 		if attempt > 1 {
 			r.forgetHistory(ctx, ev)
@@ -904,10 +904,10 @@ func (r *Relay) logOutcome(o Outcome) {
 
 // runUnrouted dead-letters events published for destinations that do not
 // exist (or did not yet exist when they were published). It reads the
-// headers of every event once, in stream order, and acknowledges in bulk: its
-// consumer acks all-up-to (AckAll), so one ack covers every event checked
-// before it. An event it cannot decide on holds it up (it retries) rather
-// than being passed over by a later ack.
+// headers of every event once. Every replica runs it on the same durable
+// consumer, so each event is checked by one of them; each is acked on its
+// own (a cumulative ack from one replica would cover events another is
+// still checking).
 func (r *Relay) runUnrouted(ctx context.Context) {
 	for ctx.Err() == nil {
 		r.unrouted(ctx)
@@ -918,56 +918,40 @@ func (r *Relay) runUnrouted(ctx context.Context) {
 	}
 }
 
-// unroutedAckEvery bounds the events checked between two bulk acks; an idle
-// janitor acks what it checked within unroutedAckIdle.
-const (
-	unroutedAckEvery = 1000
-	unroutedAckIdle  = 500 * time.Millisecond
-)
-
 func (r *Relay) unrouted(ctx context.Context) {
-	cons, err := r.unroutedConsumer(ctx)
+	cctx, cancel := context.WithTimeout(ctx, ackTimeout)
+	cons, err := r.cfg.JS.CreateOrUpdateConsumer(cctx, stream.EventsStream, jetstream.ConsumerConfig{
+		Durable:       UnroutedConsumer,
+		Description:   "relay: dead-letters events for unknown destinations",
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       30 * time.Second,
+		MaxDeliver:    -1,
+		MaxAckPending: 20000,
+		// It needs only the subject and sequence: no bodies on this path.
+		HeadersOnly: true,
+	})
+	cancel()
 	if err != nil {
-		r.log.Error("cannot set up the unrouted-events consumer (retrying): events for unknown destinations are not dead-lettered meanwhile", "err", err)
+		if ctx.Err() == nil {
+			r.log.Error("cannot set up the unrouted-events consumer (retrying): events for unknown destinations are not dead-lettered meanwhile", "err", err)
+		}
 		return
 	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(unroutedAckEvery))
+	iter, err := cons.Messages(jetstream.PullMaxMessages(1000))
 	if err != nil {
 		r.log.Error("cannot pull unrouted events (retrying)", "err", err)
 		return
 	}
-	var (
-		mu      sync.Mutex
-		last    jetstream.Msg // the newest checked event not yet acked
-		checked int
-	)
-	ackChecked := func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if last != nil {
-			_ = last.Ack()
-			last, checked = nil, 0
-		}
-	}
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() {
-		t := time.NewTicker(unroutedAckIdle)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				iter.Stop()
-				return
-			case <-stop:
-				iter.Stop()
-				return
-			case <-t.C:
-				ackChecked()
-			}
+		select {
+		case <-ctx.Done():
+		case <-stop:
 		}
+		iter.Stop()
 	}()
-	defer ackChecked()
 	for {
 		msg, err := iter.Next()
 		if err != nil {
@@ -980,90 +964,36 @@ func (r *Relay) unrouted(ctx context.Context) {
 			}
 			continue
 		}
-		if !r.checkRouted(ctx, msg) {
-			return // shutting down: the bulk ack stops before this event
-		}
-		mu.Lock()
-		last = msg
-		checked++
-		full := checked >= unroutedAckEvery/2
-		mu.Unlock()
-		if full {
-			ackChecked()
-		}
+		r.checkRouted(ctx, msg)
 	}
 }
 
-// unroutedConsumer returns the janitor's consumer, creating it if needed. A
-// consumer left by an older relay that acked each event (AckExplicit, which
-// cannot be changed in place) is replaced by one that starts where the old
-// one's acks ended.
-func (r *Relay) unroutedConsumer(ctx context.Context) (jetstream.Consumer, error) {
-	cfg := jetstream.ConsumerConfig{
-		Durable:       UnroutedConsumer,
-		Description:   "relay: dead-letters events for unknown destinations",
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckPolicy:     jetstream.AckAllPolicy,
-		AckWait:       30 * time.Second,
-		MaxDeliver:    -1,
-		MaxAckPending: 20000,
-		// It needs only the subject and sequence: no bodies on this path.
-		HeadersOnly: true,
-	}
-	cctx, cancel := context.WithTimeout(ctx, ackTimeout)
-	defer cancel()
-	cons, err := r.events.Consumer(cctx, UnroutedConsumer)
-	switch {
-	case err == nil:
-		info := cons.CachedInfo()
-		if info.Config.AckPolicy == jetstream.AckAllPolicy {
-			return cons, nil
-		}
-		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
-		cfg.OptStartSeq = info.AckFloor.Stream + 1
-		if err := r.events.DeleteConsumer(cctx, UnroutedConsumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			return nil, fmt.Errorf("replace the old unrouted-events consumer: %w", err)
-		}
-		r.log.Info("replaced the unrouted-events consumer with a bulk-acking one", "from_seq", cfg.OptStartSeq)
-	case !errors.Is(err, jetstream.ErrConsumerNotFound):
-		return nil, err
-	}
-	return r.events.CreateOrUpdateConsumer(cctx, cfg)
-}
-
-// checkRouted dead-letters msg if its destination is unknown. It returns
-// once msg is decided (routed, or dead-lettered), retrying what fails, and
-// reports false if ctx ended first.
-func (r *Relay) checkRouted(ctx context.Context, msg jetstream.Msg) bool {
+// checkRouted acks msg if its destination is known, and dead-letters it
+// otherwise. What it cannot decide comes back a little later.
+func (r *Relay) checkRouted(ctx context.Context, msg jetstream.Msg) {
 	ev, err := eventOf(msg)
 	if err != nil {
-		return true // not an event relay can read; nothing to route
+		_ = msg.Ack() // not an event relay can read; nothing to route
+		return
 	}
 	if d, ok := r.dests.get(ev.dest); ok && ev.seq >= d.StartSeq {
-		return true
+		_ = msg.Ack()
+		return
 	}
-	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 10*time.Second) {
-		err := r.deadLetterUnrouted(ctx, ev)
-		if err == nil {
-			return true
-		}
-		r.log.Warn("cannot check or dead-letter an event for an unknown destination (retrying)", "dest", ev.dest, "seq", ev.seq, "err", err)
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(wait):
-		}
+	if err := r.deadLetterUnrouted(ctx, msg, ev); err != nil {
+		r.log.Warn("cannot check or dead-letter an event for an unknown destination; it comes back in 5s", "dest", ev.dest, "seq", ev.seq, "err", err)
+		_ = msg.NakWithDelay(5 * time.Second)
 	}
 }
 
 // deadLetterUnrouted asks the store, which is authoritative, whether ev's
-// destination exists, and dead-letters ev if it does not.
-func (r *Relay) deadLetterUnrouted(ctx context.Context, ev event) error {
+// destination exists; if not, it dead-letters ev and terminates msg.
+func (r *Relay) deadLetterUnrouted(ctx context.Context, msg jetstream.Msg, ev event) error {
 	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
 	defer cancel()
 	d, err := r.store.Get(ctx, ev.dest)
 	if err == nil && ev.seq >= d.StartSeq {
-		return nil
+		return msg.Ack()
 	}
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return err
@@ -1072,17 +1002,17 @@ func (r *Relay) deadLetterUnrouted(ctx context.Context, ev event) error {
 	full, err := r.events.GetMsg(ctx, ev.seq)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return nil // gone meanwhile (deleted, or aged out): nothing to keep
+			return msg.Ack() // gone meanwhile (deleted, or aged out): nothing to keep
 		}
 		return err
 	}
 	ev.body, ev.hdr = full.Data, full.Header
 	out := Outcome{Dest: ev.dest, EventID: ev.id, Seq: ev.seq, Decision: Decision{Action: DeadLetter, Reason: ReasonUnknownDestination}}
-	// The event stays in the stream (the bulk ack covers it); the letter's
-	// dedup id makes a second write after a crash a no-op.
-	out.Err = r.writeDeadLetter(ctx, ev, 0, &out)
-	if out.Err != nil {
-		return out.Err
+	if err := r.writeDeadLetter(ctx, ev, 0, &out); err != nil {
+		return err
+	}
+	if err := msg.TermWithReason(ReasonUnknownDestination); err != nil {
+		out.Err = fmt.Errorf("dead-lettered, but terminating the original failed (it comes back and is dropped as a duplicate): %w", err)
 	}
 	r.logOutcome(out)
 	if r.cfg.OnDelivery != nil {

@@ -91,7 +91,7 @@ func (sg *signer) sign(id string, timestamp int64, body []byte) string {
 	m := sg.macs.Get().(hash.Hash)
 	defer sg.macs.Put(m)
 	m.Reset()
-	// id.timestamp. in one write, from the stack for the usual id lengths.
+	// id.timestamp. in one write (one buffer for the usual id lengths).
 	var buf [128]byte
 	b := append(buf[:0], id...)
 	b = append(b, '.')
