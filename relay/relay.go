@@ -668,10 +668,14 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, ordered bool) {
 			r.log.Error("destination answered 410 Gone: disabled until 'relay dest resume'", "dest", d.Name, "event_id", ev.id)
 		}
 	}
-	out.Err = r.act(msg, ev, attempt, ordered, &out)
 	if ok {
+		// Before act: the breaker counts failures in the order responses
+		// came back. After act, a failure's bookkeeping (its history in
+		// the attempt log) delays it, and failures held up together by a
+		// slow write would arrive back to back, "consecutive".
 		r.afterAttempt(d, out, probing)
 	}
+	out.Err = r.act(msg, ev, attempt, ordered, &out)
 	r.logOutcome(out)
 	r.cfg.Metrics.observe(out, ordered, ev.published, r.cfg.Now())
 	if r.cfg.OnDelivery != nil {
