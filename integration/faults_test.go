@@ -7,6 +7,7 @@ package integration
 // makes them unavoidable.
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -22,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/stream"
 )
 
 // faultLedger checks the end state of dest: every request the sink saw
@@ -602,4 +604,59 @@ func TestFaultNetworkCutLongerThanAckWait(t *testing.T) {
 		want = 1 // A's 200 and B's
 	}
 	require.Equal(t, want, dups, "only the event caught in the cut may be delivered twice")
+}
+
+// The same kill for an ordered key, whose ack relay confirms (DoubleAck)
+// before it logs the delivery: if the first relay logged it, JetStream had
+// the ack, and the second relay must not deliver the event again.
+func TestFaultKillAfter2xxBeforeAckOrdered(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	answered := make(chan struct{})
+	var once sync.Once
+	s := newSink(t, func(h hit, w http.ResponseWriter) int {
+		w.Header().Set("Content-Length", "0")
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		once.Do(func() { close(answered) })
+		return http.StatusOK
+	})
+	const partitions = 2
+	e.addDest(relay.Destination{Name: "killord", URL: s.URL, Ordered: true, Partitions: partitions, Timeout: relay.Duration(time.Second)})
+	p1 := faultRun(t, e.url)
+	res := e.publish("killord", "customer-1", `{"order":1}`)
+	select {
+	case <-answered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the first relay never sent the event")
+	}
+	require.NoError(t, p1.cmd.Process.Signal(syscall.SIGKILL))
+	<-p1.exited
+	ackedFirst := p1.logged("outcome=delivered")
+
+	faultRun(t, e.url)
+	settled := func() bool {
+		for i := range partitions {
+			c, err := e.js.Consumer(context.Background(), stream.EventsStream, relay.PartitionConsumerName("killord", i))
+			if err != nil {
+				return false
+			}
+			info, err := c.Info(context.Background())
+			if err != nil || info.NumPending != 0 || info.NumAckPending != 0 {
+				return false
+			}
+		}
+		return true
+	}
+	eventually(t, 30*time.Second, func() bool { return s.delivered()[res.ID] >= 1 && settled() }, "the event is delivered and acked")
+	n := s.delivered()[res.ID]
+	t.Logf("ack confirmed before the kill: %v; deliveries: %d", ackedFirst, n)
+	if ackedFirst {
+		require.Equal(t, 1, n, "the ack was confirmed: no redelivery")
+	}
+	require.LessOrEqual(t, n, 2)
+	for _, h := range s.all() {
+		require.Equal(t, res.ID, h.ID, "same webhook-id on every request")
+	}
+	require.Empty(t, e.deadLetters("killord"))
 }
