@@ -73,13 +73,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// destMetrics are one destination's series. Counters by outcome and class
-// are created on first use, so that only what happened is exported.
+// destMetrics are one destination's series, each created on first use so
+// that only what happened is exported.
 type destMetrics struct {
-	inFlight                           lazyGauge
-	attempts, attemptDuration, latency lazyObserver
-	outcomes                           [4]lazyCounter // delivered, retried, blocked, dead_lettered
-	responses                          [7]lazyCounter // by classIndex
+	inFlight                           lazy[prometheus.Gauge]
+	attempts, attemptDuration, latency lazy[prometheus.Observer]
+	outcomes                           [4]lazy[prometheus.Counter] // delivered, retried, blocked, dead_lettered
+	responses                          [7]lazy[prometheus.Counter] // by classIndex
 }
 
 const (
@@ -107,43 +107,16 @@ func classIndex(r Result) int {
 	return -1
 }
 
-type lazyCounter struct {
-	p atomic.Pointer[prometheus.Counter]
-}
+// lazy is a metric series created on first use.
+type lazy[T any] struct{ p atomic.Pointer[T] }
 
-func (l *lazyCounter) get(vec *prometheus.CounterVec, dest, label string) prometheus.Counter {
-	if c := l.p.Load(); c != nil {
-		return *c
+func (l *lazy[T]) get(create func() T) T {
+	if s := l.p.Load(); s != nil {
+		return *s
 	}
-	c := vec.WithLabelValues(dest, label)
-	l.p.Store(&c)
-	return c
-}
-
-type lazyGauge struct {
-	p atomic.Pointer[prometheus.Gauge]
-}
-
-func (l *lazyGauge) get(vec *prometheus.GaugeVec, dest string) prometheus.Gauge {
-	if g := l.p.Load(); g != nil {
-		return *g
-	}
-	g := vec.WithLabelValues(dest)
-	l.p.Store(&g)
-	return g
-}
-
-type lazyObserver struct {
-	p atomic.Pointer[prometheus.Observer]
-}
-
-func (l *lazyObserver) get(vec *prometheus.HistogramVec, dest string) prometheus.Observer {
-	if o := l.p.Load(); o != nil {
-		return *o
-	}
-	o := vec.WithLabelValues(dest)
-	l.p.Store(&o)
-	return o
+	s := create()
+	l.p.Store(&s) // two callers may both create it: the vector returns the same series
+	return s
 }
 
 func (m *Metrics) forDest(dest string) *destMetrics {
@@ -155,7 +128,7 @@ func (m *Metrics) forDest(dest string) *destMetrics {
 }
 
 func (m *Metrics) outcome(dm *destMetrics, dest string, i int) {
-	dm.outcomes[i].get(m.deliveries, dest, outcomeNames[i]).Inc()
+	dm.outcomes[i].get(func() prometheus.Counter { return m.deliveries.WithLabelValues(dest, outcomeNames[i]) }).Inc()
 }
 
 func (m *Metrics) response(dm *destMetrics, dest string, r Result) {
@@ -164,14 +137,14 @@ func (m *Metrics) response(dm *destMetrics, dest string, r Result) {
 		m.responses.WithLabelValues(dest, statusClass(r)).Inc()
 		return
 	}
-	dm.responses[i].get(m.responses, dest, classNames[i]).Inc()
+	dm.responses[i].get(func() prometheus.Counter { return m.responses.WithLabelValues(dest, classNames[i]) }).Inc()
 }
 
 func (m *Metrics) attemptStarted(dest string) func() {
 	if m == nil {
 		return func() {}
 	}
-	g := m.forDest(dest).inFlight.get(m.inFlight, dest)
+	g := m.forDest(dest).inFlight.get(func() prometheus.Gauge { return m.inFlight.WithLabelValues(dest) })
 	g.Inc()
 	return g.Dec
 }
@@ -184,14 +157,14 @@ func (m *Metrics) observe(o Outcome, ordered bool, published time.Time, now time
 	dm := m.forDest(o.Dest)
 	if o.Result.Status != 0 || o.Result.Err != nil {
 		m.response(dm, o.Dest, o.Result)
-		dm.attemptDuration.get(m.attemptDuration, o.Dest).Observe(o.Result.Duration.Seconds())
+		dm.attemptDuration.get(func() prometheus.Observer { return m.attemptDuration.WithLabelValues(o.Dest) }).Observe(o.Result.Duration.Seconds())
 	}
 	switch o.Decision.Action {
 	case Ack:
 		m.outcome(dm, o.Dest, outDelivered)
-		dm.attempts.get(m.attempts, o.Dest).Observe(float64(o.Attempt))
+		dm.attempts.get(func() prometheus.Observer { return m.attempts.WithLabelValues(o.Dest) }).Observe(float64(o.Attempt))
 		if !published.IsZero() {
-			dm.latency.get(m.latency, o.Dest).Observe(now.Sub(published).Seconds())
+			dm.latency.get(func() prometheus.Observer { return m.latency.WithLabelValues(o.Dest) }).Observe(now.Sub(published).Seconds())
 		}
 	case Retry:
 		if ordered {
