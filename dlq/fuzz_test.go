@@ -10,7 +10,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaydev/relay/stream"
 )
@@ -140,17 +139,6 @@ func fuzzTestNumber(t *testing.T, field, stored string, got int) {
 	}
 }
 
-// fuzzTestJS records the message Writer.Write publishes; it needs no server.
-type fuzzTestJS struct {
-	jetstream.JetStream
-	msg *nats.Msg
-}
-
-func (f *fuzzTestJS) PublishMsg(_ context.Context, m *nats.Msg, _ ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
-	f.msg = m
-	return &jetstream.PubAck{Stream: stream.DLQStream, Sequence: 3}, nil
-}
-
 func FuzzWriteDecodeRoundTrip(f *testing.F) {
 	f.Add("orders", "evt_1", "max_attempts", "503 Service Unavailable", "relay.ev.orders.5.k", 15, 503, uint64(42), int64(1_700_000_000_000_000_000), "timeout after 30s", "X-Trace", "t", []byte(`{"a":1}`))
 	f.Add("o", "", "", "line\r\nbreak\x00", "", 0, 0, uint64(0), int64(0), "\n", "", "", []byte(nil))
@@ -178,7 +166,7 @@ func FuzzWriteDecodeRoundTrip(f *testing.F) {
 		if key != "" {
 			in.Headers = nats.Header{key: {val}}
 		}
-		js := &fuzzTestJS{}
+		js := &letterTestJS{} // from letter_test.go
 		if _, err := (Writer{JS: js}).Write(context.Background(), in); err != nil {
 			t.Fatal(err)
 		}
