@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -419,4 +420,44 @@ func TestRunStoppedWhileStartingReturnsNil(t *testing.T) {
 		cancel()
 		require.NoError(t, <-done)
 	}
+}
+
+// relay's pull requests ask for idle heartbeats at most every 2s: a pull
+// request the NATS client counts on but the server never got is noticed
+// after two missed heartbeats (see BENCHMARKS.md, "A pull stall"), so the
+// interval bounds such a stall.
+func TestPullRequestsAskForShortHeartbeats(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	s := newSink(t, nil)
+	e.addDest(relay.Destination{Name: "hb", URL: s.URL})
+	type pullRequest struct {
+		Batch     int           `json:"batch"`
+		Heartbeat time.Duration `json:"idle_heartbeat"`
+		Expires   time.Duration `json:"expires"`
+	}
+	reqs := make(chan pullRequest, 100)
+	sub, err := e.nc.Subscribe("$JS.API.CONSUMER.MSG.NEXT."+stream.EventsStream+"."+relay.ConsumerName("hb"), func(m *nats.Msg) {
+		var r pullRequest
+		if json.Unmarshal(m.Data, &r) == nil {
+			select {
+			case reqs <- r:
+			default:
+			}
+		}
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, e.nc.Flush())
+	e.startRelay()
+	select {
+	case r := <-reqs:
+		require.Positive(t, r.Heartbeat, "heartbeats asked for")
+		require.LessOrEqual(t, r.Heartbeat, 2*time.Second)
+		require.LessOrEqual(t, 2*r.Heartbeat, r.Expires, "two heartbeats fit in a request's life")
+	case <-time.After(20 * time.Second):
+		t.Fatal("relay sent no pull request for its destination")
+	}
+	e.publish("hb", "", `{}`)
+	eventually(t, 10*time.Second, func() bool { return len(s.delivered()) == 1 }, "delivered")
 }
