@@ -417,6 +417,7 @@ func (p *publisher) atRate(ctx context.Context, dest, prefix string, rate float6
 // signing, no metrics.
 type loop struct {
 	nc      *nats.Conn
+	js      jetstream.JetStream
 	iter    jetstream.MessagesContext
 	durable string
 	done    chan struct{}
@@ -426,13 +427,17 @@ func (b *bench) startLoop(ctx context.Context, dest string, workers int) (l *loo
 	// Label the loop's goroutines (its NATS client's and HTTP transport's
 	// too, which start from here) for -cpuprofile: part=minimal-loop.
 	pprof.Do(ctx, pprof.Labels("part", "minimal-loop"), func(ctx context.Context) {
-		l, err = b.startLoopLabelled(ctx, dest, workers)
+		l, err = startLoop(ctx, b.natsURL, b.sinkURL(dest), dest, workers)
 	})
 	return l, err
 }
 
-func (b *bench) startLoopLabelled(ctx context.Context, dest string, workers int) (*loop, error) {
-	nc, err := nats.Connect(b.natsURL, nats.Name("relay-bench minimal loop"))
+// startLoop starts the minimal loop on dest's subjects: a durable pull
+// consumer, Messages(), workers goroutines that POST each event to url and
+// ack it on 2xx. It runs in the bench process, or in a process of its own
+// (relay-bench loop, see runLoopProc).
+func startLoop(ctx context.Context, natsURL, url, dest string, workers int) (*loop, error) {
+	nc, err := nats.Connect(natsURL, nats.Name("relay-bench minimal loop"))
 	if err != nil {
 		return nil, err
 	}
@@ -441,7 +446,7 @@ func (b *bench) startLoopLabelled(ctx context.Context, dest string, workers int)
 		nc.Close()
 		return nil, err
 	}
-	l := &loop{nc: nc, durable: "bench_" + dest, done: make(chan struct{})}
+	l := &loop{nc: nc, js: js, durable: "bench_" + dest, done: make(chan struct{})}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	cons, err := js.CreateOrUpdateConsumer(cctx, stream.EventsStream, jetstream.ConsumerConfig{
@@ -462,7 +467,6 @@ func (b *bench) startLoopLabelled(ctx context.Context, dest string, workers int)
 		nc.Close()
 		return nil, err
 	}
-	url := b.sinkURL(dest)
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 		Proxy: nil, MaxIdleConns: 2 * workers, MaxIdleConnsPerHost: 2 * workers, IdleConnTimeout: 90 * time.Second,
 	}}
@@ -502,7 +506,9 @@ func (b *bench) startLoopLabelled(ctx context.Context, dest string, workers int)
 	return l, nil
 }
 
-func (l *loop) stop(js jetstream.JetStream) error {
+// stop ends the loop: no more pulls, the workers finish what they hold,
+// pending acks are flushed, and the consumer is deleted.
+func (l *loop) stop() error {
 	l.iter.Stop()
 	var err error
 	select {
@@ -511,12 +517,12 @@ func (l *loop) stop(js jetstream.JetStream) error {
 		err = errors.New("minimal loop workers did not stop within 30s")
 	}
 	_ = l.nc.Flush()
-	l.nc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if derr := js.DeleteConsumer(ctx, stream.EventsStream, l.durable); derr != nil && err == nil {
+	if derr := l.js.DeleteConsumer(ctx, stream.EventsStream, l.durable); derr != nil && err == nil {
 		err = fmt.Errorf("delete consumer %s: %w", l.durable, derr)
 	}
+	l.nc.Close()
 	return err
 }
 

@@ -39,6 +39,7 @@ type options struct {
 	loopWorkers  int
 	window       int
 	cpuProfile   string
+	loopInBench  bool
 }
 
 var allScenarios = []string{"a", "b", "c", "d", "e", "f"}
@@ -47,6 +48,13 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "sink" {
 		if err := runSink(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "relay-bench sink:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "loop" {
+		if err := runLoopProc(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "relay-bench loop:", err)
 			os.Exit(1)
 		}
 		return
@@ -82,6 +90,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.loopWorkers, "loop-workers", 64, "worker goroutines of the minimal loop")
 	fs.IntVar(&o.window, "window", 20_000, "unacknowledged async publishes at most while publishing a backlog")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (embedded NATS, publisher, minimal loop; the loop's goroutines carry the label part=minimal-loop) to this file")
+	fs.BoolVar(&o.loopInBench, "loop-in-bench", false, "run the minimal loop inside the bench process (with the embedded NATS server) instead of as a process of its own")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

@@ -31,24 +31,24 @@ type result struct {
 	PerSecond  float64 `json:"deliveries_per_second"`
 	// Latency from the body's publish time to the sink's receipt of the 2xx
 	// request. In the drain scenarios it is mostly time spent in the backlog.
-	P50ms        float64  `json:"p50_ms"`
-	P99ms        float64  `json:"p99_ms"`
-	Maxms        float64  `json:"max_ms"`
-	LatencyKind  string   `json:"latency_kind"`
-	RelayCPU     float64  `json:"relay_cpu_seconds,omitempty"`
-	RelayCPUPer1 float64  `json:"relay_cpu_seconds_per_1000,omitempty"`
-	RelayRSSMB   float64  `json:"relay_peak_rss_mb,omitempty"`
-	SinkCPU      float64  `json:"sink_cpu_seconds"`
-	BenchCPU     float64  `json:"bench_process_cpu_seconds"` // embedded NATS + publisher + minimal loop
-	RedisCPU     float64  `json:"redis_cpu_seconds,omitempty"`
-	SystemCPU    float64  `json:"system_busy_cpu_seconds"` // all processes, from /proc/stat
-	OtherCPU     float64  `json:"other_cpu_seconds"`       // SystemCPU minus relay, sink, bench and redis
-	VsLoop       float64  `json:"ratio_to_minimal_loop_a,omitempty"`
-	Rate         float64  `json:"target_rate_per_second,omitempty"`
-	PublishSecs  float64  `json:"publish_seconds,omitempty"`
-	PublishRate  float64  `json:"publish_rate_per_second,omitempty"`
-	FirstMs      float64  `json:"first_delivery_ms,omitempty"` // from the start of the measured interval
-	Notes        []string `json:"notes,omitempty"`
+	P50ms       float64  `json:"p50_ms"`
+	P99ms       float64  `json:"p99_ms"`
+	Maxms       float64  `json:"max_ms"`
+	LatencyKind string   `json:"latency_kind"`
+	ProcCPU     float64  `json:"process_cpu_seconds,omitempty"`
+	ProcCPUPer1 float64  `json:"process_cpu_seconds_per_1000,omitempty"`
+	ProcRSSMB   float64  `json:"process_peak_rss_mb,omitempty"`
+	SinkCPU     float64  `json:"sink_cpu_seconds"`
+	BenchCPU    float64  `json:"bench_process_cpu_seconds"` // embedded NATS + publisher + minimal loop
+	RedisCPU    float64  `json:"redis_cpu_seconds,omitempty"`
+	SystemCPU   float64  `json:"system_busy_cpu_seconds"` // all processes, from /proc/stat
+	OtherCPU    float64  `json:"other_cpu_seconds"`       // SystemCPU minus relay, sink, bench and redis
+	VsLoop      float64  `json:"ratio_to_minimal_loop_a,omitempty"`
+	Rate        float64  `json:"target_rate_per_second,omitempty"`
+	PublishSecs float64  `json:"publish_seconds,omitempty"`
+	PublishRate float64  `json:"publish_rate_per_second,omitempty"`
+	FirstMs     float64  `json:"first_delivery_ms,omitempty"` // from the start of the measured interval
+	Notes       []string `json:"notes,omitempty"`
 }
 
 // cpuMark is the CPU counters at the start of a measured interval.
@@ -78,8 +78,8 @@ func (b *bench) finish(ctx context.Context, r *result, m cpuMark, start, first t
 	if b.loopRateA > 0 && r.System != "minimal loop" && r.Scenario != "b" {
 		r.VsLoop = r.PerSecond / b.loopRateA
 	}
-	if r.RelayCPU > 0 && r.Delivered > 0 {
-		r.RelayCPUPer1 = r.RelayCPU / float64(r.Delivered) * 1000
+	if r.ProcCPU > 0 && r.Delivered > 0 {
+		r.ProcCPUPer1 = r.ProcCPU / float64(r.Delivered) * 1000
 	}
 	if !first.IsZero() {
 		r.FirstMs = float64(first.Sub(start)) / 1e6
@@ -87,10 +87,12 @@ func (b *bench) finish(ctx context.Context, r *result, m cpuMark, start, first t
 	return nil
 }
 
-func (r *result) relayFigures(p *proc, cpu0 float64) {
+// procFigures records the CPU used since cpu0 and the peak RSS of p: relay,
+// or the minimal loop when it runs as a process of its own.
+func (r *result) procFigures(p *proc, cpu0 float64) {
 	cpu, hwm := p.sample()
-	r.RelayCPU = cpu - cpu0
-	r.RelayRSSMB = float64(hwm) / 1024
+	r.ProcCPU = cpu - cpu0
+	r.ProcRSSMB = float64(hwm) / 1024
 }
 
 // relayDrain publishes n events spread over dests before relay runs, then
@@ -118,7 +120,7 @@ func (b *bench) relayDrain(ctx context.Context, r *result, dests []string, n int
 		return err
 	}
 	el := time.Since(start)
-	r.relayFigures(p, 0) // a fresh process: all its CPU, start-up included
+	r.procFigures(p, 0) // a fresh process: all its CPU, start-up included
 	if err := b.finish(ctx, r, m, start, first, el); err != nil {
 		return err
 	}
@@ -169,21 +171,24 @@ func (b *bench) loopDrain(ctx context.Context, r *result, n int) error {
 	}
 	m := b.mark()
 	start := time.Now()
-	l, err := b.startLoop(ctx, "loop", b.opts.loopWorkers)
+	l, lp, err := b.startLoopRunner(ctx, "loop")
 	if err != nil {
 		return err
 	}
-	first, werr := b.waitDelivered(ctx, int64(n), nil, limitFor(n))
+	first, werr := b.waitDelivered(ctx, int64(n), lp, limitFor(n))
 	el := time.Since(start)
 	if werr != nil {
-		_ = l.stop(b.js)
+		_ = l.stop()
 		return werr
 	}
+	if lp != nil {
+		r.procFigures(lp, 0)
+	}
 	if err := b.finish(ctx, r, m, start, first, el); err != nil {
-		_ = l.stop(b.js)
+		_ = l.stop()
 		return err
 	}
-	return l.stop(b.js)
+	return l.stop()
 }
 
 // scenarioB: publish-to-delivery latency at a fixed rate, half of (a)'s.
@@ -209,12 +214,12 @@ func (b *bench) scenarioB(ctx context.Context) ([]*result, error) {
 		if err := b.addPausedDest(ctx, "loopb"); err != nil {
 			return nil, err
 		}
-		lp, err := b.startLoop(ctx, "loopb", b.opts.loopWorkers)
+		lr, lp, err := b.startLoopRunner(ctx, "loopb")
 		if err != nil {
 			return nil, err
 		}
-		err = b.atRateMeasured(ctx, l, "loopb", rate, b.opts.loopDuration, nil)
-		if serr := lp.stop(b.js); err == nil {
+		err = b.atRateMeasured(ctx, l, "loopb", rate, b.opts.loopDuration, lp)
+		if serr := lr.stop(); err == nil {
 			err = serr
 		}
 		if err != nil {
@@ -258,7 +263,7 @@ func (b *bench) atRateMeasured(ctx context.Context, r *result, dest string, rate
 	if _, err := b.waitDelivered(ctx, int64(warm), p, 2*time.Minute); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
 	}
-	if p != nil {
+	if p != nil && r.System == "relay" {
 		if err := b.waitConsumerIdle(ctx, relay.UnroutedConsumer, p, 5*time.Minute); err != nil {
 			return fmt.Errorf("warm-up: %w", err)
 		}
@@ -286,7 +291,7 @@ func (b *bench) atRateMeasured(ctx context.Context, r *result, dest string, rate
 	el := time.Since(start)
 	r.Events = n
 	if p != nil {
-		r.relayFigures(p, relay0)
+		r.procFigures(p, relay0)
 	}
 	return b.finish(ctx, r, m, time.Time{}, time.Time{}, el)
 }
@@ -318,7 +323,7 @@ func (b *bench) scenarioD(ctx context.Context) ([]*result, error) {
 	if err := b.relayDrain(ctx, r, []string{"d"}, n); err != nil {
 		return nil, fmt.Errorf("(d) relay: %w", err)
 	}
-	logf("  relay: drained %d in %.1fs = %.0f/s, peak RSS %.1f MB", r.Delivered, r.Seconds, r.PerSecond, r.RelayRSSMB)
+	logf("  relay: drained %d in %.1fs = %.0f/s, peak RSS %.1f MB", r.Delivered, r.Seconds, r.PerSecond, r.ProcRSSMB)
 	return []*result{r}, nil
 }
 
