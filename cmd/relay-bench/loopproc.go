@@ -7,12 +7,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // loopRunner is a running minimal loop, in the bench process or in its own.
@@ -43,30 +46,10 @@ func (b *bench) startLoopRunner(ctx context.Context, dest string) (loopRunner, *
 	if err != nil {
 		return nil, nil, err
 	}
-	line := make(chan string, 1)
-	go func() {
-		r := bufio.NewReader(stdout)
-		s, _ := r.ReadString('\n')
-		line <- strings.TrimSpace(s)
-		_, _ = io.Copy(io.Discard, r)
-	}()
-	select {
-	case s := <-line:
-		if s != "ready" {
-			_ = p.stop(2 * time.Second)
-			if p.exited() {
-				return nil, nil, p.exitError()
-			}
-			return nil, nil, fmt.Errorf("minimal loop printed %q instead of ready", s)
-		}
-		return loopProc{p}, p, nil
-	case <-time.After(30 * time.Second):
-		_ = p.stop(2 * time.Second)
-		return nil, nil, errors.New("minimal loop did not start within 30s")
-	case <-ctx.Done():
-		_ = p.stop(2 * time.Second)
-		return nil, nil, ctx.Err()
+	if err := waitReady(ctx, p, stdout); err != nil {
+		return nil, nil, err
 	}
+	return loopProc{p}, p, nil
 }
 
 // runLoopProc is the hidden "loop" subcommand: the minimal loop until
@@ -92,4 +75,101 @@ func runLoopProc(args []string) error {
 	fmt.Println("ready")
 	<-ctx.Done()
 	return l.stop()
+}
+
+// startRedisSender starts the sequential Redis-list sender (baseline 2) as
+// a process of its own and waits until it has connected.
+func (b *bench) startRedisSender(ctx context.Context, addr, key string, n int) (*proc, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find own executable to start the redis sender: %w", err)
+	}
+	p, stdout, err := startProc("redis sender", filepath.Join(b.logDir, "redis-sender.log"), childEnv(), true, self,
+		"redis-sender", "-redis", addr, "-key", key, "-url", b.sinkURL("redis"), "-n", fmt.Sprint(n))
+	if err != nil {
+		return nil, err
+	}
+	if err := waitReady(ctx, p, stdout); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// waitReady waits for the child's first line of stdout, "ready".
+func waitReady(ctx context.Context, p *proc, stdout io.Reader) error {
+	line := make(chan string, 1)
+	go func() {
+		r := bufio.NewReader(stdout)
+		s, _ := r.ReadString('\n')
+		line <- strings.TrimSpace(s)
+		_, _ = io.Copy(io.Discard, r)
+	}()
+	select {
+	case s := <-line:
+		if s == "ready" {
+			return nil
+		}
+		_ = p.stop(2 * time.Second)
+		if p.exited() {
+			return p.exitError()
+		}
+		return fmt.Errorf("%s printed %q instead of ready", p.name, s)
+	case <-time.After(30 * time.Second):
+		_ = p.stop(2 * time.Second)
+		return fmt.Errorf("%s did not start within 30s", p.name)
+	case <-ctx.Done():
+		_ = p.stop(2 * time.Second)
+		return ctx.Err()
+	}
+}
+
+// runRedisSender is the hidden "redis-sender" subcommand: BRPOP one event,
+// POST it, repeat, until n are delivered; then it waits for SIGTERM so that
+// the bench can read its CPU.
+func runRedisSender(args []string) error {
+	fs := flag.NewFlagSet("relay-bench redis-sender", flag.ContinueOnError)
+	addr := fs.String("redis", "", "redis-server address")
+	key := fs.String("key", "", "list to BRPOP from")
+	url := fs.String("url", "", "sink URL to POST to")
+	n := fs.Int("n", 0, "events to deliver")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *addr == "" || *key == "" || *url == "" || *n < 1 {
+		return errors.New("-redis, -key, -url and -n >= 1 are required")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rc := redis.NewClient(&redis.Options{Addr: *addr, MaxRetries: -1})
+	defer rc.Close()
+	if err := rc.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis %s: %w", *addr, err)
+	}
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2}}
+	defer client.CloseIdleConnections()
+	fmt.Println("ready")
+	for done := 0; done < *n; {
+		v, err := rc.BRPop(ctx, time.Second, *key).Result()
+		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, redis.Nil) {
+			return fmt.Errorf("the list ran dry after %d of %d", done, *n)
+		}
+		if err != nil {
+			return fmt.Errorf("BRPOP: %w", err)
+		}
+		id, body, _ := strings.Cut(v[1], "\n")
+		st, err := post(client, *url, id, []byte(body))
+		if err != nil || st < 200 || st > 299 {
+			// Put it back at the tail it came from and try again.
+			if perr := rc.RPush(ctx, *key, v[1]).Err(); perr != nil {
+				return fmt.Errorf("requeue: %w", perr)
+			}
+			continue
+		}
+		done++
+	}
+	<-ctx.Done()
+	return nil
 }

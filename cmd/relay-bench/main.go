@@ -59,6 +59,13 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "redis-sender" {
+		if err := runRedisSender(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "relay-bench redis-sender:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	o, err := parseFlags(os.Args[1:])
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -2,15 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
@@ -359,7 +355,8 @@ func (b *bench) scenarioE(ctx context.Context) ([]*result, error) {
 }
 
 // scenarioF: the design relay started from, a Redis list worked by one
-// goroutine, one event at a time.
+// goroutine, one event at a time, in a process of its own (relay-bench
+// redis-sender).
 func (b *bench) scenarioF(ctx context.Context) ([]*result, error) {
 	n := b.opts.redisN
 	r := &result{Scenario: "f", Title: "redis list sequential", System: "redis list sequential", Events: n, LatencyKind: "queue"}
@@ -387,41 +384,24 @@ func (b *bench) scenarioF(ctx context.Context) ([]*result, error) {
 	if err := b.sinkReset(ctx); err != nil {
 		return nil, err
 	}
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2}}
-	defer client.CloseIdleConnections()
-	url := b.sinkURL("redis")
 	m := b.mark()
 	redis0, _ := rp.sample()
 	start = time.Now()
-	deadline := start.Add(limitFor(n))
-	for done := 0; done < n; {
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("(f) gave up after %s with %d of %d delivered", limitFor(n), done, n)
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		v, err := rc.BRPop(ctx, time.Second, key).Result()
-		if errors.Is(err, redis.Nil) {
-			return nil, fmt.Errorf("(f) the list ran dry after %d of %d", done, n)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("(f) BRPOP: %w", err)
-		}
-		id, body, _ := strings.Cut(v[1], "\n")
-		st, err := post(client, url, id, []byte(body))
-		if err != nil || st < 200 || st > 299 {
-			// Put it back at the tail it came from and try again.
-			if perr := rc.RPush(ctx, key, v[1]).Err(); perr != nil {
-				return nil, fmt.Errorf("(f) requeue: %w", perr)
-			}
-			continue
-		}
-		done++
+	sp, err := b.startRedisSender(ctx, rc.Options().Addr, key, n)
+	if err != nil {
+		return nil, fmt.Errorf("(f) sender: %w", err)
+	}
+	defer sp.stop(10 * time.Second)
+	if _, err := b.waitDelivered(ctx, int64(n), sp, limitFor(n)); err != nil {
+		return nil, fmt.Errorf("(f): %w", err)
 	}
 	el := time.Since(start)
+	r.procFigures(sp, 0)
 	if err := b.finish(ctx, r, m, time.Time{}, time.Time{}, el); err != nil {
 		return nil, err
+	}
+	if err := sp.stop(10 * time.Second); err != nil {
+		r.Notes = append(r.Notes, err.Error())
 	}
 	rcpu, _ := rp.sample()
 	r.RedisCPU = rcpu - redis0
