@@ -140,13 +140,23 @@ func (m *Metrics) response(dm *destMetrics, dest string, r Result) {
 	dm.responses[i].get(func() prometheus.Counter { return m.responses.WithLabelValues(dest, classNames[i]) }).Inc()
 }
 
-func (m *Metrics) attemptStarted(dest string) func() {
+// attemptStarted counts an attempt to dest in relay_in_flight.
+func (m *Metrics) attemptStarted(dest string) inFlight {
 	if m == nil {
-		return func() {}
+		return inFlight{}
 	}
 	g := m.forDest(dest).inFlight.get(func() prometheus.Gauge { return m.inFlight.WithLabelValues(dest) })
 	g.Inc()
-	return g.Dec
+	return inFlight{g}
+}
+
+// inFlight is an attempt counted in relay_in_flight until done is called.
+type inFlight struct{ g prometheus.Gauge }
+
+func (f inFlight) done() {
+	if f.g != nil {
+		f.g.Dec()
+	}
 }
 
 // observe records one acted-on attempt.

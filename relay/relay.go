@@ -639,9 +639,9 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, ordered bool) {
 		// was terminated (or the policy changed): do not send again.
 		out.Decision = Decision{Action: DeadLetter, Reason: ReasonMaxAttempts}
 	default:
-		done := r.cfg.Metrics.attemptStarted(d.Name)
+		inf := r.cfg.Metrics.attemptStarted(d.Name)
 		out.Result = r.sender.Send(ctx, d, Delivery{ID: ev.id, Body: ev.body, Headers: eventHeaders(ev.hdr)})
-		done()
+		inf.done()
 		if ctx.Err() != nil && out.Result.Status == 0 {
 			// Shut down mid-attempt: hand it back without counting it.
 			r.skip(msg, ev, 0)

@@ -40,6 +40,7 @@ type options struct {
 	window       int
 	cpuProfile   string
 	loopInBench  bool
+	aRounds      int
 }
 
 var allScenarios = []string{"a", "b", "c", "d", "e", "f"}
@@ -97,6 +98,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.loopWorkers, "loop-workers", 64, "worker goroutines of the minimal loop")
 	fs.IntVar(&o.window, "window", 20_000, "unacknowledged async publishes at most while publishing a backlog")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (embedded NATS, publisher, minimal loop; the loop's goroutines carry the label part=minimal-loop) to this file")
+	fs.IntVar(&o.aRounds, "a-rounds", 3, "rounds of scenario (a), each relay and the minimal loop; the targets use the median")
 	fs.BoolVar(&o.loopInBench, "loop-in-bench", false, "run the minimal loop inside the bench process (with the embedded NATS server) instead of as a process of its own")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -122,6 +124,9 @@ func parseFlags(args []string) (options, error) {
 		if v < 1 || v > 100_000_000 {
 			return o, fmt.Errorf("%s %d: give a count from 1 to 100000000", name, v)
 		}
+	}
+	if o.aRounds < 1 || o.aRounds > 20 {
+		return o, fmt.Errorf("-a-rounds %d: give 1 to 20", o.aRounds)
 	}
 	if o.concurrency < 1 || o.concurrency > 1024 {
 		return o, fmt.Errorf("-concurrency %d: give 1 to 1024", o.concurrency)

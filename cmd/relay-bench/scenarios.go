@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -16,7 +17,8 @@ import (
 type result struct {
 	Scenario   string  `json:"scenario"` // a..f
 	Title      string  `json:"title"`
-	System     string  `json:"system"` // relay, minimal loop, redis list sequential
+	System     string  `json:"system"`          // relay, minimal loop, redis list sequential
+	Round      int     `json:"round,omitempty"` // (a): which of -a-rounds
 	Events     int     `json:"events"`
 	Delivered  int64   `json:"delivered"`
 	Requests   int64   `json:"requests"`
@@ -94,8 +96,11 @@ func (r *result) procFigures(p *proc, cpu0 float64) {
 // relayDrain publishes n events spread over dests before relay runs, then
 // starts a fresh relay process and times it until the sink has all n.
 func (b *bench) relayDrain(ctx context.Context, r *result, dests []string, n int) error {
+	if err := b.settleUnrouted(ctx); err != nil {
+		return err
+	}
 	logf("  publishing %d events (async, windows of %d)", n, b.opts.window)
-	pd, err := b.pub.backlog(ctx, dests, r.Scenario+"-", n, b.opts.window)
+	pd, err := b.pub.backlog(ctx, dests, dests[0]+"-", n, b.opts.window) // event ids: distinct across rounds, or JetStream drops them as duplicates
 	if err != nil {
 		return err
 	}
@@ -106,7 +111,11 @@ func (b *bench) relayDrain(ctx context.Context, r *result, dests []string, n int
 	}
 	m := b.mark()
 	start := time.Now()
-	p, err := b.startRelay(r.Scenario)
+	name := r.Scenario
+	if r.Round > 1 {
+		name += strconv.Itoa(r.Round)
+	}
+	p, err := b.startRelay(name)
 	if err != nil {
 		return err
 	}
@@ -129,35 +138,80 @@ func (b *bench) relayDrain(ctx context.Context, r *result, dests []string, n int
 	return nil
 }
 
-// scenarioA: throughput of a 50,000-event backlog, relay and the minimal loop.
+// scenarioA: throughput of a 50,000-event backlog, relay and the minimal
+// loop, in -a-rounds rounds (alternating which goes first), since one
+// pair of runs on a shared 2-core machine varies by several points.
 func (b *bench) scenarioA(ctx context.Context) ([]*result, error) {
 	n := b.opts.n
-	r := &result{Scenario: "a", Title: "throughput", System: "relay", Events: n, LatencyKind: "queue"}
-	if err := b.addDest(ctx, relay.Destination{Name: "a"}); err != nil {
-		return nil, err
+	var out, relays, loops []*result
+	for k := 1; k <= b.opts.aRounds; k++ {
+		dest, loopDest := "a", "loop"
+		if k > 1 {
+			dest, loopDest = "a"+strconv.Itoa(k), "loop"+strconv.Itoa(k)
+		}
+		r := &result{Scenario: "a", Title: "throughput", System: "relay", Round: k, Events: n, LatencyKind: "queue"}
+		l := &result{Scenario: "a", Title: "throughput", System: "minimal loop", Round: k, Events: n, LatencyKind: "queue"}
+		runRelay := func() error {
+			if err := b.addDest(ctx, relay.Destination{Name: dest}); err != nil {
+				return err
+			}
+			if err := b.relayDrain(ctx, r, []string{dest}, n); err != nil {
+				return fmt.Errorf("(a) relay, round %d: %w", k, err)
+			}
+			logf("  relay: %d delivered in %.2fs = %.0f/s", r.Delivered, r.Seconds, r.PerSecond)
+			return nil
+		}
+		runLoop := func() error {
+			if err := b.loopDrain(ctx, l, loopDest, n); err != nil {
+				return fmt.Errorf("(a) minimal loop, round %d: %w", k, err)
+			}
+			logf("  minimal loop: %d delivered in %.2fs = %.0f/s", l.Delivered, l.Seconds, l.PerSecond)
+			return nil
+		}
+		first, second := runRelay, runLoop
+		if k%2 == 0 {
+			first, second = runLoop, runRelay
+		}
+		if err := first(); err != nil {
+			return nil, err
+		}
+		if err := second(); err != nil {
+			return nil, err
+		}
+		r.VsLoop = r.PerSecond / l.PerSecond
+		relays, loops = append(relays, r), append(loops, l)
+		out = append(out, r, l)
 	}
-	if err := b.relayDrain(ctx, r, []string{"a"}, n); err != nil {
-		return nil, fmt.Errorf("(a) relay: %w", err)
-	}
-	b.relayRateA = r.PerSecond
-	logf("  relay: %d delivered in %.2fs = %.0f/s", r.Delivered, r.Seconds, r.PerSecond)
-
-	l := &result{Scenario: "a", Title: "throughput", System: "minimal loop", Events: n, LatencyKind: "queue"}
-	if err := b.loopDrain(ctx, l, n); err != nil {
-		return nil, fmt.Errorf("(a) minimal loop: %w", err)
-	}
-	b.loopRateA = l.PerSecond
-	r.VsLoop = r.PerSecond / l.PerSecond
-	logf("  minimal loop: %d delivered in %.2fs = %.0f/s", l.Delivered, l.Seconds, l.PerSecond)
-	return []*result{r, l}, nil
+	b.relayRateA = medianRate(relays)
+	b.loopRateA = medianRate(loops)
+	return out, nil
 }
 
-func (b *bench) loopDrain(ctx context.Context, r *result, n int) error {
-	if err := b.addPausedDest(ctx, "loop"); err != nil {
+// medianRate is the median deliveries/s of rs (the lower middle one of an
+// even count).
+func medianRate(rs []*result) float64 {
+	v := make([]float64, len(rs))
+	for i, x := range rs {
+		v[i] = x.PerSecond
+	}
+	return median(v)
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	v = slices.Clone(v)
+	slices.Sort(v)
+	return v[(len(v)-1)/2]
+}
+
+func (b *bench) loopDrain(ctx context.Context, r *result, dest string, n int) error {
+	if err := b.addPausedDest(ctx, dest); err != nil {
 		return err
 	}
 	logf("  publishing %d events for the minimal loop", n)
-	pd, err := b.pub.backlog(ctx, []string{"loop"}, "loop-", n, b.opts.window)
+	pd, err := b.pub.backlog(ctx, []string{dest}, dest+"-", n, b.opts.window)
 	if err != nil {
 		return err
 	}
@@ -167,7 +221,7 @@ func (b *bench) loopDrain(ctx context.Context, r *result, n int) error {
 	}
 	m := b.mark()
 	start := time.Now()
-	l, lp, err := b.startLoopRunner(ctx, "loop")
+	l, lp, err := b.startLoopRunner(ctx, dest)
 	if err != nil {
 		return err
 	}
@@ -194,7 +248,7 @@ func (b *bench) scenarioB(ctx context.Context) ([]*result, error) {
 	if rate == 0 {
 		if b.relayRateA > 0 {
 			rate = b.relayRateA / 2
-			note = "rate: 50% of (a)'s relay rate"
+			note = "rate: 50% of (a)'s relay rate (the median of its rounds)"
 		} else {
 			rate = 1000
 			note = "rate: 1000/s, because (a) did not run (set -rate to choose)"
