@@ -1,8 +1,9 @@
 // Command relay-bench is relay's end-to-end benchmark. It runs an embedded
 // NATS server in its own process, a sink (itself, re-executed as a hidden
-// "sink" subcommand) and, per scenario, a fresh 'relay run' process, and
-// compares relay with two baselines: a minimal JetStream consumer loop and a
-// Redis list worked one event at a time.
+// "sink" subcommand) and, per measurement, a fresh 'relay run' process, and
+// compares relay with two baselines, each also a process of its own: a
+// minimal JetStream consumer loop (hidden subcommand "loop") and a Redis
+// list worked one event at a time ("redis-sender").
 //
 //	go build -o bin/relay ./cmd/relay
 //	go run ./cmd/relay-bench -relay bin/relay -out bench-results
