@@ -424,14 +424,11 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 	// redelivery meant for another replica.
 	expiry := max(time.Second, min(30*time.Second, sp.cfg.AckWait/2))
 	// Heartbeats at most every 2s: the client re-pulls once two are
-	// missed. Under load the nats.go iterator now and then stops asking
-	// for more while the server holds no request of it (traced in
-	// BENCHMARKS.md: every request sent was served); only the missed-
-	// heartbeat timer ends that. With the default heartbeat (half the
-	// expiry, 15s) such a stall lasted 30s, with 5s 10s, with 2s 4s. A
-	// heartbeat missed for another reason (a process stalled 4s) makes
-	// the client ask for more than it has room for; what overflows comes
-	// back after AckWait.
+	// missed. That bounds any stall of the pull (stream.NextMsg works around the
+	// one we know of; with the default heartbeat, half the expiry, it
+	// lasted 30s). A heartbeat missed for another reason (a process
+	// stalled 4s) makes the client ask for more than it has room for;
+	// what overflows comes back after AckWait.
 	hb := min(pullHeartbeat, expiry/2)
 	iter, err := cons.Messages(jetstream.PullMaxMessages(sp.concurrency), jetstream.PullExpiry(expiry), jetstream.PullHeartbeat(hb))
 	if err != nil {
@@ -474,7 +471,7 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 		})
 	}
 	for {
-		msg, err := iter.Next()
+		msg, err := stream.NextMsg(iter)
 		if err != nil {
 			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 				break
