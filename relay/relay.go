@@ -939,44 +939,35 @@ func (r *Relay) unrouted(ctx context.Context) {
 		}
 		return
 	}
-	// It takes what has accumulated, in batches, and rests a second when
-	// it has caught up: the server then sends many events per request
-	// instead of one per publish, and the check does not compete event by
-	// event with deliveries. An event for an unknown destination waits up
-	// to about a second longer for its dead letter.
-	for ctx.Err() == nil {
-		batch, err := cons.FetchNoWait(unroutedBatch)
+	iter, err := cons.Messages(jetstream.PullMaxMessages(1000))
+	if err != nil {
+		r.log.Error("cannot pull unrouted events (retrying)", "err", err)
+		return
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-stop:
+		}
+		iter.Stop()
+	}()
+	for {
+		msg, err := stream.NextMsg(iter)
 		if err != nil {
-			r.log.Warn("cannot pull unrouted events (retrying)", "err", err)
-			return
-		}
-		n := 0
-		for msg := range batch.Messages() {
-			n++
-			r.checkRouted(ctx, msg)
-		}
-		if err := batch.Error(); err != nil {
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return
+			}
 			if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
 				r.log.Warn("the unrouted-events consumer is gone; recreating it", "err", err)
 				return
 			}
-			r.log.Debug("unrouted-events pull interrupted; retrying", "err", err)
+			continue
 		}
-		if n < unroutedBatch {
-			select {
-			case <-ctx.Done():
-			case <-time.After(unroutedRest):
-			}
-		}
+		r.checkRouted(ctx, msg)
 	}
 }
-
-// The unknown-destination check pulls up to unroutedBatch events at a time,
-// and rests unroutedRest once it has caught up.
-const (
-	unroutedBatch = 1000
-	unroutedRest  = time.Second
-)
 
 // checkRouted acks msg if its destination is known, and dead-letters it
 // otherwise. What it cannot decide comes back a little later.
