@@ -26,29 +26,34 @@ func (s *scriptedIter) Next(opts ...jetstream.NextOpt) (jetstream.Msg, error) {
 	return nil, err
 }
 
-// TestNextMsgWaitsShortThenPlainly: a short wait first (so that a timed-out
+// TestNextMsgWaitsShortThenPlainly: short waits first (so that a timed-out
 // call re-enters Next and the iterator checks again whether to pull), then
 // a plain Next, the only kind during which nats.go watches for missed
-// heartbeats. Errors other than the short wait's timeout are passed on.
+// heartbeats. Errors other than the short waits' timeouts are passed on.
 func TestNextMsgWaitsShortThenPlainly(t *testing.T) {
-	it := &scriptedIter{answers: []error{nats.ErrTimeout, nil}}
+	it := &scriptedIter{answers: []error{nats.ErrTimeout, nats.ErrTimeout, nats.ErrTimeout, nil}}
 	_, err := NextMsg(it)
 	require.NoError(t, err)
-	require.Equal(t, []int{1, 0}, it.opts, "one call with NextMaxWait, then one plain call")
+	require.Equal(t, []int{1, 1, 1, 0}, it.opts, "calls with NextMaxWait, then one plain call")
+
+	second := &scriptedIter{answers: []error{nats.ErrTimeout, nil}}
+	_, err = NextMsg(second)
+	require.NoError(t, err)
+	require.Equal(t, []int{1, 1}, second.opts, "a message within the second wait ends it")
 
 	closed := &scriptedIter{answers: []error{jetstream.ErrMsgIteratorClosed}}
 	_, err = NextMsg(closed)
 	require.ErrorIs(t, err, jetstream.ErrMsgIteratorClosed)
 	require.Equal(t, []int{1}, closed.opts)
 
-	late := &scriptedIter{answers: []error{nats.ErrTimeout, jetstream.ErrNoHeartbeat}}
+	late := &scriptedIter{answers: []error{nats.ErrTimeout, nats.ErrTimeout, nats.ErrTimeout, jetstream.ErrNoHeartbeat}}
 	_, err = NextMsg(late)
 	require.ErrorIs(t, err, jetstream.ErrNoHeartbeat)
 }
 
 // TestNextMsgReturnsAMessageThatComesAfterTheShortWait, against a real
-// server: a message published well after RepullCheck is still returned,
-// not a timeout.
+// server: a message published well after the short waits is still
+// returned, not a timeout.
 func TestNextMsgReturnsAMessageThatComesAfterTheShortWait(t *testing.T) {
 	js := startJS(t)
 	ctx := context.Background()
@@ -62,7 +67,7 @@ func TestNextMsgReturnsAMessageThatComesAfterTheShortWait(t *testing.T) {
 
 	published := make(chan error, 1)
 	go func() {
-		time.Sleep(3 * RepullCheck) // the event to wait for comes later than the short wait
+		time.Sleep(3 * RepullChecks[len(RepullChecks)-1]) // the event comes after the short waits
 		_, err := js.Publish(ctx, "t.x", []byte("late"))
 		published <- err
 	}()
