@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -97,30 +96,14 @@ func (b *bench) startRedisSender(ctx context.Context, addr, key string, n int) (
 
 // waitReady waits for the child's first line of stdout, "ready".
 func waitReady(ctx context.Context, p *proc, stdout io.Reader) error {
-	line := make(chan string, 1)
-	go func() {
-		r := bufio.NewReader(stdout)
-		s, _ := r.ReadString('\n')
-		line <- strings.TrimSpace(s)
-		_, _ = io.Copy(io.Discard, r)
-	}()
-	select {
-	case s := <-line:
-		if s == "ready" {
-			return nil
-		}
-		_ = p.stop(2 * time.Second)
-		if p.exited() {
-			return p.exitError()
-		}
-		return fmt.Errorf("%s printed %q instead of ready", p.name, s)
-	case <-time.After(30 * time.Second):
-		_ = p.stop(2 * time.Second)
-		return fmt.Errorf("%s did not start within 30s", p.name)
-	case <-ctx.Done():
-		_ = p.stop(2 * time.Second)
-		return ctx.Err()
+	line, err := firstLine(ctx, p, stdout, 30*time.Second)
+	if err != nil {
+		return err
 	}
+	if line != "ready" {
+		return unexpectedLine(p, line, "ready")
+	}
+	return nil
 }
 
 // runRedisSender is the hidden "redis-sender" subcommand: BRPOP one event,

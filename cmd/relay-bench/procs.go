@@ -259,6 +259,19 @@ func startSink(ctx context.Context, logDir string) (*sinkProc, error) {
 	if err != nil {
 		return nil, err
 	}
+	line, err := firstLine(ctx, p, stdout, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	if host, _, err := net.SplitHostPort(line); err != nil || host != "127.0.0.1" {
+		return nil, unexpectedLine(p, line, "its 127.0.0.1 address")
+	}
+	return &sinkProc{proc: p, addr: line}, nil
+}
+
+// firstLine reads the first line a child printed on stdout (and discards
+// the rest). If none comes within limit, or ctx ends, it stops the child.
+func firstLine(ctx context.Context, p *proc, stdout io.Reader, limit time.Duration) (string, error) {
 	line := make(chan string, 1)
 	go func() {
 		r := bufio.NewReader(stdout)
@@ -268,20 +281,24 @@ func startSink(ctx context.Context, logDir string) (*sinkProc, error) {
 	}()
 	select {
 	case s := <-line:
-		host, _, err := net.SplitHostPort(s)
-		if err != nil || host != "127.0.0.1" {
-			_ = p.stop(2 * time.Second)
-			if p.exited() {
-				return nil, p.exitError()
-			}
-			return nil, fmt.Errorf("sink printed %q instead of its 127.0.0.1 address", s)
-		}
-		return &sinkProc{proc: p, addr: s}, nil
-	case <-time.After(10 * time.Second):
+		return s, nil
+	case <-time.After(limit):
 		_ = p.stop(2 * time.Second)
-		return nil, errors.New("sink did not print its address within 10s")
+		return "", fmt.Errorf("%s printed nothing within %s", p.name, limit)
 	case <-ctx.Done():
 		_ = p.stop(2 * time.Second)
-		return nil, ctx.Err()
+		return "", ctx.Err()
 	}
+}
+
+// unexpectedLine stops a child that printed line instead of want, and says
+// why: with its log if it exited by itself (no line at all means it closed
+// stdout, which it does by exiting).
+func unexpectedLine(p *proc, line, want string) error {
+	exited := p.exited()
+	_ = p.stop(2 * time.Second)
+	if exited || line == "" {
+		return p.exitError()
+	}
+	return fmt.Errorf("%s printed %q instead of %s", p.name, line, want)
 }
