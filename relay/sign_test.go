@@ -5,8 +5,10 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -231,4 +233,41 @@ func TestCachedSignerMatchesFreshHMAC(t *testing.T) {
 	signersMu.RLock()
 	defer signersMu.RUnlock()
 	require.LessOrEqual(t, len(signers), maxSigners)
+}
+
+// TestCachedSignerIsSafeAcrossGoroutines: workers of many destinations sign
+// at once, with secrets shared between them, so the cache and each signer's
+// pool of HMAC states are used concurrently (the race detector watches in
+// make test). Every signature must match one computed from scratch: a state
+// handed to two goroutines at once, or returned dirty, would mix them up.
+func TestCachedSignerIsSafeAcrossGoroutines(t *testing.T) {
+	secrets := make([]string, 8)
+	keys := make([][]byte, len(secrets))
+	for i := range secrets {
+		secrets[i] = GenerateSecret()
+		var err error
+		keys[i], err = decodeSecret(secrets[i])
+		require.NoError(t, err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, 16)
+	for g := range 16 {
+		wg.Go(func() {
+			for i := range 500 {
+				k := (g + i) % len(secrets)
+				id := fmt.Sprintf("evt_%d_%d", g, i)
+				body := []byte(fmt.Sprintf(`{"g":%d,"i":%d}`, g, i))
+				got, err := Sign(secrets[k], id, int64(i), body)
+				if err != nil || got != sign(keys[k], id, int64(i), body) {
+					errs <- fmt.Sprintf("goroutine %d event %d: %q, %v", g, i, got, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
 }
