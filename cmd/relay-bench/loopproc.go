@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -40,8 +41,11 @@ func (b *bench) startLoopRunner(ctx context.Context, dest string) (loopRunner, *
 	if err != nil {
 		return nil, nil, fmt.Errorf("find own executable to start the minimal loop: %w", err)
 	}
-	p, stdout, err := startProc("minimal loop ("+dest+")", filepath.Join(b.logDir, "loop-"+dest+".log"), childEnv(), true, self,
-		"loop", "-nats-url", b.natsURL, "-url", b.sinkURL(dest), "-dest", dest, "-workers", fmt.Sprint(b.opts.loopWorkers))
+	args := []string{"loop", "-nats-url", b.natsURL, "-url", b.sinkURL(dest), "-dest", dest, "-workers", fmt.Sprint(b.opts.loopWorkers)}
+	if b.opts.loopCPUProf != "" {
+		args = append(args, "-cpuprofile", b.opts.loopCPUProf+"."+dest)
+	}
+	p, stdout, err := startProc("minimal loop ("+dest+")", filepath.Join(b.logDir, "loop-"+dest+".log"), childEnv(), true, self, args...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -59,11 +63,23 @@ func runLoopProc(args []string) error {
 	url := fs.String("url", "", "sink URL to POST to")
 	dest := fs.String("dest", "", "destination whose subjects to consume")
 	workers := fs.Int("workers", 64, "worker goroutines")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *natsURL == "" || *url == "" || *dest == "" || *workers < 1 {
 		return errors.New("-nats-url, -url, -dest and -workers >= 1 are required")
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

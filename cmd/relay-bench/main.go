@@ -42,6 +42,7 @@ type options struct {
 	cpuProfile   string
 	loopInBench  bool
 	aRounds      int
+	loopCPUProf  string
 }
 
 var allScenarios = []string{"a", "b", "c", "d", "e", "f"}
@@ -100,6 +101,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.window, "window", 20_000, "unacknowledged async publishes at most while publishing a backlog")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (embedded NATS, publisher, minimal loop; the loop's goroutines carry the label part=minimal-loop) to this file")
 	fs.IntVar(&o.aRounds, "a-rounds", 3, "rounds of scenario (a), each relay and the minimal loop; the targets use the median")
+	fs.StringVar(&o.loopCPUProf, "loop-cpuprofile", "", "write a CPU profile of each minimal-loop process to this file, suffixed with .<destination>")
 	fs.BoolVar(&o.loopInBench, "loop-in-bench", false, "run the minimal loop inside the bench process (with the embedded NATS server) instead of as a process of its own")
 	if err := fs.Parse(args); err != nil {
 		return o, err
