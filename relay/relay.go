@@ -939,7 +939,7 @@ func (r *Relay) unrouted(ctx context.Context) {
 		}
 		return
 	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(1000))
+	iter, err := cons.Messages(jetstream.PullMaxMessages(1000), jetstream.PullHeartbeat(pullHeartbeat)) // a stall ends within 4s, as in consume
 	if err != nil {
 		r.log.Error("cannot pull unrouted events (retrying)", "err", err)
 		return
