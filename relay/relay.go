@@ -471,7 +471,7 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 		})
 	}
 	for {
-		msg, err := stream.NextMsg(iter)
+		msg, err := stream.NextMsg(iter, r.cfg.JS.Conn())
 		if err != nil {
 			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 				break
@@ -954,7 +954,7 @@ func (r *Relay) unrouted(ctx context.Context) {
 		iter.Stop()
 	}()
 	for {
-		msg, err := stream.NextMsg(iter)
+		msg, err := stream.NextMsg(iter, r.cfg.JS.Conn())
 		if err != nil {
 			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 				return

@@ -8,12 +8,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// RepullChecks are the waits after which NextMsg lets the iterator look
+// repullChecks are the waits after which NextMsg lets the iterator look
 // again whether to ask the server for more, before it waits without limit.
 // The first is short because the iterator's lost wake-up stops deliveries
 // for as long as it lasts; the later ones cover a sending goroutine that
 // was held up longer (a few ms on a busy machine).
-var RepullChecks = [...]time.Duration{5 * time.Millisecond, 20 * time.Millisecond, 100 * time.Millisecond}
+var repullChecks = [...]time.Duration{5 * time.Millisecond, 20 * time.Millisecond, 100 * time.Millisecond}
 
 // NextMsg is iter.Next with a workaround for a lost wake-up in the nats.go
 // pull iterator (v1.55.0). The iterator asks the server for more only from
@@ -24,9 +24,21 @@ var RepullChecks = [...]time.Duration{5 * time.Millisecond, 20 * time.Millisecon
 // BENCHMARKS.md, "The pull stall, found"). Short waits re-enter Next,
 // which checks again; the plain Next after them keeps the missed-heartbeat
 // detection, which runs only within a call.
-func NextMsg(iter jetstream.MessagesContext) (jetstream.Msg, error) {
-	for _, d := range RepullChecks {
+//
+// nc is iter's connection. While it is down, NextMsg keeps to short waits:
+// nats.go stops only the heartbeat timer of the call that sees the
+// disconnect, so a plain Next started after that would report a missed
+// heartbeat every two heartbeats, and each report queues one more pull
+// request for the reconnect (more than the client has room for).
+func NextMsg(iter jetstream.MessagesContext, nc *nats.Conn) (jetstream.Msg, error) {
+	for _, d := range repullChecks {
 		msg, err := iter.Next(jetstream.NextMaxWait(d))
+		if !errors.Is(err, nats.ErrTimeout) {
+			return msg, err
+		}
+	}
+	for !nc.IsConnected() {
+		msg, err := iter.Next(jetstream.NextMaxWait(repullChecks[len(repullChecks)-1]))
 		if !errors.Is(err, nats.ErrTimeout) {
 			return msg, err
 		}

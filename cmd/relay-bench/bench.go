@@ -497,7 +497,7 @@ func startLoop(ctx context.Context, natsURL, url, dest string, workers int) (*lo
 	go func() {
 		defer close(ch)
 		for {
-			m, err := stream.NextMsg(l.iter) // as relay does: without it the loop stalls now and then
+			m, err := stream.NextMsg(l.iter, nc) // as relay does: without it the loop stalls now and then
 			if err != nil {
 				if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 					return
