@@ -436,27 +436,35 @@ func TestPullRequestsAskForShortHeartbeats(t *testing.T) {
 		Heartbeat time.Duration `json:"idle_heartbeat"`
 		Expires   time.Duration `json:"expires"`
 	}
-	reqs := make(chan pullRequest, 100)
-	sub, err := e.nc.Subscribe("$JS.API.CONSUMER.MSG.NEXT."+stream.EventsStream+"."+relay.ConsumerName("hb"), func(m *nats.Msg) {
-		var r pullRequest
-		if json.Unmarshal(m.Data, &r) == nil {
-			select {
-			case reqs <- r:
-			default:
+	// The pull requests of the destination's consumer and of the
+	// unknown-destination check, as the server receives them.
+	watch := func(consumer string) chan pullRequest {
+		reqs := make(chan pullRequest, 100)
+		sub, err := e.nc.Subscribe("$JS.API.CONSUMER.MSG.NEXT."+stream.EventsStream+"."+consumer, func(m *nats.Msg) {
+			var r pullRequest
+			if json.Unmarshal(m.Data, &r) == nil {
+				select {
+				case reqs <- r:
+				default:
+				}
 			}
-		}
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+		return reqs
+	}
+	dest, unrouted := watch(relay.ConsumerName("hb")), watch(relay.UnroutedConsumer)
 	require.NoError(t, e.nc.Flush())
 	e.startRelay()
-	select {
-	case r := <-reqs:
-		require.Positive(t, r.Heartbeat, "heartbeats asked for")
-		require.LessOrEqual(t, r.Heartbeat, 2*time.Second)
-		require.LessOrEqual(t, 2*r.Heartbeat, r.Expires, "two heartbeats fit in a request's life")
-	case <-time.After(20 * time.Second):
-		t.Fatal("relay sent no pull request for its destination")
+	for name, reqs := range map[string]chan pullRequest{"destination": dest, "unknown-destination check": unrouted} {
+		select {
+		case r := <-reqs:
+			require.Positive(t, r.Heartbeat, "%s: heartbeats asked for", name)
+			require.LessOrEqual(t, r.Heartbeat, 2*time.Second, name)
+			require.LessOrEqual(t, 2*r.Heartbeat, r.Expires, "%s: two heartbeats fit in a request's life", name)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("relay sent no pull request for its %s consumer", name)
+		}
 	}
 	e.publish("hb", "", `{}`)
 	eventually(t, 10*time.Second, func() bool { return len(s.delivered()) == 1 }, "delivered")
