@@ -44,6 +44,8 @@ type bench struct {
 	sink    *sinkProc
 	hc      *http.Client // talks to the sink's /count, /stats, /reset
 
+	settles int // settle runs so far, to name their logs
+
 	// figures later scenarios compare with
 	relayRateA float64
 	loopRateA  float64
@@ -285,7 +287,8 @@ func (b *bench) settleUnrouted(ctx context.Context) error {
 			return nil
 		}
 	}
-	p, err := b.startRelay("settle")
+	b.settles++
+	p, err := b.startRelay("settle" + strconv.Itoa(b.settles))
 	if err != nil {
 		return err
 	}

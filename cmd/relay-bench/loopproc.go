@@ -28,7 +28,9 @@ type loopRunner interface {
 // process's Go runtime with the embedded NATS server.
 type loopProc struct{ *proc }
 
-func (l loopProc) stop() error { return l.proc.stop(40 * time.Second) }
+// stop gives the loop 45s: its workers may take 30s to finish, its consumer
+// deletion 10s.
+func (l loopProc) stop() error { return l.proc.stop(45 * time.Second) }
 
 // startLoopRunner starts the minimal loop on dest, in a process of its own
 // unless -loop-in-bench.

@@ -99,7 +99,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.concurrency, "concurrency", 64, "concurrency of relay's destinations")
 	fs.IntVar(&o.loopWorkers, "loop-workers", 64, "worker goroutines of the minimal loop")
 	fs.IntVar(&o.window, "window", 20_000, "unacknowledged async publishes at most while publishing a backlog")
-	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (embedded NATS, publisher, minimal loop; the loop's goroutines carry the label part=minimal-loop) to this file")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (embedded NATS, publisher; with -loop-in-bench also the minimal loop, whose goroutines carry the label part=minimal-loop) to this file")
 	fs.IntVar(&o.aRounds, "a-rounds", 3, "rounds of scenario (a), each relay and the minimal loop; the targets use the median")
 	fs.StringVar(&o.loopCPUProf, "loop-cpuprofile", "", "write a CPU profile of each minimal-loop process to this file, suffixed with .<destination>")
 	fs.BoolVar(&o.loopInBench, "loop-in-bench", false, "run the minimal loop inside the bench process (with the embedded NATS server) instead of as a process of its own")
@@ -127,6 +127,9 @@ func parseFlags(args []string) (options, error) {
 		if v < 1 || v > 100_000_000 {
 			return o, fmt.Errorf("%s %d: give a count from 1 to 100000000", name, v)
 		}
+	}
+	if o.loopCPUProf != "" && o.loopInBench {
+		return o, errors.New("-loop-cpuprofile profiles the minimal loop's own process; with -loop-in-bench use -cpuprofile (label part=minimal-loop)")
 	}
 	if o.aRounds < 1 || o.aRounds > 20 {
 		return o, fmt.Errorf("-a-rounds %d: give 1 to 20", o.aRounds)

@@ -177,8 +177,8 @@ func procStatusKB(pid int, field string) (int64, error) {
 	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
 }
 
-// selfCPU is this process's CPU seconds (the embedded NATS server, the
-// publishers and the minimal loop all run here).
+// selfCPU is this process's CPU seconds (the embedded NATS server and the
+// publishers run here, and the minimal loop with -loop-in-bench).
 func selfCPU() float64 {
 	c, _ := procCPU(os.Getpid())
 	return c

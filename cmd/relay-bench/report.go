@@ -69,6 +69,7 @@ type optsJSON struct {
 	LoopWorkers  int     `json:"loop_workers"`
 	LoopInBench  bool    `json:"loop_in_bench"`
 	ARounds      int     `json:"a_rounds"`
+	LoopCPUProf  bool    `json:"loop_cpu_profiled,omitempty"` // profiling adds to the loop's CPU
 	Window       int     `json:"window"`
 }
 
@@ -84,7 +85,7 @@ func newReport(o options) *report {
 			" (environment without RELAY_* variables)",
 		Options: optsJSON{N: o.n, Backlog: o.backlog, FailN: o.failN, RedisN: o.redisN, Scenarios: strings.Join(o.scenarios, ","),
 			Rate: o.rate, Duration: o.duration.String(), LoopDuration: o.loopDuration.String(), Concurrency: o.concurrency,
-			LoopWorkers: o.loopWorkers, LoopInBench: o.loopInBench, ARounds: o.aRounds, Window: o.window},
+			LoopWorkers: o.loopWorkers, LoopInBench: o.loopInBench, ARounds: o.aRounds, LoopCPUProf: o.loopCPUProf != "", Window: o.window},
 	}
 	if bi, err := buildinfo.ReadFile(o.relay); err == nil {
 		r.RelayBuild = bi.GoVersion
@@ -310,11 +311,11 @@ func (r *report) text(w io.Writer) {
 	fmt.Fprintf(w, "publish-to-delivery at a steady rate; everywhere else the events were published before the consumer\n")
 	fmt.Fprintf(w, "started, so it is mostly time spent waiting in the backlog. Seconds run from the start of the relay\n")
 	fmt.Fprintf(w, "process (start-up included) or of the baseline's consumer until the sink has every event.\n")
-	fmt.Fprintf(w, "CPU and RSS are utime+stime and peak RSS from /proc of the relay process, or of the minimal loop's process\n")
-	fmt.Fprintf(w, "(unless -loop-in-bench); for (b), CPU during the measured window only.\n")
+	fmt.Fprintf(w, "CPU and RSS are utime+stime and peak RSS from /proc of the relay process, or of the baseline's process (the\n")
+	fmt.Fprintf(w, "minimal loop unless -loop-in-bench, the Redis-list sender); for (b), CPU during the measured window only.\n")
 	fmt.Fprintf(w, "Sink connections: TCP connections the sink accepted in the interval ((b) reuses those of its warm-up).\n\n")
 
-	rows = [][]string{{"CPU seconds in the measured interval", "relay/loop", "sink", "bench+NATS", "redis", "other processes", "machine busy %", "first delivery ms", "sink connections", "publish/s before"}}
+	rows = [][]string{{"CPU seconds in the measured interval", "relay/baseline", "sink", "bench+NATS", "redis", "other processes", "machine busy %", "first delivery ms", "sink connections", "publish/s before"}}
 	for _, x := range r.Results {
 		busy := 100 * x.SystemCPU / (x.Seconds * float64(r.Machine.CPUs))
 		rows = append(rows, []string{x.label(), orDash(x.ProcCPU > 0, f2(x.ProcCPU)), f2(x.SinkCPU), f2(x.BenchCPU),

@@ -37,7 +37,7 @@ type result struct {
 	ProcCPUPer1 float64  `json:"process_cpu_seconds_per_1000,omitempty"`
 	ProcRSSMB   float64  `json:"process_peak_rss_mb,omitempty"`
 	SinkCPU     float64  `json:"sink_cpu_seconds"`
-	BenchCPU    float64  `json:"bench_process_cpu_seconds"` // embedded NATS + publisher + minimal loop
+	BenchCPU    float64  `json:"bench_process_cpu_seconds"` // embedded NATS + publisher (+ minimal loop with -loop-in-bench)
 	RedisCPU    float64  `json:"redis_cpu_seconds,omitempty"`
 	SystemCPU   float64  `json:"system_busy_cpu_seconds"` // all processes, from /proc/stat
 	OtherCPU    float64  `json:"other_cpu_seconds"`       // SystemCPU minus relay, sink, bench and redis
