@@ -64,8 +64,8 @@ func TestRetriedEventKeepsItsHistoryUntilItsAckIsConfirmed(t *testing.T) {
 	_, err = r.attempts.Get(ctx, historyKey(ev))
 	require.True(t, errors.Is(err, jetstream.ErrKeyNotFound), "history deleted after the confirmed ack, got %v", err)
 
-	// A first attempt on the hot path is acked without confirmation and
-	// touches no history.
+	// A first attempt on the hot path is acked without waiting for a
+	// confirmation.
 	first := &ackMsg{}
 	require.NoError(t, r.act(first, event{dest: "orders", id: "evt_2", seq: 8}, 1, false, &Outcome{Decision: Decision{Action: Ack}}))
 	require.Equal(t, []string{"ack"}, first.acked)
