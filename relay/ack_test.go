@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/streamtest"
 )
 
 // ackMsg is a delivered event whose acks succeed or fail as told, and which
@@ -32,16 +32,7 @@ func (m *ackMsg) DoubleAck(context.Context) error {
 // attempt it is on (else its attempt count would start again at 1).
 func TestRetriedEventKeepsItsHistoryUntilItsAckIsConfirmed(t *testing.T) {
 	ctx := context.Background()
-	s, err := stream.StartEmbedded(stream.EmbeddedConfig{DataDir: t.TempDir(), Port: -1})
-	require.NoError(t, err)
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	nc, err := nats.Connect(s.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	require.NoError(t, stream.Ensure(ctx, js, stream.Config{}))
-	r, err := New(ctx, Config{JS: js})
+	r, err := New(ctx, Config{JS: streamtest.Start(t).JS})
 	require.NoError(t, err)
 
 	ev := event{dest: "orders", id: "evt_1", seq: 7}

@@ -15,6 +15,7 @@ import (
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/schedule/redistest"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/streamtest"
 )
 
 type bundle struct {
@@ -27,16 +28,7 @@ func setup(t *testing.T) bundle {
 	t.Helper()
 	r := redistest.Start(t, redistest.Options{})
 	rdb := r.Client()
-	s, err := stream.StartEmbedded(stream.EmbeddedConfig{DataDir: t.TempDir(), Port: -1})
-	require.NoError(t, err)
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	nc, err := nats.Connect(s.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	require.NoError(t, stream.Ensure(context.Background(), js, stream.Config{}))
-	return bundle{store: schedule.NewStore(rdb), rdb: rdb, js: js}
+	return bundle{store: schedule.NewStore(rdb), rdb: rdb, js: streamtest.Start(t).JS}
 }
 
 func entry(dest string, i int, due time.Time) schedule.Entry {

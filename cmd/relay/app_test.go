@@ -8,13 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/streamtest"
 )
 
 type bundle struct {
@@ -24,16 +24,8 @@ type bundle struct {
 
 func setup(t *testing.T) bundle {
 	t.Helper()
-	s, err := stream.StartEmbedded(stream.EmbeddedConfig{DataDir: t.TempDir(), Port: -1})
-	require.NoError(t, err)
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	nc, err := nats.Connect(s.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	require.NoError(t, stream.Ensure(context.Background(), js, stream.Config{}))
-	return bundle{url: s.ClientURL(), js: js}
+	s := streamtest.Start(t)
+	return bundle{url: s.URL, js: s.JS}
 }
 
 // cli runs relay with args against b's server.
