@@ -39,19 +39,12 @@ func (b *bench) startLoopRunner(ctx context.Context, dest string) (loopRunner, *
 		l, err := b.startLoop(ctx, dest, b.opts.loopWorkers)
 		return l, nil, err
 	}
-	self, err := os.Executable()
-	if err != nil {
-		return nil, nil, fmt.Errorf("find own executable to start the minimal loop: %w", err)
-	}
 	args := []string{"loop", "-nats-url", b.natsURL, "-url", b.sinkURL(dest), "-dest", dest, "-workers", fmt.Sprint(b.opts.loopWorkers)}
 	if b.opts.loopCPUProf != "" {
 		args = append(args, "-cpuprofile", b.opts.loopCPUProf+"."+dest)
 	}
-	p, stdout, err := startProc("minimal loop ("+dest+")", filepath.Join(b.logDir, "loop-"+dest+".log"), childEnv(), true, self, args...)
+	p, err := startReady(ctx, "minimal loop ("+dest+")", filepath.Join(b.logDir, "loop-"+dest+".log"), args...)
 	if err != nil {
-		return nil, nil, err
-	}
-	if err := waitReady(ctx, p, stdout); err != nil {
 		return nil, nil, err
 	}
 	return loopProc{p}, p, nil
@@ -97,12 +90,13 @@ func runLoopProc(args []string) error {
 // startRedisSender starts the sequential Redis-list sender (baseline 2) as
 // a process of its own and waits until it has connected.
 func (b *bench) startRedisSender(ctx context.Context, addr, key string, n int) (*proc, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("find own executable to start the redis sender: %w", err)
-	}
-	p, stdout, err := startProc("redis sender", filepath.Join(b.logDir, "redis-sender.log"), childEnv(), true, self,
+	return startReady(ctx, "redis sender", filepath.Join(b.logDir, "redis-sender.log"),
 		"redis-sender", "-redis", addr, "-key", key, "-url", b.sinkURL("redis"), "-n", fmt.Sprint(n))
+}
+
+// startReady starts a child (startChild) and waits until it prints "ready".
+func startReady(ctx context.Context, name, logPath string, args ...string) (*proc, error) {
+	p, stdout, err := startChild(name, logPath, args...)
 	if err != nil {
 		return nil, err
 	}

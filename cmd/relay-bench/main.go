@@ -47,27 +47,22 @@ type options struct {
 
 var allScenarios = []string{"a", "b", "c", "d", "e", "f"}
 
+// children are the hidden subcommands the bench starts itself as.
+var children = map[string]func(args []string) error{
+	"sink":         runSink,
+	"loop":         runLoopProc,
+	"redis-sender": runRedisSender,
+}
+
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "sink" {
-		if err := runSink(os.Args[2:]); err != nil {
-			fmt.Fprintln(os.Stderr, "relay-bench sink:", err)
-			os.Exit(1)
+	if len(os.Args) > 1 {
+		if child, ok := children[os.Args[1]]; ok {
+			if err := child(os.Args[2:]); err != nil {
+				fmt.Fprintf(os.Stderr, "relay-bench %s: %v\n", os.Args[1], err)
+				os.Exit(1)
+			}
+			return
 		}
-		return
-	}
-	if len(os.Args) > 1 && os.Args[1] == "loop" {
-		if err := runLoopProc(os.Args[2:]); err != nil {
-			fmt.Fprintln(os.Stderr, "relay-bench loop:", err)
-			os.Exit(1)
-		}
-		return
-	}
-	if len(os.Args) > 1 && os.Args[1] == "redis-sender" {
-		if err := runRedisSender(os.Args[2:]); err != nil {
-			fmt.Fprintln(os.Stderr, "relay-bench redis-sender:", err)
-			os.Exit(1)
-		}
-		return
 	}
 	o, err := parseFlags(os.Args[1:])
 	if err != nil {

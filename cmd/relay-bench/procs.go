@@ -250,12 +250,18 @@ type sinkProc struct {
 	addr string // host:port
 }
 
-func startSink(ctx context.Context, logDir string) (*sinkProc, error) {
+// startChild starts this binary again as one of its hidden subcommands
+// (args[0]), logging to logPath and with its stdout captured.
+func startChild(name, logPath string, args ...string) (*proc, io.Reader, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return nil, fmt.Errorf("find own executable to start the sink: %w", err)
+		return nil, nil, fmt.Errorf("find own executable to start the %s: %w", name, err)
 	}
-	p, stdout, err := startProc("sink", filepath.Join(logDir, "sink.log"), childEnv(), true, self, "sink", "-addr", "127.0.0.1:0")
+	return startProc(name, logPath, childEnv(), true, self, args...)
+}
+
+func startSink(ctx context.Context, logDir string) (*sinkProc, error) {
+	p, stdout, err := startChild("sink", filepath.Join(logDir, "sink.log"), "sink", "-addr", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
