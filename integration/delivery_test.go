@@ -367,7 +367,8 @@ func TestRunningRelayFollowsDestinationChanges(t *testing.T) {
 
 // Two replicas share the unknown-destination check, and one of them stops
 // while events keep coming: every event for a ghost destination is
-// dead-lettered exactly once, every event for the known one delivered.
+// dead-lettered exactly once, every event for the known one delivered, and
+// the stopping replica hands the check over at once.
 func TestUnknownDestinationsAreDeadLetteredOnceAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -388,10 +389,16 @@ func TestUnknownDestinationsAreDeadLetteredOnceAcrossReplicas(t *testing.T) {
 			require.NoError(t, err)
 		}
 	}
-	_, stopA := e.startRelay()
-	e.startRelay()
+	// No takeover by waiting: B can go on only if A hands the check over.
+	noTakeover := func(c *relay.Config) { c.CheckTakeover = time.Hour }
+	recA, stopA := e.startRelay(noTakeover)
+	eventually(t, 10*time.Second, func() bool {
+		st, _, err := relay.ReadCheckState(ctx, e.js)
+		return err == nil && st.Holder != ""
+	}, "A holds the check")
+	recB, _ := e.startRelay(noTakeover)
 	publish(0, 2000)
-	stopA() // mid-stream: its unchecked events go to the other replica
+	stopA() // mid-stream: the other replica goes on where it left off
 	publish(2000, 4000)
 
 	eventually(t, 60*time.Second, func() bool { return len(e.deadLetters("ghost")) >= 2000 && len(s.delivered()) == 2000 },
@@ -403,12 +410,14 @@ func TestUnknownDestinationsAreDeadLetteredOnceAcrossReplicas(t *testing.T) {
 		delete(ghosts, l.EventID)
 	}
 	require.Empty(t, ghosts)
-	c, err := e.js.Consumer(ctx, stream.EventsStream, relay.UnroutedConsumer)
-	require.NoError(t, err)
 	eventually(t, 30*time.Second, func() bool {
-		info, err := c.Info(ctx)
-		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
-	}, "the check has acked or terminated every event")
+		st, ok, err := relay.ReadCheckState(ctx, e.js)
+		return err == nil && ok && st.Checked == 4000
+	}, "the check has read all 4000 events")
+	// One replica checks at a time, and a stopping one hands over where it
+	// got to: no ghost was dead-lettered by both.
+	ghostLetters := func(x relay.Outcome) bool { return x.Dest == "ghost" && x.Decision.Action == relay.DeadLetter }
+	require.Equal(t, 2000, recA.count(ghostLetters)+recB.count(ghostLetters), "dead-letter outcomes of the two replicas")
 }
 
 // A relay stopped while it starts returns without an error.
@@ -441,23 +450,26 @@ func TestPullRequestsAskForShortHeartbeats(t *testing.T) {
 		Expires   time.Duration `json:"expires"`
 	}
 	// The pull requests of the destination's consumer and of the
-	// unknown-destination check, as the server receives them.
-	watch := func(consumer string) chan pullRequest {
-		reqs := make(chan pullRequest, 100)
-		sub, err := e.nc.Subscribe("$JS.API.CONSUMER.MSG.NEXT."+stream.EventsStream+"."+consumer, func(m *nats.Msg) {
-			var r pullRequest
-			if json.Unmarshal(m.Data, &r) == nil {
-				select {
-				case reqs <- r:
-				default:
-				}
-			}
-		})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = sub.Unsubscribe() })
-		return reqs
-	}
-	dest, unrouted := watch(relay.ConsumerName("hb")), watch(relay.UnroutedConsumer)
+	// unknown-destination check (an ordered consumer with a generated
+	// name), as the server receives them.
+	dest, unrouted := make(chan pullRequest, 100), make(chan pullRequest, 100)
+	prefix := "$JS.API.CONSUMER.MSG.NEXT." + stream.EventsStream + "."
+	sub, err := e.nc.Subscribe(prefix+"*", func(m *nats.Msg) {
+		var r pullRequest
+		if json.Unmarshal(m.Data, &r) != nil {
+			return
+		}
+		to := unrouted
+		if strings.TrimPrefix(m.Subject, prefix) == relay.ConsumerName("hb") {
+			to = dest
+		}
+		select {
+		case to <- r:
+		default:
+		}
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	require.NoError(t, e.nc.Flush())
 	e.startRelay()
 	for name, reqs := range map[string]chan pullRequest{"destination": dest, "unknown-destination check": unrouted} {

@@ -56,6 +56,10 @@ type Config struct {
 	ParkThreshold time.Duration
 	// Metrics records delivery metrics. Optional.
 	Metrics *Metrics
+	// CheckTakeover is how long the replica doing the unknown-destination
+	// check may go without renewing its lease before another replica takes
+	// the check over. Optional, default 10s.
+	CheckTakeover time.Duration
 	// OnDelivery, when set, is called after every attempt's decision has been
 	// carried out (for tests and metrics).
 	OnDelivery func(Outcome)
@@ -99,6 +103,9 @@ func (cfg Config) WithDefaults() Config {
 	if cfg.ParkThreshold == 0 {
 		cfg.ParkThreshold = time.Minute
 	}
+	if cfg.CheckTakeover == 0 {
+		cfg.CheckTakeover = 10 * time.Second
+	}
 	return cfg
 }
 
@@ -110,15 +117,14 @@ func (cfg Config) Validate() error {
 	if cfg.ShutdownGrace < 0 || cfg.MaxAckPending < 1 {
 		return errors.New("relay: ShutdownGrace must be >= 0 and MaxAckPending >= 1")
 	}
+	if cfg.CheckTakeover < 2*leaseRenew {
+		return fmt.Errorf("relay: CheckTakeover must be at least %s (twice the lease renewal interval)", 2*leaseRenew)
+	}
 	return nil
 }
 
 // ConsumerName is the durable consumer of destination dest.
 func ConsumerName(dest string) string { return "relay_" + dest }
-
-// UnroutedConsumer is the durable consumer that finds events for destinations
-// that do not exist and dead-letters them.
-const UnroutedConsumer = "relay_unrouted"
 
 // Relay delivers events to their destinations.
 type Relay struct {
@@ -193,15 +199,16 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	r.reconcile(ctx)
 
+	id := replicaID()
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		r.runUnrouted(ctx)
+		r.runUnrouted(ctx, id)
 	}()
 	go func() {
 		defer wg.Done()
-		r.runRegistry(ctx, replicaID())
+		r.runRegistry(ctx, id)
 	}()
 
 	r.log.Info("relay running", "destinations", len(r.dests.dests))
@@ -901,123 +908,4 @@ func (r *Relay) logOutcome(o Outcome) {
 		return
 	}
 	r.log.Info("attempt", attrs...)
-}
-
-// runUnrouted dead-letters events published for destinations that do not
-// exist (or did not yet exist when they were published). It reads the
-// headers of every event once. Every replica runs it on the same durable
-// consumer, so each event is checked by one of them; each is acked on its
-// own (a cumulative ack from one replica would cover events another is
-// still checking).
-func (r *Relay) runUnrouted(ctx context.Context) {
-	for ctx.Err() == nil {
-		r.unrouted(ctx)
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-func (r *Relay) unrouted(ctx context.Context) {
-	cctx, cancel := context.WithTimeout(ctx, ackTimeout)
-	cons, err := r.cfg.JS.CreateOrUpdateConsumer(cctx, stream.EventsStream, jetstream.ConsumerConfig{
-		Durable:       UnroutedConsumer,
-		Description:   "relay: dead-letters events for unknown destinations",
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       30 * time.Second,
-		MaxDeliver:    -1,
-		MaxAckPending: 20000,
-		// It needs only the subject and sequence: no bodies on this path.
-		HeadersOnly: true,
-	})
-	cancel()
-	if err != nil {
-		if ctx.Err() == nil {
-			r.log.Error("cannot set up the unrouted-events consumer (retrying): events for unknown destinations are not dead-lettered meanwhile", "err", err)
-		}
-		return
-	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(1000), jetstream.PullHeartbeat(pullHeartbeat)) // a stall ends within 4s, as in consume
-	if err != nil {
-		r.log.Error("cannot pull unrouted events (retrying)", "err", err)
-		return
-	}
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		select {
-		case <-ctx.Done():
-		case <-stop:
-		}
-		iter.Stop()
-	}()
-	for {
-		msg, err := stream.NextMsg(iter, r.cfg.JS.Conn())
-		if err != nil {
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return
-			}
-			if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
-				r.log.Warn("the unrouted-events consumer is gone; recreating it", "err", err)
-				return
-			}
-			continue
-		}
-		r.checkRouted(ctx, msg)
-	}
-}
-
-// checkRouted acks msg if its destination is known, and dead-letters it
-// otherwise. What it cannot decide comes back a little later.
-func (r *Relay) checkRouted(ctx context.Context, msg jetstream.Msg) {
-	ev, err := eventOf(msg)
-	if err != nil {
-		_ = msg.Ack() // not an event relay can read; nothing to route
-		return
-	}
-	if d, ok := r.dests.get(ev.dest); ok && ev.seq >= d.StartSeq {
-		_ = msg.Ack()
-		return
-	}
-	if err := r.deadLetterUnrouted(ctx, msg, ev); err != nil {
-		r.log.Warn("cannot check or dead-letter an event for an unknown destination; it comes back in 5s", "dest", ev.dest, "seq", ev.seq, "err", err)
-		_ = msg.NakWithDelay(5 * time.Second)
-	}
-}
-
-// deadLetterUnrouted asks the store, which is authoritative, whether ev's
-// destination exists; if not, it dead-letters ev and terminates msg.
-func (r *Relay) deadLetterUnrouted(ctx context.Context, msg jetstream.Msg, ev event) error {
-	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
-	defer cancel()
-	d, err := r.store.Get(ctx, ev.dest)
-	if err == nil && ev.seq >= d.StartSeq {
-		return msg.Ack()
-	}
-	if err != nil && !errors.Is(err, ErrNotFound) {
-		return err
-	}
-	// The consumer sends headers only: read the whole event for the letter.
-	full, err := r.events.GetMsg(ctx, ev.seq)
-	if err != nil {
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return msg.Ack() // gone meanwhile (deleted, or aged out): nothing to keep
-		}
-		return err
-	}
-	ev.body, ev.hdr = full.Data, full.Header
-	out := Outcome{Dest: ev.dest, EventID: ev.id, Seq: ev.seq, Decision: Decision{Action: DeadLetter, Reason: ReasonUnknownDestination}}
-	if err := r.writeDeadLetter(ctx, ev, 0, &out); err != nil {
-		return err
-	}
-	if err := msg.TermWithReason(ReasonUnknownDestination); err != nil {
-		out.Err = fmt.Errorf("dead-lettered, but terminating the original failed (it comes back and is dropped as a duplicate): %w", err)
-	}
-	r.logOutcome(out)
-	if r.cfg.OnDelivery != nil {
-		r.cfg.OnDelivery(out)
-	}
-	return nil
 }

@@ -134,11 +134,14 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 	}
 	kvs := []jetstream.KeyValueConfig{
 		{Bucket: DestBucket, Description: "relay destinations", History: 5, Storage: jetstream.FileStorage, Replicas: cfg.Replicas},
-		// Failure history of events being retried, keyed by destination and
-		// event id; entries outlive no event.
 		// Live relay replicas, each refreshing its key every 5s.
 		{Bucket: ReplicasBucket, Description: "relay replicas alive", History: 1, TTL: 15 * time.Second, Storage: jetstream.MemoryStorage, Replicas: cfg.Replicas},
+		// Failure history of events being retried, keyed by destination and
+		// event id; entries outlive no event.
 		{Bucket: AttemptsBucket, Description: "relay attempt history of events in retry", History: 1, TTL: cfg.EventRetention, Storage: jetstream.FileStorage, Replicas: cfg.Replicas},
+		// Work shared by the replicas, one at a time: who does it, and how far
+		// it got (the unknown-destination check).
+		{Bucket: StateBucket, Description: "relay work done by one replica at a time, and its progress", History: 1, Storage: jetstream.FileStorage, Replicas: cfg.Replicas},
 	}
 	for _, kc := range kvs {
 		if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {

@@ -37,6 +37,7 @@ const (
 	DestBucket     = "relay_destinations"
 	AttemptsBucket = "relay_attempts"
 	ReplicasBucket = "relay_replicas"
+	StateBucket    = "relay_state"
 )
 
 var destNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)

@@ -303,7 +303,7 @@ func (b *bench) scenarioB(ctx context.Context) ([]*result, error) {
 }
 
 // atRateMeasured warms dest up for a second at rate (until those events are
-// delivered and, with relay, its unrouted-events consumer is idle), then
+// delivered and, with relay, its unknown-destination check has caught up), then
 // publishes at rate for dur and waits until all of it is delivered.
 func (b *bench) atRateMeasured(ctx context.Context, r *result, dest string, rate float64, dur time.Duration, p *proc) error {
 	warm, err := b.pub.atRate(ctx, dest, dest+"-warm-", rate, time.Second)
@@ -314,7 +314,7 @@ func (b *bench) atRateMeasured(ctx context.Context, r *result, dest string, rate
 		return fmt.Errorf("warm-up: %w", err)
 	}
 	if p != nil && r.System == "relay" {
-		if err := b.waitConsumerIdle(ctx, relay.UnroutedConsumer, p, 5*time.Minute); err != nil {
+		if err := b.waitCheckCaughtUp(ctx, p, 5*time.Minute); err != nil {
 			return fmt.Errorf("warm-up: %w", err)
 		}
 		if err := b.waitConsumerIdle(ctx, relay.ConsumerName(dest), p, time.Minute); err != nil {

@@ -1,0 +1,386 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaydev/relay/stream"
+)
+
+// The unknown-destination check.
+//
+// A producer can publish for a destination that does not exist: a typo, one
+// not added yet, one removed. No destination consumer reads such an event,
+// so one replica at a time reads the headers of every event, in stream
+// order, and dead-letters those whose destination is unknown.
+//
+// It reads with an ordered consumer: nothing is acked, and the server keeps
+// no state per event for it. Instead the replica doing the check holds a
+// lease, the key UnroutedCheckKey in the relay_state bucket, whose value
+// also says up to which stream sequence every event has been checked. The
+// holder rewrites it every second (a compare-and-set on the key's revision,
+// so a replica that lost the lease finds out and stops); a replica that
+// stops releases it; one that sees it unchanged for Config.CheckTakeover
+// takes it over from the recorded sequence. Events are checked at least
+// once: the ones checked since the last write are checked again after a
+// crash, and a dead letter written twice is stored once (dead letters are
+// deduplicated by destination and stream sequence).
+
+// UnroutedCheckKey is the relay_state key of the unknown-destination check.
+const UnroutedCheckKey = "unrouted-check"
+
+// legacyUnroutedConsumer is the durable consumer earlier versions read every
+// event with. Its ack floor is where the check starts when it first runs; then
+// it is deleted.
+const legacyUnroutedConsumer = "relay_unrouted"
+
+// leaseRenew is how often the holder of the check rewrites its lease.
+const leaseRenew = time.Second
+
+// CheckState is the value of UnroutedCheckKey.
+type CheckState struct {
+	// Holder is the replica doing the check; empty when released.
+	Holder string `json:"holder,omitempty"`
+	// Checked is the stream sequence up to which every event of the events
+	// stream has been checked.
+	Checked uint64 `json:"checked"`
+	// Stream is when the events stream Checked counts in was created: a
+	// stream deleted and created again starts at sequence 1 again, and is
+	// checked from there.
+	Stream time.Time `json:"stream_created"`
+}
+
+// ReadCheckState returns the state of the unknown-destination check, and
+// false when no relay has run it yet.
+func ReadCheckState(ctx context.Context, js jetstream.JetStream) (CheckState, bool, error) {
+	kv, err := js.KeyValue(ctx, stream.StateBucket)
+	if err != nil {
+		return CheckState{}, false, fmt.Errorf("open bucket %s: %w", stream.StateBucket, err)
+	}
+	e, err := kv.Get(ctx, UnroutedCheckKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return CheckState{}, false, nil
+	}
+	if err != nil {
+		return CheckState{}, false, fmt.Errorf("read %s/%s: %w", stream.StateBucket, UnroutedCheckKey, err)
+	}
+	st, err := decodeCheckState(e.Value())
+	return st, err == nil, err
+}
+
+func decodeCheckState(b []byte) (CheckState, error) {
+	var st CheckState
+	if err := json.Unmarshal(b, &st); err != nil {
+		return CheckState{}, fmt.Errorf("%s/%s holds %q, not a check state: %w", stream.StateBucket, UnroutedCheckKey, b, err)
+	}
+	return st, nil
+}
+
+func (st CheckState) encode() []byte {
+	b, _ := json.Marshal(st) // a string, an integer and a time
+	return b
+}
+
+// runUnrouted takes part in the unknown-destination check until ctx ends:
+// it waits for the lease, checks while it holds it, and waits again.
+func (r *Relay) runUnrouted(ctx context.Context, id string) {
+	for ctx.Err() == nil {
+		if err := r.checkUnrouted(ctx, id); err != nil && ctx.Err() == nil {
+			r.log.Error("unknown-destination check stopped (retrying in 1s): events for unknown destinations are not dead-lettered meanwhile", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// checkLease is one replica's hold on the check.
+type checkLease struct {
+	kv       jetstream.KeyValue
+	id       string
+	takeover time.Duration
+	rev      uint64    // the key's revision as this replica last wrote it
+	stream   time.Time // when the events stream was created
+}
+
+func (r *Relay) checkUnrouted(ctx context.Context, id string) error {
+	kv, err := r.cfg.JS.KeyValue(ctx, stream.StateBucket)
+	if err != nil {
+		return fmt.Errorf("open bucket %s: %w", stream.StateBucket, err)
+	}
+	l := &checkLease{kv: kv, id: id, takeover: r.cfg.CheckTakeover}
+	checked, err := l.acquire(ctx, r)
+	if err != nil {
+		return err
+	}
+	r.dropLegacyUnrouted(ctx)
+
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var done atomic.Uint64
+	done.Store(checked)
+	kept := make(chan error, 1)
+	go func() {
+		kept <- l.keep(sctx, &done)
+		stop() // lease lost: stop checking at once
+	}()
+	err = r.scanUnrouted(sctx, checked, &done)
+	stop()
+	if lerr := <-kept; lerr != nil {
+		return lerr
+	}
+	// The scan has returned: release the lease with where it got, so that
+	// another replica (or this one, after an error) goes on from there at
+	// once.
+	l.release(done.Load())
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// acquire waits until this replica holds the lease, and returns the sequence
+// up to which events are checked.
+func (l *checkLease) acquire(ctx context.Context, r *Relay) (uint64, error) {
+	events, err := r.cfg.JS.Stream(ctx, stream.EventsStream)
+	if err != nil {
+		return 0, fmt.Errorf("look up stream %s: %w", stream.EventsStream, err)
+	}
+	l.stream = events.CachedInfo().Created
+	var seenRev uint64
+	var seenAt time.Time
+	for {
+		e, err := l.kv.Get(ctx, UnroutedCheckKey)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			start, err := r.legacyCheckFloor(ctx)
+			if err != nil {
+				return 0, err
+			}
+			rev, err := l.kv.Create(ctx, UnroutedCheckKey, l.state(start))
+			if err == nil {
+				l.rev = rev
+				return start, nil
+			}
+			if !errors.Is(err, jetstream.ErrKeyExists) {
+				return 0, fmt.Errorf("create %s/%s: %w", stream.StateBucket, UnroutedCheckKey, err)
+			}
+			continue // another replica created it first
+		}
+		if err != nil {
+			return 0, fmt.Errorf("read %s/%s: %w", stream.StateBucket, UnroutedCheckKey, err)
+		}
+		st, err := decodeCheckState(e.Value())
+		if err != nil {
+			return 0, err
+		}
+		take := st.Holder == "" || st.Holder == l.id
+		if !take {
+			// The holder's clock is not ours: what counts is how long the
+			// key has not changed, as seen here.
+			if e.Revision() != seenRev {
+				seenRev, seenAt = e.Revision(), time.Now()
+			} else if silent := time.Since(seenAt); silent >= l.takeover {
+				r.log.Warn("taking over the unknown-destination check from a replica that stopped renewing it", "holder", st.Holder, "silent_for", silent.Round(time.Millisecond), "checked_seq", st.Checked)
+				take = true
+			}
+		}
+		if take {
+			checked := st.Checked
+			if !st.Stream.Equal(l.stream) {
+				r.log.Warn("the events stream was created again since the unknown-destination check last ran: checking it from the start", "stream", stream.EventsStream, "created", l.stream, "checked_seq_before", st.Checked)
+				checked = 0
+			}
+			rev, err := l.kv.Update(ctx, UnroutedCheckKey, l.state(checked), e.Revision())
+			if err == nil {
+				l.rev = rev
+				return checked, nil
+			}
+			if !isWrongRevision(err) {
+				return 0, fmt.Errorf("take %s/%s: %w", stream.StateBucket, UnroutedCheckKey, err)
+			}
+			continue // someone else wrote it meanwhile: look again
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(leaseRenew):
+		}
+	}
+}
+
+// keep renews the lease with the progress in done every leaseRenew until ctx
+// ends. It returns an error when the lease was lost.
+func (l *checkLease) keep(ctx context.Context, done *atomic.Uint64) error {
+	t := time.NewTicker(leaseRenew)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, leaseRenew)
+		rev, err := l.kv.Update(rctx, UnroutedCheckKey, l.state(done.Load()), l.rev)
+		cancel()
+		switch {
+		case err == nil:
+			l.rev = rev
+		case isWrongRevision(err) || errors.Is(err, jetstream.ErrKeyNotFound):
+			return errors.New("another replica took over the unknown-destination check (this one did not renew its lease in time)")
+		}
+		// Any other error (NATS unreachable): try again next tick. If it
+		// lasts, another replica takes over and the next write finds out.
+	}
+}
+
+// release gives the lease up, recording that events up to checked are
+// checked. If it fails, the lease lapses after the takeover time instead.
+func (l *checkLease) release(checked uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, _ = l.kv.Update(ctx, UnroutedCheckKey, CheckState{Checked: checked, Stream: l.stream}.encode(), l.rev)
+}
+
+// state is the lease's value while this replica holds it.
+func (l *checkLease) state(checked uint64) []byte {
+	return CheckState{Holder: l.id, Checked: checked, Stream: l.stream}.encode()
+}
+
+// isWrongRevision reports a compare-and-set that lost: the key changed since
+// (nats.go reports it as ErrKeyExists, on Update too).
+func isWrongRevision(err error) bool { return errors.Is(err, jetstream.ErrKeyExists) }
+
+// legacyCheckFloor is where the check starts the first time: after what the
+// durable consumer of earlier versions acknowledged, or from the start.
+func (r *Relay) legacyCheckFloor(ctx context.Context) (uint64, error) {
+	c, err := r.cfg.JS.Consumer(ctx, stream.EventsStream, legacyUnroutedConsumer)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("look up consumer %s: %w", legacyUnroutedConsumer, err)
+	}
+	return c.CachedInfo().AckFloor.Stream, nil
+}
+
+// dropLegacyUnrouted deletes the durable consumer of earlier versions, which
+// the check replaces.
+func (r *Relay) dropLegacyUnrouted(ctx context.Context) {
+	err := r.cfg.JS.DeleteConsumer(ctx, stream.EventsStream, legacyUnroutedConsumer)
+	if err == nil {
+		r.log.Info("deleted consumer " + legacyUnroutedConsumer + " of an earlier relay version; the unknown-destination check continues where it left off")
+	}
+}
+
+// scanUnrouted checks every event stored after sequence checked, in order,
+// until ctx ends, and stores in done the sequence up to which it has.
+func (r *Relay) scanUnrouted(ctx context.Context, checked uint64, done *atomic.Uint64) error {
+	cfg := jetstream.OrderedConsumerConfig{
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		// It needs only the subject and sequence: no bodies on this path.
+		HeadersOnly: true,
+	}
+	if checked > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, checked+1
+	}
+	cons, err := r.cfg.JS.OrderedConsumer(ctx, stream.EventsStream, cfg)
+	if err != nil {
+		return fmt.Errorf("read stream %s: %w", stream.EventsStream, err)
+	}
+	iter, err := cons.Messages(jetstream.PullMaxMessages(1000), jetstream.PullHeartbeat(pullHeartbeat)) // a stall ends within 4s, as in consume
+	if err != nil {
+		return fmt.Errorf("read stream %s: %w", stream.EventsStream, err)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-stop:
+		}
+		iter.Stop()
+	}()
+	for {
+		msg, err := stream.NextMsg(iter, r.cfg.JS.Conn())
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return ctx.Err()
+			}
+			return fmt.Errorf("read stream %s: %w", stream.EventsStream, err)
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			continue // not from a consumer; cannot happen
+		}
+		// What cannot be decided now is tried again, in place: the check
+		// moves past an event only once it is settled.
+		for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+			err := r.checkRouted(ctx, msg)
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			r.log.Warn("cannot check or dead-letter an event for an unknown destination (retrying)", "subject", msg.Subject(), "seq", meta.Sequence.Stream, "retry_in", wait, "err", err)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(wait):
+			}
+		}
+		done.Store(meta.Sequence.Stream)
+	}
+}
+
+// checkRouted returns nil when msg's destination is known, or once msg is
+// dead-lettered.
+func (r *Relay) checkRouted(ctx context.Context, msg jetstream.Msg) error {
+	ev, err := eventOf(msg)
+	if err != nil {
+		return nil // not an event relay can read; nothing to route
+	}
+	if d, ok := r.dests.get(ev.dest); ok && ev.seq >= d.StartSeq {
+		return nil
+	}
+	return r.deadLetterUnrouted(ctx, ev)
+}
+
+// deadLetterUnrouted asks the store, which is authoritative, whether ev's
+// destination exists; if not, it dead-letters ev.
+func (r *Relay) deadLetterUnrouted(ctx context.Context, ev event) error {
+	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
+	defer cancel()
+	d, err := r.store.Get(ctx, ev.dest)
+	if err == nil && ev.seq >= d.StartSeq {
+		return nil
+	}
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	// The check reads headers only: read the whole event for the letter.
+	full, err := r.events.GetMsg(ctx, ev.seq)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil // gone meanwhile (deleted, or aged out): nothing to keep
+		}
+		return err
+	}
+	ev.body, ev.hdr = full.Data, full.Header
+	out := Outcome{Dest: ev.dest, EventID: ev.id, Seq: ev.seq, Decision: Decision{Action: DeadLetter, Reason: ReasonUnknownDestination}}
+	if err := r.writeDeadLetter(ctx, ev, 0, &out); err != nil {
+		return err
+	}
+	r.logOutcome(out)
+	if r.cfg.OnDelivery != nil {
+		r.cfg.OnDelivery(out)
+	}
+	return nil
+}

@@ -1,0 +1,211 @@
+package relay
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/streamtest"
+)
+
+// deadLettered records the stream sequences a relay dead-lettered.
+type deadLettered struct {
+	mu   sync.Mutex
+	seqs []uint64
+}
+
+func (d *deadLettered) add(o Outcome) {
+	if o.Decision.Action == DeadLetter {
+		d.mu.Lock()
+		d.seqs = append(d.seqs, o.Seq)
+		d.mu.Unlock()
+	}
+}
+
+func (d *deadLettered) list() []uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]uint64(nil), d.seqs...)
+}
+
+// publishGhosts publishes n events for a destination that does not exist.
+func publishGhosts(t *testing.T, js jetstream.JetStream, n int) {
+	t.Helper()
+	for range n {
+		_, err := js.Publish(context.Background(), "relay.in.ghost", []byte(`{}`))
+		require.NoError(t, err)
+	}
+}
+
+func runRelay(t *testing.T, cfg Config) {
+	t.Helper()
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	r, err := New(ctx, cfg)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+}
+
+func waitCheckState(t *testing.T, js jetstream.JetStream, what string, cond func(CheckState) bool) CheckState {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, ok, err := ReadCheckState(context.Background(), js)
+		require.NoError(t, err)
+		if ok && cond(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for the check state: %s (last: %+v)", what, st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// eventsCreated is when the events stream was created.
+func eventsCreated(t *testing.T, js jetstream.JetStream) time.Time {
+	t.Helper()
+	s, err := js.Stream(context.Background(), stream.EventsStream)
+	require.NoError(t, err)
+	return s.CachedInfo().Created
+}
+
+func putCheckState(t *testing.T, js jetstream.JetStream, st CheckState) {
+	t.Helper()
+	kv, err := js.KeyValue(context.Background(), stream.StateBucket)
+	require.NoError(t, err)
+	_, err = kv.Put(context.Background(), UnroutedCheckKey, st.encode())
+	require.NoError(t, err)
+}
+
+// A replica that holds the check and goes silent (killed, partitioned) is
+// taken over after CheckTakeover, from the sequence it recorded: what it
+// had checked is not checked again, and nothing after it is skipped.
+func TestCheckTakesOverFromASilentHolderWhereItLeftOff(t *testing.T) {
+	t.Parallel()
+	srv := streamtest.Start(t)
+	publishGhosts(t, srv.JS, 5)
+	putCheckState(t, srv.JS, CheckState{Holder: "r-gone", Checked: 3, Stream: eventsCreated(t, srv.JS)})
+
+	const takeover = 2 * time.Second
+	var dl deadLettered
+	start := time.Now()
+	runRelay(t, Config{JS: srv.JS, CheckTakeover: takeover, OnDelivery: dl.add})
+
+	st := waitCheckState(t, srv.JS, "taken over and caught up", func(st CheckState) bool {
+		return st.Holder != "r-gone" && st.Checked == 5
+	})
+	require.GreaterOrEqual(t, time.Since(start), takeover, "the silent holder kept the check for CheckTakeover")
+	require.NotEmpty(t, st.Holder)
+	require.ElementsMatch(t, []uint64{4, 5}, dl.list(), "only the events after the recorded sequence are checked")
+
+	// And it goes on with new events.
+	publishGhosts(t, srv.JS, 1)
+	waitCheckState(t, srv.JS, "checked the new event", func(st CheckState) bool { return st.Checked == 6 })
+	require.ElementsMatch(t, []uint64{4, 5, 6}, dl.list())
+}
+
+// A replica whose lease was taken stops checking: the next renewal finds
+// the key changed.
+func TestCheckLeaseIsLostWhenTheKeyChanges(t *testing.T) {
+	t.Parallel()
+	srv := streamtest.Start(t)
+	ctx := context.Background()
+	r, err := New(ctx, Config{JS: srv.JS, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	kv, err := srv.JS.KeyValue(ctx, stream.StateBucket)
+	require.NoError(t, err)
+
+	l := &checkLease{kv: kv, id: "r-a", takeover: 10 * time.Second}
+	checked, err := l.acquire(ctx, r)
+	require.NoError(t, err)
+	require.Zero(t, checked, "a new check starts at the beginning")
+
+	// A second replica waits while the first renews.
+	other := &checkLease{kv: kv, id: "r-b", takeover: 10 * time.Second}
+	octx, ocancel := context.WithTimeout(ctx, 3*time.Second)
+	defer ocancel()
+	var done atomic.Uint64
+	done.Store(7)
+	kctx, kcancel := context.WithCancel(ctx)
+	kept := make(chan error, 1)
+	go func() { kept <- l.keep(kctx, &done) }()
+	_, err = other.acquire(octx, r)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "no takeover while the holder renews")
+	st, _, err := ReadCheckState(ctx, srv.JS)
+	require.NoError(t, err)
+	created := eventsCreated(t, srv.JS)
+	require.Equal(t, "r-a", st.Holder)
+	require.EqualValues(t, 7, st.Checked, "renewals record the progress")
+	require.True(t, created.Equal(st.Stream), "and which stream it counts in")
+
+	// Someone else writes the key: the holder finds out at its next renewal.
+	putCheckState(t, srv.JS, CheckState{Holder: "r-c", Checked: 7, Stream: created})
+	select {
+	case err := <-kept:
+		require.ErrorContains(t, err, "another replica took over")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the holder did not notice it lost the lease")
+	}
+	kcancel()
+
+	// Released, the lease is free at once.
+	putCheckState(t, srv.JS, CheckState{Checked: 9, Stream: created})
+	checked, err = other.acquire(ctx, r)
+	require.NoError(t, err)
+	require.EqualValues(t, 9, checked)
+}
+
+// The first run of the check after an upgrade starts where the durable
+// consumer of earlier versions got to, and deletes that consumer.
+func TestCheckStartsAfterTheLegacyConsumersAckFloor(t *testing.T) {
+	t.Parallel()
+	srv := streamtest.Start(t)
+	ctx := context.Background()
+	publishGhosts(t, srv.JS, 4)
+	legacy, err := srv.JS.CreateConsumer(ctx, stream.EventsStream, jetstream.ConsumerConfig{
+		Durable: legacyUnroutedConsumer, AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	require.NoError(t, err)
+	batch, err := legacy.Fetch(2)
+	require.NoError(t, err)
+	for m := range batch.Messages() {
+		require.NoError(t, m.DoubleAck(ctx))
+	}
+	require.NoError(t, batch.Error())
+
+	var dl deadLettered
+	runRelay(t, Config{JS: srv.JS, OnDelivery: dl.add})
+	waitCheckState(t, srv.JS, "caught up", func(st CheckState) bool { return st.Checked == 4 })
+	require.ElementsMatch(t, []uint64{3, 4}, dl.list(), "what the old consumer acked is not checked again")
+	_, err = srv.JS.Consumer(ctx, stream.EventsStream, legacyUnroutedConsumer)
+	require.ErrorIs(t, err, jetstream.ErrConsumerNotFound, "the old consumer is deleted")
+}
+
+// A check state recorded for an events stream that was since deleted and
+// created again (its sequences start at 1 again) does not skip the new
+// stream's events.
+func TestCheckStartsOverOnARecreatedStream(t *testing.T) {
+	t.Parallel()
+	srv := streamtest.Start(t)
+	publishGhosts(t, srv.JS, 2)
+	putCheckState(t, srv.JS, CheckState{Checked: 100, Stream: eventsCreated(t, srv.JS).Add(-time.Hour)})
+
+	var dl deadLettered
+	runRelay(t, Config{JS: srv.JS, OnDelivery: dl.add})
+	waitCheckState(t, srv.JS, "checked the new stream", func(st CheckState) bool { return st.Checked == 2 })
+	require.ElementsMatch(t, []uint64{1, 2}, dl.list())
+}
