@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/relay"
@@ -645,4 +646,49 @@ func TestFaultKillAfter2xxBeforeAckOrdered(t *testing.T) {
 		require.Equal(t, res.ID, h.ID, "same webhook-id on every request")
 	}
 	require.Empty(t, e.deadLetters("killord"))
+}
+
+// The replica holding the unknown-destination check is SIGKILLed while
+// events for a destination that does not exist keep coming. The other
+// replica takes the check over once the lease has been silent for
+// CheckTakeover (10s), from the sequence the killed one recorded last: every
+// such event is dead-lettered exactly once. (Events the killed one checked
+// after its last record are checked again; their second dead letter is
+// dropped by JetStream's dedup.)
+func TestFaultKilledCheckHolderIsTakenOver(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	p1 := faultRun(t, e.url)
+	var first relay.CheckState
+	eventually(t, 20*time.Second, func() bool {
+		st, ok, err := relay.ReadCheckState(ctx, e.js)
+		first = st
+		return err == nil && ok && st.Holder != ""
+	}, "the first relay holds the check")
+	faultRun(t, e.url)
+
+	published := map[string]string{}
+	publish := func(from, to int) {
+		for i := from; i < to; i++ {
+			id, body := fmt.Sprintf("g%d", i), fmt.Sprintf(`{"n":%d}`, i)
+			m := nats.NewMsg("relay.in.ghost")
+			m.Data = []byte(body)
+			m.Header.Set("Nats-Msg-Id", id)
+			_, err := e.js.PublishMsg(ctx, m)
+			require.NoError(t, err)
+			published[id] = body
+		}
+	}
+	publish(0, 500)
+	eventually(t, 30*time.Second, func() bool { return len(e.deadLetters("ghost")) >= 100 }, "the first relay dead-letters some")
+	require.NoError(t, p1.cmd.Process.Signal(syscall.SIGKILL))
+	<-p1.exited
+	publish(500, 1000)
+
+	eventually(t, 60*time.Second, func() bool {
+		st, _, err := relay.ReadCheckState(ctx, e.js)
+		return err == nil && st.Holder != "" && st.Holder != first.Holder && st.Checked == 1000
+	}, "the second relay took the check over and checked all 1000 events")
+	faultLedger(t, e, nil, "ghost", published, 0)
 }
