@@ -36,8 +36,7 @@ import (
 const UnroutedCheckKey = "unrouted-check"
 
 // legacyUnroutedConsumer is the durable consumer earlier versions read every
-// event with. Its ack floor is where the check starts when it first runs; then
-// it is deleted.
+// event with. Its ack floor is where the check starts when it first runs.
 const legacyUnroutedConsumer = "relay_unrouted"
 
 // leaseRenew is how often the holder of the check rewrites its lease.
@@ -120,7 +119,6 @@ func (r *Relay) checkUnrouted(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	r.dropLegacyUnrouted(ctx)
 
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -258,7 +256,10 @@ func (l *checkLease) state(checked uint64) []byte {
 func isWrongRevision(err error) bool { return errors.Is(err, jetstream.ErrKeyExists) }
 
 // legacyCheckFloor is where the check starts the first time: after what the
-// durable consumer of earlier versions acknowledged, or from the start.
+// durable consumer of earlier versions acknowledged, or from the start. That
+// consumer is left alone: replicas of the earlier version still running
+// during an upgrade use it (and would create it again, reading every event
+// from the start, if it were deleted).
 func (r *Relay) legacyCheckFloor(ctx context.Context) (uint64, error) {
 	c, err := r.cfg.JS.Consumer(ctx, stream.EventsStream, legacyUnroutedConsumer)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
@@ -267,16 +268,9 @@ func (r *Relay) legacyCheckFloor(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("look up consumer %s: %w", legacyUnroutedConsumer, err)
 	}
-	return c.CachedInfo().AckFloor.Stream, nil
-}
-
-// dropLegacyUnrouted deletes the durable consumer of earlier versions, which
-// the check replaces.
-func (r *Relay) dropLegacyUnrouted(ctx context.Context) {
-	err := r.cfg.JS.DeleteConsumer(ctx, stream.EventsStream, legacyUnroutedConsumer)
-	if err == nil {
-		r.log.Info("deleted consumer " + legacyUnroutedConsumer + " of an earlier relay version; the unknown-destination check continues where it left off")
-	}
+	floor := c.CachedInfo().AckFloor.Stream
+	r.log.Info("the unknown-destination check starts where consumer "+legacyUnroutedConsumer+" of an earlier relay version got to; delete that consumer once no replica of that version runs ('nats consumer rm "+stream.EventsStream+" "+legacyUnroutedConsumer+"')", "seq", floor)
+	return floor, nil
 }
 
 // scanUnrouted checks every event stored after sequence checked, in order,

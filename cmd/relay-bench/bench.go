@@ -44,7 +44,9 @@ type bench struct {
 	sink    *sinkProc
 	hc      *http.Client // talks to the sink's /count, /stats, /reset
 
-	settles int // settle runs so far, to name their logs
+	settles int    // settle runs so far, to name their logs
+	servers int    // embedded servers started so far, to name their directories
+	natsDir string // the current server's data directory
 
 	// figures later scenarios compare with
 	relayRateA float64
@@ -67,35 +69,7 @@ func newBench(ctx context.Context, o options) (b *bench, err error) {
 	if err := os.MkdirAll(b.logDir, 0o755); err != nil {
 		return b, err
 	}
-	b.ns, err = stream.StartEmbedded(stream.EmbeddedConfig{
-		DataDir: filepath.Join(b.tmp, "nats"),
-		Host:    "127.0.0.1",
-		Port:    -1,
-		Name:    "relay-bench",
-	})
-	if err != nil {
-		return b, err
-	}
-	b.natsURL = b.ns.ClientURL()
-	b.nc, err = nats.Connect(b.natsURL, nats.Name("relay-bench publisher"))
-	if err != nil {
-		return b, fmt.Errorf("connect to the embedded NATS server: %w", err)
-	}
-	b.js, err = jetstream.New(b.nc)
-	if err != nil {
-		return b, err
-	}
-	sctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if err := stream.Ensure(sctx, b.js, stream.Config{}); err != nil {
-		return b, fmt.Errorf("set up relay's streams: %w", err)
-	}
-	b.store, err = relay.NewStore(sctx, b.js)
-	if err != nil {
-		return b, err
-	}
-	b.pub, err = newPublisher(b.nc)
-	if err != nil {
+	if err := b.startNATS(ctx); err != nil {
 		return b, err
 	}
 	b.sink, err = startSink(ctx, b.logDir)
@@ -113,18 +87,73 @@ func (b *bench) close() {
 			fmt.Fprintln(os.Stderr, "relay-bench:", err)
 		}
 	}
-	if b.nc != nil {
-		b.nc.Close()
-	}
-	if b.ns != nil {
-		b.ns.Shutdown()
-		b.ns.WaitForShutdown()
-	}
+	b.stopNATS()
 	if b.tmp != "" {
 		if err := os.RemoveAll(b.tmp); err != nil {
 			fmt.Fprintln(os.Stderr, "relay-bench: removing", b.tmp+":", err)
 		}
 	}
+}
+
+// startNATS starts an embedded NATS server with file storage in a new data
+// directory, connects to it, and sets up relay's streams, the destination
+// store and the publisher.
+func (b *bench) startNATS(ctx context.Context) (err error) {
+	b.servers++
+	b.natsDir = filepath.Join(b.tmp, "nats-"+strconv.Itoa(b.servers))
+	b.ns, err = stream.StartEmbedded(stream.EmbeddedConfig{
+		DataDir: b.natsDir,
+		Host:    "127.0.0.1",
+		Port:    -1,
+		Name:    "relay-bench",
+	})
+	if err != nil {
+		return err
+	}
+	b.natsURL = b.ns.ClientURL()
+	b.nc, err = nats.Connect(b.natsURL, nats.Name("relay-bench publisher"))
+	if err != nil {
+		return fmt.Errorf("connect to the embedded NATS server: %w", err)
+	}
+	b.js, err = jetstream.New(b.nc)
+	if err != nil {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := stream.Ensure(sctx, b.js, stream.Config{}); err != nil {
+		return fmt.Errorf("set up relay's streams: %w", err)
+	}
+	b.store, err = relay.NewStore(sctx, b.js)
+	if err != nil {
+		return err
+	}
+	b.pub, err = newPublisher(b.nc)
+	return err
+}
+
+// stopNATS stops the embedded server and removes its data directory.
+func (b *bench) stopNATS() {
+	if b.nc != nil {
+		b.nc.Close()
+		b.nc = nil
+	}
+	if b.ns != nil {
+		b.ns.Shutdown()
+		b.ns.WaitForShutdown()
+		b.ns = nil
+		if err := os.RemoveAll(b.natsDir); err != nil {
+			fmt.Fprintln(os.Stderr, "relay-bench: removing", b.natsDir+":", err)
+		}
+	}
+}
+
+// restartNATS replaces the embedded server by a new one with no data, so
+// that the next scenario does not measure what an earlier one left in the
+// server: the duplicate-detection window's ids, caches, consumers.
+func (b *bench) restartNATS(ctx context.Context) error {
+	b.stopNATS()
+	return b.startNATS(ctx)
 }
 
 func (b *bench) sinkURL(dest string) string { return "http://" + b.sink.addr + "/d/" + dest }

@@ -41,6 +41,7 @@ type options struct {
 	window       int
 	cpuProfile   string
 	loopInBench  bool
+	sharedNATS   bool
 	aRounds      int
 	loopCPUProf  string
 }
@@ -97,6 +98,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (embedded NATS, publisher; with -loop-in-bench also the minimal loop, whose goroutines carry the label part=minimal-loop) to this file")
 	fs.IntVar(&o.aRounds, "a-rounds", 3, "rounds of scenario (a), each relay and the minimal loop; the targets use the median")
 	fs.StringVar(&o.loopCPUProf, "loop-cpuprofile", "", "write a CPU profile of each minimal-loop process to this file, suffixed with .<destination>")
+	fs.BoolVar(&o.sharedNATS, "shared-nats", false, "run all scenarios on one embedded NATS server, as before the fourth round, instead of a new one (no data) for each")
 	fs.BoolVar(&o.loopInBench, "loop-in-bench", false, "run the minimal loop inside the bench process (with the embedded NATS server) instead of as a process of its own")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -195,7 +197,18 @@ func run(o options) error {
 	}
 	rep.LoadStart = loadAvg()
 	started := time.Now()
-	for _, s := range o.scenarios {
+	for i, s := range o.scenarios {
+		if i > 0 && !o.sharedNATS {
+			// What the last scenario left in the server is not the next
+			// one's to carry: a new server, with no data, for each.
+			if err := b.checkDLQ(ctx, rep); err != nil {
+				return err
+			}
+			logf("new embedded NATS server for scenario (%s)", s)
+			if err := b.restartNATS(ctx); err != nil {
+				return err
+			}
+		}
 		logf("scenario (%s)", s)
 		rs, err := steps[s](ctx)
 		if err != nil {

@@ -68,6 +68,7 @@ type optsJSON struct {
 	Concurrency  int     `json:"concurrency"`
 	LoopWorkers  int     `json:"loop_workers"`
 	LoopInBench  bool    `json:"loop_in_bench"`
+	SharedNATS   bool    `json:"shared_nats"`
 	ARounds      int     `json:"a_rounds"`
 	LoopCPUProf  bool    `json:"loop_cpu_profiled,omitempty"` // profiling adds to the loop's CPU
 	Window       int     `json:"window"`
@@ -85,7 +86,7 @@ func newReport(o options) *report {
 			" (environment without RELAY_* variables)",
 		Options: optsJSON{N: o.n, Backlog: o.backlog, FailN: o.failN, RedisN: o.redisN, Scenarios: strings.Join(o.scenarios, ","),
 			Rate: o.rate, Duration: o.duration.String(), LoopDuration: o.loopDuration.String(), Concurrency: o.concurrency,
-			LoopWorkers: o.loopWorkers, LoopInBench: o.loopInBench, ARounds: o.aRounds, LoopCPUProf: o.loopCPUProf != "", Window: o.window},
+			LoopWorkers: o.loopWorkers, LoopInBench: o.loopInBench, SharedNATS: o.sharedNATS, ARounds: o.aRounds, LoopCPUProf: o.loopCPUProf != "", Window: o.window},
 	}
 	if bi, err := buildinfo.ReadFile(o.relay); err == nil {
 		r.RelayBuild = bi.GoVersion
@@ -134,8 +135,8 @@ func machineInfo() machine {
 	return m
 }
 
-// checkDLQ records how many dead letters the run produced (none expected)
-// and how many events the stream holds.
+// checkDLQ adds to the report how many dead letters the current server holds
+// (none expected) and how many events.
 func (b *bench) checkDLQ(ctx context.Context, r *report) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -147,10 +148,10 @@ func (b *bench) checkDLQ(ctx context.Context, r *report) error {
 	if err != nil {
 		return err
 	}
-	r.DeadLetters = int64(info.State.Msgs)
+	r.DeadLetters += int64(info.State.Msgs)
 	if s, err := b.js.Stream(cctx, stream.EventsStream); err == nil {
 		if info, err := s.Info(cctx); err == nil {
-			r.EventsInStore = int64(info.State.Msgs)
+			r.EventsInStore += int64(info.State.Msgs)
 		}
 	}
 	return nil
@@ -287,7 +288,11 @@ func (r *report) text(w io.Writer) {
 	fmt.Fprintf(w, "command:  %s\n", r.Command)
 	fmt.Fprintf(w, "machine:  %d CPUs (%s), %s/%s, kernel %s, %d MB RAM\n", m.CPUs, m.CPUModel, m.OS, m.Arch, m.Kernel, m.MemTotalMB)
 	fmt.Fprintf(w, "go:       %s (bench); relay binary %s built with %s\n", r.GoVersion, r.RelayBinary, r.RelayBuild)
-	fmt.Fprintf(w, "nats:     nats-server %s, embedded in the bench process (file storage)\n", r.NATSVersion)
+	servers := "a new one with no data for each scenario"
+	if r.Options.SharedNATS {
+		servers = "one for all scenarios (-shared-nats)"
+	}
+	fmt.Fprintf(w, "nats:     nats-server %s, embedded in the bench process (file storage), %s\n", r.NATSVersion, servers)
 	fmt.Fprintf(w, "relay:    %s\n", r.RelayCommand)
 	where := "in a process of its own"
 	if r.Options.LoopInBench {
@@ -331,7 +336,7 @@ func (r *report) text(w io.Writer) {
 			notes = append(notes, x.label()+": "+n)
 		}
 	}
-	notes = append(notes, fmt.Sprintf("dead letters after the run: %d; events in RELAY_EVENTS: %d", r.DeadLetters, r.EventsInStore))
+	notes = append(notes, fmt.Sprintf("dead letters after the run: %d; events in RELAY_EVENTS: %d (summed over the scenarios' servers)", r.DeadLetters, r.EventsInStore))
 	fmt.Fprintf(w, "\nnotes:\n")
 	for _, n := range notes {
 		fmt.Fprintf(w, "  - %s\n", n)
