@@ -425,11 +425,14 @@ func (s *Store) encode(d Destination) []byte {
 	return b
 }
 
+// errStoredCorrupt marks a stored destination that is not valid JSON.
+var errStoredCorrupt = errors.New("stored corrupt")
+
 // decode unmarshals a stored destination and opens its secrets. A secret it
 // cannot open stays sealed (Validate then reports ErrSealed); open is false.
 func (s *Store) decode(name string, b []byte) (d Destination, open bool, err error) {
 	if err := json.Unmarshal(b, &d); err != nil {
-		return Destination{}, false, fmt.Errorf("destination %s is stored corrupt: %w", name, err)
+		return Destination{}, false, fmt.Errorf("destination %s is %w: %w", name, errStoredCorrupt, err)
 	}
 	open = true
 	for _, p := range []*string{&d.Secret, &d.PrevSecret} {

@@ -478,7 +478,7 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 		})
 	}
 	for {
-		msg, err := stream.NextMsg(iter, r.cfg.JS.Conn())
+		msg, err := stream.NextMsg(context.Background(), iter, r.cfg.JS.Conn()) // stopped by iter.Stop()
 		if err != nil {
 			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 				break

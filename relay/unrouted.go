@@ -126,12 +126,15 @@ func (r *Relay) checkUnrouted(ctx context.Context, id string) error {
 	done.Store(checked)
 	kept := make(chan error, 1)
 	go func() {
-		kept <- l.keep(sctx, &done)
+		kept <- l.keep(sctx, r.cfg.JS, &done)
 		stop() // lease lost: stop checking at once
 	}()
 	err = r.scanUnrouted(sctx, checked, &done)
 	stop()
 	if lerr := <-kept; lerr != nil {
+		if !errors.Is(lerr, errLeaseLost) {
+			l.release(done.Load()) // the stream changed: recorded against the old one
+		}
 		return lerr
 	}
 	// The scan has returned: release the lease with where it got, so that
@@ -172,7 +175,16 @@ func (l *checkLease) acquire(ctx context.Context, r *Relay) (uint64, error) {
 			continue // another replica created it first
 		}
 		if err != nil {
-			return 0, fmt.Errorf("read %s/%s: %w", stream.StateBucket, UnroutedCheckKey, err)
+			// NATS unreachable, a leader election: look again, and count
+			// the holder's silence afresh (it may be as cut off as we are).
+			r.log.Debug("cannot read the unknown-destination check's lease (retrying)", "err", err)
+			seenRev = 0
+			select {
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			case <-time.After(leaseRenew):
+			}
+			continue
 		}
 		st, err := decodeCheckState(e.Value())
 		if err != nil {
@@ -213,37 +225,81 @@ func (l *checkLease) acquire(ctx context.Context, r *Relay) (uint64, error) {
 	}
 }
 
+// streamCheckEvery is how many renewals pass between looks at whether the
+// events stream was created again under the check.
+const streamCheckEvery = 10
+
 // keep renews the lease with the progress in done every leaseRenew until ctx
-// ends. It returns an error when the lease was lost.
-func (l *checkLease) keep(ctx context.Context, done *atomic.Uint64) error {
+// ends. It returns an error when the lease was lost, or when the events
+// stream was created again (its sequences start over).
+func (l *checkLease) keep(ctx context.Context, js jetstream.JetStream, done *atomic.Uint64) error {
 	t := time.NewTicker(leaseRenew)
 	defer t.Stop()
-	for {
+	for n := 1; ; n++ {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
-		rctx, cancel := context.WithTimeout(ctx, leaseRenew)
-		rev, err := l.kv.Update(rctx, UnroutedCheckKey, l.state(done.Load()), l.rev)
-		cancel()
-		switch {
-		case err == nil:
-			l.rev = rev
-		case isWrongRevision(err) || errors.Is(err, jetstream.ErrKeyNotFound):
-			return errors.New("another replica took over the unknown-destination check (this one did not renew its lease in time)")
+		if err := l.write(l.state(done.Load())); err != nil {
+			return err
 		}
-		// Any other error (NATS unreachable): try again next tick. If it
-		// lasts, another replica takes over and the next write finds out.
+		if n%streamCheckEvery == 0 {
+			sctx, cancel := context.WithTimeout(ctx, leaseRenew)
+			s, err := js.Stream(sctx, stream.EventsStream)
+			cancel()
+			if err == nil && !s.CachedInfo().Created.Equal(l.stream) {
+				return fmt.Errorf("stream %s was created again; the check starts over on it", stream.EventsStream)
+			}
+		}
 	}
+}
+
+// errLeaseLost says another replica holds the check now.
+var errLeaseLost = errors.New("another replica took over the unknown-destination check (this one did not renew its lease in time)")
+
+// write replaces the lease's value if this replica still holds it. An error
+// other than errLeaseLost (NATS unreachable) is not returned: the next write
+// tries again, and if it lasts, another replica takes over and a later
+// write finds out.
+//
+// It does not use the caller's context: a write cancelled after the server
+// applied it would leave l.rev behind, and the next write would fail.
+func (l *checkLease) write(value []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*leaseRenew)
+	defer cancel()
+	rev, err := l.kv.Update(ctx, UnroutedCheckKey, value, l.rev)
+	if err == nil {
+		l.rev = rev
+		return nil
+	}
+	if !isWrongRevision(err) && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	// Changed since our last write. Still ours (an earlier write that
+	// timed out here but was applied)? Then write again on its revision.
+	e, gerr := l.kv.Get(ctx, UnroutedCheckKey)
+	if gerr != nil {
+		return errLeaseLost
+	}
+	if st, derr := decodeCheckState(e.Value()); derr != nil || st.Holder != l.id {
+		return errLeaseLost
+	}
+	rev, err = l.kv.Update(ctx, UnroutedCheckKey, value, e.Revision())
+	if err == nil {
+		l.rev = rev
+		return nil
+	}
+	if isWrongRevision(err) {
+		return errLeaseLost
+	}
+	return nil
 }
 
 // release gives the lease up, recording that events up to checked are
 // checked. If it fails, the lease lapses after the takeover time instead.
 func (l *checkLease) release(checked uint64) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_, _ = l.kv.Update(ctx, UnroutedCheckKey, CheckState{Checked: checked, Stream: l.stream}.encode(), l.rev)
+	_ = l.write(CheckState{Checked: checked, Stream: l.stream}.encode())
 }
 
 // state is the lease's value while this replica holds it.
@@ -251,9 +307,9 @@ func (l *checkLease) state(checked uint64) []byte {
 	return CheckState{Holder: l.id, Checked: checked, Stream: l.stream}.encode()
 }
 
-// isWrongRevision reports a compare-and-set that lost: the key changed since
-// (nats.go reports it as ErrKeyExists, on Update too).
-func isWrongRevision(err error) bool { return errors.Is(err, jetstream.ErrKeyExists) }
+// isWrongRevision reports an Update that lost its compare-and-set: the key
+// changed since (error code 10071, or 10164 on a replicated bucket).
+func isWrongRevision(err error) bool { return errors.Is(err, jetstream.ErrKeyRevisionMismatch) }
 
 // legacyCheckFloor is where the check starts the first time: after what the
 // durable consumer of earlier versions acknowledged, or from the start. That
@@ -280,6 +336,12 @@ func (r *Relay) scanUnrouted(ctx context.Context, checked uint64, done *atomic.U
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		// It needs only the subject and sequence: no bodies on this path.
 		HeadersOnly: true,
+		// A consumer left behind by a replica that died goes soon.
+		InactiveThreshold: 30 * time.Second,
+		// The client recreates the consumer when it loses its place; if
+		// that keeps failing, the scan stops with an error and starts
+		// again (and another replica can take over) rather than hang.
+		MaxResetAttempts: 5,
 	}
 	if checked > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, checked+1
@@ -301,8 +363,8 @@ func (r *Relay) scanUnrouted(ctx context.Context, checked uint64, done *atomic.U
 		}
 		iter.Stop()
 	}()
-	for {
-		msg, err := stream.NextMsg(iter, r.cfg.JS.Conn())
+	for ctx.Err() == nil {
+		msg, err := stream.NextMsg(ctx, iter, r.cfg.JS.Conn())
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 				return ctx.Err()
@@ -332,6 +394,7 @@ func (r *Relay) scanUnrouted(ctx context.Context, checked uint64, done *atomic.U
 		}
 		done.Store(meta.Sequence.Stream)
 	}
+	return ctx.Err()
 }
 
 // checkRouted returns nil when msg's destination is known, or once msg is
@@ -352,12 +415,23 @@ func (r *Relay) checkRouted(ctx context.Context, msg jetstream.Msg) error {
 func (r *Relay) deadLetterUnrouted(ctx context.Context, ev event) error {
 	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
 	defer cancel()
-	d, err := r.store.Get(ctx, ev.dest)
-	if err == nil && ev.seq >= d.StartSeq {
-		return nil
-	}
-	if err != nil && !errors.Is(err, ErrNotFound) {
-		return err
+	// A token no destination can be named (nor the store hold as a key)
+	// is unknown without asking.
+	if stream.ValidateDestName(ev.dest) == nil {
+		d, err := r.store.Get(ctx, ev.dest)
+		switch {
+		case err == nil:
+			if ev.seq >= d.StartSeq {
+				return nil
+			}
+		case errors.Is(err, errStoredCorrupt):
+			// It exists, but relay cannot read it (and does not deliver
+			// it): its events wait for an operator, in the stream.
+			r.log.Debug("event for a destination stored corrupt left in the stream", "dest", ev.dest, "seq", ev.seq, "err", err)
+			return nil
+		case !errors.Is(err, ErrNotFound):
+			return err
+		}
 	}
 	// The check reads headers only: read the whole event for the letter.
 	full, err := r.events.GetMsg(ctx, ev.seq)

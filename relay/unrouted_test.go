@@ -129,20 +129,22 @@ func TestCheckLeaseIsLostWhenTheKeyChanges(t *testing.T) {
 	kv, err := srv.JS.KeyValue(ctx, stream.StateBucket)
 	require.NoError(t, err)
 
-	l := &checkLease{kv: kv, id: "r-a", takeover: 10 * time.Second}
+	const takeover = 2 * time.Second
+	l := &checkLease{kv: kv, id: "r-a", takeover: takeover}
 	checked, err := l.acquire(ctx, r)
 	require.NoError(t, err)
 	require.Zero(t, checked, "a new check starts at the beginning")
 
-	// A second replica waits while the first renews.
-	other := &checkLease{kv: kv, id: "r-b", takeover: 10 * time.Second}
-	octx, ocancel := context.WithTimeout(ctx, 3*time.Second)
+	// A second replica waits while the first renews, for longer than the
+	// takeover time.
+	other := &checkLease{kv: kv, id: "r-b", takeover: takeover}
+	octx, ocancel := context.WithTimeout(ctx, 2*takeover+leaseRenew)
 	defer ocancel()
 	var done atomic.Uint64
 	done.Store(7)
 	kctx, kcancel := context.WithCancel(ctx)
 	kept := make(chan error, 1)
-	go func() { kept <- l.keep(kctx, &done) }()
+	go func() { kept <- l.keep(kctx, srv.JS, &done) }()
 	_, err = other.acquire(octx, r)
 	require.ErrorIs(t, err, context.DeadlineExceeded, "no takeover while the holder renews")
 	st, _, err := ReadCheckState(ctx, srv.JS)
@@ -156,7 +158,7 @@ func TestCheckLeaseIsLostWhenTheKeyChanges(t *testing.T) {
 	putCheckState(t, srv.JS, CheckState{Holder: "r-c", Checked: 7, Stream: created})
 	select {
 	case err := <-kept:
-		require.ErrorContains(t, err, "another replica took over")
+		require.ErrorIs(t, err, errLeaseLost)
 	case <-time.After(10 * time.Second):
 		t.Fatal("the holder did not notice it lost the lease")
 	}
@@ -206,4 +208,20 @@ func TestCheckStartsOverOnARecreatedStream(t *testing.T) {
 	runRelay(t, Config{JS: srv.JS, OnDelivery: dl.add})
 	waitCheckState(t, srv.JS, "checked the new stream", func(st CheckState) bool { return st.Checked == 2 })
 	require.ElementsMatch(t, []uint64{1, 2}, dl.list())
+}
+
+// An event whose destination token cannot name a destination (nor be a key
+// of the store) is dead-lettered, and the check goes on past it.
+func TestCheckDeadLettersATokenNoDestinationCanHave(t *testing.T) {
+	t.Parallel()
+	srv := streamtest.Start(t)
+	ctx := context.Background()
+	for _, subj := range []string{"relay.in.orders@v2", "relay.in.Orders", "relay.in.ghost"} {
+		_, err := srv.JS.Publish(ctx, subj, []byte(`{}`))
+		require.NoError(t, err)
+	}
+	var dl deadLettered
+	runRelay(t, Config{JS: srv.JS, OnDelivery: dl.add})
+	waitCheckState(t, srv.JS, "checked all three", func(st CheckState) bool { return st.Checked == 3 })
+	require.ElementsMatch(t, []uint64{1, 2, 3}, dl.list())
 }

@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -30,7 +31,10 @@ var repullChecks = [...]time.Duration{5 * time.Millisecond, 20 * time.Millisecon
 // disconnect, so a plain Next started after that would report a missed
 // heartbeat every two heartbeats, and each report queues one more pull
 // request for the reconnect (more than the client has room for).
-func NextMsg(iter jetstream.MessagesContext, nc *nats.Conn) (jetstream.Msg, error) {
+//
+// The last wait ends when ctx does (context.Background(): only when iter is
+// stopped or a message comes), returning ctx's error.
+func NextMsg(ctx context.Context, iter jetstream.MessagesContext, nc *nats.Conn) (jetstream.Msg, error) {
 	for _, d := range repullChecks {
 		msg, err := iter.Next(jetstream.NextMaxWait(d))
 		if !errors.Is(err, nats.ErrTimeout) {
@@ -38,10 +42,16 @@ func NextMsg(iter jetstream.MessagesContext, nc *nats.Conn) (jetstream.Msg, erro
 		}
 	}
 	for !nc.IsConnected() {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		msg, err := iter.Next(jetstream.NextMaxWait(repullChecks[len(repullChecks)-1]))
 		if !errors.Is(err, nats.ErrTimeout) {
 			return msg, err
 		}
 	}
-	return iter.Next()
+	if ctx.Done() == nil {
+		return iter.Next() // nothing to end it but iter.Stop()
+	}
+	return iter.Next(jetstream.NextContext(ctx))
 }

@@ -35,22 +35,22 @@ func (s *scriptedIter) Next(opts ...jetstream.NextOpt) (jetstream.Msg, error) {
 func TestNextMsgWaitsShortThenPlainly(t *testing.T) {
 	nc := startJS(t).Conn()
 	it := &scriptedIter{answers: []error{nats.ErrTimeout, nats.ErrTimeout, nats.ErrTimeout, nil}}
-	_, err := NextMsg(it, nc)
+	_, err := NextMsg(context.Background(), it, nc)
 	require.NoError(t, err)
 	require.Equal(t, []int{1, 1, 1, 0}, it.opts, "calls with NextMaxWait, then one plain call")
 
 	second := &scriptedIter{answers: []error{nats.ErrTimeout, nil}}
-	_, err = NextMsg(second, nc)
+	_, err = NextMsg(context.Background(), second, nc)
 	require.NoError(t, err)
 	require.Equal(t, []int{1, 1}, second.opts, "a message within the second wait ends it")
 
 	closed := &scriptedIter{answers: []error{jetstream.ErrMsgIteratorClosed}}
-	_, err = NextMsg(closed, nc)
+	_, err = NextMsg(context.Background(), closed, nc)
 	require.ErrorIs(t, err, jetstream.ErrMsgIteratorClosed)
 	require.Equal(t, []int{1}, closed.opts)
 
 	late := &scriptedIter{answers: []error{nats.ErrTimeout, nats.ErrTimeout, nats.ErrTimeout, jetstream.ErrNoHeartbeat}}
-	_, err = NextMsg(late, nc)
+	_, err = NextMsg(context.Background(), late, nc)
 	require.ErrorIs(t, err, jetstream.ErrNoHeartbeat)
 }
 
@@ -74,14 +74,43 @@ func TestNextMsgReturnsAMessageThatComesAfterTheShortWait(t *testing.T) {
 		_, err := js.Publish(ctx, "t.x", []byte("late"))
 		published <- err
 	}()
-	msg, err := NextMsg(iter, js.Conn())
+	msg, err := NextMsg(context.Background(), iter, js.Conn())
 	require.NoError(t, err)
 	require.Equal(t, "late", string(msg.Data()))
 	require.NoError(t, <-published)
 	require.NoError(t, msg.Ack())
 	iter.Stop()
-	_, err = NextMsg(iter, js.Conn())
+	_, err = NextMsg(context.Background(), iter, js.Conn())
 	require.True(t, errors.Is(err, jetstream.ErrMsgIteratorClosed), "got %v", err)
+}
+
+// NextMsg's last, unbounded wait ends with its context: a caller that cannot
+// count on iter.Stop() reaching the iterator (an ordered consumer's reset
+// replaces it) still gets out.
+func TestNextMsgEndsWithItsContext(t *testing.T) {
+	js := startJS(t)
+	ctx := context.Background()
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}})
+	require.NoError(t, err)
+	cons, err := js.CreateOrUpdateConsumer(ctx, "T", jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy})
+	require.NoError(t, err)
+	iter, err := cons.Messages(jetstream.PullMaxMessages(8), jetstream.PullHeartbeat(time.Second))
+	require.NoError(t, err)
+	defer iter.Stop()
+
+	cctx, cancel := context.WithCancel(ctx)
+	got := make(chan error, 1)
+	go func() {
+		_, err := NextMsg(cctx, iter, js.Conn())
+		got <- err
+	}()
+	cancel()
+	select {
+	case err := <-got:
+		require.ErrorIs(t, err, context.Canceled)
+	case <-time.After(10 * time.Second):
+		t.Fatal("NextMsg did not return when its context ended")
+	}
 }
 
 // TestNextMsgRidesOutAnOutageQuietly: while the connection is down, NextMsg
@@ -115,7 +144,7 @@ func TestNextMsgRidesOutAnOutageQuietly(t *testing.T) {
 	go func() {
 		defer close(done)
 		for {
-			m, err := NextMsg(iter, nc)
+			m, err := NextMsg(context.Background(), iter, nc)
 			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 				return
 			}

@@ -256,9 +256,9 @@ func (b *bench) scenarioB(ctx context.Context) ([]*result, error) {
 	}
 	var out []*result
 
-	// The minimal loop at the same rate first, so that the relay process
-	// below has seen (via its unrouted-events check) every event published so
-	// far before its measurement starts.
+	// The minimal loop at the same rate first, so that relay's
+	// unknown-destination check has read the loop's events (in relay's
+	// warm-up) before relay's measurement starts.
 	if b.opts.loopDuration > 0 {
 		l := &result{Scenario: "b", Title: "latency", System: "minimal loop", Rate: rate, LatencyKind: "publish-to-delivery"}
 		if err := b.addPausedDest(ctx, "loopb"); err != nil {
