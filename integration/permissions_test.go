@@ -1,0 +1,172 @@
+package integration
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/stream"
+)
+
+// The NATS permissions the README lists for a relay and for a producer using
+// relay's Go package, exactly as written there.
+var (
+	relayPermissions = &server.Permissions{
+		Publish: &server.SubjectPermission{Allow: []string{
+			"relay.in.>", "relay.dlq.>",
+			"$JS.API.>",
+			"$KV.relay_destinations.>", "$KV.relay_attempts.>", "$KV.relay_replicas.>", "$KV.relay_state.>",
+			"$JS.ACK.RELAY_EVENTS.>",
+		}},
+		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+	}
+	producerPermissions = &server.Permissions{
+		Publish: &server.SubjectPermission{Allow: []string{
+			"relay.in.>",
+			"$JS.API.STREAM.INFO.RELAY_EVENTS", "$JS.API.STREAM.INFO.KV_relay_destinations",
+			"$JS.API.DIRECT.GET.KV_relay_destinations.>",
+		}},
+		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+	}
+)
+
+// violations collects the permission errors the server reports to a client.
+type violations struct {
+	mu   sync.Mutex
+	errs []string
+}
+
+func (v *violations) handler(_ *nats.Conn, _ *nats.Subscription, err error) {
+	v.mu.Lock()
+	v.errs = append(v.errs, err.Error())
+	v.mu.Unlock()
+}
+
+func (v *violations) list() []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return append([]string(nil), v.errs...)
+}
+
+func connectAs(t *testing.T, url, user string, v *violations) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.UserInfo(user, user), nats.ErrorHandler(v.handler))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return js
+}
+
+// A relay connected as a user with only the permissions the README lists
+// sets up its streams, delivers, retries (the attempt history), pauses a
+// destination that answers 410 (a write to the destinations bucket),
+// dead-letters an event for an unknown destination (the check's lease and
+// the dead-letter stream), and replays a dead letter; a producer with its
+// listed permissions publishes through relay's Go package. The server
+// reports no permission violation to either.
+func TestRelayRunsWithTheDocumentedPermissions(t *testing.T) {
+	t.Parallel()
+	s, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+		Users: []*server.User{
+			{Username: "relay", Password: "relay", Permissions: relayPermissions},
+			{Username: "producer", Password: "producer", Permissions: producerPermissions},
+		},
+	})
+	require.NoError(t, err)
+	go s.Start()
+	require.True(t, s.ReadyForConnections(10*time.Second), "NATS server up")
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+
+	ctx := context.Background()
+	var relayErrs, producerErrs violations
+	js := connectAs(t, s.ClientURL(), "relay", &relayErrs)
+	require.NoError(t, stream.Ensure(ctx, js, stream.Config{}))
+	st, err := relay.NewStore(ctx, js)
+	require.NoError(t, err)
+
+	ok := newSink(t, nil)
+	flaky := newSink(t, func(h hit, w http.ResponseWriter) int {
+		if h.N == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return http.StatusServiceUnavailable
+		}
+		w.WriteHeader(http.StatusOK)
+		return http.StatusOK
+	})
+	gone := newSink(t, func(_ hit, w http.ResponseWriter) int {
+		w.WriteHeader(http.StatusGone)
+		return http.StatusGone
+	})
+	for _, d := range []relay.Destination{
+		{Name: "ok", URL: ok.URL},
+		{Name: "flaky", URL: flaky.URL, Retry: fast(3)},
+		{Name: "gone", URL: gone.URL},
+	} {
+		_, err := st.Add(ctx, d)
+		require.NoError(t, err)
+	}
+
+	rctx, cancel := context.WithCancel(ctx)
+	r, err := relay.New(rctx, relay.Config{
+		JS:         js,
+		HTTPClient: relay.NewHTTPClient(relay.HTTPOptions{Guard: relay.NetGuard{Allow: loopback}}),
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+
+	pjs := connectAs(t, s.ClientURL(), "producer", &producerErrs)
+	prod, err := relay.NewProducer(ctx, pjs)
+	require.NoError(t, err)
+	ids := map[string]string{}
+	for _, dest := range []string{"ok", "flaky", "gone"} {
+		res, err := prod.Publish(ctx, relay.Event{Dest: dest, Data: []byte(`{"n":1}`)})
+		require.NoError(t, err, "publish for %s", dest)
+		ids[dest] = res.ID
+	}
+	_, err = js.Publish(ctx, "relay.in.ghost", []byte(`{}`))
+	require.NoError(t, err)
+
+	eventually(t, 30*time.Second, func() bool {
+		g, err := st.Get(ctx, "gone")
+		return ok.delivered()[ids["ok"]] == 1 && flaky.delivered()[ids["flaky"]] == 1 &&
+			err == nil && g.PauseReason == relay.PauseGone
+	}, "delivered to ok, to flaky on its second attempt, and gone paused")
+
+	letters, err := dlq.Open(ctx, js)
+	require.NoError(t, err)
+	var ghost []dlq.Letter
+	eventually(t, 30*time.Second, func() bool {
+		ghost, err = letters.List(ctx, dlq.Filter{Dest: "ghost"}, 0)
+		return err == nil && len(ghost) == 1
+	}, "the ghost event dead-lettered")
+	require.Equal(t, relay.ReasonUnknownDestination, ghost[0].Reason)
+
+	// Replay it once "ghost" exists.
+	_, err = st.Add(ctx, relay.Destination{Name: "ghost", URL: ok.URL})
+	require.NoError(t, err)
+	_, err = letters.Replay(ctx, ghost[0], "")
+	require.NoError(t, err)
+	eventually(t, 30*time.Second, func() bool { return ok.delivered()[ghost[0].EventID] == 1 }, "the replayed event delivered")
+
+	require.Empty(t, relayErrs.list(), "permission errors reported to relay")
+	require.Empty(t, producerErrs.list(), "permission errors reported to the producer")
+}
