@@ -49,6 +49,14 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 	eventually(t, 10*time.Second, func() bool {
 		return rec.count(func(o relay.Outcome) bool { return o.Decision.Action != relay.Retry }) == 3 && e.settled("m")
 	}, "all done")
+	lagZero := `
+# HELP relay_unknown_destination_check_lag Events stored that the check for unknown destinations has not read yet (it grows while no replica runs the check, or while the check is stuck).
+# TYPE relay_unknown_destination_check_lag gauge
+relay_unknown_destination_check_lag 0
+`
+	eventually(t, 10*time.Second, func() bool {
+		return testutil.GatherAndCompare(reg, strings.NewReader(lagZero), "relay_unknown_destination_check_lag") == nil
+	}, "the unknown-destination check's lag exported, and 0 once it caught up")
 
 	expect := `
 # HELP relay_deliveries_total Attempts by outcome: delivered, retried, dead_lettered, or blocked (an ordered key's head retried).

@@ -204,6 +204,7 @@ type StateCollector struct {
 	Timeout  time.Duration   // per scrape; default 5s
 
 	backlog, unacked, retrying, parked, dead, oldest, paused, blocked, up *prometheus.Desc
+	checkLag                                                              *prometheus.Desc
 }
 
 // NewStateCollector returns a collector of destination state.
@@ -222,12 +223,13 @@ func NewStateCollector(js jetstream.JetStream, sched *schedule.Store) *StateColl
 		paused:   d("relay_destination_paused", "1 when the destination is paused (operator, circuit breaker, Retry-After or 410 Gone)."),
 		blocked:  d("relay_blocked_partitions", "Partitions of an ordered destination whose head is being retried."),
 		up:       prometheus.NewDesc("relay_state_scrape_ok", "1 when the destination state could be read.", nil, nil),
+		checkLag: prometheus.NewDesc("relay_unknown_destination_check_lag", "Events stored that the check for unknown destinations has not read yet (it grows while no replica runs the check, or while the check is stuck).", nil, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *StateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.backlog, c.unacked, c.retrying, c.parked, c.dead, c.oldest, c.paused, c.blocked, c.up} {
+	for _, d := range []*prometheus.Desc{c.backlog, c.unacked, c.retrying, c.parked, c.dead, c.oldest, c.paused, c.blocked, c.up, c.checkLag} {
 		ch <- d
 	}
 }
@@ -242,6 +244,9 @@ func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
+	if lag, err := CheckLag(ctx, c.JS); err == nil {
+		ch <- prometheus.MustNewConstMetric(c.checkLag, prometheus.GaugeValue, float64(lag))
+	}
 	now := time.Now()
 	for _, s := range all {
 		g := func(d *prometheus.Desc, v float64) {

@@ -73,6 +73,30 @@ func ReadCheckState(ctx context.Context, js jetstream.JetStream) (CheckState, bo
 	return st, err == nil, err
 }
 
+// CheckLag is how many stream sequences of the events stream the
+// unknown-destination check has not read yet: all of them when it has never
+// run, or ran on an earlier incarnation of the stream.
+func CheckLag(ctx context.Context, js jetstream.JetStream) (uint64, error) {
+	st, _, err := ReadCheckState(ctx, js)
+	if err != nil {
+		return 0, err
+	}
+	s, err := js.Stream(ctx, stream.EventsStream)
+	if err != nil {
+		return 0, fmt.Errorf("look up stream %s: %w", stream.EventsStream, err)
+	}
+	info := s.CachedInfo()
+	checked := st.Checked
+	if !st.Stream.Equal(info.Created) {
+		checked = 0
+	}
+	next := max(checked+1, info.State.FirstSeq) // what aged out is not waiting
+	if info.State.Msgs == 0 || next > info.State.LastSeq {
+		return 0, nil
+	}
+	return info.State.LastSeq - next + 1, nil
+}
+
 func decodeCheckState(b []byte) (CheckState, error) {
 	var st CheckState
 	if err := json.Unmarshal(b, &st); err != nil {

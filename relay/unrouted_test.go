@@ -225,3 +225,25 @@ func TestCheckDeadLettersATokenNoDestinationCanHave(t *testing.T) {
 	waitCheckState(t, srv.JS, "checked all three", func(st CheckState) bool { return st.Checked == 3 })
 	require.ElementsMatch(t, []uint64{1, 2, 3}, dl.list())
 }
+
+// CheckLag counts what the check has not read: everything before it first
+// runs, nothing once it has caught up.
+func TestCheckLagCountsWhatIsNotReadYet(t *testing.T) {
+	t.Parallel()
+	srv := streamtest.Start(t)
+	ctx := context.Background()
+	lag, err := CheckLag(ctx, srv.JS)
+	require.NoError(t, err)
+	require.Zero(t, lag, "an empty stream")
+
+	publishGhosts(t, srv.JS, 3)
+	lag, err = CheckLag(ctx, srv.JS)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, lag, "no check has run")
+
+	runRelay(t, Config{JS: srv.JS})
+	waitCheckState(t, srv.JS, "caught up", func(st CheckState) bool { return st.Checked == 3 })
+	lag, err = CheckLag(ctx, srv.JS)
+	require.NoError(t, err)
+	require.Zero(t, lag)
+}
