@@ -223,7 +223,7 @@ func NewStateCollector(js jetstream.JetStream, sched *schedule.Store) *StateColl
 		paused:   d("relay_destination_paused", "1 when the destination is paused (operator, circuit breaker, Retry-After or 410 Gone)."),
 		blocked:  d("relay_blocked_partitions", "Partitions of an ordered destination whose head is being retried."),
 		up:       prometheus.NewDesc("relay_state_scrape_ok", "1 when the destination state could be read.", nil, nil),
-		checkLag: prometheus.NewDesc("relay_unknown_destination_check_lag", "Events stored that the check for unknown destinations has not read yet (it grows while no replica runs the check, or while the check is stuck).", nil, nil),
+		checkLag: prometheus.NewDesc("relay_unknown_destination_check_lag", "Stream sequences of the events stream that the check for unknown destinations has not read yet (it grows while no replica runs the check, or while the check is stuck).", nil, nil),
 	}
 }
 

@@ -114,7 +114,13 @@ func (st CheckState) encode() []byte {
 // it waits for the lease, checks while it holds it, and waits again.
 func (r *Relay) runUnrouted(ctx context.Context, id string) {
 	for ctx.Err() == nil {
-		if err := r.checkUnrouted(ctx, id); err != nil && ctx.Err() == nil {
+		err := r.checkUnrouted(ctx, id)
+		switch {
+		case ctx.Err() != nil || err == nil:
+		case errors.Is(err, errStreamRecreated):
+			r.log.Warn("the unknown-destination check starts over", "err", err)
+			continue
+		default:
 			r.log.Error("unknown-destination check stopped (retrying in 1s): events for unknown destinations are not dead-lettered meanwhile", "err", err)
 		}
 		select {
@@ -181,6 +187,7 @@ func (l *checkLease) acquire(ctx context.Context, r *Relay) (uint64, error) {
 	l.stream = events.CachedInfo().Created
 	var seenRev uint64
 	var seenAt time.Time
+	failing := 0 // reads failed in a row
 	for {
 		e, err := l.kv.Get(ctx, UnroutedCheckKey)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -199,10 +206,14 @@ func (l *checkLease) acquire(ctx context.Context, r *Relay) (uint64, error) {
 			continue // another replica created it first
 		}
 		if err != nil {
-			// NATS unreachable, a leader election: look again, and count
-			// the holder's silence afresh (it may be as cut off as we are).
-			r.log.Debug("cannot read the unknown-destination check's lease (retrying)", "err", err)
-			seenRev = 0
+			// NATS unreachable, a leader election, a permission missing:
+			// look again. The holder's silence is still counted right: a
+			// holder that renewed meanwhile has a new revision when we next
+			// read it.
+			failing++
+			if failing == int(l.takeover/leaseRenew) {
+				r.log.Warn("cannot read the unknown-destination check's lease (retrying)", "key", stream.StateBucket+"/"+UnroutedCheckKey, "err", err)
+			}
 			select {
 			case <-ctx.Done():
 				return 0, ctx.Err()
@@ -210,6 +221,7 @@ func (l *checkLease) acquire(ctx context.Context, r *Relay) (uint64, error) {
 			}
 			continue
 		}
+		failing = 0
 		st, err := decodeCheckState(e.Value())
 		if err != nil {
 			return 0, err
@@ -273,11 +285,15 @@ func (l *checkLease) keep(ctx context.Context, js jetstream.JetStream, done *ato
 			s, err := js.Stream(sctx, stream.EventsStream)
 			cancel()
 			if err == nil && !s.CachedInfo().Created.Equal(l.stream) {
-				return fmt.Errorf("stream %s was created again; the check starts over on it", stream.EventsStream)
+				return fmt.Errorf("%w: %s", errStreamRecreated, stream.EventsStream)
 			}
 		}
 	}
 }
+
+// errStreamRecreated says the events stream was deleted and created again
+// under the check: its sequences start over.
+var errStreamRecreated = errors.New("the events stream was created again")
 
 // errLeaseLost says another replica holds the check now.
 var errLeaseLost = errors.New("another replica took over the unknown-destination check (this one did not renew its lease in time)")
@@ -297,14 +313,17 @@ func (l *checkLease) write(value []byte) error {
 		l.rev = rev
 		return nil
 	}
-	if !isWrongRevision(err) && !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if !isWrongRevision(err) {
 		return nil
 	}
 	// Changed since our last write. Still ours (an earlier write that
 	// timed out here but was applied)? Then write again on its revision.
 	e, gerr := l.kv.Get(ctx, UnroutedCheckKey)
+	if errors.Is(gerr, jetstream.ErrKeyNotFound) {
+		return errLeaseLost // deleted: an operator reset it
+	}
 	if gerr != nil {
-		return errLeaseLost
+		return nil // cannot tell now; the next write asks again
 	}
 	if st, derr := decodeCheckState(e.Value()); derr != nil || st.Holder != l.id {
 		return errLeaseLost

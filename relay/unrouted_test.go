@@ -247,3 +247,37 @@ func TestCheckLagCountsWhatIsNotReadYet(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, lag)
 }
+
+// A renewal that the server applied but that timed out here leaves the
+// holder's revision behind: the next write finds the key still its own and
+// goes on. A replica that no longer holds the lease cannot release it.
+func TestCheckLeaseWritesSurviveAStaleRevision(t *testing.T) {
+	t.Parallel()
+	srv := streamtest.Start(t)
+	ctx := context.Background()
+	r, err := New(ctx, Config{JS: srv.JS, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	kv, err := srv.JS.KeyValue(ctx, stream.StateBucket)
+	require.NoError(t, err)
+	l := &checkLease{kv: kv, id: "r-a", takeover: 10 * time.Second}
+	_, err = l.acquire(ctx, r)
+	require.NoError(t, err)
+	stale := l.rev
+
+	// The lost write: the same holder, a newer revision.
+	_, err = kv.Put(ctx, UnroutedCheckKey, l.state(4))
+	require.NoError(t, err)
+	require.NoError(t, l.write(l.state(5)), "still the holder")
+	st, _, err := ReadCheckState(ctx, srv.JS)
+	require.NoError(t, err)
+	require.Equal(t, "r-a", st.Holder)
+	require.EqualValues(t, 5, st.Checked)
+
+	// A replica that lost the lease long ago releases nothing.
+	old := &checkLease{kv: kv, id: "r-b", rev: stale, stream: l.stream}
+	old.release(1)
+	st, _, err = ReadCheckState(ctx, srv.JS)
+	require.NoError(t, err)
+	require.Equal(t, "r-a", st.Holder, "the holder keeps the lease")
+	require.EqualValues(t, 5, st.Checked)
+}

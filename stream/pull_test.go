@@ -104,7 +104,9 @@ func TestNextMsgEndsWithItsContext(t *testing.T) {
 		_, err := NextMsg(cctx, iter, js.Conn())
 		got <- err
 	}()
-	cancel()
+	// Cancel once the short waits are over, while the last wait runs (if
+	// it lands earlier, the last wait starts cancelled: the same outcome).
+	time.AfterFunc(4*repullChecks[len(repullChecks)-1], cancel)
 	select {
 	case err := <-got:
 		require.ErrorIs(t, err, context.Canceled)

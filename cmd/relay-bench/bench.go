@@ -309,19 +309,8 @@ func (b *bench) waitConsumerIdle(ctx context.Context, name string, p *proc, limi
 func (b *bench) checkCaughtUp(ctx context.Context) (bool, error) {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	st, _, err := relay.ReadCheckState(cctx, b.js)
-	if err != nil {
-		return false, err
-	}
-	s, err := b.js.Stream(cctx, stream.EventsStream)
-	if err != nil {
-		return false, err
-	}
-	info, err := s.Info(cctx)
-	if err != nil {
-		return false, err
-	}
-	return st.Checked >= info.State.LastSeq, nil // an empty stream needs no check
+	lag, err := relay.CheckLag(cctx, b.js)
+	return err == nil && lag == 0, err // an empty stream needs no check
 }
 
 // waitCheckCaughtUp waits until relay's unknown-destination check has read
