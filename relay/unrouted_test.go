@@ -83,6 +83,18 @@ func eventsCreated(t *testing.T, js jetstream.JetStream) time.Time {
 	return s.CachedInfo().Created
 }
 
+// leaseFixture is a server, a relay that is not running (for acquire's
+// look-ups) and the state bucket, for tests of the lease on its own.
+func leaseFixture(t *testing.T) (streamtest.Server, *Relay, jetstream.KeyValue) {
+	t.Helper()
+	srv := streamtest.Start(t)
+	r, err := New(context.Background(), Config{JS: srv.JS, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	kv, err := srv.JS.KeyValue(context.Background(), stream.StateBucket)
+	require.NoError(t, err)
+	return srv, r, kv
+}
+
 func putCheckState(t *testing.T, js jetstream.JetStream, st CheckState) {
 	t.Helper()
 	kv, err := js.KeyValue(context.Background(), stream.StateBucket)
@@ -122,12 +134,8 @@ func TestCheckTakesOverFromASilentHolderWhereItLeftOff(t *testing.T) {
 // the key changed.
 func TestCheckLeaseIsLostWhenTheKeyChanges(t *testing.T) {
 	t.Parallel()
-	srv := streamtest.Start(t)
+	srv, r, kv := leaseFixture(t)
 	ctx := context.Background()
-	r, err := New(ctx, Config{JS: srv.JS, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	require.NoError(t, err)
-	kv, err := srv.JS.KeyValue(ctx, stream.StateBucket)
-	require.NoError(t, err)
 
 	const takeover = 2 * time.Second
 	l := &checkLease{kv: kv, id: "r-a", takeover: takeover}
@@ -253,14 +261,10 @@ func TestCheckLagCountsWhatIsNotReadYet(t *testing.T) {
 // goes on. A replica that no longer holds the lease cannot release it.
 func TestCheckLeaseWritesSurviveAStaleRevision(t *testing.T) {
 	t.Parallel()
-	srv := streamtest.Start(t)
+	srv, r, kv := leaseFixture(t)
 	ctx := context.Background()
-	r, err := New(ctx, Config{JS: srv.JS, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	require.NoError(t, err)
-	kv, err := srv.JS.KeyValue(ctx, stream.StateBucket)
-	require.NoError(t, err)
 	l := &checkLease{kv: kv, id: "r-a", takeover: 10 * time.Second}
-	_, err = l.acquire(ctx, r)
+	_, err := l.acquire(ctx, r)
 	require.NoError(t, err)
 	stale := l.rev
 

@@ -54,10 +54,10 @@ func TestNextMsgWaitsShortThenPlainly(t *testing.T) {
 	require.ErrorIs(t, err, jetstream.ErrNoHeartbeat)
 }
 
-// TestNextMsgReturnsAMessageThatComesAfterTheShortWait, against a real
-// server: a message published well after the short waits is still
-// returned, not a timeout.
-func TestNextMsgReturnsAMessageThatComesAfterTheShortWait(t *testing.T) {
+// pullIter is a pull iterator on a durable consumer of a new stream T
+// (subjects t.>), stopped when the test ends.
+func pullIter(t *testing.T) (jetstream.JetStream, jetstream.MessagesContext) {
+	t.Helper()
 	js := startJS(t)
 	ctx := context.Background()
 	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}})
@@ -66,7 +66,16 @@ func TestNextMsgReturnsAMessageThatComesAfterTheShortWait(t *testing.T) {
 	require.NoError(t, err)
 	iter, err := cons.Messages(jetstream.PullMaxMessages(8), jetstream.PullHeartbeat(time.Second))
 	require.NoError(t, err)
-	defer iter.Stop()
+	t.Cleanup(iter.Stop)
+	return js, iter
+}
+
+// TestNextMsgReturnsAMessageThatComesAfterTheShortWait, against a real
+// server: a message published well after the short waits is still
+// returned, not a timeout.
+func TestNextMsgReturnsAMessageThatComesAfterTheShortWait(t *testing.T) {
+	js, iter := pullIter(t)
+	ctx := context.Background()
 
 	published := make(chan error, 1)
 	go func() {
@@ -88,15 +97,8 @@ func TestNextMsgReturnsAMessageThatComesAfterTheShortWait(t *testing.T) {
 // count on iter.Stop() reaching the iterator (an ordered consumer's reset
 // replaces it) still gets out.
 func TestNextMsgEndsWithItsContext(t *testing.T) {
-	js := startJS(t)
+	js, iter := pullIter(t)
 	ctx := context.Background()
-	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}})
-	require.NoError(t, err)
-	cons, err := js.CreateOrUpdateConsumer(ctx, "T", jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy})
-	require.NoError(t, err)
-	iter, err := cons.Messages(jetstream.PullMaxMessages(8), jetstream.PullHeartbeat(time.Second))
-	require.NoError(t, err)
-	defer iter.Stop()
 
 	cctx, cancel := context.WithCancel(ctx)
 	got := make(chan error, 1)
