@@ -86,11 +86,7 @@ func CheckLag(ctx context.Context, js jetstream.JetStream) (uint64, error) {
 		return 0, fmt.Errorf("look up stream %s: %w", stream.EventsStream, err)
 	}
 	info := s.CachedInfo()
-	checked := st.Checked
-	if !st.Stream.Equal(info.Created) {
-		checked = 0
-	}
-	next := max(checked+1, info.State.FirstSeq) // what aged out is not waiting
+	next := max(st.checkedIn(info.Created)+1, info.State.FirstSeq) // what aged out is not waiting
 	if info.State.Msgs == 0 || next > info.State.LastSeq {
 		return 0, nil
 	}
@@ -103,6 +99,15 @@ func decodeCheckState(b []byte) (CheckState, error) {
 		return CheckState{}, fmt.Errorf("%s/%s holds %q, not a check state: %w", stream.StateBucket, UnroutedCheckKey, b, err)
 	}
 	return st, nil
+}
+
+// checkedIn is st.Checked if it counts in the events stream created at
+// created, and 0 (nothing checked) if it counts in an earlier one.
+func (st CheckState) checkedIn(created time.Time) uint64 {
+	if !st.Stream.Equal(created) {
+		return 0
+	}
+	return st.Checked
 }
 
 func (st CheckState) encode() []byte {
@@ -161,17 +166,18 @@ func (r *Relay) checkUnrouted(ctx context.Context, id string) error {
 	}()
 	err = r.scanUnrouted(sctx, checked, &done)
 	stop()
-	if lerr := <-kept; lerr != nil {
-		if !errors.Is(lerr, errLeaseLost) {
-			l.release(done.Load()) // the stream changed: recorded against the old one
-		}
-		return lerr
+	lerr := <-kept
+	// The scan has returned: unless the lease is another replica's now,
+	// release it with where the scan got, so that another replica (or this
+	// one) goes on from there at once. After errStreamRecreated that is
+	// recorded against the old stream, so the next holder starts at 0.
+	if !errors.Is(lerr, errLeaseLost) {
+		l.release(done.Load())
 	}
-	// The scan has returned: release the lease with where it got, so that
-	// another replica (or this one, after an error) goes on from there at
-	// once.
-	l.release(done.Load())
-	if ctx.Err() != nil {
+	switch {
+	case lerr != nil:
+		return lerr
+	case ctx.Err() != nil:
 		return nil
 	}
 	return err
@@ -238,10 +244,9 @@ func (l *checkLease) acquire(ctx context.Context, r *Relay) (uint64, error) {
 			}
 		}
 		if take {
-			checked := st.Checked
-			if !st.Stream.Equal(l.stream) {
+			checked := st.checkedIn(l.stream)
+			if checked != st.Checked {
 				r.log.Warn("the events stream was created again since the unknown-destination check last ran: checking it from the start", "stream", stream.EventsStream, "created", l.stream, "checked_seq_before", st.Checked)
-				checked = 0
 			}
 			rev, err := l.kv.Update(ctx, UnroutedCheckKey, l.state(checked), e.Revision())
 			if err == nil {
