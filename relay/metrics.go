@@ -24,6 +24,7 @@ type Metrics struct {
 	inFlight        *prometheus.GaugeVec
 	parkFailures    *prometheus.CounterVec
 	pauses          *prometheus.CounterVec
+	checked         *prometheus.CounterVec
 
 	// byDest caches each destination's series (*destMetrics): looking a
 	// series up by its labels hashes them, six times per attempt otherwise.
@@ -68,9 +69,21 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "relay_destination_pauses_total",
 			Help: "Times this process paused a destination, by reason (circuit_open, retry_after, gone).",
 		}, []string{"dest", "reason"}),
+		checked: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relay_unknown_destination_check_events_total",
+			Help: "Events this process's unknown-destination check went through: counted (the server counted them all on known destinations' subjects) or read (their headers read one by one).",
+		}, []string{"how"}),
 	}
-	reg.MustRegister(m.deliveries, m.attempts, m.responses, m.attemptDuration, m.latency, m.inFlight, m.parkFailures, m.pauses)
+	reg.MustRegister(m.deliveries, m.attempts, m.responses, m.attemptDuration, m.latency, m.inFlight, m.parkFailures, m.pauses, m.checked)
 	return m
+}
+
+// checkedEvents counts n events the unknown-destination check went through,
+// how: "counted" or "read".
+func (m *Metrics) checkedEvents(how string, n uint64) {
+	if m != nil && n > 0 {
+		m.checked.WithLabelValues(how).Add(float64(n))
+	}
 }
 
 // destMetrics are one destination's series, each created on first use so
@@ -223,7 +236,7 @@ func NewStateCollector(js jetstream.JetStream, sched *schedule.Store) *StateColl
 		paused:   d("relay_destination_paused", "1 when the destination is paused (operator, circuit breaker, Retry-After or 410 Gone)."),
 		blocked:  d("relay_blocked_partitions", "Partitions of an ordered destination whose head is being retried."),
 		up:       prometheus.NewDesc("relay_state_scrape_ok", "1 when the destination state could be read.", nil, nil),
-		checkLag: prometheus.NewDesc("relay_unknown_destination_check_lag", "Stream sequences of the events stream that the check for unknown destinations has not read yet (it grows while no replica runs the check, or while the check is stuck).", nil, nil),
+		checkLag: prometheus.NewDesc("relay_unknown_destination_check_lag", "Stream sequences of the events stream that the check for unknown destinations has not checked yet (it grows while no replica runs the check, or while the check is stuck).", nil, nil),
 	}
 }
 

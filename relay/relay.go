@@ -142,6 +142,7 @@ type Relay struct {
 
 	breakers breakers
 	limits   limits
+	tune     checkTuning // of the unknown-destination check
 }
 
 // New prepares a relay runner.
@@ -174,6 +175,7 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 		workers:  map[string]*worker{},
 		breakers: breakers{probing: map[string]bool{}, failures: map[string]int{}},
 		limits:   limits{byDest: map[string]*limit{}, replicas: 1},
+		tune:     defaultCheckTuning,
 	}, nil
 }
 

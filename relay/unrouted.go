@@ -17,20 +17,23 @@ import (
 //
 // A producer can publish for a destination that does not exist: a typo, one
 // not added yet, one removed. No destination consumer reads such an event,
-// so one replica at a time reads the headers of every event, in stream
-// order, and dead-letters those whose destination is unknown.
+// so one replica at a time goes through every event, in stream order, and
+// dead-letters those whose destination is unknown.
 //
-// It reads with an ordered consumer: nothing is acked, and the server keeps
-// no state per event for it. Instead the replica doing the check holds a
-// lease, the key UnroutedCheckKey in the relay_state bucket, whose value
-// also says up to which stream sequence every event has been checked. The
-// holder rewrites it every second (a compare-and-set on the key's revision,
-// so a replica that lost the lease finds out and stops); a replica that
-// stops releases it; one that sees it unchanged for Config.CheckTakeover
-// takes it over from the recorded sequence. Events are checked at least
-// once: the ones checked since the last write are checked again after a
-// crash, and a dead letter written twice is stored once (dead letters are
-// deduplicated by destination and stream sequence).
+// It does so without reading most of them: the server counts how many
+// events of a range are on subjects of known destinations, and a range where
+// that is all of them needs nothing more (scanUnrouted). Only other ranges
+// are read, headers only. Nothing is acked, and the server keeps no state
+// per event for it. Instead the replica doing the check holds a lease, the
+// key UnroutedCheckKey in the relay_state bucket, whose value also says up
+// to which stream sequence every event has been checked. The holder rewrites
+// it every second (a compare-and-set on the key's revision, so a replica
+// that lost the lease finds out and stops); a replica that stops releases
+// it; one that sees it unchanged for Config.CheckTakeover takes it over from
+// the recorded sequence. Events are checked at least once: the ones checked
+// since the last write are checked again after a crash, and a dead letter
+// written twice is stored once (dead letters are deduplicated by destination
+// and stream sequence).
 
 // UnroutedCheckKey is the relay_state key of the unknown-destination check.
 const UnroutedCheckKey = "unrouted-check"
@@ -377,9 +380,142 @@ func (r *Relay) legacyCheckFloor(ctx context.Context) (uint64, error) {
 	return floor, nil
 }
 
+// checkTuning says when the check counts rather than reads.
+type checkTuning struct {
+	// countMin is the fewest events worth counting rather than reading.
+	countMin uint64
+	// subjectsPerEvent: counting walks the stream's index of subjects, and
+	// costs about what reading one event does per subjectsPerEvent subjects.
+	subjectsPerEvent uint64
+}
+
+var defaultCheckTuning = checkTuning{countMin: 1000, subjectsPerEvent: 100}
+
 // scanUnrouted checks every event stored after sequence checked, in order,
 // until ctx ends, and stores in done the sequence up to which it has.
+//
+// It starts by trying to settle, without reading them, the events stored
+// up to now: after relay was down, or when a replica takes over from one
+// that fell behind, they can be millions. When the server counts every one
+// of them on a subject of a known destination (allRouted), there is nothing
+// to read. From there, or from checked when the count does not settle it,
+// it reads the headers of every event as it is stored (readFrom). Counting
+// the events as they come instead would need a moment without new events,
+// which a steady stream does not give, and would check each event later.
 func (r *Relay) scanUnrouted(ctx context.Context, checked uint64, done *atomic.Uint64) error {
+	info, err := r.events.Info(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("read stream %s: %w", stream.EventsStream, err)
+	}
+	st := info.State
+	if last := st.LastSeq; last > checked && st.Msgs > 0 {
+		// Events at or before FirstSeq-1 aged out or were removed.
+		if n := last - max(checked, st.FirstSeq-1); r.worthCounting(info, n) {
+			ok, err := r.allRouted(ctx, checked, last, st.FirstSeq)
+			switch {
+			case ctx.Err() != nil:
+				return ctx.Err()
+			case err != nil:
+				r.log.Warn("cannot count events for the unknown-destination check; reading them instead", "err", err)
+			case ok:
+				r.cfg.Metrics.checkedEvents("counted", n)
+				checked = last
+				done.Store(last)
+			}
+		}
+	}
+	return r.readFrom(ctx, checked, done)
+}
+
+// worthCounting says whether n events of the events stream described by
+// info are better counted than read. Counting is exact only when the stream
+// and the counting consumers are in the same server's store: an R1 stream.
+func (r *Relay) worthCounting(info *jetstream.StreamInfo, n uint64) bool {
+	return info.Config.Replicas <= 1 && n >= r.tune.countMin && n*r.tune.subjectsPerEvent >= info.State.NumSubjects
+}
+
+// allRouted reports whether every event stored in sequences (from, to] is on
+// a subject of a destination relay knows, which routes it, without reading
+// any of them. first is the stream's first sequence when to was its last.
+//
+// When a consumer is created, the server counts the stored events that
+// match its filter subjects from its start sequence on (NumPending), and
+// counts up from there as events are stored. With the filters of every
+// known destination, a consumer created to start at from+1 counts a, and one
+// created after it to start at to+1 counts b. Every event stored after to
+// that a counted, b counted too (b's count began later), so a-b is at most
+// the number of known events in the range: fewer if events were stored
+// meanwhile. The range holds at most to-max(from, first-1) events (fewer if
+// some were deleted). So when a-b reaches that, every event in the range is
+// known; when not, the range is read.
+func (r *Relay) allRouted(ctx context.Context, from, to, first uint64) (bool, error) {
+	filters := r.routedFilters(from + 1)
+	if len(filters) == 0 {
+		return false, nil
+	}
+	a, err := r.countFrom(ctx, from+1, filters)
+	if err != nil {
+		return false, err
+	}
+	b, err := r.countFrom(ctx, to+1, filters) // only once a is counted: see above
+	if err != nil {
+		return false, err
+	}
+	return a >= b && a-b == to-max(from, first-1), nil
+}
+
+// routedFilters are the filter subjects of every destination known here
+// that routes all events from stream sequence from on.
+func (r *Relay) routedFilters(from uint64) []string {
+	r.dests.mu.RLock()
+	defer r.dests.mu.RUnlock()
+	var fs []string
+	for name, d := range r.dests.dests {
+		if d.StartSeq <= from && stream.ValidateDestName(name) == nil {
+			fs = append(fs, stream.DestFilters(name)...)
+		}
+	}
+	return fs
+}
+
+// countFrom is how many events stored at or after sequence from match
+// filters, as the server counts them when a consumer is created.
+func (r *Relay) countFrom(ctx context.Context, from uint64, filters []string) (uint64, error) {
+	c, err := r.cfg.JS.CreateConsumer(ctx, stream.EventsStream, jetstream.ConsumerConfig{
+		Description:       "relay: counts events of known destinations for the unknown-destination check",
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       from,
+		FilterSubjects:    filters,
+		AckPolicy:         jetstream.AckNonePolicy,
+		MemoryStorage:     true,
+		InactiveThreshold: 30 * time.Second, // if the delete below fails
+	})
+	if err != nil {
+		return 0, fmt.Errorf("create a consumer on %s to count events: %w", stream.EventsStream, err)
+	}
+	info := c.CachedInfo()
+	r.deleteConsumer(info.Name)
+	return info.NumPending, nil
+}
+
+// deleteConsumer deletes a consumer of the events stream the check made,
+// not waiting for its context; if that fails, it goes after its
+// InactiveThreshold.
+func (r *Relay) deleteConsumer(name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+	defer cancel()
+	if err := r.cfg.JS.DeleteConsumer(ctx, stream.EventsStream, name); err != nil {
+		r.log.Debug("cannot delete a consumer of the unknown-destination check; it goes when inactive", "consumer", name, "err", err)
+	}
+}
+
+// readFrom checks every event stored after sequence checked, in order,
+// reading their headers, until ctx ends, and stores in done the sequence up
+// to which it has.
+func (r *Relay) readFrom(ctx context.Context, checked uint64, done *atomic.Uint64) error {
 	cfg := jetstream.OrderedConsumerConfig{
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		// It needs only the subject and sequence: no bodies on this path.
@@ -440,6 +576,7 @@ func (r *Relay) scanUnrouted(ctx context.Context, checked uint64, done *atomic.U
 			case <-time.After(wait):
 			}
 		}
+		r.cfg.Metrics.checkedEvents("read", 1)
 		done.Store(meta.Sequence.Stream)
 	}
 	return ctx.Err()

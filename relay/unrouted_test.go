@@ -4,12 +4,16 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/stream"
@@ -47,16 +51,24 @@ func publishGhosts(t *testing.T, js jetstream.JetStream, n int) {
 
 func runRelay(t *testing.T, cfg Config) {
 	t.Helper()
+	startRelay(t, cfg, defaultCheckTuning)
+}
+
+// startRelay runs a relay whose check goes as tune says until the test ends.
+func startRelay(t *testing.T, cfg Config, tune checkTuning) *Relay {
+	t.Helper()
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	r, err := New(ctx, cfg)
 	require.NoError(t, err)
+	r.tune = tune
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		require.NoError(t, <-done)
 	})
+	return r
 }
 
 func waitCheckState(t *testing.T, js jetstream.JetStream, what string, cond func(CheckState) bool) CheckState {
@@ -284,4 +296,174 @@ func TestCheckLeaseWritesSurviveAStaleRevision(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "r-a", st.Holder, "the holder keeps the lease")
 	require.EqualValues(t, 5, st.Checked)
+}
+
+// addPausedDest adds destination name, paused forever: it is known, and
+// nothing is delivered to it.
+func addPausedDest(t *testing.T, js jetstream.JetStream, name string) Destination {
+	t.Helper()
+	ctx := context.Background()
+	st, err := NewStore(ctx, js)
+	require.NoError(t, err)
+	_, err = st.Add(ctx, Destination{Name: name, URL: "https://example.com/hook"})
+	require.NoError(t, err)
+	d, err := st.Update(ctx, name, func(d *Destination) error {
+		d.PausedUntil = Forever
+		return nil
+	})
+	require.NoError(t, err)
+	return d
+}
+
+// publishTo publishes n events on subj and returns the sequence of the last.
+func publishTo(t *testing.T, js jetstream.JetStream, subj string, n int) uint64 {
+	t.Helper()
+	var last uint64
+	for range n {
+		ack, err := js.Publish(context.Background(), subj, []byte(`{}`))
+		require.NoError(t, err)
+		last = ack.Sequence
+	}
+	return last
+}
+
+// checkedCount is how many events the check went through, how.
+func checkedCount(m *Metrics, how string) uint64 {
+	return uint64(testutil.ToFloat64(m.checked.WithLabelValues(how)))
+}
+
+// A range of events that are all for known destinations is settled by the
+// server's count, without reading any event; a range with an event for an
+// unknown destination in it is read, and that event dead-lettered.
+func TestCheckCountsRangesWhereEveryDestinationIsKnown(t *testing.T) {
+	t.Parallel()
+	srv := streamtest.Start(t)
+	addPausedDest(t, srv.JS, "known")
+	addPausedDest(t, srv.JS, "other")
+	publishTo(t, srv.JS, "relay.in.known", 150)
+	last := publishTo(t, srv.JS, "relay.in.other.k1", 150) // keyed: stored as relay.ev.other.<bucket>.k1
+
+	m := NewMetrics(prometheus.NewRegistry())
+	var dl deadLettered
+	startRelay(t, Config{JS: srv.JS, OnDelivery: dl.add, Metrics: m}, checkTuning{countMin: 100, subjectsPerEvent: 100})
+	waitCheckState(t, srv.JS, "checked the known events", func(st CheckState) bool { return st.Checked == last })
+	require.EqualValues(t, 300, checkedCount(m, "counted"))
+	require.Zero(t, checkedCount(m, "read"), "nothing read")
+
+	// One unknown event among 200 known ones: the range is read.
+	publishTo(t, srv.JS, "relay.in.known", 100)
+	ghost := publishTo(t, srv.JS, "relay.in.ghost", 1)
+	last = publishTo(t, srv.JS, "relay.in.known", 100)
+	waitCheckState(t, srv.JS, "checked the mixed range", func(st CheckState) bool { return st.Checked == last })
+	require.Equal(t, []uint64{ghost}, dl.list())
+	require.EqualValues(t, 300, checkedCount(m, "counted"))
+	require.EqualValues(t, 201, checkedCount(m, "read"))
+}
+
+// The count never settles a range that holds an event for an unknown
+// destination, also while events are being stored during the count.
+func TestCheckCountNeverSettlesARangeWithAnUnknownEvent(t *testing.T) {
+	t.Parallel()
+	srv := streamtest.Start(t)
+	ctx := context.Background()
+	d := addPausedDest(t, srv.JS, "known")
+	r, err := New(ctx, Config{JS: srv.JS, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	r.dests.dests[d.Name] = d
+
+	// A producer publishes bursts of 100 events, in half of them one for an
+	// unknown destination; between bursts it waits for two counts.
+	rnd := rand.New(rand.NewPCG(1, 2))
+	var mu sync.Mutex
+	var ghosts []uint64
+	counted := make(chan struct{})
+	published := make(chan error, 1)
+	const bursts = 40
+	go func() {
+		defer close(published)
+		for b := range bursts {
+			ghostAt := -1
+			if b%2 == 1 {
+				ghostAt = rnd.IntN(100)
+			}
+			for i := range 100 {
+				subj := "relay.in.known"
+				if i == ghostAt {
+					subj = "relay.in.ghost"
+				}
+				ack, err := srv.JS.Publish(ctx, subj, nil)
+				if err != nil {
+					published <- err
+					return
+				}
+				if i == ghostAt {
+					mu.Lock()
+					ghosts = append(ghosts, ack.Sequence)
+					mu.Unlock()
+				}
+			}
+			<-counted
+			<-counted
+		}
+	}()
+
+	type claim struct{ from, to uint64 }
+	var settled, unsettled []claim
+	for done := false; !done; {
+		info, err := r.events.Info(ctx)
+		require.NoError(t, err)
+		to := info.State.LastSeq
+		from := to - min(to, uint64(1+rnd.IntN(300)))
+		ok, err := r.allRouted(ctx, from, to, info.State.FirstSeq)
+		require.NoError(t, err)
+		if ok {
+			settled = append(settled, claim{from, to})
+		} else {
+			unsettled = append(unsettled, claim{from, to})
+		}
+		select {
+		case counted <- struct{}{}:
+		case err, open := <-published:
+			require.NoError(t, err)
+			done = !open
+		}
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	in := func(c claim) bool {
+		for _, g := range ghosts {
+			if g > c.from && g <= c.to {
+				return true
+			}
+		}
+		return false
+	}
+	for _, c := range settled {
+		require.False(t, in(c), "range (%d, %d] settled by count, but an event in it is for an unknown destination", c.from, c.to)
+	}
+	require.NotEmpty(t, settled, "some ranges were settled by count")
+	require.True(t, slices.ContainsFunc(unsettled, in), "some ranges held an event for an unknown destination")
+}
+
+// Events deleted before the check reads them are skipped, and the check
+// goes on past them.
+func TestCheckReadsPastDeletedEvents(t *testing.T) {
+	t.Parallel()
+	srv := streamtest.Start(t)
+	ctx := context.Background()
+	publishGhosts(t, srv.JS, 5)
+	s, err := srv.JS.Stream(ctx, stream.EventsStream)
+	require.NoError(t, err)
+	require.NoError(t, s.DeleteMsg(ctx, 3))
+	require.NoError(t, s.DeleteMsg(ctx, 5))
+
+	var dl deadLettered
+	startRelay(t, Config{JS: srv.JS, OnDelivery: dl.add}, checkTuning{countMin: 1000, subjectsPerEvent: 100})
+	waitCheckState(t, srv.JS, "checked what is left", func(st CheckState) bool { return st.Checked == 4 })
+	require.ElementsMatch(t, []uint64{1, 2, 4}, dl.list())
+
+	publishGhosts(t, srv.JS, 1)
+	waitCheckState(t, srv.JS, "checked the next event", func(st CheckState) bool { return st.Checked == 6 })
+	require.ElementsMatch(t, []uint64{1, 2, 4, 6}, dl.list())
 }
