@@ -336,6 +336,31 @@ func (b *bench) waitCheckCaughtUp(ctx context.Context, p *proc, limit time.Durat
 	}
 }
 
+// waitCheckHeld waits until relay process p holds the unknown-destination
+// check (its lease names a holder): the check is running.
+func (b *bench) waitCheckHeld(ctx context.Context, p *proc) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		st, _, err := relay.ReadCheckState(cctx, b.js)
+		cancel()
+		if err == nil && st.Holder != "" {
+			return nil
+		}
+		if p.exited() {
+			return p.exitError()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("relay did not take up the unknown-destination check within a minute (last error: %v)", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
 // settleUnrouted lets a relay process check, before a measurement, the
 // events published since the last relay process ran (the baselines', for
 // instance): relay's unknown-destination check reads every event once, and

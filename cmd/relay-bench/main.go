@@ -43,6 +43,7 @@ type options struct {
 	loopInBench  bool
 	sharedNATS   bool
 	aRounds      int
+	aLive        bool
 	loopCPUProf  string
 }
 
@@ -97,6 +98,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.window, "window", 20_000, "unacknowledged async publishes at most while publishing a backlog")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (embedded NATS, publisher; with -loop-in-bench also the minimal loop, whose goroutines carry the label part=minimal-loop) to this file")
 	fs.IntVar(&o.aRounds, "a-rounds", 3, "rounds of scenario (a), each relay and the minimal loop; the targets use the median")
+	fs.BoolVar(&o.aLive, "a-live", false, "in (a), start relay and the minimal loop first and publish while they run, instead of publishing the backlog before they start")
 	fs.StringVar(&o.loopCPUProf, "loop-cpuprofile", "", "write a CPU profile of each minimal-loop process to this file, suffixed with .<destination>")
 	fs.BoolVar(&o.sharedNATS, "shared-nats", false, "run all scenarios on one embedded NATS server, as before the fourth round, instead of a new one (no data) for each")
 	fs.BoolVar(&o.loopInBench, "loop-in-bench", false, "run the minimal loop inside the bench process (with the embedded NATS server) instead of as a process of its own")

@@ -70,6 +70,7 @@ type optsJSON struct {
 	LoopInBench  bool    `json:"loop_in_bench"`
 	SharedNATS   bool    `json:"shared_nats"`
 	ARounds      int     `json:"a_rounds"`
+	ALive        bool    `json:"a_live"`
 	LoopCPUProf  bool    `json:"loop_cpu_profiled,omitempty"` // profiling adds to the loop's CPU
 	Window       int     `json:"window"`
 }
@@ -86,7 +87,7 @@ func newReport(o options) *report {
 			" (environment without RELAY_* variables)",
 		Options: optsJSON{N: o.n, Backlog: o.backlog, FailN: o.failN, RedisN: o.redisN, Scenarios: strings.Join(o.scenarios, ","),
 			Rate: o.rate, Duration: o.duration.String(), LoopDuration: o.loopDuration.String(), Concurrency: o.concurrency,
-			LoopWorkers: o.loopWorkers, LoopInBench: o.loopInBench, SharedNATS: o.sharedNATS, ARounds: o.aRounds, LoopCPUProf: o.loopCPUProf != "", Window: o.window},
+			LoopWorkers: o.loopWorkers, LoopInBench: o.loopInBench, SharedNATS: o.sharedNATS, ARounds: o.aRounds, ALive: o.aLive, LoopCPUProf: o.loopCPUProf != "", Window: o.window},
 	}
 	if bi, err := buildinfo.ReadFile(o.relay); err == nil {
 		r.RelayBuild = bi.GoVersion

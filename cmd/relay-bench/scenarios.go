@@ -96,38 +96,58 @@ func (r *result) procFigures(p *proc, cpu0 float64) {
 // relayDrain publishes n events spread over dests before relay runs, then
 // starts a fresh relay process and times it until the sink has all n.
 func (b *bench) relayDrain(ctx context.Context, r *result, dests []string, n int) error {
+	return b.relayRun(ctx, r, dests, n, false)
+}
+
+// relayRun is relayDrain, or with live set: it starts relay first, waits
+// until its unknown-destination check runs, and publishes the n events
+// while relay delivers them, timed from the first publish.
+func (b *bench) relayRun(ctx context.Context, r *result, dests []string, n int, live bool) error {
 	if err := b.settleUnrouted(ctx); err != nil {
 		return err
 	}
-	logf("  publishing %d events (async, windows of %d)", n, b.opts.window)
-	pd, err := b.pub.backlog(ctx, dests, dests[0]+"-", n, b.opts.window) // event ids: distinct across rounds, or JetStream drops them as duplicates
-	if err != nil {
-		return err
+	if !live {
+		if err := b.publishFor(ctx, r, dests, n); err != nil {
+			return err
+		}
+		logf("  starting relay")
 	}
-	r.PublishSecs, r.PublishRate = pd.Seconds(), float64(n)/pd.Seconds()
-	logf("  published in %.1fs (%.0f/s); starting relay", pd.Seconds(), r.PublishRate)
 	if err := b.sinkReset(ctx); err != nil {
 		return err
 	}
-	m := b.mark()
-	start := time.Now()
 	name := r.Scenario
 	if r.Round > 1 {
 		name += strconv.Itoa(r.Round)
 	}
+	m := b.mark()
+	start := time.Now()
 	p, err := b.startRelay(name)
 	if err != nil {
 		return err
 	}
 	defer p.stop(20 * time.Second)
+	cpu0 := 0.0 // a fresh process: all its CPU, start-up included
+	if live {
+		if err := b.waitCheckHeld(ctx, p); err != nil {
+			return err
+		}
+		cpu0, _ = p.sample()
+		m, start = b.mark(), time.Now()
+		if err := b.publishFor(ctx, r, dests, n); err != nil {
+			return err
+		}
+	}
 	first, err := b.waitDelivered(ctx, int64(n), p, limitFor(n))
 	if err != nil {
 		return err
 	}
 	el := time.Since(start)
-	r.procFigures(p, 0) // a fresh process: all its CPU, start-up included
+	r.procFigures(p, cpu0)
 	if err := b.finish(ctx, r, m, start, first, el); err != nil {
 		return err
+	}
+	if live {
+		r.Notes = append(r.Notes, "published while relay ran (-a-live), timed from the first publish")
 	}
 	if note := b.redeliveries(ctx, dests, n); note != "" {
 		r.Notes = append(r.Notes, note)
@@ -135,6 +155,19 @@ func (b *bench) relayDrain(ctx context.Context, r *result, dests []string, n int
 	if err := p.stop(20 * time.Second); err != nil {
 		r.Notes = append(r.Notes, err.Error())
 	}
+	return nil
+}
+
+// publishFor publishes n events spread over dests, as a backlog (async, in
+// windows), and records how long that took in r.
+func (b *bench) publishFor(ctx context.Context, r *result, dests []string, n int) error {
+	logf("  publishing %d events (async, windows of %d)", n, b.opts.window)
+	pd, err := b.pub.backlog(ctx, dests, dests[0]+"-", n, b.opts.window) // event ids: distinct across rounds, or JetStream drops them as duplicates
+	if err != nil {
+		return err
+	}
+	r.PublishSecs, r.PublishRate = pd.Seconds(), float64(n)/pd.Seconds()
+	logf("  published in %.1fs (%.0f/s)", pd.Seconds(), r.PublishRate)
 	return nil
 }
 
@@ -155,14 +188,14 @@ func (b *bench) scenarioA(ctx context.Context) ([]*result, error) {
 			if err := b.addDest(ctx, relay.Destination{Name: dest}); err != nil {
 				return err
 			}
-			if err := b.relayDrain(ctx, r, []string{dest}, n); err != nil {
+			if err := b.relayRun(ctx, r, []string{dest}, n, b.opts.aLive); err != nil {
 				return fmt.Errorf("(a) relay, round %d: %w", k, err)
 			}
 			logf("  relay: %d delivered in %.2fs = %.0f/s", r.Delivered, r.Seconds, r.PerSecond)
 			return nil
 		}
 		runLoop := func() error {
-			if err := b.loopDrain(ctx, l, loopDest, n); err != nil {
+			if err := b.loopRun(ctx, l, loopDest, n, b.opts.aLive); err != nil {
 				return fmt.Errorf("(a) minimal loop, round %d: %w", k, err)
 			}
 			logf("  minimal loop: %d delivered in %.2fs = %.0f/s", l.Delivered, l.Seconds, l.PerSecond)
@@ -206,24 +239,37 @@ func median(v []float64) float64 {
 	return v[(len(v)-1)/2]
 }
 
-func (b *bench) loopDrain(ctx context.Context, r *result, dest string, n int) error {
+// loopRun is relayRun for the minimal loop on dest: its events published
+// before it starts, or with live set, once it consumes.
+func (b *bench) loopRun(ctx context.Context, r *result, dest string, n int, live bool) error {
 	if err := b.addPausedDest(ctx, dest); err != nil {
 		return err
 	}
-	logf("  publishing %d events for the minimal loop", n)
-	pd, err := b.pub.backlog(ctx, []string{dest}, dest+"-", n, b.opts.window)
-	if err != nil {
-		return err
+	if !live {
+		if err := b.publishFor(ctx, r, []string{dest}, n); err != nil {
+			return err
+		}
 	}
-	r.PublishSecs, r.PublishRate = pd.Seconds(), float64(n)/pd.Seconds()
 	if err := b.sinkReset(ctx); err != nil {
 		return err
 	}
 	m := b.mark()
 	start := time.Now()
-	l, lp, err := b.startLoopRunner(ctx, dest)
+	l, lp, err := b.startLoopRunner(ctx, dest) // returns once the loop consumes
 	if err != nil {
 		return err
+	}
+	cpu0 := 0.0
+	if live {
+		if lp != nil {
+			cpu0, _ = lp.sample()
+		}
+		m, start = b.mark(), time.Now()
+		if err := b.publishFor(ctx, r, []string{dest}, n); err != nil {
+			_ = l.stop()
+			return err
+		}
+		r.Notes = append(r.Notes, "published while the loop ran (-a-live), timed from the first publish")
 	}
 	first, werr := b.waitDelivered(ctx, int64(n), lp, limitFor(n))
 	el := time.Since(start)
@@ -232,7 +278,7 @@ func (b *bench) loopDrain(ctx context.Context, r *result, dest string, n int) er
 		return werr
 	}
 	if lp != nil {
-		r.procFigures(lp, 0)
+		r.procFigures(lp, cpu0)
 	}
 	if err := b.finish(ctx, r, m, start, first, el); err != nil {
 		_ = l.stop()
