@@ -363,8 +363,8 @@ func (b *bench) waitCheckHeld(ctx context.Context, p *proc) error {
 
 // settleUnrouted lets a relay process check, before a measurement, the
 // events published since the last relay process ran (the baselines', for
-// instance): relay's unknown-destination check reads every event once, and
-// that catch-up is not part of the next measurement's work.
+// instance): relay's unknown-destination check goes through every event
+// once, and that catch-up is not part of the next measurement's work.
 func (b *bench) settleUnrouted(ctx context.Context) error {
 	if ok, _ := b.checkCaughtUp(ctx); ok {
 		return nil
