@@ -25,6 +25,7 @@ type Metrics struct {
 	parkFailures    *prometheus.CounterVec
 	pauses          *prometheus.CounterVec
 	checked         *prometheus.CounterVec
+	checkedRead     prometheus.Counter // checked's "read" series, once per event
 
 	// byDest caches each destination's series (*destMetrics): looking a
 	// series up by its labels hashes them, six times per attempt otherwise.
@@ -75,13 +76,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"how"}),
 	}
 	reg.MustRegister(m.deliveries, m.attempts, m.responses, m.attemptDuration, m.latency, m.inFlight, m.parkFailures, m.pauses, m.checked)
+	m.checkedRead = m.checked.WithLabelValues("read")
 	return m
 }
 
 // checkedEvents counts n events the unknown-destination check went through,
 // how: "counted" or "read".
 func (m *Metrics) checkedEvents(how string, n uint64) {
-	if m != nil && n > 0 {
+	switch {
+	case m == nil || n == 0:
+	case how == "read":
+		m.checkedRead.Add(float64(n))
+	default:
 		m.checked.WithLabelValues(how).Add(float64(n))
 	}
 }
