@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"context"
 	"net/http"
 	"testing"
 	"time"
@@ -59,5 +60,28 @@ func BenchmarkDecide(b *testing.B) {
 	for b.Loop() {
 		_ = Decide(results[i%len(results)], 1+i%20, p, nil)
 		i++
+	}
+}
+
+// BenchmarkCheckRouted is the unknown-destination check's work for one
+// event of a known destination, as it reads it: the stream sequence from
+// the ack subject, then the destination from the subject.
+func BenchmarkCheckRouted(b *testing.B) {
+	m := benchMsg{
+		subject: "relay.ev.orders.17.customer-42",
+		hdr:     nats.Header{"Nats-Msg-Id": {"evt_06h2rcpt1p0j6zbfdgx7z5g334"}, "Nats-Msg-Size": {"1024"}},
+		reply:   "$JS.ACK._.ACCHASH.RELAY_EVENTS.OrdCons.1.123456.120000.1764500000123456789.42",
+	}
+	r := &Relay{dests: watch{dests: map[string]Destination{"orders": {Name: "orders", StartSeq: 1}}}}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		info, ok := parseAckReply(m.Reply())
+		if !ok {
+			b.Fatal("ack subject not parsed")
+		}
+		if err := r.checkRouted(ctx, m, info.streamSeq); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -560,21 +560,26 @@ func (r *Relay) readFrom(ctx context.Context, checked uint64, done *atomic.Uint6
 			}
 			return fmt.Errorf("read stream %s: %w", stream.EventsStream, err)
 		}
-		meta, err := msg.Metadata()
-		if err != nil {
-			continue // not from a consumer; cannot happen
+		info, ok := parseAckReply(msg.Reply())
+		if !ok {
+			meta, err := msg.Metadata()
+			if err != nil {
+				continue // not from a consumer; cannot happen
+			}
+			info.streamSeq = meta.Sequence.Stream
 		}
+		seq := info.streamSeq
 		// What cannot be decided now is tried again, in place: the check
 		// moves past an event only once it is settled.
 		for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
-			err := r.checkRouted(ctx, msg)
+			err := r.checkRouted(ctx, msg, seq)
 			if err == nil {
 				break
 			}
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			r.log.Warn("cannot check or dead-letter an event for an unknown destination (retrying)", "subject", msg.Subject(), "seq", meta.Sequence.Stream, "retry_in", wait, "err", err)
+			r.log.Warn("cannot check or dead-letter an event for an unknown destination (retrying)", "subject", msg.Subject(), "seq", seq, "retry_in", wait, "err", err)
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
@@ -582,19 +587,24 @@ func (r *Relay) readFrom(ctx context.Context, checked uint64, done *atomic.Uint6
 			}
 		}
 		r.cfg.Metrics.checkedEvents("read", 1)
-		done.Store(meta.Sequence.Stream)
+		done.Store(seq)
 	}
 	return ctx.Err()
 }
 
-// checkRouted returns nil when msg's destination is known, or once msg is
-// dead-lettered.
-func (r *Relay) checkRouted(ctx context.Context, msg jetstream.Msg) error {
-	ev, err := eventOf(msg)
+// checkRouted returns nil when msg, stored at seq, is for a destination
+// known here, or once it is dead-lettered. It runs for every event: the
+// common case takes only the subject apart.
+func (r *Relay) checkRouted(ctx context.Context, msg jetstream.Msg, seq uint64) error {
+	p, err := stream.ParseSubject(msg.Subject())
 	if err != nil {
 		return nil // not an event relay can read; nothing to route
 	}
-	if d, ok := r.dests.get(ev.dest); ok && ev.seq >= d.StartSeq {
+	if d, ok := r.dests.get(p.Dest); ok && seq >= d.StartSeq {
+		return nil
+	}
+	ev, err := eventOf(msg)
+	if err != nil {
 		return nil
 	}
 	return r.deadLetterUnrouted(ctx, ev)
