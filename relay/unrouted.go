@@ -397,8 +397,8 @@ var defaultCheckTuning = checkTuning{countMin: 1000, subjectsPerEvent: 100}
 // It starts by trying to settle, without reading them, the events stored
 // up to now: after relay was down, or when a replica takes over from one
 // that fell behind, they can be millions. When the server counts every one
-// of them on a subject of a known destination (allRouted), there is nothing
-// to read. From there, or from checked when the count does not settle it,
+// of them on a subject of a known destination (settleByCount), there is
+// nothing to read. From there, or from checked when the count does not settle it,
 // it reads the headers of every event as it is stored (readFrom). Counting
 // the events as they come instead would need a moment without new events,
 // which a steady stream does not give, and would check each event later.
@@ -412,16 +412,17 @@ func (r *Relay) scanUnrouted(ctx context.Context, checked uint64, done *atomic.U
 	} else if st, last := info.State, info.State.LastSeq; last > checked && st.Msgs > 0 {
 		// Events at or before FirstSeq-1 aged out or were removed.
 		if n := last - max(checked, st.FirstSeq-1); r.worthCounting(info, n) {
-			ok, err := r.allRouted(ctx, checked, last, st.FirstSeq)
+			settled, err := r.settleByCount(ctx, checked, last, st.FirstSeq)
 			switch {
 			case ctx.Err() != nil:
 				return ctx.Err()
 			case err != nil:
 				r.log.Warn("cannot count events for the unknown-destination check; reading them instead", "err", err)
-			case ok:
-				r.cfg.Metrics.checkedEvents("counted", n)
-				checked = last
-				done.Store(last)
+			}
+			if settled > checked {
+				r.cfg.Metrics.checkedEvents("counted", settled-max(checked, st.FirstSeq-1))
+				checked = settled
+				done.Store(settled)
 			}
 		}
 	}
@@ -433,6 +434,39 @@ func (r *Relay) scanUnrouted(ctx context.Context, checked uint64, done *atomic.U
 // and the counting consumers are in the same server's store: an R1 stream.
 func (r *Relay) worthCounting(info *jetstream.StreamInfo, n uint64) bool {
 	return info.Config.Replicas <= 1 && n >= r.tune.countMin && n*r.tune.subjectsPerEvent >= info.State.NumSubjects
+}
+
+// maxCountSegments bounds how many ranges settleByCount counts.
+const maxCountSegments = 16
+
+// settleByCount settles by counting (allRouted) the events stored in
+// sequences (from, to], and returns the sequence up to which it did: to, or
+// where the first range the count could not settle begins. first is the
+// stream's first sequence.
+//
+// A destination added in the middle of the range routes only the events
+// stored after it was added, so the range is counted in pieces that start
+// where such a destination does, each with the destinations known there.
+func (r *Relay) settleByCount(ctx context.Context, from, to, first uint64) (uint64, error) {
+	for range maxCountSegments {
+		if from >= to {
+			break
+		}
+		end := to
+		r.dests.mu.RLock()
+		for _, d := range r.dests.dests {
+			if d.StartSeq > from+1 && d.StartSeq <= to {
+				end = min(end, d.StartSeq-1)
+			}
+		}
+		r.dests.mu.RUnlock()
+		ok, err := r.allRouted(ctx, from, end, first)
+		if err != nil || !ok {
+			return from, err
+		}
+		from = end
+	}
+	return from, nil
 }
 
 // allRouted reports whether every event stored in sequences (from, to] is on

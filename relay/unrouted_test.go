@@ -486,3 +486,42 @@ func TestCheckReadsPastDeletedEvents(t *testing.T) {
 	waitCheckState(t, srv.JS, "checked the next event", func(st CheckState) bool { return st.Checked == 6 })
 	require.ElementsMatch(t, []uint64{1, 2, 4, 6}, dl.list())
 }
+
+// A destination added while the check was behind routes only what was
+// published after it was added: the count settles the backlog in pieces,
+// and an event published for it before it existed is still dead-lettered.
+func TestCheckCountsAcrossADestinationAddedMeanwhile(t *testing.T) {
+	t.Parallel()
+	srv := streamtest.Start(t)
+	addPausedDest(t, srv.JS, "known")
+	publishTo(t, srv.JS, "relay.in.known", 150)
+	addPausedDest(t, srv.JS, "later")
+	publishTo(t, srv.JS, "relay.in.later", 100)
+	last := publishTo(t, srv.JS, "relay.in.known", 50)
+
+	m := NewMetrics(prometheus.NewRegistry())
+	var dl deadLettered
+	startRelay(t, Config{JS: srv.JS, OnDelivery: dl.add, Metrics: m}, checkTuning{countMin: 100, subjectsPerEvent: 100})
+	waitCheckState(t, srv.JS, "checked the backlog", func(st CheckState) bool { return st.Checked == last })
+	require.EqualValues(t, 300, checkedCount(m, "counted"))
+	require.Zero(t, checkedCount(m, "read"))
+	require.Empty(t, dl.list())
+
+	// The same, with an event for the second destination published before
+	// it was added: the piece it is in does not count up, and is read.
+	srv2 := streamtest.Start(t)
+	addPausedDest(t, srv2.JS, "known")
+	publishTo(t, srv2.JS, "relay.in.known", 150)
+	early := publishTo(t, srv2.JS, "relay.in.later", 1)
+	publishTo(t, srv2.JS, "relay.in.known", 49)
+	addPausedDest(t, srv2.JS, "later")
+	last = publishTo(t, srv2.JS, "relay.in.later", 100)
+
+	m2 := NewMetrics(prometheus.NewRegistry())
+	var dl2 deadLettered
+	startRelay(t, Config{JS: srv2.JS, OnDelivery: dl2.add, Metrics: m2}, checkTuning{countMin: 100, subjectsPerEvent: 100})
+	waitCheckState(t, srv2.JS, "checked the backlog", func(st CheckState) bool { return st.Checked == last })
+	require.Equal(t, []uint64{early}, dl2.list())
+	require.Zero(t, checkedCount(m2, "counted"))
+	require.EqualValues(t, 300, checkedCount(m2, "read"))
+}
