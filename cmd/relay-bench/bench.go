@@ -336,15 +336,23 @@ func (b *bench) waitCheckCaughtUp(ctx context.Context, p *proc, limit time.Durat
 	}
 }
 
+// checkHolder is the replica that holds relay's unknown-destination check,
+// "" when none does (or it cannot be read).
+func (b *bench) checkHolder(ctx context.Context) (string, error) {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, _, err := relay.ReadCheckState(cctx, b.js)
+	return st.Holder, err
+}
+
 // waitCheckHeld waits until relay process p holds the unknown-destination
-// check (its lease names a holder): the check is running.
-func (b *bench) waitCheckHeld(ctx context.Context, p *proc) error {
+// check: its lease names a holder other than before, the replica that held
+// it before p started ("" if none).
+func (b *bench) waitCheckHeld(ctx context.Context, p *proc, before string) error {
 	deadline := time.Now().Add(time.Minute)
 	for {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		st, _, err := relay.ReadCheckState(cctx, b.js)
-		cancel()
-		if err == nil && st.Holder != "" {
+		h, err := b.checkHolder(ctx)
+		if err == nil && h != "" && h != before {
 			return nil
 		}
 		if p.exited() {

@@ -119,6 +119,16 @@ func (b *bench) relayRun(ctx context.Context, r *result, dests []string, n int, 
 	if r.Round > 1 {
 		name += strconv.Itoa(r.Round)
 	}
+	before := ""
+	if live {
+		// A lease left by a relay process that was killed: the new one
+		// must take over (CheckTakeover, 10s) before it holds the check.
+		h, err := b.checkHolder(ctx)
+		if err != nil {
+			return err
+		}
+		before = h
+	}
 	m := b.mark()
 	start := time.Now()
 	p, err := b.startRelay(name)
@@ -128,7 +138,7 @@ func (b *bench) relayRun(ctx context.Context, r *result, dests []string, n int, 
 	defer p.stop(20 * time.Second)
 	cpu0 := 0.0 // a fresh process: all its CPU, start-up included
 	if live {
-		if err := b.waitCheckHeld(ctx, p); err != nil {
+		if err := b.waitCheckHeld(ctx, p, before); err != nil {
 			return err
 		}
 		cpu0, _ = p.sample()
