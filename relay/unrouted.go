@@ -20,11 +20,12 @@ import (
 // so one replica at a time goes through every event, in stream order, and
 // dead-letters those whose destination is unknown.
 //
-// It does so without reading most of them: the server counts how many
-// events of a range are on subjects of known destinations, and a range where
-// that is all of them needs nothing more (scanUnrouted). Only other ranges
-// are read, headers only. Nothing is acked, and the server keeps no state
-// per event for it. Instead the replica doing the check holds a lease, the
+// It reads the headers of each event as it is stored. What was stored
+// before it started (while relay was down, say) it first tries to settle
+// without reading: the server counts how many of those events are on
+// subjects of known destinations, and when that is all of them, there is
+// nothing to read (scanUnrouted). Nothing is acked, and the server keeps no
+// state per event for it. Instead the replica doing the check holds a lease, the
 // key UnroutedCheckKey in the relay_state bucket, whose value also says up
 // to which stream sequence every event has been checked. The holder rewrites
 // it every second (a compare-and-set on the key's revision, so a replica
@@ -398,10 +399,11 @@ var defaultCheckTuning = checkTuning{countMin: 1000, subjectsPerEvent: 100}
 // up to now: after relay was down, or when a replica takes over from one
 // that fell behind, they can be millions. When the server counts every one
 // of them on a subject of a known destination (settleByCount), there is
-// nothing to read. From there, or from checked when the count does not settle it,
-// it reads the headers of every event as it is stored (readFrom). Counting
-// the events as they come instead would need a moment without new events,
-// which a steady stream does not give, and would check each event later.
+// nothing to read. From there, or from checked when the count does not
+// settle it, it reads the headers of every event as it is stored
+// (readFrom). Counting the events as they come instead would need a moment
+// without new events, which a steady stream does not give, and would check
+// each event later.
 func (r *Relay) scanUnrouted(ctx context.Context, checked uint64, done *atomic.Uint64) error {
 	info, err := r.events.Info(ctx)
 	if ctx.Err() != nil {
