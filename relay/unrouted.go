@@ -443,8 +443,8 @@ const maxCountSegments = 16
 
 // settleByCount settles by counting (allRouted) the events stored in
 // sequences (from, to], and returns the sequence up to which it did: to, or
-// where the first range the count could not settle begins. first is the
-// stream's first sequence.
+// a sequence at most countMin events before the first event the count could
+// not settle. first is the stream's first sequence.
 //
 // A destination added in the middle of the range routes only the events
 // stored after it was added, so the range is counted in pieces that start
@@ -463,12 +463,36 @@ func (r *Relay) settleByCount(ctx context.Context, from, to, first uint64) (uint
 		}
 		r.dests.mu.RUnlock()
 		ok, err := r.allRouted(ctx, from, end, first)
-		if err != nil || !ok {
+		if err != nil {
 			return from, err
+		}
+		if !ok {
+			return r.settledPrefix(ctx, from, end, first)
 		}
 		from = end
 	}
 	return from, nil
+}
+
+// settledPrefix finds, by halving, how far from from on the events in
+// (from, to] settle by count, knowing that all of them do not: reading then
+// starts within countMin events of the first one that did not. No
+// destination starts in (from+1, to], so the same filters count every part.
+func (r *Relay) settledPrefix(ctx context.Context, from, to, first uint64) (uint64, error) {
+	lo, hi := from, to // (from, lo] settles; (from, hi] does not
+	for hi-lo > r.tune.countMin {
+		mid := lo + (hi-lo)/2
+		ok, err := r.allRouted(ctx, lo, mid, first)
+		if err != nil {
+			return lo, err
+		}
+		if ok {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo, nil
 }
 
 // allRouted reports whether every event stored in sequences (from, to] is on
