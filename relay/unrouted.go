@@ -443,13 +443,18 @@ const maxCountSegments = 16
 
 // settleByCount settles by counting (allRouted) the events stored in
 // sequences (from, to], and returns the sequence up to which it did: to, or
-// a sequence at most countMin events before the first event the count could
-// not settle. first is the stream's first sequence.
+// less when a count did not settle (at most countMin events before the
+// first unknown event if nothing else stood in the way), when a count
+// failed, or after maxCountSegments pieces. first is the stream's first
+// sequence.
 //
 // A destination added in the middle of the range routes only the events
 // stored after it was added, so the range is counted in pieces that start
 // where such a destination does, each with the destinations known there.
 func (r *Relay) settleByCount(ctx context.Context, from, to, first uint64) (uint64, error) {
+	// What aged out is settled: no piece may lie wholly before the first
+	// event (it could not count up). first >= 1: the stream has events.
+	from = max(from, first-1)
 	for range maxCountSegments {
 		if from >= to {
 			break
@@ -479,8 +484,8 @@ func (r *Relay) settleByCount(ctx context.Context, from, to, first uint64) (uint
 // starts within countMin events of the first one that did not. No
 // destination starts in (from+1, to], so the same filters count every part.
 func (r *Relay) settledPrefix(ctx context.Context, from, to, first uint64) (uint64, error) {
-	lo, hi := from, to // (from, lo] settles; (from, hi] does not
-	for hi-lo > r.tune.countMin {
+	lo, hi := from, to // (from, lo] settles; (lo, hi] does not
+	for hi-lo > max(r.tune.countMin, 1) {
 		mid := lo + (hi-lo)/2
 		ok, err := r.allRouted(ctx, lo, mid, first)
 		if err != nil {

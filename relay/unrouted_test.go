@@ -515,9 +515,8 @@ func TestCheckCountsAcrossADestinationAddedMeanwhile(t *testing.T) {
 	// it was added: it is read, and dead-lettered.
 	srv2 := streamtest.Start(t)
 	addPausedDest(t, srv2.JS, "known")
-	publishTo(t, srv2.JS, "relay.in.known", 150)
-	early := publishTo(t, srv2.JS, "relay.in.later", 1)
-	publishTo(t, srv2.JS, "relay.in.known", 49)
+	publishTo(t, srv2.JS, "relay.in.known", 199)
+	early := publishTo(t, srv2.JS, "relay.in.later", 1) // the last event before it starts
 	addPausedDest(t, srv2.JS, "later")
 	last = publishTo(t, srv2.JS, "relay.in.later", 100)
 
@@ -529,4 +528,27 @@ func TestCheckCountsAcrossADestinationAddedMeanwhile(t *testing.T) {
 	counted, read := checkedCount(m2, "counted"), checkedCount(m2, "read")
 	require.EqualValues(t, last, counted+read)
 	require.Less(t, counted, early, "the early event is read")
+	require.GreaterOrEqual(t, counted, early-1-100, "what came before it is counted, to within countMin")
+}
+
+// Events that aged out (or were purged) before the check got to them do not
+// stop the count, even when a destination was added among them.
+func TestCheckCountsPastEventsThatAgedOut(t *testing.T) {
+	t.Parallel()
+	srv := streamtest.Start(t)
+	ctx := context.Background()
+	addPausedDest(t, srv.JS, "known")
+	publishTo(t, srv.JS, "relay.in.known", 100)
+	addPausedDest(t, srv.JS, "later") // starts at 101
+	publishTo(t, srv.JS, "relay.in.later", 150)
+	last := publishTo(t, srv.JS, "relay.in.known", 150)
+	s, err := srv.JS.Stream(ctx, stream.EventsStream)
+	require.NoError(t, err)
+	require.NoError(t, s.Purge(ctx, jetstream.WithPurgeSequence(151))) // 1..150 gone
+
+	m := NewMetrics(prometheus.NewRegistry())
+	startRelay(t, Config{JS: srv.JS, Metrics: m}, checkTuning{countMin: 100, subjectsPerEvent: 100})
+	waitCheckState(t, srv.JS, "checked what is left", func(st CheckState) bool { return st.Checked == last })
+	require.EqualValues(t, 250, checkedCount(m, "counted"))
+	require.Zero(t, checkedCount(m, "read"))
 }
