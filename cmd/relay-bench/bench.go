@@ -391,9 +391,55 @@ func (b *bench) settleUnrouted(ctx context.Context) error {
 
 // startRelay starts 'relay run' against the embedded server.
 func (b *bench) startRelay(name string) (*proc, error) {
-	args := []string{"--nats-url", b.natsURL, "--log-level", "warn", "run", "--allow-net", "127.0.0.0/8", "--metrics-addr", "127.0.0.1:0"}
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"--nats-url", b.natsURL, "--log-level", "warn", "run", "--allow-net", "127.0.0.0/8", "--metrics-addr", addr}
 	p, _, err := startProc("relay ("+name+")", filepath.Join(b.logDir, "relay-"+name+".log"), childEnv(), false, b.opts.relay, args...)
+	if p != nil {
+		p.metrics = addr
+	}
 	return p, err
+}
+
+// freeAddr is a loopback address with a port free at the moment.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	addr := ln.Addr().String()
+	return addr, ln.Close()
+}
+
+// checkNote says how many events relay process p's unknown-destination
+// check counted and read (relay_unknown_destination_check_events_total),
+// or why that cannot be told.
+func (b *bench) checkNote(ctx context.Context, p *proc) string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.metrics+"/metrics", nil)
+	if err != nil {
+		return "unknown-destination check: " + err.Error()
+	}
+	resp, err := b.hc.Do(req)
+	if err != nil {
+		return "unknown-destination check: cannot read relay's metrics: " + err.Error()
+	}
+	defer resp.Body.Close()
+	got := map[string]float64{"counted": 0, "read": 0}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		for how := range got {
+			if v, ok := strings.CutPrefix(sc.Text(), `relay_unknown_destination_check_events_total{how="`+how+`"} `); ok {
+				if f, err := strconv.ParseFloat(v, 64); err == nil {
+					got[how] = f
+				}
+			}
+		}
+	}
+	return fmt.Sprintf("unknown-destination check in this relay process: %.0f events counted, %.0f read", got["counted"], got["read"])
 }
 
 // --- publishing ---

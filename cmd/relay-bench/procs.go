@@ -33,6 +33,8 @@ type proc struct {
 	// last CPU and peak RSS read while it ran (the numbers vanish with it)
 	lastCPU float64
 	lastHWM int64
+	// metrics is relay's --metrics-addr (relay processes only).
+	metrics string
 }
 
 // startProc starts name with args, stderr (and stdout unless captured) to

@@ -83,7 +83,7 @@ func newReport(o options) *report {
 		Machine:     machineInfo(),
 		GoVersion:   runtime.Version(),
 		RelayBinary: o.relay,
-		RelayCommand: o.relay + " --nats-url <embedded server> --log-level warn run --allow-net 127.0.0.0/8 --metrics-addr 127.0.0.1:0" +
+		RelayCommand: o.relay + " --nats-url <embedded server> --log-level warn run --allow-net 127.0.0.0/8 --metrics-addr 127.0.0.1:<a free port>" +
 			" (environment without RELAY_* variables)",
 		Options: optsJSON{N: o.n, Backlog: o.backlog, FailN: o.failN, RedisN: o.redisN, Scenarios: strings.Join(o.scenarios, ","),
 			Rate: o.rate, Duration: o.duration.String(), LoopDuration: o.loopDuration.String(), Concurrency: o.concurrency,

@@ -159,6 +159,7 @@ func (b *bench) relayRun(ctx context.Context, r *result, dests []string, n int, 
 	if live {
 		r.Notes = append(r.Notes, "published while relay ran (-a-live), timed from the first publish")
 	}
+	r.Notes = append(r.Notes, b.checkNote(ctx, p))
 	if note := b.redeliveries(ctx, dests, n); note != "" {
 		r.Notes = append(r.Notes, note)
 	}
@@ -351,6 +352,7 @@ func (b *bench) scenarioB(ctx context.Context) ([]*result, error) {
 	if err := b.atRateMeasured(ctx, r, "b", rate, b.opts.duration, p); err != nil {
 		return nil, fmt.Errorf("(b) relay: %w", err)
 	}
+	r.Notes = append(r.Notes, b.checkNote(ctx, p))
 	if err := p.stop(20 * time.Second); err != nil {
 		r.Notes = append(r.Notes, err.Error())
 	}
