@@ -24,8 +24,8 @@ type Metrics struct {
 	inFlight        *prometheus.GaugeVec
 	parkFailures    *prometheus.CounterVec
 	pauses          *prometheus.CounterVec
-	checked         *prometheus.CounterVec
-	checkedRead     prometheus.Counter // checked's "read" series, once per event
+	// The unknown-destination check's events, by how it went through them.
+	checkCounted, checkRead prometheus.Counter
 
 	// byDest caches each destination's series (*destMetrics): looking a
 	// series up by its labels hashes them, six times per attempt otherwise.
@@ -70,25 +70,29 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "relay_destination_pauses_total",
 			Help: "Times this process paused a destination, by reason (circuit_open, retry_after, gone).",
 		}, []string{"dest", "reason"}),
-		checked: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "relay_unknown_destination_check_events_total",
-			Help: "Events this process's unknown-destination check went through: counted (the server counted them all on known destinations' subjects) or read (their headers read one by one).",
-		}, []string{"how"}),
 	}
-	reg.MustRegister(m.deliveries, m.attempts, m.responses, m.attemptDuration, m.latency, m.inFlight, m.parkFailures, m.pauses, m.checked)
-	m.checkedRead = m.checked.WithLabelValues("read")
+	checked := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "relay_unknown_destination_check_events_total",
+		Help: "Events this process's unknown-destination check went through: counted (the server counted them all on known destinations' subjects) or read (their headers read one by one).",
+	}, []string{"how"})
+	reg.MustRegister(m.deliveries, m.attempts, m.responses, m.attemptDuration, m.latency, m.inFlight, m.parkFailures, m.pauses, checked)
+	m.checkCounted, m.checkRead = checked.WithLabelValues("counted"), checked.WithLabelValues("read")
 	return m
 }
 
-// checkedEvents counts n events the unknown-destination check went through,
-// how: "counted" or "read".
-func (m *Metrics) checkedEvents(how string, n uint64) {
-	switch {
-	case m == nil || n == 0:
-	case how == "read":
-		m.checkedRead.Add(float64(n))
-	default:
-		m.checked.WithLabelValues(how).Add(float64(n))
+// checkedCounted counts n events the unknown-destination check settled by
+// the server's count.
+func (m *Metrics) checkedCounted(n uint64) {
+	if m != nil {
+		m.checkCounted.Add(float64(n))
+	}
+}
+
+// checkedRead counts one event whose headers the unknown-destination check
+// read.
+func (m *Metrics) checkedRead() {
+	if m != nil {
+		m.checkRead.Inc()
 	}
 }
 

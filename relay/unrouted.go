@@ -25,16 +25,16 @@ import (
 // without reading: the server counts how many of those events are on
 // subjects of known destinations, and when that is all of them, there is
 // nothing to read (scanUnrouted). Nothing is acked, and the server keeps no
-// state per event for it. Instead the replica doing the check holds a lease, the
-// key UnroutedCheckKey in the relay_state bucket, whose value also says up
-// to which stream sequence every event has been checked. The holder rewrites
-// it every second (a compare-and-set on the key's revision, so a replica
-// that lost the lease finds out and stops); a replica that stops releases
-// it; one that sees it unchanged for Config.CheckTakeover takes it over from
-// the recorded sequence. Events are checked at least once: the ones checked
-// since the last write are checked again after a crash, and a dead letter
-// written twice is stored once (dead letters are deduplicated by destination
-// and stream sequence).
+// state per event for it. Instead the replica doing the check holds a
+// lease, the key UnroutedCheckKey in the relay_state bucket, whose value
+// also says up to which stream sequence every event has been checked. The
+// holder rewrites it every second (a compare-and-set on the key's
+// revision, so a replica that lost the lease finds out and stops); a replica
+// that stops releases it; one that sees it unchanged for
+// Config.CheckTakeover takes it over from the recorded sequence. Events are
+// checked at least once: the ones checked since the last write are checked
+// again after a crash, and a dead letter written twice is stored once (dead
+// letters are deduplicated by destination and stream sequence).
 
 // UnroutedCheckKey is the relay_state key of the unknown-destination check.
 const UnroutedCheckKey = "unrouted-check"
@@ -78,7 +78,7 @@ func ReadCheckState(ctx context.Context, js jetstream.JetStream) (CheckState, bo
 }
 
 // CheckLag is how many stream sequences of the events stream the
-// unknown-destination check has not read yet: all of them when it has never
+// unknown-destination check has not gone through yet: all of them when it has never
 // run, or ran on an earlier incarnation of the stream.
 func CheckLag(ctx context.Context, js jetstream.JetStream) (uint64, error) {
 	st, _, err := ReadCheckState(ctx, js)
@@ -422,7 +422,7 @@ func (r *Relay) scanUnrouted(ctx context.Context, checked uint64, done *atomic.U
 				r.log.Warn("cannot count events for the unknown-destination check; reading them instead", "err", err)
 			}
 			if settled > checked {
-				r.cfg.Metrics.checkedEvents("counted", settled-max(checked, st.FirstSeq-1))
+				r.cfg.Metrics.checkedCounted(settled - max(checked, st.FirstSeq-1))
 				checked = settled
 				done.Store(settled)
 			}
@@ -651,7 +651,7 @@ func (r *Relay) readFrom(ctx context.Context, checked uint64, done *atomic.Uint6
 			case <-time.After(wait):
 			}
 		}
-		r.cfg.Metrics.checkedEvents("read", 1)
+		r.cfg.Metrics.checkedRead()
 		done.Store(seq)
 	}
 	return ctx.Err()

@@ -329,7 +329,8 @@ func publishTo(t *testing.T, js jetstream.JetStream, subj string, n int) uint64 
 
 // checkedCount is how many events the check went through, how.
 func checkedCount(m *Metrics, how string) uint64 {
-	return uint64(testutil.ToFloat64(m.checked.WithLabelValues(how)))
+	c := map[string]prometheus.Counter{"counted": m.checkCounted, "read": m.checkRead}[how]
+	return uint64(testutil.ToFloat64(c))
 }
 
 // A range of events that are all for known destinations is settled by the
@@ -551,4 +552,19 @@ func TestCheckCountsPastEventsThatAgedOut(t *testing.T) {
 	waitCheckState(t, srv.JS, "checked what is left", func(st CheckState) bool { return st.Checked == last })
 	require.EqualValues(t, 250, checkedCount(m, "counted"))
 	require.Zero(t, checkedCount(m, "read"))
+}
+
+// The count is used only where it is exact: on an R1 events stream, for
+// enough events, and not on a stream with far more subjects than events to
+// count (its index is what the count walks).
+func TestCheckCountsOnlyWhereItIsExactAndWorthIt(t *testing.T) {
+	r := &Relay{tune: checkTuning{countMin: 1000, subjectsPerEvent: 100}}
+	info := func(replicas int, subjects uint64) *jetstream.StreamInfo {
+		return &jetstream.StreamInfo{Config: jetstream.StreamConfig{Replicas: replicas}, State: jetstream.StreamState{NumSubjects: subjects}}
+	}
+	require.True(t, r.worthCounting(info(1, 10), 50_000))
+	require.False(t, r.worthCounting(info(3, 10), 50_000), "a replicated stream is read")
+	require.False(t, r.worthCounting(info(1, 10), 999), "too few events")
+	require.False(t, r.worthCounting(info(1, 5_000_001), 50_000), "too many subjects")
+	require.True(t, r.worthCounting(info(1, 5_000_000), 50_000))
 }

@@ -274,51 +274,15 @@ func (b *bench) waitDelivered(ctx context.Context, want int64, p *proc, limit ti
 // limitFor bounds the wait for n deliveries: generous, but finite.
 func limitFor(n int) time.Duration { return 10*time.Minute + time.Duration(n)*2*time.Millisecond }
 
-// waitConsumerIdle waits until a consumer exists and has nothing pending or
-// unacknowledged.
-func (b *bench) waitConsumerIdle(ctx context.Context, name string, p *proc, limit time.Duration) error {
+// waitFor polls cond every interval until it holds. It fails when p (if
+// any) exits, or after limit, saying what it waited for and cond's last
+// error.
+func waitFor(ctx context.Context, p *proc, limit, interval time.Duration, what string, cond func(context.Context) (bool, error)) error {
 	deadline := time.Now().Add(limit)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		c, err := b.js.Consumer(cctx, stream.EventsStream, name)
-		if err == nil {
-			var info *jetstream.ConsumerInfo
-			info, err = c.Info(cctx)
-			if err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
-				cancel()
-				return nil
-			}
-		}
+		ok, err := cond(cctx)
 		cancel()
-		if p != nil && p.exited() {
-			return p.exitError()
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("consumer %s not idle after %s (last error: %v)", name, limit, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-// checkCaughtUp reports whether relay's unknown-destination check has read
-// every event stored so far.
-func (b *bench) checkCaughtUp(ctx context.Context) (bool, error) {
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	lag, err := relay.CheckLag(cctx, b.js)
-	return err == nil && lag == 0, err // an empty stream needs no check
-}
-
-// waitCheckCaughtUp waits until relay's unknown-destination check has read
-// every event stored so far.
-func (b *bench) waitCheckCaughtUp(ctx context.Context, p *proc, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		ok, err := b.checkCaughtUp(ctx)
 		if ok {
 			return nil
 		}
@@ -326,22 +290,46 @@ func (b *bench) waitCheckCaughtUp(ctx context.Context, p *proc, limit time.Durat
 			return p.exitError()
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("relay's unknown-destination check did not catch up within %s (last error: %v)", limit, err)
+			return fmt.Errorf("%s: not within %s (last error: %v)", what, limit, err)
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(interval):
 		}
 	}
+}
+
+// waitConsumerIdle waits until a consumer exists and has nothing pending or
+// unacknowledged.
+func (b *bench) waitConsumerIdle(ctx context.Context, name string, p *proc, limit time.Duration) error {
+	return waitFor(ctx, p, limit, 50*time.Millisecond, "consumer "+name+" idle", func(ctx context.Context) (bool, error) {
+		c, err := b.js.Consumer(ctx, stream.EventsStream, name)
+		if err != nil {
+			return false, err
+		}
+		info, err := c.Info(ctx)
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0, err
+	})
+}
+
+// checkCaughtUp reports whether relay's unknown-destination check has gone
+// through every event stored so far.
+func (b *bench) checkCaughtUp(ctx context.Context) (bool, error) {
+	lag, err := relay.CheckLag(ctx, b.js)
+	return err == nil && lag == 0, err // an empty stream needs no check
+}
+
+// waitCheckCaughtUp waits until relay's unknown-destination check has gone
+// through every event stored so far.
+func (b *bench) waitCheckCaughtUp(ctx context.Context, p *proc, limit time.Duration) error {
+	return waitFor(ctx, p, limit, 50*time.Millisecond, "relay's unknown-destination check caught up", b.checkCaughtUp)
 }
 
 // checkHolder is the replica that holds relay's unknown-destination check,
 // "" when none does (or it cannot be read).
 func (b *bench) checkHolder(ctx context.Context) (string, error) {
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	st, _, err := relay.ReadCheckState(cctx, b.js)
+	st, _, err := relay.ReadCheckState(ctx, b.js)
 	return st.Holder, err
 }
 
@@ -349,24 +337,10 @@ func (b *bench) checkHolder(ctx context.Context) (string, error) {
 // check: its lease names a holder other than before, the replica that held
 // it before p started ("" if none).
 func (b *bench) waitCheckHeld(ctx context.Context, p *proc, before string) error {
-	deadline := time.Now().Add(time.Minute)
-	for {
+	return waitFor(ctx, p, time.Minute, 10*time.Millisecond, "relay took up the unknown-destination check", func(ctx context.Context) (bool, error) {
 		h, err := b.checkHolder(ctx)
-		if err == nil && h != "" && h != before {
-			return nil
-		}
-		if p.exited() {
-			return p.exitError()
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("relay did not take up the unknown-destination check within a minute (last error: %v)", err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+		return err == nil && h != "" && h != before, err
+	})
 }
 
 // settleUnrouted lets a relay process check, before a measurement, the
@@ -712,12 +686,10 @@ func (b *bench) startRedis(ctx context.Context) (*proc, *redis.Client, error) {
 	if err != nil {
 		return nil, nil, errors.New("redis-server is not installed (scenario f needs it): apt-get install -y redis-server, or leave f out of -scenarios")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeAddr()
 	if err != nil {
 		return nil, nil, err
 	}
-	addr := ln.Addr().String()
-	ln.Close()
 	_, port, _ := net.SplitHostPort(addr)
 	dir := filepath.Join(b.tmp, "redis")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
