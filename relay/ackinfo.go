@@ -11,6 +11,7 @@ type ackInfo struct {
 	streamSeq uint64
 	delivered uint64
 	stored    time.Time
+	pending   uint64 // what the consumer had left to deliver after this one
 }
 
 // parseAckReply reads ackInfo from a JetStream ack subject without
@@ -47,10 +48,11 @@ func parseAckReply(reply string) (ackInfo, bool) {
 	delivered, ok1 := digits(tok[d])
 	seq, ok2 := digits(tok[s])
 	ns, ok3 := digits(tok[t])
-	if !ok1 || !ok2 || !ok3 || ns > math.MaxInt64 {
+	pending, ok4 := digits(tok[t+1])
+	if !ok1 || !ok2 || !ok3 || !ok4 || ns > math.MaxInt64 {
 		return ackInfo{}, false
 	}
-	return ackInfo{streamSeq: seq, delivered: delivered, stored: time.Unix(0, int64(ns))}, true
+	return ackInfo{streamSeq: seq, delivered: delivered, stored: time.Unix(0, int64(ns)), pending: pending}, true
 }
 
 // digits parses a non-empty decimal number of ASCII digits only (no sign),

@@ -28,6 +28,7 @@ func TestParseAckReplyAgreesWithNatsGo(t *testing.T) {
 		require.Equal(t, want.Sequence.Stream, got.streamSeq, reply)
 		require.Equal(t, want.NumDelivered, got.delivered, reply)
 		require.True(t, want.Timestamp.Equal(got.stored), reply)
+		require.Equal(t, want.NumPending, got.pending, reply)
 	}
 }
 
@@ -41,6 +42,7 @@ func TestParseAckReplyRefusesOtherSubjects(t *testing.T) {
 		"$JS.ACK.RELAY_EVENTS.relay_a.x.42.40.1764500000123456789.7",     // delivered not a number
 		"$JS.ACK.RELAY_EVENTS.relay_a.1.-42.40.1764500000123456789.7",    // negative sequence
 		"$JS.ACK.RELAY_EVENTS.relay_a.1.42.40.17645000001234567890000.7", // timestamp overflows
+		"$JS.ACK.RELAY_EVENTS.relay_a.1.42.40.1764500000123456789.x",     // pending not a number
 	} {
 		_, ok := parseAckReply(reply)
 		require.False(t, ok, reply)
@@ -59,7 +61,7 @@ func FuzzParseAckReply(f *testing.F) {
 		if err != nil {
 			t.Fatalf("parseAckReply accepted %q, nats.go refuses it: %v", reply, err)
 		}
-		if want.Sequence.Stream != got.streamSeq || want.NumDelivered != got.delivered || !want.Timestamp.Equal(got.stored) {
+		if want.Sequence.Stream != got.streamSeq || want.NumDelivered != got.delivered || !want.Timestamp.Equal(got.stored) || want.NumPending != got.pending {
 			t.Fatalf("%q: got %+v, nats.go says %+v", reply, got, want)
 		}
 	})

@@ -25,7 +25,7 @@ type Metrics struct {
 	parkFailures    *prometheus.CounterVec
 	pauses          *prometheus.CounterVec
 	// The unknown-destination check's events, by how it went through them.
-	checkCounted, checkRead prometheus.Counter
+	checkCounted, checkListed, checkRead prometheus.Counter
 
 	// byDest caches each destination's series (*destMetrics): looking a
 	// series up by its labels hashes them, six times per attempt otherwise.
@@ -73,10 +73,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	checked := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "relay_unknown_destination_check_events_total",
-		Help: "Events this process's unknown-destination check went through: counted (the server counted them all on known destinations' subjects) or read (their headers read one by one).",
+		Help: "Events this process's unknown-destination check went through: counted (the server counted them all on known destinations' subjects), listed (settled from the list of the stream's subjects) or read (their headers read one by one).",
 	}, []string{"how"})
 	reg.MustRegister(m.deliveries, m.attempts, m.responses, m.attemptDuration, m.latency, m.inFlight, m.parkFailures, m.pauses, checked)
-	m.checkCounted, m.checkRead = checked.WithLabelValues("counted"), checked.WithLabelValues("read")
+	m.checkCounted, m.checkListed, m.checkRead = checked.WithLabelValues("counted"), checked.WithLabelValues("listed"), checked.WithLabelValues("read")
 	return m
 }
 
@@ -85,6 +85,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 func (m *Metrics) checkedCounted(n uint64) {
 	if m != nil {
 		m.checkCounted.Add(float64(n))
+	}
+}
+
+// checkedListed counts n events the unknown-destination check settled from
+// the list of the stream's subjects.
+func (m *Metrics) checkedListed(n uint64) {
+	if m != nil {
+		m.checkListed.Add(float64(n))
 	}
 }
 

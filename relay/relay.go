@@ -544,12 +544,22 @@ func eventOf(msg jetstream.Msg) (event, error) {
 		}
 		info = ackInfo{streamSeq: meta.Sequence.Stream, delivered: meta.NumDelivered, stored: meta.Timestamp}
 	}
-	p, err := stream.ParseSubject(msg.Subject())
+	return newEvent(msg.Subject(), info, msg.Data(), msg.Headers())
+}
+
+// rawEvent is eventOf for a message read from the stream by sequence (as if
+// delivered once).
+func rawEvent(msg *jetstream.RawStreamMsg) (event, error) {
+	return newEvent(msg.Subject, ackInfo{streamSeq: msg.Sequence, delivered: 1, stored: msg.Time}, msg.Data, msg.Header)
+}
+
+// newEvent takes apart an event stored on subject.
+func newEvent(subject string, info ackInfo, body []byte, h nats.Header) (event, error) {
+	p, err := stream.ParseSubject(subject)
 	if err != nil {
 		return event{}, err
 	}
-	ev := event{dest: p.Dest, seq: info.streamSeq, delivered: info.delivered, stored: info.stored, subject: msg.Subject(), body: msg.Data(), hdr: msg.Headers()}
-	h := ev.hdr
+	ev := event{dest: p.Dest, seq: info.streamSeq, delivered: info.delivered, stored: info.stored, subject: subject, body: body, hdr: h}
 	ev.id = h.Get(stream.HdrEventID)
 	if ev.id == "" {
 		ev.id = h.Get(stream.HdrMsgID)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -17,14 +18,17 @@ import (
 //
 // A producer can publish for a destination that does not exist: a typo, one
 // not added yet, one removed. No destination consumer reads such an event,
-// so one replica at a time goes through every event, in stream order, and
-// dead-letters those whose destination is unknown.
+// so one replica at a time goes through every event and dead-letters those
+// whose destination is unknown.
 //
-// It reads the headers of each event as it is stored. What was stored
-// before it started (while relay was down, say) it first tries to settle
-// without reading: the server counts how many of those events are on
-// subjects of known destinations, and when that is all of them, there is
-// nothing to read (scanUnrouted). Nothing is acked, and the server keeps no
+// Mostly it does not read them (scanUnrouted). On an R1 stream it lists the
+// stream's subjects every few milliseconds, which says for which
+// destinations events are stored, and looks up only the events of unknown
+// ones. Where that cannot be done or costs more (a replicated stream, or
+// many order keys), it reads the headers of each event as it is stored;
+// what was stored before it started (while relay was down, say) it may
+// first settle by having the server count how many of those events are on
+// subjects of known destinations. Nothing is acked, and the server keeps no
 // state per event for it. Instead the replica doing the check holds a
 // lease, the key UnroutedCheckKey in the relay_state bucket, whose value
 // also says up to which stream sequence every event has been checked. The
@@ -381,29 +385,59 @@ func (r *Relay) legacyCheckFloor(ctx context.Context) (uint64, error) {
 	return floor, nil
 }
 
-// checkTuning says when the check counts rather than reads.
+// checkTuning says how the check goes through events: when it counts them,
+// when it lists the stream's subjects, when it reads them.
 type checkTuning struct {
 	// countMin is the fewest events worth counting rather than reading.
 	countMin uint64
 	// subjectsPerEvent: counting walks the stream's index of subjects, and
 	// costs about what reading one event does per subjectsPerEvent subjects.
 	subjectsPerEvent uint64
+
+	// listPerEvent: listing the stream's subjects costs about what reading
+	// one event does per listPerEvent subjects. 0: the check never lists.
+	listPerEvent uint64
+	// listCheap is how many subjects are cheap to list every pollIdle
+	// whatever the number of events.
+	listCheap uint64
+	// listGroups is the most destinations with events to look for one by
+	// one (unknown, or added after some of their events) a pass takes on.
+	listGroups int
+	// poll is how long the check waits between passes while events come;
+	// it waits up to pollIdle while none do. listWait is how long it lets
+	// events pile up for a list worth making before it reads them instead.
+	poll, pollIdle, listWait time.Duration
 }
 
-var defaultCheckTuning = checkTuning{countMin: 1000, subjectsPerEvent: 100}
+var defaultCheckTuning = checkTuning{
+	countMin:         1000,
+	subjectsPerEvent: 100,
+	listPerEvent:     5,
+	listCheap:        1000,
+	listGroups:       8,
+	poll:             10 * time.Millisecond,
+	pollIdle:         100 * time.Millisecond,
+	listWait:         time.Second,
+}
+
+// listMaxSubjects is the most subjects a stream info response lists at once
+// (the server's JSMaxSubjectDetails). A list of more comes in pages, each as
+// of its own moment, and the check does not use it.
+const listMaxSubjects = 100_000
 
 // scanUnrouted checks every event stored after sequence checked, in order,
 // until ctx ends, and stores in done the sequence up to which it has.
 //
-// It starts by trying to settle, without reading them, the events stored
-// up to now: after relay was down, or when a replica takes over from one
-// that fell behind, they can be millions. When the server counts every one
-// of them on a subject of a known destination (settleByCount), there is
-// nothing to read. From there, or from checked when the count does not
-// settle it, it reads the headers of every event as it is stored
-// (readFrom). Counting the events as they come instead would need a moment
-// without new events, which a steady stream does not give, and would check
-// each event later.
+// What it can, it settles without reading events, in passes
+// (followByListing): it lists the subjects of the events stream, which says
+// which destinations have events stored, and looks up one by one only the
+// events of destinations that are unknown (or were added after them). That
+// needs an R1 stream (what the list says, and the lookups after it, must
+// come from the same store) with few subjects for the events that come:
+// every order key of an ordered destination is a subject. Otherwise it reads
+// the headers of every event as it is stored (readFrom), until listing is
+// worth it again. A backlog too large to read cheaply and with too many
+// subjects to list is first counted (settleByCount).
 func (r *Relay) scanUnrouted(ctx context.Context, checked uint64, done *atomic.Uint64) error {
 	info, err := r.events.Info(ctx)
 	if ctx.Err() != nil {
@@ -413,7 +447,8 @@ func (r *Relay) scanUnrouted(ctx context.Context, checked uint64, done *atomic.U
 		r.log.Warn("cannot read the events stream's state for the unknown-destination check; reading the events instead", "err", err)
 	} else if st, last := info.State, info.State.LastSeq; last > checked && st.Msgs > 0 {
 		// Events at or before FirstSeq-1 aged out or were removed.
-		if n := last - max(checked, st.FirstSeq-1); r.worthCounting(info, n) {
+		n := last - max(checked, st.FirstSeq-1)
+		if !(r.listable(info) && r.listWorth(info, n, 0)) && r.worthCounting(info, n) {
 			settled, err := r.settleByCount(ctx, checked, last, st.FirstSeq)
 			switch {
 			case ctx.Err() != nil:
@@ -428,7 +463,217 @@ func (r *Relay) scanUnrouted(ctx context.Context, checked uint64, done *atomic.U
 			}
 		}
 	}
-	return r.readFrom(ctx, checked, done)
+	for ctx.Err() == nil {
+		if checked, err = r.followByListing(ctx, checked, done); err != nil {
+			return err
+		}
+		if err := r.readFrom(ctx, checked, done); err != nil {
+			return err
+		}
+		checked = done.Load()
+	}
+	return ctx.Err()
+}
+
+// listable says whether the check can settle events of the events stream
+// described by info from the list of its subjects.
+func (r *Relay) listable(info *jetstream.StreamInfo) bool {
+	return r.tune.listPerEvent > 0 && info.Config.Replicas <= 1 && info.State.NumSubjects < listMaxSubjects
+}
+
+// listWorth says whether listing the subjects of the stream described by
+// info costs less than reading its n unchecked events, or little anyway, a
+// time since after the last list.
+func (r *Relay) listWorth(info *jetstream.StreamInfo, n uint64, since time.Duration) bool {
+	s := info.State.NumSubjects
+	return n*r.tune.listPerEvent >= s || s <= r.tune.listCheap && since >= r.tune.pollIdle
+}
+
+// errNotListed says a pass could not settle events from the list of
+// subjects: the events are to be read.
+var errNotListed = errors.New("too many subjects or destinations to look up")
+
+// followByListing settles the events stored after checked in passes
+// (listPass) for as long as that is possible and worth it, and returns the
+// sequence up to which it did. It returns with no error when the events are
+// to be read instead.
+func (r *Relay) followByListing(ctx context.Context, checked uint64, done *atomic.Uint64) (uint64, error) {
+	if r.tune.listPerEvent == 0 {
+		return checked, nil
+	}
+	wait := r.tune.poll
+	listed := time.Now() // when a pass last settled events, or there were none
+	for {
+		info, err := r.events.Info(ctx)
+		if err != nil {
+			return checked, fmt.Errorf("read the state of stream %s: %w", stream.EventsStream, err)
+		}
+		if !r.listable(info) {
+			return checked, nil
+		}
+		var n uint64
+		if st := info.State; st.LastSeq > checked && st.Msgs > 0 {
+			n = st.LastSeq - max(checked, st.FirstSeq-1)
+		}
+		switch {
+		case n == 0:
+			if info.State.LastSeq > checked {
+				checked = info.State.LastSeq // all that was stored is gone
+				done.Store(checked)
+			}
+			listed, wait = time.Now(), min(2*wait, r.tune.pollIdle)
+		case r.listWorth(info, n, time.Since(listed)):
+			settled, n, err := r.listPass(ctx, checked, done)
+			if errors.Is(err, errNotListed) {
+				r.log.Debug("the unknown-destination check reads events instead of listing subjects", "err", err)
+				return checked, nil
+			}
+			if err != nil {
+				if ctx.Err() != nil {
+					return checked, ctx.Err()
+				}
+				// Tried again from where it got: it moves past an
+				// event only once it is settled.
+				checked, wait = done.Load(), min(max(2*wait, 100*time.Millisecond), 5*time.Second)
+				r.log.Warn("cannot check or dead-letter events for unknown destinations (retrying)", "checked", checked, "retry_in", wait, "err", err)
+				break
+			}
+			r.cfg.Metrics.checkedListed(n)
+			checked = settled
+			done.Store(checked)
+			listed, wait = time.Now(), r.tune.poll
+		case time.Since(listed) >= r.tune.listWait:
+			return checked, nil // events come too slowly for the subjects there are
+		default:
+			wait = r.tune.poll // let events pile up
+		}
+		select {
+		case <-ctx.Done():
+			return checked, ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+// listPass settles the events stored after checked, up to the last one
+// stored when it asks, from the list of the events stream's subjects, and
+// returns the sequence up to which it did. The server lists the subjects
+// after it reads the stream's last sequence, so the list has the subject of
+// every event stored up to it that is still there. A destination that has
+// none is known. For each that is not (unknown, or added after some of its
+// events), the events after checked on its subjects are looked up one by
+// one, in stream order, and dead-lettered; done says how far it got. n is
+// how many of the sequences it settled were still in the stream's range.
+func (r *Relay) listPass(ctx context.Context, checked uint64, done *atomic.Uint64) (settled, n uint64, err error) {
+	info, err := r.events.Info(ctx, jetstream.WithSubjectFilter(">"))
+	if err != nil {
+		return checked, 0, fmt.Errorf("list the subjects of stream %s: %w", stream.EventsStream, err)
+	}
+	st := info.State
+	if info.Config.Replicas > 1 || len(st.Subjects) >= listMaxSubjects {
+		return checked, 0, errNotListed
+	}
+	last := st.LastSeq
+	if last <= checked || st.Msgs == 0 {
+		return max(checked, last), 0, nil
+	}
+	from := max(checked, st.FirstSeq-1)
+	groups := r.unroutedFilters(st.Subjects, from+1)
+	if len(groups) > r.tune.listGroups {
+		return checked, 0, errNotListed
+	}
+	// The events to look up, in stream order across destinations, so that
+	// how far the pass got is known at every step.
+	heads := make([]listHead, 0, len(groups))
+	for filter, before := range groups {
+		h := listHead{filter: filter, before: min(before, last+1)}
+		if err := r.nextListed(ctx, &h, from+1); err != nil {
+			return checked, 0, err
+		}
+		heads = append(heads, h)
+	}
+	for {
+		i := -1
+		for j, h := range heads {
+			if h.msg != nil && (i < 0 || h.msg.Sequence < heads[i].msg.Sequence) {
+				i = j
+			}
+		}
+		if i < 0 {
+			break
+		}
+		msg := heads[i].msg
+		if ev, err := rawEvent(msg); err == nil {
+			if err := r.checkEvent(ctx, ev, true); err != nil {
+				return checked, 0, err
+			}
+		}
+		done.Store(msg.Sequence)
+		if err := r.nextListed(ctx, &heads[i], msg.Sequence+1); err != nil {
+			return checked, 0, err
+		}
+	}
+	return last, last - from, nil
+}
+
+// listHead is the next event a pass looks up on one filter: msg, nil when
+// there is none before sequence before.
+type listHead struct {
+	filter string
+	before uint64
+	msg    *jetstream.RawStreamMsg
+}
+
+// nextListed looks up the first event on h's filter at or after sequence
+// seq.
+func (r *Relay) nextListed(ctx context.Context, h *listHead, seq uint64) error {
+	h.msg = nil
+	if seq >= h.before {
+		return nil
+	}
+	msg, err := r.events.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(h.filter))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("look up events on %s in stream %s: %w", h.filter, stream.EventsStream, err)
+	case msg.Sequence < h.before:
+		h.msg = msg
+	}
+	return nil
+}
+
+// unroutedFilters are filters for the events among subjects, the events
+// stream's, that may be for no destination known here from stream sequence
+// from on: each with the sequence before which its events are (the start of
+// a destination added since, or the end of sequences).
+func (r *Relay) unroutedFilters(subjects map[string]uint64, from uint64) map[string]uint64 {
+	r.dests.mu.RLock()
+	defer r.dests.mu.RUnlock()
+	groups := map[string]uint64{}
+	for subj := range subjects {
+		p, err := stream.ParseSubject(subj)
+		if err != nil {
+			continue // not an event relay can read; nothing to route
+		}
+		before := uint64(math.MaxUint64)
+		if d, ok := r.dests.dests[p.Dest]; ok {
+			if d.StartSeq <= from {
+				continue
+			}
+			before = d.StartSeq
+		}
+		// Every event of the destination on subjects of this shape.
+		filter := subj
+		switch {
+		case p.Bucket >= 0:
+			filter = stream.KeyedPrefix + "." + p.Dest + ".>"
+		case p.KeyToken != "":
+			filter = stream.InPrefix + "." + p.Dest + ".*"
+		}
+		groups[filter] = before
+	}
+	return groups
 }
 
 // worthCounting says whether n events of the events stream described by
@@ -582,9 +827,14 @@ func (r *Relay) deleteConsumer(name string) {
 	}
 }
 
+// relistEvery is how often, at most, reading asks whether listing
+// subjects would do again.
+const relistEvery = 5 * time.Second
+
 // readFrom checks every event stored after sequence checked, in order,
 // reading their headers, until ctx ends, and stores in done the sequence up
-// to which it has.
+// to which it has. When it has caught up with the stream and the check can
+// list its subjects again, it returns nil.
 func (r *Relay) readFrom(ctx context.Context, checked uint64, done *atomic.Uint64) error {
 	cfg := jetstream.OrderedConsumerConfig{
 		DeliverPolicy: jetstream.DeliverAllPolicy,
@@ -617,6 +867,7 @@ func (r *Relay) readFrom(ctx context.Context, checked uint64, done *atomic.Uint6
 		}
 		iter.Stop()
 	}()
+	relisted, read := time.Now(), uint64(0) // when it last asked, and events read since
 	for ctx.Err() == nil {
 		msg, err := stream.NextMsg(ctx, iter, r.cfg.JS.Conn())
 		if err != nil {
@@ -653,6 +904,15 @@ func (r *Relay) readFrom(ctx context.Context, checked uint64, done *atomic.Uint6
 		}
 		r.cfg.Metrics.checkedRead()
 		done.Store(seq)
+		read++
+		if ok && info.pending == 0 && r.tune.listPerEvent > 0 && time.Since(relisted) >= relistEvery {
+			// Caught up: would listing every listWait cost less now?
+			perWait := read * uint64(r.tune.listWait) / uint64(max(time.Since(relisted), 1))
+			if si, err := r.events.Info(ctx); err == nil && r.listable(si) && r.listWorth(si, perWait, r.tune.pollIdle) {
+				return nil
+			}
+			relisted, read = time.Now(), 0
+		}
 	}
 	return ctx.Err()
 }
@@ -672,12 +932,22 @@ func (r *Relay) checkRouted(ctx context.Context, msg jetstream.Msg, seq uint64) 
 	if err != nil {
 		return nil
 	}
-	return r.deadLetterUnrouted(ctx, ev)
+	return r.deadLetterUnrouted(ctx, ev, false)
+}
+
+// checkEvent dead-letters ev if its destination is not known from its
+// sequence on. whole says ev has its body; without it, it is read first.
+func (r *Relay) checkEvent(ctx context.Context, ev event, whole bool) error {
+	if d, ok := r.dests.get(ev.dest); ok && ev.seq >= d.StartSeq {
+		return nil
+	}
+	return r.deadLetterUnrouted(ctx, ev, whole)
 }
 
 // deadLetterUnrouted asks the store, which is authoritative, whether ev's
-// destination exists; if not, it dead-letters ev.
-func (r *Relay) deadLetterUnrouted(ctx context.Context, ev event) error {
+// destination exists; if not, it dead-letters ev. whole says ev has its
+// body; without it, it is read first.
+func (r *Relay) deadLetterUnrouted(ctx context.Context, ev event, whole bool) error {
 	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
 	defer cancel()
 	// A token no destination can be named (nor the store hold as a key)
@@ -698,15 +968,17 @@ func (r *Relay) deadLetterUnrouted(ctx context.Context, ev event) error {
 			return err
 		}
 	}
-	// The check reads headers only: read the whole event for the letter.
-	full, err := r.events.GetMsg(ctx, ev.seq)
-	if err != nil {
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return nil // gone meanwhile (deleted, or aged out): nothing to keep
+	if !whole {
+		// Read with headers only: read the whole event for the letter.
+		full, err := r.events.GetMsg(ctx, ev.seq)
+		if err != nil {
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				return nil // gone meanwhile (deleted, or aged out): nothing to keep
+			}
+			return err
 		}
-		return err
+		ev.body, ev.hdr = full.Data, full.Header
 	}
-	ev.body, ev.hdr = full.Data, full.Header
 	out := Outcome{Dest: ev.dest, EventID: ev.id, Seq: ev.seq, Decision: Decision{Action: DeadLetter, Reason: ReasonUnknownDestination}}
 	if err := r.writeDeadLetter(ctx, ev, 0, &out); err != nil {
 		return err

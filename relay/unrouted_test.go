@@ -2,8 +2,11 @@ package relay
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -11,9 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/stream"
@@ -329,7 +334,7 @@ func publishTo(t *testing.T, js jetstream.JetStream, subj string, n int) uint64 
 
 // checkedCount is how many events the check went through, how.
 func checkedCount(m *Metrics, how string) uint64 {
-	c := map[string]prometheus.Counter{"counted": m.checkCounted, "read": m.checkRead}[how]
+	c := map[string]prometheus.Counter{"counted": m.checkCounted, "listed": m.checkListed, "read": m.checkRead}[how]
 	return uint64(testutil.ToFloat64(c))
 }
 
@@ -567,4 +572,181 @@ func TestCheckCountsOnlyWhereItIsExactAndWorthIt(t *testing.T) {
 	require.False(t, r.worthCounting(info(1, 10), 999), "too few events")
 	require.False(t, r.worthCounting(info(1, 5_000_001), 50_000), "too many subjects")
 	require.True(t, r.worthCounting(info(1, 5_000_000), 50_000))
+}
+
+// listingTuning is defaultCheckTuning without the count: what the check
+// does not read, it lists.
+func listingTuning() checkTuning {
+	tune := defaultCheckTuning
+	tune.countMin = math.MaxUint64 // never counts: what is settled is listed
+	return tune
+}
+
+// Events published while the check runs are settled from the list of the
+// stream's subjects: only those of unknown destinations, and those of a
+// destination published before it was added, are looked up, and they are
+// dead-lettered in stream order.
+func TestCheckListsEventsPublishedWhileItRuns(t *testing.T) {
+	t.Parallel()
+	srv := streamtest.Start(t)
+	addPausedDest(t, srv.JS, "known")
+	publishTo(t, srv.JS, "relay.in.known", 50)
+	early := publishTo(t, srv.JS, "relay.in.later.k1", 1) // before "later" exists
+	addPausedDest(t, srv.JS, "later")
+
+	m := NewMetrics(prometheus.NewRegistry())
+	var dl deadLettered
+	startRelay(t, Config{JS: srv.JS, OnDelivery: dl.add, Metrics: m}, listingTuning())
+	var want []uint64
+	want = append(want, early)
+	for i := range 20 {
+		publishTo(t, srv.JS, "relay.in.known", 10)
+		publishTo(t, srv.JS, "relay.in.later.k2", 5)
+		switch i % 4 {
+		case 1:
+			want = append(want, publishTo(t, srv.JS, "relay.in.ghost", 1))
+		case 3:
+			want = append(want, publishTo(t, srv.JS, "relay.in.other.k3", 1)) // keyed: relay.ev.other.<bucket>.k3
+		}
+	}
+	last := publishTo(t, srv.JS, "relay.in.known", 1)
+	waitCheckState(t, srv.JS, "checked every event", func(st CheckState) bool { return st.Checked == last })
+	require.Equal(t, want, dl.list(), "every event of an unknown destination dead-lettered once, in stream order")
+	require.Zero(t, checkedCount(m, "read"), "nothing read")
+	require.EqualValues(t, last, checkedCount(m, "listed"))
+}
+
+// The list never settles an event for an unknown destination it did not
+// look up, also while events are being stored as it lists.
+func TestCheckListingMissesNoEventStoredMeanwhile(t *testing.T) {
+	t.Parallel()
+	srv := streamtest.Start(t)
+	ctx := context.Background()
+	addPausedDest(t, srv.JS, "known")
+	m := NewMetrics(prometheus.NewRegistry())
+	var dl deadLettered
+	tune := listingTuning()
+	tune.listGroups = 1000 // look them all up
+	startRelay(t, Config{JS: srv.JS, OnDelivery: dl.add, Metrics: m}, tune)
+
+	// Every other burst has one event for a destination no one added, each
+	// under a name of its own (so each is a subject the list has not had);
+	// two producers publish at once.
+	var mu sync.Mutex
+	var ghosts []uint64
+	var last atomic.Uint64
+	var wg sync.WaitGroup
+	for p := range 2 {
+		wg.Go(func() {
+			rnd := rand.New(rand.NewPCG(uint64(p), 7))
+			for b := range 100 {
+				ghostAt := -1
+				if b%2 == 1 {
+					ghostAt = rnd.IntN(20)
+				}
+				for i := range 20 {
+					subj := "relay.in.known"
+					if i == ghostAt {
+						subj = fmt.Sprintf("relay.in.ghost%d_%d", p, b)
+					}
+					ack, err := srv.JS.Publish(ctx, subj, nil)
+					if !assert.NoError(t, err) {
+						return
+					}
+					for cur := last.Load(); ack.Sequence > cur && !last.CompareAndSwap(cur, ack.Sequence); cur = last.Load() {
+					}
+					if i == ghostAt {
+						mu.Lock()
+						ghosts = append(ghosts, ack.Sequence)
+						mu.Unlock()
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	waitCheckState(t, srv.JS, "checked every event", func(st CheckState) bool { return st.Checked == last.Load() })
+	slices.Sort(ghosts)
+	require.Equal(t, ghosts, dl.list(), "every event of an unknown destination dead-lettered once, in stream order")
+	require.Zero(t, checkedCount(m, "read"), "nothing read")
+}
+
+// With more destinations to look up in a pass than listGroups, the check
+// reads the events instead, and dead-letters the same ones.
+func TestCheckReadsWhenTooManyDestinationsAreUnknown(t *testing.T) {
+	t.Parallel()
+	srv := streamtest.Start(t)
+	addPausedDest(t, srv.JS, "known")
+	var want []uint64
+	for i := range 3 {
+		publishTo(t, srv.JS, "relay.in.known", 10)
+		want = append(want, publishTo(t, srv.JS, fmt.Sprintf("relay.in.ghost%d", i), 1))
+	}
+	last := publishTo(t, srv.JS, "relay.in.known", 10)
+
+	m := NewMetrics(prometheus.NewRegistry())
+	var dl deadLettered
+	tune := listingTuning()
+	tune.listGroups = 2
+	startRelay(t, Config{JS: srv.JS, OnDelivery: dl.add, Metrics: m}, tune)
+	waitCheckState(t, srv.JS, "checked every event", func(st CheckState) bool { return st.Checked == last })
+	require.Equal(t, want, dl.list())
+	require.EqualValues(t, last, checkedCount(m, "read"), "every event read")
+	require.Zero(t, checkedCount(m, "listed"))
+}
+
+// Listing is used only where it is exact, an R1 stream whose subjects come
+// in one response, and when it costs less than reading the events there are
+// to check, or little anyway.
+func TestCheckListsOnlyWhereItIsExactAndWorthIt(t *testing.T) {
+	r := &Relay{tune: defaultCheckTuning}
+	info := func(replicas int, subjects uint64) *jetstream.StreamInfo {
+		return &jetstream.StreamInfo{Config: jetstream.StreamConfig{Replicas: replicas}, State: jetstream.StreamState{NumSubjects: subjects}}
+	}
+	require.True(t, r.listable(info(1, 10)))
+	require.False(t, r.listable(info(3, 10)), "a replicated stream is read")
+	require.False(t, r.listable(info(1, listMaxSubjects)), "too many subjects for one response")
+	require.False(t, (&Relay{tune: checkTuning{countMin: 1000}}).listable(info(1, 10)), "listing turned off")
+
+	require.True(t, r.listWorth(info(1, 50_000), 10_000, 0), "5 subjects listed per event not read")
+	require.False(t, r.listWorth(info(1, 50_001), 10_000, time.Hour), "more subjects than that, and not few")
+	require.True(t, r.listWorth(info(1, 1000), 1, defaultCheckTuning.pollIdle), "a few subjects, once per pollIdle")
+	require.False(t, r.listWorth(info(1, 1000), 1, defaultCheckTuning.pollIdle-time.Millisecond))
+}
+
+// When the check reads, its pull requests ask for idle heartbeats at most
+// every 2s (see TestPullRequestsAskForShortHeartbeats in package
+// integration).
+func TestCheckReadsWithShortHeartbeats(t *testing.T) {
+	t.Parallel()
+	srv := streamtest.Start(t)
+	nc, err := nats.Connect(srv.URL)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	type pullRequest struct {
+		Heartbeat time.Duration `json:"idle_heartbeat"`
+		Expires   time.Duration `json:"expires"`
+	}
+	reqs := make(chan pullRequest, 100)
+	sub, err := nc.Subscribe("$JS.API.CONSUMER.MSG.NEXT."+stream.EventsStream+".*", func(m *nats.Msg) {
+		var r pullRequest
+		if json.Unmarshal(m.Data, &r) == nil {
+			select {
+			case reqs <- r:
+			default:
+			}
+		}
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, nc.Flush())
+	startRelay(t, Config{JS: srv.JS}, checkTuning{countMin: 1000, subjectsPerEvent: 100}) // reads
+	select {
+	case r := <-reqs:
+		require.Positive(t, r.Heartbeat, "heartbeats asked for")
+		require.LessOrEqual(t, r.Heartbeat, 2*time.Second)
+		require.LessOrEqual(t, 2*r.Heartbeat, r.Expires, "two heartbeats fit in a request's life")
+	case <-time.After(20 * time.Second):
+		t.Fatal("the check sent no pull request")
+	}
 }

@@ -388,7 +388,7 @@ func freeAddr() (string, error) {
 }
 
 // checkNote says how many events relay process p's unknown-destination
-// check counted and read (relay_unknown_destination_check_events_total),
+// check counted, listed and read (relay_unknown_destination_check_events_total),
 // or why that cannot be told.
 func (b *bench) checkNote(ctx context.Context, p *proc) string {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -402,7 +402,7 @@ func (b *bench) checkNote(ctx context.Context, p *proc) string {
 		return "unknown-destination check: cannot read relay's metrics: " + err.Error()
 	}
 	defer resp.Body.Close()
-	got := map[string]float64{"counted": 0, "read": 0}
+	got := map[string]float64{"counted": 0, "listed": 0, "read": 0}
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		for how := range got {
@@ -413,7 +413,7 @@ func (b *bench) checkNote(ctx context.Context, p *proc) string {
 			}
 		}
 	}
-	return fmt.Sprintf("unknown-destination check in this relay process: %.0f events counted, %.0f read", got["counted"], got["read"])
+	return fmt.Sprintf("unknown-destination check in this relay process: %.0f events counted, %.0f listed, %.0f read", got["counted"], got["listed"], got["read"])
 }
 
 // --- publishing ---
