@@ -398,14 +398,17 @@ type checkTuning struct {
 	// one event does per listPerEvent subjects. 0: the check never lists.
 	listPerEvent uint64
 	// listCheap is how many subjects are cheap to list every pollIdle
-	// whatever the number of events.
+	// whatever the number of events: with no more, a pass lists at once,
+	// without asking first whether there are events to check.
 	listCheap uint64
 	// listGroups is the most destinations with events to look for one by
 	// one (unknown, or added after some of their events) a pass takes on.
 	listGroups int
-	// poll is how long the check waits between passes while events come;
-	// it waits up to pollIdle while none do. listWait is how long it lets
+	// passEvents is how many events a pass is meant to settle: the check
+	// waits between passes for about as long as that many take to come,
+	// at least poll and at most pollIdle. listWait is how long it lets
 	// events pile up for a list worth making before it reads them instead.
+	passEvents               float64
 	poll, pollIdle, listWait time.Duration
 }
 
@@ -413,8 +416,9 @@ var defaultCheckTuning = checkTuning{
 	countMin:         1000,
 	subjectsPerEvent: 100,
 	listPerEvent:     5,
-	listCheap:        1000,
+	listCheap:        200,
 	listGroups:       8,
+	passEvents:       100,
 	poll:             10 * time.Millisecond,
 	pollIdle:         100 * time.Millisecond,
 	listWait:         time.Second,
@@ -497,38 +501,63 @@ var errNotListed = errors.New("too many subjects or destinations to look up")
 // (listPass) for as long as that is possible and worth it, and returns the
 // sequence up to which it did. It returns with no error when the events are
 // to be read instead.
+//
+// A pass costs about the same whatever the number of events it settles, so
+// passes are spaced for about passEvents events each at the rate they came
+// lately. With few subjects, a pass is one request: the list says the
+// stream's state too. With more, the state is asked first, to tell whether
+// listing is worth it.
 func (r *Relay) followByListing(ctx context.Context, checked uint64, done *atomic.Uint64) (uint64, error) {
 	if r.tune.listPerEvent == 0 {
 		return checked, nil
 	}
-	wait := r.tune.poll
-	listed := time.Now() // when a pass last settled events, or there were none
+	var (
+		subjects = uint64(math.MaxUint64) // in the stream, as last seen
+		rate     float64                  // events stored per second, lately
+		seen     = time.Now()             // when the stream's state was last seen
+		last     uint64                   // its last sequence then
+		listed   = time.Now()             // when a pass last settled events, or there were none
+		wait     time.Duration
+	)
 	for {
-		info, err := r.events.Info(ctx)
-		if err != nil {
-			return checked, fmt.Errorf("read the state of stream %s: %w", stream.EventsStream, err)
+		select {
+		case <-ctx.Done():
+			return checked, ctx.Err()
+		case <-time.After(wait):
 		}
-		if !r.listable(info) {
-			return checked, nil
-		}
-		var n uint64
-		if st := info.State; st.LastSeq > checked && st.Msgs > 0 {
-			n = st.LastSeq - max(checked, st.FirstSeq-1)
-		}
-		switch {
-		case n == 0:
-			if info.State.LastSeq > checked {
-				checked = info.State.LastSeq // all that was stored is gone
-				done.Store(checked)
+		var info *jetstream.StreamInfo
+		if subjects > r.tune.listCheap {
+			var err error
+			if info, err = r.events.Info(ctx); err != nil {
+				return checked, fmt.Errorf("read the state of stream %s: %w", stream.EventsStream, err)
 			}
-			listed, wait = time.Now(), min(2*wait, r.tune.pollIdle)
-		case r.listWorth(info, n, time.Since(listed)):
-			settled, n, err := r.listPass(ctx, checked, done)
-			if errors.Is(err, errNotListed) {
-				r.log.Debug("the unknown-destination check reads events instead of listing subjects", "err", err)
+			if !r.listable(info) {
 				return checked, nil
 			}
-			if err != nil {
+			var n uint64
+			if st := info.State; st.LastSeq > checked && st.Msgs > 0 {
+				n = st.LastSeq - max(checked, st.FirstSeq-1)
+			}
+			switch {
+			case n == 0:
+				if info.State.LastSeq > checked {
+					checked = info.State.LastSeq // all that was stored is gone
+					done.Store(checked)
+				}
+				listed = time.Now()
+			case r.listWorth(info, n, time.Since(listed)):
+				info = nil // list
+			case time.Since(listed) >= r.tune.listWait:
+				return checked, nil // events come too slowly for the subjects there are
+			}
+		}
+		if info == nil {
+			res, err := r.listPass(ctx, checked, done)
+			switch {
+			case errors.Is(err, errNotListed):
+				r.log.Debug("the unknown-destination check reads events instead of listing subjects", "err", err)
+				return checked, nil
+			case err != nil:
 				if ctx.Err() != nil {
 					return checked, ctx.Err()
 				}
@@ -536,21 +565,21 @@ func (r *Relay) followByListing(ctx context.Context, checked uint64, done *atomi
 				// event only once it is settled.
 				checked, wait = done.Load(), min(max(2*wait, 100*time.Millisecond), 5*time.Second)
 				r.log.Warn("cannot check or dead-letter events for unknown destinations (retrying)", "checked", checked, "retry_in", wait, "err", err)
-				break
+				continue
 			}
-			r.cfg.Metrics.checkedListed(n)
-			checked = settled
+			r.cfg.Metrics.checkedListed(res.n)
+			checked, info, listed = res.settled, res.info, time.Now()
 			done.Store(checked)
-			listed, wait = time.Now(), r.tune.poll
-		case time.Since(listed) >= r.tune.listWait:
-			return checked, nil // events come too slowly for the subjects there are
-		default:
-			wait = r.tune.poll // let events pile up
 		}
-		select {
-		case <-ctx.Done():
-			return checked, ctx.Err()
-		case <-time.After(wait):
+		// The next pass: when about passEvents more have come.
+		now, st := time.Now(), info.State
+		if dt := now.Sub(seen).Seconds(); dt > 0 && st.LastSeq >= last {
+			rate = (rate + float64(st.LastSeq-last)/dt) / 2
+		}
+		seen, last, subjects = now, st.LastSeq, st.NumSubjects
+		wait = r.tune.pollIdle
+		if rate > 0 {
+			wait = min(max(time.Duration(r.tune.passEvents/rate*float64(time.Second)), r.tune.poll), r.tune.pollIdle)
 		}
 	}
 }
@@ -562,25 +591,24 @@ func (r *Relay) followByListing(ctx context.Context, checked uint64, done *atomi
 // every event stored up to it that is still there. A destination that has
 // none is known. For each that is not (unknown, or added after some of its
 // events), the events after checked on its subjects are looked up one by
-// one, in stream order, and dead-lettered; done says how far it got. n is
-// how many of the sequences it settled were still in the stream's range.
-func (r *Relay) listPass(ctx context.Context, checked uint64, done *atomic.Uint64) (settled, n uint64, err error) {
+// one, in stream order, and dead-lettered; done says how far it got.
+func (r *Relay) listPass(ctx context.Context, checked uint64, done *atomic.Uint64) (listed, error) {
 	info, err := r.events.Info(ctx, jetstream.WithSubjectFilter(">"))
 	if err != nil {
-		return checked, 0, fmt.Errorf("list the subjects of stream %s: %w", stream.EventsStream, err)
+		return listed{}, fmt.Errorf("list the subjects of stream %s: %w", stream.EventsStream, err)
 	}
 	st := info.State
 	if info.Config.Replicas > 1 || len(st.Subjects) >= listMaxSubjects {
-		return checked, 0, errNotListed
+		return listed{}, errNotListed
 	}
 	last := st.LastSeq
 	if last <= checked || st.Msgs == 0 {
-		return max(checked, last), 0, nil
+		return listed{settled: max(checked, last), info: info}, nil
 	}
 	from := max(checked, st.FirstSeq-1)
 	groups := r.unroutedFilters(st.Subjects, from+1)
 	if len(groups) > r.tune.listGroups {
-		return checked, 0, errNotListed
+		return listed{}, errNotListed
 	}
 	// The events to look up, in stream order across destinations, so that
 	// how far the pass got is known at every step.
@@ -588,7 +616,7 @@ func (r *Relay) listPass(ctx context.Context, checked uint64, done *atomic.Uint6
 	for filter, before := range groups {
 		h := listHead{filter: filter, before: min(before, last+1)}
 		if err := r.nextListed(ctx, &h, from+1); err != nil {
-			return checked, 0, err
+			return listed{}, err
 		}
 		heads = append(heads, h)
 	}
@@ -605,15 +633,23 @@ func (r *Relay) listPass(ctx context.Context, checked uint64, done *atomic.Uint6
 		msg := heads[i].msg
 		if ev, err := rawEvent(msg); err == nil {
 			if err := r.checkEvent(ctx, ev, true); err != nil {
-				return checked, 0, err
+				return listed{}, err
 			}
 		}
 		done.Store(msg.Sequence)
 		if err := r.nextListed(ctx, &heads[i], msg.Sequence+1); err != nil {
-			return checked, 0, err
+			return listed{}, err
 		}
 	}
-	return last, last - from, nil
+	return listed{settled: last, n: last - from, info: info}, nil
+}
+
+// listed is what a pass did: the sequence up to which it settled events,
+// how many of those sequences were in the stream's range, and the stream
+// as the list described it.
+type listed struct {
+	settled, n uint64
+	info       *jetstream.StreamInfo
 }
 
 // listHead is the next event a pass looks up on one filter: msg, nil when

@@ -710,8 +710,9 @@ func TestCheckListsOnlyWhereItIsExactAndWorthIt(t *testing.T) {
 
 	require.True(t, r.listWorth(info(1, 50_000), 10_000, 0), "5 subjects listed per event not read")
 	require.False(t, r.listWorth(info(1, 50_001), 10_000, time.Hour), "more subjects than that, and not few")
-	require.True(t, r.listWorth(info(1, 1000), 1, defaultCheckTuning.pollIdle), "a few subjects, once per pollIdle")
-	require.False(t, r.listWorth(info(1, 1000), 1, defaultCheckTuning.pollIdle-time.Millisecond))
+	require.True(t, r.listWorth(info(1, 200), 1, defaultCheckTuning.pollIdle), "a few subjects, once per pollIdle")
+	require.False(t, r.listWorth(info(1, 200), 1, defaultCheckTuning.pollIdle-time.Millisecond))
+	require.False(t, r.listWorth(info(1, 201), 1, time.Hour), "not so few")
 }
 
 // When the check reads, its pull requests ask for idle heartbeats at most
