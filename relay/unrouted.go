@@ -577,11 +577,17 @@ func (r *Relay) followByListing(ctx context.Context, checked uint64, done *atomi
 			rate = (rate + float64(st.LastSeq-last)/dt) / 2
 		}
 		seen, last, subjects = now, st.LastSeq, st.NumSubjects
-		wait = r.tune.pollIdle
-		if rate > 0 {
-			wait = min(max(time.Duration(r.tune.passEvents/rate*float64(time.Second)), r.tune.poll), r.tune.pollIdle)
-		}
+		wait = r.tune.passWait(rate)
 	}
+}
+
+// passWait is how long the check waits for the next pass when events come
+// at rate a second.
+func (t checkTuning) passWait(rate float64) time.Duration {
+	if rate <= 0 {
+		return t.pollIdle
+	}
+	return min(max(time.Duration(t.passEvents/rate*float64(time.Second)), t.poll), t.pollIdle)
 }
 
 // listPass settles the events stored after checked, up to the last one

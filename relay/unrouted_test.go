@@ -715,6 +715,17 @@ func TestCheckListsOnlyWhereItIsExactAndWorthIt(t *testing.T) {
 	require.False(t, r.listWorth(info(1, 201), 1, time.Hour), "not so few")
 }
 
+// Passes are spaced for about passEvents events each, within poll and
+// pollIdle.
+func TestCheckSpacesPassesByTheRateOfEvents(t *testing.T) {
+	tune := defaultCheckTuning
+	require.Equal(t, 100*time.Millisecond, tune.passWait(0), "no events: every pollIdle")
+	require.Equal(t, 100*time.Millisecond, tune.passWait(500))
+	require.Equal(t, 50*time.Millisecond, tune.passWait(2000))
+	require.Equal(t, 14285714*time.Nanosecond, tune.passWait(7000))
+	require.Equal(t, 10*time.Millisecond, tune.passWait(20000), "at most every poll")
+}
+
 // When the check reads, its pull requests ask for idle heartbeats at most
 // every 2s (see TestPullRequestsAskForShortHeartbeats in package
 // integration).
