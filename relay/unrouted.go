@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaydev/relay/stream"
@@ -410,6 +412,12 @@ type checkTuning struct {
 	// events pile up for a list worth making before it reads them instead.
 	passEvents               float64
 	poll, pollIdle, listWait time.Duration
+	// relist is how long reading goes on before it asks whether listing
+	// would do again: relist at first, twice as long (up to 60 times) each
+	// time listing then settles nothing, as when there are too many
+	// destinations to look up (one counts for as long as any of its events
+	// is stored).
+	relist time.Duration
 }
 
 var defaultCheckTuning = checkTuning{
@@ -422,6 +430,7 @@ var defaultCheckTuning = checkTuning{
 	poll:             10 * time.Millisecond,
 	pollIdle:         100 * time.Millisecond,
 	listWait:         time.Second,
+	relist:           5 * time.Second,
 }
 
 // listMaxSubjects is the most subjects a stream info response lists at once
@@ -467,11 +476,18 @@ func (r *Relay) scanUnrouted(ctx context.Context, checked uint64, done *atomic.U
 			}
 		}
 	}
+	relistAfter := r.tune.relist
 	for ctx.Err() == nil {
+		before := checked
 		if checked, err = r.followByListing(ctx, checked, done); err != nil {
 			return err
 		}
-		if err := r.readFrom(ctx, checked, done); err != nil {
+		if checked > before {
+			relistAfter = r.tune.relist
+		} else {
+			relistAfter = min(2*relistAfter, 60*r.tune.relist)
+		}
+		if err := r.readFrom(ctx, checked, done, relistAfter); err != nil {
 			return err
 		}
 		checked = done.Load()
@@ -573,7 +589,7 @@ func (r *Relay) followByListing(ctx context.Context, checked uint64, done *atomi
 		}
 		// The next pass: when about passEvents more have come.
 		now, st := time.Now(), info.State
-		if dt := now.Sub(seen).Seconds(); dt > 0 && st.LastSeq >= last {
+		if dt := now.Sub(seen).Seconds(); dt > 0 && last > 0 && st.LastSeq >= last {
 			rate = (rate + float64(st.LastSeq-last)/dt) / 2
 		}
 		seen, last, subjects = now, st.LastSeq, st.NumSubjects
@@ -584,10 +600,13 @@ func (r *Relay) followByListing(ctx context.Context, checked uint64, done *atomi
 // passWait is how long the check waits for the next pass when events come
 // at rate a second.
 func (t checkTuning) passWait(rate float64) time.Duration {
-	if rate <= 0 {
+	// In seconds first: passEvents/rate for a rate near 0 is more than a
+	// time.Duration holds.
+	secs := min(t.pollIdle.Seconds(), max(t.poll.Seconds(), t.passEvents/rate))
+	if rate <= 0 || math.IsNaN(secs) {
 		return t.pollIdle
 	}
-	return min(max(time.Duration(t.passEvents/rate*float64(time.Second)), t.poll), t.pollIdle)
+	return time.Duration(secs * float64(time.Second))
 }
 
 // listPass settles the events stored after checked, up to the last one
@@ -673,7 +692,7 @@ func (r *Relay) nextListed(ctx context.Context, h *listHead, seq uint64) error {
 	if seq >= h.before {
 		return nil
 	}
-	msg, err := r.events.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(h.filter))
+	msg, err := r.leaderGet(ctx, seq, h.filter)
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return nil
@@ -869,15 +888,11 @@ func (r *Relay) deleteConsumer(name string) {
 	}
 }
 
-// relistEvery is how often, at most, reading asks whether listing
-// subjects would do again.
-const relistEvery = 5 * time.Second
-
 // readFrom checks every event stored after sequence checked, in order,
 // reading their headers, until ctx ends, and stores in done the sequence up
 // to which it has. When it has caught up with the stream and the check can
 // list its subjects again, it returns nil.
-func (r *Relay) readFrom(ctx context.Context, checked uint64, done *atomic.Uint64) error {
+func (r *Relay) readFrom(ctx context.Context, checked uint64, done *atomic.Uint64, relistAfter time.Duration) error {
 	cfg := jetstream.OrderedConsumerConfig{
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		// It needs only the subject and sequence: no bodies on this path.
@@ -896,6 +911,13 @@ func (r *Relay) readFrom(ctx context.Context, checked uint64, done *atomic.Uint6
 	if err != nil {
 		return fmt.Errorf("read stream %s: %w", stream.EventsStream, err)
 	}
+	// Stopping the iterator leaves the consumer on the server until its
+	// InactiveThreshold; reading may stop and start again soon.
+	defer func() {
+		if info := cons.CachedInfo(); info != nil && info.Name != "" {
+			r.deleteConsumer(info.Name)
+		}
+	}()
 	iter, err := cons.Messages(jetstream.PullMaxMessages(1000), jetstream.PullHeartbeat(pullHeartbeat)) // a stall ends within 4s, as in consume
 	if err != nil {
 		return fmt.Errorf("read stream %s: %w", stream.EventsStream, err)
@@ -913,7 +935,7 @@ func (r *Relay) readFrom(ctx context.Context, checked uint64, done *atomic.Uint6
 	for ctx.Err() == nil {
 		msg, err := stream.NextMsg(ctx, iter, r.cfg.JS.Conn())
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			return fmt.Errorf("read stream %s: %w", stream.EventsStream, err)
@@ -947,7 +969,7 @@ func (r *Relay) readFrom(ctx context.Context, checked uint64, done *atomic.Uint6
 		r.cfg.Metrics.checkedRead()
 		done.Store(seq)
 		read++
-		if ok && info.pending == 0 && r.tune.listPerEvent > 0 && time.Since(relisted) >= relistEvery {
+		if ok && info.pending == 0 && r.tune.listPerEvent > 0 && time.Since(relisted) >= relistAfter {
 			// Caught up: would listing every listWait cost less now?
 			perWait := read * uint64(r.tune.listWait) / uint64(max(time.Since(relisted), 1))
 			if si, err := r.events.Info(ctx); err == nil && r.listable(si) && r.listWorth(si, perWait, r.tune.pollIdle) {
@@ -1012,7 +1034,7 @@ func (r *Relay) deadLetterUnrouted(ctx context.Context, ev event, whole bool) er
 	}
 	if !whole {
 		// Read with headers only: read the whole event for the letter.
-		full, err := r.events.GetMsg(ctx, ev.seq)
+		full, err := r.leaderGet(ctx, ev.seq, "")
 		if err != nil {
 			if errors.Is(err, jetstream.ErrMsgNotFound) {
 				return nil // gone meanwhile (deleted, or aged out): nothing to keep
@@ -1030,4 +1052,66 @@ func (r *Relay) deadLetterUnrouted(ctx context.Context, ev event, whole bool) er
 		r.cfg.OnDelivery(out)
 	}
 	return nil
+}
+
+// leaderGet reads the event stored at sequence seq of the events stream, or
+// with filter, the first one at or after seq on a subject filter matches.
+// It asks the stream's leader, as the check's list did: a direct get can
+// be answered by a mirror that has not caught up, and its "not found"
+// would skip an event.
+func (r *Relay) leaderGet(ctx context.Context, seq uint64, filter string) (*jetstream.RawStreamMsg, error) {
+	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
+	defer cancel()
+	req, err := json.Marshal(struct {
+		Seq     uint64 `json:"seq"`
+		NextFor string `json:"next_by_subj,omitempty"`
+	}{seq, filter})
+	if err != nil {
+		return nil, err
+	}
+	resp, err := r.cfg.JS.Conn().RequestWithContext(ctx, apiPrefix(r.cfg.JS)+"STREAM.MSG.GET."+stream.EventsStream, req)
+	if err != nil {
+		return nil, err
+	}
+	var got struct {
+		Error   *jetstream.APIError `json:"error"`
+		Message *struct {
+			Subject  string    `json:"subject"`
+			Sequence uint64    `json:"seq"`
+			Header   []byte    `json:"hdrs"`
+			Data     []byte    `json:"data"`
+			Time     time.Time `json:"time"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(resp.Data, &got); err != nil {
+		return nil, fmt.Errorf("read the response to a message get: %w", err)
+	}
+	switch {
+	case got.Error != nil && got.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return nil, jetstream.ErrMsgNotFound
+	case got.Error != nil:
+		return nil, got.Error
+	case got.Message == nil:
+		return nil, jetstream.ErrInvalidJetStreamResponse
+	}
+	m := got.Message
+	var hdr nats.Header
+	if len(m.Header) > 0 {
+		if hdr, err = nats.DecodeHeadersMsg(m.Header); err != nil {
+			return nil, fmt.Errorf("read the headers of event %d: %w", m.Sequence, err)
+		}
+	}
+	return &jetstream.RawStreamMsg{Subject: m.Subject, Sequence: m.Sequence, Header: hdr, Data: m.Data, Time: m.Time}, nil
+}
+
+// apiPrefix is the subject prefix of js's API requests.
+func apiPrefix(js jetstream.JetStream) string {
+	o := js.Options()
+	switch {
+	case o.Domain != "":
+		return "$JS." + o.Domain + ".API."
+	case o.APIPrefix != "":
+		return strings.TrimSuffix(o.APIPrefix, ".") + "."
+	}
+	return jetstream.DefaultAPIPrefix
 }

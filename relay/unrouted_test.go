@@ -695,6 +695,55 @@ func TestCheckReadsWhenTooManyDestinationsAreUnknown(t *testing.T) {
 	require.Zero(t, checkedCount(m, "listed"))
 }
 
+// Reading, when listing would not do, asks again once it has caught up, and
+// goes back to listing when it does; the consumer it read with is deleted.
+func TestCheckGoesBackToListingAfterReading(t *testing.T) {
+	t.Parallel()
+	srv := streamtest.Start(t)
+	ctx := context.Background()
+	addPausedDest(t, srv.JS, "known")
+	ghosts := []uint64{publishTo(t, srv.JS, "relay.in.ghost0", 1), publishTo(t, srv.JS, "relay.in.ghost1", 1)}
+	last := publishTo(t, srv.JS, "relay.in.known", 10)
+
+	m := NewMetrics(prometheus.NewRegistry())
+	var dl deadLettered
+	tune := listingTuning()
+	tune.listGroups = 1 // two unknown destinations: read
+	tune.relist = 50 * time.Millisecond
+	startRelay(t, Config{JS: srv.JS, OnDelivery: dl.add, Metrics: m}, tune)
+	waitCheckState(t, srv.JS, "read every event", func(st CheckState) bool { return st.Checked == last })
+	require.Equal(t, ghosts, dl.list())
+	require.EqualValues(t, last, checkedCount(m, "read"))
+
+	// Once their events are gone, one unknown destination is few enough.
+	s, err := srv.JS.Stream(ctx, stream.EventsStream)
+	require.NoError(t, err)
+	for _, g := range []string{"relay.in.ghost0", "relay.in.ghost1"} {
+		require.NoError(t, s.Purge(ctx, jetstream.WithPurgeSubject(g)))
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for checkedCount(m, "listed") == 0 {
+		require.True(t, time.Now().Before(deadline), "the check never went back to listing")
+		publishTo(t, srv.JS, "relay.in.known", 1) // reading notices it caught up as events come
+		time.Sleep(20 * time.Millisecond)
+	}
+	read := checkedCount(m, "read")
+	ghost := publishTo(t, srv.JS, "relay.in.ghost2", 1)
+	last = publishTo(t, srv.JS, "relay.in.known", 10)
+	waitCheckState(t, srv.JS, "listed the rest", func(st CheckState) bool { return st.Checked == last })
+	require.Equal(t, append(ghosts, ghost), dl.list())
+	require.Equal(t, read, checkedCount(m, "read"), "nothing read once listing again")
+
+	// Only the destination's durable consumer is left: not the reader's.
+	names := s.ConsumerNames(ctx)
+	var left []string
+	for n := range names.Name() {
+		left = append(left, n)
+	}
+	require.NoError(t, names.Err())
+	require.Equal(t, []string{ConsumerName("known")}, left)
+}
+
 // Listing is used only where it is exact, an R1 stream whose subjects come
 // in one response, and when it costs less than reading the events there are
 // to check, or little anyway.
@@ -724,6 +773,10 @@ func TestCheckSpacesPassesByTheRateOfEvents(t *testing.T) {
 	require.Equal(t, 50*time.Millisecond, tune.passWait(2000))
 	require.Equal(t, 14285714*time.Nanosecond, tune.passWait(7000))
 	require.Equal(t, 10*time.Millisecond, tune.passWait(20000), "at most every poll")
+	for _, slow := range []float64{1e-9, 1e-300, math.SmallestNonzeroFloat64} {
+		require.Equal(t, 100*time.Millisecond, tune.passWait(slow), "events all but stopped: every pollIdle, not a Duration overflow")
+	}
+	require.Equal(t, 10*time.Millisecond, tune.passWait(math.Inf(1)))
 }
 
 // When the check reads, its pull requests ask for idle heartbeats at most
@@ -760,5 +813,24 @@ func TestCheckReadsWithShortHeartbeats(t *testing.T) {
 		require.LessOrEqual(t, 2*r.Heartbeat, r.Expires, "two heartbeats fit in a request's life")
 	case <-time.After(20 * time.Second):
 		t.Fatal("the check sent no pull request")
+	}
+}
+
+// The check's gets go to the API of the JetStream relay was given: its
+// domain or prefix too.
+func TestAPIPrefixFollowsTheJetStreamsOptions(t *testing.T) {
+	nc := &nats.Conn{Opts: nats.GetDefaultOptions()}
+	for _, c := range []struct {
+		make func() (jetstream.JetStream, error)
+		want string
+	}{
+		{func() (jetstream.JetStream, error) { return jetstream.New(nc) }, "$JS.API."},
+		{func() (jetstream.JetStream, error) { return jetstream.NewWithDomain(nc, "hub") }, "$JS.hub.API."},
+		{func() (jetstream.JetStream, error) { return jetstream.NewWithAPIPrefix(nc, "ACC.API") }, "ACC.API."},
+		{func() (jetstream.JetStream, error) { return jetstream.NewWithAPIPrefix(nc, "ACC.API.") }, "ACC.API."},
+	} {
+		js, err := c.make()
+		require.NoError(t, err)
+		require.Equal(t, c.want, apiPrefix(js))
 	}
 }
