@@ -834,3 +834,38 @@ func TestAPIPrefixFollowsTheJetStreamsOptions(t *testing.T) {
 		require.Equal(t, c.want, apiPrefix(js))
 	}
 }
+
+// Listing goes past events deleted or purged before it got to them, also
+// when none are left, and follows a destination added while it runs.
+func TestCheckListsPastRemovedEventsAndAddedDestinations(t *testing.T) {
+	t.Parallel()
+	srv := streamtest.Start(t)
+	ctx := context.Background()
+	s, err := srv.JS.Stream(ctx, stream.EventsStream)
+	require.NoError(t, err)
+	publishGhosts(t, srv.JS, 6)
+	require.NoError(t, s.Purge(ctx, jetstream.WithPurgeSequence(3))) // 1, 2 gone
+	require.NoError(t, s.DeleteMsg(ctx, 4))
+
+	m := NewMetrics(prometheus.NewRegistry())
+	var dl deadLettered
+	startRelay(t, Config{JS: srv.JS, OnDelivery: dl.add, Metrics: m}, listingTuning())
+	waitCheckState(t, srv.JS, "listed what is left", func(st CheckState) bool { return st.Checked == 6 })
+	require.Equal(t, []uint64{3, 5, 6}, dl.list())
+
+	// Nothing left at all: the check still moves to the last sequence.
+	publishGhosts(t, srv.JS, 2) // 7, 8
+	require.NoError(t, s.Purge(ctx))
+	waitCheckState(t, srv.JS, "past the purged events", func(st CheckState) bool { return st.Checked == 8 })
+
+	// Events for "late" are dead-lettered until it is added, and not after.
+	early := publishTo(t, srv.JS, "relay.in.late", 1)
+	waitCheckState(t, srv.JS, "listed the early event", func(st CheckState) bool { return st.Checked == early })
+	addPausedDest(t, srv.JS, "late")
+	last := publishTo(t, srv.JS, "relay.in.late", 5)
+	waitCheckState(t, srv.JS, "listed the later events", func(st CheckState) bool { return st.Checked == last })
+	// 7 and 8 may have been listed, and dead-lettered, before the purge.
+	got := slices.DeleteFunc(dl.list(), func(seq uint64) bool { return seq == 7 || seq == 8 })
+	require.Equal(t, []uint64{3, 5, 6, early}, got)
+	require.Zero(t, checkedCount(m, "read"))
+}
