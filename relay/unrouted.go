@@ -617,23 +617,23 @@ func (t checkTuning) passWait(rate float64) time.Duration {
 // none is known. For each that is not (unknown, or added after some of its
 // events), the events after checked on its subjects are looked up one by
 // one, in stream order, and dead-lettered; done says how far it got.
-func (r *Relay) listPass(ctx context.Context, checked uint64, done *atomic.Uint64) (listed, error) {
+func (r *Relay) listPass(ctx context.Context, checked uint64, done *atomic.Uint64) (passResult, error) {
 	info, err := r.events.Info(ctx, jetstream.WithSubjectFilter(">"))
 	if err != nil {
-		return listed{}, fmt.Errorf("list the subjects of stream %s: %w", stream.EventsStream, err)
+		return passResult{}, fmt.Errorf("list the subjects of stream %s: %w", stream.EventsStream, err)
 	}
 	st := info.State
 	if info.Config.Replicas > 1 || len(st.Subjects) >= listMaxSubjects {
-		return listed{}, errNotListed
+		return passResult{}, errNotListed
 	}
 	last := st.LastSeq
 	if last <= checked || st.Msgs == 0 {
-		return listed{settled: max(checked, last), info: info}, nil
+		return passResult{settled: max(checked, last), info: info}, nil
 	}
 	from := max(checked, st.FirstSeq-1)
 	groups := r.unroutedFilters(st.Subjects, from+1)
 	if len(groups) > r.tune.listGroups {
-		return listed{}, errNotListed
+		return passResult{}, errNotListed
 	}
 	// The events to look up, in stream order across destinations, so that
 	// how far the pass got is known at every step.
@@ -641,7 +641,7 @@ func (r *Relay) listPass(ctx context.Context, checked uint64, done *atomic.Uint6
 	for filter, before := range groups {
 		h := listHead{filter: filter, before: min(before, last+1)}
 		if err := r.nextListed(ctx, &h, from+1); err != nil {
-			return listed{}, err
+			return passResult{}, err
 		}
 		heads = append(heads, h)
 	}
@@ -658,21 +658,21 @@ func (r *Relay) listPass(ctx context.Context, checked uint64, done *atomic.Uint6
 		msg := heads[i].msg
 		if ev, err := rawEvent(msg); err == nil {
 			if err := r.checkEvent(ctx, ev, true); err != nil {
-				return listed{}, err
+				return passResult{}, err
 			}
 		}
 		done.Store(msg.Sequence)
 		if err := r.nextListed(ctx, &heads[i], msg.Sequence+1); err != nil {
-			return listed{}, err
+			return passResult{}, err
 		}
 	}
-	return listed{settled: last, n: last - from, info: info}, nil
+	return passResult{settled: last, n: last - from, info: info}, nil
 }
 
-// listed is what a pass did: the sequence up to which it settled events,
-// how many of those sequences were in the stream's range, and the stream
-// as the list described it.
-type listed struct {
+// passResult is what a pass did: the sequence up to which it settled
+// events, how many of those sequences were in the stream's range, and the
+// stream as the list described it.
+type passResult struct {
 	settled, n uint64
 	info       *jetstream.StreamInfo
 }
