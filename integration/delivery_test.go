@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/streamtest"
 )
 
 // fast is a retry policy for tests: short waits, no jitter unless asked.
@@ -448,12 +448,6 @@ func TestRunStoppedWhileStartingReturnsNil(t *testing.T) {
 // after two missed heartbeats (see BENCHMARKS.md, "A pull stall"), so the
 // interval bounds such a stall. (The unknown-destination check's, when it
 // reads: TestCheckReadsWithShortHeartbeats in package relay.)
-type pullRequest struct {
-	Batch     int           `json:"batch"`
-	Heartbeat time.Duration `json:"idle_heartbeat"`
-	Expires   time.Duration `json:"expires"`
-}
-
 func TestPullRequestsAskForShortHeartbeats(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -461,29 +455,9 @@ func TestPullRequestsAskForShortHeartbeats(t *testing.T) {
 	e.addDest(relay.Destination{Name: "hb", URL: s.URL})
 	// The pull requests of the destination's consumer, as the server
 	// receives them.
-	reqs := make(chan pullRequest, 100)
-	sub, err := e.nc.Subscribe("$JS.API.CONSUMER.MSG.NEXT."+stream.EventsStream+"."+relay.ConsumerName("hb"), func(m *nats.Msg) {
-		var r pullRequest
-		if json.Unmarshal(m.Data, &r) != nil {
-			return
-		}
-		select {
-		case reqs <- r:
-		default:
-		}
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	require.NoError(t, e.nc.Flush())
+	reqs := streamtest.WatchPullRequests(t, e.nc, "$JS.API.CONSUMER.MSG.NEXT."+stream.EventsStream+"."+relay.ConsumerName("hb"))
 	e.startRelay()
-	select {
-	case r := <-reqs:
-		require.Positive(t, r.Heartbeat, "heartbeats asked for")
-		require.LessOrEqual(t, r.Heartbeat, 2*time.Second)
-		require.LessOrEqual(t, 2*r.Heartbeat, r.Expires, "two heartbeats fit in a request's life")
-	case <-time.After(20 * time.Second):
-		t.Fatal("relay sent no pull request for its destination's consumer")
-	}
+	streamtest.RequireShortHeartbeats(t, reqs, "the destination's consumer")
 	e.publish("hb", "", `{}`)
 	eventually(t, 10*time.Second, func() bool { return len(s.delivered()) == 1 }, "delivered")
 }

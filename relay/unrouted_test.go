@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -788,32 +787,9 @@ func TestCheckReadsWithShortHeartbeats(t *testing.T) {
 	nc, err := nats.Connect(srv.URL)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
-	type pullRequest struct {
-		Heartbeat time.Duration `json:"idle_heartbeat"`
-		Expires   time.Duration `json:"expires"`
-	}
-	reqs := make(chan pullRequest, 100)
-	sub, err := nc.Subscribe("$JS.API.CONSUMER.MSG.NEXT."+stream.EventsStream+".*", func(m *nats.Msg) {
-		var r pullRequest
-		if json.Unmarshal(m.Data, &r) == nil {
-			select {
-			case reqs <- r:
-			default:
-			}
-		}
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	require.NoError(t, nc.Flush())
+	reqs := streamtest.WatchPullRequests(t, nc, "$JS.API.CONSUMER.MSG.NEXT."+stream.EventsStream+".*")
 	startRelay(t, Config{JS: srv.JS}, checkTuning{countMin: 1000, subjectsPerEvent: 100}) // reads
-	select {
-	case r := <-reqs:
-		require.Positive(t, r.Heartbeat, "heartbeats asked for")
-		require.LessOrEqual(t, r.Heartbeat, 2*time.Second)
-		require.LessOrEqual(t, 2*r.Heartbeat, r.Expires, "two heartbeats fit in a request's life")
-	case <-time.After(20 * time.Second):
-		t.Fatal("the check sent no pull request")
-	}
+	streamtest.RequireShortHeartbeats(t, reqs, "the check's consumer")
 }
 
 // The check's gets go to the API of the JetStream relay was given: its
