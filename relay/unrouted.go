@@ -482,11 +482,7 @@ func (r *Relay) scanUnrouted(ctx context.Context, checked uint64, done *atomic.U
 		if checked, err = r.followByListing(ctx, checked, done); err != nil {
 			return err
 		}
-		if checked > before {
-			relistAfter = r.tune.relist
-		} else {
-			relistAfter = min(2*relistAfter, 60*r.tune.relist)
-		}
+		relistAfter = r.tune.relistAfter(relistAfter, checked > before)
 		if err := r.readFrom(ctx, checked, done, relistAfter); err != nil {
 			return err
 		}
@@ -597,6 +593,15 @@ func (r *Relay) followByListing(ctx context.Context, checked uint64, done *atomi
 	}
 }
 
+// relistAfter is how long reading goes on before it asks about listing
+// again, after it went on for prev and listing then settled events or not.
+func (t checkTuning) relistAfter(prev time.Duration, settled bool) time.Duration {
+	if settled {
+		return t.relist
+	}
+	return min(2*prev, 60*t.relist)
+}
+
 // passWait is how long the check waits for the next pass when events come
 // at rate a second.
 func (t checkTuning) passWait(rate float64) time.Duration {
@@ -656,8 +661,8 @@ func (r *Relay) listPass(ctx context.Context, checked uint64, done *atomic.Uint6
 			break
 		}
 		msg := heads[i].msg
-		if ev, err := rawEvent(msg); err == nil {
-			if err := r.checkEvent(ctx, ev, true); err != nil {
+		if ev, err := rawEvent(msg); err == nil && !r.routes(ev.dest, ev.seq) {
+			if err := r.deadLetterUnrouted(ctx, ev, true); err != nil {
 				return passResult{}, err
 			}
 		}
@@ -989,7 +994,7 @@ func (r *Relay) checkRouted(ctx context.Context, msg jetstream.Msg, seq uint64) 
 	if err != nil {
 		return nil // not an event relay can read; nothing to route
 	}
-	if d, ok := r.dests.get(p.Dest); ok && seq >= d.StartSeq {
+	if r.routes(p.Dest, seq) {
 		return nil
 	}
 	ev, err := eventOf(msg)
@@ -999,13 +1004,11 @@ func (r *Relay) checkRouted(ctx context.Context, msg jetstream.Msg, seq uint64) 
 	return r.deadLetterUnrouted(ctx, ev, false)
 }
 
-// checkEvent dead-letters ev if its destination is not known from its
-// sequence on. whole says ev has its body; without it, it is read first.
-func (r *Relay) checkEvent(ctx context.Context, ev event, whole bool) error {
-	if d, ok := r.dests.get(ev.dest); ok && ev.seq >= d.StartSeq {
-		return nil
-	}
-	return r.deadLetterUnrouted(ctx, ev, whole)
+// routes says whether a destination known here routes events of dest
+// stored at seq.
+func (r *Relay) routes(dest string, seq uint64) bool {
+	d, ok := r.dests.get(dest)
+	return ok && seq >= d.StartSeq
 }
 
 // deadLetterUnrouted asks the store, which is authoritative, whether ev's

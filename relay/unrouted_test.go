@@ -845,3 +845,63 @@ func TestCheckListsPastRemovedEventsAndAddedDestinations(t *testing.T) {
 	require.Equal(t, []uint64{3, 5, 6, early}, got)
 	require.Zero(t, checkedCount(m, "read"))
 }
+
+// Reading goes back to listing after relist when listing settled events
+// the time before, and waits twice as long, up to 60 times relist, each
+// time it did not.
+func TestCheckBacksOffAskingAboutListing(t *testing.T) {
+	tune := defaultCheckTuning
+	require.Equal(t, 5*time.Second, tune.relistAfter(time.Minute, true))
+	wait := tune.relist
+	for range 5 {
+		wait = tune.relistAfter(wait, false)
+	}
+	require.Equal(t, 160*time.Second, wait)
+	for range 5 {
+		wait = tune.relistAfter(wait, false)
+	}
+	require.Equal(t, 5*time.Minute, wait, "at most 60 times relist")
+}
+
+// Events are looked up, and read whole for their dead letter, at the
+// stream's leader (STREAM.MSG.GET), never by direct get: a mirror that has
+// not caught up can answer a direct get, and its "not found" would skip an
+// event. So when listing and when reading.
+func TestCheckLooksEventsUpAtTheStreamsLeader(t *testing.T) {
+	t.Parallel()
+	for name, tune := range map[string]checkTuning{
+		"listing": listingTuning(),
+		"reading": {countMin: 1000, subjectsPerEvent: 100},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			srv := streamtest.Start(t)
+			nc, err := nats.Connect(srv.URL)
+			require.NoError(t, err)
+			t.Cleanup(nc.Close)
+			var direct, leader atomic.Int64
+			for subj, n := range map[string]*atomic.Int64{
+				"$JS.API.DIRECT.GET." + stream.EventsStream:        &direct,
+				"$JS.API.DIRECT.GET." + stream.EventsStream + ".>": &direct,
+				"$JS.API.STREAM.MSG.GET." + stream.EventsStream:    &leader,
+			} {
+				sub, err := nc.Subscribe(subj, func(*nats.Msg) { n.Add(1) })
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = sub.Unsubscribe() })
+			}
+			require.NoError(t, nc.Flush())
+
+			addPausedDest(t, srv.JS, "known")
+			var dl deadLettered
+			startRelay(t, Config{JS: srv.JS, OnDelivery: dl.add}, tune)
+			publishTo(t, srv.JS, "relay.in.known", 5)
+			ghost := publishTo(t, srv.JS, "relay.in.ghost", 1)
+			last := publishTo(t, srv.JS, "relay.in.known", 5)
+			waitCheckState(t, srv.JS, "checked every event", func(st CheckState) bool { return st.Checked == last })
+			require.Equal(t, []uint64{ghost}, dl.list())
+			require.NoError(t, nc.Flush())
+			require.Positive(t, leader.Load(), "the ghost event read at the leader")
+			require.Zero(t, direct.Load(), "no direct get")
+		})
+	}
+}
