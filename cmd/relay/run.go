@@ -56,6 +56,7 @@ hands the rest back to JetStream, and exits 0.`,
 			&cli.DurationFlag{Name: "response-header-timeout", EnvVars: []string{"RELAY_RESPONSE_HEADER_TIMEOUT"}, Usage: "wait for response headers (0: only the destination's total timeout)"},
 			&cli.BoolFlag{Name: "dangerously-skip-tls-verify", EnvVars: []string{"RELAY_DANGEROUSLY_SKIP_TLS_VERIFY"}, Usage: "do not verify destinations' TLS certificates (anyone on the path can read and forge deliveries)"},
 			&cli.StringFlag{Name: "metrics-addr", EnvVars: []string{"RELAY_METRICS_ADDR"}, Value: "127.0.0.1:9464", Usage: "serve /metrics, /healthz and /readyz here (empty: off)"},
+			&cli.Int64Flag{Name: "gc-heap-floor", EnvVars: []string{"RELAY_GC_HEAP_FLOOR"}, Value: 32 << 20, Usage: "bytes the heap may grow to before Go's garbage collector runs, for less CPU spent collecting (0: Go's default pace; not applied when GOGC is set)"},
 			&cli.DurationFlag{Name: "shutdown-grace", EnvVars: []string{"RELAY_SHUTDOWN_GRACE"}, Value: 10 * time.Second, Usage: "how long in-flight deliveries may finish after SIGTERM"},
 		},
 		Action: runAction,
@@ -69,6 +70,13 @@ func runAction(c *cli.Context) error {
 	}
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	floor, err := applyHeapFloor(log, c.Int64("gc-heap-floor"), os.Getenv("GOGC"))
+	if err != nil {
+		return err
+	}
+	if floor != nil {
+		defer floor.stop()
+	}
 
 	url := c.String("nats-url")
 	if url == "" {

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"io"
+	"log/slog"
+	"runtime/debug"
+	"runtime/metrics"
+	"strings"
+	"testing"
+)
+
+func TestGCPercentPutsTheHeapGoalAtTheFloor(t *testing.T) {
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		name              string
+		floor, live, root uint64
+		want              int
+	}{
+		{"small heap", 64 * mib, 4 * mib, 1 * mib, 1000}, // (64-4)/5 = 1200%, capped
+		{"between", 64 * mib, 10 * mib, 2 * mib, 450},    // 10 + 12*4.5 = 64
+		{"near the floor", 64 * mib, 40 * mib, 8 * mib, 100},
+		{"above the floor", 64 * mib, 80 * mib, 1 * mib, 100},
+		{"at the floor", 64 * mib, 64 * mib, 0, 100},
+		{"nothing measured", 64 * mib, 0, 0, 1000},
+		{"heap minimum", 32 * mib, 1 * mib, 1 * mib, 800}, // 4 MiB * 800% = 32
+		{"small floor", 2 * mib, 1 * mib, 0, 100},
+	} {
+		if got := gcPercent(tc.floor, tc.live, tc.root); got != tc.want {
+			t.Errorf("%s: gcPercent(%d, %d, %d) = %d, want %d", tc.name, tc.floor, tc.live, tc.root, got, tc.want)
+		}
+	}
+}
+
+var garbage []byte
+
+// collections allocates n bytes in 32 KiB pieces, none kept, and returns
+// how many garbage collections ran meanwhile.
+func collections(n int) uint64 {
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(s)
+	before := s[0].Value.Uint64()
+	for range n / (32 << 10) {
+		garbage = make([]byte, 32<<10)
+	}
+	garbage = nil
+	metrics.Read(s)
+	return s[0].Value.Uint64() - before
+}
+
+func TestHeapFloorMakesCollectionsRarer(t *testing.T) {
+	const floor = 256 << 20
+	const churn = 1 << 30
+	old := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(old)
+
+	base := collections(churn)
+
+	h := startHeapFloor(floor)
+	tuned := collections(churn)
+	seen, set := h.cycles.Load(), h.set.Load()
+	h.stop()
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("GOGC after stop = %d, want 100", got)
+	}
+
+	t.Logf("1 GiB allocated: %d collections with GOGC=100, %d with a 256 MiB floor (GOGC set to %d)", base, tuned, set)
+	if tuned == 0 || seen == 0 {
+		t.Fatalf("with the floor: %d collections, %d seen by it; want some (1 GiB is 4 floors)", tuned, seen)
+	}
+	if tuned*4 > base {
+		t.Errorf("%d collections with the floor against %d without: want at most a quarter", tuned, base)
+	}
+	if set <= 100 {
+		t.Errorf("GOGC set to %d, want above 100 while the live heap is under the floor", set)
+	}
+}
+
+func TestHeapFloorFlag(t *testing.T) {
+	old := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(old)
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+
+	if _, err := applyHeapFloor(log, -1, ""); err == nil || !strings.Contains(err.Error(), "--gc-heap-floor -1") {
+		t.Errorf("floor -1: err = %v, want one naming the flag and its value", err)
+	}
+	for _, tc := range []struct {
+		floor int64
+		gogc  string
+	}{{0, ""}, {64 << 20, "50"}, {64 << 20, "off"}} {
+		h, err := applyHeapFloor(log, tc.floor, tc.gogc)
+		if err != nil || h != nil {
+			t.Errorf("floor %d, GOGC %q: started %v, err %v; want nothing started", tc.floor, tc.gogc, h != nil, err)
+		}
+		if got := debug.SetGCPercent(100); got != 100 {
+			t.Errorf("floor %d, GOGC %q: GOGC changed to %d", tc.floor, tc.gogc, got)
+		}
+	}
+	if !strings.Contains(logs.String(), "GOGC is set") {
+		t.Errorf("no log says why the floor was not applied: %q", logs.String())
+	}
+
+	h, err := applyHeapFloor(slog.New(slog.NewTextHandler(io.Discard, nil)), 64<<20, "")
+	if err != nil || h == nil {
+		t.Fatalf("floor 64 MiB, no GOGC: started %v, err %v; want it started", h != nil, err)
+	}
+	defer h.stop()
+	if got := h.set.Load(); got <= 100 {
+		t.Errorf("GOGC set to %d at start, want above 100 (this test's heap is far below 64 MiB)", got)
+	}
+}
