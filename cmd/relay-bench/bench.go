@@ -517,11 +517,11 @@ func (p *publisher) backlog(ctx context.Context, dests []string, prefix string, 
 	return time.Since(start), nil
 }
 
-// atRate publishes to dest at rate events/s for dur, paced by a 10ms ticker
+// atRate publishes to dest at rate events/s for dur, paced by a ticker
 // (each tick publishes what is due), then waits for the PubAcks. It returns
 // the number published.
-func (p *publisher) atRate(ctx context.Context, dest, prefix string, rate float64, dur time.Duration) (int, error) {
-	t := time.NewTicker(10 * time.Millisecond)
+func (p *publisher) atRate(ctx context.Context, dest, prefix string, rate float64, dur, tick time.Duration) (int, error) {
+	t := time.NewTicker(tick)
 	defer t.Stop()
 	start := time.Now()
 	sent := 0

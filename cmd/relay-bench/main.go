@@ -36,6 +36,7 @@ type options struct {
 	rate         float64
 	duration     time.Duration
 	loopDuration time.Duration
+	tick         time.Duration
 	concurrency  int
 	loopWorkers  int
 	window       int
@@ -93,6 +94,7 @@ func parseFlags(args []string) (options, error) {
 	fs.Float64Var(&o.rate, "rate", 0, "publish rate of scenario (b) per second (0: half of (a)'s relay rate)")
 	fs.DurationVar(&o.duration, "duration", 20*time.Second, "how long scenario (b) publishes")
 	fs.DurationVar(&o.loopDuration, "loop-duration", 5*time.Second, "how long the minimal loop's reference run of scenario (b) publishes (0: skip it)")
+	fs.DurationVar(&o.tick, "tick", 10*time.Millisecond, "scenario (b)'s publisher publishes what is due once per tick: at 10ms and 10000/s, bursts of 100 events")
 	fs.IntVar(&o.concurrency, "concurrency", 64, "concurrency of relay's destinations")
 	fs.IntVar(&o.loopWorkers, "loop-workers", 64, "worker goroutines of the minimal loop")
 	fs.IntVar(&o.window, "window", 20_000, "unacknowledged async publishes at most while publishing a backlog")
@@ -141,6 +143,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.duration < time.Second || o.duration > time.Hour {
 		return o, fmt.Errorf("-duration %s: give 1s to 1h", o.duration)
+	}
+	if o.tick < 100*time.Microsecond || o.tick > time.Second {
+		return o, fmt.Errorf("-tick %s: give 100µs to 1s", o.tick)
 	}
 	if o.loopDuration < 0 || o.loopDuration > time.Hour {
 		return o, fmt.Errorf("-loop-duration %s: give 0 to 1h", o.loopDuration)

@@ -65,6 +65,7 @@ type optsJSON struct {
 	Rate         float64 `json:"rate"`
 	Duration     string  `json:"duration"`
 	LoopDuration string  `json:"loop_duration"`
+	Tick         string  `json:"tick"`
 	Concurrency  int     `json:"concurrency"`
 	LoopWorkers  int     `json:"loop_workers"`
 	LoopInBench  bool    `json:"loop_in_bench"`
@@ -86,7 +87,7 @@ func newReport(o options) *report {
 		RelayCommand: o.relay + " --nats-url <embedded server> --log-level warn run --allow-net 127.0.0.0/8 --metrics-addr 127.0.0.1:<a free port>" +
 			" (environment without RELAY_* variables)",
 		Options: optsJSON{N: o.n, Backlog: o.backlog, FailN: o.failN, RedisN: o.redisN, Scenarios: strings.Join(o.scenarios, ","),
-			Rate: o.rate, Duration: o.duration.String(), LoopDuration: o.loopDuration.String(), Concurrency: o.concurrency,
+			Rate: o.rate, Duration: o.duration.String(), LoopDuration: o.loopDuration.String(), Tick: o.tick.String(), Concurrency: o.concurrency,
 			LoopWorkers: o.loopWorkers, LoopInBench: o.loopInBench, SharedNATS: o.sharedNATS, ARounds: o.aRounds, ALive: o.aLive, LoopCPUProf: o.loopCPUProf != "", Window: o.window},
 	}
 	if bi, err := buildinfo.ReadFile(o.relay); err == nil {
@@ -314,7 +315,7 @@ func (r *report) text(w io.Writer) {
 	}
 	table(w, rows)
 	fmt.Fprintf(w, "\nLatency is the sink's receipt of a 2xx request minus the publish time in the body. In (b) that is\n")
-	fmt.Fprintf(w, "publish-to-delivery at a steady rate; everywhere else the events were published before the consumer\n")
+	fmt.Fprintf(w, "publish-to-delivery at a steady rate (what is due published every %s); everywhere else the events were published before the consumer\n", r.Options.Tick)
 	fmt.Fprintf(w, "started, so it is mostly time spent waiting in the backlog. Seconds run from the start of the relay\n")
 	fmt.Fprintf(w, "process (start-up included) or of the baseline's consumer until the sink has every event.\n")
 	fmt.Fprintf(w, "CPU and RSS are utime+stime and peak RSS from /proc of the relay process, or of the baseline's process (the\n")

@@ -364,7 +364,7 @@ func (b *bench) scenarioB(ctx context.Context) ([]*result, error) {
 // delivered and, with relay, its unknown-destination check has caught up), then
 // publishes at rate for dur and waits until all of it is delivered.
 func (b *bench) atRateMeasured(ctx context.Context, r *result, dest string, rate float64, dur time.Duration, p *proc) error {
-	warm, err := b.pub.atRate(ctx, dest, dest+"-warm-", rate, time.Second)
+	warm, err := b.pub.atRate(ctx, dest, dest+"-warm-", rate, time.Second, b.opts.tick)
 	if err != nil {
 		return err
 	}
@@ -389,7 +389,7 @@ func (b *bench) atRateMeasured(ctx context.Context, r *result, dest string, rate
 	m := b.mark()
 	start := time.Now()
 	logf("  publishing to %s at %.0f/s for %s", dest, rate, dur)
-	n, err := b.pub.atRate(ctx, dest, dest+"-", rate, dur)
+	n, err := b.pub.atRate(ctx, dest, dest+"-", rate, dur, b.opts.tick)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,28 @@
+package main
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestTickFlagPacesScenarioB(t *testing.T) {
+	exe, err := os.Executable()
+	require.NoError(t, err)
+
+	o, err := parseFlags([]string{"-relay", exe})
+	require.NoError(t, err)
+	require.Equal(t, 10*time.Millisecond, o.tick, "default tick")
+
+	o, err = parseFlags([]string{"-relay", exe, "-tick", "1ms"})
+	require.NoError(t, err)
+	require.Equal(t, time.Millisecond, o.tick)
+
+	for _, bad := range []string{"50us", "2s"} {
+		d, _ := time.ParseDuration(bad)
+		_, err := parseFlags([]string{"-relay", exe, "-tick", bad})
+		require.ErrorContains(t, err, "-tick "+d.String(), "a tick of %s", bad)
+	}
+}
