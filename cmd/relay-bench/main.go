@@ -93,7 +93,7 @@ func parseFlags(args []string) (options, error) {
 	sc := fs.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios to run: a throughput, b latency, c 10% 503, d backlog, e 100 destinations, f redis list")
 	fs.Float64Var(&o.rate, "rate", 0, "publish rate of scenario (b) per second (0: half of (a)'s relay rate)")
 	fs.DurationVar(&o.duration, "duration", 20*time.Second, "how long scenario (b) publishes")
-	fs.DurationVar(&o.loopDuration, "loop-duration", 5*time.Second, "how long the minimal loop's reference run of scenario (b) publishes (0: skip it)")
+	fs.DurationVar(&o.loopDuration, "loop-duration", 0, "how long the minimal loop's reference run of scenario (b) publishes (default: as long as -duration; 0: skip it)")
 	fs.DurationVar(&o.tick, "tick", 10*time.Millisecond, "scenario (b)'s publisher publishes what is due once per tick: at 10ms and 10000/s, bursts of 100 events")
 	fs.IntVar(&o.concurrency, "concurrency", 64, "concurrency of relay's destinations")
 	fs.IntVar(&o.loopWorkers, "loop-workers", 64, "worker goroutines of the minimal loop")
@@ -106,6 +106,13 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.loopInBench, "loop-in-bench", false, "run the minimal loop inside the bench process (with the embedded NATS server) instead of as a process of its own")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	loopDurationSet := false
+	fs.Visit(func(f *flag.Flag) { loopDurationSet = loopDurationSet || f.Name == "loop-duration" })
+	if !loopDurationSet {
+		// The same window for both: a p99 over a longer run has more
+		// chances to meet a slow spell of the machine.
+		o.loopDuration = o.duration
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q (see -h)", fs.Args())

@@ -26,3 +26,21 @@ func TestTickFlagPacesScenarioB(t *testing.T) {
 		require.ErrorContains(t, err, "-tick "+d.String(), "a tick of %s", bad)
 	}
 }
+
+func TestLoopRunsAsLongAsRelayInScenarioB(t *testing.T) {
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		args []string
+		want time.Duration
+	}{
+		{nil, 20 * time.Second},
+		{[]string{"-duration", "7s"}, 7 * time.Second},
+		{[]string{"-duration", "7s", "-loop-duration", "3s"}, 3 * time.Second},
+		{[]string{"-loop-duration", "0"}, 0},
+	} {
+		o, err := parseFlags(append([]string{"-relay", exe}, tc.args...))
+		require.NoError(t, err)
+		require.Equal(t, tc.want, o.loopDuration, "%q", tc.args)
+	}
+}
