@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestTickFlagPacesScenarioB(t *testing.T) {
+func TestTickFlag(t *testing.T) {
 	exe, err := os.Executable()
 	require.NoError(t, err)
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"log/slog"
 	"math"
 	"runtime"
@@ -13,9 +12,16 @@ import (
 
 // maxGCPercent bounds the GOGC the heap floor sets. The percentage is
 // worked out after each collection from the heap that collection found
-// live; if the live heap grows tenfold within one cycle, the next goal is
-// at most this many times too high, and only until that cycle ends.
+// live. If the live heap grows tenfold within one cycle, the goal the
+// runtime sets at that cycle's end is up to this many times too high,
+// until the floor's next tune a moment later. The bound also means that
+// while the live heap is small the goal is at most 40 MiB (the runtime's
+// heap minimum at GOGC=1000) or 11 times the live heap and stacks: a floor
+// above that is reached only once the live heap has grown.
 const maxGCPercent = 1000
+
+// maxHeapFloor bounds --gc-heap-floor (and keeps floor*100 in a uint64).
+const maxHeapFloor = 1 << 40
 
 // heapMinimum is the Go runtime's least heap goal at GOGC=100; it scales
 // with GOGC.
@@ -79,14 +85,18 @@ func (h *heapFloor) arm() {
 	}, h)
 }
 
-// gcSentinel is collected in every cycle. It holds a pointer so that it
-// is not a tiny allocation, which may share a block with others and be
-// collected late.
+// gcSentinel is collected in the cycle after it is armed (one made while
+// a cycle marks survives that cycle, so now and then a cycle is skipped).
+// It holds a pointer so that it is not a tiny allocation, which may share
+// a block with others and be collected late.
 type gcSentinel struct{ _ *int }
 
 func (h *heapFloor) tune() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.stopped.Load() {
+		return // a cleanup that ran as stop did
+	}
 	metrics.Read(h.samples)
 	var v [3]uint64
 	for i, s := range h.samples {
@@ -104,6 +114,8 @@ func (h *heapFloor) tune() {
 }
 
 func (h *heapFloor) stop() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	h.stopped.Store(true)
 	debug.SetGCPercent(100)
 }
@@ -113,8 +125,8 @@ func (h *heapFloor) stop() {
 // already. It returns nil when it starts nothing.
 func applyHeapFloor(log *slog.Logger, floor int64, gogc string) (*heapFloor, error) {
 	switch {
-	case floor < 0:
-		return nil, fmt.Errorf("--gc-heap-floor %d: must be a size in bytes, or 0 for Go's default pace", floor)
+	case floor < 0 || floor > maxHeapFloor:
+		return nil, usagef("--gc-heap-floor %d: give a size in bytes up to %d, or 0 for Go's default pace", floor, int64(maxHeapFloor))
 	case floor == 0:
 		return nil, nil
 	case gogc != "":
