@@ -17,7 +17,17 @@ var ErrStop = errors.New("stop scanning")
 // the last message that was stored when Scan started. It stops early when fn
 // returns an error (ErrStop: no error).
 func Scan(ctx context.Context, js jetstream.JetStream, streamName string, filters []string, since time.Time, fn func(jetstream.Msg) error) error {
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, DeliverPolicy: jetstream.DeliverAllPolicy}
+	cfg := jetstream.OrderedConsumerConfig{
+		FilterSubjects: filters,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		// Deleted when Scan returns; this is for a process that dies
+		// first (the client's default is 5 minutes).
+		InactiveThreshold: 30 * time.Second,
+		// The client recreates the consumer when it loses its place (the
+		// stream's leader moved, the consumer went away); if that keeps
+		// failing, Scan ends with an error rather than retry for ever.
+		MaxResetAttempts: 5,
+	}
 	if !since.IsZero() {
 		cfg.DeliverPolicy = jetstream.DeliverByStartTimePolicy
 		cfg.OptStartTime = &since
@@ -31,6 +41,14 @@ func Scan(ctx context.Context, js jetstream.JetStream, streamName string, filter
 	if err != nil {
 		return fmt.Errorf("read %s: %w", streamName, err)
 	}
+	defer func() {
+		// Not with ctx: Scan may end because ctx did.
+		if info := c.CachedInfo(); info != nil && info.Name != "" {
+			dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = js.DeleteConsumer(dctx, streamName, info.Name) // else it goes after InactiveThreshold
+		}
+	}()
 	info, err := c.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", streamName, err)
