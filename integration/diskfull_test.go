@@ -99,3 +99,30 @@ func TestFaultDiskFull(t *testing.T) {
 		require.True(t, acked[id], "only acknowledged events are delivered: %s", id)
 	}
 }
+
+// TestFaultReadOnlyDataDir: relay run on a data directory it cannot write
+// (a read-only mount) stops at once with an error that says so, instead of
+// waiting for an embedded server that never starts listening.
+func TestFaultReadOnlyDataDir(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a read-only tmpfs (CI runs as root)")
+	}
+	dir := filepath.Join(t.TempDir(), "data")
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", dir).CombinedOutput()
+	require.NoError(t, err, "mount a read-only tmpfs: %s", out)
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+
+	p := startProc(t, "run", "--data-dir", dir, "--listen", "127.0.0.1:0", "--metrics-addr", "")
+	select {
+	case <-p.exited:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("relay still running 5s after start on a read-only data directory:\n%s", p.output())
+	}
+	var exit *exec.ExitError
+	require.ErrorAs(t, p.err, &exit)
+	require.Equal(t, 1, exit.ExitCode(), p.output())
+	require.Contains(t, p.output(), "data directory "+dir+" is not writable")
+	require.Contains(t, p.output(), "read-only file system")
+}

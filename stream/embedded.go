@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -88,26 +90,97 @@ func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
 			opts.Routes = append(opts.Routes, u)
 		}
 	}
+	// The server reports a store it cannot write only in its log, and
+	// then never accepts connections: find out first, and say so.
+	if err := writable(opts.StoreDir); err != nil {
+		return nil, fmt.Errorf("embedded NATS: data directory %s is not writable (check its permissions, mount and free space): %w", cfg.DataDir, err)
+	}
 	s, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded NATS: %w", err)
 	}
-	if cfg.Logf != nil {
-		s.SetLogger(logger{cfg.Logf}, false, false)
-	}
+	l := &logger{f: cfg.Logf}
+	s.SetLogger(l, false, false)
 	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		return nil, fmt.Errorf("embedded NATS did not start listening on %s:%d within 10s (is the port in use?)", cfg.Host, cfg.Port)
+	where := fmt.Sprintf("%s:%d", cfg.Host, cfg.Port)
+	if cfg.Port == -1 {
+		where = cfg.Host + " (a free port)"
 	}
-	return s, nil
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if s.ReadyForConnections(100 * time.Millisecond) {
+			return s, nil
+		}
+		fatal, firstErr := l.failure()
+		if fatal != "" || time.Now().After(deadline) {
+			s.Shutdown()
+			switch {
+			case fatal != "":
+			case firstErr != "":
+				fatal = "within 10s; it reported: " + firstErr
+			default:
+				fatal = "within 10s, and reported no error"
+			}
+			return nil, fmt.Errorf("embedded NATS did not start listening on %s: %s", where, fatal)
+		}
+	}
 }
 
-type logger struct{ f func(string, ...any) }
+// writable makes dir if needed and checks that a file can be made in it.
+func writable(dir string) error {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".relay-probe-*")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	err = f.Close()
+	if rerr := os.Remove(name); err == nil {
+		err = rerr
+	}
+	return err
+}
 
-func (l logger) Noticef(format string, v ...any) { l.f("nats: "+format, v...) }
-func (l logger) Warnf(format string, v ...any)   { l.f("nats warning: "+format, v...) }
-func (l logger) Fatalf(format string, v ...any)  { l.f("nats fatal: "+format, v...) }
-func (l logger) Errorf(format string, v ...any)  { l.f("nats error: "+format, v...) }
-func (l logger) Debugf(string, ...any)           {}
-func (l logger) Tracef(string, ...any)           {}
+// logger passes the server's log to f (when set) and keeps its first fatal
+// error and first error, which StartEmbedded reports if the server does
+// not start. Only a fatal error ends the wait early: a server that joins a
+// cluster logs errors while its peers are not up yet.
+type logger struct {
+	f               func(string, ...any)
+	mu              sync.Mutex
+	fatal, firstErr string
+}
+
+func (l *logger) log(prefix, format string, v ...any) {
+	if l.f != nil {
+		l.f(prefix+format, v...)
+	}
+}
+
+func (l *logger) keep(to *string, format string, v ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if *to == "" {
+		*to = fmt.Sprintf(format, v...)
+	}
+}
+
+func (l *logger) failure() (fatal, firstErr string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fatal, l.firstErr
+}
+
+func (l *logger) Noticef(format string, v ...any) { l.log("nats: ", format, v...) }
+func (l *logger) Warnf(format string, v ...any)   { l.log("nats warning: ", format, v...) }
+func (l *logger) Fatalf(format string, v ...any) {
+	l.keep(&l.fatal, format, v...)
+	l.log("nats fatal: ", format, v...)
+}
+func (l *logger) Errorf(format string, v ...any) {
+	l.keep(&l.firstErr, format, v...)
+	l.log("nats error: ", format, v...)
+}
+func (l *logger) Debugf(string, ...any) {}
+func (l *logger) Tracef(string, ...any) {}

@@ -2,6 +2,11 @@ package stream
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -88,4 +93,32 @@ func TestStartEmbeddedNeedsADataDir(t *testing.T) {
 	t.Parallel()
 	_, err := StartEmbedded(EmbeddedConfig{})
 	require.ErrorContains(t, err, "data directory")
+}
+
+func TestStartEmbeddedSaysWhyItCannotStart(t *testing.T) {
+	t.Parallel()
+
+	// A data directory that cannot be made (a file is in the way; root
+	// cannot get past that either). The server alone would only never
+	// start listening.
+	file := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o600))
+	start := time.Now()
+	_, err := StartEmbedded(EmbeddedConfig{DataDir: filepath.Join(file, "data"), Port: -1})
+	require.ErrorContains(t, err, "data directory "+filepath.Join(file, "data")+" is not writable")
+	require.ErrorContains(t, err, "not a directory")
+	require.Less(t, time.Since(start), 5*time.Second, "it fails at once, not after the 10s wait")
+
+	// A port in use: the server's own reason, at once.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	port := ln.Addr().(*net.TCPAddr).Port
+	var logged atomic.Int32
+	start = time.Now()
+	_, err = StartEmbedded(EmbeddedConfig{DataDir: t.TempDir(), Port: port, Logf: func(string, ...any) { logged.Add(1) }})
+	require.ErrorContains(t, err, fmt.Sprintf("did not start listening on 127.0.0.1:%d", port))
+	require.ErrorContains(t, err, "address already in use")
+	require.Less(t, time.Since(start), 5*time.Second, "it fails at once, not after the 10s wait")
+	require.Positive(t, logged.Load(), "the server's log still reaches Logf")
 }
