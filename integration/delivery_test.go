@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -460,4 +462,95 @@ func TestPullRequestsAskForShortHeartbeats(t *testing.T) {
 	streamtest.RequireShortHeartbeats(t, reqs, "the destination's consumer")
 	e.publish("hb", "", `{}`)
 	eventually(t, 10*time.Second, func() bool { return len(s.delivered()) == 1 }, "delivered")
+}
+
+// TestEventsThatWaitedInTheClientsBufferGetAnInProgressAck: relay asks
+// JetStream for more events than it has workers. An event that waited in
+// the client's buffer for more than a second gets an in-progress ack
+// before its attempt, which restarts its AckWait, even when a worker took
+// it at once from the buffer (the client does not say how long it was
+// there).
+func TestEventsThatWaitedInTheClientsBufferGetAnInProgressAck(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	gate := make(chan struct{})
+	var arrived atomic.Int32
+	s := newSink(t, func(h hit, w http.ResponseWriter) int {
+		arrived.Add(1)
+		<-gate
+		w.WriteHeader(http.StatusNoContent)
+		return http.StatusNoContent
+	})
+	t.Cleanup(func() {
+		select {
+		case <-gate:
+		default:
+			close(gate)
+		}
+	})
+	e.addDest(relay.Destination{Name: "buf", URL: s.URL, Concurrency: 2})
+
+	// What relay says about each event, by stream sequence.
+	acks := make(chan *nats.Msg, 64)
+	sub, err := e.nc.ChanSubscribe("$JS.ACK."+stream.EventsStream+".>", acks)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, e.nc.Flush())
+
+	e.startRelay()
+	var seqs []uint64
+	for range 4 {
+		seqs = append(seqs, e.publish("buf", "", `{}`).Seq)
+	}
+	// Two attempts held by the sink, and all four events handed to relay:
+	// one waits for a worker, one is in the client's buffer.
+	eventually(t, 10*time.Second, func() bool {
+		cons, err := e.js.Consumer(context.Background(), stream.EventsStream, relay.ConsumerName("buf"))
+		if err != nil {
+			return false
+		}
+		info, err := cons.Info(context.Background())
+		return err == nil && info.NumAckPending == 4 && arrived.Load() == 2
+	}, "two attempts in flight and four events handed out")
+	// The condition under test is time spent waiting: more than a second.
+	handedOut := time.Now()
+	for time.Since(handedOut) < 1200*time.Millisecond {
+		select {
+		case m := <-acks:
+			t.Fatalf("relay acked before any attempt ended: %s %q", m.Subject, m.Data)
+		case <-time.After(time.Until(handedOut.Add(1200 * time.Millisecond))):
+		}
+	}
+	close(gate)
+
+	said := map[uint64][]string{}
+	eventually(t, 10*time.Second, func() bool {
+		for {
+			select {
+			case m := <-acks:
+				// $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>...,
+				// or with a domain and account hash after ACK.
+				tok := strings.Split(m.Subject, ".")
+				i := 5
+				if len(tok) > 9 {
+					i = 7
+				}
+				seq, err := strconv.ParseUint(tok[i], 10, 64)
+				require.NoError(t, err, m.Subject)
+				said[seq] = append(said[seq], string(m.Data))
+			default:
+				n := 0
+				for _, s := range seqs {
+					if l := said[s]; len(l) > 0 && l[len(l)-1] == "+ACK" {
+						n++
+					}
+				}
+				return n == 4
+			}
+		}
+	}, "all four acked: %v", said)
+	require.Equal(t, []string{"+ACK"}, said[seqs[0]], "the first two went to a worker at once")
+	require.Equal(t, []string{"+ACK"}, said[seqs[1]])
+	require.Equal(t, []string{"+WPI", "+ACK"}, said[seqs[2]], "it waited for a worker")
+	require.Equal(t, []string{"+WPI", "+ACK"}, said[seqs[3]], "it waited in the client's buffer")
 }

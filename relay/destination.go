@@ -285,9 +285,10 @@ func (d Destination) Validate() error {
 }
 
 // AckWait is how long JetStream waits for this destination's ack before it
-// hands the event to another worker: longer than an attempt can take plus the
-// time an event can wait in relay's small prefetch buffer (relay also sends
-// an in-progress ack for an event that waited there more than a second).
+// hands the event to another worker: longer than an event can wait in
+// relay's prefetch buffer (one round of attempts, see pullWindow), after
+// which relay sends an in-progress ack that restarts it, and longer than an
+// attempt can take.
 func (d Destination) AckWait() time.Duration {
 	return 2*time.Duration(d.Timeout) + 5*time.Second
 }

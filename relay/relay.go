@@ -426,6 +426,44 @@ func (r *Relay) startWorker(parent context.Context, d Destination) (*worker, err
 // pullHeartbeat is the longest idle heartbeat relay asks of a pull request.
 const pullHeartbeat = 2 * time.Second
 
+// pullWindow is how many events per worker (per unit of concurrency) relay
+// asks JetStream for ahead of its workers. An event can wait for that many
+// rounds of attempts in the client's buffer before a worker takes it (and
+// restarts its AckWait, see arrivals); AckWait covers two rounds
+// (Destination.AckWait), so it could be 2. A larger window lets a burst
+// larger than the concurrency arrive at once, but two did not measurably
+// help, and four, which did, would need an AckWait of four rounds
+// (BENCHMARKS.md, "The bursts of (b)").
+const pullWindow = 1
+
+// arrivals bounds how long each pulled event waited in the NATS client's
+// buffer, which the client does not say. The client asks for no more than
+// window events beyond those it has handed out, so when an event arrives
+// the one taken window places before it has been taken already. The time
+// that one was taken is a time before the event arrived.
+type arrivals struct {
+	ring  []time.Time // when the last len(ring) events were taken
+	n     int
+	start time.Time // before anything was asked for
+}
+
+func newArrivals(window int, start time.Time) *arrivals {
+	return &arrivals{ring: make([]time.Time, max(window, 1)), start: start}
+}
+
+// taken records that an event was taken from the client at now, and
+// returns a time before it arrived.
+func (a *arrivals) taken(now time.Time) time.Time {
+	i := a.n % len(a.ring)
+	since := a.start
+	if a.n >= len(a.ring) {
+		since = a.ring[i]
+	}
+	a.ring[i] = now
+	a.n++
+	return since
+}
+
 // consume runs one destination's pull loop until stopped is closed.
 func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec, stopped <-chan struct{}) {
 	// Pull requests expire well within AckWait: a process that stops
@@ -439,7 +477,11 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 	// stalled 4s) makes the client ask for more than it has room for;
 	// what overflows comes back after AckWait.
 	hb := min(pullHeartbeat, expiry/2)
-	iter, err := cons.Messages(jetstream.PullMaxMessages(sp.concurrency), jetstream.PullExpiry(expiry), jetstream.PullHeartbeat(hb))
+	// Up to pullWindow events per worker wait in the client's buffer; see
+	// arrivals for how their wait there is bounded and covered.
+	window := pullWindow * sp.concurrency
+	began := time.Now() // before the first pull request
+	iter, err := cons.Messages(jetstream.PullMaxMessages(window), jetstream.PullExpiry(expiry), jetstream.PullHeartbeat(hb))
 	if err != nil {
 		r.log.Error("cannot pull", "dest", d.Name, "err", err)
 		return
@@ -464,15 +506,18 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 	// (and no stack growth) per event.
 	type pulled struct {
 		msg jetstream.Msg
-		at  time.Time
+		// since is a time before the event reached this process.
+		since time.Time
 	}
+	arrived := newArrivals(window, began)
 	work := make(chan pulled)
 	var wg sync.WaitGroup
 	for range sp.concurrency {
 		wg.Go(func() {
 			for p := range work {
-				if time.Since(p.at) > time.Second {
-					// It waited for a free worker: restart its AckWait.
+				if time.Since(p.since) > time.Second {
+					// It may have waited for a free worker: restart
+					// its AckWait.
 					_ = p.msg.InProgress()
 				}
 				r.handle(dctx, p.msg, sp.ordered)
@@ -504,8 +549,9 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 			continue
 		default:
 		}
+		since := arrived.taken(time.Now())
 		select {
-		case work <- pulled{msg, time.Now()}:
+		case work <- pulled{msg, since}:
 		case <-stopped:
 			_ = msg.Nak()
 		}
