@@ -50,3 +50,27 @@ func TestThroughputTargetUsesTheMedianRound(t *testing.T) {
 	r.evaluate()
 	require.Equal(t, "MISS", r.Targets[0].Status, r.Targets[0].Got)
 }
+
+// TestReportSaysNATSMessagesPerEvent: the CPU table says how many messages
+// went into and out of the NATS server per event delivered, and a dash where
+// none were counted (the Redis sender).
+func TestReportSaysNATSMessagesPerEvent(t *testing.T) {
+	r := &report{Machine: machine{CPUs: 2}}
+	r.Results = append(r.Results,
+		&result{Scenario: "b", System: "relay", Rate: 1000, Seconds: 1, Delivered: 200, NATSMsgs: 810},
+		&result{Scenario: "f", System: "redis list sequential", Seconds: 1, Delivered: 100})
+	r.evaluate()
+	var b strings.Builder
+	r.text(&b)
+	var rows []string
+	for l := range strings.Lines(b.String()) {
+		if strings.HasPrefix(l, "(b) latency @ 1000/s: relay") || strings.HasPrefix(l, "(f)") {
+			rows = append(rows, strings.Join(strings.Fields(l), " "))
+		}
+	}
+	require.Len(t, rows, 4, b.String()) // the results table and the CPU table
+	// The CPU table: the label, then relay/baseline, sink, bench+NATS,
+	// redis, other, machine busy %, NATS msgs/event, ...
+	require.Equal(t, "4.05", strings.Fields(rows[2])[5+6], "810 messages for 200 events: %s", rows[2])
+	require.Equal(t, "-", strings.Fields(rows[3])[4+6], "none counted for the Redis sender: %s", rows[3])
+}

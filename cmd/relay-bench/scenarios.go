@@ -29,18 +29,21 @@ type result struct {
 	PerSecond  float64 `json:"deliveries_per_second"`
 	// Latency from the body's publish time to the sink's receipt of the 2xx
 	// request. In the drain scenarios it is mostly time spent in the backlog.
-	P50ms       float64  `json:"p50_ms"`
-	P99ms       float64  `json:"p99_ms"`
-	Maxms       float64  `json:"max_ms"`
-	LatencyKind string   `json:"latency_kind"`
-	ProcCPU     float64  `json:"process_cpu_seconds,omitempty"`
-	ProcCPUPer1 float64  `json:"process_cpu_seconds_per_1000,omitempty"`
-	ProcRSSMB   float64  `json:"process_peak_rss_mb,omitempty"`
-	SinkCPU     float64  `json:"sink_cpu_seconds"`
-	BenchCPU    float64  `json:"bench_process_cpu_seconds"` // embedded NATS + publisher (+ minimal loop with -loop-in-bench)
-	RedisCPU    float64  `json:"redis_cpu_seconds,omitempty"`
-	SystemCPU   float64  `json:"system_busy_cpu_seconds"` // all processes, from /proc/stat
-	OtherCPU    float64  `json:"other_cpu_seconds"`       // SystemCPU minus relay, sink, bench and redis
+	P50ms       float64 `json:"p50_ms"`
+	P99ms       float64 `json:"p99_ms"`
+	Maxms       float64 `json:"max_ms"`
+	LatencyKind string  `json:"latency_kind"`
+	ProcCPU     float64 `json:"process_cpu_seconds,omitempty"`
+	ProcCPUPer1 float64 `json:"process_cpu_seconds_per_1000,omitempty"`
+	ProcRSSMB   float64 `json:"process_peak_rss_mb,omitempty"`
+	SinkCPU     float64 `json:"sink_cpu_seconds"`
+	BenchCPU    float64 `json:"bench_process_cpu_seconds"` // embedded NATS + publisher (+ minimal loop with -loop-in-bench)
+	RedisCPU    float64 `json:"redis_cpu_seconds,omitempty"`
+	SystemCPU   float64 `json:"system_busy_cpu_seconds"` // all processes, from /proc/stat
+	OtherCPU    float64 `json:"other_cpu_seconds"`       // SystemCPU minus relay, sink, bench and redis
+	// NATSMsgs is the messages into and out of the embedded NATS server in
+	// the interval, all connections: what the consumer asks of the server.
+	NATSMsgs    int64    `json:"nats_messages"`
 	VsLoop      float64  `json:"ratio_to_minimal_loop_a,omitempty"`
 	Rate        float64  `json:"target_rate_per_second,omitempty"`
 	PublishSecs float64  `json:"publish_seconds,omitempty"`
@@ -50,11 +53,26 @@ type result struct {
 }
 
 // cpuMark is the CPU counters at the start of a measured interval.
-type cpuMark struct{ bench, sink, system float64 }
+type cpuMark struct {
+	bench, sink, system float64
+	natsMsgs            int64
+}
 
 func (b *bench) mark() cpuMark {
 	s, _ := b.sink.sample()
-	return cpuMark{bench: selfCPU(), sink: s, system: systemBusy()}
+	return cpuMark{bench: selfCPU(), sink: s, system: systemBusy(), natsMsgs: b.natsMsgs()}
+}
+
+// natsMsgs is the messages the embedded server has received and sent.
+func (b *bench) natsMsgs() int64 {
+	if b.ns == nil {
+		return 0
+	}
+	v, err := b.ns.Varz(nil)
+	if err != nil {
+		return 0
+	}
+	return v.InMsgs + v.OutMsgs
 }
 
 // finish fills in the sink's figures and the CPU used since m.
@@ -65,6 +83,7 @@ func (b *bench) finish(ctx context.Context, r *result, m cpuMark, start, first t
 	r.BenchCPU = selfCPU() - m.bench
 	r.SinkCPU = s - m.sink
 	r.SystemCPU = systemBusy() - m.system
+	r.NATSMsgs = b.natsMsgs() - m.natsMsgs
 	st, err := b.sinkStats(ctx)
 	if err != nil {
 		return err
