@@ -437,10 +437,16 @@ const pullHeartbeat = 2 * time.Second
 const pullWindow = 1
 
 // arrivals bounds how long each pulled event waited in the NATS client's
-// buffer, which the client does not say. The client asks for no more than
-// window events beyond those it has handed out, so when an event arrives
-// the one taken window places before it has been taken already. The time
-// that one was taken is a time before the event arrived.
+// buffer, which the client does not say. The iterator's buffer holds at
+// most window events (nats.go v1.55.0: a channel of PullMaxMessages, one
+// reader, in order; an event that finds it full is dropped and comes back
+// after AckWait). So when an event entered it, the one taken window places
+// before it had been taken already, and the time that one was taken is a
+// time before the event arrived. (The client can ask for more than window
+// events for a while after a missed heartbeat or a reconnect, but the
+// buffer still holds no more.) Re-check this on a nats.go upgrade: if the
+// bound were wrong, an in-progress ack would be missed, and the event could
+// be delivered twice, never lost.
 type arrivals struct {
 	ring  []time.Time // when the last len(ring) events were taken
 	n     int
@@ -512,12 +518,16 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 	arrived := newArrivals(window, began)
 	work := make(chan pulled)
 	var wg sync.WaitGroup
+	// AckWait covers an attempt and a wait of up to a timeout and 5s
+	// before it; a wait of half a timeout (at least 1s) gets its AckWait
+	// restarted before the attempt.
+	restartAfter := max(time.Second, time.Duration(d.Timeout)/2)
 	for range sp.concurrency {
 		wg.Go(func() {
 			for p := range work {
-				if time.Since(p.since) > time.Second {
-					// It may have waited for a free worker: restart
-					// its AckWait.
+				if time.Since(p.since) > restartAfter {
+					// It may have waited long for a free worker:
+					// restart its AckWait.
 					_ = p.msg.InProgress()
 				}
 				r.handle(dctx, p.msg, sp.ordered)

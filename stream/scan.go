@@ -23,9 +23,9 @@ func Scan(ctx context.Context, js jetstream.JetStream, streamName string, filter
 		// Deleted when Scan returns; this is for a process that dies
 		// first (the client's default is 5 minutes).
 		InactiveThreshold: 30 * time.Second,
-		// The client recreates the consumer when it loses its place (the
-		// stream's leader moved, the consumer went away); if that keeps
-		// failing, Scan ends with an error rather than retry for ever.
+		// The client recreates the consumer for every Fetch (and deletes
+		// the one before in the background); if that keeps failing, Scan
+		// ends with an error rather than retry for ever.
 		MaxResetAttempts: 5,
 	}
 	if !since.IsZero() {
@@ -42,9 +42,10 @@ func Scan(ctx context.Context, js jetstream.JetStream, streamName string, filter
 		return fmt.Errorf("read %s: %w", streamName, err)
 	}
 	defer func() {
-		// Not with ctx: Scan may end because ctx did.
+		// The current consumer; the client deletes those before it. Not
+		// with ctx: Scan may end because ctx did.
 		if info := c.CachedInfo(); info != nil && info.Name != "" {
-			dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 			defer cancel()
 			_ = js.DeleteConsumer(dctx, streamName, info.Name) // else it goes after InactiveThreshold
 		}

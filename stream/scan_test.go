@@ -10,18 +10,27 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// consumers lists the consumers of the events stream.
-func consumers(t *testing.T, js jetstream.JetStream) []string {
+// noConsumersLeft waits until the events stream has no consumer: Scan
+// deletes its current one, and the client the ones before it, in the
+// background. Far sooner than the 30s InactiveThreshold.
+func noConsumersLeft(t *testing.T, js jetstream.JetStream, after string) {
 	t.Helper()
 	s, err := js.Stream(context.Background(), EventsStream)
 	require.NoError(t, err)
 	var names []string
-	l := s.ConsumerNames(context.Background())
-	for n := range l.Name() {
-		names = append(names, n)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		names = nil
+		l := s.ConsumerNames(context.Background())
+		for n := range l.Name() {
+			names = append(names, n)
+		}
+		require.NoError(t, l.Err())
+		if len(names) == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond) // polling the server's list
 	}
-	require.NoError(t, l.Err())
-	return names
+	t.Fatalf("%s: consumers left behind after 5s: %v", after, names)
 }
 
 func TestScanReadsInOrderAndLeavesNoConsumerBehind(t *testing.T) {
@@ -40,16 +49,16 @@ func TestScanReadsInOrderAndLeavesNoConsumerBehind(t *testing.T) {
 		return nil
 	}))
 	require.Equal(t, []string{"a", "a", "a"}, got)
-	require.Empty(t, consumers(t, js), "the scan's consumer is deleted when it returns")
+	noConsumersLeft(t, js, "after a whole scan")
 
 	// Also when fn stops it early, with an error, or when ctx ends.
 	require.NoError(t, Scan(ctx, js, EventsStream, nil, time.Time{}, func(jetstream.Msg) error { return ErrStop }))
-	require.Empty(t, consumers(t, js), "after ErrStop")
+	noConsumersLeft(t, js, "after ErrStop")
 	boom := errors.New("boom")
 	require.ErrorIs(t, Scan(ctx, js, EventsStream, nil, time.Time{}, func(jetstream.Msg) error { return boom }), boom)
-	require.Empty(t, consumers(t, js), "after an error")
+	noConsumersLeft(t, js, "after an error")
 	cctx, cancel := context.WithCancel(ctx)
 	err := Scan(cctx, js, EventsStream, nil, time.Time{}, func(jetstream.Msg) error { cancel(); return cctx.Err() })
 	require.ErrorIs(t, err, context.Canceled)
-	require.Empty(t, consumers(t, js), "after its context ended")
+	noConsumersLeft(t, js, "after its context ended")
 }
