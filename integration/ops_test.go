@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
@@ -21,6 +23,7 @@ import (
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/schedule/redistest"
+	"github.com/relaydev/relay/stream"
 )
 
 func TestMetricsCountWhatHappened(t *testing.T) {
@@ -290,4 +293,49 @@ func fnv32(s string) uint32 {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(s))
 	return h.Sum32()
+}
+
+// TestRateLimitFarBelowConcurrencyDeliversOnce: with a rate limit so low
+// that workers would wait for it longer than the events' AckWait (16
+// workers at 2 per second: up to 8s; AckWait 2 × 1s + 5s), events are not
+// handed out a second time while they wait: each is delivered once, at the
+// limit.
+func TestRateLimitFarBelowConcurrencyDeliversOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	s := newSink(t, nil)
+	e.addDest(relay.Destination{Name: "trickle", URL: s.URL, RateLimit: 2, Concurrency: 16, Timeout: relay.Duration(time.Second)})
+	// relay's answers to JetStream for each copy of an event it was
+	// handed: an ack, a nak or a term settles the copy.
+	var settled atomic.Int64
+	sub, err := e.nc.Subscribe("$JS.ACK."+stream.EventsStream+"."+relay.ConsumerName("trickle")+".>", func(m *nats.Msg) {
+		if d := string(m.Data); d != "+WPI" {
+			settled.Add(1)
+		}
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, e.nc.Flush())
+	e.startRelay()
+	const n = 24
+	for range n {
+		e.publish("trickle", "", `{}`)
+	}
+	cons, err := e.js.Consumer(context.Background(), stream.EventsStream, relay.ConsumerName("trickle"))
+	require.NoError(t, err)
+	// Until relay has settled every copy JetStream handed it: a second
+	// copy of an event held past its AckWait would be attempted first.
+	// (The consumer's ack pending count does not tell: the first copy's
+	// ack settles the event, and relay may still hold the second.)
+	var info *jetstream.ConsumerInfo
+	eventually(t, 60*time.Second, func() bool {
+		info, err = cons.Info(context.Background())
+		return err == nil && len(s.delivered()) == n && info.NumPending == 0 && info.NumAckPending == 0 &&
+			settled.Load() == int64(info.Delivered.Consumer)
+	}, "all delivered, and every copy settled (%d of %d delivered)", len(s.delivered()), n)
+	for id, k := range s.delivered() {
+		require.Equal(t, 1, k, "event %s delivered %d times", id, k)
+	}
+	require.Len(t, s.all(), n, "one request per event")
+	t.Logf("JetStream handed out %d copies of %d events", info.Delivered.Consumer, n)
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/time/rate"
 
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/schedule"
@@ -697,8 +698,7 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, ordered bool) {
 			defer r.breakers.endProbe(d.Name)
 		}
 		if lim := r.limiter(d); lim != nil {
-			if err := lim.Wait(ctx); err != nil {
-				r.skip(msg, ev, time.Second) // shutting down
+			if !r.waitRate(ctx, msg, ev, lim, d) {
 				return
 			}
 		}
@@ -752,6 +752,36 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, ordered bool) {
 	r.cfg.Metrics.observe(out, ordered, ev.published, r.cfg.Now())
 	if r.cfg.OnDelivery != nil {
 		r.cfg.OnDelivery(out)
+	}
+}
+
+// waitRate waits for d's rate limit to allow an attempt, and reports
+// whether it did. A wait longer than half d's timeout (at least 1s) is not
+// made: the event goes back to JetStream until the limit allows it, without
+// using an attempt. Waiting for a low limit while holding the event would
+// outlast its AckWait (2 × timeout + 5s covers a wait of a timeout before
+// the attempt), and JetStream would hand it out again meanwhile: a
+// duplicate delivery.
+func (r *Relay) waitRate(ctx context.Context, msg jetstream.Msg, ev event, lim *rate.Limiter, d Destination) bool {
+	res := lim.Reserve()
+	delay := res.Delay()
+	if delay == 0 {
+		return true
+	}
+	if delay > max(time.Second, time.Duration(d.Timeout)/2) {
+		res.Cancel()
+		r.skip(msg, ev, delay)
+		return false
+	}
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		res.Cancel()
+		r.skip(msg, ev, time.Second) // shutting down
+		return false
 	}
 }
 
