@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"sync"
@@ -770,7 +771,11 @@ func (r *Relay) waitRate(ctx context.Context, msg jetstream.Msg, ev event, lim *
 	}
 	if delay > max(time.Second, time.Duration(d.Timeout)/2) {
 		res.Cancel()
-		r.skip(msg, ev, delay)
+		// Back after the next free slot, spread over the time the limit
+		// takes for a round of the workers, so the events handed back
+		// together do not all come back together.
+		round := time.Duration(float64(time.Second) * float64(max(d.Concurrency, 1)) / d.RateLimit)
+		r.skip(msg, ev, delay+rand.N(min(max(round, time.Millisecond), 5*time.Minute)))
 		return false
 	}
 	t := time.NewTimer(delay)
