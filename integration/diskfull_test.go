@@ -19,20 +19,28 @@ import (
 	"github.com/relaydev/relay/relay"
 )
 
+// mountTmpfs mounts a tmpfs with opts on a new directory, unmounted when the
+// test ends. It needs root (CI runs as root); the test is skipped without.
+func mountTmpfs(t *testing.T, opts string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a tmpfs (CI runs as root)")
+	}
+	dir := filepath.Join(t.TempDir(), "data")
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	out, err := exec.Command("mount", "-t", "tmpfs", "-o", opts, "tmpfs", dir).CombinedOutput()
+	require.NoError(t, err, "mount a tmpfs (%s): %s", opts, out)
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+	return dir
+}
+
 // The embedded server's data directory is a small filesystem that fills up:
 // publishes are refused with an error (never acknowledged and then lost),
 // relay keeps running, and every event whose publish was acknowledged is
 // delivered.
 func TestFaultDiskFull(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a small tmpfs (CI runs as root)")
-	}
-	dir := filepath.Join(t.TempDir(), "data")
-	require.NoError(t, os.MkdirAll(dir, 0o755))
-	out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", dir).CombinedOutput()
-	require.NoError(t, err, "mount a 16 MiB tmpfs: %s", out)
-	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+	dir := mountTmpfs(t, "size=16m")
 
 	var ok atomic.Bool
 	s := newSink(t, func(h hit, w http.ResponseWriter) int {
@@ -105,14 +113,7 @@ func TestFaultDiskFull(t *testing.T) {
 // waiting for an embedded server that never starts listening.
 func TestFaultReadOnlyDataDir(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a read-only tmpfs (CI runs as root)")
-	}
-	dir := filepath.Join(t.TempDir(), "data")
-	require.NoError(t, os.MkdirAll(dir, 0o755))
-	out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", dir).CombinedOutput()
-	require.NoError(t, err, "mount a read-only tmpfs: %s", out)
-	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+	dir := mountTmpfs(t, "size=1m,ro")
 
 	p := startProc(t, "run", "--data-dir", dir, "--listen", "127.0.0.1:0", "--metrics-addr", "")
 	select {
