@@ -285,12 +285,18 @@ func (d Destination) Validate() error {
 }
 
 // AckWait is how long JetStream waits for this destination's ack before it
-// hands the event to another worker: longer than an event can wait in
-// relay's prefetch buffer (one round of attempts, see pullWindow), after
-// which relay sends an in-progress ack that restarts it, and longer than an
-// attempt can take.
+// hands the event to another worker: longer than an attempt can take plus
+// the waits before it that relay does not restart AckWait for (longWait).
 func (d Destination) AckWait() time.Duration {
 	return 2*time.Duration(d.Timeout) + 5*time.Second
+}
+
+// longWait is the longest an event waits in relay, before its attempt,
+// without its AckWait restarted: half a timeout, at least 1s. Two such
+// waits (in the prefetch buffer, for the rate limit) and the attempt fit in
+// AckWait.
+func (d Destination) longWait() time.Duration {
+	return max(time.Second, time.Duration(d.Timeout)/2)
 }
 
 // Redacted returns d with its secret replaced by a marker.

@@ -428,16 +428,6 @@ func (r *Relay) startWorker(parent context.Context, d Destination) (*worker, err
 // pullHeartbeat is the longest idle heartbeat relay asks of a pull request.
 const pullHeartbeat = 2 * time.Second
 
-// pullWindow is how many events per worker (per unit of concurrency) relay
-// asks JetStream for ahead of its workers. An event can wait for that many
-// rounds of attempts in the client's buffer before a worker takes it (and
-// restarts its AckWait, see arrivals); AckWait covers two rounds
-// (Destination.AckWait), so it could be 2. A larger window lets a burst
-// larger than the concurrency arrive at once, but two did not measurably
-// help, and four, which did, would need an AckWait of four rounds
-// (BENCHMARKS.md, "The bursts of (b)").
-const pullWindow = 1
-
 // arrivals bounds how long each pulled event waited in the NATS client's
 // buffer, which the client does not say. The iterator's buffer holds at
 // most window events (nats.go v1.55.0: a channel of PullMaxMessages, one
@@ -485,9 +475,13 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 	// stalled 4s) makes the client ask for more than it has room for;
 	// what overflows comes back after AckWait.
 	hb := min(pullHeartbeat, expiry/2)
-	// Up to pullWindow events per worker wait in the client's buffer; see
-	// arrivals for how their wait there is bounded and covered.
-	window := pullWindow * sp.concurrency
+	// relay asks for as many events as it has workers, ahead of them: an
+	// event waits at most a round of attempts in the client's buffer (see
+	// arrivals). A larger window lets a burst larger than the concurrency
+	// arrive at once, but twice as large did not measurably help, and four
+	// times, which did, would need an AckWait of four rounds (BENCHMARKS.md,
+	// "The bursts of (b)").
+	window := sp.concurrency
 	began := time.Now() // before the first pull request
 	iter, err := cons.Messages(jetstream.PullMaxMessages(window), jetstream.PullExpiry(expiry), jetstream.PullHeartbeat(hb))
 	if err != nil {
@@ -520,10 +514,7 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 	arrived := newArrivals(window, began)
 	work := make(chan pulled)
 	var wg sync.WaitGroup
-	// AckWait covers an attempt and a wait of up to a timeout and 5s
-	// before it; a wait of half a timeout (at least 1s) gets its AckWait
-	// restarted before the attempt.
-	restartAfter := max(time.Second, time.Duration(d.Timeout)/2)
+	restartAfter := d.longWait()
 	for range sp.concurrency {
 		wg.Go(func() {
 			for p := range work {
@@ -769,7 +760,7 @@ func (r *Relay) waitRate(ctx context.Context, msg jetstream.Msg, ev event, lim *
 	if delay == 0 {
 		return true
 	}
-	if delay > max(time.Second, time.Duration(d.Timeout)/2) {
+	if delay > d.longWait() {
 		res.Cancel()
 		// Back after the next free slot, spread over the time the limit
 		// takes for a round of the workers, so the events handed back
