@@ -570,124 +570,11 @@ func TestEventsThatWaitedInTheClientsBufferGetAnInProgressAck(t *testing.T) {
 	require.Equal(t, []string{"+WPI", "+ACK"}, said[seqs[3]], "it waited in the client's buffer")
 }
 
-// TestEventsQueuedForAWorkerKeepTheirAckWait: relay takes up to four rounds
-// of events (a round being one per worker) ahead of its workers, so a burst
-// arrives at once. While events wait in relay's queue for a worker, their
-// AckWait is restarted every half timeout, so however long the workers
-// take, JetStream does not hand them out again and each is delivered once.
-func TestEventsQueuedForAWorkerKeepTheirAckWait(t *testing.T) {
-	t.Parallel()
-	e := setup(t)
-	gate := make(chan struct{})
-	var arrived atomic.Int32
-	s := newSink(t, func(h hit, w http.ResponseWriter) int {
-		arrived.Add(1)
-		<-gate
-		w.WriteHeader(http.StatusNoContent)
-		return http.StatusNoContent
-	})
-	t.Cleanup(func() {
-		select {
-		case <-gate:
-		default:
-			close(gate)
-		}
-	})
-	// Two workers, a 10s timeout (AckWait 25s): an event waiting over 5s
-	// gets an in-progress ack within the next 2.5s.
-	const timeout = 10 * time.Second
-	e.addDest(relay.Destination{Name: "q", URL: s.URL, Concurrency: 2, Timeout: relay.Duration(timeout)})
-
-	acks := make(chan *nats.Msg, 256)
-	sub, err := e.nc.ChanSubscribe("$JS.ACK."+stream.EventsStream+"."+relay.ConsumerName("q")+".>", acks)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	require.NoError(t, e.nc.Flush())
-
-	e.startRelay()
-	var seqs []uint64
-	for range 12 {
-		seqs = append(seqs, e.publish("q", "", `{}`).Seq)
-	}
-	// Two attempts held by the sink; ten events handed to relay: six in
-	// its queue, one on its way there, one in the client's buffer. The
-	// last two stay in JetStream.
-	eventually(t, 10*time.Second, func() bool {
-		cons, err := e.js.Consumer(context.Background(), stream.EventsStream, relay.ConsumerName("q"))
-		if err != nil {
-			return false
-		}
-		info, err := cons.Info(context.Background())
-		return err == nil && info.NumAckPending == 10 && arrived.Load() == 2
-	}, "two attempts in flight and ten events handed out")
-	held := time.Now()
-
-	said := map[uint64][]string{}
-	record := func(m *nats.Msg) {
-		// $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>...,
-		// or with a domain and account hash after ACK.
-		tok := strings.Split(m.Subject, ".")
-		i := 5
-		if len(tok) > 9 {
-			i = 7
-		}
-		seq, err := strconv.ParseUint(tok[i], 10, 64)
-		require.NoError(t, err, m.Subject)
-		said[seq] = append(said[seq], string(m.Data))
-	}
-	// The six queued events get an in-progress ack while the two attempts
-	// are still held, well before the attempts time out.
-	kept := func() bool {
-		for _, seq := range seqs[2:8] {
-			if len(said[seq]) == 0 {
-				return false
-			}
-		}
-		return true
-	}
-	for deadline := held.Add(timeout - 1500*time.Millisecond); !kept(); {
-		select {
-		case m := <-acks:
-			record(m)
-			require.Equal(t, "+WPI", string(m.Data), "relay acked before any attempt ended: %s", m.Subject)
-		case <-time.After(time.Until(deadline)):
-			t.Fatalf("queued events without an in-progress ack %s after the attempts began: %v", time.Since(held), said)
-		}
-	}
-	close(gate)
-
-	eventually(t, 20*time.Second, func() bool {
-		for {
-			select {
-			case m := <-acks:
-				record(m)
-			default:
-				n := 0
-				for _, s := range seqs {
-					if l := said[s]; len(l) > 0 && l[len(l)-1] == "+ACK" {
-						n++
-					}
-				}
-				return n == len(seqs)
-			}
-		}
-	}, "all acked: %v", said)
-	for _, seq := range seqs {
-		l := said[seq]
-		require.NotContains(t, l[:len(l)-1], "+ACK", "event at %d acked twice: %v", seq, l)
-		require.NotContains(t, l, "-NAK", "event at %d: %v", seq, l)
-	}
-	got := s.delivered()
-	require.Len(t, got, len(seqs))
-	for id, n := range got {
-		require.Equal(t, 1, n, "event %s delivered %d times", id, n)
-	}
-}
-
-// TestStoppingRelayHandsItsQueueBack: events in relay's queue when it stops
-// go back to JetStream at once (a nak), not after their AckWait, so another
-// replica delivers them without a wait; the attempts in flight finish.
-func TestStoppingRelayHandsItsQueueBack(t *testing.T) {
+// TestStoppingRelayHandsItsBufferBack: the events relay was handed but had
+// not begun to attempt when it stops go back to JetStream at once (a nak),
+// not after their AckWait, so another replica delivers them without a
+// wait; the attempts in flight finish.
+func TestStoppingRelayHandsItsBufferBack(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	gate := make(chan struct{})
@@ -708,8 +595,8 @@ func TestStoppingRelayHandsItsQueueBack(t *testing.T) {
 	})
 	// AckWait 65s: longer than the test waits.
 	e.addDest(relay.Destination{Name: "hb", URL: s.URL, Concurrency: 2, Timeout: relay.Duration(30 * time.Second)})
-	naks := make(chan *nats.Msg, 256)
-	sub, err := e.nc.ChanSubscribe("$JS.ACK."+stream.EventsStream+"."+relay.ConsumerName("hb")+".>", naks)
+	acks := make(chan *nats.Msg, 256)
+	sub, err := e.nc.ChanSubscribe("$JS.ACK."+stream.EventsStream+"."+relay.ConsumerName("hb")+".>", acks)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	require.NoError(t, e.nc.Flush())
@@ -718,34 +605,31 @@ func TestStoppingRelayHandsItsQueueBack(t *testing.T) {
 	for range 12 {
 		e.publish("hb", "", `{}`)
 	}
+	// Two attempts held by the sink, and more events handed to relay.
 	eventually(t, 10*time.Second, func() bool {
 		cons, err := e.js.Consumer(context.Background(), stream.EventsStream, relay.ConsumerName("hb"))
 		if err != nil {
 			return false
 		}
 		info, err := cons.Info(context.Background())
-		return err == nil && info.NumAckPending == 10 && arrived.Load() == 2
-	}, "two attempts in flight and ten events handed out")
+		return err == nil && info.NumAckPending > 2 && arrived.Load() == 2
+	}, "two attempts in flight and more events handed out")
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
 		stopA()
 	}()
-	// All eight events not in an attempt are handed back while the two
-	// attempts are still held.
-	handedBack := 0
-	for handedBack < 8 {
-		select {
-		case m := <-naks:
-			require.Equal(t, "-NAK", string(m.Data), m.Subject)
-			handedBack++
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%d of 8 events handed back", handedBack)
-		}
+	// The stop hands events back while the two attempts are still held.
+	select {
+	case m := <-acks:
+		require.Equal(t, "-NAK", string(m.Data), m.Subject)
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing handed back")
 	}
 	close(gate)
 	<-stopped
 
+	// Well within AckWait, another relay delivers the rest.
 	e.startRelay()
 	eventually(t, 20*time.Second, func() bool { return len(s.delivered()) == 12 }, "12 delivered, %d so far", len(s.delivered()))
 	for id, n := range s.delivered() {

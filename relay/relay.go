@@ -475,20 +475,13 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 	// stalled 4s) makes the client ask for more than it has room for;
 	// what overflows comes back after AckWait.
 	hb := min(pullHeartbeat, expiry/2)
-	// relay asks the client for as many events as it has workers (window),
-	// and takes them from its buffer at once into a queue of its own that
-	// holds queueRounds times as many more: a burst larger than the
-	// concurrency arrives in one go instead of waiting for workers to ask
-	// for the rest (BENCHMARKS.md, "The bursts of (b)"). An event waits
-	// for at most a round of attempts in the client's buffer (see
-	// arrivals), and in the queue, however long, its AckWait is restarted
-	// every longWait (keep). An ordered partition has one event in flight:
-	// no queue.
+	// relay asks for as many events as it has workers, ahead of them: an
+	// event waits at most a round of attempts in the client's buffer (see
+	// arrivals). A larger window lets a burst larger than the concurrency
+	// arrive at once, but twice as large did not measurably help, and four
+	// times, which did, would need an AckWait of four rounds (BENCHMARKS.md,
+	// "The bursts of (b)").
 	window := sp.concurrency
-	queued := 0
-	if !sp.ordered {
-		queued = queueRounds * sp.concurrency
-	}
 	began := time.Now() // before the first pull request
 	iter, err := cons.Messages(jetstream.PullMaxMessages(window), jetstream.PullExpiry(expiry), jetstream.PullHeartbeat(hb))
 	if err != nil {
@@ -511,8 +504,13 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 		}
 	}()
 
-	// A fixed pool of workers takes events from the queue: no goroutine
+	// A fixed pool of workers takes events from the pull loop: no goroutine
 	// (and no stack growth) per event.
+	type pulled struct {
+		msg jetstream.Msg
+		// since is a time before the event reached this process.
+		since time.Time
+	}
 	arrived := newArrivals(window, began)
 	work := make(chan pulled)
 	var wg sync.WaitGroup
@@ -527,15 +525,6 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 				}
 				r.handle(dctx, p.msg, sp.ordered)
 			}
-		})
-	}
-	in := work
-	if queued > 0 {
-		in = make(chan pulled)
-		wg.Go(func() {
-			q := &pullQueue{max: queued, every: restartAfter}
-			q.run(in, work, stopped)
-			close(work)
 		})
 	}
 	for {
@@ -565,106 +554,15 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 		}
 		since := arrived.taken(time.Now())
 		select {
-		case in <- pulled{msg, since}:
+		case work <- pulled{msg, since}:
 		case <-stopped:
 			_ = msg.Nak()
 		}
 	}
-	close(in)
+	close(work)
 	wg.Wait()
 	// Make sure every ack and nak has left the client.
 	_ = r.cfg.JS.Conn().Flush()
-}
-
-// queueRounds is how many rounds of attempts (events per worker) a
-// destination's queue holds, beyond the round the client asks for.
-const queueRounds = 3
-
-// pulled is an event taken from the client.
-type pulled struct {
-	msg jetstream.Msg
-	// since is a time before the event reached this process, or before
-	// its AckWait was last restarted.
-	since time.Time
-}
-
-// pullQueue holds the events taken from the client that no worker has
-// taken yet, in order.
-type pullQueue struct {
-	max   int           // events held at most
-	every time.Duration // restart the AckWait of an event that waited longer
-	q     []pulled
-	head  int
-}
-
-// run moves events from in to out through the queue until in is closed,
-// and restarts the AckWait of those that wait long. Once stopped is closed,
-// it hands what it holds and what still comes back to JetStream.
-func (pq *pullQueue) run(in <-chan pulled, out chan<- pulled, stopped <-chan struct{}) {
-	// Checked at least twice per wait: an event's AckWait is restarted at
-	// most 1.5 × every after the last time.
-	tick := time.NewTicker(max(pq.every/2, 100*time.Millisecond))
-	defer tick.Stop()
-	for {
-		var inC <-chan pulled
-		if pq.len() < pq.max {
-			inC = in
-		}
-		var outC chan<- pulled
-		var next pulled
-		if pq.len() > 0 {
-			outC = out
-			next = pq.q[pq.head]
-		}
-		select {
-		case p, ok := <-inC:
-			if !ok {
-				pq.handBack()
-				return
-			}
-			pq.q = append(pq.q, p)
-		case outC <- next:
-			pq.q[pq.head] = pulled{}
-			pq.head++
-			if pq.head == len(pq.q) {
-				pq.q, pq.head = pq.q[:0], 0
-			} else if pq.head >= pq.max {
-				// Compact: the slice never grows past twice the queue.
-				n := copy(pq.q, pq.q[pq.head:])
-				clear(pq.q[n:])
-				pq.q, pq.head = pq.q[:n], 0
-			}
-		case now := <-tick.C:
-			pq.keep(now)
-		case <-stopped:
-			pq.handBack()
-			for p := range in {
-				_ = p.msg.Nak()
-			}
-			return
-		}
-	}
-}
-
-func (pq *pullQueue) len() int { return len(pq.q) - pq.head }
-
-// keep restarts the AckWait of every queued event that waited longer than
-// every since it arrived or since its last restart.
-func (pq *pullQueue) keep(now time.Time) {
-	for i := pq.head; i < len(pq.q); i++ {
-		if now.Sub(pq.q[i].since) > pq.every {
-			_ = pq.q[i].msg.InProgress()
-			pq.q[i].since = now
-		}
-	}
-}
-
-// handBack naks every queued event: JetStream hands it out again at once.
-func (pq *pullQueue) handBack() {
-	for i := pq.head; i < len(pq.q); i++ {
-		_ = pq.q[i].msg.Nak()
-	}
-	pq.q, pq.head = nil, 0
 }
 
 // event is a stored event taken apart.
