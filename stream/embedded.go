@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -43,11 +44,32 @@ type EmbeddedConfig struct {
 	Routes      []string
 	// Logf, when set, receives the server's notices and errors.
 	Logf func(format string, args ...any)
+	// Recovering, when set, is called every 10s while the server is still
+	// recovering its JetStream store, with the time spent so far.
+	Recovering func(waited time.Duration)
 }
 
-// StartEmbedded starts a JetStream-enabled nats-server and waits until it
-// accepts connections. Call Shutdown and WaitForShutdown to stop it.
+// StartEmbedded is StartEmbeddedContext without a way to give up.
 func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
+	return StartEmbeddedContext(context.Background(), cfg)
+}
+
+// StartEmbeddedContext starts a JetStream-enabled nats-server and waits
+// until it accepts connections. The server first recovers its JetStream
+// store, which takes as long as the store is large (after a crash, about
+// two seconds for 2 GB here), and it is waited for as long as that takes
+// unless ctx ends; the server then has 10s to start listening. Call
+// Shutdown and WaitForShutdown to stop it.
+func StartEmbeddedContext(ctx context.Context, cfg EmbeddedConfig) (*server.Server, error) {
+	return startEmbedded(ctx, cfg, startTiming{listen: 10 * time.Second, every: 10 * time.Second})
+}
+
+// startTiming is how long a starting server may take to listen once it has
+// recovered its store, and how often a recovery still going on is reported
+// (EmbeddedConfig.Recovering).
+type startTiming struct{ listen, every time.Duration }
+
+func startEmbedded(ctx context.Context, cfg EmbeddedConfig, timing startTiming) (*server.Server, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("embedded NATS: a data directory is required")
 	}
@@ -101,26 +123,70 @@ func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
 	}
 	l := &logger{f: cfg.Logf}
 	s.SetLogger(l, false, false)
-	go s.Start()
+	// Start recovers the JetStream store before it starts listening, and
+	// returns once it listens (or has given up).
+	started := make(chan struct{})
+	go func() {
+		defer close(started)
+		s.Start()
+	}()
 	where := fmt.Sprintf("%s:%d", cfg.Host, cfg.Port)
 	if cfg.Port == -1 {
 		where = cfg.Host + " (a free port)"
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if s.ReadyForConnections(100 * time.Millisecond) {
+	fail := func(reason string) error {
+		select {
+		case <-started:
+			s.Shutdown()
+		default:
+			// Shut down once Start has returned, not in the middle
+			// of a recovery.
+			go func() {
+				<-started
+				s.Shutdown()
+			}()
+		}
+		return fmt.Errorf("embedded NATS did not start listening on %s: %s", where, reason)
+	}
+	began := time.Now()
+	report := time.NewTicker(timing.every)
+	defer report.Stop()
+	poll := time.NewTicker(100 * time.Millisecond)
+	defer poll.Stop()
+	for recovering := true; recovering; {
+		select {
+		case <-started:
+			recovering = false
+		case <-ctx.Done():
+			return nil, fail(fmt.Sprintf("stopped after %s while it was recovering its JetStream store: %v", time.Since(began).Round(time.Millisecond), ctx.Err()))
+		case <-report.C:
+			if cfg.Recovering != nil {
+				cfg.Recovering(time.Since(began))
+			}
+		case <-poll.C:
+			// A fatal error can come before Start returns.
+			if fatal, _ := l.failure(); fatal != "" {
+				return nil, fail(fatal)
+			}
+		}
+	}
+	for deadline := time.Now().Add(timing.listen); ; {
+		if s.ReadyForConnections(min(100*time.Millisecond, timing.listen)) {
 			return s, nil
 		}
 		fatal, firstErr := l.failure()
 		if fatal != "" || time.Now().After(deadline) {
-			s.Shutdown()
 			switch {
 			case fatal != "":
 			case firstErr != "":
-				fatal = "within 10s; it reported: " + firstErr
+				fatal = fmt.Sprintf("within %s of recovering its JetStream store; it reported: %s", timing.listen, firstErr)
 			default:
-				fatal = "within 10s, and reported no error"
+				fatal = fmt.Sprintf("within %s of recovering its JetStream store, and reported no error", timing.listen)
 			}
-			return nil, fmt.Errorf("embedded NATS did not start listening on %s: %s", where, fatal)
+			return nil, fail(fatal)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, fail(err.Error())
 		}
 	}
 }

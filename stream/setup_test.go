@@ -122,3 +122,71 @@ func TestStartEmbeddedSaysWhyItCannotStart(t *testing.T) {
 	require.Less(t, time.Since(start), 5*time.Second, "it fails at once, not after the 10s wait")
 	require.Positive(t, logged.Load(), "the server's log still reaches Logf")
 }
+
+// recoveringStore makes a data directory whose events stream the server has
+// to rebuild from its message blocks when it starts, as after a crash (its
+// index is gone), and returns it with the number of events in it.
+func recoveringStore(t *testing.T) (string, int) {
+	t.Helper()
+	dir := t.TempDir()
+	s, err := StartEmbedded(EmbeddedConfig{DataDir: dir, Port: -1})
+	require.NoError(t, err)
+	nc, err := nats.Connect(s.ClientURL())
+	require.NoError(t, err)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, Ensure(ctx, js, Config{}))
+	body := make([]byte, 1024)
+	const n = 50_000
+	for i := range n {
+		_, err := js.PublishAsync(InSubject(fmt.Sprintf("d%d", i%10), ""), body)
+		require.NoError(t, err)
+		if i%2000 == 1999 {
+			<-js.PublishAsyncComplete()
+		}
+	}
+	<-js.PublishAsyncComplete()
+	nc.Close()
+	s.Shutdown()
+	s.WaitForShutdown()
+	index := filepath.Join(dir, "jetstream", "jetstream", "$G", "streams", EventsStream, "msgs", "index.db")
+	require.FileExists(t, index)
+	require.NoError(t, os.Remove(index))
+	return dir, n
+}
+
+// A server recovering a large store is waited for however long that takes
+// (here, longer than the wait for it to listen), and reported meanwhile.
+func TestStartEmbeddedWaitsForItsStoreToRecover(t *testing.T) {
+	t.Parallel()
+	dir, n := recoveringStore(t)
+	var reported atomic.Int32
+	cfg := EmbeddedConfig{DataDir: dir, Port: -1, Recovering: func(time.Duration) { reported.Add(1) }}
+	s, err := startEmbedded(context.Background(), cfg, startTiming{listen: time.Millisecond, every: time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	require.Positive(t, reported.Load(), "the recovery was reported while it went on")
+
+	nc, err := nats.Connect(s.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	st, err := js.Stream(context.Background(), EventsStream)
+	require.NoError(t, err)
+	require.Equal(t, uint64(n), st.CachedInfo().State.Msgs, "every event recovered")
+}
+
+// The wait for a recovering server ends with its context, with an error
+// that says so.
+func TestStartEmbeddedGivesUpWithItsContext(t *testing.T) {
+	t.Parallel()
+	dir, _ := recoveringStore(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := EmbeddedConfig{DataDir: dir, Port: -1, Recovering: func(time.Duration) { cancel() }}
+	s, err := startEmbedded(ctx, cfg, startTiming{listen: time.Millisecond, every: time.Millisecond})
+	require.Nil(t, s)
+	require.ErrorContains(t, err, "while it was recovering its JetStream store: context canceled")
+}

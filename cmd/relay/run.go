@@ -96,6 +96,9 @@ func runAction(c *cli.Context) error {
 			Logf: func(format string, args ...any) {
 				log.Debug(fmt.Sprintf(format, args...))
 			},
+			Recovering: func(waited time.Duration) {
+				log.Info("embedded NATS is still recovering its JetStream store; the larger the store, the longer this takes", "waited", waited.Round(time.Second), "data_dir", c.String("data-dir"))
+			},
 		}
 		if cn := c.String("cluster-name"); cn != "" {
 			ch, cp, err := splitListen(c.String("cluster-listen"))
@@ -104,7 +107,7 @@ func runAction(c *cli.Context) error {
 			}
 			ecfg.ClusterName, ecfg.ClusterHost, ecfg.ClusterPort, ecfg.Routes = cn, ch, cp, c.StringSlice("routes")
 		}
-		s, err := stream.StartEmbedded(ecfg)
+		s, err := stream.StartEmbeddedContext(ctx, ecfg)
 		if err != nil {
 			return err
 		}
