@@ -20,7 +20,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"golang.org/x/time/rate"
 
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/schedule"
@@ -290,7 +289,7 @@ func (r *Relay) reconcile(ctx context.Context) {
 	defer r.mu.Unlock()
 	for name, wk := range r.workers {
 		d, ok := want[name]
-		if !ok || wk.exited() || d.Concurrency != wk.dest.Concurrency || d.AckWait() != wk.dest.AckWait() || r.maxAckPending(d) != r.maxAckPending(wk.dest) {
+		if !ok || wk.exited() || d.Concurrency != wk.dest.Concurrency || d.AckWait() != wk.dest.AckWait() {
 			wk.stop()
 			delete(r.workers, name)
 		}
@@ -334,21 +333,6 @@ func (w *worker) stop() {
 	<-w.done
 }
 
-// maxAckPending is how many of d's events JetStream hands out before some
-// are settled: Config.MaxAckPending, or for a rate-limited destination at
-// most a round of the workers plus what the limit lets through in an
-// AckWait. A backlog waiting for the limit then stays in JetStream, instead
-// of being handed out and back again and again (at 5/s with 16 workers, 993
-// copies of 300 events for the first 40 deliveries, in
-// TestRateLimitedBacklogStaysInJetStream).
-func (r *Relay) maxAckPending(d Destination) int {
-	m := r.cfg.MaxAckPending
-	if d.RateLimit > 0 {
-		m = min(m, d.Concurrency+int(math.Ceil(d.RateLimit*d.AckWait().Seconds())))
-	}
-	return m
-}
-
 // consumerSpec is one JetStream consumer of a destination and how it is
 // worked.
 type consumerSpec struct {
@@ -370,7 +354,7 @@ func (r *Relay) specs(d Destination) []consumerSpec {
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       d.AckWait(),
 		MaxDeliver:    -1,
-		MaxAckPending: r.maxAckPending(d),
+		MaxAckPending: r.cfg.MaxAckPending,
 	}
 	main := base
 	main.Durable = ConsumerName(d.Name)
@@ -705,7 +689,7 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, ordered bool) {
 			defer r.breakers.endProbe(d.Name)
 		}
 		if lim := r.limiter(d); lim != nil {
-			if !r.waitRate(ctx, msg, ev, lim, d) {
+			if !r.waitRate(ctx, msg, ev, lim, d, ordered) {
 				return
 			}
 		}
@@ -769,20 +753,23 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, ordered bool) {
 // outlast its AckWait (2 × timeout + 5s covers a wait of a timeout before
 // the attempt), and JetStream would hand it out again meanwhile: a
 // duplicate delivery.
-func (r *Relay) waitRate(ctx context.Context, msg jetstream.Msg, ev event, lim *rate.Limiter, d Destination) bool {
-	res := lim.Reserve()
+func (r *Relay) waitRate(ctx context.Context, msg jetstream.Msg, ev event, lim *limit, d Destination, ordered bool) bool {
+	res := lim.lim.Reserve()
 	delay := res.Delay()
 	if delay == 0 {
 		return true
 	}
 	if delay > d.longWait() {
 		res.Cancel()
-		// Back after the next free slot, spread over the time the limit
-		// takes to let through as many events as JetStream hands out
-		// (maxAckPending): the events handed back come back at about the
-		// limit's rate, not all together.
-		spread := time.Duration(float64(time.Second) * float64(r.maxAckPending(d)) / d.RateLimit)
-		r.skip(msg, ev, delay+rand.N(min(max(spread, time.Millisecond), 5*time.Minute)))
+		if ordered {
+			// The head of a key: back when the limit allows, give or
+			// take a round of the workers, not behind the queue of
+			// unordered events.
+			round := time.Duration(min(float64(time.Second)*float64(max(d.Concurrency, 1))/d.RateLimit, float64(maxRateWait)))
+			r.skip(msg, ev, delay+rand.N(max(round, time.Millisecond)))
+			return false
+		}
+		r.skip(msg, ev, lim.queue.turn(r.cfg.Now(), delay))
 		return false
 	}
 	t := time.NewTimer(delay)

@@ -180,7 +180,7 @@ func runAction(c *cli.Context) error {
 		promoter = &schedule.Promoter{Store: st, JS: js, Lease: c.Duration("park-lease"), Logger: log}
 		log.Info("long waits are parked in Redis", "threshold", cfg.ParkThreshold)
 	} else {
-		log.Info("no --redis-url: every retry wait is a delayed nak in JetStream, and each waiting event holds one of its destination's ack-pending slots (10000, fewer with a rate limit)")
+		log.Info("no --redis-url: every retry wait is a delayed nak in JetStream, and each waiting event holds one of its destination's 10000 ack-pending slots")
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
