@@ -61,7 +61,8 @@ func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
 // unless ctx ends; the server then has 10s to start listening. Call
 // Shutdown and WaitForShutdown to stop it.
 func StartEmbeddedContext(ctx context.Context, cfg EmbeddedConfig) (*server.Server, error) {
-	return startEmbedded(ctx, cfg, startTiming{listen: 10 * time.Second, every: 10 * time.Second})
+	s, _, err := startEmbedded(ctx, cfg, startTiming{listen: 10 * time.Second, every: 10 * time.Second})
+	return s, err
 }
 
 // startTiming is how long a starting server may take to listen once it has
@@ -69,9 +70,11 @@ func StartEmbeddedContext(ctx context.Context, cfg EmbeddedConfig) (*server.Serv
 // (EmbeddedConfig.Recovering).
 type startTiming struct{ listen, every time.Duration }
 
-func startEmbedded(ctx context.Context, cfg EmbeddedConfig, timing startTiming) (*server.Server, error) {
+// startEmbedded is StartEmbeddedContext. When it fails after the server
+// began to start, down is closed once that server has shut down.
+func startEmbedded(ctx context.Context, cfg EmbeddedConfig, timing startTiming) (_ *server.Server, down <-chan struct{}, _ error) {
 	if cfg.DataDir == "" {
-		return nil, errors.New("embedded NATS: a data directory is required")
+		return nil, nil, errors.New("embedded NATS: a data directory is required")
 	}
 	if cfg.Host == "" {
 		cfg.Host = "127.0.0.1"
@@ -107,7 +110,7 @@ func startEmbedded(ctx context.Context, cfg EmbeddedConfig, timing startTiming) 
 		for _, r := range cfg.Routes {
 			u, err := url.Parse(r)
 			if err != nil {
-				return nil, fmt.Errorf("embedded NATS: route %q: %w", r, err)
+				return nil, nil, fmt.Errorf("embedded NATS: route %q: %w", r, err)
 			}
 			opts.Routes = append(opts.Routes, u)
 		}
@@ -115,11 +118,14 @@ func startEmbedded(ctx context.Context, cfg EmbeddedConfig, timing startTiming) 
 	// The server reports a store it cannot write only in its log, and
 	// then never accepts connections: find out first, and say so.
 	if err := writable(opts.StoreDir); err != nil {
-		return nil, fmt.Errorf("embedded NATS: data directory %s is not writable (check its permissions, mount and free space): %w", cfg.DataDir, err)
+		return nil, nil, fmt.Errorf("embedded NATS: data directory %s is not writable (check its permissions, mount and free space): %w", cfg.DataDir, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("embedded NATS: not started: %w", err)
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {
-		return nil, fmt.Errorf("embedded NATS: %w", err)
+		return nil, nil, fmt.Errorf("embedded NATS: %w", err)
 	}
 	l := &logger{f: cfg.Logf}
 	s.SetLogger(l, false, false)
@@ -134,31 +140,44 @@ func startEmbedded(ctx context.Context, cfg EmbeddedConfig, timing startTiming) 
 	if cfg.Port == -1 {
 		where = cfg.Host + " (a free port)"
 	}
-	fail := func(reason string) error {
+	fail := func(reason string, cause error) (*server.Server, <-chan struct{}, error) {
+		// Shut down once Start has returned, not in the middle of a
+		// recovery.
+		stopped := make(chan struct{})
+		go func() {
+			defer close(stopped)
+			<-started
+			s.Shutdown()
+			s.WaitForShutdown()
+		}()
 		select {
 		case <-started:
-			s.Shutdown()
+			<-stopped
 		default:
-			// Shut down once Start has returned, not in the middle
-			// of a recovery.
-			go func() {
-				<-started
-				s.Shutdown()
-			}()
 		}
-		return fmt.Errorf("embedded NATS did not start listening on %s: %s", where, reason)
+		err := fmt.Errorf("embedded NATS did not start listening on %s: %s", where, reason)
+		if cause != nil {
+			err = fmt.Errorf("%w: %w", err, cause)
+		}
+		return nil, stopped, err
 	}
 	began := time.Now()
+	stoppedWhile := func(what string) (*server.Server, <-chan struct{}, error) {
+		return fail(fmt.Sprintf("stopped after %s while %s", time.Since(began).Round(time.Millisecond), what), ctx.Err())
+	}
 	report := time.NewTicker(timing.every)
 	defer report.Stop()
 	poll := time.NewTicker(100 * time.Millisecond)
 	defer poll.Stop()
 	for recovering := true; recovering; {
+		// A stop comes first, even when Start has returned meanwhile.
+		if ctx.Err() != nil {
+			return stoppedWhile("it was recovering its JetStream store")
+		}
 		select {
 		case <-started:
 			recovering = false
 		case <-ctx.Done():
-			return nil, fail(fmt.Sprintf("stopped after %s while it was recovering its JetStream store: %v", time.Since(began).Round(time.Millisecond), ctx.Err()))
 		case <-report.C:
 			if cfg.Recovering != nil {
 				cfg.Recovering(time.Since(began))
@@ -166,13 +185,16 @@ func startEmbedded(ctx context.Context, cfg EmbeddedConfig, timing startTiming) 
 		case <-poll.C:
 			// A fatal error can come before Start returns.
 			if fatal, _ := l.failure(); fatal != "" {
-				return nil, fail(fatal)
+				return fail(fatal, nil)
 			}
 		}
 	}
 	for deadline := time.Now().Add(timing.listen); ; {
-		if s.ReadyForConnections(min(100*time.Millisecond, timing.listen)) {
-			return s, nil
+		if ctx.Err() != nil {
+			return stoppedWhile("waiting for it to listen")
+		}
+		if s.ReadyForConnections(100 * time.Millisecond) {
+			return s, nil, nil
 		}
 		fatal, firstErr := l.failure()
 		if fatal != "" || time.Now().After(deadline) {
@@ -183,10 +205,7 @@ func startEmbedded(ctx context.Context, cfg EmbeddedConfig, timing startTiming) 
 			default:
 				fatal = fmt.Sprintf("within %s of recovering its JetStream store, and reported no error", timing.listen)
 			}
-			return nil, fail(fatal)
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, fail(err.Error())
+			return fail(fatal, nil)
 		}
 	}
 }

@@ -163,7 +163,7 @@ func TestStartEmbeddedWaitsForItsStoreToRecover(t *testing.T) {
 	dir, n := recoveringStore(t)
 	var reported atomic.Int32
 	cfg := EmbeddedConfig{DataDir: dir, Port: -1, Recovering: func(time.Duration) { reported.Add(1) }}
-	s, err := startEmbedded(context.Background(), cfg, startTiming{listen: time.Millisecond, every: time.Millisecond})
+	s, _, err := startEmbedded(context.Background(), cfg, startTiming{listen: time.Millisecond, every: time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 	require.Positive(t, reported.Load(), "the recovery was reported while it went on")
@@ -186,7 +186,14 @@ func TestStartEmbeddedGivesUpWithItsContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cfg := EmbeddedConfig{DataDir: dir, Port: -1, Recovering: func(time.Duration) { cancel() }}
-	s, err := startEmbedded(ctx, cfg, startTiming{listen: time.Millisecond, every: time.Millisecond})
+	s, down, err := startEmbedded(ctx, cfg, startTiming{listen: time.Millisecond, every: time.Millisecond})
 	require.Nil(t, s)
-	require.ErrorContains(t, err, "while it was recovering its JetStream store: context canceled")
+	require.ErrorContains(t, err, "while it was recovering its JetStream store")
+	require.ErrorIs(t, err, context.Canceled)
+	// The server it gave up on shuts down once its recovery is over.
+	select {
+	case <-down:
+	case <-time.After(time.Minute):
+		t.Fatal("the server given up on did not shut down")
+	}
 }

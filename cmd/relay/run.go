@@ -109,6 +109,12 @@ func runAction(c *cli.Context) error {
 		}
 		s, err := stream.StartEmbeddedContext(ctx, ecfg)
 		if err != nil {
+			if ctx.Err() != nil {
+				// SIGINT or SIGTERM while it started: a stop, not a
+				// failure.
+				log.Info("stopped before relay started", "reason", err)
+				return nil
+			}
 			return err
 		}
 		defer func() {
