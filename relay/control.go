@@ -192,6 +192,24 @@ type limit struct {
 	replicas  int
 	lim       *rate.Limiter
 	queue     *rateQueue
+	// mu makes a reservation and its cancel one step: a cancel gives
+	// the limiter its token back only if no reservation came after it.
+	mu sync.Mutex
+}
+
+// reserve takes the limiter's next slot if it comes within longest, and
+// reports the wait; otherwise it takes nothing and reports how long the
+// wait would have been.
+func (l *limit) reserve(longest time.Duration) (res *rate.Reservation, wait time.Duration, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	res = l.lim.Reserve()
+	wait = res.Delay()
+	if wait > longest {
+		res.Cancel()
+		return nil, wait, false
+	}
+	return res, wait, true
 }
 
 // maxRateWait is the longest an event is handed back to JetStream for a
@@ -202,8 +220,8 @@ const maxRateWait = 5 * time.Minute
 // turns: one per interval of the replica's share of the limit, after those
 // handed back before, so they come back about as fast as the limit lets
 // them through. Handing them all back for the next free slot (plus some
-// randomness) sent a 300-event backlog at 5/s out and back 2,300 times in
-// the first 20s instead of about 300 (TestRateLimitedBacklogComesBackInTurn).
+// randomness) sent 150 events at 5/s out and back 486 times for the first
+// 50 deliveries instead of 144 (TestRateLimitedBacklogComesBackInTurn).
 type rateQueue struct {
 	every time.Duration // 1 / the replica's share of the limit
 	mu    sync.Mutex
@@ -240,7 +258,14 @@ func (r *Relay) limiter(d Destination) *limit {
 	l := r.limits.byDest[d.Name]
 	if l == nil || l.perSecond != d.RateLimit || l.replicas != n {
 		share := d.RateLimit / float64(n)
-		l = &limit{perSecond: d.RateLimit, replicas: n, lim: rate.NewLimiter(rate.Limit(share), 1), queue: newRateQueue(share)}
+		q := newRateQueue(share)
+		if l != nil && l.perSecond == d.RateLimit {
+			// Only the replicas changed: the turns given stand.
+			l.queue.mu.Lock()
+			q.next = l.queue.next
+			l.queue.mu.Unlock()
+		}
+		l = &limit{perSecond: d.RateLimit, replicas: n, lim: rate.NewLimiter(rate.Limit(share), 1), queue: q}
 		r.limits.byDest[d.Name] = l
 	}
 	return l

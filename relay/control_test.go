@@ -1,10 +1,12 @@
 package relay
 
 import (
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/time/rate"
 )
 
 func TestRateQueueGivesTurnsAtTheLimitsPace(t *testing.T) {
@@ -35,4 +37,30 @@ func TestRateQueueOfATinyLimitWaitsAtMostMaxRateWait(t *testing.T) {
 	now := time.Now()
 	require.Equal(t, time.Second, q.turn(now, time.Second))
 	require.Equal(t, maxRateWait, q.turn(now, time.Second))
+}
+
+// Events handed back by many workers at once leave the limiter as it was:
+// a cancelled reservation gives its token back only if no reservation came
+// after it, so reservation and cancel are one step.
+func TestHandingBackLeavesTheLimiterAsItWas(t *testing.T) {
+	t.Parallel()
+	l := &limit{lim: rate.NewLimiter(5, 1), queue: newRateQueue(5)}
+	_, wait, ok := l.reserve(0)
+	require.True(t, ok)
+	require.Zero(t, wait, "the first slot is free")
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for range 1000 {
+				if _, _, ok := l.reserve(0); ok {
+					t.Error("a slot within 0s after the first was taken")
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// The next slot is still one interval (200ms) after the first.
+	_, wait, _ = l.reserve(time.Hour)
+	require.LessOrEqual(t, wait, 200*time.Millisecond)
 }

@@ -754,23 +754,21 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, ordered bool) {
 // the attempt), and JetStream would hand it out again meanwhile: a
 // duplicate delivery.
 func (r *Relay) waitRate(ctx context.Context, msg jetstream.Msg, ev event, lim *limit, d Destination, ordered bool) bool {
-	res := lim.lim.Reserve()
-	delay := res.Delay()
-	if delay == 0 {
-		return true
-	}
-	if delay > d.longWait() {
-		res.Cancel()
+	res, delay, ok := lim.reserve(d.longWait())
+	if !ok {
 		if ordered {
 			// The head of a key: back when the limit allows, give or
 			// take a round of the workers, not behind the queue of
 			// unordered events.
-			round := time.Duration(min(float64(time.Second)*float64(max(d.Concurrency, 1))/d.RateLimit, float64(maxRateWait)))
-			r.skip(msg, ev, delay+rand.N(max(round, time.Millisecond)))
+			round := time.Duration(min(float64(max(d.Concurrency, 1))*float64(lim.queue.every), float64(maxRateWait)))
+			r.skip(msg, ev, min(delay, maxRateWait-round)+rand.N(max(round, time.Millisecond)))
 			return false
 		}
 		r.skip(msg, ev, lim.queue.turn(r.cfg.Now(), delay))
 		return false
+	}
+	if delay == 0 {
+		return true
 	}
 	t := time.NewTimer(delay)
 	defer t.Stop()

@@ -59,7 +59,9 @@ func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
 // store, which takes as long as the store is large (after a crash, about
 // two seconds for 2 GB here), and it is waited for as long as that takes
 // unless ctx ends; the server then has 10s to start listening. Call
-// Shutdown and WaitForShutdown to stop it.
+// Shutdown and WaitForShutdown to stop it. A server given up on (ctx ended
+// during its recovery) shuts down once its recovery is over: do not start
+// another on the same DataDir in the same process before that.
 func StartEmbeddedContext(ctx context.Context, cfg EmbeddedConfig) (*server.Server, error) {
 	s, _, err := startEmbedded(ctx, cfg, startTiming{listen: 10 * time.Second, every: 10 * time.Second})
 	return s, err

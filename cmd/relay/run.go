@@ -109,7 +109,7 @@ func runAction(c *cli.Context) error {
 		}
 		s, err := stream.StartEmbeddedContext(ctx, ecfg)
 		if err != nil {
-			if ctx.Err() != nil {
+			if errors.Is(err, context.Canceled) {
 				// SIGINT or SIGTERM while it started: a stop, not a
 				// failure.
 				log.Info("stopped before relay started", "reason", err)
