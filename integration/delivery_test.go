@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -473,31 +474,13 @@ func TestPullRequestsAskForShortHeartbeats(t *testing.T) {
 func TestEventsThatWaitedInTheClientsBufferGetAnInProgressAck(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	gate := make(chan struct{})
-	var arrived atomic.Int32
-	s := newSink(t, func(h hit, w http.ResponseWriter) int {
-		arrived.Add(1)
-		<-gate
-		w.WriteHeader(http.StatusNoContent)
-		return http.StatusNoContent
-	})
-	t.Cleanup(func() {
-		select {
-		case <-gate:
-		default:
-			close(gate)
-		}
-	})
+	s, arrived, release := gatedSink(t, 0)
 	// A 4s timeout: waits over 2s are restarted.
 	e.addDest(relay.Destination{Name: "buf", URL: s.URL, Concurrency: 2, Timeout: relay.Duration(4 * time.Second)})
 	const restartAfter = 2 * time.Second
 
 	// What relay says about each event, by stream sequence.
-	acks := make(chan *nats.Msg, 64)
-	sub, err := e.nc.ChanSubscribe("$JS.ACK."+stream.EventsStream+"."+relay.ConsumerName("buf")+".>", acks)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	require.NoError(t, e.nc.Flush())
+	acks := e.watchAcks("buf")
 
 	e.startRelay()
 	var seqs []uint64
@@ -506,14 +489,8 @@ func TestEventsThatWaitedInTheClientsBufferGetAnInProgressAck(t *testing.T) {
 	}
 	// Two attempts held by the sink, and all four events handed to relay:
 	// one waits for a worker, one is in the client's buffer.
-	eventually(t, 10*time.Second, func() bool {
-		cons, err := e.js.Consumer(context.Background(), stream.EventsStream, relay.ConsumerName("buf"))
-		if err != nil {
-			return false
-		}
-		info, err := cons.Info(context.Background())
-		return err == nil && info.NumAckPending == 4 && arrived.Load() == 2
-	}, "two attempts in flight and four events handed out")
+	eventually(t, 10*time.Second, func() bool { return e.ackPending("buf") == 4 && arrived.Load() == 2 },
+		"two attempts in flight and four events handed out")
 	// The condition under test is time spent waiting: more than
 	// restartAfter. Nothing is acked meanwhile (an in-progress ack for the
 	// first two is allowed: a loaded machine may take long to start).
@@ -527,7 +504,7 @@ func TestEventsThatWaitedInTheClientsBufferGetAnInProgressAck(t *testing.T) {
 		case <-time.After(time.Until(hold)):
 		}
 	}
-	close(gate)
+	release()
 
 	said := map[uint64][]string{}
 	record := func(m *nats.Msg) {
@@ -577,43 +554,18 @@ func TestEventsThatWaitedInTheClientsBufferGetAnInProgressAck(t *testing.T) {
 func TestStoppingRelayHandsItsBufferBack(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	gate := make(chan struct{})
-	var arrived atomic.Int32
-	s := newSink(t, func(h hit, w http.ResponseWriter) int {
-		if arrived.Add(1) <= 2 {
-			<-gate
-		}
-		w.WriteHeader(http.StatusNoContent)
-		return http.StatusNoContent
-	})
-	t.Cleanup(func() {
-		select {
-		case <-gate:
-		default:
-			close(gate)
-		}
-	})
+	s, arrived, release := gatedSink(t, 2)
 	// AckWait 65s: longer than the test waits.
 	e.addDest(relay.Destination{Name: "hb", URL: s.URL, Concurrency: 2, Timeout: relay.Duration(30 * time.Second)})
-	acks := make(chan *nats.Msg, 256)
-	sub, err := e.nc.ChanSubscribe("$JS.ACK."+stream.EventsStream+"."+relay.ConsumerName("hb")+".>", acks)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	require.NoError(t, e.nc.Flush())
+	acks := e.watchAcks("hb")
 
 	_, stopA := e.startRelay()
 	for range 12 {
 		e.publish("hb", "", `{}`)
 	}
 	// Two attempts held by the sink, and more events handed to relay.
-	eventually(t, 10*time.Second, func() bool {
-		cons, err := e.js.Consumer(context.Background(), stream.EventsStream, relay.ConsumerName("hb"))
-		if err != nil {
-			return false
-		}
-		info, err := cons.Info(context.Background())
-		return err == nil && info.NumAckPending > 2 && arrived.Load() == 2
-	}, "two attempts in flight and more events handed out")
+	eventually(t, 10*time.Second, func() bool { return e.ackPending("hb") > 2 && arrived.Load() == 2 },
+		"two attempts in flight and more events handed out")
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
@@ -626,7 +578,7 @@ func TestStoppingRelayHandsItsBufferBack(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("nothing handed back")
 	}
-	close(gate)
+	release()
 	<-stopped
 
 	// Well within AckWait, another relay delivers the rest.
@@ -635,4 +587,67 @@ func TestStoppingRelayHandsItsBufferBack(t *testing.T) {
 	for id, n := range s.delivered() {
 		require.Equal(t, 1, n, "event %s", id)
 	}
+}
+
+// gatedSink is a sink that holds the first held requests (all when held is
+// 0) until release is called (at the latest when the test ends), and
+// counts the requests that arrived.
+func gatedSink(t *testing.T, held int32) (s *sink, arrived *atomic.Int32, release func()) {
+	t.Helper()
+	gate := make(chan struct{})
+	arrived = new(atomic.Int32)
+	s = newSink(t, func(h hit, w http.ResponseWriter) int {
+		if n := arrived.Add(1); held == 0 || n <= held {
+			<-gate
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return http.StatusNoContent
+	})
+	var once sync.Once
+	release = func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(release)
+	return s, arrived, release
+}
+
+// watchAcks returns what relay tells JetStream of dest's events (acks,
+// naks, in-progress), as the server receives it.
+func (e *env) watchAcks(dest string) <-chan *nats.Msg {
+	e.t.Helper()
+	acks := make(chan *nats.Msg, 256)
+	sub, err := e.nc.ChanSubscribe("$JS.ACK."+stream.EventsStream+"."+relay.ConsumerName(dest)+".>", acks)
+	require.NoError(e.t, err)
+	e.t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(e.t, e.nc.Flush())
+	return acks
+}
+
+// ackPending returns how many of dest's events JetStream has handed out
+// and not had settled, or -1 if it cannot tell.
+func (e *env) ackPending(dest string) int {
+	cons, err := e.js.Consumer(context.Background(), stream.EventsStream, relay.ConsumerName(dest))
+	if err != nil {
+		return -1
+	}
+	info, err := cons.Info(context.Background())
+	if err != nil {
+		return -1
+	}
+	return info.NumAckPending
+}
+
+// countAcks counts what relay tells JetStream of dest's events (+ACK,
+// -NAK..., +WPI, +TERM...) for which count says yes, as the server
+// receives it.
+func (e *env) countAcks(dest string, count func(kind string) bool) *atomic.Int64 {
+	e.t.Helper()
+	var n atomic.Int64
+	sub, err := e.nc.Subscribe("$JS.ACK."+stream.EventsStream+"."+relay.ConsumerName(dest)+".>", func(m *nats.Msg) {
+		if count(string(m.Data)) {
+			n.Add(1)
+		}
+	})
+	require.NoError(e.t, err)
+	e.t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(e.t, e.nc.Flush())
+	return &n
 }

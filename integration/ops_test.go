@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -307,15 +306,7 @@ func TestRateLimitFarBelowConcurrencyDeliversOnce(t *testing.T) {
 	e.addDest(relay.Destination{Name: "trickle", URL: s.URL, RateLimit: 2, Concurrency: 16, Timeout: relay.Duration(time.Second)})
 	// relay's answers to JetStream for each copy of an event it was
 	// handed: an ack, a nak or a term settles the copy.
-	var settled atomic.Int64
-	sub, err := e.nc.Subscribe("$JS.ACK."+stream.EventsStream+"."+relay.ConsumerName("trickle")+".>", func(m *nats.Msg) {
-		if d := string(m.Data); d != "+WPI" {
-			settled.Add(1)
-		}
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	require.NoError(t, e.nc.Flush())
+	settled := e.countAcks("trickle", func(kind string) bool { return kind != "+WPI" })
 	e.startRelay()
 	const n = 24
 	for range n {
@@ -349,15 +340,7 @@ func TestRateLimitedBacklogComesBackInTurn(t *testing.T) {
 	e := setup(t)
 	s := newSink(t, nil)
 	e.addDest(relay.Destination{Name: "slowlane", URL: s.URL, RateLimit: 5, Concurrency: 16, Timeout: relay.Duration(time.Second)})
-	var naks atomic.Int64
-	sub, err := e.nc.Subscribe("$JS.ACK."+stream.EventsStream+"."+relay.ConsumerName("slowlane")+".>", func(m *nats.Msg) {
-		if strings.HasPrefix(string(m.Data), "-NAK") {
-			naks.Add(1)
-		}
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	require.NoError(t, e.nc.Flush())
+	naks := e.countAcks("slowlane", func(kind string) bool { return strings.HasPrefix(kind, "-NAK") })
 	const n = 150
 	for range n {
 		e.publish("slowlane", "", `{}`)
@@ -377,7 +360,7 @@ func TestRateLimitedBacklogComesBackInTurn(t *testing.T) {
 
 	// Without the limit, the rest goes out as their turns come (the last
 	// about 30s after the start), each event once.
-	_, err = e.store.Update(context.Background(), "slowlane", func(d *relay.Destination) error {
+	_, err := e.store.Update(context.Background(), "slowlane", func(d *relay.Destination) error {
 		d.RateLimit = 0
 		return nil
 	})
