@@ -227,6 +227,14 @@ func TestUsageErrorsExit2(t *testing.T) {
 	require.Contains(t, out.String(), "dlq")
 }
 
+func TestRunRefusesAShortDuplicateWindow(t *testing.T) {
+	// Not parallel: urfave/cli v2 mutates package-level help flags on each run.
+	var out, errb bytes.Buffer
+	code := Main([]string{"relay", "run", "--duplicate-window", "15s", "--data-dir", t.TempDir()}, strings.NewReader(""), &out, &errb)
+	require.Equal(t, 2, code, errb.String())
+	require.Contains(t, errb.String(), "--duplicate-window 15s must be at least 20s")
+}
+
 func TestInterspersedFlags(t *testing.T) {
 	// Not parallel: urfave/cli v2 mutates package-level help flags on each run.
 	app := App(nil, nil, nil)

@@ -78,6 +78,9 @@ func runAction(c *cli.Context) error {
 		defer floor.stop()
 	}
 
+	if dw := c.Duration("duplicate-window"); dw < minDuplicateWindow {
+		return usagef("--duplicate-window %s must be at least %s: a replica that takes the unknown-destination check over from a crashed one (after 10s of silence) writes again the dead letters of the last second the crashed one had not recorded, and only the duplicate window drops them", dw, minDuplicateWindow)
+	}
 	url := c.String("nats-url")
 	if url == "" {
 		host, port, err := splitListen(c.String("listen"))
@@ -260,3 +263,9 @@ func splitListen(addr string) (string, int, error) {
 	}
 	return host, port, nil
 }
+
+// minDuplicateWindow is the shortest --duplicate-window relay run accepts:
+// it must outlast the unknown-destination check's takeover (10s of silence,
+// relay.Config.CheckTakeover, plus the second of progress not yet
+// recorded), with room to spare.
+const minDuplicateWindow = 20 * time.Second
