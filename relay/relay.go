@@ -654,22 +654,6 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, ordered bool) {
 		return
 	}
 	d, ok := r.dests.get(ev.dest)
-	// The attempt number counts attempts whose outcome was recorded, not
-	// JetStream deliveries: a delivery handed back unattempted (pause,
-	// shutdown), dropped by the client, or cut short by a crash does not
-	// use up an attempt. A first delivery needs no lookup.
-	attempt := ev.prior + 1
-	if ev.delivered > 1 {
-		lctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
-		attempt = max(r.attemptLog(lctx, ev).Made, ev.prior) + 1
-		cancel()
-	}
-	out := Outcome{Dest: ev.dest, EventID: ev.id, Seq: ev.seq, Attempt: attempt}
-	policy := d.Retry
-	if ordered && d.OnFailure == OnFailureBlock {
-		// The head of a blocked key is retried until it is delivered.
-		policy.MaxAttempts = math.MaxInt32
-	}
 	probing := false
 	if ok {
 		now := r.cfg.Now()
@@ -693,6 +677,24 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, ordered bool) {
 				return
 			}
 		}
+	}
+	// The attempt number counts attempts whose outcome was recorded, not
+	// JetStream deliveries: a delivery handed back unattempted (pause,
+	// shutdown, the rate limit), dropped by the client, or cut short by a
+	// crash does not use up an attempt. It is looked up only now, so an
+	// event handed straight back above costs no read; a first delivery
+	// needs none.
+	attempt := ev.prior + 1
+	if ev.delivered > 1 {
+		lctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+		attempt = max(r.attemptLog(lctx, ev).Made, ev.prior) + 1
+		cancel()
+	}
+	out := Outcome{Dest: ev.dest, EventID: ev.id, Seq: ev.seq, Attempt: attempt}
+	policy := d.Retry
+	if ordered && d.OnFailure == OnFailureBlock {
+		// The head of a blocked key is retried until it is delivered.
+		policy.MaxAttempts = math.MaxInt32
 	}
 	switch {
 	case !ok:
