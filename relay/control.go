@@ -187,14 +187,39 @@ type limits struct {
 	replicas int
 }
 
+// limit is a destination's rate limit in this replica: a limiter for its
+// share, and the turns of the events it hands back to JetStream.
+//
+// Events handed back get turns: one per interval of the share, after the
+// turns given before, so they come back about as fast as the limit lets
+// them through. Handing them all back for the next free slot (plus some
+// randomness) sent 150 events at 5/s out and back 486 times for the first
+// 50 deliveries instead of 144 (TestRateLimitedBacklogComesBackInTurn).
 type limit struct {
 	perSecond float64
 	replicas  int
 	lim       *rate.Limiter
-	queue     *rateQueue
-	// mu makes a reservation and its cancel one step: a cancel gives
-	// the limiter its token back only if no reservation came after it.
-	mu sync.Mutex
+	every     time.Duration // between turns: 1 / the share, at most maxRateWait
+
+	// mu makes a reservation and its cancel one step (a cancel gives the
+	// limiter its token back only if no reservation came after it), and
+	// guards next.
+	mu   sync.Mutex
+	next time.Time // the next free turn
+}
+
+// maxRateWait is the longest an event is handed back to JetStream for a
+// rate limit: a limit raised meanwhile is used within it.
+const maxRateWait = 5 * time.Minute
+
+func newLimit(perSecond float64, replicas int) *limit {
+	share := perSecond / float64(replicas)
+	return &limit{
+		perSecond: perSecond,
+		replicas:  replicas,
+		lim:       rate.NewLimiter(rate.Limit(share), 1),
+		every:     time.Duration(min(float64(time.Second)/share, float64(maxRateWait))),
+	}
 }
 
 // reserve takes the limiter's next slot if it comes within longest, and
@@ -212,39 +237,19 @@ func (l *limit) reserve(longest time.Duration) (res *rate.Reservation, wait time
 	return res, wait, true
 }
 
-// maxRateWait is the longest an event is handed back to JetStream for a
-// rate limit: a limit raised meanwhile is used within it.
-const maxRateWait = 5 * time.Minute
-
-// rateQueue gives the events a replica hands back for a rate limit their
-// turns: one per interval of the replica's share of the limit, after those
-// handed back before, so they come back about as fast as the limit lets
-// them through. Handing them all back for the next free slot (plus some
-// randomness) sent 150 events at 5/s out and back 486 times for the first
-// 50 deliveries instead of 144 (TestRateLimitedBacklogComesBackInTurn).
-type rateQueue struct {
-	every time.Duration // 1 / the replica's share of the limit
-	mu    sync.Mutex
-	next  time.Time // the next free turn
-}
-
-func newRateQueue(perSecond float64) *rateQueue {
-	return &rateQueue{every: time.Duration(min(float64(time.Second)/perSecond, float64(maxRateWait)))}
-}
-
 // turn returns how long an event handed back at now waits for its turn: at
 // least earliest (when the limit next allows one), at most maxRateWait.
-func (q *rateQueue) turn(now time.Time, earliest time.Duration) time.Duration {
-	q.mu.Lock()
-	defer q.mu.Unlock()
+func (l *limit) turn(now time.Time, earliest time.Duration) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	t := now.Add(earliest)
-	if q.next.After(t) {
-		t = q.next
+	if l.next.After(t) {
+		t = l.next
 	}
 	if last := now.Add(maxRateWait); t.After(last) {
 		t = last
 	}
-	q.next = t.Add(q.every)
+	l.next = t.Add(l.every)
 	return t.Sub(now)
 }
 
@@ -257,15 +262,14 @@ func (r *Relay) limiter(d Destination) *limit {
 	n := max(r.limits.replicas, 1)
 	l := r.limits.byDest[d.Name]
 	if l == nil || l.perSecond != d.RateLimit || l.replicas != n {
-		share := d.RateLimit / float64(n)
-		q := newRateQueue(share)
+		nl := newLimit(d.RateLimit, n)
 		if l != nil && l.perSecond == d.RateLimit {
 			// Only the replicas changed: the turns given stand.
-			l.queue.mu.Lock()
-			q.next = l.queue.next
-			l.queue.mu.Unlock()
+			l.mu.Lock()
+			nl.next = l.next
+			l.mu.Unlock()
 		}
-		l = &limit{perSecond: d.RateLimit, replicas: n, lim: rate.NewLimiter(rate.Limit(share), 1), queue: q}
+		l = nl
 		r.limits.byDest[d.Name] = l
 	}
 	return l

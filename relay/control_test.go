@@ -6,12 +6,11 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"golang.org/x/time/rate"
 )
 
-func TestRateQueueGivesTurnsAtTheLimitsPace(t *testing.T) {
+func TestLimitGivesTurnsAtItsPace(t *testing.T) {
 	t.Parallel()
-	q := newRateQueue(4) // a turn every 250ms
+	q := newLimit(4, 1) // a turn every 250ms
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	// At least when the limit next allows one, then one per interval.
 	require.Equal(t, 2*time.Second, q.turn(now, 2*time.Second))
@@ -30,9 +29,9 @@ func TestRateQueueGivesTurnsAtTheLimitsPace(t *testing.T) {
 	require.Equal(t, maxRateWait, q.turn(later, time.Second))
 }
 
-func TestRateQueueOfATinyLimitWaitsAtMostMaxRateWait(t *testing.T) {
+func TestTurnsOfATinyLimitWaitAtMostMaxRateWait(t *testing.T) {
 	t.Parallel()
-	q := newRateQueue(1e-12)
+	q := newLimit(1e-12, 1)
 	require.Equal(t, maxRateWait, q.every)
 	now := time.Now()
 	require.Equal(t, time.Second, q.turn(now, time.Second))
@@ -44,7 +43,7 @@ func TestRateQueueOfATinyLimitWaitsAtMostMaxRateWait(t *testing.T) {
 // after it, so reservation and cancel are one step.
 func TestHandingBackLeavesTheLimiterAsItWas(t *testing.T) {
 	t.Parallel()
-	l := &limit{lim: rate.NewLimiter(5, 1), queue: newRateQueue(5)}
+	l := newLimit(5, 1)
 	_, wait, ok := l.reserve(0)
 	require.True(t, ok)
 	require.Zero(t, wait, "the first slot is free")

@@ -762,11 +762,11 @@ func (r *Relay) waitRate(ctx context.Context, msg jetstream.Msg, ev event, lim *
 			// The head of a key: back when the limit allows, give or
 			// take a round of the workers, not behind the queue of
 			// unordered events.
-			round := time.Duration(min(float64(max(d.Concurrency, 1))*float64(lim.queue.every), float64(maxRateWait)))
+			round := time.Duration(min(float64(max(d.Concurrency, 1))*float64(lim.every), float64(maxRateWait)))
 			r.skip(msg, ev, min(delay, maxRateWait-round)+rand.N(max(round, time.Millisecond)))
 			return false
 		}
-		r.skip(msg, ev, lim.queue.turn(r.cfg.Now(), delay))
+		r.skip(msg, ev, lim.turn(r.cfg.Now(), delay))
 		return false
 	}
 	if delay == 0 {
