@@ -132,7 +132,8 @@ func startEmbedded(ctx context.Context, cfg EmbeddedConfig, timing startTiming) 
 	l := &logger{f: cfg.Logf}
 	s.SetLogger(l, false, false)
 	// Start recovers the JetStream store before it starts listening, and
-	// returns once it listens (or has given up).
+	// returns once it listens, or after a fatal error (which the logger
+	// keeps).
 	started := make(chan struct{})
 	go func() {
 		defer close(started)
@@ -169,8 +170,6 @@ func startEmbedded(ctx context.Context, cfg EmbeddedConfig, timing startTiming) 
 	}
 	report := time.NewTicker(timing.every)
 	defer report.Stop()
-	poll := time.NewTicker(100 * time.Millisecond)
-	defer poll.Stop()
 	for recovering := true; recovering; {
 		// A stop comes first, even when Start has returned meanwhile.
 		if ctx.Err() != nil {
@@ -183,11 +182,6 @@ func startEmbedded(ctx context.Context, cfg EmbeddedConfig, timing startTiming) 
 		case <-report.C:
 			if cfg.Recovering != nil {
 				cfg.Recovering(time.Since(began))
-			}
-		case <-poll.C:
-			// A fatal error can come before Start returns.
-			if fatal, _ := l.failure(); fatal != "" {
-				return fail(fatal, nil)
 			}
 		}
 	}
