@@ -235,6 +235,23 @@ func TestRunRefusesAShortDuplicateWindow(t *testing.T) {
 	require.Contains(t, errb.String(), "--duplicate-window 15s must be at least 20s")
 }
 
+// relay run stopped while its embedded NATS starts (SIGINT or SIGTERM
+// cancel the same context) stops cleanly: no error, so exit 0. The wait
+// during a store's recovery ends the same way
+// (TestStartEmbeddedGivesUpWithItsContext in package stream).
+func TestRunStoppedWhileStartingExitsCleanly(t *testing.T) {
+	// Not parallel: urfave/cli v2 mutates package-level help flags on each run.
+	var out, errb bytes.Buffer
+	app := App(strings.NewReader(""), &out, &errb)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	dir := t.TempDir()
+	err := app.RunContext(ctx, interspersed(app, []string{"relay", "run", "--data-dir", dir, "--listen", "127.0.0.1:0", "--metrics-addr", ""}))
+	require.NoError(t, err, errb.String())
+	require.Contains(t, errb.String(), "stopped before relay started")
+	require.Contains(t, errb.String(), "context canceled")
+}
+
 func TestInterspersedFlags(t *testing.T) {
 	// Not parallel: urfave/cli v2 mutates package-level help flags on each run.
 	app := App(nil, nil, nil)
