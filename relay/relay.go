@@ -479,7 +479,9 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 	// arrivals). A larger window lets a burst larger than the concurrency
 	// arrive at once, but twice as large did not measurably help, and four
 	// times, which did, would need an AckWait of four rounds (BENCHMARKS.md,
-	// "The bursts of (b)").
+	// "The bursts of (b)"). A queue of relay's own ahead of the workers did
+	// not help, since the client still asks for one window at a time; pull
+	// requests of relay's own might (BENCHMARKS.md, eighth round).
 	window := sp.concurrency
 	began := time.Now() // before the first pull request
 	iter, err := cons.Messages(jetstream.PullMaxMessages(window), jetstream.PullExpiry(expiry), jetstream.PullHeartbeat(hb))
