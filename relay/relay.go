@@ -427,39 +427,12 @@ func (r *Relay) startWorker(parent context.Context, d Destination) (*worker, err
 // pullHeartbeat is the longest idle heartbeat relay asks of a pull request.
 const pullHeartbeat = 2 * time.Second
 
-// arrivals bounds how long each pulled event waited in the NATS client's
-// buffer, which the client does not say. The iterator's buffer holds at
-// most window events (nats.go v1.55.0: a channel of PullMaxMessages, one
-// reader, in order; an event that finds it full is dropped and comes back
-// after AckWait). So when an event entered it, the one taken window places
-// before it had been taken already, and the time that one was taken is a
-// time before the event arrived. (The client can ask for more than window
-// events for a while after a missed heartbeat or a reconnect, but the
-// buffer still holds no more.) Re-check this on a nats.go upgrade: if the
-// bound were wrong, an in-progress ack would be missed, and the event could
-// be delivered twice, never lost.
-type arrivals struct {
-	ring  []time.Time // when the last len(ring) events were taken
-	n     int
-	start time.Time // before anything was asked for
-}
-
-func newArrivals(window int, start time.Time) *arrivals {
-	return &arrivals{ring: make([]time.Time, max(window, 1)), start: start}
-}
-
-// taken records that an event was taken from the client at now, and
-// returns a time before it arrived.
-func (a *arrivals) taken(now time.Time) time.Time {
-	i := a.n % len(a.ring)
-	since := a.start
-	if a.n >= len(a.ring) {
-		since = a.ring[i]
-	}
-	a.ring[i] = now
-	a.n++
-	return since
-}
+// pullRounds is how many rounds of attempts (the concurrency) of events an
+// unordered destination's consumer holds: those being attempted and the
+// queue behind them. A burst larger than the concurrency then arrives at
+// once, where asking for one round at a time kept its last events waiting
+// for the next request (BENCHMARKS.md, "The bursts of (b)" and ninth round).
+const pullRounds = 4
 
 // consume runs one destination's pull loop until stopped is closed.
 func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec, stopped <-chan struct{}) {
@@ -467,24 +440,10 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 	// (SIGSTOP) must not hold an open pull that would swallow the
 	// redelivery meant for another replica.
 	expiry := max(time.Second, min(30*time.Second, sp.cfg.AckWait/2))
-	// Heartbeats at most every 2s: the client re-pulls once two are
-	// missed. That bounds any stall of the pull (stream.NextMsg works around the
-	// one we know of; with the default heartbeat, half the expiry, it
-	// lasted 30s). A heartbeat missed for another reason (a process
-	// stalled 4s) makes the client ask for more than it has room for;
-	// what overflows comes back after AckWait.
+	// Heartbeats at most every 2s: relay asks again once two are missed
+	// (a server restart, a reconnect, a lost request).
 	hb := min(pullHeartbeat, expiry/2)
-	// relay asks for as many events as it has workers, ahead of them: an
-	// event waits at most a round of attempts in the client's buffer (see
-	// arrivals). A larger window lets a burst larger than the concurrency
-	// arrive at once, but twice as large did not measurably help, and four
-	// times, which did, would need an AckWait of four rounds (BENCHMARKS.md,
-	// "The bursts of (b)"). A queue of relay's own ahead of the workers did
-	// not help, since the client still asks for one window at a time; pull
-	// requests of relay's own might (BENCHMARKS.md, eighth round).
-	window := sp.concurrency
-	began := time.Now() // before the first pull request
-	iter, err := cons.Messages(jetstream.PullMaxMessages(window), jetstream.PullExpiry(expiry), jetstream.PullHeartbeat(hb))
+	p, err := newPuller(r.cfg.JS, sp.cfg.Durable, expiry, hb)
 	if err != nil {
 		r.log.Error("cannot pull", "dest", d.Name, "err", err)
 		return
@@ -495,7 +454,6 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 	defer dcancel()
 	go func() {
 		<-stopped
-		iter.Drain()
 		t := time.NewTimer(r.cfg.ShutdownGrace)
 		defer t.Stop()
 		select {
@@ -505,65 +463,135 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 		}
 	}()
 
-	// A fixed pool of workers takes events from the pull loop: no goroutine
+	// A fixed pool of workers takes events from the queue: no goroutine
 	// (and no stack growth) per event.
 	type pulled struct {
-		msg jetstream.Msg
-		// since is a time before the event reached this process.
+		msg *pulledMsg
+		// since is when the event arrived, or its AckWait was last
+		// restarted.
 		since time.Time
 	}
-	arrived := newArrivals(window, began)
 	work := make(chan pulled)
+	done := make(chan struct{}, sp.concurrency)
 	var wg sync.WaitGroup
 	restartAfter := d.longWait()
 	for range sp.concurrency {
 		wg.Go(func() {
 			for p := range work {
 				if time.Since(p.since) > restartAfter {
-					// It may have waited long for a free worker:
-					// restart its AckWait.
+					// It waited long in the queue: restart its AckWait.
 					_ = p.msg.InProgress()
 				}
 				r.handle(dctx, p.msg, sp.ordered)
+				done <- struct{}{}
 			}
 		})
 	}
+
+	// hold is how many events this consumer has at most: being attempted,
+	// queued, and asked for. An ordered partition has one at a time anyway.
+	hold := sp.concurrency
+	if !sp.ordered {
+		hold = pullRounds * sp.concurrency
+	}
+	// Ask once there is room for a quarter of it (a request per event
+	// when one is held).
+	least := max(1, hold/4)
+	nc := r.cfg.JS.Conn()
+	tick := time.NewTicker(max(hb/2, 100*time.Millisecond))
+	defer tick.Stop()
+	var (
+		queue    []pulled
+		busy     int
+		buf      []*nats.Msg
+		askAfter time.Time // a pause after a refused request or a failed ask
+	)
+	gone := false
+loop:
 	for {
-		msg, err := stream.NextMsg(context.Background(), iter, r.cfg.JS.Conn()) // stopped by iter.Stop()
-		if err != nil {
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				break
+		now := time.Now()
+		if room := hold - len(queue) - busy - p.asked; room >= least && !now.Before(askAfter) && nc.IsConnected() {
+			if err := p.ask(room, now); err != nil {
+				r.log.Debug("cannot ask for events; asking again shortly", "dest", d.Name, "err", err)
+				askAfter = now.Add(time.Second)
 			}
-			if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
-				r.log.Warn("consumer gone; it is recreated if the destination still exists", "dest", d.Name, "err", err)
-				iter.Stop()
-				break
-			}
-			r.log.Debug("pull interrupted; the client retries", "dest", d.Name, "err", err)
-			select {
-			case <-stopped:
-			case <-time.After(100 * time.Millisecond):
-			}
-			continue
+		}
+		var out chan pulled
+		var head pulled
+		if len(queue) > 0 {
+			out, head = work, queue[0]
 		}
 		select {
+		case out <- head:
+			queue[0] = pulled{}
+			queue = queue[1:]
+			busy++
+		case <-done:
+			busy--
+		case <-p.signal:
+			now := time.Now()
+			got := p.take(buf)
+			for _, m := range got {
+				st, err := p.status(m, now)
+				switch st {
+				case pullEvent:
+					queue = append(queue, pulled{&pulledMsg{msg: m, nc: nc}, now})
+				case pullBeat, pullReleased:
+				case pullLost:
+					r.log.Debug("pull requests lost; asking again", "dest", d.Name, "err", err)
+				case pullRefused:
+					r.log.Debug("pull request refused; asking again shortly", "dest", d.Name, "err", err)
+					askAfter = now.Add(time.Second)
+					if r.consumerGone(cons) {
+						gone = true
+					}
+				case pullGone:
+					gone = true
+				}
+			}
+			clear(got)
+			buf = got
+			if gone {
+				r.log.Warn("consumer gone; it is recreated if the destination still exists", "dest", d.Name)
+				break loop
+			}
+		case now := <-tick.C:
+			if p.silent(now) {
+				r.log.Debug("no heartbeat from the pull requests; asking again", "dest", d.Name)
+			}
+			for i := range queue {
+				if now.Sub(queue[i].since) > restartAfter {
+					_ = queue[i].msg.InProgress()
+					queue[i].since = now
+				}
+			}
 		case <-stopped:
-			// Drained after stop: hand it straight back.
-			_ = msg.Nak()
-			continue
-		default:
+			break loop
 		}
-		since := arrived.taken(time.Now())
-		select {
-		case work <- pulled{msg, since}:
-		case <-stopped:
-			_ = msg.Nak()
+	}
+	// Hand back what is queued and what was on its way: another replica,
+	// or this one once started again, has it at once instead of after
+	// AckWait.
+	for _, q := range queue {
+		_ = q.msg.Nak()
+	}
+	for _, m := range p.stop(5 * time.Second) {
+		if st, _ := p.status(m, time.Now()); st == pullEvent {
+			_ = (&pulledMsg{msg: m, nc: nc}).Nak()
 		}
 	}
 	close(work)
 	wg.Wait()
 	// Make sure every ack and nak has left the client.
-	_ = r.cfg.JS.Conn().Flush()
+	_ = nc.Flush()
+}
+
+// consumerGone reports whether cons no longer exists on the server.
+func (r *Relay) consumerGone(cons jetstream.Consumer) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := cons.Info(ctx)
+	return errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted)
 }
 
 // event is a stored event taken apart.

@@ -1,0 +1,318 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaydev/relay/stream"
+)
+
+// puller asks one durable pull consumer for events with the JetStream pull
+// protocol (ADR-13), on a subscription of its own, instead of through
+// nats.go's iterator. Every event the server hands this process then goes
+// straight into relay's queue (consume), where relay sees how long it has
+// waited, restarts its AckWait while it waits, and hands it back on stop;
+// the iterator keeps what it asked for in a buffer relay cannot see, which
+// held relay to asking for no more than one round of attempts at a time
+// (BENCHMARKS.md, ninth round).
+//
+// All its methods but receive are called from one goroutine.
+type puller struct {
+	nc      *nats.Conn
+	subject string // the consumer's MSG.NEXT subject
+	inbox   string
+	sub     *nats.Subscription
+	expiry  time.Duration
+	hb      time.Duration
+
+	mu     sync.Mutex
+	got    []*nats.Msg   // received, not taken yet
+	signal chan struct{} // something is in got
+
+	// asked counts events asked for that have neither arrived nor been
+	// released by a status (a request that expired, or was refused).
+	asked int
+	// heard is when the server last sent anything, or when asked last
+	// became positive.
+	heard time.Time
+}
+
+func newPuller(js jetstream.JetStream, durable string, expiry, hb time.Duration) (*puller, error) {
+	nc := js.Conn()
+	p := &puller{
+		nc:      nc,
+		subject: apiPrefix(js) + "CONSUMER.MSG.NEXT." + stream.EventsStream + "." + durable,
+		inbox:   nc.NewInbox(),
+		expiry:  expiry,
+		hb:      hb,
+		signal:  make(chan struct{}, 1),
+	}
+	sub, err := nc.Subscribe(p.inbox, p.receive)
+	if err != nil {
+		return nil, err
+	}
+	// What arrives was asked for, and the callback only queues it: never
+	// drop it as a slow consumer (it would come back only after AckWait).
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, err
+	}
+	p.sub = sub
+	return p, nil
+}
+
+// receive is the subscription's callback.
+func (p *puller) receive(m *nats.Msg) {
+	p.mu.Lock()
+	p.got = append(p.got, m)
+	p.mu.Unlock()
+	select {
+	case p.signal <- struct{}{}:
+	default:
+	}
+}
+
+// take returns what arrived since the last call, in order.
+func (p *puller) take(buf []*nats.Msg) []*nats.Msg {
+	p.mu.Lock()
+	got := p.got
+	p.got = buf[:0]
+	p.mu.Unlock()
+	return got
+}
+
+// ask asks the server for n more events.
+func (p *puller) ask(n int, now time.Time) error {
+	body := fmt.Appendf(nil, `{"batch":%d,"expires":%d,"idle_heartbeat":%d}`, n, p.expiry.Nanoseconds(), p.hb.Nanoseconds())
+	if err := p.nc.PublishRequest(p.subject, p.inbox, body); err != nil {
+		return err
+	}
+	if p.asked == 0 {
+		p.heard = now
+	}
+	p.asked += n
+	return nil
+}
+
+// pullStatus is what a status message from the server means for the puller.
+type pullStatus int
+
+const (
+	pullEvent    pullStatus = iota // not a status: an event
+	pullBeat                       // a heartbeat: nothing changes
+	pullReleased                   // a request ended; asked is down by what it had left
+	pullLost                       // requests may be gone: ask again (asked is 0)
+	pullRefused                    // a request was refused: ask again after a pause (asked is 0)
+	pullGone                       // the consumer was deleted
+)
+
+// status reads m, which arrived at now, and keeps asked and heard up to
+// date. err describes a status other than an event or a heartbeat.
+func (p *puller) status(m *nats.Msg, now time.Time) (pullStatus, error) {
+	p.heard = now
+	if len(m.Data) > 0 || len(m.Header) == 0 || m.Header.Get("Status") == "" {
+		p.asked = max(p.asked-1, 0)
+		return pullEvent, nil
+	}
+	code, descr := m.Header.Get("Status"), m.Header.Get("Description")
+	err := fmt.Errorf("pull request: status %s %s", code, descr)
+	if left := m.Header.Get("Nats-Pending-Messages"); left != "" {
+		// The request ended (it expired, lost its interest, or met a
+		// limit) with left events not sent.
+		n, perr := strconv.Atoi(left)
+		if perr != nil || n < 0 {
+			p.asked = 0
+			return pullLost, err
+		}
+		p.asked = max(p.asked-n, 0)
+		if code == "409" && strings.Contains(strings.ToLower(descr), "leadership change") {
+			p.asked = 0
+			return pullLost, err
+		}
+		return pullReleased, err
+	}
+	switch code {
+	case "100":
+		return pullBeat, nil
+	case "409":
+		d := strings.ToLower(descr)
+		switch {
+		case strings.Contains(d, "consumer deleted"):
+			p.asked = 0
+			return pullGone, err
+		case strings.Contains(d, "leadership change"), strings.Contains(d, "server shutdown"):
+			p.asked = 0
+			return pullLost, err
+		}
+	}
+	// A refused request (too many waiting, bad request), or no responders
+	// (no consumer, or no JetStream right now). Which request it was is
+	// not said: count them all gone; asking for more than there is room
+	// for is safe, every event that comes is queued and seen.
+	p.asked = 0
+	return pullRefused, err
+}
+
+// silent reports whether the server has said nothing for two heartbeats
+// while events were asked for: the requests are presumed lost (a server
+// restart, a reconnect, a dropped request), and asked is reset so that
+// they are asked for again.
+func (p *puller) silent(now time.Time) bool {
+	if p.asked == 0 || now.Sub(p.heard) <= 2*p.hb+p.hb/2 {
+		return false
+	}
+	p.asked = 0
+	return true
+}
+
+// stop unsubscribes, waiting (up to wait) until what the server sent before
+// it had the unsubscribe has arrived, and returns it.
+func (p *puller) stop(wait time.Duration) []*nats.Msg {
+	closed := p.sub.StatusChanged(nats.SubscriptionClosed)
+	if err := p.sub.Drain(); err != nil {
+		_ = p.sub.Unsubscribe()
+	} else {
+		t := time.NewTimer(wait)
+		select {
+		case <-closed:
+		case <-t.C:
+			_ = p.sub.Unsubscribe()
+		}
+		t.Stop()
+	}
+	return p.take(nil)
+}
+
+// pulledMsg is an event the puller received: jetstream.Msg over the plain
+// NATS message, as nats.go's own (which it does not let others make).
+type pulledMsg struct {
+	msg  *nats.Msg
+	nc   *nats.Conn
+	done atomic.Bool // acked, nak'd or terminated
+}
+
+var _ jetstream.Msg = (*pulledMsg)(nil)
+
+var (
+	ackAck      = []byte("+ACK")
+	ackNak      = []byte("-NAK")
+	ackProgress = []byte("+WPI")
+	ackTerm     = []byte("+TERM")
+)
+
+func (m *pulledMsg) Data() []byte         { return m.msg.Data }
+func (m *pulledMsg) Headers() nats.Header { return m.msg.Header }
+func (m *pulledMsg) Subject() string      { return m.msg.Subject }
+func (m *pulledMsg) Reply() string        { return m.msg.Reply }
+
+// Metadata reads the message's ack subject.
+func (m *pulledMsg) Metadata() (*jetstream.MsgMetadata, error) {
+	return ackMetadata(m.msg.Reply)
+}
+
+func (m *pulledMsg) Ack() error { return m.reply(context.Background(), ackAck, false) }
+
+// DoubleAck acks and waits for the server to confirm it (within 5s when
+// ctx has no deadline, as nats.go does).
+func (m *pulledMsg) DoubleAck(ctx context.Context) error {
+	return m.reply(ctx, ackAck, true)
+}
+
+func (m *pulledMsg) Nak() error { return m.reply(context.Background(), ackNak, false) }
+
+func (m *pulledMsg) NakWithDelay(delay time.Duration) error {
+	if delay <= 0 {
+		return m.Nak()
+	}
+	return m.reply(context.Background(), fmt.Appendf(nil, `-NAK {"delay": %d}`, delay.Nanoseconds()), false)
+}
+
+func (m *pulledMsg) InProgress() error {
+	return m.reply(context.Background(), ackProgress, false)
+}
+
+func (m *pulledMsg) Term() error { return m.reply(context.Background(), ackTerm, false) }
+
+func (m *pulledMsg) TermWithReason(reason string) error {
+	if reason == "" {
+		return m.Term()
+	}
+	return m.reply(context.Background(), append(append(bytes.Clone(ackTerm), ' '), reason...), false)
+}
+
+func (m *pulledMsg) reply(ctx context.Context, body []byte, sync bool) error {
+	if m.msg.Reply == "" {
+		return jetstream.ErrMsgNoReply
+	}
+	final := !bytes.Equal(body, ackProgress)
+	if m.done.Load() {
+		return jetstream.ErrMsgAlreadyAckd
+	}
+	var err error
+	if sync {
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+		}
+		_, err = m.nc.RequestWithContext(ctx, m.msg.Reply, body)
+	} else {
+		err = m.nc.Publish(m.msg.Reply, body)
+	}
+	if err == nil && final {
+		m.done.Store(true)
+	}
+	return err
+}
+
+// ackMetadata reads a JetStream ack subject in either layout (ADR-15; see
+// parseAckReply).
+func ackMetadata(reply string) (*jetstream.MsgMetadata, error) {
+	rest, ok := strings.CutPrefix(reply, "$JS.ACK.")
+	if !ok {
+		return nil, jetstream.ErrNotJSMessage
+	}
+	tok := strings.Split(rest, ".")
+	var domain string
+	switch len(tok) {
+	case 7:
+	case 9, 10:
+		domain = tok[0]
+		if domain == "_" {
+			domain = ""
+		}
+		tok = tok[2:]
+	default:
+		return nil, jetstream.ErrNotJSMessage
+	}
+	// tok: stream, consumer, delivered, stream seq, consumer seq, time, pending.
+	var n [5]uint64
+	for i := range n {
+		v, ok := digits(tok[2+i])
+		if !ok {
+			return nil, jetstream.ErrNotJSMessage
+		}
+		n[i] = v
+	}
+	if n[3] > 1<<63-1 {
+		return nil, jetstream.ErrNotJSMessage
+	}
+	return &jetstream.MsgMetadata{
+		Sequence:     jetstream.SequencePair{Stream: n[1], Consumer: n[2]},
+		NumDelivered: n[0],
+		NumPending:   n[4],
+		Timestamp:    time.Unix(0, int64(n[3])),
+		Stream:       tok[0],
+		Consumer:     tok[1],
+		Domain:       domain,
+	}, nil
+}
