@@ -589,6 +589,52 @@ func TestStoppingRelayHandsItsBufferBack(t *testing.T) {
 	}
 }
 
+// TestBurstLargerThanTheConcurrencyIsTakenInAtOnce: relay holds four
+// rounds of attempts of an unordered destination's events (the
+// concurrency's worth being attempted and three queued), so a burst larger
+// than its concurrency arrives at once rather than a round at a time; the
+// queued ones are delivered once each when workers are free.
+func TestBurstLargerThanTheConcurrencyIsTakenInAtOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	s, arrived, release := gatedSink(t, 0)
+	e.addDest(relay.Destination{Name: "burst", URL: s.URL, Concurrency: 2})
+	e.startRelay()
+	for range 8 {
+		e.publish("burst", "", `{}`)
+	}
+	eventually(t, 10*time.Second, func() bool { return e.ackPending("burst") == 8 && arrived.Load() == 2 },
+		"two attempts held by the sink and all eight events handed to relay (ack pending %d)", e.ackPending("burst"))
+	release()
+	eventually(t, 20*time.Second, func() bool { return len(s.delivered()) == 8 && e.settled("burst") },
+		"8 delivered, %d so far", len(s.delivered()))
+	for id, n := range s.delivered() {
+		require.Equal(t, 1, n, "event %s", id)
+	}
+}
+
+// TestEventWithAStatusHeaderAndNoBodyIsDelivered: an event published with
+// an empty body and a header named Status looks like a status message of
+// the pull protocol to nats.go (v1.55.0), which swallowed it, again after
+// every AckWait. relay tells them apart by the ack subject.
+func TestEventWithAStatusHeaderAndNoBodyIsDelivered(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	s := newSink(t, nil)
+	e.addDest(relay.Destination{Name: "st", URL: s.URL})
+	e.startRelay()
+	m := nats.NewMsg(stream.DestFilters("st")[0])
+	m.Header.Set("Status", "404")
+	m.Header.Set("Description", "No Messages")
+	m.Header.Set(stream.HdrEventID, "evt_status")
+	_, err := e.js.PublishMsg(context.Background(), m)
+	require.NoError(t, err)
+	// Well within its AckWait (25s).
+	eventually(t, 10*time.Second, func() bool { return s.delivered()["evt_status"] == 1 && e.settled("st") },
+		"the event delivered and acked")
+	require.Empty(t, s.all()[0].Body)
+}
+
 // gatedSink is a sink that holds the first held requests (all when held is
 // 0) until release is called (at the latest when the test ends), and
 // counts the requests that arrived.

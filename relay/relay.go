@@ -540,11 +540,12 @@ loop:
 				case pullLost:
 					r.log.Debug("pull requests lost; asking again", "dest", d.Name, "err", err)
 				case pullRefused:
-					r.log.Debug("pull request refused; asking again shortly", "dest", d.Name, "err", err)
+					r.log.Warn("pull request refused; asking again shortly", "dest", d.Name, "err", err)
 					askAfter = now.Add(time.Second)
-					if r.consumerGone(cons) {
-						gone = true
-					}
+				case pullUnanswered:
+					r.log.Debug("pull request unanswered; asking again shortly", "dest", d.Name, "err", err)
+					askAfter = now.Add(time.Second)
+					gone = gone || r.consumerGone(cons)
 				case pullGone:
 					gone = true
 				}

@@ -1,0 +1,213 @@
+package relay
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/streamtest"
+)
+
+// TestPullerReceivesWhatNATSGoWould: the puller's events carry the same
+// metadata as nats.go's for the same delivery, and its acks work: one
+// event acked, one nak'd (and delivered again), one in progress then
+// terminated.
+func TestPullerReceivesWhatNATSGoWould(t *testing.T) {
+	ctx := context.Background()
+	js := streamtest.Start(t).JS
+	cons, err := js.CreateOrUpdateConsumer(ctx, stream.EventsStream, jetstream.ConsumerConfig{
+		Durable:       "pulltest",
+		FilterSubject: stream.DestFilters("pt")[0],
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       time.Minute,
+	})
+	require.NoError(t, err)
+	subj := stream.DestFilters("pt")[0]
+	for i := range 3 {
+		_, err := js.Publish(ctx, subj, []byte{byte('a' + i)})
+		require.NoError(t, err)
+	}
+
+	p, err := newPuller(js, "pulltest", 2*time.Second, time.Second)
+	require.NoError(t, err)
+	now := time.Now()
+	require.NoError(t, p.ask(3, now))
+	require.Equal(t, 3, p.asked)
+	var got []*pulledMsg
+	for len(got) < 3 {
+		select {
+		case <-p.signal:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("only %d of 3 events arrived", len(got))
+		}
+		for _, m := range p.take(nil) {
+			st, err := p.status(m, time.Now())
+			require.NoError(t, err)
+			require.Equal(t, pullEvent, st)
+			got = append(got, &pulledMsg{msg: m, nc: js.Conn()})
+		}
+	}
+	require.Equal(t, 0, p.asked, "every event asked for arrived")
+
+	for i, m := range got {
+		meta, err := m.Metadata()
+		require.NoError(t, err)
+		require.Equal(t, uint64(i+1), meta.Sequence.Stream)
+		require.Equal(t, uint64(i+1), meta.Sequence.Consumer)
+		require.Equal(t, uint64(1), meta.NumDelivered)
+		require.Equal(t, uint64(2-i), meta.NumPending)
+		require.Equal(t, stream.EventsStream, meta.Stream)
+		require.Equal(t, "pulltest", meta.Consumer)
+		stored, err := js.Stream(ctx, stream.EventsStream)
+		require.NoError(t, err)
+		raw, err := stored.GetMsg(ctx, meta.Sequence.Stream)
+		require.NoError(t, err)
+		require.True(t, raw.Time.Equal(meta.Timestamp), "stored %v, metadata %v", raw.Time, meta.Timestamp)
+		require.Equal(t, raw.Data, m.Data())
+		require.Equal(t, raw.Subject, m.Subject())
+	}
+
+	require.NoError(t, got[0].DoubleAck(ctx))
+	require.ErrorIs(t, got[0].Nak(), jetstream.ErrMsgAlreadyAckd, "an acked event cannot be nak'd")
+	require.NoError(t, got[1].Nak())
+	require.NoError(t, got[2].InProgress())
+	require.NoError(t, got[2].InProgress(), "in-progress acks can be repeated")
+	require.NoError(t, got[2].TermWithReason("test"))
+
+	// The nak'd one comes again, to nats.go, with the same metadata
+	// nats.go reads.
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	require.NoError(t, err)
+	var again jetstream.Msg
+	for m := range batch.Messages() {
+		again = m
+	}
+	require.NoError(t, batch.Error())
+	require.NotNil(t, again, "the nak'd event was delivered again")
+	want, err := again.Metadata()
+	require.NoError(t, err)
+	mine, err := ackMetadata(again.Reply())
+	require.NoError(t, err)
+	require.Equal(t, want, mine)
+	require.Equal(t, uint64(2), mine.Sequence.Stream)
+	require.Equal(t, uint64(2), mine.NumDelivered)
+	require.NoError(t, again.Ack())
+
+	info, err := cons.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 0, info.NumAckPending, "every event acked or terminated")
+	require.Empty(t, p.stop(time.Second))
+}
+
+func TestAckMetadataReadsBothLayouts(t *testing.T) {
+	ts := time.Date(2026, 12, 1, 5, 0, 0, 123, time.UTC)
+	ns := "1796101200000000123"
+	require.Equal(t, ts.UnixNano(), int64(1796101200000000123))
+	want := &jetstream.MsgMetadata{
+		Sequence:     jetstream.SequencePair{Stream: 42, Consumer: 17},
+		NumDelivered: 3, NumPending: 5, Timestamp: time.Unix(0, ts.UnixNano()),
+		Stream: "RELAY_EVENTS", Consumer: "relay_x",
+	}
+	got, err := ackMetadata("$JS.ACK.RELAY_EVENTS.relay_x.3.42.17." + ns + ".5")
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+
+	got, err = ackMetadata("$JS.ACK._.ACCHASH.RELAY_EVENTS.relay_x.3.42.17." + ns + ".5.tok")
+	require.NoError(t, err)
+	require.Equal(t, want, got, "v2 without a domain")
+
+	withDomain := *want
+	withDomain.Domain = "hub"
+	got, err = ackMetadata("$JS.ACK.hub.ACCHASH.RELAY_EVENTS.relay_x.3.42.17." + ns + ".5")
+	require.NoError(t, err)
+	require.Equal(t, &withDomain, got, "v2 with a domain, without the random token")
+
+	for _, bad := range []string{
+		"", "_INBOX.x", "$JS.ACK.RELAY_EVENTS.relay_x.3.42.17." + ns,
+		"$JS.ACK.RELAY_EVENTS.relay_x.3.-42.17." + ns + ".5",
+		"$JS.ACK.RELAY_EVENTS.relay_x.3.42.17.99999999999999999999.5",
+		"$JS.ACK.a.b.c.d.e.f.g.h.i.j.k.l",
+	} {
+		_, err := ackMetadata(bad)
+		require.ErrorIs(t, err, jetstream.ErrNotJSMessage, "%q", bad)
+	}
+}
+
+func statusMsg(code, descr string, pending int) *nats.Msg {
+	m := nats.NewMsg("_INBOX.test")
+	m.Header.Set("Status", code)
+	if descr != "" {
+		m.Header.Set("Description", descr)
+	}
+	if pending >= 0 {
+		m.Header.Set("Nats-Pending-Messages", strconv.Itoa(pending))
+		m.Header.Set("Nats-Pending-Bytes", "0")
+	}
+	return m
+}
+
+// TestPullerReadsTheServersStatuses: what each status from the server does
+// to the count of events asked for (ADR-13 and nats-server 2.15).
+func TestPullerReadsTheServersStatuses(t *testing.T) {
+	event := nats.NewMsg("relay.in.d._")
+	event.Reply = "$JS.ACK.RELAY_EVENTS.relay_d.1.1.1.1.0"
+	// An event published with no body and a header named Status is an
+	// event: it has an ack subject.
+	odd := nats.NewMsg("relay.in.d._")
+	odd.Header.Set("Status", "404")
+	odd.Reply = event.Reply
+
+	for _, c := range []struct {
+		name  string
+		msg   *nats.Msg
+		want  pullStatus
+		asked int // from 10
+	}{
+		{"event", event, pullEvent, 9},
+		{"event with a Status header", odd, pullEvent, 9},
+		{"idle heartbeat", statusMsg("100", "Idle Heartbeat", -1), pullBeat, 10},
+		{"request expired", statusMsg("408", "Request Timeout", 4), pullReleased, 6},
+		{"interest expired", statusMsg("408", "Interest Expired", 10), pullReleased, 0},
+		{"more left than asked", statusMsg("408", "Request Timeout", 12), pullReleased, 0},
+		{"leadership change", statusMsg("409", "Leadership Change", 3), pullLost, 0},
+		{"leadership change without counts", statusMsg("409", "Leadership Change", -1), pullLost, 0},
+		{"server shutdown", statusMsg("409", "Server Shutdown", -1), pullLost, 0},
+		{"consumer deleted", statusMsg("409", "Consumer Deleted", -1), pullGone, 0},
+		{"too many requests", statusMsg("409", "Exceeded MaxWaiting", -1), pullRefused, 0},
+		{"bad request", statusMsg("400", "Bad Request", -1), pullRefused, 0},
+		{"no responders", statusMsg("503", "", -1), pullUnanswered, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := &puller{asked: 10, hb: time.Second}
+			now := time.Now()
+			st, err := p.status(c.msg, now)
+			require.Equal(t, c.want, st)
+			require.Equal(t, c.asked, p.asked)
+			require.Equal(t, now, p.heard, "anything from the server counts as a sign of life")
+			if st == pullEvent || st == pullBeat {
+				require.NoError(t, err)
+			} else {
+				require.ErrorContains(t, err, c.msg.Header.Get("Status"))
+			}
+		})
+	}
+}
+
+// TestPullerAsksAgainAfterTwoMissedHeartbeats: requests the server has
+// said nothing about for two heartbeats (and a half) are counted gone.
+func TestPullerAsksAgainAfterTwoMissedHeartbeats(t *testing.T) {
+	t0 := time.Now()
+	p := &puller{hb: time.Second}
+	require.False(t, p.silent(t0.Add(time.Hour)), "nothing asked for: nothing to miss")
+	p.asked, p.heard = 5, t0
+	require.False(t, p.silent(t0.Add(2500*time.Millisecond)))
+	require.Equal(t, 5, p.asked)
+	require.True(t, p.silent(t0.Add(2501*time.Millisecond)))
+	require.Equal(t, 0, p.asked)
+}
