@@ -465,13 +465,11 @@ func TestPullRequestsAskForShortHeartbeats(t *testing.T) {
 	eventually(t, 10*time.Second, func() bool { return len(s.delivered()) == 1 }, "delivered")
 }
 
-// TestEventsThatWaitedInTheClientsBufferGetAnInProgressAck: relay asks
+// TestEventsThatWaitedInRelaysQueueGetAnInProgressAck: relay asks
 // JetStream for more events than it has workers. An event that waited in
-// the client's buffer for more than half the destination's timeout (at
-// least a second) gets an in-progress ack before its attempt, which
-// restarts its AckWait, even when a worker took it at once from the buffer
-// (the client does not say how long it was there).
-func TestEventsThatWaitedInTheClientsBufferGetAnInProgressAck(t *testing.T) {
+// relay's queue for more than half the destination's timeout (at least a
+// second) gets an in-progress ack, which restarts its AckWait.
+func TestEventsThatWaitedInRelaysQueueGetAnInProgressAck(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	s, arrived, release := gatedSink(t, 0)
@@ -487,8 +485,8 @@ func TestEventsThatWaitedInTheClientsBufferGetAnInProgressAck(t *testing.T) {
 	for range 4 {
 		seqs = append(seqs, e.publish("buf", "", `{}`).Seq)
 	}
-	// Two attempts held by the sink, and all four events handed to relay:
-	// one waits for a worker, one is in the client's buffer.
+	// Two attempts held by the sink, and all four events handed to relay,
+	// two of them queued.
 	eventually(t, 10*time.Second, func() bool { return e.ackPending("buf") == 4 && arrived.Load() == 2 },
 		"two attempts in flight and four events handed out")
 	// The condition under test is time spent waiting: more than
@@ -544,7 +542,72 @@ func TestEventsThatWaitedInTheClientsBufferGetAnInProgressAck(t *testing.T) {
 		require.Contains(t, [][]string{{"+ACK"}, {"+WPI", "+ACK"}}, said[seq], "event at %d", seq)
 	}
 	require.Equal(t, []string{"+WPI", "+ACK"}, said[seqs[2]], "it waited for a worker")
-	require.Equal(t, []string{"+WPI", "+ACK"}, said[seqs[3]], "it waited in the client's buffer")
+	require.Equal(t, []string{"+WPI", "+ACK"}, said[seqs[3]], "it waited for a worker")
+}
+
+// TestQueuedEventsKeepTheirAckWait: an event queued in relay gets an
+// in-progress ack each time it has waited half the destination's timeout
+// (at least a second), not only once, so a queue of several slow rounds
+// does not outlast its AckWait.
+func TestQueuedEventsKeepTheirAckWait(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	// A slow destination: 1.5s per request, within its 2s timeout.
+	s := newSink(t, func(h hit, w http.ResponseWriter) int {
+		select {
+		case <-time.After(1500 * time.Millisecond):
+		case <-h.Ctx.Done():
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return http.StatusNoContent
+	})
+	e.addDest(relay.Destination{Name: "slowq", URL: s.URL, Concurrency: 1, Timeout: relay.Duration(2 * time.Second)})
+	acks := e.watchAcks("slowq")
+	var last uint64
+	for range 4 {
+		last = e.publish("slowq", "", `{}`).Seq
+	}
+	e.startRelay()
+	// The last event waits about three rounds (4.5s) in the queue.
+	var said []string
+	seqOf := func(m *nats.Msg) uint64 {
+		meta, err := ackSubjectSeq(m.Subject)
+		require.NoError(t, err)
+		return meta
+	}
+	deadline := time.After(30 * time.Second)
+	for len(said) == 0 || said[len(said)-1] != "+ACK" {
+		select {
+		case m := <-acks:
+			if seqOf(m) == last {
+				said = append(said, string(m.Data))
+			}
+		case <-deadline:
+			t.Fatalf("the last event was not acked: %v", said)
+		}
+	}
+	require.GreaterOrEqual(t, len(said), 3, "at least two in-progress acks before its ack: %v", said)
+	for _, k := range said[:len(said)-1] {
+		require.Equal(t, "+WPI", k, "%v", said)
+	}
+	for id, n := range s.delivered() {
+		require.Equal(t, 1, n, "event %s", id)
+	}
+}
+
+// ackSubjectSeq reads the stream sequence from an ack subject:
+// $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>..., or with a domain
+// and account hash after ACK.
+func ackSubjectSeq(subject string) (uint64, error) {
+	tok := strings.Split(subject, ".")
+	i := 5
+	if len(tok) > 9 {
+		i = 7
+	}
+	if i >= len(tok) {
+		return 0, fmt.Errorf("not an ack subject: %s", subject)
+	}
+	return strconv.ParseUint(tok[i], 10, 64)
 }
 
 // TestStoppingRelayHandsItsBufferBack: the events relay was handed but had

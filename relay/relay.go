@@ -587,9 +587,10 @@ loop:
 	_ = nc.Flush()
 }
 
-// consumerGone reports whether cons no longer exists on the server.
+// consumerGone reports whether cons no longer exists on the server. It
+// holds up the pull loop for at most 2s, well within AckWait.
 func (r *Relay) consumerGone(cons jetstream.Consumer) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_, err := cons.Info(ctx)
 	return errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted)
