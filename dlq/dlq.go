@@ -251,12 +251,8 @@ func (s *Store) Each(ctx context.Context, f Filter, fn func(Letter) error) error
 	if !f.Since.IsZero() {
 		since = f.Since.Add(-time.Minute)
 	}
-	return stream.Scan(ctx, s.js, stream.DLQStream, filters, since, func(m jetstream.Msg) error {
-		meta, err := m.Metadata()
-		if err != nil {
-			return err
-		}
-		l, err := Decode(meta.Sequence.Stream, m.Subject(), m.Headers(), m.Data())
+	return stream.Scan(ctx, s.js, stream.DLQStream, filters, since, func(m *jetstream.RawStreamMsg) error {
+		l, err := Decode(m.Sequence, m.Subject, m.Header, m.Data)
 		if err != nil {
 			return err
 		}

@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 )
@@ -198,4 +200,54 @@ func TestFailedDeadLetterWriteKeepsTheEvent(t *testing.T) {
 	require.Equal(t, relay.ReasonPermanentStatus, l.Reason)
 	require.Equal(t, `{"keep":"me"}`, string(l.Body))
 	require.GreaterOrEqual(t, s.len(), 3, "each time the event came back it was attempted again")
+}
+
+// TestEventWithAStatusHeaderAndNoBodyIsListedAndReplayed: an event with an
+// empty body and a header named Status, dead-lettered, is listed and
+// replayed from the dead letters, and from the log. Reading the dead
+// letters (and the log) through nats.go's ordered consumer never got past
+// it: the listing hung.
+func TestEventWithAStatusHeaderAndNoBodyIsListedAndReplayed(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	var accept atomic.Bool
+	s := newSink(t, func(h hit, w http.ResponseWriter) int {
+		if accept.Load() {
+			w.WriteHeader(http.StatusNoContent)
+			return http.StatusNoContent
+		}
+		w.WriteHeader(http.StatusBadRequest)
+		return http.StatusBadRequest
+	})
+	e.addDest(relay.Destination{Name: "odd", URL: s.URL})
+	e.startRelay()
+	from := time.Now().Add(-time.Second)
+	m := nats.NewMsg(stream.DestFilters("odd")[0])
+	m.Header.Set("Status", "404")
+	m.Header.Set("Description", "No Messages")
+	m.Header.Set(stream.HdrMsgID, "evt_odd")
+	_, err := e.js.PublishMsg(context.Background(), m)
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	letters, err := dlq.Open(ctx, e.js)
+	require.NoError(t, err)
+	var ls []dlq.Letter
+	eventually(t, 15*time.Second, func() bool {
+		ls, err = letters.List(ctx, dlq.Filter{Dest: "odd"}, 0)
+		require.NoError(t, err)
+		return len(ls) == 1
+	}, "the event dead-lettered and listed")
+	require.Equal(t, "evt_odd", ls[0].EventID)
+
+	accept.Store(true)
+	_, err = letters.Replay(ctx, ls[0], "")
+	require.NoError(t, err)
+	eventually(t, 15*time.Second, func() bool { return s.delivered()["evt_odd"] == 1 }, "replayed from the dead letters and delivered")
+
+	n, err := relay.ReplayLog(ctx, e.js, relay.LogReplay{Dest: "odd", Since: from, Until: time.Now().Add(time.Second)}, false, nil)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the log has it once (the dead letter's replay is a copy relay made)")
+	eventually(t, 15*time.Second, func() bool { return s.delivered()["evt_odd"] == 2 }, "replayed from the log and delivered")
 }

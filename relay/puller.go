@@ -223,7 +223,7 @@ func (m *pulledMsg) Reply() string        { return m.msg.Reply }
 
 // Metadata reads the message's ack subject.
 func (m *pulledMsg) Metadata() (*jetstream.MsgMetadata, error) {
-	return ackMetadata(m.msg.Reply)
+	return stream.AckMetadata(m.msg.Reply)
 }
 
 func (m *pulledMsg) Ack() error { return m.reply(context.Background(), ackAck, false) }
@@ -279,47 +279,4 @@ func (m *pulledMsg) reply(ctx context.Context, body []byte, sync bool) error {
 		m.done.Store(true)
 	}
 	return err
-}
-
-// ackMetadata reads a JetStream ack subject in either layout (ADR-15; see
-// parseAckReply).
-func ackMetadata(reply string) (*jetstream.MsgMetadata, error) {
-	rest, ok := strings.CutPrefix(reply, "$JS.ACK.")
-	if !ok {
-		return nil, jetstream.ErrNotJSMessage
-	}
-	tok := strings.Split(rest, ".")
-	var domain string
-	switch len(tok) {
-	case 7:
-	case 9, 10:
-		domain = tok[0]
-		if domain == "_" {
-			domain = ""
-		}
-		tok = tok[2:]
-	default:
-		return nil, jetstream.ErrNotJSMessage
-	}
-	// tok: stream, consumer, delivered, stream seq, consumer seq, time, pending.
-	var n [5]uint64
-	for i := range n {
-		v, ok := digits(tok[2+i])
-		if !ok {
-			return nil, jetstream.ErrNotJSMessage
-		}
-		n[i] = v
-	}
-	if n[3] > 1<<63-1 {
-		return nil, jetstream.ErrNotJSMessage
-	}
-	return &jetstream.MsgMetadata{
-		Sequence:     jetstream.SequencePair{Stream: n[1], Consumer: n[2]},
-		NumDelivered: n[0],
-		NumPending:   n[4],
-		Timestamp:    time.Unix(0, int64(n[3])),
-		Stream:       tok[0],
-		Consumer:     tok[1],
-		Domain:       domain,
-	}, nil
 }

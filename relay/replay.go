@@ -70,15 +70,15 @@ func ReplayLog(ctx context.Context, js jetstream.JetStream, r LogReplay, dryRun 
 		filters = []string{stream.KeyedPrefix + "." + r.Dest + ".*." + stream.KeyToken(r.Key)}
 	}
 	n := 0
-	err = stream.Scan(ctx, js, stream.EventsStream, filters, r.Since, func(m jetstream.Msg) error {
-		ev, err := eventOf(m)
+	err = stream.Scan(ctx, js, stream.EventsStream, filters, r.Since, func(m *jetstream.RawStreamMsg) error {
+		ev, err := rawEvent(m)
 		if err != nil {
 			return nil // not an event relay could deliver either
 		}
 		if !ev.stored.Before(r.Until) {
 			return stream.ErrStop
 		}
-		if m.Headers().Get(stream.HdrEventID) != "" {
+		if m.Header.Get(stream.HdrEventID) != "" {
 			return nil // a copy relay made; its original is replayed
 		}
 		out := ReplayedEvent{ID: ev.id, Seq: ev.seq}
@@ -86,8 +86,8 @@ func ReplayLog(ctx context.Context, js jetstream.JetStream, r LogReplay, dryRun 
 			p, _ := stream.ParseSubject(ev.subject)
 			p.Dest = to
 			msg := nats.NewMsg(p.InputSubject())
-			msg.Data = m.Data()
-			for k, vs := range m.Headers() {
+			msg.Data = m.Data
+			for k, vs := range m.Header {
 				if !stream.IsContractHeader(k) || k == stream.HdrKey {
 					msg.Header[k] = vs
 				}

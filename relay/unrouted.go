@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaydev/relay/stream"
@@ -1058,63 +1056,13 @@ func (r *Relay) deadLetterUnrouted(ctx context.Context, ev event, whole bool) er
 }
 
 // leaderGet reads the event stored at sequence seq of the events stream, or
-// with filter, the first one at or after seq on a subject filter matches.
-// It asks the stream's leader, as the check's list did: a direct get can
-// be answered by a mirror that has not caught up, and its "not found"
-// would skip an event.
+// with filter, the first one at or after seq on a subject filter matches,
+// from the stream's leader (stream.Get).
 func (r *Relay) leaderGet(ctx context.Context, seq uint64, filter string) (*jetstream.RawStreamMsg, error) {
 	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
 	defer cancel()
-	req, err := json.Marshal(struct {
-		Seq     uint64 `json:"seq"`
-		NextFor string `json:"next_by_subj,omitempty"`
-	}{seq, filter})
-	if err != nil {
-		return nil, err
-	}
-	resp, err := r.cfg.JS.Conn().RequestWithContext(ctx, apiPrefix(r.cfg.JS)+"STREAM.MSG.GET."+stream.EventsStream, req)
-	if err != nil {
-		return nil, err
-	}
-	var got struct {
-		Error   *jetstream.APIError `json:"error"`
-		Message *struct {
-			Subject  string    `json:"subject"`
-			Sequence uint64    `json:"seq"`
-			Header   []byte    `json:"hdrs"`
-			Data     []byte    `json:"data"`
-			Time     time.Time `json:"time"`
-		} `json:"message"`
-	}
-	if err := json.Unmarshal(resp.Data, &got); err != nil {
-		return nil, fmt.Errorf("read the response to a message get: %w", err)
-	}
-	switch {
-	case got.Error != nil && got.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-		return nil, jetstream.ErrMsgNotFound
-	case got.Error != nil:
-		return nil, got.Error
-	case got.Message == nil:
-		return nil, jetstream.ErrInvalidJetStreamResponse
-	}
-	m := got.Message
-	var hdr nats.Header
-	if len(m.Header) > 0 {
-		if hdr, err = nats.DecodeHeadersMsg(m.Header); err != nil {
-			return nil, fmt.Errorf("read the headers of event %d: %w", m.Sequence, err)
-		}
-	}
-	return &jetstream.RawStreamMsg{Subject: m.Subject, Sequence: m.Sequence, Header: hdr, Data: m.Data, Time: m.Time}, nil
+	return stream.Get(ctx, r.cfg.JS, stream.EventsStream, seq, time.Time{}, filter)
 }
 
 // apiPrefix is the subject prefix of js's API requests.
-func apiPrefix(js jetstream.JetStream) string {
-	o := js.Options()
-	switch {
-	case o.Domain != "":
-		return "$JS." + o.Domain + ".API."
-	case o.APIPrefix != "":
-		return strings.TrimSuffix(o.APIPrefix, ".") + "."
-	}
-	return jetstream.DefaultAPIPrefix
-}
+func apiPrefix(js jetstream.JetStream) string { return stream.APIPrefix(js) }
