@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/streamtest"
@@ -696,6 +697,56 @@ func TestEventWithAStatusHeaderAndNoBodyIsDelivered(t *testing.T) {
 	eventually(t, 10*time.Second, func() bool { return s.delivered()["evt_status"] == 1 && e.settled("st") },
 		"the event delivered and acked")
 	require.Empty(t, s.all()[0].Body)
+}
+
+// TestUnknownDestinationCheckReadsPastAnEventWithAStatusHeader: with more
+// unknown destinations than it looks up from the list of subjects, the
+// check reads every event. An event with an empty body and a header named
+// Status, which nats.go's ordered consumer took for a pull status and never
+// got past, is dead-lettered like the others, and so is the one after it.
+func TestUnknownDestinationCheckReadsPastAnEventWithAStatusHeader(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	s := newSink(t, nil)
+	e.addDest(relay.Destination{Name: "known", URL: s.URL})
+	e.startRelay()
+	publish := func(dest, id, body string, status bool) {
+		m := nats.NewMsg(stream.DestFilters(dest)[0])
+		if status {
+			m.Header.Set("Status", "404")
+			m.Header.Set("Description", "No Messages")
+		}
+		m.Header.Set(stream.HdrMsgID, id)
+		m.Data = []byte(body)
+		_, err := e.js.PublishMsg(context.Background(), m)
+		require.NoError(t, err)
+	}
+	want := map[string]bool{}
+	for i := range 10 {
+		id := fmt.Sprintf("g%d", i)
+		publish(fmt.Sprintf("ghost%d", i), id, "{}", false)
+		want[id] = true
+	}
+	publish("ghost0", "odd", "", true)
+	publish("ghost1", "after", "{}", false)
+	publish("known", "k", "{}", false)
+	want["odd"], want["after"] = true, true
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	letters, err := dlq.Open(ctx, e.js)
+	require.NoError(t, err)
+	got := map[string]bool{}
+	eventually(t, 20*time.Second, func() bool {
+		ls, err := letters.List(ctx, dlq.Filter{}, 0)
+		require.NoError(t, err)
+		clear(got)
+		for _, l := range ls {
+			got[l.EventID] = true
+		}
+		return len(got) == len(want)
+	}, "12 dead letters")
+	require.Equal(t, want, got)
+	require.Equal(t, map[string]int{"k": 1}, s.delivered())
 }
 
 // gatedSink is a sink that holds the first held requests (all when held is

@@ -12,6 +12,7 @@ type ackInfo struct {
 	delivered uint64
 	stored    time.Time
 	pending   uint64 // what the consumer had left to deliver after this one
+	consSeq   uint64 // the consumer's sequence of this delivery
 }
 
 // parseAckReply reads ackInfo from a JetStream ack subject without
@@ -49,10 +50,11 @@ func parseAckReply(reply string) (ackInfo, bool) {
 	seq, ok2 := digits(tok[s])
 	ns, ok3 := digits(tok[t])
 	pending, ok4 := digits(tok[t+1])
-	if !ok1 || !ok2 || !ok3 || !ok4 || ns > math.MaxInt64 {
+	cseq, ok5 := digits(tok[s+1])
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || ns > math.MaxInt64 {
 		return ackInfo{}, false
 	}
-	return ackInfo{streamSeq: seq, delivered: delivered, stored: time.Unix(0, int64(ns)), pending: pending}, true
+	return ackInfo{streamSeq: seq, delivered: delivered, stored: time.Unix(0, int64(ns)), pending: pending, consSeq: cseq}, true
 }
 
 // digits parses a non-empty decimal number of ASCII digits only (no sign),

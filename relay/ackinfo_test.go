@@ -29,6 +29,7 @@ func TestParseAckReplyAgreesWithNatsGo(t *testing.T) {
 		require.Equal(t, want.NumDelivered, got.delivered, reply)
 		require.True(t, want.Timestamp.Equal(got.stored), reply)
 		require.Equal(t, want.NumPending, got.pending, reply)
+		require.Equal(t, want.Sequence.Consumer, got.consSeq, reply)
 	}
 }
 
@@ -61,7 +62,7 @@ func FuzzParseAckReply(f *testing.F) {
 		if err != nil {
 			t.Fatalf("parseAckReply accepted %q, nats.go refuses it: %v", reply, err)
 		}
-		if want.Sequence.Stream != got.streamSeq || want.NumDelivered != got.delivered || !want.Timestamp.Equal(got.stored) || want.NumPending != got.pending {
+		if want.Sequence.Stream != got.streamSeq || want.NumDelivered != got.delivered || !want.Timestamp.Equal(got.stored) || want.NumPending != got.pending || want.Sequence.Consumer != got.consSeq {
 			t.Fatalf("%q: got %+v, nats.go says %+v", reply, got, want)
 		}
 	})
