@@ -20,7 +20,7 @@ type ackInfo struct {
 // both layouts (ADR-15):
 //
 //	v1: $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<tm>.<pending>
-//	v2: $JS.ACK.<domain>.<account hash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<tm>.<pending>[.<token>]
+//	v2: $JS.ACK.<domain>.<account hash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<tm>.<pending>[.<token>...]
 //
 // and reports false for anything else (the caller then asks Metadata).
 func parseAckReply(reply string) (ackInfo, bool) {
@@ -28,20 +28,20 @@ func parseAckReply(reply string) (ackInfo, bool) {
 	if !ok {
 		return ackInfo{}, false
 	}
-	var tok [10]string
-	k := 0
-	for more := true; more; k++ {
-		if k == len(tok) {
-			return ackInfo{}, false // more tokens than any layout has
-		}
+	// Tokens after "$JS.ACK.": 7 in v1, at least 9 in v2, whose tokens
+	// after the ninth are ignored (nats.go does the same: they may change).
+	var tok [9]string
+	k, more := 0, true
+	for more && k < len(tok) {
 		tok[k], rest, more = strings.Cut(rest, ".")
+		k++
 	}
-	// Positions of delivered, stream sequence and timestamp after "$JS.ACK.".
+	// Positions of delivered, stream sequence and timestamp.
 	var d, s, t int
-	switch k {
-	case 7:
+	switch {
+	case k == 7 && !more:
 		d, s, t = 2, 3, 5
-	case 9, 10:
+	case k == 9:
 		d, s, t = 4, 5, 7
 	default:
 		return ackInfo{}, false

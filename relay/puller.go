@@ -34,9 +34,15 @@ type puller struct {
 	expiry  time.Duration
 	hb      time.Duration
 
-	mu     sync.Mutex
-	got    []*nats.Msg   // received, not taken yet
-	signal chan struct{} // something is in got
+	mu      sync.Mutex
+	got     []*nats.Msg   // received, not taken yet
+	signal  chan struct{} // something is in got
+	arrived atomic.Int64  // when something last arrived, in Unix ns
+
+	// reqs numbers the requests: each has a reply subject of its own, as
+	// the server keys what it defers of a request (the 408 of a replicated
+	// consumer waiting for its deliveries to commit) by reply subject.
+	reqs uint64
 
 	// asked counts events asked for that have neither arrived nor been
 	// released by a status (a request that expired, or was refused).
@@ -56,7 +62,7 @@ func newPuller(js jetstream.JetStream, durable string, expiry, hb time.Duration)
 		hb:      hb,
 		signal:  make(chan struct{}, 1),
 	}
-	sub, err := nc.Subscribe(p.inbox, p.receive)
+	sub, err := nc.Subscribe(p.inbox+".*", p.receive)
 	if err != nil {
 		return nil, err
 	}
@@ -72,6 +78,7 @@ func newPuller(js jetstream.JetStream, durable string, expiry, hb time.Duration)
 
 // receive is the subscription's callback.
 func (p *puller) receive(m *nats.Msg) {
+	p.arrived.Store(time.Now().UnixNano())
 	p.mu.Lock()
 	p.got = append(p.got, m)
 	p.mu.Unlock()
@@ -93,7 +100,8 @@ func (p *puller) take(buf []*nats.Msg) []*nats.Msg {
 // ask asks the server for n more events.
 func (p *puller) ask(n int, now time.Time) error {
 	body := fmt.Appendf(nil, `{"batch":%d,"expires":%d,"idle_heartbeat":%d}`, n, p.expiry.Nanoseconds(), p.hb.Nanoseconds())
-	if err := p.nc.PublishRequest(p.subject, p.inbox, body); err != nil {
+	p.reqs++
+	if err := p.nc.PublishRequest(p.subject, p.inbox+"."+strconv.FormatUint(p.reqs, 36), body); err != nil {
 		return err
 	}
 	if p.asked == 0 {
@@ -174,7 +182,12 @@ func (p *puller) status(m *nats.Msg, now time.Time) (pullStatus, error) {
 // restart, a reconnect, a dropped request), and asked is reset so that
 // they are asked for again.
 func (p *puller) silent(now time.Time) bool {
-	if p.asked == 0 || now.Sub(p.heard) <= 2*p.hb+p.hb/2 {
+	// What arrived but was not read yet (its reader was busy) counts.
+	heard := p.heard
+	if a := time.Unix(0, p.arrived.Load()); a.After(heard) {
+		heard = a
+	}
+	if p.asked == 0 || now.Sub(heard) <= 2*p.hb+p.hb/2 {
 		return false
 	}
 	p.asked = 0

@@ -570,19 +570,27 @@ loop:
 			break loop
 		}
 	}
+	// Workers still finishing an attempt report it; nobody counts now.
+	go func() {
+		for range done {
+		}
+	}()
 	// Hand back what is queued and what was on its way: another replica,
 	// or this one once started again, has it at once instead of after
-	// AckWait.
+	// AckWait. First stop asking (and let what was on its way arrive), so
+	// that what is handed back is not handed to this replica again.
+	drained := p.stop(5 * time.Second)
 	for _, q := range queue {
 		_ = q.msg.Nak()
 	}
-	for _, m := range p.stop(5 * time.Second) {
+	for _, m := range drained {
 		if st, _ := p.status(m, time.Now()); st == pullEvent {
 			_ = (&pulledMsg{msg: m, nc: nc}).Nak()
 		}
 	}
 	close(work)
 	wg.Wait()
+	close(done)
 	// Make sure every ack and nak has left the client.
 	_ = nc.Flush()
 }

@@ -88,7 +88,7 @@ func Get(ctx context.Context, js jetstream.JetStream, streamName string, seq uin
 // AckMetadata reads a JetStream ack subject in either layout (ADR-15):
 //
 //	v1: $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<tm>.<pending>
-//	v2: $JS.ACK.<domain>.<account hash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<tm>.<pending>[.<token>]
+//	v2: $JS.ACK.<domain>.<account hash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<tm>.<pending>[.<token>...]
 //
 // as nats.go's jetstream.Msg.Metadata does for the messages its consumers
 // deliver.
@@ -99,9 +99,9 @@ func AckMetadata(reply string) (*jetstream.MsgMetadata, error) {
 	}
 	tok := strings.Split(rest, ".")
 	var domain string
-	switch len(tok) {
-	case 7:
-	case 9, 10:
+	switch n := len(tok); {
+	case n == 7:
+	case n >= 9: // tokens after the ninth are ignored, as nats.go does
 		domain = tok[0]
 		if domain == "_" {
 			domain = ""

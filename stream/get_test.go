@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
@@ -39,5 +40,27 @@ func TestAckMetadataReadsBothLayouts(t *testing.T) {
 	} {
 		_, err := AckMetadata(bad)
 		require.ErrorIs(t, err, jetstream.ErrNotJSMessage, "%q", bad)
+	}
+}
+
+func TestAckMetadataAgreesWithNatsGo(t *testing.T) {
+	for _, reply := range []string{
+		"$JS.ACK.RELAY_EVENTS.relay_a.1.42.40.1764500000123456789.7",
+		"$JS.ACK._.ACCHASH.RELAY_EVENTS.relay_a.2.42.40.1764500000123456789.7",
+		"$JS.ACK.hub.ACCHASH.RELAY_EVENTS.relay_a_P3.1.9.9.1764500000000000000.0.tok",
+		"$JS.ACK.D.H.S.C.1.42.40.1764500000123456789.7.tok.extra",
+	} {
+		want, err := (&nats.Msg{Subject: "relay.in.a", Reply: reply, Sub: &nats.Subscription{}}).Metadata()
+		require.NoError(t, err, reply)
+		got, err := AckMetadata(reply)
+		require.NoError(t, err, reply)
+		require.Equal(t, want.Sequence.Stream, got.Sequence.Stream, reply)
+		require.Equal(t, want.Sequence.Consumer, got.Sequence.Consumer, reply)
+		require.Equal(t, want.NumDelivered, got.NumDelivered, reply)
+		require.Equal(t, want.NumPending, got.NumPending, reply)
+		require.True(t, want.Timestamp.Equal(got.Timestamp), reply)
+		require.Equal(t, want.Stream, got.Stream, reply)
+		require.Equal(t, want.Consumer, got.Consumer, reply)
+		require.Equal(t, want.Domain, got.Domain, reply)
 	}
 }

@@ -18,7 +18,8 @@ const (
 	// scanWait is the longest a Scan waits for the next message before it
 	// starts again with a new consumer.
 	scanWait = 5 * time.Second
-	// scanRestarts is how often a Scan starts again before it gives up.
+	// scanRestarts is how often in a row a Scan starts again without
+	// getting further before it gives up.
 	scanRestarts = 5
 )
 
@@ -46,6 +47,7 @@ func Scan(ctx context.Context, js jetstream.JetStream, streamName string, filter
 	last := st.CachedInfo().State.LastSeq
 	var after uint64 // the last stream sequence read
 	for restarts := 0; ; restarts++ {
+		before := after
 		cfg := jetstream.ConsumerConfig{
 			Description:       "relay scan",
 			DeliverPolicy:     jetstream.DeliverAllPolicy,
@@ -70,8 +72,11 @@ func Scan(ctx context.Context, js jetstream.JetStream, streamName string, filter
 			}
 			return err
 		}
+		if after > before {
+			restarts = 0 // got further: count again
+		}
 		if restarts == scanRestarts {
-			return fmt.Errorf("read %s: started again %d times after sequence %d: %w", streamName, restarts, after, err)
+			return fmt.Errorf("read %s: started again %d times in a row after sequence %d: %w", streamName, restarts, after, err)
 		}
 	}
 }
@@ -131,15 +136,11 @@ func scanWith(ctx context.Context, js jetstream.JetStream, streamName string, cf
 				}
 				// The request expired: nothing came for a while. If
 				// the consumer has nothing left (what it had was
-				// deleted), the scan is done; else ask again.
-				ci, err := cons.Info(ctx)
-				if err != nil {
-					return fmt.Errorf("read %s: %w", streamName, err)
-				}
-				if ci.NumPending == 0 {
+				// deleted), the scan is done; else start again.
+				if ci, err := cons.Info(ctx); err == nil && ci.NumPending == 0 {
 					return nil
 				}
-				asked = 0
+				return errScanGap
 			}
 			asked--
 			meta, err := AckMetadata(m.Reply)
