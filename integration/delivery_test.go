@@ -685,6 +685,34 @@ func TestBurstLargerThanTheConcurrencyIsTakenInAtOnce(t *testing.T) {
 	}
 }
 
+// TestLargeEventsAreQueuedWithinAByteBudget: beyond a round of attempts,
+// relay queues about 8 MiB of events, by their average size, not four
+// rounds of whatever size they are.
+func TestLargeEventsAreQueuedWithinAByteBudget(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	s, arrived, release := gatedSink(t, 0)
+	e.addDest(relay.Destination{Name: "large", URL: s.URL, Concurrency: 4})
+	e.startRelay()
+	const size = 900 << 10
+	body := `{"p":"` + strings.Repeat("x", size-8) + `"}`
+	require.Len(t, body, size)
+	for range 20 {
+		e.publish("large", "", body)
+	}
+	// Four attempts held by the sink, and 9 more (8 MiB / 900 KiB) queued,
+	// not the 12 of three more rounds.
+	want := 4 + (8<<20)/size
+	eventually(t, 20*time.Second, func() bool { return e.ackPending("large") == want && arrived.Load() == 4 },
+		"four attempts held and %d events handed to relay (ack pending %d)", want, e.ackPending("large"))
+	release()
+	eventually(t, 30*time.Second, func() bool { return len(s.delivered()) == 20 && e.settled("large") },
+		"20 delivered, %d so far", len(s.delivered()))
+	for id, n := range s.delivered() {
+		require.Equal(t, 1, n, "event %s", id)
+	}
+}
+
 // TestEventWithAStatusHeaderAndNoBodyIsDelivered: an event published with
 // an empty body and a header named Status looks like a status message of
 // the pull protocol to nats.go (v1.55.0), which swallowed it, again after

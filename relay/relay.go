@@ -434,6 +434,12 @@ const pullHeartbeat = 2 * time.Second
 // for the next request (BENCHMARKS.md, "The bursts of (b)" and ninth round).
 const pullRounds = 4
 
+// queueBytes bounds the queue beyond one round of attempts by the events'
+// size: it holds about this many bytes of event bodies (by their moving
+// average), so large events are not held four rounds deep. Three queued
+// rounds of 64 1 KiB events take 192 KiB.
+const queueBytes = 8 << 20
+
 // consume runs one destination's pull loop until stopped is closed.
 func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec, stopped <-chan struct{}) {
 	// Pull requests expire well within AckWait: a process that stops
@@ -488,15 +494,18 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 		})
 	}
 
-	// hold is how many events this consumer has at most: being attempted,
-	// queued, and asked for. An ordered partition has one at a time anyway.
-	hold := sp.concurrency
-	if !sp.ordered {
-		hold = pullRounds * sp.concurrency
+	// hold is how many events this consumer asks to have: being
+	// attempted, queued, and asked for. An ordered partition has one at a
+	// time anyway. Beyond a round, the queue holds about queueBytes of
+	// events, by the average size of those that came; until one has come,
+	// a round.
+	var avgSize float64
+	hold := func() int {
+		if sp.ordered || avgSize == 0 {
+			return sp.concurrency
+		}
+		return sp.concurrency + min((pullRounds-1)*sp.concurrency, int(queueBytes/avgSize))
 	}
-	// Ask once there is room for a quarter of it (a request per event
-	// when one is held).
-	least := max(1, hold/4)
 	nc := r.cfg.JS.Conn()
 	tick := time.NewTicker(max(hb/2, 100*time.Millisecond))
 	defer tick.Stop()
@@ -510,7 +519,10 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 loop:
 	for {
 		now := time.Now()
-		if room := hold - len(queue) - busy - p.asked; room >= least && !now.Before(askAfter) && nc.IsConnected() {
+		// Ask once there is room for a quarter of what it holds (a
+		// request per event when one is held).
+		h := hold()
+		if room := h - len(queue) - busy - p.asked; room >= max(1, h/4) && !now.Before(askAfter) && nc.IsConnected() {
 			if err := p.ask(room, now); err != nil {
 				r.log.Debug("cannot ask for events; asking again shortly", "dest", d.Name, "err", err)
 				askAfter = now.Add(time.Second)
@@ -536,6 +548,12 @@ loop:
 				switch st {
 				case pullEvent:
 					queue = append(queue, pulled{&pulledMsg{msg: m, nc: nc}, now})
+					size := float64(max(len(m.Data), 1))
+					if avgSize == 0 {
+						avgSize = size
+					} else {
+						avgSize += (size - avgSize) / 16
+					}
 				case pullBeat, pullReleased:
 				case pullLost:
 					r.log.Debug("pull requests lost; asking again", "dest", d.Name, "err", err)
