@@ -33,6 +33,9 @@ type puller struct {
 	sub     *nats.Subscription
 	expiry  time.Duration
 	hb      time.Duration
+	// maxBytes bounds what one request brings (its max_bytes): at least
+	// twice the server's maximum payload, so that any one event fits.
+	maxBytes int64
 
 	mu      sync.Mutex
 	got     []*nats.Msg   // received, not taken yet
@@ -52,15 +55,16 @@ type puller struct {
 	heard time.Time
 }
 
-func newPuller(js jetstream.JetStream, durable string, expiry, hb time.Duration) (*puller, error) {
+func newPuller(js jetstream.JetStream, durable string, expiry, hb time.Duration, maxBytes int64) (*puller, error) {
 	nc := js.Conn()
 	p := &puller{
-		nc:      nc,
-		subject: apiPrefix(js) + "CONSUMER.MSG.NEXT." + stream.EventsStream + "." + durable,
-		inbox:   nc.NewInbox(),
-		expiry:  expiry,
-		hb:      hb,
-		signal:  make(chan struct{}, 1),
+		nc:       nc,
+		subject:  apiPrefix(js) + "CONSUMER.MSG.NEXT." + stream.EventsStream + "." + durable,
+		inbox:    nc.NewInbox(),
+		expiry:   expiry,
+		hb:       hb,
+		maxBytes: max(maxBytes, 2*nc.MaxPayload()),
+		signal:   make(chan struct{}, 1),
 	}
 	sub, err := nc.Subscribe(p.inbox+".*", p.receive)
 	if err != nil {
@@ -99,7 +103,7 @@ func (p *puller) take(buf []*nats.Msg) []*nats.Msg {
 
 // ask asks the server for n more events.
 func (p *puller) ask(n int, now time.Time) error {
-	body := fmt.Appendf(nil, `{"batch":%d,"expires":%d,"idle_heartbeat":%d}`, n, p.expiry.Nanoseconds(), p.hb.Nanoseconds())
+	body := fmt.Appendf(nil, `{"batch":%d,"max_bytes":%d,"expires":%d,"idle_heartbeat":%d}`, n, p.maxBytes, p.expiry.Nanoseconds(), p.hb.Nanoseconds())
 	p.reqs++
 	if err := p.nc.PublishRequest(p.subject, p.inbox+"."+strconv.FormatUint(p.reqs, 36), body); err != nil {
 		return err
@@ -171,7 +175,7 @@ func (p *puller) status(m *nats.Msg, now time.Time) (pullStatus, error) {
 		}
 	}
 	// A refused request (too many waiting, a bad request). Which request
-	// it was is not said: count them all gone; asking for more than there is room
+	// it was is not counted here: count them all gone; asking for more than there is room
 	// for is safe, every event that comes is queued and seen.
 	p.asked = 0
 	return pullRefused, err

@@ -34,7 +34,7 @@ func TestPullerReceivesWhatNATSGoWould(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	p, err := newPuller(js, "pulltest", 2*time.Second, time.Second)
+	p, err := newPuller(js, "pulltest", 2*time.Second, time.Second, 0)
 	require.NoError(t, err)
 	now := time.Now()
 	require.NoError(t, p.ask(3, now))
@@ -48,6 +48,12 @@ func TestPullerReceivesWhatNATSGoWould(t *testing.T) {
 		}
 		for _, m := range p.take(nil) {
 			st, err := p.status(m, time.Now())
+			if st == pullReleased {
+				// With max_bytes, the server says a batch done
+				// with bytes left.
+				require.ErrorContains(t, err, "409 Batch Completed")
+				continue
+			}
 			require.NoError(t, err)
 			require.Equal(t, pullEvent, st)
 			got = append(got, &pulledMsg{msg: m, nc: js.Conn()})
@@ -141,6 +147,8 @@ func TestPullerReadsTheServersStatuses(t *testing.T) {
 		{"event with a Status header", odd, pullEvent, 9},
 		{"idle heartbeat", statusMsg("100", "Idle Heartbeat", -1), pullBeat, 10},
 		{"request expired", statusMsg("408", "Request Timeout", 4), pullReleased, 6},
+		{"next event over the request's max_bytes", statusMsg("409", "Message Size Exceeds MaxBytes", 3), pullReleased, 7},
+		{"batch done with bytes left", statusMsg("409", "Batch Completed", 0), pullReleased, 10},
 		{"interest expired", statusMsg("408", "Interest Expired", 10), pullReleased, 0},
 		{"more left than asked", statusMsg("408", "Request Timeout", 12), pullReleased, 0},
 		{"leadership change", statusMsg("409", "Leadership Change", 3), pullLost, 0},

@@ -449,7 +449,10 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 	// Heartbeats at most every 2s: relay asks again once two are missed
 	// (a server restart, a reconnect, a lost request).
 	hb := min(pullHeartbeat, expiry/2)
-	p, err := newPuller(r.cfg.JS, sp.cfg.Durable, expiry, hb)
+	// Each request brings at most queueBytes (or two maximum payloads):
+	// requests asked for while events were small cannot bring rounds of
+	// large ones.
+	p, err := newPuller(r.cfg.JS, sp.cfg.Durable, expiry, hb, queueBytes)
 	if err != nil {
 		r.log.Error("cannot pull", "dest", d.Name, "err", err)
 		return

@@ -968,7 +968,7 @@ func (r *Relay) readWith(ctx context.Context, checked uint64, done *atomic.Uint6
 	// Reading may stop and start again soon: do not leave it until its
 	// InactiveThreshold.
 	defer r.deleteConsumer(name)
-	p, err := newPuller(r.cfg.JS, name, 30*time.Second, pullHeartbeat)
+	p, err := newPuller(r.cfg.JS, name, 30*time.Second, pullHeartbeat, 0)
 	if err != nil {
 		return fmt.Errorf("read stream %s: %w", stream.EventsStream, err)
 	}

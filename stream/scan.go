@@ -25,7 +25,7 @@ const (
 
 // errScanGap: a Scan's consumer skipped a message (or went silent), and
 // the Scan starts again after the last message it read.
-var errScanGap = errors.New("scan: consumer sequence gap")
+var errScanGap = errors.New("the scan's consumer lost its place")
 
 // Scan reads the messages of streamName on the given filter subjects (none:
 // all) stored at or after since (zero: from the start), in stream order, up to
@@ -123,7 +123,7 @@ func scanWith(ctx context.Context, js jetstream.JetStream, streamName string, cf
 				if cerr := ctx.Err(); cerr != nil {
 					return fmt.Errorf("read %s: %w", streamName, cerr)
 				}
-				return errScanGap // silent: start again
+				return fmt.Errorf("%w: nothing came for %s", errScanGap, scanWait+time.Second) // start again
 			}
 			if m.Reply == "" {
 				// A status: the request ended (408, 409), or none
@@ -132,15 +132,19 @@ func scanWith(ctx context.Context, js jetstream.JetStream, streamName string, cf
 					continue
 				}
 				if m.Header.Get("Status") != "408" {
-					return errScanGap
+					return fmt.Errorf("%w: status %s %s", errScanGap, m.Header.Get("Status"), m.Header.Get("Description"))
 				}
 				// The request expired: nothing came for a while. If
 				// the consumer has nothing left (what it had was
 				// deleted), the scan is done; else start again.
-				if ci, err := cons.Info(ctx); err == nil && ci.NumPending == 0 {
+				ci, err := cons.Info(ctx)
+				if err == nil && ci.NumPending == 0 {
 					return nil
 				}
-				return errScanGap
+				if err != nil {
+					return fmt.Errorf("%w: a request expired, and the consumer's info: %w", errScanGap, err)
+				}
+				return fmt.Errorf("%w: a request expired with %d events left", errScanGap, ci.NumPending)
 			}
 			asked--
 			meta, err := AckMetadata(m.Reply)
@@ -148,7 +152,7 @@ func scanWith(ctx context.Context, js jetstream.JetStream, streamName string, cf
 				return fmt.Errorf("read %s: %w", streamName, err)
 			}
 			if meta.Sequence.Consumer != cseq+1 {
-				return errScanGap
+				return fmt.Errorf("%w: consumer sequence %d after %d", errScanGap, meta.Sequence.Consumer, cseq)
 			}
 			cseq = meta.Sequence.Consumer
 			if meta.Sequence.Stream > last {
