@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
-	"strconv"
 	"strings"
 	"time"
 
@@ -83,53 +81,4 @@ func Get(ctx context.Context, js jetstream.JetStream, streamName string, seq uin
 		}
 	}
 	return &jetstream.RawStreamMsg{Subject: m.Subject, Sequence: m.Sequence, Header: hdr, Data: m.Data, Time: m.Time}, nil
-}
-
-// AckMetadata reads a JetStream ack subject in either layout (ADR-15):
-//
-//	v1: $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<tm>.<pending>
-//	v2: $JS.ACK.<domain>.<account hash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<tm>.<pending>[.<token>...]
-//
-// as nats.go's jetstream.Msg.Metadata does for the messages its consumers
-// deliver.
-func AckMetadata(reply string) (*jetstream.MsgMetadata, error) {
-	rest, ok := strings.CutPrefix(reply, "$JS.ACK.")
-	if !ok {
-		return nil, jetstream.ErrNotJSMessage
-	}
-	tok := strings.Split(rest, ".")
-	var domain string
-	switch n := len(tok); {
-	case n == 7:
-	case n >= 9: // tokens after the ninth are ignored, as nats.go does
-		domain = tok[0]
-		if domain == "_" {
-			domain = ""
-		}
-		tok = tok[2:]
-	default:
-		return nil, jetstream.ErrNotJSMessage
-	}
-	// tok: stream, consumer, delivered, stream seq, consumer seq, time, pending.
-	var n [5]uint64
-	for i := range n {
-		s := tok[2+i]
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil || s == "" || s[0] == '+' {
-			return nil, jetstream.ErrNotJSMessage
-		}
-		n[i] = v
-	}
-	if n[3] > math.MaxInt64 {
-		return nil, jetstream.ErrNotJSMessage
-	}
-	return &jetstream.MsgMetadata{
-		Sequence:     jetstream.SequencePair{Stream: n[1], Consumer: n[2]},
-		NumDelivered: n[0],
-		NumPending:   n[4],
-		Timestamp:    time.Unix(0, int64(n[3])),
-		Stream:       tok[0],
-		Consumer:     tok[1],
-		Domain:       domain,
-	}, nil
 }
