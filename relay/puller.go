@@ -53,13 +53,15 @@ type puller struct {
 	// heard is when the server last sent anything, or when asked last
 	// became positive.
 	heard time.Time
+	// pause: no request before it (after a refused one, or a failed ask).
+	pause time.Time
 }
 
 func newPuller(js jetstream.JetStream, durable string, expiry, hb time.Duration, maxBytes int64) (*puller, error) {
 	nc := js.Conn()
 	p := &puller{
 		nc:       nc,
-		subject:  apiPrefix(js) + "CONSUMER.MSG.NEXT." + stream.EventsStream + "." + durable,
+		subject:  stream.APIPrefix(js) + "CONSUMER.MSG.NEXT." + stream.EventsStream + "." + durable,
 		inbox:    nc.NewInbox(),
 		expiry:   expiry,
 		hb:       hb,
@@ -101,11 +103,19 @@ func (p *puller) take(buf []*nats.Msg) []*nats.Msg {
 	return got
 }
 
-// ask asks the server for n more events.
-func (p *puller) ask(n int, now time.Time) error {
+// fill asks the server for what it takes to have hold events, held
+// being those already here, once that is a quarter of hold or more (a
+// request per event when one is held): not while disconnected, nor during
+// a pause after a refused request or a failed ask.
+func (p *puller) fill(hold, held int, now time.Time) error {
+	n := hold - held - p.asked
+	if n < max(1, hold/4) || now.Before(p.pause) || !p.nc.IsConnected() {
+		return nil
+	}
 	body := fmt.Appendf(nil, `{"batch":%d,"max_bytes":%d,"expires":%d,"idle_heartbeat":%d}`, n, p.maxBytes, p.expiry.Nanoseconds(), p.hb.Nanoseconds())
 	p.reqs++
 	if err := p.nc.PublishRequest(p.subject, p.inbox+"."+strconv.FormatUint(p.reqs, 36), body); err != nil {
+		p.pause = now.Add(time.Second)
 		return err
 	}
 	if p.asked == 0 {
@@ -123,8 +133,8 @@ const (
 	pullBeat                         // a heartbeat: nothing changes
 	pullReleased                     // a request ended; asked is down by what it had left
 	pullLost                         // requests may be gone: ask again (asked is 0)
-	pullRefused                      // a request was refused: ask again after a pause (asked is 0)
-	pullUnanswered                   // nothing serves the consumer: it may be gone (asked is 0)
+	pullRefused                      // a request was refused: asked is 0, and fill pauses a second
+	pullUnanswered                   // nothing serves the consumer, which may be gone: as pullRefused
 	pullGone                         // the consumer was deleted
 )
 
@@ -161,7 +171,7 @@ func (p *puller) status(m *nats.Msg, now time.Time) (pullStatus, error) {
 		return pullBeat, nil
 	case "503":
 		// No responders: no consumer, or no JetStream right now.
-		p.asked = 0
+		p.asked, p.pause = 0, now.Add(time.Second)
 		return pullUnanswered, err
 	case "409":
 		d := strings.ToLower(descr)
@@ -177,7 +187,7 @@ func (p *puller) status(m *nats.Msg, now time.Time) (pullStatus, error) {
 	// A refused request (too many waiting, a bad request). Which request
 	// it was is not counted here: count them all gone; asking for more than there is room
 	// for is safe, every event that comes is queued and seen.
-	p.asked = 0
+	p.asked, p.pause = 0, now.Add(time.Second)
 	return pullRefused, err
 }
 

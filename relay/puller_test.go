@@ -37,7 +37,7 @@ func TestPullerReceivesWhatNATSGoWould(t *testing.T) {
 	p, err := newPuller(js, "pulltest", 2*time.Second, time.Second, 0)
 	require.NoError(t, err)
 	now := time.Now()
-	require.NoError(t, p.ask(3, now))
+	require.NoError(t, p.fill(3, 0, now))
 	require.Equal(t, 3, p.asked)
 	var got []*pulledMsg
 	for len(got) < 3 {

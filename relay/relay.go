@@ -513,23 +513,15 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 	tick := time.NewTicker(max(hb/2, 100*time.Millisecond))
 	defer tick.Stop()
 	var (
-		queue    []pulled
-		busy     int
-		buf      []*nats.Msg
-		askAfter time.Time // a pause after a refused request or a failed ask
+		queue []pulled
+		busy  int
+		buf   []*nats.Msg
 	)
 	gone := false
 loop:
 	for {
-		now := time.Now()
-		// Ask once there is room for a quarter of what it holds (a
-		// request per event when one is held).
-		h := hold()
-		if room := h - len(queue) - busy - p.asked; room >= max(1, h/4) && !now.Before(askAfter) && nc.IsConnected() {
-			if err := p.ask(room, now); err != nil {
-				r.log.Debug("cannot ask for events; asking again shortly", "dest", d.Name, "err", err)
-				askAfter = now.Add(time.Second)
-			}
+		if err := p.fill(hold(), len(queue)+busy, time.Now()); err != nil {
+			r.log.Debug("cannot ask for events; asking again shortly", "dest", d.Name, "err", err)
 		}
 		var out chan pulled
 		var head pulled
@@ -562,10 +554,8 @@ loop:
 					r.log.Debug("pull requests lost; asking again", "dest", d.Name, "err", err)
 				case pullRefused:
 					r.log.Warn("pull request refused; asking again shortly", "dest", d.Name, "err", err)
-					askAfter = now.Add(time.Second)
 				case pullUnanswered:
 					r.log.Debug("pull request unanswered; asking again shortly", "dest", d.Name, "err", err)
-					askAfter = now.Add(time.Second)
 					gone = gone || r.consumerGone(cons)
 				case pullGone:
 					gone = true

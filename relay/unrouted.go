@@ -977,17 +977,12 @@ func (r *Relay) readWith(ctx context.Context, checked uint64, done *atomic.Uint6
 	tick := time.NewTicker(pullHeartbeat / 2)
 	defer tick.Stop()
 	var (
-		cseq     uint64 // the consumer sequence of the last event read
-		buf      []*nats.Msg
-		askAfter time.Time
+		cseq uint64 // the consumer sequence of the last event read
+		buf  []*nats.Msg
 	)
 	for {
-		now := time.Now()
-		if room := readHold - p.asked; room >= readHold/4 && !now.Before(askAfter) && nc.IsConnected() {
-			if err := p.ask(room, now); err != nil {
-				askAfter = now.Add(time.Second)
-			}
-		}
+		_ = p.fill(readHold, 0, time.Now()) // a failed ask is tried again in a second
+
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -1008,7 +1003,6 @@ func (r *Relay) readWith(ctx context.Context, checked uint64, done *atomic.Uint6
 				continue // asked again above
 			case pullRefused:
 				r.log.Warn("pull request of the unknown-destination check refused; asking again shortly", "err", err)
-				askAfter = time.Now().Add(time.Second)
 				continue
 			case pullUnanswered, pullGone:
 				return fmt.Errorf("%w: %w", errReadGap, err)
@@ -1126,13 +1120,51 @@ func (r *Relay) deadLetterUnrouted(ctx context.Context, ev event, whole bool) er
 }
 
 // leaderGet reads the event stored at sequence seq of the events stream, or
-// with filter, the first one at or after seq on a subject filter matches,
-// from the stream's leader (stream.Get).
+// with filter, the first one at or after seq on a subject filter matches.
+// It asks the stream's leader, as the check's list did: a direct get can
+// be answered by a mirror that has not caught up, and its "not found"
+// would skip an event.
 func (r *Relay) leaderGet(ctx context.Context, seq uint64, filter string) (*jetstream.RawStreamMsg, error) {
 	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
 	defer cancel()
-	return stream.Get(ctx, r.cfg.JS, stream.EventsStream, seq, time.Time{}, filter)
+	req, err := json.Marshal(struct {
+		Seq     uint64 `json:"seq"`
+		NextFor string `json:"next_by_subj,omitempty"`
+	}{seq, filter})
+	if err != nil {
+		return nil, err
+	}
+	resp, err := r.cfg.JS.Conn().RequestWithContext(ctx, stream.APIPrefix(r.cfg.JS)+"STREAM.MSG.GET."+stream.EventsStream, req)
+	if err != nil {
+		return nil, err
+	}
+	var got struct {
+		Error   *jetstream.APIError `json:"error"`
+		Message *struct {
+			Subject  string    `json:"subject"`
+			Sequence uint64    `json:"seq"`
+			Header   []byte    `json:"hdrs"`
+			Data     []byte    `json:"data"`
+			Time     time.Time `json:"time"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(resp.Data, &got); err != nil {
+		return nil, fmt.Errorf("read the response to a message get: %w", err)
+	}
+	switch {
+	case got.Error != nil && got.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return nil, jetstream.ErrMsgNotFound
+	case got.Error != nil:
+		return nil, got.Error
+	case got.Message == nil:
+		return nil, jetstream.ErrInvalidJetStreamResponse
+	}
+	m := got.Message
+	var hdr nats.Header
+	if len(m.Header) > 0 {
+		if hdr, err = nats.DecodeHeadersMsg(m.Header); err != nil {
+			return nil, fmt.Errorf("read the headers of event %d: %w", m.Sequence, err)
+		}
+	}
+	return &jetstream.RawStreamMsg{Subject: m.Subject, Sequence: m.Sequence, Header: hdr, Data: m.Data, Time: m.Time}, nil
 }
-
-// apiPrefix is the subject prefix of js's API requests.
-func apiPrefix(js jetstream.JetStream) string { return stream.APIPrefix(js) }

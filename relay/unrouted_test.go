@@ -792,25 +792,6 @@ func TestCheckReadsWithShortHeartbeats(t *testing.T) {
 	streamtest.RequireShortHeartbeats(t, reqs, "the check's consumer")
 }
 
-// The check's gets go to the API of the JetStream relay was given: its
-// domain or prefix too.
-func TestAPIPrefixFollowsTheJetStreamsOptions(t *testing.T) {
-	nc := &nats.Conn{Opts: nats.GetDefaultOptions()}
-	for _, c := range []struct {
-		make func() (jetstream.JetStream, error)
-		want string
-	}{
-		{func() (jetstream.JetStream, error) { return jetstream.New(nc) }, "$JS.API."},
-		{func() (jetstream.JetStream, error) { return jetstream.NewWithDomain(nc, "hub") }, "$JS.hub.API."},
-		{func() (jetstream.JetStream, error) { return jetstream.NewWithAPIPrefix(nc, "ACC.API") }, "ACC.API."},
-		{func() (jetstream.JetStream, error) { return jetstream.NewWithAPIPrefix(nc, "ACC.API.") }, "ACC.API."},
-	} {
-		js, err := c.make()
-		require.NoError(t, err)
-		require.Equal(t, c.want, apiPrefix(js))
-	}
-}
-
 // Listing goes past events deleted or purged before it got to them, also
 // when none are left, and follows a destination added while it runs.
 func TestCheckListsPastRemovedEventsAndAddedDestinations(t *testing.T) {
@@ -904,4 +885,33 @@ func TestCheckLooksEventsUpAtTheStreamsLeader(t *testing.T) {
 			require.Zero(t, direct.Load(), "no direct get")
 		})
 	}
+}
+
+// TestCheckReadsOnAfterItsConsumerGoes: the consumer the check reads
+// through deleted under it (as a server restart loses a memory consumer),
+// the check reads on from the last event it checked: nothing skipped,
+// nothing dead-lettered twice.
+func TestCheckReadsOnAfterItsConsumerGoes(t *testing.T) {
+	t.Parallel()
+	srv := streamtest.Start(t)
+	ctx := context.Background()
+	publishGhosts(t, srv.JS, 3)
+	var dl deadLettered
+	startRelay(t, Config{JS: srv.JS, OnDelivery: dl.add}, checkTuning{countMin: 1000, subjectsPerEvent: 100})
+	waitCheckState(t, srv.JS, "checked the first three", func(st CheckState) bool { return st.Checked == 3 })
+
+	s, err := srv.JS.Stream(ctx, stream.EventsStream)
+	require.NoError(t, err)
+	var reader string
+	for info := range s.ListConsumers(ctx).Info() {
+		if info.Config.Description == "relay unknown-destination check" {
+			reader = info.Name
+		}
+	}
+	require.NotEmpty(t, reader, "the check reads through a consumer of its own")
+	require.NoError(t, srv.JS.DeleteConsumer(ctx, stream.EventsStream, reader))
+
+	publishGhosts(t, srv.JS, 2)
+	waitCheckState(t, srv.JS, "checked the two after", func(st CheckState) bool { return st.Checked == 5 })
+	require.ElementsMatch(t, []uint64{1, 2, 3, 4, 5}, dl.list())
 }

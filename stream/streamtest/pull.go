@@ -11,6 +11,7 @@ import (
 // PullRequest is a JetStream pull request as the server receives it.
 type PullRequest struct {
 	Batch     int           `json:"batch"`
+	MaxBytes  int64         `json:"max_bytes"`
 	Heartbeat time.Duration `json:"idle_heartbeat"`
 	Expires   time.Duration `json:"expires"`
 }
