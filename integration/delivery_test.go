@@ -466,6 +466,25 @@ func TestPullRequestsAskForShortHeartbeats(t *testing.T) {
 	eventually(t, 10*time.Second, func() bool { return len(s.delivered()) == 1 }, "delivered")
 }
 
+// TestPullRequestsBoundTheirBytes: each of relay's pull requests carries
+// max_bytes, 8 MiB or twice the server's maximum payload, so requests asked
+// for while events were small cannot bring rounds of large ones.
+func TestPullRequestsBoundTheirBytes(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	s := newSink(t, nil)
+	e.addDest(relay.Destination{Name: "mb", URL: s.URL})
+	reqs := streamtest.WatchPullRequests(t, e.nc, "$JS.API.CONSUMER.MSG.NEXT."+stream.EventsStream+"."+relay.ConsumerName("mb"))
+	e.startRelay()
+	select {
+	case r := <-reqs:
+		require.Equal(t, max(8<<20, 2*e.nc.MaxPayload()), r.MaxBytes, "request %+v", r)
+		require.Positive(t, r.Batch)
+	case <-time.After(20 * time.Second):
+		t.Fatal("no pull request sent")
+	}
+}
+
 // TestEventsThatWaitedInRelaysQueueGetAnInProgressAck: relay asks
 // JetStream for more events than it has workers. An event that waited in
 // relay's queue for more than half the destination's timeout (at least a
