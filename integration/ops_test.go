@@ -312,13 +312,19 @@ func TestRateLimitFarBelowConcurrencyDeliversOnce(t *testing.T) {
 	for range n {
 		e.publish("trickle", "", `{}`)
 	}
-	cons, err := e.js.Consumer(context.Background(), stream.EventsStream, relay.ConsumerName("trickle"))
-	require.NoError(t, err)
+	// relay makes the destination's consumer once it runs: wait for it.
+	var cons jetstream.Consumer
+	eventually(t, 10*time.Second, func() bool {
+		var err error
+		cons, err = e.js.Consumer(context.Background(), stream.EventsStream, relay.ConsumerName("trickle"))
+		return err == nil
+	}, "relay made the destination's consumer")
 	// Until relay has settled every copy JetStream handed it: a second
 	// copy of an event held past its AckWait would be attempted first.
 	// (The consumer's ack pending count does not tell: the first copy's
 	// ack settles the event, and relay may still hold the second.)
 	var info *jetstream.ConsumerInfo
+	var err error
 	eventually(t, 60*time.Second, func() bool {
 		info, err = cons.Info(context.Background())
 		return err == nil && len(s.delivered()) == n && info.NumPending == 0 && info.NumAckPending == 0 &&
