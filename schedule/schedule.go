@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -68,10 +69,31 @@ func fromMS(v float64) time.Time { return time.UnixMilli(int64(v)).UTC() }
 // Store is the Redis side: park, claim, remove, inspect.
 type Store struct {
 	rdb redis.UniversalClient
+	// replicas is how many replicas must confirm a park (WAIT), within
+	// replicaWait.
+	replicas    int
+	replicaWait time.Duration
 }
 
 // NewStore uses rdb (a client, a cluster client or a failover client).
 func NewStore(rdb redis.UniversalClient) *Store { return &Store{rdb: rdb} }
+
+// ErrNotReplicated: Park wrote the entry to the primary, but fewer
+// replicas than asked confirmed it in time. Park took the entry out
+// again; the event must wait elsewhere.
+var ErrNotReplicated = errors.New("schedule: not confirmed by enough Redis replicas")
+
+// WithReplicas returns a Store whose Park returns only once n replicas
+// confirmed the write (Redis's WAIT), waiting at most wait; with fewer it
+// returns ErrNotReplicated. Redis replicates asynchronously: without it, a
+// failover can promote a replica that never got an entry the primary
+// confirmed, and the parked event is lost. n = 0 waits for none. A wait
+// under 1ms counts as 1ms (WAIT with 0 would block for ever).
+func (s *Store) WithReplicas(n int, wait time.Duration) *Store {
+	c := *s
+	c.replicas, c.replicaWait = n, max(wait, time.Millisecond)
+	return &c
+}
 
 // Client returns the Redis client.
 func (s *Store) Client() redis.UniversalClient { return s.rdb }
@@ -179,8 +201,67 @@ func (s *Store) Park(ctx context.Context, e Entry) error {
 	if err != nil {
 		return err
 	}
-	return parkScript.Run(ctx, s.rdb, []string{dueKey(e.Dest), msgKey(e.Dest), destsKey()},
-		e.Member(), ms(e.Due), b, e.Dest).Err()
+	keys := []string{dueKey(e.Dest), msgKey(e.Dest), destsKey()}
+	if s.replicas == 0 {
+		return parkScript.Run(ctx, s.rdb, keys, e.Member(), ms(e.Due), b, e.Dest).Err()
+	}
+	// WAIT counts the replicas that have what this connection wrote, so
+	// the write and the WAIT go down one connection to the primary.
+	c, err := s.primary(ctx)
+	if err != nil {
+		return err
+	}
+	pipe := c.Pipeline()
+	park := parkScript.Eval(ctx, pipe, keys, e.Member(), ms(e.Due), b, e.Dest)
+	wait := pipe.Do(ctx, "wait", s.replicas, s.replicaWait.Milliseconds())
+	_, _ = pipe.Exec(ctx)
+	if err := park.Err(); err != nil {
+		return err
+	}
+	got, err := wait.Int64()
+	if err == nil && got >= int64(s.replicas) {
+		return nil
+	}
+	// Not safe from a failover: take it out, so that the promoter does not
+	// also deliver what will now wait in JetStream. Should that fail too,
+	// the event may be delivered twice; it is not lost.
+	rerr := s.Remove(ctx, e.Dest, []string{e.Member()})
+	if err != nil {
+		return fmt.Errorf("%w: WAIT: %w (taking the entry out: %v)", ErrNotReplicated, err, rerr)
+	}
+	return fmt.Errorf("%w: %d of %d confirmed within %s (taking the entry out: %v)", ErrNotReplicated, got, s.replicas, s.replicaWait, rerr)
+}
+
+// primary is a client of the Redis primary that holds the keys: the client
+// itself, or the cluster's shard for the {relay} hash tag.
+func (s *Store) primary(ctx context.Context) (*redis.Client, error) {
+	switch c := s.rdb.(type) {
+	case *redis.Client:
+		return c, nil
+	case *redis.ClusterClient:
+		return c.MasterForKey(ctx, destsKey())
+	default:
+		return nil, fmt.Errorf("schedule: waiting for replicas needs a single, failover or cluster client, not %T", s.rdb)
+	}
+}
+
+// ConnectedReplicas is how many replicas the primary that holds the keys
+// has connected now.
+func (s *Store) ConnectedReplicas(ctx context.Context) (int, error) {
+	c, err := s.primary(ctx)
+	if err != nil {
+		return 0, err
+	}
+	info, err := c.Info(ctx, "replication").Result()
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, fmt.Errorf("schedule: INFO replication has no connected_slaves: %q", info)
 }
 
 // Claimed is an entry leased to one promoter.

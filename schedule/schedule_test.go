@@ -180,3 +180,57 @@ func TestPromoterKeepsEntriesItCouldNotPublish(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(1), st.Parked, "the entry stays parked, to be claimed again after its lease")
 }
+
+// With replicas asked for, Park returns only once a replica has the entry;
+// while the replica confirms nothing, Park fails with ErrNotReplicated and
+// leaves nothing parked, so the promoter cannot deliver the event too.
+func TestParkWaitsForAReplica(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	primary := redistest.Start(t, redistest.Options{})
+	replica := redistest.Start(t, redistest.Options{ReplicaOf: primary})
+	replica.WaitReplicating(primary)
+	plain := schedule.NewStore(primary.Client())
+	st := plain.WithReplicas(1, 300*time.Millisecond)
+	n, err := st.ConnectedReplicas(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+
+	due := time.Now().Add(time.Hour)
+	require.NoError(t, st.Park(ctx, entry("r", 1, due)))
+	// Confirmed means the replica has it: read it there, at once.
+	require.Equal(t, int64(1), replica.Client().ZCard(ctx, "relay:{relay}:due:r").Val(), "the replica has the confirmed entry")
+
+	replica.Pause()
+	start := time.Now()
+	err = st.Park(ctx, entry("r", 2, due))
+	require.ErrorIs(t, err, schedule.ErrNotReplicated)
+	require.ErrorContains(t, err, "0 of 1 confirmed within 300ms")
+	require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "it waited for the replica")
+	ps, err := plain.Stats(ctx, "r")
+	require.NoError(t, err)
+	require.Equal(t, int64(1), ps.Parked, "the unconfirmed entry was taken out again")
+	// Without the wait the primary confirms what the replica does not have:
+	// the entry a failover would lose.
+	require.NoError(t, plain.Park(ctx, entry("r", 3, due)))
+	replica.Resume()
+
+	require.NoError(t, st.Park(ctx, entry("r", 4, due)))
+	members := replica.Client().ZRange(ctx, "relay:{relay}:due:r", 0, -1).Val()
+	require.ElementsMatch(t, []string{"evt-1#2", "evt-3#2", "evt-4#2"}, members)
+}
+
+// A store that asks for more replicas than the primary has cannot park.
+func TestParkWithoutEnoughReplicasFails(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := redistest.Start(t, redistest.Options{})
+	st := schedule.NewStore(r.Client()).WithReplicas(1, 50*time.Millisecond)
+	n, err := st.ConnectedReplicas(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.ErrorIs(t, st.Park(ctx, entry("none", 1, time.Now())), schedule.ErrNotReplicated)
+	ps, err := st.Stats(ctx, "none")
+	require.NoError(t, err)
+	require.Zero(t, ps.Parked)
+}

@@ -48,6 +48,8 @@ hands the rest back to JetStream, and exits 0.`,
 			&cli.DurationFlag{Name: "duplicate-window", EnvVars: []string{"RELAY_DUPLICATE_WINDOW"}, Value: 2 * time.Minute, Usage: "how long a re-published event id is dropped as a duplicate"},
 			&cli.StringFlag{Name: "redis-url", EnvVars: []string{"RELAY_REDIS_URL"}, Usage: "Redis for long waits: redis://[user:password@]host:port[/db] or rediss:// (TLS); without it every wait stays in JetStream"},
 			&cli.StringFlag{Name: "redis-mode", EnvVars: []string{"RELAY_REDIS_MODE"}, Value: "single", Usage: "single, cluster or sentinel (then --redis-url is read as go-redis's cluster or failover URL)"},
+			&cli.IntFlag{Name: "redis-replicas", EnvVars: []string{"RELAY_REDIS_REPLICAS"}, Value: -1, DefaultText: "1 with sentinel or cluster, 0 with single", Usage: "Redis replicas that must confirm each parked event (WAIT) before relay acks it in JetStream; an event not confirmed in time waits in JetStream instead, so a failover loses none"},
+			&cli.DurationFlag{Name: "redis-replica-wait", EnvVars: []string{"RELAY_REDIS_REPLICA_WAIT"}, Value: 500 * time.Millisecond, Usage: "how long a park waits for --redis-replicas to confirm (1ms to 1s)"},
 			&cli.DurationFlag{Name: "park-threshold", EnvVars: []string{"RELAY_PARK_THRESHOLD"}, Value: time.Minute, Usage: "waits this long or longer are parked in Redis"},
 			&cli.DurationFlag{Name: "park-lease", EnvVars: []string{"RELAY_PARK_LEASE"}, Value: 30 * time.Second, Usage: "how long a promoter reserves the due events it claimed (must be below --duplicate-window)"},
 			&cli.StringSliceFlag{Name: "allow-net", EnvVars: []string{"RELAY_ALLOW_NET"}, Usage: "let deliveries reach this CIDR range although it is loopback, private or otherwise non-public (repeatable)"},
@@ -180,14 +182,26 @@ func runAction(c *cli.Context) error {
 		if c.Duration("park-lease") >= c.Duration("duplicate-window") {
 			return usagef("--park-lease %s must be shorter than --duplicate-window %s, or a promoter crash could deliver an event twice", c.Duration("park-lease"), c.Duration("duplicate-window"))
 		}
+		replicas, wait, err := redisReplicas(c.Int("redis-replicas"), c.String("redis-mode"), c.Duration("redis-replica-wait"))
+		if err != nil {
+			return err
+		}
 		st, err := schedule.Dial(setupCtx, u, c.String("redis-mode"))
 		if err != nil {
 			return err
 		}
 		defer st.Client().Close()
+		if replicas > 0 {
+			st = st.WithReplicas(replicas, wait)
+			if n, err := st.ConnectedReplicas(setupCtx); err != nil {
+				log.Warn("cannot read how many replicas the Redis primary has", "err", err)
+			} else if n < replicas {
+				log.Warn("the Redis primary has fewer replicas than --redis-replicas: until more connect, long waits stay in JetStream", "connected", n, "redis_replicas", replicas)
+			}
+		}
 		cfg.Schedule = st
 		promoter = &schedule.Promoter{Store: st, JS: js, Lease: c.Duration("park-lease"), Logger: log}
-		log.Info("long waits are parked in Redis", "threshold", cfg.ParkThreshold)
+		log.Info("long waits are parked in Redis", "threshold", cfg.ParkThreshold, "replicas_confirming", replicas)
 	} else {
 		log.Info("no --redis-url: every retry wait is a delayed nak in JetStream, and each waiting event holds one of its destination's 10000 ack-pending slots")
 	}
@@ -269,3 +283,21 @@ func splitListen(addr string) (string, int, error) {
 // relay.Config.CheckTakeover, plus the second of progress not yet
 // recorded), with room to spare.
 const minDuplicateWindow = 20 * time.Second
+
+// redisReplicas checks --redis-replicas n (-1: 1 with sentinel or cluster,
+// 0 with a single server) and --redis-replica-wait.
+func redisReplicas(n int, mode string, wait time.Duration) (int, time.Duration, error) {
+	if n < -1 {
+		return 0, 0, usagef("--redis-replicas %d: give 0 or more", n)
+	}
+	if n == -1 {
+		n = 0
+		if mode == "sentinel" || mode == "cluster" {
+			n = 1
+		}
+	}
+	if n > 0 && (wait < time.Millisecond || wait > time.Second) {
+		return 0, 0, usagef("--redis-replica-wait %s: give 1ms to 1s (a park must finish within relay's 2s for it)", wait)
+	}
+	return n, wait, nil
+}

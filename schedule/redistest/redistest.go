@@ -6,8 +6,12 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +24,7 @@ type Server struct {
 	Addr       string // host:port
 	Dir        string // its working directory (AOF files)
 	appendOnly bool
+	replicaOf  string // host:port of its primary, or empty
 	cmd        *exec.Cmd
 	exited     chan struct{}
 }
@@ -31,6 +36,8 @@ func (s *Server) URL() string { return "redis://" + s.Addr }
 type Options struct {
 	// AppendOnly turns on the append-only file with fsync on every write.
 	AppendOnly bool
+	// ReplicaOf makes the server a replica of this server.
+	ReplicaOf *Server
 }
 
 // Start runs redis-server until the test ends. It fails the test, with what
@@ -47,6 +54,9 @@ func Start(t testing.TB, o Options) *Server {
 	addr := ln.Addr().String()
 	ln.Close()
 	s := &Server{t: t, Addr: addr, Dir: t.TempDir(), appendOnly: o.AppendOnly}
+	if o.ReplicaOf != nil {
+		s.replicaOf = o.ReplicaOf.Addr
+	}
 	s.start()
 	t.Cleanup(s.Kill)
 	return s
@@ -60,6 +70,10 @@ func (s *Server) start() {
 		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
 	} else {
 		args = append(args, "--appendonly", "no")
+	}
+	if s.replicaOf != "" {
+		host, port, _ := net.SplitHostPort(s.replicaOf)
+		args = append(args, "--replicaof", host, port)
 	}
 	s.cmd = exec.Command("redis-server", args...)
 	if err := s.cmd.Start(); err != nil {
@@ -102,6 +116,40 @@ func (s *Server) Kill() {
 	<-s.exited
 }
 
+// Pause stops the server with SIGSTOP: it holds its connections but
+// answers nothing until Resume. A paused replica confirms no writes.
+func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.t.Helper()
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		s.t.Fatalf("%s: %v", sig, err)
+	}
+}
+
+// WaitReplicating waits until the replica s has synchronised with its
+// primary and the primary counts it: from then on WAIT can count it.
+func (s *Server) WaitReplicating(primary *Server) {
+	s.t.Helper()
+	rc, pc := s.Client(), primary.Client()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ri, rerr := rc.Info(context.Background(), "replication").Result()
+		pi, perr := pc.Info(context.Background(), "replication").Result()
+		if rerr == nil && perr == nil && strings.Contains(ri, "master_link_status:up") &&
+			strings.Contains(pi, "connected_slaves:1") && strings.Contains(pi, "state=online") {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("%s did not start replicating %s within 20s: %v %v\n%s\n%s", s.Addr, primary.Addr, rerr, perr, ri, pi)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // Restart starts the server again on the same port and directory.
 func (s *Server) Restart() {
 	s.t.Helper()
@@ -119,4 +167,86 @@ func (s *Server) Client() *redis.Client {
 // String describes s.
 func (s *Server) String() string {
 	return fmt.Sprintf("redis-server %s (aof=%s)", s.Addr, strconv.FormatBool(s.appendOnly))
+}
+
+// Sentinel is a redis-server running as a Sentinel that watches one
+// primary, under the name MasterName, and fails it over to a replica
+// 500ms after it stops answering (quorum 1).
+type Sentinel struct {
+	t    testing.TB
+	Addr string
+	cmd  *exec.Cmd
+}
+
+// MasterName is the name a Sentinel started by StartSentinel watches its
+// primary under.
+const MasterName = "relay-test"
+
+// StartSentinel runs a Sentinel watching primary until the test ends, and
+// waits until it knows each of replicas.
+func StartSentinel(t testing.TB, primary *Server, replicas ...*Server) *Sentinel {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	dir := t.TempDir()
+	_, port, _ := net.SplitHostPort(addr)
+	host, pport, _ := net.SplitHostPort(primary.Addr)
+	conf := filepath.Join(dir, "sentinel.conf")
+	text := fmt.Sprintf("port %s\nbind 127.0.0.1\ndir %s\nsentinel monitor %s %s %s 1\n"+
+		"sentinel down-after-milliseconds %s 500\nsentinel failover-timeout %s 2000\n",
+		port, dir, MasterName, host, pport, MasterName, MasterName)
+	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := &Sentinel{t: t, Addr: addr, cmd: exec.Command("redis-server", conf, "--sentinel", "--loglevel", "warning")}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatalf("start redis sentinel: %v", err)
+	}
+	t.Cleanup(func() { _ = s.cmd.Process.Kill(); _ = s.cmd.Wait() })
+	c := redis.NewSentinelClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		known := 0
+		rs, err := c.Replicas(context.Background(), MasterName).Result()
+		for _, r := range replicas {
+			for _, m := range rs {
+				if m["name"] == r.Addr && !strings.Contains(m["flags"], "down") {
+					known++
+				}
+			}
+		}
+		if err == nil && known == len(replicas) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redis sentinel %s did not come up knowing %d replicas within 20s: %v %v", addr, len(replicas), err, rs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// URL is the go-redis failover URL of the primary s watches.
+func (s *Sentinel) URL() string { return "redis://" + s.Addr + "?master_name=" + MasterName }
+
+// WaitPrimary waits until s names addr as the primary (after a failover).
+func (s *Sentinel) WaitPrimary(addr string, within time.Duration) {
+	s.t.Helper()
+	c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(within)
+	for {
+		got, err := c.GetMasterAddrByName(context.Background(), MasterName).Result()
+		if err == nil && len(got) == 2 && net.JoinHostPort(got[0], got[1]) == addr {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("redis sentinel did not name %s the primary within %s: %v %v", addr, within, got, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -1,0 +1,85 @@
+package integration
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/schedule"
+	"github.com/relaydev/relay/schedule/redistest"
+)
+
+// Redis replication is asynchronous. Here the replica is killed, the
+// primary is killed after it, and Sentinel promotes the replica when it
+// comes back with what its append-only file had: no parked event is lost.
+// relay acks an event it parked only once a replica confirmed it
+// (--redis-replicas, 1 by default with sentinel); one that no replica
+// confirmed waits in JetStream instead. With --redis-replicas 0 the events
+// parked while the replica was down are lost here (only the primary had
+// them).
+func TestFaultRedisFailoverLosesNoParkedEvent(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	primary := redistest.Start(t, redistest.Options{})
+	replica := redistest.Start(t, redistest.Options{ReplicaOf: primary, AppendOnly: true})
+	replica.WaitReplicating(primary)
+	sentinel := redistest.StartSentinel(t, primary, replica)
+
+	s := newSink(t, failing(1)) // every event's first attempt fails
+	// Waits of 8s: the parked events are due after the failover.
+	e.addDest(relay.Destination{Name: "failover", URL: s.URL, BreakerThreshold: -1, Retry: relay.RetryPolicy{
+		Base: relay.Duration(8 * time.Second), Max: relay.Duration(10 * time.Second), NoJitter: true, MaxAttempts: 5}})
+	p := faultRun(t, e.url, "--redis-mode", "sentinel", "--redis-url", sentinel.URL(),
+		"--park-threshold", "500ms", "--redis-replica-wait", "200ms")
+	require.True(t, p.logged("replicas_confirming=1"), p.output())
+
+	onPrimary := schedule.NewStore(primary.Client())
+	parked := func() int64 {
+		ps, err := onPrimary.Stats(context.Background(), "failover")
+		if err != nil {
+			return -1
+		}
+		return ps.Parked
+	}
+	const n = 20
+	published := map[string]string{}
+	for range n {
+		res := e.publish("failover", "", `{"batch":"confirmed"}`)
+		published[res.ID] = `{"batch":"confirmed"}`
+	}
+	eventually(t, 15*time.Second, func() bool { return parked() == n }, "the first %d parked", n)
+
+	// No replica confirms now: what fails cannot be parked safely.
+	replica.Kill()
+	for range n {
+		res := e.publish("failover", "", `{"batch":"unconfirmed"}`)
+		published[res.ID] = `{"batch":"unconfirmed"}`
+	}
+	eventually(t, 15*time.Second, func() bool {
+		return strings.Count(p.output(), "cannot park the event in Redis") == n
+	}, "the next %d stay in JetStream:\n%s", n, p.output())
+	require.Equal(t, int64(n), parked(), "none of them left parked on the primary")
+	require.Len(t, s.all(), 2*n, "one attempt each so far")
+
+	primary.Kill()
+	replica.Restart()
+	sentinel.WaitPrimary(replica.Addr, 45*time.Second)
+
+	eventually(t, 60*time.Second, func() bool {
+		d := s.delivered()
+		for id := range published {
+			if d[id] == 0 {
+				return false
+			}
+		}
+		return e.settled("failover")
+	}, "all %d delivered after the failover", 2*n)
+	faultLedger(t, e, s, "failover", published, 1)
+	ps, err := schedule.NewStore(replica.Client()).Stats(context.Background(), "failover")
+	require.NoError(t, err)
+	require.Zero(t, ps.Parked, "nothing left parked on the new primary")
+}
