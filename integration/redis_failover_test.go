@@ -83,3 +83,30 @@ func TestFaultRedisFailoverLosesNoParkedEvent(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, ps.Parked, "nothing left parked on the new primary")
 }
+
+// relay run --redis-mode cluster parks long waits in a Redis Cluster, with
+// the shard's replica confirming each, and promotes them when due.
+func TestRedisClusterParksAndPromotes(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	primary, replica := redistest.StartCluster(t)
+	s := newSink(t, failing(1))
+	e.addDest(relay.Destination{Name: "rc", URL: s.URL, Retry: relay.RetryPolicy{
+		Base: relay.Duration(time.Second), Max: relay.Duration(10 * time.Second), NoJitter: true, MaxAttempts: 5}})
+	p := faultRun(t, e.url, "--redis-mode", "cluster", "--redis-url", redistest.ClusterURL(primary, replica), "--park-threshold", "500ms")
+	require.True(t, p.logged("replicas_confirming=1"), p.output())
+	const n = 10
+	published := map[string]string{}
+	for range n {
+		res := e.publish("rc", "", `{}`)
+		published[res.ID] = `{}`
+	}
+	eventually(t, 20*time.Second, func() bool {
+		return len(s.delivered()) == n && e.settled("rc")
+	}, "all %d delivered on their second attempt", n)
+	require.Equal(t, n, strings.Count(p.output(), "parked=true"), "each parked once:\n%s", p.output())
+	faultLedger(t, e, s, "rc", published, 1)
+	ps, err := schedule.NewStore(primary.Client()).Stats(context.Background(), "rc")
+	require.NoError(t, err)
+	require.Zero(t, ps.Parked)
+}

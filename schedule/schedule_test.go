@@ -234,3 +234,44 @@ func TestParkWithoutEnoughReplicasFails(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, ps.Parked)
 }
+
+// In cluster mode (--redis-mode cluster) the store parks, claims and
+// removes on the shard that holds the {relay} hash tag, and waits for that
+// shard's replica.
+func TestClusterStore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	primary, replica := redistest.StartCluster(t)
+	st, err := schedule.Dial(ctx, redistest.ClusterURL(primary, replica), "cluster")
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Client().Close() })
+	require.IsType(t, &redis.ClusterClient{}, st.Client())
+	st = st.WithReplicas(1, 300*time.Millisecond)
+	n, err := st.ConnectedReplicas(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+
+	now := time.Now()
+	require.NoError(t, st.Park(ctx, entry("c", 1, now.Add(-time.Second))))
+	require.NoError(t, st.Park(ctx, entry("c", 2, now.Add(time.Hour))))
+	// A cluster replica serves reads only to a connection that said READONLY.
+	rconn := replica.Client().Conn()
+	t.Cleanup(func() { rconn.Close() })
+	require.NoError(t, rconn.ReadOnly(ctx).Err())
+	require.Equal(t, int64(2), rconn.ZCard(ctx, "relay:{relay}:due:c").Val(), "the replica has both")
+	c, err := st.Claim(ctx, "c", now, 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, c, 1)
+	require.Equal(t, "evt-1", c[0].Entry.EventID)
+	require.NoError(t, st.Remove(ctx, "c", []string{c[0].Member}))
+	dests, err := st.Dests(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"c"}, dests)
+
+	replica.Pause()
+	defer replica.Resume()
+	require.ErrorIs(t, st.Park(ctx, entry("c", 3, now)), schedule.ErrNotReplicated)
+	ps, err := st.Stats(ctx, "c")
+	require.NoError(t, err)
+	require.Equal(t, int64(1), ps.Parked, "only the entry due in an hour")
+}

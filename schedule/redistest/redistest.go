@@ -25,6 +25,7 @@ type Server struct {
 	Dir        string // its working directory (AOF files)
 	appendOnly bool
 	replicaOf  string // host:port of its primary, or empty
+	cluster    bool
 	cmd        *exec.Cmd
 	exited     chan struct{}
 }
@@ -38,6 +39,8 @@ type Options struct {
 	AppendOnly bool
 	// ReplicaOf makes the server a replica of this server.
 	ReplicaOf *Server
+	// Cluster runs the server in cluster mode (see StartCluster).
+	Cluster bool
 }
 
 // Start runs redis-server until the test ends. It fails the test, with what
@@ -53,7 +56,7 @@ func Start(t testing.TB, o Options) *Server {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	s := &Server{t: t, Addr: addr, Dir: t.TempDir(), appendOnly: o.AppendOnly}
+	s := &Server{t: t, Addr: addr, Dir: t.TempDir(), appendOnly: o.AppendOnly, cluster: o.Cluster}
 	if o.ReplicaOf != nil {
 		s.replicaOf = o.ReplicaOf.Addr
 	}
@@ -65,11 +68,15 @@ func Start(t testing.TB, o Options) *Server {
 func (s *Server) start() {
 	s.t.Helper()
 	_, port, _ := net.SplitHostPort(s.Addr)
-	args := []string{"--port", port, "--bind", "127.0.0.1", "--dir", s.Dir, "--save", "", "--daemonize", "no", "--loglevel", "warning"}
+	args := []string{"--port", port, "--bind", "127.0.0.1", "--dir", s.Dir, "--save", "", "--daemonize", "no", "--loglevel", "warning",
+		"--repl-diskless-sync-delay", "0"} // a replica syncs at once, not after 5s
 	if s.appendOnly {
 		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
 	} else {
 		args = append(args, "--appendonly", "no")
+	}
+	if s.cluster {
+		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(s.Dir, "nodes.conf"), "--cluster-node-timeout", "2000")
 	}
 	if s.replicaOf != "" {
 		host, port, _ := net.SplitHostPort(s.replicaOf)
@@ -131,22 +138,39 @@ func (s *Server) signal(sig syscall.Signal) {
 }
 
 // WaitReplicating waits until the replica s has synchronised with its
-// primary and the primary counts it: from then on WAIT can count it.
+// primary and confirms writes: until a WAIT on the primary counts it.
+// (Here, for up to about a second after the primary lists a replica
+// as online, WAIT can still time out without counting it.)
 func (s *Server) WaitReplicating(primary *Server) {
 	s.t.Helper()
+	ctx := context.Background()
 	rc, pc := s.Client(), primary.Client()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		ri, rerr := rc.Info(context.Background(), "replication").Result()
-		pi, perr := pc.Info(context.Background(), "replication").Result()
+		ri, rerr := rc.Info(ctx, "replication").Result()
+		pi, perr := pc.Info(ctx, "replication").Result()
 		if rerr == nil && perr == nil && strings.Contains(ri, "master_link_status:up") &&
 			strings.Contains(pi, "connected_slaves:1") && strings.Contains(pi, "state=online") {
-			return
+			break
 		}
 		if time.Now().After(deadline) {
 			s.t.Fatalf("%s did not start replicating %s within 20s: %v %v\n%s\n%s", s.Addr, primary.Addr, rerr, perr, ri, pi)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	for {
+		// WAIT counts what this connection wrote: both on one connection.
+		pipe := pc.Pipeline()
+		pipe.Set(ctx, "{relay}:redistest:probe", "x", 0)
+		n := pipe.Do(ctx, "wait", 1, 100)
+		_, _ = pipe.Exec(ctx)
+		if got, err := n.Int64(); err == nil && got >= 1 {
+			pc.Del(ctx, "{relay}:redistest:probe")
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("%s did not confirm a write of %s within 20s: %v", s.Addr, primary.Addr, n.Err())
+		}
 	}
 }
 
@@ -249,4 +273,63 @@ func (s *Sentinel) WaitPrimary(addr string, within time.Duration) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// StartCluster runs a Redis Cluster of one primary, which serves every
+// slot, and one replica of it, and waits until the cluster is up and the
+// replica has synchronised.
+func StartCluster(t testing.TB) (primary, replica *Server) {
+	t.Helper()
+	primary = Start(t, Options{Cluster: true})
+	replica = Start(t, Options{Cluster: true})
+	ctx := context.Background()
+	pc, rc := primary.Client(), replica.Client()
+	if err := pc.ClusterAddSlotsRange(ctx, 0, 16383).Err(); err != nil {
+		t.Fatalf("CLUSTER ADDSLOTSRANGE: %v", err)
+	}
+	host, port, _ := net.SplitHostPort(primary.Addr)
+	if err := rc.ClusterMeet(ctx, host, port).Err(); err != nil {
+		t.Fatalf("CLUSTER MEET: %v", err)
+	}
+	id, err := pc.ClusterMyID(ctx).Result()
+	if err != nil {
+		t.Fatalf("CLUSTER MYID: %v", err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		// The replica must know the primary before it can replicate it.
+		err = rc.ClusterReplicate(ctx, id).Err()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("CLUSTER REPLICATE %s: %v", id, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for {
+		info, err := pc.ClusterInfo(ctx).Result()
+		if err == nil && strings.Contains(info, "cluster_state:ok") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cluster did not come up within 20s: %v %s", err, info)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	replica.WaitReplicating(primary)
+	return primary, replica
+}
+
+// ClusterURL is the go-redis cluster URL of the nodes.
+func ClusterURL(nodes ...*Server) string {
+	u := "redis://" + nodes[0].Addr
+	for i, n := range nodes[1:] {
+		if i == 0 {
+			u += "?addr=" + n.Addr
+		} else {
+			u += "&addr=" + n.Addr
+		}
+	}
+	return u
 }
