@@ -128,3 +128,26 @@ func TestDeliveryToABlockedAddressIsDeadLettered(t *testing.T) {
 	require.Contains(t, l.LastError, "blocked address")
 	require.Zero(t, s.received(), "nothing reached the loopback sink")
 }
+
+// During a rotation of the secret key, a relay given the new key and the old
+// one as previous delivers, signed, the events of destinations whose
+// secrets the old key sealed.
+func TestRelayOpensSecretsSealedWithThePreviousKey(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	oldKey, newKey := []byte("the-old-operator-key-123456789"), []byte("the-new-operator-key-987654321")
+	byOld, err := relay.NewStore(context.Background(), e.js, relay.WithSecretKey(oldKey))
+	require.NoError(t, err)
+	secret := relay.GenerateSecret()
+	s := newSink(t, nil)
+	_, err = byOld.Add(context.Background(), relay.Destination{Name: "rotating", URL: s.URL, Secret: secret})
+	require.NoError(t, err)
+
+	e.startRelay(func(c *relay.Config) { c.SecretKey, c.PreviousSecretKeys = newKey, [][]byte{oldKey} })
+	res := e.publish("rotating", "", `{}`)
+	eventually(t, 10*time.Second, func() bool { return s.delivered()[res.ID] == 1 }, "delivered")
+	wh, err := standardwebhooks.NewWebhook(secret)
+	require.NoError(t, err)
+	h := s.all()[0]
+	require.NoError(t, wh.Verify([]byte(h.Body), h.Header), "signed with the destination's secret")
+}

@@ -394,13 +394,18 @@ type Store struct {
 type StoreOption func(*Store) error
 
 // WithSecretKey encrypts signing secrets at rest (AES-256-GCM with a key
-// derived from material, at least MinKeyLen bytes).
-func WithSecretKey(material []byte) StoreOption {
+// derived from material, at least MinKeyLen bytes). Secrets sealed with a
+// previous key open too, during a key rotation (see Rekey); they are sealed
+// with material when next written.
+func WithSecretKey(material []byte, previous ...[]byte) StoreOption {
 	return func(s *Store) error {
 		if len(material) == 0 {
+			if len(previous) > 0 {
+				return errors.New("a previous secret key is for a rotation to a new one: give the new key too")
+			}
 			return nil
 		}
-		sl, err := newSealer(material)
+		sl, err := newSealer(material, previous...)
 		s.sealer = sl
 		return err
 	}
@@ -516,6 +521,91 @@ func (s *Store) Update(ctx context.Context, name string, fn func(*Destination) e
 		return d, nil
 	}
 	return Destination{}, fmt.Errorf("destination %s is being changed concurrently; try again", name)
+}
+
+// RekeyResult is what Rekey did.
+type RekeyResult struct {
+	// Resealed are the destinations whose secrets Rekey sealed with the
+	// current key: they were sealed with a previous one, or stored in the
+	// clear (before a key was set).
+	Resealed []string
+	// Current are the destinations already sealed with the current key,
+	// or without a secret.
+	Current []string
+	// Failed are the destinations Rekey could not reseal, with why (a
+	// secret sealed with a key it was not given, say).
+	Failed map[string]error
+}
+
+// Rekey seals every destination's secrets with the store's current key,
+// after a key rotation: give the store the new key and the old one as a
+// previous key (WithSecretKey). Destinations it cannot open are reported
+// in Failed and left as they are.
+func (s *Store) Rekey(ctx context.Context) (RekeyResult, error) {
+	if s.sealer == nil {
+		return RekeyResult{}, errors.New("rekey needs the secret key to seal with")
+	}
+	keys, err := s.kv.ListKeys(ctx)
+	if err != nil {
+		return RekeyResult{}, err
+	}
+	var names []string
+	for k := range keys.Keys() {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	res := RekeyResult{Failed: map[string]error{}}
+	for _, name := range names {
+		stale, err := s.staleSeal(ctx, name)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			continue // removed meanwhile
+		case err != nil:
+			res.Failed[name] = err
+			continue
+		case !stale:
+			res.Current = append(res.Current, name)
+			continue
+		}
+		// Update opens with any key given and seals with the current one;
+		// a secret it cannot open fails Validate (ErrSealed).
+		if _, err := s.Update(ctx, name, func(*Destination) error { return nil }); err != nil {
+			if errors.Is(err, ErrNotFound) {
+				continue
+			}
+			res.Failed[name] = err
+			continue
+		}
+		res.Resealed = append(res.Resealed, name)
+	}
+	return res, nil
+}
+
+// staleSeal reports whether a secret of the stored destination name is not
+// sealed with the current key.
+func (s *Store) staleSeal(ctx context.Context, name string) (bool, error) {
+	e, err := s.kv.Get(ctx, name)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, fmt.Errorf("%w: %s", ErrNotFound, name)
+	}
+	if err != nil {
+		return false, err
+	}
+	var d Destination
+	if err := json.Unmarshal(e.Value(), &d); err != nil {
+		return false, fmt.Errorf("destination %s is %w: %w", name, errStoredCorrupt, err)
+	}
+	for _, v := range []string{d.Secret, d.PrevSecret} {
+		if v == "" {
+			continue
+		}
+		if _, current, err := s.sealer.openKey(v, name); err != nil {
+			return false, err
+		} else if !current {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // Get returns one destination.

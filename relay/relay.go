@@ -49,6 +49,9 @@ type Config struct {
 	// SecretKey decrypts (and encrypts) destination secrets at rest.
 	// Optional: without it secrets are stored as they are.
 	SecretKey []byte
+	// PreviousSecretKeys open secrets sealed before a key rotation, until
+	// 'relay dest rekey' has sealed them with SecretKey. Optional.
+	PreviousSecretKeys [][]byte
 	// Schedule parks long waits in Redis. Optional: without it every wait is
 	// a delayed nak in JetStream.
 	Schedule *schedule.Store
@@ -152,7 +155,7 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	st, err := NewStore(ctx, cfg.JS, WithSecretKey(cfg.SecretKey))
+	st, err := NewStore(ctx, cfg.JS, WithSecretKey(cfg.SecretKey, cfg.PreviousSecretKeys...))
 	if err != nil {
 		return nil, err
 	}

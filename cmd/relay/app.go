@@ -78,6 +78,8 @@ func App(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			&cli.StringFlag{Name: "tls-key", EnvVars: []string{"RELAY_TLS_KEY"}, Usage: "client key for NATS", TakesFile: true},
 			&cli.StringFlag{Name: "secret-key", EnvVars: []string{"RELAY_SECRET_KEY"}, Usage: "key that encrypts destination secrets at rest (at least 16 random bytes; prefer the environment variable or --secret-key-file)"},
 			&cli.StringFlag{Name: "secret-key-file", EnvVars: []string{"RELAY_SECRET_KEY_FILE"}, Usage: "file holding the key that encrypts destination secrets at rest", TakesFile: true},
+			&cli.StringFlag{Name: "previous-secret-key", EnvVars: []string{"RELAY_PREVIOUS_SECRET_KEY"}, Usage: "during a key rotation, the old key: secrets sealed with it still open, until 'relay dest rekey' seals them with the new one"},
+			&cli.StringFlag{Name: "previous-secret-key-file", EnvVars: []string{"RELAY_PREVIOUS_SECRET_KEY_FILE"}, Usage: "file holding the previous key (see --previous-secret-key)", TakesFile: true},
 			&cli.StringFlag{Name: "log-level", EnvVars: []string{"RELAY_LOG_LEVEL"}, Value: "info", Usage: "debug, info, warn or error"},
 			&cli.StringFlag{Name: "log-format", EnvVars: []string{"RELAY_LOG_FORMAT"}, Value: "text", Usage: "text or json"},
 		},
@@ -237,35 +239,56 @@ func cmdContext(c *cli.Context, limit time.Duration) (context.Context, context.C
 
 // secretKey returns the key material that encrypts destination secrets, or
 // nil when none was given.
-func secretKey(c *cli.Context) ([]byte, error) {
-	k, f := c.String("secret-key"), c.String("secret-key-file")
+// secretKeys reads the secret key and the previous one (during a key
+// rotation), each from its flag, its environment variable or its file.
+func secretKeys(c *cli.Context) (key, previous []byte, err error) {
+	key, err = keyFrom(c, "secret-key", "RELAY_SECRET_KEY")
+	if err != nil {
+		return nil, nil, err
+	}
+	previous, err = keyFrom(c, "previous-secret-key", "RELAY_PREVIOUS_SECRET_KEY")
+	if err != nil {
+		return nil, nil, err
+	}
+	if previous != nil && key == nil {
+		return nil, nil, usagef("--previous-secret-key is the old key of a rotation: give the new one too (--secret-key or --secret-key-file)")
+	}
+	return key, previous, nil
+}
+
+// keyFrom reads one key from --flag or --flag-file.
+func keyFrom(c *cli.Context, flag, env string) ([]byte, error) {
+	k, f := c.String(flag), c.String(flag+"-file")
 	if k != "" && f != "" {
-		return nil, usagef("give the secret key once: --secret-key (RELAY_SECRET_KEY) or --secret-key-file")
+		return nil, usagef("give the %s once: --%s (%s) or --%s-file", strings.ReplaceAll(flag, "-", " "), flag, env, flag)
 	}
 	if f != "" {
 		b, err := os.ReadFile(f)
 		if err != nil {
-			return nil, fmt.Errorf("--secret-key-file: %w", err)
+			return nil, fmt.Errorf("--%s-file: %w", flag, err)
 		}
 		k = strings.TrimSpace(string(b))
 		if k == "" {
-			return nil, fmt.Errorf("--secret-key-file %s is empty", f)
+			return nil, fmt.Errorf("--%s-file %s is empty", flag, f)
 		}
 	}
 	if k == "" {
 		return nil, nil
 	}
 	if len(k) < relay.MinKeyLen {
-		return nil, usagef("the secret key is %d bytes; use at least %d random bytes (openssl rand -base64 32)", len(k), relay.MinKeyLen)
+		return nil, usagef("the %s is %d bytes; use at least %d random bytes (openssl rand -base64 32)", strings.ReplaceAll(flag, "-", " "), len(k), relay.MinKeyLen)
 	}
 	return []byte(k), nil
 }
 
 // destStore opens the destination store with the secret key, if any.
 func destStore(c *cli.Context, ctx context.Context, js jetstream.JetStream) (*relay.Store, error) {
-	key, err := secretKey(c)
+	key, previous, err := secretKeys(c)
 	if err != nil {
 		return nil, err
+	}
+	if previous != nil {
+		return relay.NewStore(ctx, js, relay.WithSecretKey(key, previous))
 	}
 	return relay.NewStore(ctx, js, relay.WithSecretKey(key))
 }

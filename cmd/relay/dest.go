@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -303,6 +305,43 @@ losing a delivery. After the overlap only the new secret signs.`,
 					}
 					fmt.Fprintf(c.App.Writer, "removed destination %s\n", name)
 					return nil
+				},
+			},
+			{
+				Name:  "rekey",
+				Usage: "seal every destination's secrets with the current secret key (after a key rotation)",
+				Description: "Give the new key as --secret-key (RELAY_SECRET_KEY) or --secret-key-file and the old one as\n" +
+					"--previous-secret-key (RELAY_PREVIOUS_SECRET_KEY) or --previous-secret-key-file. Secrets sealed\n" +
+					"with the old key, or stored in the clear before a key was set, are sealed with the new one.",
+				Action: func(c *cli.Context) error {
+					if c.NArg() > 0 {
+						return usagef("dest rekey takes no arguments; got %d", c.NArg())
+					}
+					key, _, err := secretKeys(c)
+					if err != nil {
+						return err
+					}
+					if key == nil {
+						return usagef("dest rekey seals with the secret key: give it with --secret-key (RELAY_SECRET_KEY) or --secret-key-file, and the old one with --previous-secret-key")
+					}
+					ctx, _, st, done, err := openDests(c, 5*time.Minute)
+					if err != nil {
+						return err
+					}
+					defer done()
+					res, err := st.Rekey(ctx)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(c.App.Writer, "sealed with the current key: %d destinations resealed, %d already were\n", len(res.Resealed), len(res.Current))
+					if len(res.Failed) == 0 {
+						return nil
+					}
+					names := slices.Sorted(maps.Keys(res.Failed))
+					for _, n := range names {
+						fmt.Fprintf(c.App.ErrWriter, "%s: %v\n", n, res.Failed[n])
+					}
+					return fmt.Errorf("%d destinations could not be resealed (%s): their secrets stay as they were; give the key they are sealed with as --previous-secret-key", len(names), strings.Join(names, ", "))
 				},
 			},
 		},

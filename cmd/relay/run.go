@@ -152,9 +152,12 @@ func runAction(c *cli.Context) error {
 	}); err != nil {
 		return fmt.Errorf("set up streams: %w", err)
 	}
-	key, err := secretKey(c)
+	key, previous, err := secretKeys(c)
 	if err != nil {
 		return err
+	}
+	if previous != nil {
+		log.Info("secrets sealed with the previous secret key open too, until 'relay dest rekey' seals them with the current one")
 	}
 	if key == nil {
 		log.Warn("destination secrets are stored unencrypted in JetStream: set RELAY_SECRET_KEY or --secret-key-file to encrypt them")
@@ -177,6 +180,9 @@ func runAction(c *cli.Context) error {
 			ResponseHeaderTimeout: c.Duration("response-header-timeout"),
 			InsecureSkipVerify:    c.Bool("dangerously-skip-tls-verify"),
 		})}
+	if previous != nil {
+		cfg.PreviousSecretKeys = [][]byte{previous}
+	}
 	var promoter *schedule.Promoter
 	if u := c.String("redis-url"); u != "" {
 		if c.Duration("park-lease") >= c.Duration("duplicate-window") {

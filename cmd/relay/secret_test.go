@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/stream"
 )
 
 func TestRotateSecretAndEncryptionKey(t *testing.T) {
@@ -51,4 +52,67 @@ func TestRotateSecretAndEncryptionKey(t *testing.T) {
 	code, _, errs = b.cli(t, "", "--secret-key", "short", "dest", "list")
 	require.Equal(t, 2, code)
 	require.Contains(t, errs, "at least 16")
+}
+
+// A rotation of the key that seals destination secrets: with the new key
+// and the old one as previous, 'dest rekey' seals every secret with the new
+// key, after which the old key is no longer needed.
+func TestRekeyAfterAKeyRotation(t *testing.T) {
+	b := setup(t)
+	const oldKey, newKey = "the-old-operator-key-123456789", "the-new-operator-key-987654321"
+	code, out, errs := b.cli(t, "", "--secret-key", oldKey, "dest", "add", "sealed", "--url", "https://example.test/a")
+	require.Equal(t, 0, code, errs)
+	secret := strings.TrimSpace(out[strings.Index(out, "whsec_"):])
+	code, out, errs = b.cli(t, "", "dest", "add", "clear", "--url", "https://example.test/b")
+	require.Equal(t, 0, code, errs)
+	clearSecret := strings.TrimSpace(out[strings.Index(out, "whsec_"):])
+	code, _, errs = b.cli(t, "", "dest", "add", "unsigned", "--url", "https://example.test/c", "--no-secret")
+	require.Equal(t, 0, code, errs)
+
+	// The new key alone cannot open what the old one sealed.
+	code, _, errs = b.cli(t, "", "--secret-key", newKey, "dest", "rotate-secret", "sealed")
+	require.Equal(t, 1, code)
+	require.Contains(t, errs, "encrypted")
+	// Without the old key, rekey seals what was stored in the clear and
+	// says which it could not open.
+	code, out, errs = b.cli(t, "", "--secret-key", newKey, "dest", "rekey")
+	require.Equal(t, 1, code)
+	require.Contains(t, out, "1 destinations resealed, 1 already were")
+	require.Contains(t, errs, "1 destinations could not be resealed (sealed)")
+
+	code, out, errs = b.cli(t, "", "--secret-key", newKey, "--previous-secret-key", oldKey, "dest", "rekey")
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "1 destinations resealed, 2 already were")
+	code, out, errs = b.cli(t, "", "--secret-key", newKey, "dest", "rekey")
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "0 destinations resealed, 3 already were")
+
+	st, err := relay.NewStore(context.Background(), b.js, relay.WithSecretKey([]byte(newKey)))
+	require.NoError(t, err)
+	for name, want := range map[string]string{"sealed": secret, "clear": clearSecret} {
+		d, err := st.Get(context.Background(), name)
+		require.NoError(t, err)
+		require.Equal(t, want, d.Secret, "%s keeps its signing secret", name)
+		require.NoError(t, d.Validate(), name)
+	}
+	kv, err := b.js.KeyValue(context.Background(), stream.DestBucket)
+	require.NoError(t, err)
+	raw, err := kv.Get(context.Background(), "clear")
+	require.NoError(t, err)
+	require.NotContains(t, string(raw.Value()), strings.TrimPrefix(clearSecret, "whsec_"), "the secret stored in the clear is sealed now")
+	old, err := relay.NewStore(context.Background(), b.js, relay.WithSecretKey([]byte(oldKey)))
+	require.NoError(t, err)
+	d, err := old.Get(context.Background(), "sealed")
+	require.NoError(t, err)
+	require.ErrorIs(t, d.Validate(), relay.ErrSealed, "the old key no longer opens it")
+
+	code, _, errs = b.cli(t, "", "dest", "rekey")
+	require.Equal(t, 2, code)
+	require.Contains(t, errs, "dest rekey seals with the secret key")
+	code, _, errs = b.cli(t, "", "--previous-secret-key", oldKey, "dest", "list")
+	require.Equal(t, 2, code)
+	require.Contains(t, errs, "give the new one too")
+	code, _, errs = b.cli(t, "", "--secret-key", newKey, "--previous-secret-key", "short", "dest", "list")
+	require.Equal(t, 2, code)
+	require.Contains(t, errs, "the previous secret key is 5 bytes")
 }
