@@ -22,14 +22,28 @@ import (
 // The NATS permissions the README lists for a relay and for a producer using
 // relay's Go package, exactly as written there.
 var (
-	relayPermissions = &server.Permissions{
-		Publish: &server.SubjectPermission{Allow: []string{
-			"relay.in.>", "relay.dlq.>",
-			"$JS.API.>",
-			"$KV.relay_destinations.>", "$KV.relay_attempts.>", "$KV.relay_replicas.>", "$KV.relay_state.>",
-			"$JS.ACK.RELAY_EVENTS.>",
-		}},
-		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+	// relayAPI is the narrower list of JetStream API subjects, for the
+	// streams relay uses.
+	relayAPI = func() []string {
+		api := []string{"$JS.API.INFO"}
+		for _, s := range []string{"RELAY_EVENTS", "RELAY_DLQ", "KV_relay_destinations", "KV_relay_attempts", "KV_relay_replicas", "KV_relay_state"} {
+			api = append(api,
+				"$JS.API.STREAM.INFO."+s, "$JS.API.STREAM.CREATE."+s, "$JS.API.STREAM.UPDATE."+s,
+				"$JS.API.STREAM.MSG.GET."+s, "$JS.API.DIRECT.GET."+s, "$JS.API.DIRECT.GET."+s+".>",
+				"$JS.API.CONSUMER.*."+s, "$JS.API.CONSUMER.*."+s+".>",
+				"$JS.API.CONSUMER.DURABLE.CREATE."+s+".>", "$JS.API.CONSUMER.MSG.NEXT."+s+".>")
+		}
+		return api
+	}()
+	relayPermissions = func(api ...string) *server.Permissions {
+		return &server.Permissions{
+			Publish: &server.SubjectPermission{Allow: append([]string{
+				"relay.in.>", "relay.dlq.>",
+				"$KV.relay_destinations.>", "$KV.relay_attempts.>", "$KV.relay_replicas.>", "$KV.relay_state.>",
+				"$JS.ACK.RELAY_EVENTS.>",
+			}, api...)},
+			Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+		}
 	}
 	producerPermissions = &server.Permissions{
 		Publish: &server.SubjectPermission{Allow: []string{
@@ -78,10 +92,21 @@ func connectAs(t *testing.T, url, user string, v *violations) jetstream.JetStrea
 // reports no permission violation to either.
 func TestRelayRunsWithTheDocumentedPermissions(t *testing.T) {
 	t.Parallel()
+	t.Run("all of the JetStream API", func(t *testing.T) {
+		t.Parallel()
+		runWithPermissions(t, relayPermissions("$JS.API.>"))
+	})
+	t.Run("the narrower list of API subjects", func(t *testing.T) {
+		t.Parallel()
+		runWithPermissions(t, relayPermissions(relayAPI...))
+	})
+}
+
+func runWithPermissions(t *testing.T, perms *server.Permissions) {
 	s, err := server.NewServer(&server.Options{
 		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
 		Users: []*server.User{
-			{Username: "relay", Password: "relay", Permissions: relayPermissions},
+			{Username: "relay", Password: "relay", Permissions: perms},
 			{Username: "producer", Password: "producer", Permissions: producerPermissions},
 		},
 	})

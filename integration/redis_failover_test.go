@@ -34,7 +34,7 @@ func TestFaultRedisFailoverLosesNoParkedEvent(t *testing.T) {
 	e.addDest(relay.Destination{Name: "failover", URL: s.URL, BreakerThreshold: -1, Retry: relay.RetryPolicy{
 		Base: relay.Duration(8 * time.Second), Max: relay.Duration(10 * time.Second), NoJitter: true, MaxAttempts: 5}})
 	p := faultRun(t, e.url, "--redis-mode", "sentinel", "--redis-url", sentinel.URL(),
-		"--park-threshold", "500ms", "--redis-replica-wait", "200ms")
+		"--park-threshold", "500ms", "--redis-replica-wait", "1s")
 	require.True(t, p.logged("replicas_confirming=1"), p.output())
 
 	onPrimary := schedule.NewStore(primary.Client())

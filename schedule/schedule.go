@@ -22,8 +22,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -73,10 +75,17 @@ type Store struct {
 	// replicaWait.
 	replicas    int
 	replicaWait time.Duration
+	// degraded is set by a park that was not confirmed, and cleared by one
+	// that was: meanwhile each park first asks the primary how many
+	// replicas it has, and fails at once when too few.
+	degraded *atomic.Bool
 }
 
 // NewStore uses rdb (a client, a cluster client or a failover client).
 func NewStore(rdb redis.UniversalClient) *Store { return &Store{rdb: rdb} }
+
+// Client returns the Redis client.
+func (s *Store) Client() redis.UniversalClient { return s.rdb }
 
 // ErrNotReplicated: Park wrote the entry to the primary, but fewer
 // replicas than asked confirmed it in time. Park took the entry out
@@ -88,15 +97,29 @@ var ErrNotReplicated = errors.New("schedule: not confirmed by enough Redis repli
 // returns ErrNotReplicated. Redis replicates asynchronously: without it, a
 // failover can promote a replica that never got an entry the primary
 // confirmed, and the parked event is lost. n = 0 waits for none. A wait
-// under 1ms counts as 1ms (WAIT with 0 would block for ever).
-func (s *Store) WithReplicas(n int, wait time.Duration) *Store {
+// under 1ms counts as 1ms (WAIT with 0 would block for ever); it must be
+// shorter than the client's read timeout.
+func (s *Store) WithReplicas(n int, wait time.Duration) (*Store, error) {
 	c := *s
-	c.replicas, c.replicaWait = n, max(wait, time.Millisecond)
-	return &c
+	c.replicas, c.replicaWait, c.degraded = n, max(wait, time.Millisecond), new(atomic.Bool)
+	if n == 0 {
+		return &c, nil
+	}
+	var read time.Duration
+	switch r := s.rdb.(type) {
+	case *redis.Client:
+		read = r.Options().ReadTimeout
+	case *redis.ClusterClient:
+		read = r.Options().ReadTimeout
+	}
+	if read == 0 {
+		read = 3 * time.Second // go-redis's default; below 0: none
+	}
+	if read > 0 && read <= c.replicaWait {
+		return nil, fmt.Errorf("the Redis read timeout %s must be longer than the wait for replicas %s: a pipeline's reply is read within the read timeout", read, c.replicaWait)
+	}
+	return &c, nil
 }
-
-// Client returns the Redis client.
-func (s *Store) Client() redis.UniversalClient { return s.rdb }
 
 // Dial connects to Redis. url is redis://[user:password@]host:port[/db] or
 // rediss:// for TLS; mode is "" (single server), "cluster" or "sentinel" (then
@@ -203,7 +226,18 @@ func (s *Store) Park(ctx context.Context, e Entry) error {
 	}
 	keys := []string{dueKey(e.Dest), msgKey(e.Dest), destsKey()}
 	if s.replicas == 0 {
-		return parkScript.Run(ctx, s.rdb, keys, e.Member(), ms(e.Due), b, e.Dest).Err()
+		err = parkScript.Run(ctx, s.rdb, keys, e.Member(), ms(e.Due), b, e.Dest).Err()
+		if err == nil || nothingWritten(err) {
+			return err // stored, or refused: nothing was written
+		}
+		return fmt.Errorf("%w (taking the entry out again: %v)", err, s.takeOut(ctx, e))
+	}
+	if s.degraded.Load() {
+		// The last park was not confirmed: do not wait for replicas the
+		// primary does not have.
+		if n, err := s.ConnectedReplicas(ctx); err == nil && n < s.replicas {
+			return fmt.Errorf("%w: the primary has %d of %d replicas connected", ErrNotReplicated, n, s.replicas)
+		}
 	}
 	// WAIT counts the replicas that have what this connection wrote, so
 	// the write and the WAIT go down one connection to the primary.
@@ -216,20 +250,58 @@ func (s *Store) Park(ctx context.Context, e Entry) error {
 	wait := pipe.Do(ctx, "wait", s.replicas, s.replicaWait.Milliseconds())
 	_, _ = pipe.Exec(ctx)
 	if err := park.Err(); err != nil {
-		return err
+		s.reloadCluster(ctx)
+		if nothingWritten(err) {
+			return err // refused (a MOVED, say): nothing was written
+		}
+		// The reply was lost: the entry may be stored.
+		return fmt.Errorf("%w (taking the entry out again: %v)", err, s.takeOut(ctx, e))
 	}
 	got, err := wait.Int64()
 	if err == nil && got >= int64(s.replicas) {
+		s.degraded.Store(false)
 		return nil
 	}
 	// Not safe from a failover: take it out, so that the promoter does not
 	// also deliver what will now wait in JetStream. Should that fail too,
 	// the event may be delivered twice; it is not lost.
-	rerr := s.Remove(ctx, e.Dest, []string{e.Member()})
+	s.degraded.Store(true)
+	rerr := s.takeOut(ctx, e)
 	if err != nil {
-		return fmt.Errorf("%w: WAIT: %w (taking the entry out: %v)", ErrNotReplicated, err, rerr)
+		return fmt.Errorf("%w: WAIT: %w (taking the entry out again: %v)", ErrNotReplicated, err, rerr)
 	}
-	return fmt.Errorf("%w: %d of %d confirmed within %s (taking the entry out: %v)", ErrNotReplicated, got, s.replicas, s.replicaWait, rerr)
+	return fmt.Errorf("%w: %d of %d confirmed within %s (taking the entry out again: %v)", ErrNotReplicated, got, s.replicas, s.replicaWait, rerr)
+}
+
+// nothingWritten reports whether err says that nothing was written: Redis's
+// answer (the command was refused), or no connection to send it on. It is
+// false for a reply lost on the way.
+func nothingWritten(err error) bool {
+	var re redis.Error
+	var op *net.OpError
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return false
+	case errors.As(err, &op) && op.Op == "dial", errors.Is(err, redis.ErrPoolTimeout):
+		return true
+	}
+	return errors.As(err, &re)
+}
+
+// takeOut removes e after a park that may have stored it but must not
+// count, with a time of its own: the park's context may be used up.
+func (s *Store) takeOut(ctx context.Context, e Entry) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	return s.Remove(rctx, e.Dest, []string{e.Member()})
+}
+
+// reloadCluster has a cluster client read the slot map again after a
+// failed park: the shard's primary may have moved.
+func (s *Store) reloadCluster(ctx context.Context) {
+	if c, ok := s.rdb.(*redis.ClusterClient); ok {
+		c.ReloadState(ctx)
+	}
 }
 
 // primary is a client of the Redis primary that holds the keys: the client

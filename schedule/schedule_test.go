@@ -191,7 +191,8 @@ func TestParkWaitsForAReplica(t *testing.T) {
 	replica := redistest.Start(t, redistest.Options{ReplicaOf: primary})
 	replica.WaitReplicating(primary)
 	plain := schedule.NewStore(primary.Client())
-	st := plain.WithReplicas(1, 300*time.Millisecond)
+	st, err := plain.WithReplicas(1, 300*time.Millisecond)
+	require.NoError(t, err)
 	n, err := st.ConnectedReplicas(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
@@ -225,14 +226,62 @@ func TestParkWithoutEnoughReplicasFails(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	r := redistest.Start(t, redistest.Options{})
-	st := schedule.NewStore(r.Client()).WithReplicas(1, 50*time.Millisecond)
+	st, err := schedule.NewStore(r.Client()).WithReplicas(1, 50*time.Millisecond)
+	require.NoError(t, err)
 	n, err := st.ConnectedReplicas(ctx)
 	require.NoError(t, err)
 	require.Zero(t, n)
-	require.ErrorIs(t, st.Park(ctx, entry("none", 1, time.Now())), schedule.ErrNotReplicated)
+	err = st.Park(ctx, entry("none", 1, time.Now()))
+	require.ErrorIs(t, err, schedule.ErrNotReplicated)
+	require.ErrorContains(t, err, "0 of 1 confirmed within 50ms", "the first park waits")
+	// After one that was not confirmed, parks ask how many replicas there
+	// are, and fail without waiting.
+	err = st.Park(ctx, entry("none", 2, time.Now()))
+	require.ErrorIs(t, err, schedule.ErrNotReplicated)
+	require.ErrorContains(t, err, "the primary has 0 of 1 replicas connected")
 	ps, err := st.Stats(ctx, "none")
 	require.NoError(t, err)
 	require.Zero(t, ps.Parked)
+
+	// A wait as long as the client's read timeout is refused.
+	slow := redis.NewClient(&redis.Options{Addr: r.Addr, ReadTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { slow.Close() })
+	_, err = schedule.NewStore(slow).WithReplicas(1, 100*time.Millisecond)
+	require.ErrorContains(t, err, "the Redis read timeout 100ms must be longer than the wait for replicas 100ms")
+}
+
+// WAIT counts the replicas that have what its own connection wrote. A park
+// whose WAIT went down another connection, one whose last write the replica
+// already has, would be confirmed although the replica has not got it.
+func TestParkWaitsOnTheConnectionThatWrote(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	primary := redistest.Start(t, redistest.Options{})
+	replica := redistest.Start(t, redistest.Options{ReplicaOf: primary})
+	replica.WaitReplicating(primary)
+	// Two connections, handed out in turn.
+	c := redis.NewClient(&redis.Options{Addr: primary.Addr, PoolFIFO: true, PoolSize: 2, MinIdleConns: 2})
+	t.Cleanup(func() { c.Close() })
+	st, err := schedule.NewStore(c).WithReplicas(1, 300*time.Millisecond)
+	require.NoError(t, err)
+	for i := range 4 {
+		// A write on each connection, confirmed.
+		require.NoError(t, st.Park(ctx, entry("conn", i, time.Now().Add(time.Hour))))
+	}
+	// One more write, confirmed: the replica has acknowledged everything
+	// either connection wrote so far.
+	pipe := c.Pipeline()
+	pipe.Set(ctx, "{relay}:probe", "x", 0)
+	confirmed := pipe.Do(ctx, "wait", 1, 1000)
+	_, err = pipe.Exec(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), confirmed.Val())
+	replica.Pause()
+	defer replica.Resume()
+	for i := range 4 {
+		require.ErrorIs(t, st.Park(ctx, entry("conn", 10+i, time.Now().Add(time.Hour))), schedule.ErrNotReplicated,
+			"park %d confirmed while the replica was paused", i)
+	}
 }
 
 // In cluster mode (--redis-mode cluster) the store parks, claims and
@@ -246,7 +295,8 @@ func TestClusterStore(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { st.Client().Close() })
 	require.IsType(t, &redis.ClusterClient{}, st.Client())
-	st = st.WithReplicas(1, 300*time.Millisecond)
+	st, err = st.WithReplicas(1, 300*time.Millisecond)
+	require.NoError(t, err)
 	n, err := st.ConnectedReplicas(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)

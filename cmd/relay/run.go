@@ -198,7 +198,9 @@ func runAction(c *cli.Context) error {
 		}
 		defer st.Client().Close()
 		if replicas > 0 {
-			st = st.WithReplicas(replicas, wait)
+			if st, err = st.WithReplicas(replicas, wait); err != nil {
+				return usageError{err.Error() + " (--redis-replica-wait, or read_timeout in --redis-url)"}
+			}
 			if n, err := st.ConnectedReplicas(setupCtx); err != nil {
 				log.Warn("cannot read how many replicas the Redis primary has", "err", err)
 			} else if n < replicas {

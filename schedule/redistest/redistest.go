@@ -83,6 +83,7 @@ func (s *Server) start() {
 		args = append(args, "--replicaof", host, port)
 	}
 	s.cmd = exec.Command("redis-server", args...)
+	s.cmd.SysProcAttr = dieWithTest()
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("start redis-server: %v", err)
 	}
@@ -227,6 +228,7 @@ func StartSentinel(t testing.TB, primary *Server, replicas ...*Server) *Sentinel
 		t.Fatal(err)
 	}
 	s := &Sentinel{t: t, Addr: addr, cmd: exec.Command("redis-server", conf, "--sentinel", "--loglevel", "warning")}
+	s.cmd.SysProcAttr = dieWithTest()
 	if err := s.cmd.Start(); err != nil {
 		t.Fatalf("start redis sentinel: %v", err)
 	}
@@ -332,4 +334,11 @@ func ClusterURL(nodes ...*Server) string {
 		}
 	}
 	return u
+}
+
+// dieWithTest has the kernel kill a server when the test process dies
+// without its cleanups (a go test -timeout, say): a Sentinel left running
+// would reconfigure later servers on the ports it knows.
+func dieWithTest() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }
