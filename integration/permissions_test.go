@@ -25,7 +25,7 @@ var (
 	// relayAPI is the narrower list of JetStream API subjects, for the
 	// streams relay uses.
 	relayAPI = func() []string {
-		api := []string{"$JS.API.INFO"}
+		api := []string{"$JS.API.INFO", "$JS.API.STREAM.MSG.DELETE.RELAY_DLQ"} // dlq replay removes what it republished
 		for _, s := range []string{"RELAY_EVENTS", "RELAY_DLQ", "KV_relay_destinations", "KV_relay_attempts", "KV_relay_replicas", "KV_relay_state"} {
 			api = append(api,
 				"$JS.API.STREAM.INFO."+s, "$JS.API.STREAM.CREATE."+s, "$JS.API.STREAM.UPDATE."+s,
