@@ -539,8 +539,10 @@ type RekeyResult struct {
 
 // Rekey seals every destination's secrets with the store's current key,
 // after a key rotation: give the store the new key and the old one as a
-// previous key (WithSecretKey). Destinations it cannot open are reported
-// in Failed and left as they are.
+// previous key (WithSecretKey). It changes nothing else, and does not
+// validate the rest of a destination. An expired previous secret (past
+// its PrevSecretUntil) is dropped rather than resealed. Destinations it
+// cannot open are reported in Failed and left as they are.
 func (s *Store) Rekey(ctx context.Context) (RekeyResult, error) {
 	if s.sealer == nil {
 		return RekeyResult{}, errors.New("rekey needs the secret key to seal with")
@@ -553,59 +555,73 @@ func (s *Store) Rekey(ctx context.Context) (RekeyResult, error) {
 	for k := range keys.Keys() {
 		names = append(names, k)
 	}
+	// The listing ends early, without an error, when ctx does.
+	if err := ctx.Err(); err != nil {
+		return RekeyResult{}, fmt.Errorf("list destinations: %w", err)
+	}
 	slices.Sort(names)
+	names = slices.Compact(names)
 	res := RekeyResult{Failed: map[string]error{}}
 	for _, name := range names {
-		stale, err := s.staleSeal(ctx, name)
+		resealed, err := s.reseal(ctx, name)
 		switch {
 		case errors.Is(err, ErrNotFound):
-			continue // removed meanwhile
+			// removed meanwhile
 		case err != nil:
 			res.Failed[name] = err
-			continue
-		case !stale:
+		case resealed:
+			res.Resealed = append(res.Resealed, name)
+		default:
 			res.Current = append(res.Current, name)
-			continue
 		}
-		// Update opens with any key given and seals with the current one;
-		// a secret it cannot open fails Validate (ErrSealed).
-		if _, err := s.Update(ctx, name, func(*Destination) error { return nil }); err != nil {
-			if errors.Is(err, ErrNotFound) {
-				continue
-			}
-			res.Failed[name] = err
-			continue
-		}
-		res.Resealed = append(res.Resealed, name)
 	}
 	return res, nil
 }
 
-// staleSeal reports whether a secret of the stored destination name is not
-// sealed with the current key.
-func (s *Store) staleSeal(ctx context.Context, name string) (bool, error) {
-	e, err := s.kv.Get(ctx, name)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return false, fmt.Errorf("%w: %s", ErrNotFound, name)
-	}
-	if err != nil {
-		return false, err
-	}
-	var d Destination
-	if err := json.Unmarshal(e.Value(), &d); err != nil {
-		return false, fmt.Errorf("destination %s is %w: %w", name, errStoredCorrupt, err)
-	}
-	for _, v := range []string{d.Secret, d.PrevSecret} {
-		if v == "" {
-			continue
+// reseal seals the secrets of the stored destination name with the current
+// key if one of them is not (a compare-and-set on its revision, retried
+// when it changed meanwhile), and reports whether it did.
+func (s *Store) reseal(ctx context.Context, name string) (bool, error) {
+	for range 10 {
+		e, err := s.kv.Get(ctx, name)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return false, fmt.Errorf("%w: %s", ErrNotFound, name)
 		}
-		if _, current, err := s.sealer.openKey(v, name); err != nil {
+		if err != nil {
 			return false, err
-		} else if !current {
-			return true, nil
 		}
+		var d Destination
+		if err := json.Unmarshal(e.Value(), &d); err != nil {
+			return false, fmt.Errorf("destination %s is %w: %w", name, errStoredCorrupt, err)
+		}
+		// An expired previous secret no longer signs: drop it.
+		stale := d.PrevSecret != "" && !d.PrevSecretUntil.IsZero() && time.Now().After(d.PrevSecretUntil)
+		if stale {
+			d.PrevSecret, d.PrevSecretUntil = "", time.Time{}
+		}
+		for _, p := range []*string{&d.Secret, &d.PrevSecret} {
+			if *p == "" {
+				continue
+			}
+			plain, current, err := s.sealer.openKey(*p, name)
+			if err != nil {
+				return false, err
+			}
+			stale = stale || !current
+			*p = plain
+		}
+		if !stale {
+			return false, nil
+		}
+		if _, err := s.kv.Update(ctx, name, s.encode(d), e.Revision()); err != nil {
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				continue // changed under us: read again
+			}
+			return false, err
+		}
+		return true, nil
 	}
-	return false, nil
+	return false, fmt.Errorf("destination %s is being changed concurrently; try again", name)
 }
 
 // Get returns one destination.

@@ -237,8 +237,6 @@ func cmdContext(c *cli.Context, limit time.Duration) (context.Context, context.C
 	return ctx, func() { cancel(); stop() }
 }
 
-// secretKey returns the key material that encrypts destination secrets, or
-// nil when none was given.
 // secretKeys reads the secret key and the previous one (during a key
 // rotation), each from its flag, its environment variable or its file.
 func secretKeys(c *cli.Context) (key, previous []byte, err error) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -333,19 +334,35 @@ losing a delivery. After the overlap only the new secret signs.`,
 					if err != nil {
 						return err
 					}
-					fmt.Fprintf(c.App.Writer, "sealed with the current key: %d destinations resealed, %d already were\n", len(res.Resealed), len(res.Current))
+					fmt.Fprintf(c.App.Writer, "resealed with the current key: %s; already sealed with it or without a secret: %d\n", destinations(len(res.Resealed)), len(res.Current))
 					if len(res.Failed) == 0 {
 						return nil
 					}
 					names := slices.Sorted(maps.Keys(res.Failed))
+					sealed := 0
 					for _, n := range names {
 						fmt.Fprintf(c.App.ErrWriter, "%s: %v\n", n, res.Failed[n])
+						if errors.Is(res.Failed[n], relay.ErrSealed) {
+							sealed++
+						}
 					}
-					return fmt.Errorf("%d destinations could not be resealed (%s): their secrets stay as they were; give the key they are sealed with as --previous-secret-key", len(names), strings.Join(names, ", "))
+					hint := "see why above"
+					if sealed > 0 {
+						hint = "give the key a secret is sealed with as --previous-secret-key"
+					}
+					return fmt.Errorf("%s not resealed (%s): their secrets stay as they were; %s", destinations(len(names)), strings.Join(names, ", "), hint)
 				},
 			},
 		},
 	}
+}
+
+// destinations is "1 destination" or "n destinations".
+func destinations(n int) string {
+	if n == 1 {
+		return "1 destination"
+	}
+	return fmt.Sprintf("%d destinations", n)
 }
 
 func oneArg(c *cli.Context, what string) (string, error) {

@@ -77,15 +77,16 @@ func TestRekeyAfterAKeyRotation(t *testing.T) {
 	// says which it could not open.
 	code, out, errs = b.cli(t, "", "--secret-key", newKey, "dest", "rekey")
 	require.Equal(t, 1, code)
-	require.Contains(t, out, "1 destinations resealed, 1 already were")
-	require.Contains(t, errs, "1 destinations could not be resealed (sealed)")
+	require.Contains(t, out, "resealed with the current key: 1 destination; already sealed with it or without a secret: 1")
+	require.Contains(t, errs, "1 destination not resealed (sealed)")
+	require.Contains(t, errs, "give the key a secret is sealed with as --previous-secret-key")
 
 	code, out, errs = b.cli(t, "", "--secret-key", newKey, "--previous-secret-key", oldKey, "dest", "rekey")
 	require.Equal(t, 0, code, errs)
-	require.Contains(t, out, "1 destinations resealed, 2 already were")
+	require.Contains(t, out, "resealed with the current key: 1 destination; already sealed with it or without a secret: 2")
 	code, out, errs = b.cli(t, "", "--secret-key", newKey, "dest", "rekey")
 	require.Equal(t, 0, code, errs)
-	require.Contains(t, out, "0 destinations resealed, 3 already were")
+	require.Contains(t, out, "resealed with the current key: 0 destinations; already sealed with it or without a secret: 3")
 
 	st, err := relay.NewStore(context.Background(), b.js, relay.WithSecretKey([]byte(newKey)))
 	require.NoError(t, err)

@@ -1,0 +1,95 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/streamtest"
+)
+
+// Rekey reseals each secret of each destination that is not sealed with the
+// current key, and only those; it drops an expired previous secret, does
+// not validate the rest of a destination, and leaves alone, reported, a
+// secret no key it has opens.
+func TestRekeyResealsEverySecretItCanOpen(t *testing.T) {
+	ctx := context.Background()
+	js := streamtest.Start(t).JS
+	oldKey, newKey, otherKey := []byte("the-old-operator-key-123"), []byte("the-new-operator-key-456"), []byte("an-unknown-operator-key-789")
+	byOld, err := NewStore(ctx, js, WithSecretKey(oldKey))
+	require.NoError(t, err)
+	byNew, err := NewStore(ctx, js, WithSecretKey(newKey))
+	require.NoError(t, err)
+	byOther, err := NewStore(ctx, js, WithSecretKey(otherKey))
+	require.NoError(t, err)
+	rotating, err := NewStore(ctx, js, WithSecretKey(newKey, oldKey))
+	require.NoError(t, err)
+	kv, err := js.KeyValue(ctx, stream.DestBucket)
+	require.NoError(t, err)
+	put := func(st *Store, d Destination) {
+		t.Helper()
+		_, err := kv.Put(ctx, d.Name, st.encode(d))
+		require.NoError(t, err)
+	}
+	s1, s2 := GenerateSecret(), GenerateSecret()
+	// Its secret sealed with the new key, its previous one with the old.
+	mixed := Destination{Name: "mixed", URL: "https://example.test/m", Secret: s1, PrevSecret: s2, PrevSecretUntil: time.Now().Add(time.Hour)}
+	put(byNew, mixed)
+	raw, err := kv.Get(ctx, "mixed")
+	require.NoError(t, err)
+	var stored Destination
+	require.NoError(t, json.Unmarshal(raw.Value(), &stored))
+	stored.PrevSecret = byOld.sealer.seal(s2, "mixed")
+	b, _ := json.Marshal(stored)
+	_, err = kv.Put(ctx, "mixed", b)
+	require.NoError(t, err)
+	// A URL that no longer validates does not stop a reseal.
+	put(byOld, Destination{Name: "badurl", URL: "ftp://example.test/x", Secret: s1})
+	// A previous secret past its end is dropped.
+	put(byOld, Destination{Name: "expired", URL: "https://example.test/e", Secret: s1, PrevSecret: s2, PrevSecretUntil: time.Now().Add(-time.Minute)})
+	put(byNew, Destination{Name: "current", URL: "https://example.test/c", Secret: s1})
+	put(byOther, Destination{Name: "unknown", URL: "https://example.test/u", Secret: s1})
+	before, err := kv.Get(ctx, "unknown")
+	require.NoError(t, err)
+
+	res, err := rotating.Rekey(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"badurl", "expired", "mixed"}, res.Resealed)
+	require.Equal(t, []string{"current"}, res.Current)
+	require.Len(t, res.Failed, 1)
+	require.ErrorIs(t, res.Failed["unknown"], ErrSealed)
+	after, err := kv.Get(ctx, "unknown")
+	require.NoError(t, err)
+	require.Equal(t, before.Revision(), after.Revision(), "a secret it cannot open is left as it was")
+
+	// Everything it resealed opens with the new key alone.
+	for _, name := range []string{"mixed", "badurl", "expired"} {
+		e, err := kv.Get(ctx, name)
+		require.NoError(t, err)
+		d, open, err := byNew.decode(name, e.Value())
+		require.NoError(t, err)
+		require.True(t, open, "%s opens with the new key alone", name)
+		require.Equal(t, s1, d.Secret, name)
+		require.False(t, strings.Contains(string(e.Value()), strings.TrimPrefix(s1, "whsec_")), "%s: stored sealed", name)
+	}
+	d, err := byNew.Get(ctx, "mixed")
+	require.NoError(t, err)
+	require.Equal(t, s2, d.PrevSecret, "the previous secret kept, resealed")
+	d, err = byNew.Get(ctx, "expired")
+	require.NoError(t, err)
+	require.Empty(t, d.PrevSecret, "the expired previous secret dropped")
+	require.True(t, d.PrevSecretUntil.IsZero())
+	d, err = byNew.Get(ctx, "badurl")
+	require.NoError(t, err)
+	require.Equal(t, "ftp://example.test/x", d.URL, "nothing else changed")
+
+	again, err := rotating.Rekey(ctx)
+	require.NoError(t, err)
+	require.Empty(t, again.Resealed, "a second run has nothing to do")
+	require.Equal(t, []string{"badurl", "current", "expired", "mixed"}, again.Current)
+}
