@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -156,12 +157,24 @@ func Dial(ctx context.Context, url, mode string) (*Store, error) {
 	return NewStore(rdb), nil
 }
 
-func redactURL(u string) string {
-	o, err := redis.ParseURL(u)
+// redactURL is raw for an error message: its password, and any query
+// parameter with "password" in its name, replaced by xxxxx.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
 	if err != nil {
 		return "(unparseable URL)"
 	}
-	return o.Addr
+	q, hidden := u.Query(), false
+	for k := range q {
+		if strings.Contains(strings.ToLower(k), "password") {
+			q.Set(k, "xxxxx")
+			hidden = true
+		}
+	}
+	if hidden {
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
 }
 
 // parkScript stores one entry.

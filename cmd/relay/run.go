@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v2"
 
 	"github.com/relaydev/relay/relay"
@@ -70,6 +71,10 @@ func runAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	// go-redis's own messages (each failed dial, a Sentinel's switch to
+	// a new primary) go through relay's log, at debug: relay logs what a
+	// Redis failure does to events itself.
+	redis.SetLogger(redisLog{log})
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	floor, err := applyHeapFloor(log, c.Int64("gc-heap-floor"), os.Getenv("GOGC"))
@@ -308,4 +313,12 @@ func redisReplicas(n int, mode string, wait time.Duration) (int, time.Duration, 
 		return 0, 0, usagef("--redis-replica-wait %s: give 1ms to 1s (a park must finish within relay's 2s for it)", wait)
 	}
 	return n, wait, nil
+}
+
+// redisLog writes go-redis's messages to relay's log at debug level, in its
+// format (text or JSON), instead of go-redis's own lines on stderr.
+type redisLog struct{ log *slog.Logger }
+
+func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
 }

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 func TestRedisReplicasFlags(t *testing.T) {
@@ -39,4 +42,27 @@ func TestRedisReplicasFlags(t *testing.T) {
 	if _, _, err := redisReplicas(0, "single", 0); err != nil {
 		t.Errorf("no replicas: the wait does not matter, got %v", err)
 	}
+}
+
+// go-redis's own messages go through relay's log: with --log-format json
+// every line relay writes is JSON, go-redis's dial errors included, and
+// a Redis that cannot be reached stops relay with an error naming it
+// (password hidden).
+func TestRedisMessagesGoThroughRelaysLog(t *testing.T) {
+	b := setup(t)
+	code, _, errs := b.cli(t, "", "--log-format", "json", "--log-level", "debug", "run", "--metrics-addr", "",
+		"--redis-url", "redis://:s3cret@127.0.0.1:1/0")
+	require.Equal(t, 1, code, errs)
+	lines := strings.Split(strings.TrimSpace(errs), "\n")
+	require.Contains(t, lines[len(lines)-1], "redis at redis://:xxxxx@127.0.0.1:1/0: ")
+	require.NotContains(t, errs, "s3cret")
+	sawRedis := false
+	for _, l := range lines[:len(lines)-1] {
+		var rec map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &rec), "not a JSON log line: %q", l)
+		if rec["msg"] == "redis client" {
+			sawRedis = true
+		}
+	}
+	require.True(t, sawRedis, "go-redis's messages are in the log at debug level:\n%s", errs)
 }
