@@ -53,6 +53,9 @@ type Letter struct {
 	// LastStatus is the last HTTP status (0: no response).
 	LastStatus int    `json:"last_status"`
 	LastError  string `json:"last_error,omitempty"`
+	// Note is an operator's reason for giving up on the event (reason
+	// skipped).
+	Note string `json:"note,omitempty"`
 	// First and Last are the first and last attempt times (zero if none).
 	First time.Time `json:"first_attempt,omitzero"`
 	Last  time.Time `json:"last_attempt,omitzero"`
@@ -92,6 +95,9 @@ func (w Writer) Write(ctx context.Context, l Letter) (uint64, error) {
 	if l.LastError != "" {
 		h.Set(stream.HdrLastError, oneLine(l.LastError, 512))
 	}
+	if l.Note != "" {
+		h.Set(stream.HdrNote, oneLine(l.Note, 512))
+	}
 	if !l.First.IsZero() {
 		h.Set(stream.HdrFirst, l.First.UTC().Format(time.RFC3339Nano))
 		h.Set(stream.HdrLastAt, l.Last.UTC().Format(time.RFC3339Nano))
@@ -129,6 +135,7 @@ func Decode(seq uint64, subject string, h nats.Header, body []byte) (Letter, err
 	l.Attempts, _ = strconv.Atoi(h.Get(stream.HdrAttempts))
 	l.LastStatus, _ = strconv.Atoi(h.Get(stream.HdrLastStatus))
 	l.LastError = h.Get(stream.HdrLastError)
+	l.Note = h.Get(stream.HdrNote)
 	l.First, _ = time.Parse(time.RFC3339Nano, h.Get(stream.HdrFirst))
 	l.Last, _ = time.Parse(time.RFC3339Nano, h.Get(stream.HdrLastAt))
 	l.DeadAt, _ = time.Parse(time.RFC3339Nano, h.Get(stream.HdrDeadAt))

@@ -58,7 +58,13 @@ const (
 	ReasonRedirect           = "redirect"
 	ReasonUnknownDestination = "unknown_destination"
 	ReasonBlockedAddress     = "blocked_address"
+	// ReasonSkipped: an operator gave up on the event ('relay dest
+	// skip-head'), typically the head of an ordered key that blocks it.
+	ReasonSkipped = "skipped"
 )
+
+// Reasons are all the reasons an event is dead-lettered for.
+var Reasons = []string{ReasonMaxAttempts, ReasonPermanentStatus, ReasonRedirect, ReasonUnknownDestination, ReasonBlockedAddress, ReasonSkipped}
 
 // Decision is the outcome of an attempt.
 type Decision struct {

@@ -81,6 +81,8 @@ type Outcome struct {
 	Err      error // set when relay could not act on the decision (the event comes back)
 
 	parkTried bool
+	// note is an operator's reason for skipping the event.
+	note string
 	// uncounted: a failed probe of an open circuit. It says the destination
 	// is still down, not that the event failed, so it does not use up one of
 	// the event's attempts.
@@ -738,19 +740,22 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, ordered bool) {
 	// crash does not use up an attempt. It is looked up only now, so an
 	// event handed straight back above costs no read; a first delivery
 	// needs none.
-	attempt := ev.prior + 1
+	attempt, skip := ev.prior+1, ""
 	if ev.delivered > 1 {
 		lctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
-		attempt = max(r.attemptLog(lctx, ev).Made, ev.prior) + 1
+		l := r.attemptLog(lctx, ev)
 		cancel()
+		attempt, skip = max(l.Made, ev.prior)+1, l.Skip
 	}
-	out := Outcome{Dest: ev.dest, EventID: ev.id, Seq: ev.seq, Attempt: attempt}
+	out := Outcome{Dest: ev.dest, EventID: ev.id, Seq: ev.seq, Attempt: attempt, note: skip}
 	policy := d.Retry
 	if ordered && d.OnFailure == OnFailureBlock {
 		// The head of a blocked key is retried until it is delivered.
 		policy.MaxAttempts = math.MaxInt32
 	}
 	switch {
+	case skip != "":
+		out.Decision = Decision{Action: DeadLetter, Reason: ReasonSkipped}
 	case !ok:
 		out.Decision = Decision{Action: DeadLetter, Reason: ReasonUnknownDestination}
 	case attempt > policy.MaxAttempts:
@@ -867,7 +872,7 @@ func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, ordered bool, out 
 		}
 		return nil
 	case Retry:
-		r.recordAttempt(ctx, ev, attempt, out.Result, out.uncounted)
+		r.recordAttempt(ctx, ev, attempt, out.Result, out.uncounted, msg.Reply())
 		if mayPark && r.cfg.Schedule != nil && out.Decision.Delay >= r.cfg.ParkThreshold {
 			out.parkTried = true
 			parked, err := r.park(ctx, msg, ev, attempt, out.Decision.Delay)
@@ -906,6 +911,7 @@ func (r *Relay) writeDeadLetter(ctx context.Context, ev event, attempt int, out 
 		Dest:      ev.dest,
 		EventID:   ev.id,
 		Reason:    out.Decision.Reason,
+		Note:      out.note,
 		Attempts:  max(made, 0),
 		Subject:   ev.subject,
 		StreamSeq: ev.seq,
@@ -974,6 +980,12 @@ func historyKey(ev event) string {
 type attemptLog struct {
 	Attempts []dlq.Attempt `json:"attempts,omitempty"`
 	Made     int           `json:"made"`
+	// Reply is the ack subject of the delivery whose attempt failed last:
+	// SkipEvent naks it so that the event comes back at once.
+	Reply string `json:"reply,omitempty"`
+	// Skip, set by an operator (SkipEvent), says why: the event is
+	// dead-lettered at its next delivery, without an attempt.
+	Skip string `json:"skip,omitempty"`
 }
 
 // log returns what is recorded for ev (nothing if that fails).
@@ -994,25 +1006,44 @@ func (r *Relay) history(ctx context.Context, ev event) []dlq.Attempt {
 	return r.attemptLog(ctx, ev).Attempts
 }
 
-func (r *Relay) putLog(ctx context.Context, ev event, l attemptLog) {
-	l.Attempts = dlq.TrimHistory(l.Attempts)
-	b, _ := json.Marshal(l)
-	if _, err := r.attempts.Put(ctx, historyKey(ev), b); err != nil {
+// recordAttempt adds a failed attempt to ev's history, with reply, the ack
+// subject of its delivery. A failure to record is logged: the history is
+// then incomplete, the event is not affected. An uncounted attempt is kept
+// in the history but does not advance the event's attempt number. It is a
+// compare-and-set, so that an operator's Skip set meanwhile is kept.
+func (r *Relay) recordAttempt(ctx context.Context, ev event, attempt int, res Result, uncounted bool, reply string) {
+	key := historyKey(ev)
+	var err error
+	for range 5 {
+		var l attemptLog
+		var rev uint64
+		e, gerr := r.attempts.Get(ctx, key)
+		switch {
+		case gerr == nil:
+			_ = json.Unmarshal(e.Value(), &l)
+			rev = e.Revision()
+		case !errors.Is(gerr, jetstream.ErrKeyNotFound):
+			err = gerr
+			continue
+		}
+		l.Attempts = dlq.TrimHistory(append(l.Attempts, attemptOf(attempt, r.cfg.Now(), res)))
+		if !uncounted {
+			l.Made = max(l.Made, attempt)
+		}
+		l.Reply = reply
+		b, _ := json.Marshal(l)
+		if rev == 0 {
+			_, err = r.attempts.Create(ctx, key, b)
+		} else {
+			_, err = r.attempts.Update(ctx, key, b, rev)
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			break // written, or failed for another reason than a race
+		}
+	}
+	if err != nil {
 		r.log.Warn("cannot record attempt history", "dest", ev.dest, "event_id", ev.id, "err", err)
 	}
-}
-
-// recordAttempt adds a failed attempt to ev's history. A failure to record is
-// logged: the history is then incomplete, the event is not affected.
-// An uncounted attempt is kept in the history but does not advance the
-// event's attempt number.
-func (r *Relay) recordAttempt(ctx context.Context, ev event, attempt int, res Result, uncounted bool) {
-	l := r.attemptLog(ctx, ev)
-	l.Attempts = append(l.Attempts, attemptOf(attempt, r.cfg.Now(), res))
-	if !uncounted {
-		l.Made = max(l.Made, attempt)
-	}
-	r.putLog(ctx, ev, l)
 }
 
 // skip hands msg back to JetStream without an attempt (attempts are counted

@@ -151,6 +151,7 @@ const (
 	HdrOrigSeq    = "Relay-Seq"
 	HdrHistory    = "Relay-History"
 	HdrDeadAt     = "Relay-Dead-At"
+	HdrNote       = "Relay-Note" // an operator's reason, on an event they skipped
 )
 
 // IsContractHeader reports whether a header belongs to NATS or relay rather

@@ -137,6 +137,8 @@ func setEnv(f cli.Flag, name string) {
 		set(&f.EnvVars)
 	case *cli.StringSliceFlag:
 		set(&f.EnvVars)
+	case *cli.Uint64Flag:
+		set(&f.EnvVars)
 	case *cli.Uint64SliceFlag:
 		set(&f.EnvVars)
 	default:

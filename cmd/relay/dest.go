@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,8 +11,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/urfave/cli/v2"
 
+	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/relay"
 )
 
@@ -240,6 +243,99 @@ losing a delivery. After the overlap only the new secret signs.`,
 				},
 			},
 			{
+				Name:      "heads",
+				Usage:     "list the events at the head of an ordered destination's partitions that wait for a retry",
+				ArgsUsage: "NAME",
+				Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "one JSON object per line"}},
+				Action: func(c *cli.Context) error {
+					name, err := oneArg(c, "NAME")
+					if err != nil {
+						return err
+					}
+					ctx, _, st, done, err := openDests(c, 30*time.Second)
+					if err != nil {
+						return err
+					}
+					defer done()
+					heads, err := st.Heads(ctx, name)
+					if err != nil {
+						return err
+					}
+					if c.Bool("json") {
+						enc := json.NewEncoder(c.App.Writer)
+						for _, h := range heads {
+							if err := enc.Encode(h); err != nil {
+								return err
+							}
+						}
+						return nil
+					}
+					if len(heads) == 0 {
+						fmt.Fprintf(c.App.Writer, "no partition of %s has an event handed out and not acknowledged\n", name)
+						return nil
+					}
+					tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
+					fmt.Fprintln(tw, "PARTITION\tSEQ\tEVENT ID\tKEY\tFAILED ATTEMPTS\tLAST ATTEMPT\tLAST ERROR\tSKIP")
+					for _, h := range heads {
+						last := "-"
+						if !h.LastAttempt.IsZero() {
+							last = time.Since(h.LastAttempt).Truncate(time.Second).String() + " ago"
+						}
+						fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", h.Partition, h.Seq, h.EventID, dash(h.Key), h.Attempts, last, dash(oneLineOf(h.LastError, 60)), dash(h.Skip))
+					}
+					return tw.Flush()
+				},
+			},
+			{
+				Name:      "skip-head",
+				Usage:     "dead-letter the head of an ordered destination's partition now (reason skipped), so that its keys go on",
+				ArgsUsage: "NAME",
+				Flags: []cli.Flag{
+					&cli.Uint64Flag{Name: "seq", Usage: "the head's event sequence, from 'relay dest heads NAME' (required)"},
+					&cli.StringFlag{Name: "reason", Value: "skipped by an operator", Usage: "why, kept with the dead letter"},
+					&cli.DurationFlag{Name: "wait", Value: 10 * time.Second, Usage: "how long to wait for relay to dead-letter it (0: do not wait)"},
+				},
+				Action: func(c *cli.Context) error {
+					name, err := oneArg(c, "NAME")
+					if err != nil {
+						return err
+					}
+					if err := required(c, "seq"); err != nil {
+						return err
+					}
+					seq, why := c.Uint64("seq"), strings.TrimSpace(c.String("reason"))
+					if why == "" {
+						return usagef("--reason must not be empty")
+					}
+					ctx, js, st, done, err := openDests(c, 30*time.Second+c.Duration("wait"))
+					if err != nil {
+						return err
+					}
+					defer done()
+					h, err := st.SkipHead(ctx, name, seq, why)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(c.App.Writer, "skipping event %d (%s) at the head of partition %d of %s after %d failed attempts\n", h.Seq, h.EventID, h.Partition, name, h.Attempts)
+					if c.Duration("wait") <= 0 {
+						fmt.Fprintln(c.App.Writer, "relay dead-letters it at its next delivery")
+						return nil
+					}
+					letter, err := waitSkipped(ctx, js, st, name, seq, c.Duration("wait"))
+					switch {
+					case err != nil:
+						return err
+					case letter == nil:
+						fmt.Fprintf(c.App.Writer, "not dead-lettered within %s (is a relay running?): relay dead-letters it at its next delivery\n", c.Duration("wait"))
+					case letter.Reason != relay.ReasonSkipped:
+						fmt.Fprintf(c.App.Writer, "dead-lettered meanwhile, with reason %s: dead letter %d\n", letter.Reason, letter.Seq)
+					default:
+						fmt.Fprintf(c.App.Writer, "dead-lettered as dead letter %d; its partition goes on\n", letter.Seq)
+					}
+					return nil
+				},
+			},
+			{
 				Name:  "list",
 				Usage: "list destinations (secrets are never shown)",
 				Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "one JSON object per line"}},
@@ -418,4 +514,58 @@ func setPause(c *cli.Context, pause bool) error {
 		fmt.Fprintf(c.App.Writer, "paused destination %s until %s\n", name, until.Format(time.RFC3339))
 	}
 	return nil
+}
+
+// waitSkipped waits up to wait for the head seq of name to leave its
+// partition, and returns its dead letter (nil if it did not leave, or left
+// delivered).
+func waitSkipped(ctx context.Context, js jetstream.JetStream, st *relay.Store, name string, seq uint64, wait time.Duration) (*dlq.Letter, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		heads, err := st.Heads(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if !slices.ContainsFunc(heads, func(h relay.Head) bool { return h.Seq == seq }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	letters, err := dlq.Open(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	ls, err := letters.List(ctx, dlq.Filter{Dest: name}, 0)
+	if err != nil {
+		return nil, err
+	}
+	for i := len(ls) - 1; i >= 0; i-- {
+		if ls[i].StreamSeq == seq {
+			return &ls[i], nil
+		}
+	}
+	return nil, nil
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// oneLineOf is s on one line, cut to n runes.
+func oneLineOf(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
 }

@@ -220,6 +220,7 @@ func TestDLQListFilters(t *testing.T) {
 			want string
 		}{
 			{[]string{"--status", "abc"}, "--status"},
+			{[]string{"--reason", "max-attempts"}, `--reason "max-attempts": use one of max_attempts, permanent_status`},
 			{[]string{"--status", "99"}, "--status"},
 			{[]string{"--status", "600"}, "--status"},
 			{[]string{"--since", "yesterday"}, "--since"},

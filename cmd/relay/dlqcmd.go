@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -16,6 +17,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/relay"
 )
 
 func dlqCommand() *cli.Command {
@@ -254,7 +256,7 @@ within the duplicate window.`,
 func filterFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "dest", Usage: "only this destination's"},
-		&cli.StringFlag{Name: "reason", Usage: "only this reason (max_attempts, permanent_status, redirect, unknown_destination)"},
+		&cli.StringFlag{Name: "reason", Usage: "only this reason (" + strings.Join(relay.Reasons, ", ") + ")"},
 		&cli.StringFlag{Name: "status", Usage: "only this last HTTP status, or 'none' for no response"},
 		&cli.StringFlag{Name: "since", Usage: "only those that died at or after this time (RFC 3339, or a duration ago like 2h)"},
 		&cli.StringFlag{Name: "until", Usage: "only those that died before this time (RFC 3339, or a duration ago)"},
@@ -263,6 +265,9 @@ func filterFlags() []cli.Flag {
 
 func parseFilter(c *cli.Context) (dlq.Filter, error) {
 	f := dlq.Filter{Dest: c.String("dest"), Reason: c.String("reason")}
+	if f.Reason != "" && !slices.Contains(relay.Reasons, f.Reason) {
+		return f, usagef("--reason %q: use one of %s", f.Reason, strings.Join(relay.Reasons, ", "))
+	}
 	if s := c.String("status"); s != "" {
 		if s == "none" {
 			f.Status = -1
@@ -364,6 +369,9 @@ func showLetter(c *cli.Context, l dlq.Letter) error {
 	fmt.Fprintf(w, "  destination:   %s\n", l.Dest)
 	fmt.Fprintf(w, "  event id:      %s\n", l.EventID)
 	fmt.Fprintf(w, "  reason:        %s\n", l.Reason)
+	if l.Note != "" {
+		fmt.Fprintf(w, "  note:          %s\n", l.Note)
+	}
 	fmt.Fprintf(w, "  attempts:      %d\n", l.Attempts)
 	fmt.Fprintf(w, "  last status:   %s\n", statusText(l))
 	if l.LastError != "" {

@@ -1,0 +1,114 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/relaydev/relay/relay"
+)
+
+// relayCLI runs a relay client command against e's server and returns its
+// exit code and output.
+func (e *env) relayCLI(args ...string) (int, string) {
+	e.t.Helper()
+	cmd := exec.Command(relayBin, append([]string{"--nats-url", e.url}, args...)...)
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(e.t, err)
+	}
+	return code, string(out)
+}
+
+// An ordered key blocked by a head that keeps failing (on-failure block)
+// goes on once an operator skips the head: 'relay dest skip-head'
+// dead-letters it at once (not after its backoff), without another
+// attempt, with the operator's reason and its history; the next event of
+// the key is delivered.
+func TestSkipHeadDeadLettersTheBlockedHeadNow(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	s := newSink(t, func(h hit, w http.ResponseWriter) int {
+		var ev orderEvent
+		_ = json.Unmarshal([]byte(h.Body), &ev)
+		if ev.N == 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return http.StatusServiceUnavailable
+		}
+		w.WriteHeader(http.StatusOK)
+		return http.StatusOK
+	})
+	// The head's next attempt would be a minute away.
+	e.addDest(relay.Destination{Name: "stuck", URL: s.URL, Ordered: true, Partitions: 2,
+		Retry: relay.RetryPolicy{Base: relay.Duration(time.Minute), Max: relay.Duration(time.Hour), NoJitter: true, MaxAttempts: 3}})
+	e.addDest(relay.Destination{Name: "plain", URL: s.URL})
+	e.startRelay()
+	head := e.publish("stuck", "k", `{"k":"k","n":0}`)
+	next := e.publish("stuck", "k", `{"k":"k","n":1}`)
+
+	var heads []relay.Head
+	eventually(t, 10*time.Second, func() bool {
+		var err error
+		heads, err = e.store.Heads(context.Background(), "stuck")
+		return err == nil && len(heads) == 1 && heads[0].Attempts == 1
+	}, "the head failed once and blocks its key")
+	h := heads[0]
+	require.Equal(t, head.Seq, h.Seq)
+	require.Equal(t, head.ID, h.EventID)
+	require.Equal(t, "k", h.Key)
+	require.Equal(t, "status 503", h.LastError)
+
+	code, out := e.relayCLI("dest", "heads", "stuck")
+	require.Equal(t, 0, code, out)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 2, out)
+	require.Equal(t, []string{fmt.Sprint(h.Partition), fmt.Sprint(head.Seq), head.ID, "k", "1"}, strings.Fields(lines[1])[:5], out)
+	code, out = e.relayCLI("dest", "skip-head", "stuck", "--seq", fmt.Sprint(next.Seq))
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, "not the head of a partition waiting for a retry")
+	code, out = e.relayCLI("dest", "heads", "plain")
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, "not ordered")
+
+	start := time.Now()
+	code, out = e.relayCLI("dest", "skip-head", "stuck", "--seq", fmt.Sprint(head.Seq), "--reason", "bad payload, ticket 42")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, fmt.Sprintf("skipping event %d (%s) at the head of partition %d of stuck after 1 failed attempts", head.Seq, head.ID, h.Partition))
+	require.Contains(t, out, "dead-lettered as dead letter", "well before the head's next attempt was due:\n%s", out)
+	require.Less(t, time.Since(start), 30*time.Second)
+
+	eventually(t, 10*time.Second, func() bool { return s.delivered()[next.ID] == 1 }, "the key goes on")
+	require.Zero(t, s.delivered()[head.ID], "the head was never delivered")
+	attempts := 0
+	for _, x := range s.all() {
+		if x.ID == head.ID {
+			attempts++
+		}
+	}
+	require.Equal(t, 1, attempts, "skipping made no further attempt")
+	ls := e.deadLetters("stuck")
+	require.Len(t, ls, 1)
+	require.Equal(t, head.ID, ls[0].EventID)
+	require.Equal(t, relay.ReasonSkipped, ls[0].Reason)
+	require.Equal(t, "bad payload, ticket 42", ls[0].Note)
+	require.Equal(t, 1, ls[0].Attempts)
+	require.Len(t, ls[0].History, 1)
+	require.Equal(t, 503, ls[0].LastStatus)
+
+	code, out = e.relayCLI("dlq", "show", fmt.Sprint(ls[0].Seq))
+	require.Equal(t, 0, code, out)
+	require.True(t, strings.Contains(out, "reason:        skipped") && strings.Contains(out, "note:          bad payload, ticket 42"), out)
+	heads, err := e.store.Heads(context.Background(), "stuck")
+	require.NoError(t, err)
+	require.Empty(t, heads)
+}
