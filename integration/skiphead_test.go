@@ -112,3 +112,76 @@ func TestSkipHeadDeadLettersTheBlockedHeadNow(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, heads)
 }
+
+// A skip while an attempt of the head is in flight (on one of two
+// replicas) does not hand the head out a second time: that attempt
+// decides. Delivered, nothing is dead-lettered; failed, the head is
+// dead-lettered at once with its history, each attempt once.
+func TestSkipHeadWhileAnAttemptIsInFlight(t *testing.T) {
+	t.Parallel()
+	for _, answer := range []int{http.StatusOK, http.StatusServiceUnavailable} {
+		t.Run(http.StatusText(answer), func(t *testing.T) {
+			t.Parallel()
+			e := setup(t)
+			inFlight, release := make(chan struct{}), make(chan int)
+			var done chan struct{}
+			s := newSink(t, func(h hit, w http.ResponseWriter) int {
+				var ev orderEvent
+				_ = json.Unmarshal([]byte(h.Body), &ev)
+				status := http.StatusOK
+				switch {
+				case ev.N == 0 && h.N == 1:
+					status = http.StatusServiceUnavailable
+				case ev.N == 0 && h.N == 2:
+					close(inFlight)
+					select {
+					case status = <-release:
+					case <-done: // the test failed before it released it
+						status = http.StatusServiceUnavailable
+					}
+				case ev.N == 0:
+					status = http.StatusServiceUnavailable
+				}
+				w.WriteHeader(status)
+				return status
+			})
+			done = make(chan struct{})
+			t.Cleanup(func() { close(done) }) // before the sink stops
+			e.addDest(relay.Destination{Name: "race", URL: s.URL, Ordered: true, Partitions: 1, BreakerThreshold: -1,
+				Retry: relay.RetryPolicy{Base: relay.Duration(300 * time.Millisecond), Max: relay.Duration(time.Minute), NoJitter: true, MaxAttempts: 3}})
+			e.startRelay()
+			e.startRelay()
+			head := e.publish("race", "k", `{"k":"k","n":0}`)
+			next := e.publish("race", "k", `{"k":"k","n":1}`)
+			select {
+			case <-inFlight:
+			case <-time.After(15 * time.Second):
+				t.Fatal("the head's second attempt never came")
+			}
+			_, err := e.store.SkipHead(context.Background(), "race", head.Seq, "ops")
+			require.NoError(t, err)
+			// Nothing may move while the attempt is in flight: a second
+			// delivery of the head would be dead-lettered here at once
+			// (it took about 50 ms when SkipHead naked regardless).
+			require.Never(t, func() bool {
+				return len(e.deadLetters("race")) > 0 || s.delivered()[next.ID] > 0
+			}, 2*time.Second, 50*time.Millisecond, "the head was handed out again during its attempt")
+			release <- answer
+
+			eventually(t, 10*time.Second, func() bool { return s.delivered()[next.ID] == 1 }, "the key goes on")
+			ls := e.deadLetters("race")
+			if answer == http.StatusOK {
+				require.Equal(t, 1, s.delivered()[head.ID])
+				require.Empty(t, ls, "delivered, so not dead-lettered too")
+				return
+			}
+			require.Zero(t, s.delivered()[head.ID])
+			require.Len(t, ls, 1)
+			require.Equal(t, relay.ReasonSkipped, ls[0].Reason)
+			require.Equal(t, "ops", ls[0].Note)
+			require.Equal(t, 2, ls[0].Attempts)
+			require.Len(t, ls[0].History, 2, "each attempt once in the history")
+			require.Equal(t, []int{1, 2}, []int{ls[0].History[0].N, ls[0].History[1].N})
+		})
+	}
+}

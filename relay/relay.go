@@ -83,6 +83,8 @@ type Outcome struct {
 	parkTried bool
 	// note is an operator's reason for skipping the event.
 	note string
+	// recorded: the attempt is in the event's history already.
+	recorded bool
 	// uncounted: a failed probe of an open circuit. It says the destination
 	// is still down, not that the event failed, so it does not use up one of
 	// the event's attempts.
@@ -745,7 +747,7 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, ordered bool) {
 		lctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 		l := r.attemptLog(lctx, ev)
 		cancel()
-		attempt, skip = max(l.Made, ev.prior)+1, l.Skip
+		attempt, skip = max(l.Made, ev.prior)+1, l.skipOf(ev)
 	}
 	out := Outcome{Dest: ev.dest, EventID: ev.id, Seq: ev.seq, Attempt: attempt, note: skip}
 	policy := d.Retry
@@ -872,7 +874,12 @@ func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, ordered bool, out 
 		}
 		return nil
 	case Retry:
-		r.recordAttempt(ctx, ev, attempt, out.Result, out.uncounted, msg.Reply())
+		if skip := r.recordAttempt(ctx, ev, attempt, out.Result, out.uncounted, msg.Reply()); skip != "" {
+			// An operator skipped it while this attempt ran: dead-letter
+			// it now rather than after the backoff.
+			out.Decision, out.note, out.recorded = Decision{Action: DeadLetter, Reason: ReasonSkipped}, skip, true
+			return r.deadLetter(ctx, msg, ev, attempt, out)
+		}
 		if mayPark && r.cfg.Schedule != nil && out.Decision.Delay >= r.cfg.ParkThreshold {
 			out.parkTried = true
 			parked, err := r.park(ctx, msg, ev, attempt, out.Decision.Delay)
@@ -884,7 +891,11 @@ func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, ordered bool, out 
 		}
 		return msg.NakWithDelay(out.Decision.Delay)
 	}
-	// Dead letter.
+	return r.deadLetter(ctx, msg, ev, attempt, out)
+}
+
+// deadLetter writes ev's dead letter and then terminates msg.
+func (r *Relay) deadLetter(ctx context.Context, msg jetstream.Msg, ev event, attempt int, out *Outcome) error {
 	if err := r.writeDeadLetter(ctx, ev, attempt, out); err != nil {
 		// Keep the event: it comes back and is dead-lettered then.
 		_ = msg.NakWithDelay(5 * time.Second)
@@ -903,7 +914,9 @@ func (r *Relay) writeDeadLetter(ctx context.Context, ev event, attempt int, out 
 	hist := r.history(ctx, ev)
 	made := attempt - 1 // attempts made before this one
 	if out.Result.Status != 0 || out.Result.Err != nil {
-		hist = append(hist, attemptOf(attempt, r.cfg.Now(), out.Result))
+		if !out.recorded { // else the history has it already
+			hist = append(hist, attemptOf(attempt, r.cfg.Now(), out.Result))
+		}
 		made = attempt
 	}
 	l := dlq.Letter{
@@ -983,9 +996,21 @@ type attemptLog struct {
 	// Reply is the ack subject of the delivery whose attempt failed last:
 	// SkipEvent naks it so that the event comes back at once.
 	Reply string `json:"reply,omitempty"`
-	// Skip, set by an operator (SkipEvent), says why: the event is
-	// dead-lettered at its next delivery, without an attempt.
-	Skip string `json:"skip,omitempty"`
+	// Skip, set by an operator (Store.SkipHead), says why: the event
+	// stored at SkipSeq is dead-lettered at its next delivery, without an
+	// attempt, or after the attempt in flight if that fails. The sequence
+	// keeps a mark left behind from applying to a replay of the event,
+	// which has the same id.
+	Skip    string `json:"skip,omitempty"`
+	SkipSeq uint64 `json:"skip_seq,omitempty"`
+}
+
+// skipOf is the operator's reason to skip ev, if l marks it.
+func (l attemptLog) skipOf(ev event) string {
+	if l.Skip != "" && l.SkipSeq == ev.seq {
+		return l.Skip
+	}
+	return ""
 }
 
 // log returns what is recorded for ev (nothing if that fails).
@@ -1007,43 +1032,46 @@ func (r *Relay) history(ctx context.Context, ev event) []dlq.Attempt {
 }
 
 // recordAttempt adds a failed attempt to ev's history, with reply, the ack
-// subject of its delivery. A failure to record is logged: the history is
-// then incomplete, the event is not affected. An uncounted attempt is kept
-// in the history but does not advance the event's attempt number. It is a
-// compare-and-set, so that an operator's Skip set meanwhile is kept.
-func (r *Relay) recordAttempt(ctx context.Context, ev event, attempt int, res Result, uncounted bool, reply string) {
+// subject of its delivery, and returns an operator's reason to skip ev if
+// one was set. A failure to record is logged: the history is then
+// incomplete, the event is not affected. An uncounted attempt is kept in
+// the history but does not advance the event's attempt number. It is a
+// compare-and-set, so that a mark set meanwhile (Store.SkipHead) is kept.
+func (r *Relay) recordAttempt(ctx context.Context, ev event, attempt int, res Result, uncounted bool, reply string) string {
 	key := historyKey(ev)
-	var err error
-	for range 5 {
-		var l attemptLog
-		var rev uint64
-		e, gerr := r.attempts.Get(ctx, key)
-		switch {
-		case gerr == nil:
-			_ = json.Unmarshal(e.Value(), &l)
-			rev = e.Revision()
-		case !errors.Is(gerr, jetstream.ErrKeyNotFound):
-			err = gerr
-			continue
-		}
+	add := func(l attemptLog) []byte {
 		l.Attempts = dlq.TrimHistory(append(l.Attempts, attemptOf(attempt, r.cfg.Now(), res)))
 		if !uncounted {
 			l.Made = max(l.Made, attempt)
 		}
 		l.Reply = reply
 		b, _ := json.Marshal(l)
-		if rev == 0 {
-			_, err = r.attempts.Create(ctx, key, b)
-		} else {
-			_, err = r.attempts.Update(ctx, key, b, rev)
+		return b
+	}
+	var err error
+	for range 5 {
+		var l attemptLog
+		e, gerr := r.attempts.Get(ctx, key)
+		switch {
+		case gerr == nil:
+			_ = json.Unmarshal(e.Value(), &l)
+			_, err = r.attempts.Update(ctx, key, add(l), e.Revision())
+		case errors.Is(gerr, jetstream.ErrKeyNotFound):
+			_, err = r.attempts.Create(ctx, key, add(l))
+		default:
+			// The history cannot be read: record at least this attempt,
+			// so that the attempt count goes on.
+			_, err = r.attempts.Put(ctx, key, add(l))
+		}
+		if err == nil {
+			return l.skipOf(ev)
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
-			break // written, or failed for another reason than a race
+			break // failed for another reason than a race
 		}
 	}
-	if err != nil {
-		r.log.Warn("cannot record attempt history", "dest", ev.dest, "event_id", ev.id, "err", err)
-	}
+	r.log.Warn("cannot record attempt history", "dest", ev.dest, "event_id", ev.id, "err", err)
+	return ""
 }
 
 // skip hands msg back to JetStream without an attempt (attempts are counted

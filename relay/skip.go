@@ -64,12 +64,12 @@ func (s *Store) Heads(ctx context.Context, name string) ([]Head, error) {
 			return nil, err
 		}
 		info := c.CachedInfo()
-		if info.NumAckPending == 0 {
-			continue
-		}
 		// A partition hands out one event at a time (MaxAckPending 1):
 		// the one it delivered last is the one not acknowledged.
 		seq := info.Delivered.Stream
+		if info.NumAckPending == 0 || info.AckFloor.Stream >= seq {
+			continue
+		}
 		m, err := events.GetMsg(ctx, seq)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue // removed meanwhile: the partition moves on
@@ -85,7 +85,7 @@ func (s *Store) Heads(ctx context.Context, name string) ([]Head, error) {
 		if e, err := attempts.Get(ctx, historyKey(ev)); err == nil {
 			var l attemptLog
 			_ = json.Unmarshal(e.Value(), &l)
-			h.Attempts, h.Skip = l.Made, l.Skip
+			h.Attempts, h.Skip = l.Made, l.skipOf(ev)
 			if n := len(l.Attempts); n > 0 {
 				last := l.Attempts[n-1]
 				h.LastAttempt, h.LastError = last.At, last.Error
@@ -104,8 +104,11 @@ func (s *Store) Heads(ctx context.Context, name string) ([]Head, error) {
 // SkipHead gives up on the head seq of the ordered destination name: relay
 // dead-letters it (reason skipped, with why and its history) at its next
 // delivery, without attempting it, and the keys of its partition go on.
-// It naks the head's last delivery so that the next delivery is now, not
-// after its backoff. The head must have failed an attempt already.
+// The head must have failed an attempt already. If it is waiting for its
+// next attempt, SkipHead naks its last delivery so that the next one is
+// now, not after its backoff. If an attempt of it is in flight, that
+// attempt decides: delivered, the skip is moot; failed, relay
+// dead-letters it at once.
 func (s *Store) SkipHead(ctx context.Context, name string, seq uint64, why string) (Head, error) {
 	heads, err := s.Heads(ctx, name)
 	if err != nil {
@@ -128,7 +131,7 @@ func (s *Store) SkipHead(ctx context.Context, name string, seq uint64, why strin
 	for range 10 {
 		e, err := attempts.Get(ctx, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return Head{}, fmt.Errorf("event %d of %s: %w: no attempt of it has failed yet (it may be being attempted now; look again with 'relay dest heads %s')", seq, name, ErrNotAHead, name)
+			return Head{}, fmt.Errorf("event %d of %s: %w: no attempt of it has failed (it may have been delivered, or be in its first attempt; look again with 'relay dest heads %s')", seq, name, ErrNotAHead, name)
 		}
 		if err != nil {
 			return Head{}, err
@@ -137,7 +140,7 @@ func (s *Store) SkipHead(ctx context.Context, name string, seq uint64, why strin
 		if err := json.Unmarshal(e.Value(), &l); err != nil {
 			return Head{}, fmt.Errorf("attempts of event %d are stored corrupt: %w", seq, err)
 		}
-		l.Skip = why
+		l.Skip, l.SkipSeq = why, seq
 		b, _ := json.Marshal(l)
 		if _, err := attempts.Update(ctx, key, b, e.Revision()); err != nil {
 			if errors.Is(err, jetstream.ErrKeyExists) {
@@ -146,15 +149,38 @@ func (s *Store) SkipHead(ctx context.Context, name string, seq uint64, why strin
 			return Head{}, err
 		}
 		h.Skip = why
-		if l.Reply != "" {
-			// A nak from an earlier delivery is accepted: the event
-			// comes back now instead of after its backoff.
-			nc := s.js.Conn()
-			if err := nc.Publish(l.Reply, []byte("-NAK")); err == nil {
-				_ = nc.FlushWithContext(ctx)
-			}
+		if err := s.nakIfWaiting(ctx, name, h.Partition, l.Reply); err != nil {
+			return h, fmt.Errorf("event %d of %s is marked, and is dead-lettered at its next delivery, but bringing that forward failed: %w", seq, name, err)
 		}
 		return h, nil
 	}
 	return Head{}, fmt.Errorf("event %d of %s is being retried concurrently; try again", seq, name)
+}
+
+// nakIfWaiting naks the delivery reply of partition i's head if that is
+// still the partition's last delivery: the head is waiting for its next
+// attempt, and comes back now. A later delivery means an attempt is in
+// flight (or its delivery was read after the mark was set, and it is
+// dead-lettered without one): a nak would hand the head out a second time
+// while that attempt runs.
+func (s *Store) nakIfWaiting(ctx context.Context, name string, i int, reply string) error {
+	info, ok := parseAckReply(reply)
+	if !ok {
+		return nil // recorded by an earlier version: the next delivery comes after the backoff
+	}
+	c, err := s.js.Consumer(ctx, stream.EventsStream, PartitionConsumerName(name, i))
+	if err != nil {
+		return err
+	}
+	if c.CachedInfo().Delivered.Consumer != info.consSeq {
+		return nil
+	}
+	// A nak from an earlier delivery is accepted; this one is the last.
+	nc := s.js.Conn()
+	if err := nc.Publish(reply, []byte("-NAK")); err != nil {
+		return err
+	}
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return nc.FlushWithContext(fctx)
 }

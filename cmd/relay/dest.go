@@ -16,6 +16,7 @@ import (
 
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/stream"
 )
 
 // destFlags are the settings of a destination, shared by add and update.
@@ -304,33 +305,34 @@ losing a delivery. After the overlap only the new secret signs.`,
 						return err
 					}
 					seq, why := c.Uint64("seq"), strings.TrimSpace(c.String("reason"))
-					if why == "" {
-						return usagef("--reason must not be empty")
+					if why == "" || len(why) > 200 {
+						return usagef("--reason: give 1 to 200 characters, not %d", len(why))
 					}
 					ctx, js, st, done, err := openDests(c, 30*time.Second+c.Duration("wait"))
 					if err != nil {
 						return err
 					}
 					defer done()
+					start := time.Now()
 					h, err := st.SkipHead(ctx, name, seq, why)
 					if err != nil {
 						return err
 					}
 					fmt.Fprintf(c.App.Writer, "skipping event %d (%s) at the head of partition %d of %s after %d failed attempts\n", h.Seq, h.EventID, h.Partition, name, h.Attempts)
 					if c.Duration("wait") <= 0 {
-						fmt.Fprintln(c.App.Writer, "relay dead-letters it at its next delivery")
+						fmt.Fprintln(c.App.Writer, "relay dead-letters it at its next delivery, or after the attempt in flight if that fails")
 						return nil
 					}
-					letter, err := waitSkipped(ctx, js, st, name, seq, c.Duration("wait"))
+					left, letter, err := waitSkipped(ctx, js, name, h, start, c.Duration("wait"))
 					switch {
 					case err != nil:
 						return err
+					case !left:
+						fmt.Fprintf(c.App.Writer, "still at the head after %s (is a relay running? is %s paused?): relay dead-letters it at its next delivery\n", c.Duration("wait"), name)
 					case letter == nil:
-						fmt.Fprintf(c.App.Writer, "not dead-lettered within %s (is a relay running?): relay dead-letters it at its next delivery\n", c.Duration("wait"))
-					case letter.Reason != relay.ReasonSkipped:
-						fmt.Fprintf(c.App.Writer, "dead-lettered meanwhile, with reason %s: dead letter %d\n", letter.Reason, letter.Seq)
+						fmt.Fprintln(c.App.Writer, "delivered meanwhile, by an attempt that was in flight: nothing was dead-lettered")
 					default:
-						fmt.Fprintf(c.App.Writer, "dead-lettered as dead letter %d; its partition goes on\n", letter.Seq)
+						fmt.Fprintf(c.App.Writer, "dead-lettered as dead letter %d (reason %s); its partition goes on\n", letter.Seq, letter.Reason)
 					}
 					return nil
 				},
@@ -516,42 +518,42 @@ func setPause(c *cli.Context, pause bool) error {
 	return nil
 }
 
-// waitSkipped waits up to wait for the head seq of name to leave its
-// partition, and returns its dead letter (nil if it did not leave, or left
-// delivered).
-func waitSkipped(ctx context.Context, js jetstream.JetStream, st *relay.Store, name string, seq uint64, wait time.Duration) (*dlq.Letter, error) {
+// waitSkipped waits up to wait for the head h of name to leave its
+// partition, and returns whether it did and, if so, its dead letter (nil
+// when it left delivered). since is when the skip began.
+func waitSkipped(ctx context.Context, js jetstream.JetStream, name string, h relay.Head, since time.Time, wait time.Duration) (bool, *dlq.Letter, error) {
 	deadline := time.Now().Add(wait)
 	for {
-		heads, err := st.Heads(ctx, name)
+		c, err := js.Consumer(ctx, stream.EventsStream, relay.PartitionConsumerName(name, h.Partition))
 		if err != nil {
-			return nil, err
+			return false, nil, err
 		}
-		if !slices.ContainsFunc(heads, func(h relay.Head) bool { return h.Seq == seq }) {
+		if c.CachedInfo().AckFloor.Stream >= h.Seq {
 			break
 		}
 		if time.Now().After(deadline) {
-			return nil, nil
+			return false, nil, nil
 		}
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return false, nil, ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
 	letters, err := dlq.Open(ctx, js)
 	if err != nil {
-		return nil, err
+		return true, nil, err
 	}
-	ls, err := letters.List(ctx, dlq.Filter{Dest: name}, 0)
+	ls, err := letters.List(ctx, dlq.Filter{Dest: name, Since: since.Add(-time.Second)}, 0)
 	if err != nil {
-		return nil, err
+		return true, nil, err
 	}
-	for i := len(ls) - 1; i >= 0; i-- {
-		if ls[i].StreamSeq == seq {
-			return &ls[i], nil
+	for i := range ls {
+		if ls[i].StreamSeq == h.Seq {
+			return true, &ls[i], nil
 		}
 	}
-	return nil, nil
+	return true, nil, nil
 }
 
 func dash(s string) string {
