@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -263,13 +264,7 @@ losing a delivery. After the overlap only the new secret signs.`,
 						return err
 					}
 					if c.Bool("json") {
-						enc := json.NewEncoder(c.App.Writer)
-						for _, h := range heads {
-							if err := enc.Encode(h); err != nil {
-								return err
-							}
-						}
-						return nil
+						return jsonLines(c.App.Writer, heads, func(h relay.Head) any { return h })
 					}
 					if len(heads) == 0 {
 						fmt.Fprintf(c.App.Writer, "no partition of %s has an event handed out and not acknowledged\n", name)
@@ -352,13 +347,7 @@ losing a delivery. After the overlap only the new secret signs.`,
 						return err
 					}
 					if c.Bool("json") {
-						enc := json.NewEncoder(c.App.Writer)
-						for _, d := range ds {
-							if err := enc.Encode(d.WithDefaults().Redacted()); err != nil {
-								return err
-							}
-						}
-						return nil
+						return jsonLines(c.App.Writer, ds, func(d relay.Destination) any { return d.WithDefaults().Redacted() })
 					}
 					tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
 					fmt.Fprintln(tw, "NAME\tURL\tSIGNED\tTIMEOUT\tMAX ATTEMPTS\tBACKOFF\tCONCURRENCY\tORDERED")
@@ -570,4 +559,15 @@ func oneLineOf(s string, n int) string {
 		return string(r[:n-1]) + "…"
 	}
 	return s
+}
+
+// jsonLines writes one JSON object per line: each item as out makes it.
+func jsonLines[T any](w io.Writer, items []T, out func(T) any) error {
+	enc := json.NewEncoder(w)
+	for _, it := range items {
+		if err := enc.Encode(out(it)); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -51,14 +51,10 @@ func dlqCommand() *cli.Command {
 						return err
 					}
 					if c.Bool("json") {
-						enc := json.NewEncoder(c.App.Writer)
-						for _, l := range ls {
+						return jsonLines(c.App.Writer, ls, func(l dlq.Letter) any {
 							l.History, l.Headers = nil, nil
-							if err := enc.Encode(l); err != nil {
-								return err
-							}
-						}
-						return nil
+							return l
+						})
 					}
 					tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
 					fmt.Fprintln(tw, "SEQ\tAGE\tDEST\tEVENT ID\tATTEMPTS\tLAST STATUS\tREASON")

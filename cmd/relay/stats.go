@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"text/tabwriter"
@@ -87,13 +86,7 @@ func printStats(c *cli.Context, ctx context.Context, js jetstream.JetStream, sch
 		all = one
 	}
 	if c.Bool("json") {
-		enc := json.NewEncoder(c.App.Writer)
-		for _, s := range all {
-			if err := enc.Encode(s); err != nil {
-				return err
-			}
-		}
-		return nil
+		return jsonLines(c.App.Writer, all, func(s relay.DestStats) any { return s })
 	}
 	tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "DEST\tSTATE\tBACKLOG\tIN FLIGHT\tRETRYING\tPARKED\tOLDEST DUE\tDEAD LETTERS\tOLDEST UNDELIVERED\tBLOCKED PARTITIONS")
