@@ -93,10 +93,10 @@ func (w Writer) Write(ctx context.Context, l Letter) (uint64, error) {
 	h.Set(stream.HdrAttempts, strconv.Itoa(l.Attempts))
 	h.Set(stream.HdrLastStatus, strconv.Itoa(l.LastStatus))
 	if l.LastError != "" {
-		h.Set(stream.HdrLastError, oneLine(l.LastError, 512))
+		h.Set(stream.HdrLastError, OneLine(l.LastError, 512))
 	}
 	if l.Note != "" {
-		h.Set(stream.HdrNote, oneLine(l.Note, 512))
+		h.Set(stream.HdrNote, OneLine(l.Note, 512))
 	}
 	if !l.First.IsZero() {
 		h.Set(stream.HdrFirst, l.First.UTC().Format(time.RFC3339Nano))
@@ -108,7 +108,7 @@ func (w Writer) Write(ctx context.Context, l Letter) (uint64, error) {
 	if len(l.History) > 0 {
 		hist := slices.Clone(TrimHistory(l.History))
 		for i := range hist {
-			hist[i].Error = oneLine(hist[i].Error, 256)
+			hist[i].Error = OneLine(hist[i].Error, 256)
 		}
 		b, _ := json.Marshal(hist)
 		h.Set(stream.HdrHistory, string(b))
@@ -154,7 +154,9 @@ func Decode(seq uint64, subject string, h nats.Header, body []byte) (Letter, err
 	return l, nil
 }
 
-func oneLine(s string, limit int) string {
+// OneLine is s on one line (control characters made spaces), cut to limit
+// runes with an ellipsis.
+func OneLine(s string, limit int) string {
 	b := []rune(s)
 	for i, r := range b {
 		if r == '\r' || r == '\n' || r < ' ' {

@@ -386,3 +386,24 @@ func (p *proc) output() string {
 	defer p.mu.Unlock()
 	return strings.Join(p.lines, "\n")
 }
+
+// relayCLI runs a relay client command against e's server and returns its
+// exit code and output.
+func (e *env) relayCLI(args ...string) (int, string) {
+	e.t.Helper()
+	cmd := exec.Command(relayBin, append([]string{"--nats-url", e.url}, args...)...)
+	// Without the shell's RELAY_* settings, which would change what it does.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "RELAY_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(e.t, err)
+	}
+	return code, string(out)
+}

@@ -30,9 +30,10 @@ func TestFaultRedisFailoverLosesNoParkedEvent(t *testing.T) {
 	sentinel := redistest.StartSentinel(t, primary, replica)
 
 	s := newSink(t, failing(1)) // every event's first attempt fails
-	// Waits of 8s: the parked events are due after the failover.
+	// Waits of 20s: the parked events are due after the failover, however
+	// slow the machine.
 	e.addDest(relay.Destination{Name: "failover", URL: s.URL, BreakerThreshold: -1, Retry: relay.RetryPolicy{
-		Base: relay.Duration(8 * time.Second), Max: relay.Duration(10 * time.Second), NoJitter: true, MaxAttempts: 5}})
+		Base: relay.Duration(20 * time.Second), Max: relay.Duration(30 * time.Second), NoJitter: true, MaxAttempts: 5}})
 	p := faultRun(t, e.url, "--redis-mode", "sentinel", "--redis-url", sentinel.URL(),
 		"--park-threshold", "500ms", "--redis-replica-wait", "1s")
 	require.True(t, p.logged("replicas_confirming=1"), p.output())

@@ -63,8 +63,10 @@ const (
 	ReasonSkipped = "skipped"
 )
 
-// Reasons are all the reasons an event is dead-lettered for.
-var Reasons = []string{ReasonMaxAttempts, ReasonPermanentStatus, ReasonRedirect, ReasonUnknownDestination, ReasonBlockedAddress, ReasonSkipped}
+// Reasons returns all the reasons an event is dead-lettered for.
+func Reasons() []string {
+	return []string{ReasonMaxAttempts, ReasonPermanentStatus, ReasonRedirect, ReasonUnknownDestination, ReasonBlockedAddress, ReasonSkipped}
+}
 
 // Decision is the outcome of an attempt.
 type Decision struct {

@@ -994,7 +994,8 @@ type attemptLog struct {
 	Attempts []dlq.Attempt `json:"attempts,omitempty"`
 	Made     int           `json:"made"`
 	// Reply is the ack subject of the delivery whose attempt failed last:
-	// SkipEvent naks it so that the event comes back at once.
+	// Store.SkipHead naks it (nakIfWaiting) so that the event comes back
+	// at once.
 	Reply string `json:"reply,omitempty"`
 	// Skip, set by an operator (Store.SkipHead), says why: the event
 	// stored at SkipSeq is dead-lettered at its next delivery, without an

@@ -88,9 +88,10 @@ func NewStore(rdb redis.UniversalClient) *Store { return &Store{rdb: rdb} }
 // Client returns the Redis client.
 func (s *Store) Client() redis.UniversalClient { return s.rdb }
 
-// ErrNotReplicated: Park wrote the entry to the primary, but fewer
-// replicas than asked confirmed it in time. Park took the entry out
-// again; the event must wait elsewhere.
+// ErrNotReplicated: fewer replicas than asked confirmed a park in time
+// (Park then took the entry out of the primary again), or the primary has
+// fewer replicas connected than asked (Park then wrote nothing). The event
+// must wait elsewhere.
 var ErrNotReplicated = errors.New("schedule: not confirmed by enough Redis replicas")
 
 // WithReplicas returns a Store whose Park returns only once n replicas

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/urfave/cli/v2"
@@ -246,7 +247,7 @@ losing a delivery. After the overlap only the new secret signs.`,
 			},
 			{
 				Name:      "heads",
-				Usage:     "list the events at the head of an ordered destination's partitions that wait for a retry",
+				Usage:     "list the events at the head of an ordered destination's partitions that are handed out and not acknowledged",
 				ArgsUsage: "NAME",
 				Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "one JSON object per line"}},
 				Action: func(c *cli.Context) error {
@@ -277,7 +278,7 @@ losing a delivery. After the overlap only the new secret signs.`,
 						if !h.LastAttempt.IsZero() {
 							last = time.Since(h.LastAttempt).Truncate(time.Second).String() + " ago"
 						}
-						fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", h.Partition, h.Seq, h.EventID, dash(h.Key), h.Attempts, last, dash(oneLineOf(h.LastError, 60)), dash(h.Skip))
+						fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", h.Partition, h.Seq, h.EventID, dash(h.Key), h.Attempts, last, dash(dlq.OneLine(h.LastError, 60)), dash(h.Skip))
 					}
 					return tw.Flush()
 				},
@@ -300,30 +301,29 @@ losing a delivery. After the overlap only the new secret signs.`,
 						return err
 					}
 					seq, why := c.Uint64("seq"), strings.TrimSpace(c.String("reason"))
-					if why == "" || len(why) > 200 {
-						return usagef("--reason: give 1 to 200 characters, not %d", len(why))
+					if n := utf8.RuneCountInString(why); n == 0 || n > 200 {
+						return usagef("--reason: give 1 to 200 characters, not %d", n)
 					}
 					ctx, js, st, done, err := openDests(c, 30*time.Second+c.Duration("wait"))
 					if err != nil {
 						return err
 					}
 					defer done()
-					start := time.Now()
 					h, err := st.SkipHead(ctx, name, seq, why)
 					if err != nil {
 						return err
 					}
-					fmt.Fprintf(c.App.Writer, "skipping event %d (%s) at the head of partition %d of %s after %d failed attempts\n", h.Seq, h.EventID, h.Partition, name, h.Attempts)
+					fmt.Fprintf(c.App.Writer, "skipping event %d (%s) at the head of partition %d of %s after %s\n", h.Seq, h.EventID, h.Partition, name, plural(h.Attempts, "failed attempt"))
 					if c.Duration("wait") <= 0 {
 						fmt.Fprintln(c.App.Writer, "relay dead-letters it at its next delivery, or after the attempt in flight if that fails")
 						return nil
 					}
-					left, letter, err := waitSkipped(ctx, js, name, h, start, c.Duration("wait"))
+					left, letter, err := waitSkipped(ctx, js, name, h, c.Duration("wait"))
 					switch {
 					case err != nil:
 						return err
 					case !left:
-						fmt.Fprintf(c.App.Writer, "still at the head after %s (is a relay running? is %s paused?): relay dead-letters it at its next delivery\n", c.Duration("wait"), name)
+						return fmt.Errorf("event %d is marked, but still at the head after %s (is a relay running? is %s paused?): relay dead-letters it at its next delivery; look with 'relay dest heads %s'", seq, c.Duration("wait"), name, name)
 					case letter == nil:
 						fmt.Fprintln(c.App.Writer, "delivered meanwhile, by an attempt that was in flight: nothing was dead-lettered")
 					default:
@@ -445,11 +445,14 @@ losing a delivery. After the overlap only the new secret signs.`,
 }
 
 // destinations is "1 destination" or "n destinations".
-func destinations(n int) string {
+func destinations(n int) string { return plural(n, "destination") }
+
+// plural is "1 thing" or "n things".
+func plural(n int, thing string) string {
 	if n == 1 {
-		return "1 destination"
+		return "1 " + thing
 	}
-	return fmt.Sprintf("%d destinations", n)
+	return fmt.Sprintf("%d %ss", n, thing)
 }
 
 func oneArg(c *cli.Context, what string) (string, error) {
@@ -509,8 +512,8 @@ func setPause(c *cli.Context, pause bool) error {
 
 // waitSkipped waits up to wait for the head h of name to leave its
 // partition, and returns whether it did and, if so, its dead letter (nil
-// when it left delivered). since is when the skip began.
-func waitSkipped(ctx context.Context, js jetstream.JetStream, name string, h relay.Head, since time.Time, wait time.Duration) (bool, *dlq.Letter, error) {
+// when it left delivered).
+func waitSkipped(ctx context.Context, js jetstream.JetStream, name string, h relay.Head, wait time.Duration) (bool, *dlq.Letter, error) {
 	deadline := time.Now().Add(wait)
 	for {
 		c, err := js.Consumer(ctx, stream.EventsStream, relay.PartitionConsumerName(name, h.Partition))
@@ -533,7 +536,9 @@ func waitSkipped(ctx context.Context, js jetstream.JetStream, name string, h rel
 	if err != nil {
 		return true, nil, err
 	}
-	ls, err := letters.List(ctx, dlq.Filter{Dest: name, Since: since.Add(-time.Second)}, 0)
+	// Only letters that died after the head's last attempt, by relay's
+	// clock (this machine's may differ).
+	ls, err := letters.List(ctx, dlq.Filter{Dest: name, Since: h.LastAttempt.Add(-time.Second)}, 0)
 	if err != nil {
 		return true, nil, err
 	}
@@ -548,15 +553,6 @@ func waitSkipped(ctx context.Context, js jetstream.JetStream, name string, h rel
 func dash(s string) string {
 	if s == "" {
 		return "-"
-	}
-	return s
-}
-
-// oneLineOf is s on one line, cut to n runes.
-func oneLineOf(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
 	}
 	return s
 }

@@ -252,7 +252,7 @@ within the duplicate window.`,
 func filterFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "dest", Usage: "only this destination's"},
-		&cli.StringFlag{Name: "reason", Usage: "only this reason (" + strings.Join(relay.Reasons, ", ") + ")"},
+		&cli.StringFlag{Name: "reason", Usage: "only this reason (" + strings.Join(relay.Reasons(), ", ") + ")"},
 		&cli.StringFlag{Name: "status", Usage: "only this last HTTP status, or 'none' for no response"},
 		&cli.StringFlag{Name: "since", Usage: "only those that died at or after this time (RFC 3339, or a duration ago like 2h)"},
 		&cli.StringFlag{Name: "until", Usage: "only those that died before this time (RFC 3339, or a duration ago)"},
@@ -261,8 +261,8 @@ func filterFlags() []cli.Flag {
 
 func parseFilter(c *cli.Context) (dlq.Filter, error) {
 	f := dlq.Filter{Dest: c.String("dest"), Reason: c.String("reason")}
-	if f.Reason != "" && !slices.Contains(relay.Reasons, f.Reason) {
-		return f, usagef("--reason %q: use one of %s", f.Reason, strings.Join(relay.Reasons, ", "))
+	if f.Reason != "" && !slices.Contains(relay.Reasons(), f.Reason) {
+		return f, usagef("--reason %q: use one of %s", f.Reason, strings.Join(relay.Reasons(), ", "))
 	}
 	if s := c.String("status"); s != "" {
 		if s == "none" {

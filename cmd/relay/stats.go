@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v2"
 
 	"github.com/relaydev/relay/relay"
@@ -41,6 +42,11 @@ func statsCommand() *cli.Command {
 			defer done()
 			var sched *schedule.Store
 			if u := c.String("redis-url"); u != "" {
+				log, err := newLogger(c)
+				if err != nil {
+					return err
+				}
+				redis.SetLogger(redisLog{log}) // go-redis's lines, at debug
 				sched, err = schedule.Dial(ctx, u, c.String("redis-mode"))
 				if err != nil {
 					return err

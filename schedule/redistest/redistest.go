@@ -26,6 +26,7 @@ type Server struct {
 	appendOnly bool
 	replicaOf  string // host:port of its primary, or empty
 	cluster    bool
+	busPort    string // the cluster bus port, in cluster mode
 	cmd        *exec.Cmd
 	exited     chan struct{}
 }
@@ -60,6 +61,16 @@ func Start(t testing.TB, o Options) *Server {
 	if o.ReplicaOf != nil {
 		s.replicaOf = o.ReplicaOf.Addr
 	}
+	if o.Cluster {
+		// A port of its own: by default the bus takes the port + 10000,
+		// which may be in use, or above 65535.
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, s.busPort, _ = net.SplitHostPort(ln.Addr().String())
+		ln.Close()
+	}
 	s.start()
 	t.Cleanup(s.Kill)
 	return s
@@ -76,7 +87,7 @@ func (s *Server) start() {
 		args = append(args, "--appendonly", "no")
 	}
 	if s.cluster {
-		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(s.Dir, "nodes.conf"), "--cluster-node-timeout", "2000")
+		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(s.Dir, "nodes.conf"), "--cluster-node-timeout", "2000", "--cluster-port", s.busPort)
 	}
 	if s.replicaOf != "" {
 		host, port, _ := net.SplitHostPort(s.replicaOf)
@@ -290,7 +301,7 @@ func StartCluster(t testing.TB) (primary, replica *Server) {
 		t.Fatalf("CLUSTER ADDSLOTSRANGE: %v", err)
 	}
 	host, port, _ := net.SplitHostPort(primary.Addr)
-	if err := rc.ClusterMeet(ctx, host, port).Err(); err != nil {
+	if err := rc.Do(ctx, "cluster", "meet", host, port, primary.busPort).Err(); err != nil {
 		t.Fatalf("CLUSTER MEET: %v", err)
 	}
 	id, err := pc.ClusterMyID(ctx).Result()
@@ -334,11 +345,4 @@ func ClusterURL(nodes ...*Server) string {
 		}
 	}
 	return u
-}
-
-// dieWithTest has the kernel kill a server when the test process dies
-// without its cleanups (a go test -timeout, say): a Sentinel left running
-// would reconfigure later servers on the ports it knows.
-func dieWithTest() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }
