@@ -2,6 +2,9 @@ package integration
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -61,8 +64,9 @@ func TestFaultRedisFailoverLosesNoParkedEvent(t *testing.T) {
 		published[res.ID] = `{"batch":"unconfirmed"}`
 	}
 	eventually(t, 15*time.Second, func() bool {
-		return strings.Count(p.output(), "cannot park the event in Redis") == n
-	}, "the next %d stay in JetStream:\n%s", n, p.output())
+		return metricValue(t, p, `relay_park_failures_total{dest="failover"}`) == n
+	}, "the next %d stay in JetStream", n)
+	require.Equal(t, 1, strings.Count(p.output(), "cannot park the event in Redis"), "one warning for them all:\n%s", p.output())
 	require.Equal(t, int64(n), parked(), "none of them left parked on the primary")
 	require.Len(t, s.all(), 2*n, "one attempt each so far")
 
@@ -110,4 +114,32 @@ func TestRedisClusterParksAndPromotes(t *testing.T) {
 	ps, err := schedule.NewStore(primary.Client()).Stats(context.Background(), "rc")
 	require.NoError(t, err)
 	require.Zero(t, ps.Parked)
+}
+
+// metricValue reads one series (name and labels as /metrics prints them)
+// from relay process p's /metrics; -1 when it is not there.
+func metricValue(t *testing.T, p *proc, series string) int {
+	t.Helper()
+	m := faultOpsAddrRE.FindStringSubmatch(p.output())
+	require.NotNil(t, m, "relay did not log its metrics address:\n%s", p.output())
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + m[1] + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return -1
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return -1
+			}
+			return int(f)
+		}
+	}
+	return -1
 }

@@ -151,6 +151,9 @@ type Relay struct {
 	breakers breakers
 	limits   limits
 	tune     checkTuning // of the unknown-destination check
+	// parkWarn keeps "cannot park" to one warning per destination every
+	// 10s (relay_park_failures_total counts them all).
+	parkWarn quiet
 }
 
 // New prepares a relay runner.
@@ -184,6 +187,7 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 		breakers: breakers{probing: map[string]bool{}, failures: map[string]int{}},
 		limits:   limits{byDest: map[string]*limit{}, replicas: 1},
 		tune:     defaultCheckTuning,
+		parkWarn: quiet{interval: 10 * time.Second},
 	}, nil
 }
 
@@ -887,7 +891,9 @@ func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, ordered bool, out 
 				out.Parked = true
 				return err
 			}
-			r.log.Warn("cannot park the event in Redis; it waits in JetStream instead", "dest", ev.dest, "event_id", ev.id, "err", err)
+			if ok, held := r.parkWarn.allow(ev.dest, r.cfg.Now()); ok {
+				r.log.Warn("cannot park the event in Redis; it waits in JetStream instead", "dest", ev.dest, "event_id", ev.id, "err", err, "also_since_last_warning", held)
+			}
 		}
 		return msg.NakWithDelay(out.Decision.Delay)
 	}
