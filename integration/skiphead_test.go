@@ -57,6 +57,11 @@ func TestSkipHeadDeadLettersTheBlockedHeadNow(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.Len(t, lines, 2, out)
 	require.Equal(t, []string{fmt.Sprint(h.Partition), fmt.Sprint(head.Seq), head.ID, "k", "1"}, strings.Fields(lines[1])[:5], out)
+	code, out = e.relayCLI("dest", "heads", "stuck", "--json")
+	require.Equal(t, 0, code, out)
+	var fromJSON relay.Head
+	require.NoError(t, json.Unmarshal([]byte(out), &fromJSON), out)
+	require.Equal(t, h, fromJSON, "--json gives the same head")
 	code, out = e.relayCLI("dest", "skip-head", "stuck", "--seq", fmt.Sprint(next.Seq))
 	require.Equal(t, 1, code, out)
 	require.Contains(t, out, "not the head of a partition waiting for a retry")
