@@ -1020,17 +1020,25 @@ func (l attemptLog) skipOf(ev event) string {
 	return ""
 }
 
-// log returns what is recorded for ev (nothing if that fails).
-func (r *Relay) attemptLog(ctx context.Context, ev event) attemptLog {
-	e, err := r.attempts.Get(ctx, historyKey(ev))
+// readAttemptLog reads the attempt log stored under key in the
+// relay_attempts bucket kv, and its revision (for a compare-and-set). A log
+// stored corrupt reads as empty.
+func readAttemptLog(ctx context.Context, kv jetstream.KeyValue, key string) (attemptLog, uint64, error) {
+	e, err := kv.Get(ctx, key)
 	if err != nil {
-		if !errors.Is(err, jetstream.ErrKeyNotFound) {
-			r.log.Warn("cannot read attempt history", "dest", ev.dest, "event_id", ev.id, "err", err)
-		}
-		return attemptLog{}
+		return attemptLog{}, 0, err
 	}
 	var l attemptLog
 	_ = json.Unmarshal(e.Value(), &l)
+	return l, e.Revision(), nil
+}
+
+// attemptLog returns what is recorded for ev (nothing if that fails).
+func (r *Relay) attemptLog(ctx context.Context, ev event) attemptLog {
+	l, _, err := readAttemptLog(ctx, r.attempts, historyKey(ev))
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		r.log.Warn("cannot read attempt history", "dest", ev.dest, "event_id", ev.id, "err", err)
+	}
 	return l
 }
 
@@ -1057,12 +1065,10 @@ func (r *Relay) recordAttempt(ctx context.Context, ev event, attempt int, res Re
 	}
 	var err error
 	for range 5 {
-		var l attemptLog
-		e, gerr := r.attempts.Get(ctx, key)
+		l, rev, gerr := readAttemptLog(ctx, r.attempts, key)
 		switch {
 		case gerr == nil:
-			_ = json.Unmarshal(e.Value(), &l)
-			_, err = r.attempts.Update(ctx, key, add(l), e.Revision())
+			_, err = r.attempts.Update(ctx, key, add(l), rev)
 		case errors.Is(gerr, jetstream.ErrKeyNotFound):
 			_, err = r.attempts.Create(ctx, key, add(l))
 		default:

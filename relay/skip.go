@@ -82,9 +82,7 @@ func (s *Store) Heads(ctx context.Context, name string) ([]Head, error) {
 			return nil, err
 		}
 		h := Head{Partition: i, Seq: seq, EventID: ev.id, Key: ev.hdr.Get(stream.HdrKey)}
-		if e, err := attempts.Get(ctx, historyKey(ev)); err == nil {
-			var l attemptLog
-			_ = json.Unmarshal(e.Value(), &l)
+		if l, _, err := readAttemptLog(ctx, attempts, historyKey(ev)); err == nil {
 			h.Attempts, h.Skip = l.Made, l.skipOf(ev)
 			if n := len(l.Attempts); n > 0 {
 				last := l.Attempts[n-1]
@@ -129,20 +127,16 @@ func (s *Store) SkipHead(ctx context.Context, name string, seq uint64, why strin
 	}
 	key := historyKey(event{dest: name, id: h.EventID})
 	for range 10 {
-		e, err := attempts.Get(ctx, key)
+		l, rev, err := readAttemptLog(ctx, attempts, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			return Head{}, fmt.Errorf("event %d of %s: %w: no attempt of it has failed (it may have been delivered, or be in its first attempt; look again with 'relay dest heads %s')", seq, name, ErrNotAHead, name)
 		}
 		if err != nil {
 			return Head{}, err
 		}
-		var l attemptLog
-		if err := json.Unmarshal(e.Value(), &l); err != nil {
-			return Head{}, fmt.Errorf("attempts of event %d are stored corrupt: %w", seq, err)
-		}
 		l.Skip, l.SkipSeq = why, seq
 		b, _ := json.Marshal(l)
-		if _, err := attempts.Update(ctx, key, b, e.Revision()); err != nil {
+		if _, err := attempts.Update(ctx, key, b, rev); err != nil {
 			if errors.Is(err, jetstream.ErrKeyExists) {
 				continue // an attempt was recorded meanwhile: again
 			}
