@@ -3,7 +3,9 @@ package schedule_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -324,4 +326,61 @@ func TestClusterStore(t *testing.T) {
 	ps, err := st.Stats(ctx, "c")
 	require.NoError(t, err)
 	require.Equal(t, int64(1), ps.Parked, "only the entry due in an hour")
+}
+
+// replyLoser is a connection whose next reply, once armed after a write,
+// is lost: the command reached Redis, its answer never reaches the client.
+type replyLoser struct {
+	net.Conn
+	armed *atomic.Bool
+	wrote bool
+}
+
+func (c *replyLoser) Write(b []byte) (int, error) {
+	c.wrote = c.armed.Load()
+	return c.Conn.Write(b)
+}
+
+func (c *replyLoser) Read(b []byte) (int, error) {
+	if c.wrote && c.armed.CompareAndSwap(true, false) {
+		c.Conn.Close()
+		return 0, lostReply{}
+	}
+	return c.Conn.Read(b)
+}
+
+type lostReply struct{}
+
+func (lostReply) Error() string   { return "the reply was lost (test)" }
+func (lostReply) Timeout() bool   { return true }
+func (lostReply) Temporary() bool { return true }
+
+// A park whose reply is lost may have stored the entry; Park then takes it
+// out again, so that the event, which will wait in JetStream, is not also
+// promoted from Redis.
+func TestParkWhoseReplyIsLostIsTakenOut(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := redistest.Start(t, redistest.Options{})
+	var armed atomic.Bool
+	c := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1, PoolSize: 1,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &replyLoser{Conn: conn, armed: &armed}, nil
+		}})
+	t.Cleanup(func() { c.Close() })
+	st := schedule.NewStore(c)
+	due := time.Now().Add(time.Hour)
+	require.NoError(t, st.Park(ctx, entry("lost", 1, due)), "a park that works (and loads the script)")
+
+	armed.Store(true)
+	err := st.Park(ctx, entry("lost", 2, due))
+	require.Error(t, err)
+	require.ErrorContains(t, err, "taking the entry out again: <nil>")
+	require.False(t, armed.Load(), "the reply of the park was the one lost")
+	members := r.Client().ZRange(ctx, "relay:{relay}:due:lost", 0, -1).Val()
+	require.Equal(t, []string{"evt-1#2"}, members, "the park whose reply was lost left nothing")
 }
