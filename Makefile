@@ -5,6 +5,14 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .DEFAULT_GOAL := help
 
+# A failing test's lines can be far up a long log: the test targets keep
+# their output and, when they fail, end with each failure's lines again.
+SHELL := /bin/bash
+GOTEST = echo "$(GO) test $(1)"; log=$$(mktemp); $(GO) test $(1) 2>&1 | tee $$log; rc=$${PIPESTATUS[0]}; \
+	if [ $$rc -ne 0 ]; then echo; echo "=== what failed (again, from the output above):"; \
+		grep -E '^[[:space:]]*(--- FAIL|Error Trace:|Error:|Messages:|Test:)|^panic:|^FAIL|^[[:space:]]+[[:alnum:]_]+_test\.go:[0-9]+: ' $$log | cut -c1-400 | tail -80; fi; \
+	rm -f $$log; exit $$rc
+
 .PHONY: help
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -27,11 +35,11 @@ deps: ## Install what the tests need that Go does not fetch (redis-server from D
 .PHONY: test
 test: deps ## Run every test but the fault-injection suite, with the race detector
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 15m -skip '^TestFault' ./...
+	@$(call GOTEST,-race -count=1 -timeout 15m -skip '^TestFault' ./...)
 
 .PHONY: test-faults
 test-faults: deps ## Run the fault-injection suite (real processes killed, stopped, cut off), with the race detector
-	$(GO) test -race -count=1 -timeout 15m -run '^TestFault' -v ./integration
+	@$(call GOTEST,-race -count=1 -timeout 15m -run '^TestFault' -v ./integration)
 
 SOAK ?= 10m
 
