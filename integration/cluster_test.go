@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -15,15 +14,8 @@ import (
 
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/streamtest"
 )
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 // cluster is a 3-node JetStream cluster of embedded servers on loopback.
 type cluster struct {
@@ -35,14 +27,14 @@ type cluster struct {
 func startCluster(t *testing.T) *cluster {
 	t.Helper()
 	c := &cluster{t: t}
-	cports := []int{freePort(t), freePort(t), freePort(t)}
+	cports := []int{streamtest.Port(t), streamtest.Port(t), streamtest.Port(t)}
 	var routes []string
 	for _, p := range cports {
 		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
 	}
 	for i := range 3 {
 		c.cfgs = append(c.cfgs, stream.EmbeddedConfig{
-			Name: fmt.Sprintf("n%d", i), DataDir: t.TempDir(), Port: freePort(t),
+			Name: fmt.Sprintf("n%d", i), DataDir: t.TempDir(), Port: streamtest.Port(t),
 			ClusterName: "relay-test", ClusterPort: cports[i], Routes: routes,
 		})
 	}

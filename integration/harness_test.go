@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -27,6 +26,7 @@ import (
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/streamtest"
 )
 
 // relayBin is the relay binary built once for the process tests.
@@ -63,10 +63,10 @@ type env struct {
 
 func setup(t testing.TB) *env {
 	t.Helper()
-	cfg := stream.EmbeddedConfig{DataDir: t.TempDir(), Port: -1}
+	// A port restartNATS can start the server on again.
+	cfg := stream.EmbeddedConfig{DataDir: t.TempDir(), Port: streamtest.Port(t)}
 	s, err := stream.StartEmbedded(cfg)
 	require.NoError(t, err)
-	cfg.Port = s.Addr().(*net.TCPAddr).Port
 	e := &env{t: t, cfg: cfg}
 	e.srv = s
 	t.Cleanup(func() {

@@ -66,6 +66,9 @@ func TestFaultRedisFailoverLosesNoParkedEvent(t *testing.T) {
 	eventually(t, 15*time.Second, func() bool {
 		return metricValue(t, p, `relay_park_failures_total{dest="failover"}`) == n
 	}, "the next %d stay in JetStream", n)
+	// The metric is read over HTTP, the log through a pipe: the warning may
+	// come a moment after the count.
+	eventually(t, 5*time.Second, func() bool { return p.logged("cannot park the event in Redis") }, "the warning")
 	require.Equal(t, 1, strings.Count(p.output(), "cannot park the event in Redis"), "one warning for them all:\n%s", p.output())
 	require.Equal(t, int64(n), parked(), "none of them left parked on the primary")
 	require.Len(t, s.all(), 2*n, "one attempt each so far")

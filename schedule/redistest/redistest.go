@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/relaydev/relay/stream/streamtest"
 )
 
 // Server is a redis-server process.
@@ -51,12 +53,8 @@ func Start(t testing.TB, o Options) *Server {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("redis-server is not installed: run 'make deps' (apt-get install -y redis-server)")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	// A port Restart can start the server on again.
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(streamtest.Port(t)))
 	s := &Server{t: t, Addr: addr, Dir: t.TempDir(), appendOnly: o.AppendOnly, cluster: o.Cluster}
 	if o.ReplicaOf != nil {
 		s.replicaOf = o.ReplicaOf.Addr
@@ -232,8 +230,10 @@ func StartSentinel(t testing.TB, primary *Server, replicas ...*Server) *Sentinel
 	_, port, _ := net.SplitHostPort(addr)
 	host, pport, _ := net.SplitHostPort(primary.Addr)
 	conf := filepath.Join(dir, "sentinel.conf")
+	// A primary is down after 2s without an answer: on a busy machine one
+	// late answer to a PING must not fail over a primary that is alive.
 	text := fmt.Sprintf("port %s\nbind 127.0.0.1\ndir %s\nsentinel monitor %s %s %s 1\n"+
-		"sentinel down-after-milliseconds %s 500\nsentinel failover-timeout %s 2000\n",
+		"sentinel down-after-milliseconds %s 2000\nsentinel failover-timeout %s 2000\n",
 		port, dir, MasterName, host, pport, MasterName, MasterName)
 	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
