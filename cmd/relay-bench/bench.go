@@ -387,33 +387,56 @@ func freeAddr() (string, error) {
 	return addr, ln.Close()
 }
 
-// checkNote says how many events relay process p's unknown-destination
+// relayNotes says how many events relay process p's unknown-destination
 // check counted, listed and read (relay_unknown_destination_check_events_total),
-// or why that cannot be told.
-func (b *bench) checkNote(ctx context.Context, p *proc) string {
+// and how many of its HTTP attempts took longer than 16 and 64 ms
+// (relay_attempt_duration_seconds, warm-up included): a tail the attempts do
+// not have came from before them (NATS, relay's queue). On failure it says
+// why the figures cannot be told.
+func (b *bench) relayNotes(ctx context.Context, p *proc) []string {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.metrics+"/metrics", nil)
 	if err != nil {
-		return "unknown-destination check: " + err.Error()
+		return []string{"relay's metrics: " + err.Error()}
 	}
 	resp, err := b.hc.Do(req)
 	if err != nil {
-		return "unknown-destination check: cannot read relay's metrics: " + err.Error()
+		return []string{"cannot read relay's metrics: " + err.Error()}
 	}
 	defer resp.Body.Close()
-	got := map[string]float64{"counted": 0, "listed": 0, "read": 0}
+	check := map[string]float64{"counted": 0, "listed": 0, "read": 0}
+	var attempts, upTo16, upTo64 float64
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		for how := range got {
-			if v, ok := strings.CutPrefix(sc.Text(), `relay_unknown_destination_check_events_total{how="`+how+`"} `); ok {
-				if f, err := strconv.ParseFloat(v, 64); err == nil {
-					got[how] = f
-				}
+		name, v, ok := strings.Cut(sc.Text(), " ")
+		if !ok || strings.HasPrefix(name, "#") {
+			continue
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			continue
+		}
+		for how := range check {
+			if name == `relay_unknown_destination_check_events_total{how="`+how+`"}` {
+				check[how] = f
+			}
+		}
+		if h, ok := strings.CutPrefix(name, "relay_attempt_duration_seconds_"); ok {
+			switch {
+			case strings.HasPrefix(h, "count{"):
+				attempts += f
+			case strings.HasPrefix(h, "bucket{") && strings.HasSuffix(h, `le="0.016"}`):
+				upTo16 += f
+			case strings.HasPrefix(h, "bucket{") && strings.HasSuffix(h, `le="0.064"}`):
+				upTo64 += f
 			}
 		}
 	}
-	return fmt.Sprintf("unknown-destination check in this relay process: %.0f events counted, %.0f listed, %.0f read", got["counted"], got["listed"], got["read"])
+	return []string{
+		fmt.Sprintf("unknown-destination check in this relay process: %.0f events counted, %.0f listed, %.0f read", check["counted"], check["listed"], check["read"]),
+		fmt.Sprintf("relay's HTTP attempts (warm-up included): %.0f, of which %.0f took over 16 ms and %.0f over 64 ms", attempts, attempts-upTo16, attempts-upTo64),
+	}
 }
 
 // --- publishing ---

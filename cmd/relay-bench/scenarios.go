@@ -92,6 +92,9 @@ func (b *bench) finish(ctx context.Context, r *result, m cpuMark, start, first t
 	r.Delivered, r.Requests, r.Failed, r.Duplicates, r.Conns = st.Delivered, st.Requests, st.Failed, st.Duplicates, st.Conns
 	r.PerSecond = float64(st.Delivered) / el.Seconds()
 	r.P50ms, r.P99ms, r.Maxms = st.P50ms, st.P99ms, st.Maxms
+	if r.LatencyKind == "publish-to-delivery" {
+		r.Notes = append(r.Notes, st.Late.String())
+	}
 	if b.loopRateA > 0 && r.System != "minimal loop" && r.Scenario != "b" {
 		r.VsLoop = r.PerSecond / b.loopRateA
 	}
@@ -178,7 +181,7 @@ func (b *bench) relayRun(ctx context.Context, r *result, dests []string, n int, 
 	if live {
 		r.Notes = append(r.Notes, "published while relay ran (-a-live), timed from the first publish")
 	}
-	r.Notes = append(r.Notes, b.checkNote(ctx, p))
+	r.Notes = append(r.Notes, b.relayNotes(ctx, p)...)
 	if note := b.redeliveries(ctx, dests, n); note != "" {
 		r.Notes = append(r.Notes, note)
 	}
@@ -371,7 +374,7 @@ func (b *bench) scenarioB(ctx context.Context) ([]*result, error) {
 	if err := b.atRateMeasured(ctx, r, "b", rate, b.opts.duration, p); err != nil {
 		return nil, fmt.Errorf("(b) relay: %w", err)
 	}
-	r.Notes = append(r.Notes, b.checkNote(ctx, p))
+	r.Notes = append(r.Notes, b.relayNotes(ctx, p)...)
 	if err := p.stop(20 * time.Second); err != nil {
 		r.Notes = append(r.Notes, err.Error())
 	}

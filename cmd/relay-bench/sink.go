@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -49,6 +50,7 @@ type sinkStats struct {
 	Maxms      float64          `json:"max_ms"`
 	Samples    int              `json:"latency_samples"`
 	Conns      int64            `json:"connections"` // TCP connections accepted
+	Late       lateSpells       `json:"late"`        // answers over lateAfter
 	ByDest     map[string]int64 `json:"by_dest"`     // distinct webhook-ids answered 2xx, per destination
 }
 
@@ -67,10 +69,11 @@ type sinkServer struct {
 	byDest     map[string]int64
 	ids        map[uint64]idState // FNV-64a of webhook-id
 	lat        []int64            // nanoseconds, 2xx answers only
+	pub        []int64            // the publish time of each lat, Unix ns
 }
 
 func newSinkServer() *sinkServer {
-	return &sinkServer{byDest: map[string]int64{}, ids: map[uint64]idState{}, lat: make([]int64, 0, 1<<16)}
+	return &sinkServer{byDest: map[string]int64{}, ids: map[uint64]idState{}, lat: make([]int64, 0, 1<<16), pub: make([]int64, 0, 1<<16)}
 }
 
 var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
@@ -94,7 +97,7 @@ func (s *sinkServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.requests, s.delivered, s.duplicates, s.failed = 0, 0, 0, 0
 		s.byDest = map[string]int64{}
 		s.ids = map[uint64]idState{}
-		s.lat = s.lat[:0]
+		s.lat, s.pub = s.lat[:0], s.pub[:0]
 		s.conns.Store(0)
 		s.mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
@@ -158,6 +161,7 @@ func (s *sinkServer) deliver(w http.ResponseWriter, r *http.Request, dest string
 		}
 		if ts > 0 {
 			s.lat = append(s.lat, now-ts)
+			s.pub = append(s.pub, ts)
 		}
 	} else {
 		s.failed++
@@ -199,6 +203,7 @@ func (s *sinkServer) stats() sinkStats {
 		st.ByDest[k] = v
 	}
 	lat := slices.Clone(s.lat)
+	st.Late = late(lat, s.pub)
 	s.mu.Unlock()
 	slices.Sort(lat)
 	st.Samples = len(lat)
@@ -208,6 +213,65 @@ func (s *sinkServer) stats() sinkStats {
 		st.Maxms = ms(lat[len(lat)-1])
 	}
 	return st
+}
+
+// lateAfter: an answer later than this after its publish is late (the
+// (b) target's bound).
+const lateAfter = 10 * time.Millisecond
+
+// lateSpells groups the late answers by publish time: a spell is a run of
+// late events published less than 50 ms apart. Many events in one short
+// spell are a stall somewhere; spells spread over the run are queueing.
+type lateSpells struct {
+	Events int `json:"events"`
+	Spells int `json:"spells"`
+	// The spell with the most events: when its first event was published
+	// (seconds after the first event of the run), over how long, and how
+	// late its latest answer was.
+	WorstEvents int     `json:"worst_events,omitempty"`
+	WorstAtSecs float64 `json:"worst_at_seconds,omitempty"`
+	WorstOverMs float64 `json:"worst_over_ms,omitempty"`
+	WorstMaxMs  float64 `json:"worst_max_ms,omitempty"`
+}
+
+func (ls lateSpells) String() string {
+	if ls.Events == 0 {
+		return fmt.Sprintf("no answer later than %s after its publish", lateAfter)
+	}
+	return fmt.Sprintf("answers later than %s after the publish: %d, in %d spells (late events published less than 50ms apart); "+
+		"the largest: %d events published over %.1fms from %.2fs into the run, the latest answered %.1fms after its publish",
+		lateAfter, ls.Events, ls.Spells, ls.WorstEvents, ls.WorstOverMs, ls.WorstAtSecs, ls.WorstMaxMs)
+}
+
+// late reads the spells of lat (latencies, ns) and pub (publish times).
+func late(lat, pub []int64) lateSpells {
+	type ev struct{ pub, lat int64 }
+	var evs []ev
+	first := int64(0)
+	for i, l := range lat {
+		if first == 0 || pub[i] < first {
+			first = pub[i]
+		}
+		if l > int64(lateAfter) {
+			evs = append(evs, ev{pub[i], l})
+		}
+	}
+	slices.SortFunc(evs, func(a, b ev) int { return cmp.Compare(a.pub, b.pub) })
+	ls := lateSpells{Events: len(evs)}
+	const gap = int64(50 * time.Millisecond)
+	for i := 0; i < len(evs); {
+		j, worst := i+1, evs[i].lat
+		for ; j < len(evs) && evs[j].pub-evs[j-1].pub < gap; j++ {
+			worst = max(worst, evs[j].lat)
+		}
+		ls.Spells++
+		if j-i > ls.WorstEvents {
+			ls.WorstEvents, ls.WorstAtSecs = j-i, float64(evs[i].pub-first)/1e9
+			ls.WorstOverMs, ls.WorstMaxMs = ms(evs[j-1].pub-evs[i].pub), ms(worst)
+		}
+		i = j
+	}
+	return ls
 }
 
 // percentile is the nearest-rank percentile of sorted v.
