@@ -391,7 +391,11 @@ func (p *proc) output() string {
 // exit code and output.
 func (e *env) relayCLI(args ...string) (int, string) {
 	e.t.Helper()
-	cmd := exec.Command(relayBin, append([]string{"--nats-url", e.url}, args...)...)
+	// A command that should end but runs on (a 'run' that should have been
+	// refused) fails the test instead of hanging it.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, relayBin, append([]string{"--nats-url", e.url}, args...)...)
 	// Without the shell's RELAY_* settings, which would change what it does.
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "RELAY_") {
@@ -399,6 +403,7 @@ func (e *env) relayCLI(args ...string) (int, string) {
 		}
 	}
 	out, err := cmd.CombinedOutput()
+	require.NoError(e.t, ctx.Err(), "relay %s did not end within a minute:\n%s", strings.Join(args, " "), out)
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()

@@ -268,3 +268,32 @@ func TestOrderedKeysAreNotParked(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, ps.Parked)
 }
+
+// relay run with --redis-replicas more than the primary has starts, says
+// that long waits stay in JetStream until replicas connect, and does so:
+// an event whose retry wait is long is not parked while no replica
+// confirms. A replica wait not shorter than the connection's read timeout
+// is refused at start, with which settings to change.
+func TestRunWithTooFewRedisReplicas(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	r := redistest.Start(t, redistest.Options{})
+	s := newSink(t, failing(1))
+	e.addDest(relay.Destination{Name: "fewrep", URL: s.URL, Retry: relay.RetryPolicy{
+		Base: relay.Duration(time.Second), Max: relay.Duration(time.Second), NoJitter: true, MaxAttempts: 3}})
+
+	code, out := e.relayCLI("run", "--redis-url", r.URL()+"?read_timeout=200ms", "--redis-replicas", "1", "--redis-replica-wait", "500ms")
+	require.Equal(t, 2, code, out)
+	require.Contains(t, out, "--redis-replica-wait, or read_timeout in --redis-url", out)
+
+	p := faultRun(t, e.url, "--redis-url", r.URL(), "--redis-replicas", "1", "--park-threshold", "500ms")
+	require.True(t, p.logged("the Redis primary has fewer replicas than --redis-replicas"), p.output())
+	require.True(t, p.logged("connected=0"), p.output())
+	res := e.publish("fewrep", "", `{}`)
+	eventually(t, 20*time.Second, func() bool { return s.delivered()[res.ID] == 1 && e.settled("fewrep") },
+		"delivered on its second attempt, after a wait in JetStream")
+	require.Equal(t, 1, metricValue(t, p, `relay_park_failures_total{dest="fewrep"}`), "the park was refused:\n%s", p.output())
+	ps, err := schedule.NewStore(r.Client()).Stats(context.Background(), "fewrep")
+	require.NoError(t, err)
+	require.Zero(t, ps.Parked)
+}
