@@ -147,15 +147,55 @@ func Dial(ctx context.Context, url, mode string) (*Store, error) {
 		if err != nil {
 			return nil, fmt.Errorf("redis sentinel URL: %w", err)
 		}
+		if err := askSentinels(ctx, o); err != nil {
+			return nil, fmt.Errorf("redis at %s: %w", redactURL(url), err)
+		}
 		rdb = redis.NewFailoverClient(o)
 	default:
 		return nil, fmt.Errorf("redis mode %q: use single, cluster or sentinel", mode)
 	}
-	if err := rdb.Ping(ctx).Err(); err != nil {
+	// go-redis retries a failed dial within its retries of a command, and
+	// in sentinel mode once more per Sentinel: unbounded, a Sentinel that
+	// refuses connections takes about 36s to fail.
+	pctx, cancel := context.WithTimeout(ctx, dialWait)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
 		rdb.Close()
+		if pctx.Err() != nil && ctx.Err() == nil {
+			return nil, fmt.Errorf("redis at %s: no answer to PING within %s: %w", redactURL(url), dialWait, err)
+		}
 		return nil, fmt.Errorf("redis at %s: %w", redactURL(url), err)
 	}
 	return NewStore(rdb), nil
+}
+
+// dialWait bounds Dial's first PING.
+const dialWait = 10 * time.Second
+
+// askSentinels asks each Sentinel of o, once, for the address of o's
+// primary, until one gives it. Through the failover client, Sentinels that
+// refuse connections take about 36s to fail (retries within retries), with
+// an error that names neither them nor what they said; this says, for
+// each, why it did not give one.
+func askSentinels(ctx context.Context, o *redis.FailoverOptions) error {
+	var errs []string
+	for _, addr := range o.SentinelAddrs {
+		sc := redis.NewSentinelClient(&redis.Options{
+			Addr: addr, Username: o.SentinelUsername, Password: o.SentinelPassword,
+			TLSConfig: o.TLSConfig, Dialer: o.Dialer, DialTimeout: o.DialTimeout, MaxRetries: -1,
+		})
+		_, err := sc.GetMasterAddrByName(ctx, o.MasterName).Result()
+		sc.Close()
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, redis.Nil):
+			errs = append(errs, fmt.Sprintf("Sentinel %s knows no primary named %q", addr, o.MasterName))
+		default:
+			errs = append(errs, fmt.Sprintf("Sentinel %s: %v", addr, err))
+		}
+	}
+	return fmt.Errorf("no Sentinel gave the address of primary %q: %s", o.MasterName, strings.Join(errs, "; "))
 }
 
 // redactURL is raw for an error message: its password, and any query

@@ -384,3 +384,31 @@ func TestParkWhoseReplyIsLostIsTakenOut(t *testing.T) {
 	members := r.Client().ZRange(ctx, "relay:{relay}:due:lost", 0, -1).Val()
 	require.Equal(t, []string{"evt-1#2"}, members, "the park whose reply was lost left nothing")
 }
+
+// Dial in sentinel mode asks the Sentinels for the primary first: one that
+// does not answer is skipped, and when none gives the primary the error
+// says, for each, why.
+func TestDialSentinel(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	primary := redistest.Start(t, redistest.Options{})
+	sentinel := redistest.StartSentinel(t, primary)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	refused := ln.Addr().String()
+	require.NoError(t, ln.Close())
+
+	// The first Sentinel refuses connections; the second gives the primary.
+	st, err := schedule.Dial(ctx, "redis://"+refused+"?master_name="+redistest.MasterName+"&addr="+sentinel.Addr, "sentinel")
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Client().Close() })
+	require.NoError(t, st.Park(ctx, entry("s", 1, time.Now().Add(time.Hour))))
+	require.Equal(t, int64(1), primary.Client().ZCard(ctx, "relay:{relay}:due:s").Val(), "parked on the primary")
+
+	_, err = schedule.Dial(ctx, "redis://"+sentinel.Addr+"?master_name=nosuch", "sentinel")
+	require.ErrorContains(t, err, `Sentinel `+sentinel.Addr+` knows no primary named "nosuch"`)
+
+	_, err = schedule.Dial(ctx, "redis://"+refused+"?master_name=m", "sentinel")
+	require.ErrorContains(t, err, `no Sentinel gave the address of primary "m": Sentinel `+refused+`: dial tcp `+refused)
+	require.ErrorContains(t, err, "connection refused")
+}
