@@ -55,7 +55,7 @@ func Start(t testing.TB, o Options) *Server {
 	}
 	// A port Restart can start the server on again.
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(streamtest.Port(t)))
-	s := &Server{t: t, Addr: addr, Dir: t.TempDir(), appendOnly: o.AppendOnly, cluster: o.Cluster}
+	s := &Server{t: t, Addr: addr, Dir: dataDir(t, o.AppendOnly), appendOnly: o.AppendOnly, cluster: o.Cluster}
 	if o.ReplicaOf != nil {
 		s.replicaOf = o.ReplicaOf.Addr
 	}
@@ -72,6 +72,21 @@ func Start(t testing.TB, o Options) *Server {
 	s.start()
 	t.Cleanup(s.Kill)
 	return s
+}
+
+// dataDir is a directory for a server's files, removed when the test ends.
+// A server with an append-only file gets one in memory (/dev/shm) where
+// there is one: it fsyncs every write, and on a busy disk one fsync can
+// outlast a test's wait for a replica (a SIGKILL keeps what was written
+// either way).
+func dataDir(t testing.TB, appendOnly bool) string {
+	if appendOnly {
+		if dir, err := os.MkdirTemp("/dev/shm", "redistest-"); err == nil {
+			t.Cleanup(func() { os.RemoveAll(dir) })
+			return dir
+		}
+	}
+	return t.TempDir()
 }
 
 func (s *Server) start() {
