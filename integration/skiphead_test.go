@@ -5,13 +5,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/schedule/redistest"
 )
 
 // An ordered key blocked by a head that keeps failing (on-failure block)
@@ -171,6 +175,85 @@ func TestSkipHeadWhileAnAttemptIsInFlight(t *testing.T) {
 			require.Equal(t, 2, ls[0].Attempts)
 			require.Len(t, ls[0].History, 2, "each attempt once in the history")
 			require.Equal(t, []int{1, 2}, []int{ls[0].History[0].N, ls[0].History[1].N})
+		})
+	}
+}
+
+// An unordered event that keeps failing is given up on by an operator:
+// 'relay dest skip' dead-letters it at its next delivery, without another
+// attempt, with the operator's reason and its history, whether it waits in
+// JetStream (a delayed nak) or parked in Redis.
+func TestSkipEventDeadLettersItAtItsNextDelivery(t *testing.T) {
+	t.Parallel()
+	for _, where := range []string{"jetstream", "redis"} {
+		t.Run(where, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t)
+			s := newSink(t, func(h hit, w http.ResponseWriter) int {
+				if strings.Contains(h.Body, `"bad":true`) {
+					w.WriteHeader(http.StatusServiceUnavailable)
+					return http.StatusServiceUnavailable
+				}
+				w.WriteHeader(http.StatusOK)
+				return http.StatusOK
+			})
+			name := "skip" + where
+			e.addDest(relay.Destination{Name: name, URL: s.URL,
+				Retry: relay.RetryPolicy{Base: relay.Duration(3 * time.Second), Max: relay.Duration(3 * time.Second), NoJitter: true, MaxAttempts: 20}})
+			e.addDest(relay.Destination{Name: name + "ord", URL: s.URL, Ordered: true, Partitions: 1})
+			var opts []func(*relay.Config)
+			var parked func() int64
+			if where == "redis" {
+				st, withRedis := e.withSchedule(redistest.Start(t, redistest.Options{}))
+				opts = append(opts, withRedis)
+				parked = func() int64 {
+					ps, err := st.Stats(context.Background(), name)
+					if err != nil {
+						return -1
+					}
+					return ps.Parked
+				}
+			}
+			e.startRelay(opts...)
+			bad := e.publish(name, "", `{"bad":true}`)
+			good := e.publish(name, "", `{"bad":false}`)
+
+			code, out := e.relayCLI("dest", "skip", name, "--event", "no-such-event")
+			require.Equal(t, 1, code, out)
+			require.Contains(t, out, "no failed attempt of it is on record")
+			code, out = e.relayCLI("dest", "skip", name+"ord", "--event", bad.ID)
+			require.Equal(t, 1, code, out)
+			require.Contains(t, out, "is ordered")
+
+			eventually(t, 10*time.Second, func() bool {
+				return s.delivered()[good.ID] == 1 && len(s.all()) >= 2 && (parked == nil || parked() == 1)
+			}, "the bad event failed once and waits (parked: %v)", parked != nil)
+			code, out = e.relayCLI("dest", "skip", name, "--event", bad.ID, "--reason", "never valid, ticket 7")
+			require.Equal(t, 0, code, out)
+			m := regexp.MustCompile(`skipping event \S+ of \S+ after (\d+) failed attempts?`).FindStringSubmatch(out)
+			require.NotNil(t, m, out)
+			require.Contains(t, out, "status 503")
+			made, _ := strconv.Atoi(m[1])
+
+			var ls []dlq.Letter
+			eventually(t, 15*time.Second, func() bool { ls = e.deadLetters(name); return len(ls) == 1 }, "dead-lettered at its next delivery")
+			require.Equal(t, bad.ID, ls[0].EventID)
+			require.Equal(t, relay.ReasonSkipped, ls[0].Reason)
+			require.Equal(t, "never valid, ticket 7", ls[0].Note)
+			require.Equal(t, made, ls[0].Attempts)
+			require.Len(t, ls[0].History, made)
+			requests := 0
+			for _, h := range s.all() {
+				if h.ID == bad.ID {
+					requests++
+				}
+			}
+			require.Equal(t, made, requests, "no attempt after the mark")
+			require.Zero(t, s.delivered()[bad.ID])
+			eventually(t, 10*time.Second, func() bool { return e.settled(name) }, "nothing left in retry")
+			if parked != nil {
+				require.Zero(t, parked())
+			}
 		})
 	}
 }

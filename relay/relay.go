@@ -744,10 +744,11 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, ordered bool) {
 	// JetStream deliveries: a delivery handed back unattempted (pause,
 	// shutdown, the rate limit), dropped by the client, or cut short by a
 	// crash does not use up an attempt. It is looked up only now, so an
-	// event handed straight back above costs no read; a first delivery
-	// needs none.
+	// event handed straight back above costs no read. A first delivery
+	// needs none, unless it brings the event back from Redis (an operator
+	// may have marked it to be skipped meanwhile).
 	attempt, skip := ev.prior+1, ""
-	if ev.delivered > 1 {
+	if ev.delivered > 1 || ev.prior > 0 {
 		lctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 		l := r.attemptLog(lctx, ev)
 		cancel()
@@ -1010,14 +1011,31 @@ type attemptLog struct {
 	// which has the same id.
 	Skip    string `json:"skip,omitempty"`
 	SkipSeq uint64 `json:"skip_seq,omitempty"`
+	// SkipAfter, set by Store.SkipEvent, is how many attempts had been made
+	// when the mark was set: the mark applies as well to a stream message
+	// that brings the event back from Redis with at least that many
+	// attempts made before it (a replay has none).
+	SkipAfter int `json:"skip_after,omitempty"`
 }
 
 // skipOf is the operator's reason to skip ev, if l marks it.
 func (l attemptLog) skipOf(ev event) string {
-	if l.Skip != "" && l.SkipSeq == ev.seq {
+	if l.Skip != "" && (l.SkipSeq == ev.seq || l.SkipAfter > 0 && ev.prior >= l.SkipAfter) {
 		return l.Skip
 	}
 	return ""
+}
+
+// last is when the last recorded attempt was made, and how it failed.
+func (l attemptLog) last() (time.Time, string) {
+	if len(l.Attempts) == 0 {
+		return time.Time{}, ""
+	}
+	a := l.Attempts[len(l.Attempts)-1]
+	if a.Error == "" && a.Status != 0 {
+		return a.At, fmt.Sprintf("status %d", a.Status)
+	}
+	return a.At, a.Error
 }
 
 // readAttemptLog reads the attempt log stored under key in the

@@ -84,13 +84,7 @@ func (s *Store) Heads(ctx context.Context, name string) ([]Head, error) {
 		h := Head{Partition: i, Seq: seq, EventID: ev.id, Key: ev.hdr.Get(stream.HdrKey)}
 		if l, _, err := readAttemptLog(ctx, attempts, historyKey(ev)); err == nil {
 			h.Attempts, h.Skip = l.Made, l.skipOf(ev)
-			if n := len(l.Attempts); n > 0 {
-				last := l.Attempts[n-1]
-				h.LastAttempt, h.LastError = last.At, last.Error
-				if h.LastError == "" && last.Status != 0 {
-					h.LastError = fmt.Sprintf("status %d", last.Status)
-				}
-			}
+			h.LastAttempt, h.LastError = l.last()
 		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return nil, fmt.Errorf("read attempts of event %d: %w", seq, err)
 		}
@@ -149,6 +143,74 @@ func (s *Store) SkipHead(ctx context.Context, name string, seq uint64, why strin
 		return h, nil
 	}
 	return Head{}, fmt.Errorf("event %d of %s is being retried concurrently; try again", seq, name)
+}
+
+// Skipped is an event of an unordered destination that SkipEvent marked.
+type Skipped struct {
+	EventID string `json:"event_id"`
+	// Seq is the event's sequence in the events stream at its last failed
+	// attempt (a parked event comes back under a new one).
+	Seq         uint64    `json:"seq"`
+	Attempts    int       `json:"attempts"`
+	LastAttempt time.Time `json:"last_attempt,omitzero"`
+	LastError   string    `json:"last_error,omitempty"`
+}
+
+// ErrNotRetrying is returned by SkipEvent for an event with no failed
+// attempt on record.
+var ErrNotRetrying = errors.New("no failed attempt of it is on record")
+
+// SkipEvent gives up on event id of the unordered destination name, which
+// has failed an attempt and waits for its next: relay dead-letters it
+// (reason skipped, with why and its history) at its next delivery instead
+// of attempting it, whether that delivery comes from JetStream when its
+// backoff ends or from Redis, where it may be parked. If an attempt of it
+// is in flight, that attempt decides: delivered, the skip is moot; failed,
+// relay dead-letters it at once.
+//
+// Unlike SkipHead it does not bring the next delivery forward: an
+// unordered consumer's last delivery says nothing about one event, so
+// relay cannot tell whether an attempt of it is in flight, and a nak while
+// one is would hand it out twice at once.
+func (s *Store) SkipEvent(ctx context.Context, name, id, why string) (Skipped, error) {
+	d, err := s.Get(ctx, name)
+	if err != nil {
+		return Skipped{}, err
+	}
+	if d.Ordered {
+		return Skipped{}, fmt.Errorf("destination %s is ordered: its events in retry are the heads of their partitions ('relay dest heads %s', 'relay dest skip-head')", name, name)
+	}
+	attempts, err := s.js.KeyValue(ctx, stream.AttemptsBucket)
+	if err != nil {
+		return Skipped{}, fmt.Errorf("open bucket %s: %w", stream.AttemptsBucket, err)
+	}
+	key := historyKey(event{dest: name, id: id})
+	for range 10 {
+		l, rev, err := readAttemptLog(ctx, attempts, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return Skipped{}, fmt.Errorf("event %s of %s: %w (it may have been delivered or dead-lettered, be in its first attempt, or not exist; 'relay dlq list %s' lists the dead letters)", id, name, ErrNotRetrying, name)
+		}
+		if err != nil {
+			return Skipped{}, err
+		}
+		info, _ := parseAckReply(l.Reply)
+		if l.Made == 0 || info.streamSeq == 0 {
+			// Only uncounted attempts, or a record of an earlier version.
+			return Skipped{}, fmt.Errorf("event %s of %s: %w that says where it waits; try again after its next attempt", id, name, ErrNotRetrying)
+		}
+		l.Skip, l.SkipSeq, l.SkipAfter = why, info.streamSeq, l.Made
+		b, _ := json.Marshal(l)
+		if _, err := attempts.Update(ctx, key, b, rev); err != nil {
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				continue // an attempt was recorded meanwhile: again
+			}
+			return Skipped{}, err
+		}
+		sk := Skipped{EventID: id, Seq: info.streamSeq, Attempts: l.Made}
+		sk.LastAttempt, sk.LastError = l.last()
+		return sk, nil
+	}
+	return Skipped{}, fmt.Errorf("event %s of %s is being retried concurrently; try again", id, name)
 }
 
 // nakIfWaiting naks the delivery reply of partition i's head if that is

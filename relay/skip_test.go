@@ -37,3 +37,17 @@ func TestAttemptLogKeepsASkipMarkForItsSequence(t *testing.T) {
 	require.Empty(t, l.skipOf(replay), "a replay of the event is another stored event")
 	require.Equal(t, "ops", l.skipOf(ev))
 }
+
+// A mark set by SkipEvent applies to the event's stored message and to
+// any that brings it back from Redis with at least as many attempts made
+// before it; a replay (no attempts before it) is not skipped.
+func TestSkipEventMarkFollowsTheEventOutOfRedis(t *testing.T) {
+	l := attemptLog{Made: 2, Skip: "ops", SkipSeq: 7, SkipAfter: 2}
+	require.Equal(t, "ops", l.skipOf(event{id: "evt_1", seq: 7}), "still in JetStream")
+	require.Equal(t, "ops", l.skipOf(event{id: "evt_1", seq: 30, prior: 2}), "promoted from Redis")
+	require.Equal(t, "ops", l.skipOf(event{id: "evt_1", seq: 31, prior: 3}), "promoted after another attempt")
+	require.Empty(t, l.skipOf(event{id: "evt_1", seq: 40}), "a replay")
+	require.Empty(t, l.skipOf(event{id: "evt_1", seq: 41, prior: 1}), "fewer attempts than when it was marked")
+	head := attemptLog{Made: 2, Skip: "ops", SkipSeq: 7}
+	require.Empty(t, head.skipOf(event{id: "evt_1", seq: 30, prior: 2}), "SkipHead's mark holds for its sequence only")
+}

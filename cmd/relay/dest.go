@@ -333,6 +333,44 @@ losing a delivery. After the overlap only the new secret signs.`,
 				},
 			},
 			{
+				Name:      "skip",
+				Usage:     "dead-letter an event of an unordered destination that waits for a retry (reason skipped) at its next delivery, instead of attempting it",
+				ArgsUsage: "NAME",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "event", Usage: "the event's id (its webhook-id; required)"},
+					&cli.StringFlag{Name: "reason", Value: "skipped by an operator", Usage: "why, kept with the dead letter"},
+				},
+				Action: func(c *cli.Context) error {
+					name, err := oneArg(c, "NAME")
+					if err != nil {
+						return err
+					}
+					if err := required(c, "event"); err != nil {
+						return err
+					}
+					id, why := c.String("event"), strings.TrimSpace(c.String("reason"))
+					if n := utf8.RuneCountInString(why); n == 0 || n > 200 {
+						return usagef("--reason: give 1 to 200 characters, not %d", n)
+					}
+					ctx, _, st, done, err := openDests(c, 30*time.Second)
+					if err != nil {
+						return err
+					}
+					defer done()
+					sk, err := st.SkipEvent(ctx, name, id, why)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(c.App.Writer, "skipping event %s of %s after %s", sk.EventID, name, plural(sk.Attempts, "failed attempt"))
+					if !sk.LastAttempt.IsZero() {
+						fmt.Fprintf(c.App.Writer, " (the last at %s: %s)", sk.LastAttempt.UTC().Format(time.RFC3339), sk.LastError)
+					}
+					fmt.Fprintln(c.App.Writer)
+					fmt.Fprintln(c.App.Writer, "relay dead-letters it at its next delivery, when its retry wait ends (in JetStream or parked in Redis), or at once if an attempt in flight fails")
+					return nil
+				},
+			},
+			{
 				Name:  "list",
 				Usage: "list destinations (secrets are never shown)",
 				Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "one JSON object per line"}},
