@@ -633,6 +633,9 @@ type event struct {
 	seq     uint64
 	subject string
 	prior   int // attempts made before this stream message
+	// origin is the sequence of the message the event first came in as:
+	// seq, or for one republished from Redis its Relay-Origin-Seq.
+	origin uint64
 	// delivered counts JetStream's deliveries of this stream message;
 	// stored is when JetStream stored it.
 	delivered uint64
@@ -686,6 +689,12 @@ func newEvent(subject string, info ackInfo, body []byte, h nats.Header) (event, 
 	if a := h.Get(stream.HdrAttempt); a != "" {
 		if n, err := strconv.Atoi(a); err == nil && n >= 0 && n < 1_000_000 {
 			ev.prior = n
+		}
+	}
+	ev.origin = ev.seq
+	if o := h.Get(stream.HdrOrigin); o != "" {
+		if n, err := strconv.ParseUint(o, 10, 64); err == nil && n > 0 {
+			ev.origin = n
 		}
 	}
 	return ev, nil
@@ -963,6 +972,7 @@ func (r *Relay) park(ctx context.Context, msg jetstream.Msg, ev event, attempt i
 		Body:      ev.body,
 		Due:       r.cfg.Now().Add(delay),
 		Published: ev.published,
+		Origin:    ev.origin,
 	}
 	pctx, cancel := context.WithTimeout(ctx, parkTimeout)
 	defer cancel()
@@ -1011,16 +1021,17 @@ type attemptLog struct {
 	// which has the same id.
 	Skip    string `json:"skip,omitempty"`
 	SkipSeq uint64 `json:"skip_seq,omitempty"`
-	// SkipAfter, set by Store.SkipEvent, is how many attempts had been made
-	// when the mark was set: the mark applies as well to a stream message
-	// that brings the event back from Redis with at least that many
-	// attempts made before it (a replay has none).
-	SkipAfter int `json:"skip_after,omitempty"`
+	// Origin is the origin (event.origin) of the delivery whose attempt
+	// failed last. SkipOrigin, set by Store.SkipEvent, makes the mark apply
+	// as well to the messages that bring the event back from Redis under
+	// new sequences; a replay of the event is a message of its own origin.
+	Origin     uint64 `json:"origin,omitempty"`
+	SkipOrigin uint64 `json:"skip_origin,omitempty"`
 }
 
 // skipOf is the operator's reason to skip ev, if l marks it.
 func (l attemptLog) skipOf(ev event) string {
-	if l.Skip != "" && (l.SkipSeq == ev.seq || l.SkipAfter > 0 && ev.prior >= l.SkipAfter) {
+	if l.Skip != "" && (l.SkipSeq == ev.seq || l.SkipOrigin != 0 && l.SkipOrigin == ev.origin) {
 		return l.Skip
 	}
 	return ""
@@ -1032,10 +1043,13 @@ func (l attemptLog) last() (time.Time, string) {
 		return time.Time{}, ""
 	}
 	a := l.Attempts[len(l.Attempts)-1]
-	if a.Error == "" && a.Status != 0 {
+	switch {
+	case a.Status == 0:
+		return a.At, a.Error
+	case a.Error == "":
 		return a.At, fmt.Sprintf("status %d", a.Status)
 	}
-	return a.At, a.Error
+	return a.At, fmt.Sprintf("status %d: %s", a.Status, a.Error)
 }
 
 // readAttemptLog reads the attempt log stored under key in the
@@ -1077,7 +1091,7 @@ func (r *Relay) recordAttempt(ctx context.Context, ev event, attempt int, res Re
 		if !uncounted {
 			l.Made = max(l.Made, attempt)
 		}
-		l.Reply = reply
+		l.Reply, l.Origin = reply, ev.origin
 		b, _ := json.Marshal(l)
 		return b
 	}

@@ -115,34 +115,53 @@ func (s *Store) SkipHead(ctx context.Context, name string, seq uint64, why strin
 	if h.Seq == 0 {
 		return Head{}, fmt.Errorf("event %d of %s: %w ('relay dest heads %s' lists them)", seq, name, ErrNotAHead, name)
 	}
+	l, err := s.markSkip(ctx, historyKey(event{dest: name, id: h.EventID}), func(l *attemptLog) error {
+		l.Skip, l.SkipSeq = why, seq
+		return nil
+	})
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return Head{}, fmt.Errorf("event %d of %s: %w: no attempt of it has failed (it may have been delivered, or be in its first attempt; look again with 'relay dest heads %s')", seq, name, ErrNotAHead, name)
+	case err != nil:
+		return Head{}, fmt.Errorf("event %d of %s: %w", seq, name, err)
+	}
+	h.Skip = why
+	if err := s.nakIfWaiting(ctx, name, h.Partition, l.Reply); err != nil {
+		return h, fmt.Errorf("event %d of %s is marked, and is dead-lettered at its next delivery, but bringing that forward failed: %w", seq, name, err)
+	}
+	return h, nil
+}
+
+// errMarkRaced: attempts were recorded under every try of markSkip.
+var errMarkRaced = errors.New("it is being retried concurrently; try again")
+
+// markSkip sets an operator's skip mark in the attempt record under key,
+// with a compare-and-set, again when an attempt was recorded meanwhile.
+// mark edits the record as read, or refuses it with an error. It returns
+// the record as written; jetstream.ErrKeyNotFound when there is none.
+func (s *Store) markSkip(ctx context.Context, key string, mark func(*attemptLog) error) (attemptLog, error) {
 	attempts, err := s.js.KeyValue(ctx, stream.AttemptsBucket)
 	if err != nil {
-		return Head{}, fmt.Errorf("open bucket %s: %w", stream.AttemptsBucket, err)
+		return attemptLog{}, fmt.Errorf("open bucket %s: %w", stream.AttemptsBucket, err)
 	}
-	key := historyKey(event{dest: name, id: h.EventID})
 	for range 10 {
 		l, rev, err := readAttemptLog(ctx, attempts, key)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return Head{}, fmt.Errorf("event %d of %s: %w: no attempt of it has failed (it may have been delivered, or be in its first attempt; look again with 'relay dest heads %s')", seq, name, ErrNotAHead, name)
-		}
 		if err != nil {
-			return Head{}, err
+			return attemptLog{}, err
 		}
-		l.Skip, l.SkipSeq = why, seq
+		if err := mark(&l); err != nil {
+			return attemptLog{}, err
+		}
 		b, _ := json.Marshal(l)
-		if _, err := attempts.Update(ctx, key, b, rev); err != nil {
-			if errors.Is(err, jetstream.ErrKeyExists) {
-				continue // an attempt was recorded meanwhile: again
-			}
-			return Head{}, err
+		_, err = attempts.Update(ctx, key, b, rev)
+		if err == nil {
+			return l, nil
 		}
-		h.Skip = why
-		if err := s.nakIfWaiting(ctx, name, h.Partition, l.Reply); err != nil {
-			return h, fmt.Errorf("event %d of %s is marked, and is dead-lettered at its next delivery, but bringing that forward failed: %w", seq, name, err)
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return attemptLog{}, err
 		}
-		return h, nil
 	}
-	return Head{}, fmt.Errorf("event %d of %s is being retried concurrently; try again", seq, name)
+	return attemptLog{}, errMarkRaced
 }
 
 // Skipped is an event of an unordered destination that SkipEvent marked.
@@ -180,37 +199,29 @@ func (s *Store) SkipEvent(ctx context.Context, name, id, why string) (Skipped, e
 	if d.Ordered {
 		return Skipped{}, fmt.Errorf("destination %s is ordered: its events in retry are the heads of their partitions ('relay dest heads %s', 'relay dest skip-head')", name, name)
 	}
-	attempts, err := s.js.KeyValue(ctx, stream.AttemptsBucket)
-	if err != nil {
-		return Skipped{}, fmt.Errorf("open bucket %s: %w", stream.AttemptsBucket, err)
-	}
-	key := historyKey(event{dest: name, id: id})
-	for range 10 {
-		l, rev, err := readAttemptLog(ctx, attempts, key)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return Skipped{}, fmt.Errorf("event %s of %s: %w (it may have been delivered or dead-lettered, be in its first attempt, or not exist; 'relay dlq list %s' lists the dead letters)", id, name, ErrNotRetrying, name)
-		}
-		if err != nil {
-			return Skipped{}, err
-		}
+	var seq uint64
+	l, err := s.markSkip(ctx, historyKey(event{dest: name, id: id}), func(l *attemptLog) error {
 		info, _ := parseAckReply(l.Reply)
-		if l.Made == 0 || info.streamSeq == 0 {
-			// Only uncounted attempts, or a record of an earlier version.
-			return Skipped{}, fmt.Errorf("event %s of %s: %w that says where it waits; try again after its next attempt", id, name, ErrNotRetrying)
+		if info.streamSeq == 0 {
+			// A record of an earlier version.
+			return fmt.Errorf("%w that says where it waits; try again after its next attempt", ErrNotRetrying)
 		}
-		l.Skip, l.SkipSeq, l.SkipAfter = why, info.streamSeq, l.Made
-		b, _ := json.Marshal(l)
-		if _, err := attempts.Update(ctx, key, b, rev); err != nil {
-			if errors.Is(err, jetstream.ErrKeyExists) {
-				continue // an attempt was recorded meanwhile: again
-			}
-			return Skipped{}, err
+		seq = info.streamSeq
+		l.Skip, l.SkipSeq, l.SkipOrigin = why, seq, l.Origin
+		if l.SkipOrigin == 0 {
+			l.SkipOrigin = seq // recorded by an earlier version: its origin unknown
 		}
-		sk := Skipped{EventID: id, Seq: info.streamSeq, Attempts: l.Made}
-		sk.LastAttempt, sk.LastError = l.last()
-		return sk, nil
+		return nil
+	})
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return Skipped{}, fmt.Errorf("event %s of %s: %w (it may have been delivered or dead-lettered, be in its first attempt, or not exist; 'relay dlq list --dest %s' lists the dead letters)", id, name, ErrNotRetrying, name)
+	case err != nil:
+		return Skipped{}, fmt.Errorf("event %s of %s: %w", id, name, err)
 	}
-	return Skipped{}, fmt.Errorf("event %s of %s is being retried concurrently; try again", id, name)
+	sk := Skipped{EventID: id, Seq: seq, Attempts: l.Made}
+	sk.LastAttempt, sk.LastError = l.last()
+	return sk, nil
 }
 
 // nakIfWaiting naks the delivery reply of partition i's head if that is

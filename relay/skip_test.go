@@ -39,15 +39,26 @@ func TestAttemptLogKeepsASkipMarkForItsSequence(t *testing.T) {
 }
 
 // A mark set by SkipEvent applies to the event's stored message and to
-// any that brings it back from Redis with at least as many attempts made
-// before it; a replay (no attempts before it) is not skipped.
+// the messages that bring it back from Redis (same origin); a replay of the
+// event is a message of its own origin, parked or not, and is not skipped.
 func TestSkipEventMarkFollowsTheEventOutOfRedis(t *testing.T) {
-	l := attemptLog{Made: 2, Skip: "ops", SkipSeq: 7, SkipAfter: 2}
-	require.Equal(t, "ops", l.skipOf(event{id: "evt_1", seq: 7}), "still in JetStream")
-	require.Equal(t, "ops", l.skipOf(event{id: "evt_1", seq: 30, prior: 2}), "promoted from Redis")
-	require.Equal(t, "ops", l.skipOf(event{id: "evt_1", seq: 31, prior: 3}), "promoted after another attempt")
-	require.Empty(t, l.skipOf(event{id: "evt_1", seq: 40}), "a replay")
-	require.Empty(t, l.skipOf(event{id: "evt_1", seq: 41, prior: 1}), "fewer attempts than when it was marked")
+	l := attemptLog{Made: 2, Skip: "ops", SkipSeq: 7, SkipOrigin: 7}
+	require.Equal(t, "ops", l.skipOf(event{id: "evt_1", seq: 7, origin: 7}), "still in JetStream")
+	require.Equal(t, "ops", l.skipOf(event{id: "evt_1", seq: 30, origin: 7, prior: 2}), "promoted from Redis")
+	require.Equal(t, "ops", l.skipOf(event{id: "evt_1", seq: 31, origin: 7, prior: 3}), "promoted after another attempt")
+	require.Empty(t, l.skipOf(event{id: "evt_1", seq: 40, origin: 40}), "a replay")
+	require.Empty(t, l.skipOf(event{id: "evt_1", seq: 45, origin: 40, prior: 5}), "a replay, parked and promoted")
 	head := attemptLog{Made: 2, Skip: "ops", SkipSeq: 7}
-	require.Empty(t, head.skipOf(event{id: "evt_1", seq: 30, prior: 2}), "SkipHead's mark holds for its sequence only")
+	require.Empty(t, head.skipOf(event{id: "evt_1", seq: 30, origin: 7, prior: 2}), "SkipHead's mark holds for its sequence only")
+}
+
+// recordAttempt keeps the origin of the delivery it records, which
+// SkipEvent marks.
+func TestAttemptLogKeepsTheOriginOfTheFailedDelivery(t *testing.T) {
+	ctx := context.Background()
+	r, err := New(ctx, Config{JS: streamtest.Start(t).JS})
+	require.NoError(t, err)
+	ev := event{dest: "orders", id: "evt_2", seq: 30, origin: 7, prior: 2}
+	require.Empty(t, r.recordAttempt(ctx, ev, 3, Result{Status: 503}, false, "$JS.ACK.x"))
+	require.Equal(t, uint64(7), r.attemptLog(ctx, ev).Origin)
 }

@@ -146,6 +146,9 @@ func (p Promoter) promoteDest(ctx context.Context, dest string) (int, error) {
 		if !c.Entry.Published.IsZero() {
 			m.Header.Set(stream.HdrPublished, c.Entry.Published.UTC().Format(time.RFC3339Nano))
 		}
+		if c.Entry.Origin != 0 {
+			m.Header.Set(stream.HdrOrigin, strconv.FormatUint(c.Entry.Origin, 10))
+		}
 		f, err := p.JS.PublishMsgAsync(m)
 		if err != nil {
 			errs = append(errs, err)

@@ -51,6 +51,9 @@ type Entry struct {
 	Due time.Time `json:"due"`
 	// Published is when the producer published the event.
 	Published time.Time `json:"published,omitzero"`
+	// Origin is the stream sequence of the message the event first came in
+	// as (before any park): an operator's skip mark follows it.
+	Origin uint64 `json:"origin,omitempty"`
 }
 
 // Member is the entry's member name in the sorted set.

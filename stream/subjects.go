@@ -139,6 +139,7 @@ const (
 	HdrKey       = "Relay-Order-Key"
 	HdrFirst     = "Relay-First-Attempt" // RFC 3339 time of the first attempt, carried on republish
 	HdrPublished = "Relay-Published"     // RFC 3339 time the producer published the event, carried on republish
+	HdrOrigin    = "Relay-Origin-Seq"    // stream sequence of the message a republished event first came in as
 
 	// Dead-letter headers.
 	HdrReason     = "Relay-Reason"

@@ -300,9 +300,10 @@ losing a delivery. After the overlap only the new secret signs.`,
 					if err := required(c, "seq"); err != nil {
 						return err
 					}
-					seq, why := c.Uint64("seq"), strings.TrimSpace(c.String("reason"))
-					if n := utf8.RuneCountInString(why); n == 0 || n > 200 {
-						return usagef("--reason: give 1 to 200 characters, not %d", n)
+					seq := c.Uint64("seq")
+					why, err := skipReason(c)
+					if err != nil {
+						return err
 					}
 					ctx, js, st, done, err := openDests(c, 30*time.Second+c.Duration("wait"))
 					if err != nil {
@@ -348,9 +349,13 @@ losing a delivery. After the overlap only the new secret signs.`,
 					if err := required(c, "event"); err != nil {
 						return err
 					}
-					id, why := c.String("event"), strings.TrimSpace(c.String("reason"))
-					if n := utf8.RuneCountInString(why); n == 0 || n > 200 {
-						return usagef("--reason: give 1 to 200 characters, not %d", n)
+					id := strings.TrimSpace(c.String("event"))
+					if id == "" {
+						return usagef("--event: give the event's id (its webhook-id)")
+					}
+					why, err := skipReason(c)
+					if err != nil {
+						return err
 					}
 					ctx, _, st, done, err := openDests(c, 30*time.Second)
 					if err != nil {
@@ -363,10 +368,10 @@ losing a delivery. After the overlap only the new secret signs.`,
 					}
 					fmt.Fprintf(c.App.Writer, "skipping event %s of %s after %s", sk.EventID, name, plural(sk.Attempts, "failed attempt"))
 					if !sk.LastAttempt.IsZero() {
-						fmt.Fprintf(c.App.Writer, " (the last at %s: %s)", sk.LastAttempt.UTC().Format(time.RFC3339), sk.LastError)
+						fmt.Fprintf(c.App.Writer, " (the last at %s: %s)", sk.LastAttempt.UTC().Format(time.RFC3339), dlq.OneLine(sk.LastError, 120))
 					}
 					fmt.Fprintln(c.App.Writer)
-					fmt.Fprintln(c.App.Writer, "relay dead-letters it at its next delivery, when its retry wait ends (in JetStream or parked in Redis), or at once if an attempt in flight fails")
+					fmt.Fprintln(c.App.Writer, "relay dead-letters it instead of its next attempt, when its retry wait ends (in JetStream or parked in Redis; not while the destination is paused), or at once if an attempt in flight fails")
 					return nil
 				},
 			},
@@ -604,4 +609,14 @@ func jsonLines[T any](w io.Writer, items []T, out func(T) any) error {
 		}
 	}
 	return nil
+}
+
+// skipReason is the --reason of skip and skip-head: 1 to 200 characters,
+// kept with the dead letter.
+func skipReason(c *cli.Context) (string, error) {
+	why := strings.TrimSpace(c.String("reason"))
+	if n := utf8.RuneCountInString(why); n == 0 || n > 200 {
+		return "", usagef("--reason: give 1 to 200 characters, not %d", n)
+	}
+	return why, nil
 }
