@@ -12,7 +12,8 @@
 //	relay:{relay}:due:<dest>    sorted set: member -> due time (Unix ms)
 //	relay:{relay}:msg:<dest>    hash: member -> the parked event (JSON)
 //
-// A member is "<event id>#<attempt>". Claiming re-scores members to a lease
+// A member is "<event id>#<origin>#<attempt>" ("<event id>#<attempt>" for
+// an entry without an origin, as parked by earlier versions). Claiming re-scores members to a lease
 // time instead of removing them, so a promoter that dies between claim and
 // publish only delays them until the lease ends.
 package schedule
@@ -56,13 +57,27 @@ type Entry struct {
 	Origin uint64 `json:"origin,omitempty"`
 }
 
-// Member is the entry's member name in the sorted set.
-func (e Entry) Member() string { return e.EventID + "#" + strconv.Itoa(e.Attempts) }
+// Member is the entry's member name in the sorted set. Parking the same
+// event again at the same attempt replaces its entry; two stream messages
+// with the same event id (a producer that published it again after the
+// duplicate window, a replay) have different origins, and are kept apart.
+func (e Entry) Member() string {
+	if e.Origin == 0 {
+		return e.EventID + "#" + strconv.Itoa(e.Attempts)
+	}
+	return e.EventID + "#" + strconv.FormatUint(e.Origin, 10) + "#" + strconv.Itoa(e.Attempts)
+}
 
 // MsgID is the dedup id the promoter republishes e with: a crash between the
 // publish and the removal republishes within the duplicate window, and
-// JetStream drops the copy.
-func (e Entry) MsgID() string { return "park:" + e.EventID + ":" + strconv.Itoa(e.Attempts) }
+// JetStream drops the copy. Like Member, it tells origins apart, so that
+// JetStream does not drop another message's republish as a duplicate.
+func (e Entry) MsgID() string {
+	if e.Origin == 0 {
+		return "park:" + e.EventID + ":" + strconv.Itoa(e.Attempts)
+	}
+	return "park:" + e.EventID + ":" + strconv.FormatUint(e.Origin, 10) + ":" + strconv.Itoa(e.Attempts)
+}
 
 const prefix = "relay:{relay}:"
 
