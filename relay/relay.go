@@ -1104,9 +1104,14 @@ func (r *Relay) recordAttempt(ctx context.Context, ev event, attempt int, res Re
 		case errors.Is(gerr, jetstream.ErrKeyNotFound):
 			_, err = r.attempts.Create(ctx, key, add(l))
 		default:
-			// The history cannot be read: record at least this attempt,
-			// so that the attempt count goes on.
-			_, err = r.attempts.Put(ctx, key, add(l))
+			// The record cannot be read (a stored one that does not
+			// decode reads as empty, so this is the bucket failing). A
+			// write without its revision would replace the history, the
+			// count and an operator's skip mark with this one attempt:
+			// this attempt goes unrecorded instead. Its number came from
+			// a read too, and that read failed the same way or saw the
+			// record as it is.
+			err = gerr
 		}
 		if err == nil {
 			return l.skipOf(ev)
