@@ -231,7 +231,21 @@ func TestSkipEventDeadLettersItAtItsNextDelivery(t *testing.T) {
 			eventually(t, 10*time.Second, func() bool {
 				return s.delivered()[good.ID] == 1 && len(s.all()) >= 2 && (parked == nil || parked() == 1)
 			}, "the bad event failed once and waits (parked: %v)", parked != nil)
-			code, out = e.relayCLI("dest", "skip", name, "--event", bad.ID, "--reason", "never valid, ticket 7")
+			code, out = e.relayCLI("dest", "retrying", name)
+			require.Equal(t, 0, code, out)
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			require.Len(t, lines, 2, "a header and the bad event:\n%s", out)
+			require.Equal(t, bad.ID, strings.Fields(lines[1])[0], out)
+			require.Contains(t, lines[1], "status 503")
+			code, out = e.relayCLI("dest", "retrying", name, "--json")
+			require.Equal(t, 0, code, out)
+			var listed relay.Retrying
+			require.NoError(t, json.Unmarshal([]byte(out), &listed), out)
+			require.Equal(t, bad.ID, listed.EventID)
+			require.Positive(t, listed.Attempts)
+			require.Empty(t, listed.Skip)
+
+			code, out = e.relayCLI("dest", "skip", name, "--event", listed.EventID, "--reason", "never valid, ticket 7")
 			require.Equal(t, 0, code, out)
 			m := regexp.MustCompile(`skipping event \S+ of \S+ after (\d+) failed attempts?`).FindStringSubmatch(out)
 			require.NotNil(t, m, out)
@@ -257,6 +271,9 @@ func TestSkipEventDeadLettersItAtItsNextDelivery(t *testing.T) {
 			require.Equal(t, ls[0].Attempts, requests, "no attempt after the mark")
 			require.Zero(t, s.delivered()[bad.ID])
 			eventually(t, 10*time.Second, func() bool { return e.settled(name) }, "nothing left in retry")
+			code, out = e.relayCLI("dest", "retrying", name)
+			require.Equal(t, 0, code, out)
+			require.Contains(t, out, "no event of "+name+" has a failed attempt on record")
 			if parked != nil {
 				require.Zero(t, parked())
 			}

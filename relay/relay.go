@@ -1008,6 +1008,8 @@ func historyKey(ev event) string {
 // attemptLog is what relay keeps about an event in retry: its failed
 // attempts (the history, trimmed) and how many attempts counted so far.
 type attemptLog struct {
+	// Event is the event's id (the key is a hash of it).
+	Event    string        `json:"event,omitempty"`
 	Attempts []dlq.Attempt `json:"attempts,omitempty"`
 	Made     int           `json:"made"`
 	// Reply is the ack subject of the delivery whose attempt failed last:
@@ -1091,7 +1093,7 @@ func (r *Relay) recordAttempt(ctx context.Context, ev event, attempt int, res Re
 		if !uncounted {
 			l.Made = max(l.Made, attempt)
 		}
-		l.Reply, l.Origin = reply, ev.origin
+		l.Event, l.Reply, l.Origin = ev.id, reply, ev.origin
 		b, _ := json.Marshal(l)
 		return b
 	}

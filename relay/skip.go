@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -164,8 +165,11 @@ func (s *Store) markSkip(ctx context.Context, key string, mark func(*attemptLog)
 	return attemptLog{}, errMarkRaced
 }
 
-// Skipped is an event of an unordered destination that SkipEvent marked.
-type Skipped struct {
+// Retrying is an event with failed attempts on record, waiting for its next
+// (Store.Retrying lists them; Store.SkipEvent marks one).
+type Retrying struct {
+	// EventID is empty for a record written by an earlier version, which
+	// did not keep it.
 	EventID string `json:"event_id"`
 	// Seq is the event's sequence in the events stream at its last failed
 	// attempt (a parked event comes back under a new one).
@@ -173,6 +177,53 @@ type Skipped struct {
 	Attempts    int       `json:"attempts"`
 	LastAttempt time.Time `json:"last_attempt,omitzero"`
 	LastError   string    `json:"last_error,omitempty"`
+	// Skip is set once an operator skipped it: relay dead-letters it at
+	// its next delivery.
+	Skip string `json:"skip,omitempty"`
+}
+
+// retryingOf describes the event of attempt record l.
+func retryingOf(l attemptLog) Retrying {
+	info, _ := parseAckReply(l.Reply)
+	r := Retrying{EventID: l.Event, Seq: info.streamSeq, Attempts: l.Made, Skip: l.Skip}
+	r.LastAttempt, r.LastError = l.last()
+	return r
+}
+
+// Retrying lists up to limit events of destination name that have failed
+// attempts on record and are not delivered or dead-lettered yet (limit 0:
+// all), the ones whose last attempt failed longest ago first. An ordered
+// destination's are the heads of its partitions ('relay dest heads' says
+// more about them).
+func (s *Store) Retrying(ctx context.Context, name string, limit int) ([]Retrying, error) {
+	if _, err := s.Get(ctx, name); err != nil {
+		return nil, err
+	}
+	attempts, err := s.js.KeyValue(ctx, stream.AttemptsBucket)
+	if err != nil {
+		return nil, fmt.Errorf("open bucket %s: %w", stream.AttemptsBucket, err)
+	}
+	keys, err := attempts.ListKeysFiltered(ctx, name+".*")
+	if err != nil {
+		return nil, fmt.Errorf("list bucket %s: %w", stream.AttemptsBucket, err)
+	}
+	var out []Retrying
+	for key := range keys.Keys() {
+		l, _, err := readAttemptLog(ctx, attempts, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // delivered or dead-lettered meanwhile
+		}
+		if err != nil {
+			_ = keys.Stop()
+			return nil, fmt.Errorf("read %s in bucket %s: %w", key, stream.AttemptsBucket, err)
+		}
+		out = append(out, retryingOf(l))
+	}
+	slices.SortStableFunc(out, func(a, b Retrying) int { return a.LastAttempt.Compare(b.LastAttempt) })
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
 }
 
 // ErrNotRetrying is returned by SkipEvent for an event with no failed
@@ -191,36 +242,34 @@ var ErrNotRetrying = errors.New("no failed attempt of it is on record")
 // unordered consumer's last delivery says nothing about one event, so
 // relay cannot tell whether an attempt of it is in flight, and a nak while
 // one is would hand it out twice at once.
-func (s *Store) SkipEvent(ctx context.Context, name, id, why string) (Skipped, error) {
+func (s *Store) SkipEvent(ctx context.Context, name, id, why string) (Retrying, error) {
 	d, err := s.Get(ctx, name)
 	if err != nil {
-		return Skipped{}, err
+		return Retrying{}, err
 	}
 	if d.Ordered {
-		return Skipped{}, fmt.Errorf("destination %s is ordered: its events in retry are the heads of their partitions ('relay dest heads %s', 'relay dest skip-head')", name, name)
+		return Retrying{}, fmt.Errorf("destination %s is ordered: its events in retry are the heads of their partitions ('relay dest heads %s', 'relay dest skip-head')", name, name)
 	}
-	var seq uint64
 	l, err := s.markSkip(ctx, historyKey(event{dest: name, id: id}), func(l *attemptLog) error {
 		info, _ := parseAckReply(l.Reply)
 		if info.streamSeq == 0 {
 			// A record of an earlier version.
 			return fmt.Errorf("%w that says where it waits; try again after its next attempt", ErrNotRetrying)
 		}
-		seq = info.streamSeq
-		l.Skip, l.SkipSeq, l.SkipOrigin = why, seq, l.Origin
+		l.Skip, l.SkipSeq, l.SkipOrigin = why, info.streamSeq, l.Origin
 		if l.SkipOrigin == 0 {
-			l.SkipOrigin = seq // recorded by an earlier version: its origin unknown
+			l.SkipOrigin = info.streamSeq // recorded by an earlier version: its origin unknown
 		}
 		return nil
 	})
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return Skipped{}, fmt.Errorf("event %s of %s: %w (it may have been delivered or dead-lettered, be in its first attempt, or not exist; 'relay dlq list --dest %s' lists the dead letters)", id, name, ErrNotRetrying, name)
+		return Retrying{}, fmt.Errorf("event %s of %s: %w (it may have been delivered or dead-lettered, be in its first attempt, or not exist; 'relay dlq list --dest %s' lists the dead letters)", id, name, ErrNotRetrying, name)
 	case err != nil:
-		return Skipped{}, fmt.Errorf("event %s of %s: %w", id, name, err)
+		return Retrying{}, fmt.Errorf("event %s of %s: %w", id, name, err)
 	}
-	sk := Skipped{EventID: id, Seq: seq, Attempts: l.Made}
-	sk.LastAttempt, sk.LastError = l.last()
+	sk := retryingOf(l)
+	sk.EventID = id
 	return sk, nil
 }
 

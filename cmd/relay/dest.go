@@ -334,6 +334,54 @@ losing a delivery. After the overlap only the new secret signs.`,
 				},
 			},
 			{
+				Name:      "retrying",
+				Usage:     "list a destination's events that have failed attempts and wait for their next, the longest waiting first",
+				ArgsUsage: "NAME",
+				Flags: []cli.Flag{
+					&cli.IntFlag{Name: "limit", Value: 100, Usage: "list at most this many (0: all)"},
+					&cli.BoolFlag{Name: "json", Usage: "one JSON object per line"},
+				},
+				Action: func(c *cli.Context) error {
+					name, err := oneArg(c, "NAME")
+					if err != nil {
+						return err
+					}
+					if c.Int("limit") < 0 {
+						return usagef("--limit %d: give 0 (all) or more", c.Int("limit"))
+					}
+					ctx, _, st, done, err := openDests(c, 30*time.Second)
+					if err != nil {
+						return err
+					}
+					defer done()
+					rs, err := st.Retrying(ctx, name, c.Int("limit"))
+					if err != nil {
+						return err
+					}
+					if c.Bool("json") {
+						return jsonLines(c.App.Writer, rs, func(r relay.Retrying) any { return r })
+					}
+					if len(rs) == 0 {
+						fmt.Fprintf(c.App.Writer, "no event of %s has a failed attempt on record\n", name)
+						return nil
+					}
+					tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
+					fmt.Fprintln(tw, "EVENT ID\tSEQ\tFAILED ATTEMPTS\tLAST ATTEMPT\tLAST ERROR\tSKIP")
+					for _, r := range rs {
+						last := "-"
+						if !r.LastAttempt.IsZero() {
+							last = time.Since(r.LastAttempt).Truncate(time.Second).String() + " ago"
+						}
+						id := r.EventID
+						if id == "" {
+							id = "(not recorded)"
+						}
+						fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", id, r.Seq, r.Attempts, last, dash(dlq.OneLine(r.LastError, 60)), dash(r.Skip))
+					}
+					return tw.Flush()
+				},
+			},
+			{
 				Name:      "skip",
 				Usage:     "dead-letter an event of an unordered destination that waits for a retry (reason skipped) at its next delivery, instead of attempting it",
 				ArgsUsage: "NAME",
