@@ -1109,11 +1109,13 @@ func (r *Relay) recordAttempt(ctx context.Context, ev event, attempt int, res Re
 			// The record cannot be read (a stored one that does not
 			// decode reads as empty, so this is the bucket failing). A
 			// write without its revision would replace the history, the
-			// count and an operator's skip mark with this one attempt:
-			// this attempt goes unrecorded instead. Its number came from
-			// a read too, and that read failed the same way or saw the
-			// record as it is.
-			err = gerr
+			// count and an operator's skip mark with this one attempt;
+			// a create writes only where there is no record (after a
+			// first attempt, say), and fails where there is one.
+			_, err = r.attempts.Create(ctx, key, add(attemptLog{}))
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				err = gerr // there is a record: leave it, this attempt goes unrecorded
+			}
 		}
 		if err == nil {
 			return l.skipOf(ev)

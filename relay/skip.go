@@ -1,10 +1,12 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -182,19 +184,24 @@ type Retrying struct {
 	Skip string `json:"skip,omitempty"`
 }
 
-// retryingOf describes the event of attempt record l.
+// retryingOf describes the event of attempt record l. A skip mark shows
+// only while it applies to the event's last failed delivery (not when it
+// was left behind for a replay of the same id).
 func retryingOf(l attemptLog) Retrying {
 	info, _ := parseAckReply(l.Reply)
-	r := Retrying{EventID: l.Event, Seq: info.streamSeq, Attempts: l.Made, Skip: l.Skip}
+	r := Retrying{EventID: l.Event, Seq: info.streamSeq, Attempts: l.Made}
+	if l.SkipSeq == info.streamSeq || l.SkipOrigin != 0 && l.SkipOrigin == l.Origin {
+		r.Skip = l.Skip
+	}
 	r.LastAttempt, r.LastError = l.last()
 	return r
 }
 
 // Retrying lists up to limit events of destination name that have failed
-// attempts on record and are not delivered or dead-lettered yet (limit 0:
-// all), the ones whose last attempt failed longest ago first. An ordered
-// destination's are the heads of its partitions ('relay dest heads' says
-// more about them).
+// attempts on record (limit 0: all), the ones whose last attempt failed
+// longest ago first. It reads every record of the destination, in one
+// pass. An ordered destination's are the heads of its partitions ('relay
+// dest heads' says more about them).
 func (s *Store) Retrying(ctx context.Context, name string, limit int) ([]Retrying, error) {
 	if _, err := s.Get(ctx, name); err != nil {
 		return nil, err
@@ -203,23 +210,37 @@ func (s *Store) Retrying(ctx context.Context, name string, limit int) ([]Retryin
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s: %w", stream.AttemptsBucket, err)
 	}
-	keys, err := attempts.ListKeysFiltered(ctx, name+".*")
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := attempts.WatchFiltered(wctx, []string{name + ".*"}, jetstream.IgnoreDeletes())
 	if err != nil {
-		return nil, fmt.Errorf("list bucket %s: %w", stream.AttemptsBucket, err)
+		return nil, fmt.Errorf("read bucket %s: %w", stream.AttemptsBucket, err)
 	}
-	var out []Retrying
-	for key := range keys.Keys() {
-		l, _, err := readAttemptLog(ctx, attempts, key)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue // delivered or dead-lettered meanwhile
+	defer func() { _ = w.Stop() }()
+	// The watcher gives each key's latest value, then nil; what comes after
+	// that is written later, and not waited for.
+	byKey := map[string]Retrying{}
+	for done := false; !done; {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("read bucket %s: the watch ended early", stream.AttemptsBucket)
+			}
+			if e == nil {
+				done = true
+				break
+			}
+			var l attemptLog
+			_ = json.Unmarshal(e.Value(), &l)
+			byKey[e.Key()] = retryingOf(l)
+		case <-ctx.Done():
+			return nil, fmt.Errorf("read bucket %s: %w", stream.AttemptsBucket, ctx.Err())
 		}
-		if err != nil {
-			_ = keys.Stop()
-			return nil, fmt.Errorf("read %s in bucket %s: %w", key, stream.AttemptsBucket, err)
-		}
-		out = append(out, retryingOf(l))
 	}
-	slices.SortStableFunc(out, func(a, b Retrying) int { return a.LastAttempt.Compare(b.LastAttempt) })
+	out := slices.Collect(maps.Values(byKey))
+	slices.SortFunc(out, func(a, b Retrying) int {
+		return cmp.Or(a.LastAttempt.Compare(b.LastAttempt), cmp.Compare(a.EventID, b.EventID))
+	})
 	if limit > 0 && len(out) > limit {
 		out = out[:limit]
 	}

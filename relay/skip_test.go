@@ -3,8 +3,12 @@ package relay
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/stream/streamtest"
@@ -61,4 +65,85 @@ func TestAttemptLogKeepsTheOriginOfTheFailedDelivery(t *testing.T) {
 	ev := event{dest: "orders", id: "evt_2", seq: 30, origin: 7, prior: 2}
 	require.Empty(t, r.recordAttempt(ctx, ev, 3, Result{Status: 503}, false, "$JS.ACK.x"))
 	require.Equal(t, uint64(7), r.attemptLog(ctx, ev).Origin)
+}
+
+// failingGets is a bucket whose reads fail and whose writes work.
+type failingGets struct{ jetstream.KeyValue }
+
+func (failingGets) Get(context.Context, string) (jetstream.KeyValueEntry, error) {
+	return nil, errors.New("read timed out")
+}
+
+// When the attempt record cannot be read, recordAttempt does not write
+// over it (its history, count and skip mark stay); where there is none, it
+// creates one, so the count goes on.
+func TestRecordAttemptDoesNotWriteOverARecordItCannotRead(t *testing.T) {
+	ctx := context.Background()
+	r, err := New(ctx, Config{JS: streamtest.Start(t).JS})
+	require.NoError(t, err)
+	ev := event{dest: "orders", id: "evt_3", seq: 9, origin: 9}
+	require.Empty(t, r.recordAttempt(ctx, ev, 1, Result{Status: 503}, false, "$JS.ACK.x"))
+	l := r.attemptLog(ctx, ev)
+	l.Skip, l.SkipSeq = "ops", 9
+	b, _ := json.Marshal(l)
+	_, err = r.attempts.Put(ctx, historyKey(ev), b)
+	require.NoError(t, err)
+
+	real := r.attempts
+	r.attempts = failingGets{real}
+	require.Empty(t, r.recordAttempt(ctx, ev, 2, Result{Status: 503}, false, "$JS.ACK.y"), "the mark cannot be read")
+	other := event{dest: "orders", id: "evt_4", seq: 10, origin: 10}
+	require.Empty(t, r.recordAttempt(ctx, other, 1, Result{Status: 503}, false, "$JS.ACK.z"))
+	r.attempts = real
+
+	kept := r.attemptLog(ctx, ev)
+	require.Equal(t, "ops", kept.Skip, "the mark is kept")
+	require.Equal(t, 1, kept.Made)
+	require.Len(t, kept.Attempts, 1)
+	created := r.attemptLog(ctx, other)
+	require.Equal(t, 1, created.Made, "a record where there was none")
+	require.Equal(t, "evt_4", created.Event)
+}
+
+// Retrying lists a destination's events in retry, the one whose last
+// attempt failed longest ago first, and no other destination's.
+func TestRetryingListsTheLongestWaitingFirst(t *testing.T) {
+	ctx := context.Background()
+	js := streamtest.Start(t).JS
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	r, err := New(ctx, Config{JS: js, Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	st, err := NewStore(ctx, js)
+	require.NoError(t, err)
+	for _, name := range []string{"orders", "orders2"} {
+		_, err = st.Add(ctx, Destination{Name: name, URL: "https://example.com/hook"})
+		require.NoError(t, err)
+	}
+	record := func(dest, id string, seq uint64, at time.Time) {
+		now = at
+		ev := event{dest: dest, id: id, seq: seq, origin: seq}
+		require.Empty(t, r.recordAttempt(ctx, ev, 1, Result{Status: 503}, false, fmt.Sprintf("$JS.ACK.RELAY_EVENTS.c.1.%d.%d.0.0", seq, seq)))
+	}
+	base := now
+	record("orders", "b", 2, base.Add(time.Minute))
+	record("orders", "c", 3, base.Add(2*time.Minute))
+	record("orders", "a", 1, base.Add(3*time.Minute))
+	record("orders2", "x", 4, base)
+
+	rs, err := st.Retrying(ctx, "orders", 0)
+	require.NoError(t, err)
+	var ids []string
+	for _, x := range rs {
+		ids = append(ids, x.EventID)
+	}
+	require.Equal(t, []string{"b", "c", "a"}, ids)
+	require.Equal(t, uint64(2), rs[0].Seq)
+	require.Equal(t, 1, rs[0].Attempts)
+	require.Equal(t, "status 503", rs[0].LastError)
+	rs, err = st.Retrying(ctx, "orders", 2)
+	require.NoError(t, err)
+	require.Len(t, rs, 2)
+	require.Equal(t, "b", rs[0].EventID)
+	_, err = st.Retrying(ctx, "nosuch", 0)
+	require.Error(t, err)
 }

@@ -12,8 +12,10 @@
 //	relay:{relay}:due:<dest>    sorted set: member -> due time (Unix ms)
 //	relay:{relay}:msg:<dest>    hash: member -> the parked event (JSON)
 //
-// A member is "<event id>#<origin>#<attempt>" ("<event id>#<attempt>" for
-// an entry without an origin, as parked by earlier versions). Claiming re-scores members to a lease
+// A member is "<event id>#<attempt>@<origin>" ("<event id>#<attempt>" for
+// an entry without an origin, as parked by earlier versions: one ends in
+// "@" and digits, the other in "#" and digits, so the two never meet).
+// Claiming re-scores members to a lease
 // time instead of removing them, so a promoter that dies between claim and
 // publish only delays them until the lease ends.
 package schedule
@@ -65,7 +67,7 @@ func (e Entry) Member() string {
 	if e.Origin == 0 {
 		return e.EventID + "#" + strconv.Itoa(e.Attempts)
 	}
-	return e.EventID + "#" + strconv.FormatUint(e.Origin, 10) + "#" + strconv.Itoa(e.Attempts)
+	return e.EventID + "#" + strconv.Itoa(e.Attempts) + "@" + strconv.FormatUint(e.Origin, 10)
 }
 
 // MsgID is the dedup id the promoter republishes e with: a crash between the
@@ -76,7 +78,7 @@ func (e Entry) MsgID() string {
 	if e.Origin == 0 {
 		return "park:" + e.EventID + ":" + strconv.Itoa(e.Attempts)
 	}
-	return "park:" + e.EventID + ":" + strconv.FormatUint(e.Origin, 10) + ":" + strconv.Itoa(e.Attempts)
+	return "park:" + e.EventID + ":" + strconv.Itoa(e.Attempts) + "@" + strconv.FormatUint(e.Origin, 10)
 }
 
 const prefix = "relay:{relay}:"

@@ -349,7 +349,7 @@ losing a delivery. After the overlap only the new secret signs.`,
 					if c.Int("limit") < 0 {
 						return usagef("--limit %d: give 0 (all) or more", c.Int("limit"))
 					}
-					ctx, _, st, done, err := openDests(c, 30*time.Second)
+					ctx, _, st, done, err := openDests(c, 2*time.Minute) // reads every record of the destination
 					if err != nil {
 						return err
 					}
