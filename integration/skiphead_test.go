@@ -185,7 +185,9 @@ func TestSkipHeadWhileAnAttemptIsInFlight(t *testing.T) {
 // JetStream (a delayed nak) or parked in Redis.
 func TestSkipEventDeadLettersItAtItsNextDelivery(t *testing.T) {
 	t.Parallel()
-	for _, where := range []string{"jetstream", "redis"} {
+	// "redis-now": the wait is an hour, and skip, given the Redis, brings
+	// the parked event forward.
+	for _, where := range []string{"jetstream", "redis", "redis-now"} {
 		t.Run(where, func(t *testing.T) {
 			t.Parallel()
 			e := setup(t)
@@ -197,14 +199,23 @@ func TestSkipEventDeadLettersItAtItsNextDelivery(t *testing.T) {
 				w.WriteHeader(http.StatusOK)
 				return http.StatusOK
 			})
-			name := "skip" + where
+			name := "skip" + strings.ReplaceAll(where, "-", "")
+			wait := 3 * time.Second
+			if where == "redis-now" {
+				wait = time.Hour
+			}
 			e.addDest(relay.Destination{Name: name, URL: s.URL,
-				Retry: relay.RetryPolicy{Base: relay.Duration(3 * time.Second), Max: relay.Duration(3 * time.Second), NoJitter: true, MaxAttempts: 20}})
+				Retry: relay.RetryPolicy{Base: relay.Duration(wait), Max: relay.Duration(wait), NoJitter: true, MaxAttempts: 20}})
 			e.addDest(relay.Destination{Name: name + "ord", URL: s.URL, Ordered: true, Partitions: 1})
 			var opts []func(*relay.Config)
 			var parked func() int64
-			if where == "redis" {
-				st, withRedis := e.withSchedule(redistest.Start(t, redistest.Options{}))
+			var skipFlags []string
+			if where != "jetstream" {
+				r := redistest.Start(t, redistest.Options{})
+				st, withRedis := e.withSchedule(r)
+				if where == "redis-now" {
+					skipFlags = []string{"--redis-url", r.URL()}
+				}
 				opts = append(opts, withRedis)
 				parked = func() int64 {
 					ps, err := st.Stats(context.Background(), name)
@@ -245,12 +256,15 @@ func TestSkipEventDeadLettersItAtItsNextDelivery(t *testing.T) {
 			require.Positive(t, listed.Attempts)
 			require.Empty(t, listed.Skip)
 
-			code, out = e.relayCLI("dest", "skip", name, "--event", listed.EventID, "--reason", "never valid, ticket 7")
+			code, out = e.relayCLI(append([]string{"dest", "skip", name, "--event", listed.EventID, "--reason", "never valid, ticket 7"}, skipFlags...)...)
 			require.Equal(t, 0, code, out)
 			m := regexp.MustCompile(`skipping event \S+ of \S+ after (\d+) failed attempts?`).FindStringSubmatch(out)
 			require.NotNil(t, m, out)
 			require.Contains(t, out, "status 503")
 			made, _ := strconv.Atoi(m[1])
+			if where == "redis-now" {
+				require.Contains(t, out, "it was parked in Redis, and is due now")
+			}
 
 			var ls []dlq.Letter
 			eventually(t, 15*time.Second, func() bool { ls = e.deadLetters(name); return len(ls) == 1 }, "dead-lettered at its next delivery")

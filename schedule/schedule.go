@@ -435,6 +435,56 @@ func (s *Store) Claim(ctx context.Context, dest string, now time.Time, limit int
 	return out, nil
 }
 
+// Hasten makes the entries of event eventID parked for dest due at at, if
+// they are due later, and returns how many it found. The promoter then
+// republishes them at once (one it has claimed meanwhile may be republished
+// twice; JetStream drops the copy by its dedup id).
+func (s *Store) Hasten(ctx context.Context, dest, eventID string, at time.Time) (int, error) {
+	var members []string
+	iter := s.rdb.HScan(ctx, msgKey(dest), 0, globEscape(eventID)+"#*", 1000).Iterator()
+	for i := 0; iter.Next(ctx); i++ {
+		if i%2 == 0 && isMemberOf(iter.Val(), eventID) { // fields and values alternate
+			members = append(members, iter.Val())
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return 0, err
+	}
+	for _, m := range members {
+		if err := s.rdb.ZAddArgs(ctx, dueKey(dest), redis.ZAddArgs{XX: true, LT: true, Members: []redis.Z{{Score: float64(ms(at)), Member: m}}}).Err(); err != nil {
+			return 0, err
+		}
+	}
+	return len(members), nil
+}
+
+// isMemberOf reports whether member is one of eventID's: eventID, "#", the
+// attempt, and "@" and the origin if it has one.
+func isMemberOf(member, eventID string) bool {
+	rest, ok := strings.CutPrefix(member, eventID+"#")
+	if !ok {
+		return false
+	}
+	attempt, origin, hasOrigin := strings.Cut(rest, "@")
+	return digits(attempt) && (!hasOrigin || digits(origin))
+}
+
+func digits(s string) bool {
+	return s != "" && strings.Trim(s, "0123456789") == ""
+}
+
+// globEscape quotes the characters Redis's MATCH patterns give a meaning.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
 // Remove deletes members of dest.
 func (s *Store) Remove(ctx context.Context, dest string, members []string) error {
 	if len(members) == 0 {

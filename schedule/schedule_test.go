@@ -440,3 +440,37 @@ func TestParkKeepsMessagesOfTheSameEventIDApart(t *testing.T) {
 	require.Equal(t, "evt-1#2", entry("dup", 1, now).Member())
 	require.Equal(t, "park:evt-1:2", entry("dup", 1, now).MsgID())
 }
+
+// Hasten brings an event's parked entries forward, and only that event's.
+func TestHastenBringsAParkedEventForward(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := time.Now()
+	later := now.Add(time.Hour)
+	mine := entry("h", 1, later)
+	mine.EventID, mine.Origin = "ev*1", 5
+	legacy := entry("h", 2, later) // no origin: the old member format
+	legacy.EventID = "ev*1"
+	other := entry("h", 3, later)
+	other.EventID = "ev*1#9" // its member starts like mine
+	near := entry("h", 4, later)
+	near.EventID = "evx1" // matched by an unescaped *
+	for _, e := range []schedule.Entry{mine, legacy, other, near} {
+		require.NoError(t, b.store.Park(ctx, e))
+	}
+	n, err := b.store.Hasten(ctx, "h", "ev*1", now)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	c, err := b.store.Claim(ctx, "h", now, 10, time.Minute)
+	require.NoError(t, err)
+	var got []string
+	for _, x := range c {
+		got = append(got, x.Member)
+	}
+	require.ElementsMatch(t, []string{mine.Member(), legacy.Member()}, got)
+
+	n, err = b.store.Hasten(ctx, "h", "nosuch", now)
+	require.NoError(t, err)
+	require.Zero(t, n)
+}

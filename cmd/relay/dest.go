@@ -388,6 +388,8 @@ losing a delivery. After the overlap only the new secret signs.`,
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "event", Usage: "the event's id (its webhook-id; required)"},
 					&cli.StringFlag{Name: "reason", Value: "skipped by an operator", Usage: "why, kept with the dead letter"},
+					redisURLFlag("the Redis relay parks long waits in: an event parked there is brought forward, and dead-lettered now"),
+					redisModeFlag(),
 				},
 				Action: func(c *cli.Context) error {
 					name, err := oneArg(c, "NAME")
@@ -419,6 +421,22 @@ losing a delivery. After the overlap only the new secret signs.`,
 						fmt.Fprintf(c.App.Writer, " (the last at %s: %s)", sk.LastAttempt.UTC().Format(time.RFC3339), dlq.OneLine(sk.LastError, 120))
 					}
 					fmt.Fprintln(c.App.Writer)
+					sched, err := openSchedule(ctx, c)
+					if err != nil {
+						return fmt.Errorf("event %s is marked, and is dead-lettered at its next delivery, but bringing that forward failed: %w", id, err)
+					}
+					if sched != nil {
+						defer sched.Client().Close()
+						n, err := sched.Hasten(ctx, name, id, time.Now())
+						if err != nil {
+							return fmt.Errorf("event %s is marked, and is dead-lettered at its next delivery, but bringing that forward failed: %w", id, err)
+						}
+						if n > 0 {
+							fmt.Fprintln(c.App.Writer, "it was parked in Redis, and is due now: relay dead-letters it when it comes back (not while the destination is paused)")
+							return nil
+						}
+						fmt.Fprintln(c.App.Writer, "it is not parked in Redis")
+					}
 					fmt.Fprintln(c.App.Writer, "relay dead-letters it instead of its next attempt, when its retry wait ends (in JetStream or parked in Redis; not while the destination is paused), or at once if an attempt in flight fails")
 					return nil
 				},

@@ -21,8 +21,8 @@ func statsCommand() *cli.Command {
 		Usage: "show each destination's backlog, in-flight, parked and dead-letter counts",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "dest", Usage: "only this destination"},
-			&cli.StringFlag{Name: "redis-url", EnvVars: []string{"RELAY_REDIS_URL"}, Usage: "also count events parked in this Redis"},
-			&cli.StringFlag{Name: "redis-mode", EnvVars: []string{"RELAY_REDIS_MODE"}, Value: "single", Usage: "single, cluster or sentinel"},
+			redisURLFlag("also count events parked in this Redis"),
+			redisModeFlag(),
 			&cli.BoolFlag{Name: "json", Usage: "one JSON object per destination and line"},
 			&cli.DurationFlag{Name: "watch", Usage: "print again every this long (e.g. 2s) until interrupted"},
 		},
@@ -40,17 +40,11 @@ func statsCommand() *cli.Command {
 				return err
 			}
 			defer done()
-			var sched *schedule.Store
-			if u := c.String("redis-url"); u != "" {
-				log, err := newLogger(c)
-				if err != nil {
-					return err
-				}
-				redis.SetLogger(redisLog{log}) // go-redis's lines, at debug
-				sched, err = schedule.Dial(ctx, u, c.String("redis-mode"))
-				if err != nil {
-					return err
-				}
+			sched, err := openSchedule(ctx, c)
+			if err != nil {
+				return err
+			}
+			if sched != nil {
 				defer sched.Client().Close()
 			}
 			for {
@@ -119,4 +113,29 @@ func printStats(c *cli.Context, ctx context.Context, js jetstream.JetStream, sch
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%s\t%s\n", s.Dest, state, s.Backlog, s.InFlight, s.Retrying, parked, due, s.DeadLetters, age, blocked)
 	}
 	return tw.Flush()
+}
+
+// redisURLFlag and redisModeFlag are the flags of a command that reads or
+// changes what is parked in Redis (relay run has its own, with more to say).
+func redisURLFlag(usage string) cli.Flag {
+	return &cli.StringFlag{Name: "redis-url", EnvVars: []string{"RELAY_REDIS_URL"}, Usage: usage}
+}
+
+func redisModeFlag() cli.Flag {
+	return &cli.StringFlag{Name: "redis-mode", EnvVars: []string{"RELAY_REDIS_MODE"}, Value: "single", Usage: "single, cluster or sentinel"}
+}
+
+// openSchedule connects to --redis-url; nil without one. The caller closes
+// its client.
+func openSchedule(ctx context.Context, c *cli.Context) (*schedule.Store, error) {
+	u := c.String("redis-url")
+	if u == "" {
+		return nil, nil
+	}
+	log, err := newLogger(c)
+	if err != nil {
+		return nil, err
+	}
+	redis.SetLogger(redisLog{log}) // go-redis's lines, at debug
+	return schedule.Dial(ctx, u, c.String("redis-mode"))
 }
