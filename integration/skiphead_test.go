@@ -256,6 +256,16 @@ func TestSkipEventDeadLettersItAtItsNextDelivery(t *testing.T) {
 			require.Positive(t, listed.Attempts)
 			require.Empty(t, listed.Skip)
 
+			if skipFlags != nil {
+				// A bad Redis setting is refused before anything is marked.
+				code, out = e.relayCLI(append([]string{"dest", "skip", name, "--event", listed.EventID, "--redis-mode", "primary"}, skipFlags...)...)
+				require.Equal(t, 2, code, out)
+				require.Contains(t, out, `--redis-mode "primary": give single, cluster or sentinel`)
+				rs, err := e.store.Retrying(context.Background(), name, 0)
+				require.NoError(t, err)
+				require.Len(t, rs, 1)
+				require.Empty(t, rs[0].Skip, "not marked")
+			}
 			code, out = e.relayCLI(append([]string{"dest", "skip", name, "--event", listed.EventID, "--reason", "never valid, ticket 7"}, skipFlags...)...)
 			require.Equal(t, 0, code, out)
 			m := regexp.MustCompile(`skipping event \S+ of \S+ after (\d+) failed attempts?`).FindStringSubmatch(out)

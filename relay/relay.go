@@ -1016,7 +1016,7 @@ type attemptLog struct {
 	// Store.SkipHead naks it (nakIfWaiting) so that the event comes back
 	// at once.
 	Reply string `json:"reply,omitempty"`
-	// Skip, set by an operator (Store.SkipHead), says why: the event
+	// Skip, set by an operator (Store.SkipHead, Store.SkipEvent), says why: the event
 	// stored at SkipSeq is dead-lettered at its next delivery, without an
 	// attempt, or after the attempt in flight if that fails. The sequence
 	// keeps a mark left behind from applying to a replay of the event,
@@ -1029,11 +1029,17 @@ type attemptLog struct {
 	// new sequences; a replay of the event is a message of its own origin.
 	Origin     uint64 `json:"origin,omitempty"`
 	SkipOrigin uint64 `json:"skip_origin,omitempty"`
+	// SkipLegacy marks an event whose last failed attempt an earlier
+	// version recorded (no Origin): the mark applies to a message brought
+	// back from Redis without an origin (Relay-Attempt but no
+	// Relay-Origin-Seq), which is how that version parked it.
+	SkipLegacy bool `json:"skip_legacy,omitempty"`
 }
 
 // skipOf is the operator's reason to skip ev, if l marks it.
 func (l attemptLog) skipOf(ev event) string {
-	if l.Skip != "" && (l.SkipSeq == ev.seq || l.SkipOrigin != 0 && l.SkipOrigin == ev.origin) {
+	if l.Skip != "" && (l.SkipSeq == ev.seq || l.SkipOrigin != 0 && l.SkipOrigin == ev.origin ||
+		l.SkipLegacy && ev.prior > 0 && ev.origin == ev.seq) {
 		return l.Skip
 	}
 	return ""

@@ -182,6 +182,10 @@ type Retrying struct {
 	// Skip is set once an operator skipped it: relay dead-letters it at
 	// its next delivery.
 	Skip string `json:"skip,omitempty"`
+	// Origin is the stream sequence the event first came in as (it names
+	// the event's entry in Redis); 0 when an earlier version recorded its
+	// last failed attempt.
+	Origin uint64 `json:"origin,omitempty"`
 }
 
 // retryingOf describes the event of attempt record l. A skip mark shows
@@ -189,8 +193,8 @@ type Retrying struct {
 // was left behind for a replay of the same id).
 func retryingOf(l attemptLog) Retrying {
 	info, _ := parseAckReply(l.Reply)
-	r := Retrying{EventID: l.Event, Seq: info.streamSeq, Attempts: l.Made}
-	if l.SkipSeq == info.streamSeq || l.SkipOrigin != 0 && l.SkipOrigin == l.Origin {
+	r := Retrying{EventID: l.Event, Seq: info.streamSeq, Attempts: l.Made, Origin: l.Origin}
+	if l.SkipSeq == info.streamSeq || l.SkipOrigin != 0 && l.SkipOrigin == l.Origin || l.SkipLegacy && l.Origin == 0 {
 		r.Skip = l.Skip
 	}
 	r.LastAttempt, r.LastError = l.last()
@@ -277,10 +281,7 @@ func (s *Store) SkipEvent(ctx context.Context, name, id, why string) (Retrying, 
 			// A record of an earlier version.
 			return fmt.Errorf("%w that says where it waits; try again after its next attempt", ErrNotRetrying)
 		}
-		l.Skip, l.SkipSeq, l.SkipOrigin = why, info.streamSeq, l.Origin
-		if l.SkipOrigin == 0 {
-			l.SkipOrigin = info.streamSeq // recorded by an earlier version: its origin unknown
-		}
+		l.Skip, l.SkipSeq, l.SkipOrigin, l.SkipLegacy = why, info.streamSeq, l.Origin, l.Origin == 0
 		return nil
 	})
 	switch {

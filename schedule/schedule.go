@@ -435,38 +435,62 @@ func (s *Store) Claim(ctx context.Context, dest string, now time.Time, limit int
 	return out, nil
 }
 
-// Hasten makes the entries of event eventID parked for dest due at at, if
-// they are due later, and returns how many it found. The promoter then
-// republishes them at once (one it has claimed meanwhile may be republished
-// twice; JetStream drops the copy by its dedup id).
-func (s *Store) Hasten(ctx context.Context, dest, eventID string, at time.Time) (int, error) {
-	var members []string
+// Hasten makes the entry of event eventID from origin (the stream sequence
+// it first came in as; 0: the entries parked by earlier versions, which
+// have none) parked for dest due at at, if it is due later, and returns how
+// many such entries are parked. The promoter then republishes it at once
+// (one it has claimed meanwhile may be republished twice; JetStream drops
+// the copy by its dedup id).
+func (s *Store) Hasten(ctx context.Context, dest, eventID string, origin uint64, at time.Time) (int, error) {
+	args := []any{ms(at)}
 	iter := s.rdb.HScan(ctx, msgKey(dest), 0, globEscape(eventID)+"#*", 1000).Iterator()
 	for i := 0; iter.Next(ctx); i++ {
-		if i%2 == 0 && isMemberOf(iter.Val(), eventID) { // fields and values alternate
-			members = append(members, iter.Val())
+		if i%2 == 0 && isMemberOf(iter.Val(), eventID, origin) { // fields and values alternate
+			args = append(args, iter.Val())
 		}
 	}
 	if err := iter.Err(); err != nil {
 		return 0, err
 	}
-	for _, m := range members {
-		if err := s.rdb.ZAddArgs(ctx, dueKey(dest), redis.ZAddArgs{XX: true, LT: true, Members: []redis.Z{{Score: float64(ms(at)), Member: m}}}).Err(); err != nil {
-			return 0, err
-		}
+	if len(args) == 1 {
+		return 0, nil
 	}
-	return len(members), nil
+	return hastenScript.Run(ctx, s.rdb, []string{dueKey(dest)}, args...).Int()
 }
 
-// isMemberOf reports whether member is one of eventID's: eventID, "#", the
-// attempt, and "@" and the origin if it has one.
-func isMemberOf(member, eventID string) bool {
+// hastenScript lowers the scores of members still in the sorted set to
+// ARGV[1] where they are higher, and returns how many are in it.
+//
+// KEYS[1] due sorted set; ARGV[1] due time (Unix ms), ARGV[2..] members.
+var hastenScript = redis.NewScript(`
+local n = 0
+for i = 2, #ARGV do
+  local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if score then
+    n = n + 1
+    if tonumber(score) > tonumber(ARGV[1]) then
+      redis.call('ZADD', KEYS[1], 'XX', ARGV[1], ARGV[i])
+    end
+  end
+end
+return n
+`)
+
+// isMemberOf reports whether member is the entry of eventID from origin:
+// eventID, "#", the attempt, and "@" and the origin (nothing for origin 0).
+func isMemberOf(member, eventID string, origin uint64) bool {
 	rest, ok := strings.CutPrefix(member, eventID+"#")
 	if !ok {
 		return false
 	}
-	attempt, origin, hasOrigin := strings.Cut(rest, "@")
-	return digits(attempt) && (!hasOrigin || digits(origin))
+	attempt, from, hasOrigin := strings.Cut(rest, "@")
+	if !digits(attempt) {
+		return false
+	}
+	if origin == 0 {
+		return !hasOrigin
+	}
+	return hasOrigin && from == strconv.FormatUint(origin, 10)
 }
 
 func digits(s string) bool {

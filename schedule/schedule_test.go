@@ -441,7 +441,10 @@ func TestParkKeepsMessagesOfTheSameEventIDApart(t *testing.T) {
 	require.Equal(t, "park:evt-1:2", entry("dup", 1, now).MsgID())
 }
 
-// Hasten brings an event's parked entries forward, and only that event's.
+// Hasten brings an event's parked entry forward, and only that one: not
+// another message with the same id (another origin), nor an id that starts
+// like it or matches it as a pattern; origin 0 means an entry parked by an
+// earlier version, without one.
 func TestHastenBringsAParkedEventForward(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -450,27 +453,38 @@ func TestHastenBringsAParkedEventForward(t *testing.T) {
 	later := now.Add(time.Hour)
 	mine := entry("h", 1, later)
 	mine.EventID, mine.Origin = "ev*1", 5
-	legacy := entry("h", 2, later) // no origin: the old member format
+	sameID := entry("h", 2, later)
+	sameID.EventID, sameID.Origin = "ev*1", 6
+	legacy := entry("h", 3, later)
 	legacy.EventID = "ev*1"
-	other := entry("h", 3, later)
-	other.EventID = "ev*1#9" // its member starts like mine
-	near := entry("h", 4, later)
-	near.EventID = "evx1" // matched by an unescaped *
-	for _, e := range []schedule.Entry{mine, legacy, other, near} {
+	legacy.Attempts = 4
+	other := entry("h", 4, later)
+	other.EventID, other.Origin = "ev*1#9", 5 // its member starts like mine
+	near := entry("h", 5, later)
+	near.EventID, near.Origin = "evx1", 5 // matched by an unescaped *
+	for _, e := range []schedule.Entry{mine, sameID, legacy, other, near} {
 		require.NoError(t, b.store.Park(ctx, e))
 	}
-	n, err := b.store.Hasten(ctx, "h", "ev*1", now)
-	require.NoError(t, err)
-	require.Equal(t, 2, n)
-	c, err := b.store.Claim(ctx, "h", now, 10, time.Minute)
-	require.NoError(t, err)
-	var got []string
-	for _, x := range c {
-		got = append(got, x.Member)
+	due := func() []string {
+		c, err := b.store.Claim(ctx, "h", now, 10, time.Minute)
+		require.NoError(t, err)
+		var got []string
+		for _, x := range c {
+			got = append(got, x.Member)
+		}
+		return got
 	}
-	require.ElementsMatch(t, []string{mine.Member(), legacy.Member()}, got)
+	n, err := b.store.Hasten(ctx, "h", "ev*1", 5, now)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, []string{mine.Member()}, due())
 
-	n, err = b.store.Hasten(ctx, "h", "nosuch", now)
+	n, err = b.store.Hasten(ctx, "h", "ev*1", 0, now)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, []string{legacy.Member()}, due())
+
+	n, err = b.store.Hasten(ctx, "h", "nosuch", 5, now)
 	require.NoError(t, err)
 	require.Zero(t, n)
 }

@@ -388,7 +388,7 @@ losing a delivery. After the overlap only the new secret signs.`,
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "event", Usage: "the event's id (its webhook-id; required)"},
 					&cli.StringFlag{Name: "reason", Value: "skipped by an operator", Usage: "why, kept with the dead letter"},
-					redisURLFlag("the Redis relay parks long waits in: an event parked there is brought forward, and dead-lettered now"),
+					redisURLFlag("the Redis relay parks long waits in: an event parked there is made due now, and dead-lettered when it comes back"),
 					redisModeFlag(),
 				},
 				Action: func(c *cli.Context) error {
@@ -412,6 +412,14 @@ losing a delivery. After the overlap only the new secret signs.`,
 						return err
 					}
 					defer done()
+					// Redis first: a bad --redis-url changes nothing.
+					sched, err := openSchedule(ctx, c)
+					if err != nil {
+						return err
+					}
+					if sched != nil {
+						defer sched.Client().Close()
+					}
 					sk, err := st.SkipEvent(ctx, name, id, why)
 					if err != nil {
 						return err
@@ -421,13 +429,8 @@ losing a delivery. After the overlap only the new secret signs.`,
 						fmt.Fprintf(c.App.Writer, " (the last at %s: %s)", sk.LastAttempt.UTC().Format(time.RFC3339), dlq.OneLine(sk.LastError, 120))
 					}
 					fmt.Fprintln(c.App.Writer)
-					sched, err := openSchedule(ctx, c)
-					if err != nil {
-						return fmt.Errorf("event %s is marked, and is dead-lettered at its next delivery, but bringing that forward failed: %w", id, err)
-					}
 					if sched != nil {
-						defer sched.Client().Close()
-						n, err := sched.Hasten(ctx, name, id, time.Now())
+						n, err := sched.Hasten(ctx, name, id, sk.Origin, time.Now())
 						if err != nil {
 							return fmt.Errorf("event %s is marked, and is dead-lettered at its next delivery, but bringing that forward failed: %w", id, err)
 						}

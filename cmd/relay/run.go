@@ -193,11 +193,15 @@ func runAction(c *cli.Context) error {
 		if c.Duration("park-lease") >= c.Duration("duplicate-window") {
 			return usagef("--park-lease %s must be shorter than --duplicate-window %s, or a promoter crash could deliver an event twice", c.Duration("park-lease"), c.Duration("duplicate-window"))
 		}
-		replicas, wait, err := redisReplicas(c.Int("redis-replicas"), c.String("redis-mode"), c.Duration("redis-replica-wait"))
+		mode, err := redisMode(c)
 		if err != nil {
 			return err
 		}
-		st, err := schedule.Dial(setupCtx, u, c.String("redis-mode"))
+		replicas, wait, err := redisReplicas(c.Int("redis-replicas"), mode, c.Duration("redis-replica-wait"))
+		if err != nil {
+			return err
+		}
+		st, err := schedule.Dial(setupCtx, u, mode)
 		if err != nil {
 			return err
 		}

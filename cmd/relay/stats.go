@@ -132,10 +132,24 @@ func openSchedule(ctx context.Context, c *cli.Context) (*schedule.Store, error) 
 	if u == "" {
 		return nil, nil
 	}
+	mode, err := redisMode(c)
+	if err != nil {
+		return nil, err
+	}
 	log, err := newLogger(c)
 	if err != nil {
 		return nil, err
 	}
 	redis.SetLogger(redisLog{log}) // go-redis's lines, at debug
-	return schedule.Dial(ctx, u, c.String("redis-mode"))
+	return schedule.Dial(ctx, u, mode)
+}
+
+// redisMode is --redis-mode, checked.
+func redisMode(c *cli.Context) (string, error) {
+	switch m := c.String("redis-mode"); m {
+	case "single", "cluster", "sentinel":
+		return m, nil
+	default:
+		return "", usagef("--redis-mode %q: give single, cluster or sentinel", m)
+	}
 }
