@@ -120,10 +120,20 @@ func (s *Server) start() {
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
+		select {
+		case <-s.exited:
+			s.t.Fatalf("redis-server on %s exited at start (is the port taken?)", s.Addr)
+		default:
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := c.Ping(ctx).Err()
+		info, err := c.Info(ctx, "server").Result()
 		cancel()
 		if err == nil {
+			// The server that answers must be this one, not another
+			// process's on the same port.
+			if !strings.Contains(info, "process_id:"+strconv.Itoa(s.cmd.Process.Pid)+"\r\n") {
+				s.t.Fatalf("another server answers on %s", s.Addr)
+			}
 			return
 		}
 		if time.Now().After(deadline) {

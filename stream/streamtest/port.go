@@ -14,8 +14,10 @@ import (
 // starts again on the same port. Ports the kernel hands out (a listener on
 // port 0, a client's source port) come from its ephemeral range, and any of
 // those sockets can take the port while the server is down; Port picks one
-// below that range, which only a socket asking for it by number gets. Ports
-// are not handed out twice in one process.
+// below that range, which only a socket asking for it by number gets. A
+// port is not handed out twice while its test runs, in this process or in
+// another test binary running beside it (reserve: a lock held until the
+// test ends).
 func Port(t testing.TB) int {
 	t.Helper()
 	lo, hi := 20000, ephemeralLow()
@@ -29,12 +31,23 @@ func Port(t testing.TB) int {
 		if portsGiven[p] {
 			continue
 		}
+		release, ok := reserve(p)
+		if !ok {
+			continue
+		}
 		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 		if err != nil {
+			release()
 			continue
 		}
 		ln.Close()
 		portsGiven[p] = true
+		t.Cleanup(func() {
+			release()
+			portsMu.Lock()
+			delete(portsGiven, p)
+			portsMu.Unlock()
+		})
 		return p
 	}
 	t.Fatalf("no free port in %d-%d", lo, hi-1)
