@@ -274,10 +274,7 @@ losing a delivery. After the overlap only the new secret signs.`,
 					tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
 					fmt.Fprintln(tw, "PARTITION\tSEQ\tEVENT ID\tKEY\tFAILED ATTEMPTS\tLAST ATTEMPT\tLAST ERROR\tSKIP")
 					for _, h := range heads {
-						last := "-"
-						if !h.LastAttempt.IsZero() {
-							last = time.Since(h.LastAttempt).Truncate(time.Second).String() + " ago"
-						}
+						last := ago(h.LastAttempt)
 						fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", h.Partition, h.Seq, h.EventID, dash(h.Key), h.Attempts, last, dash(dlq.OneLine(h.LastError, 60)), dash(h.Skip))
 					}
 					return tw.Flush()
@@ -368,10 +365,7 @@ losing a delivery. After the overlap only the new secret signs.`,
 					tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
 					fmt.Fprintln(tw, "EVENT ID\tSEQ\tFAILED ATTEMPTS\tLAST ATTEMPT\tLAST ERROR\tSKIP")
 					for _, r := range rs {
-						last := "-"
-						if !r.LastAttempt.IsZero() {
-							last = time.Since(r.LastAttempt).Truncate(time.Second).String() + " ago"
-						}
+						last := ago(r.LastAttempt)
 						id := r.EventID
 						if id == "" {
 							id = "(not recorded)"
@@ -688,4 +682,12 @@ func skipReason(c *cli.Context) (string, error) {
 		return "", usagef("--reason: give 1 to 200 characters, not %d", n)
 	}
 	return why, nil
+}
+
+// ago is how long ago t was, to the second; "-" for the zero time.
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return time.Since(t).Truncate(time.Second).String() + " ago"
 }
