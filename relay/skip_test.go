@@ -1,10 +1,12 @@
 package relay
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -154,4 +156,22 @@ func TestRetryingListsTheLongestWaitingFirst(t *testing.T) {
 	require.Equal(t, "b", rs[0].EventID)
 	_, err = st.Retrying(ctx, "nosuch", 0)
 	require.Error(t, err)
+}
+
+// A second message with the same event id that fails while the first's
+// record is there is logged: their attempts share the record.
+func TestTwoMessagesWithOneEventIDAreLogged(t *testing.T) {
+	ctx := context.Background()
+	var buf bytes.Buffer
+	r, err := New(ctx, Config{JS: streamtest.Start(t).JS, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	require.NoError(t, err)
+	first := event{dest: "orders", id: "evt_5", seq: 7, origin: 7}
+	require.Empty(t, r.recordAttempt(ctx, first, 1, Result{Status: 503}, false, "$JS.ACK.x"))
+	promoted := event{dest: "orders", id: "evt_5", seq: 20, origin: 7, prior: 1}
+	require.Empty(t, r.recordAttempt(ctx, promoted, 2, Result{Status: 503}, false, "$JS.ACK.y"))
+	require.NotContains(t, buf.String(), "two messages with one event id", "the same message, back from Redis")
+	again := event{dest: "orders", id: "evt_5", seq: 30, origin: 30}
+	require.Empty(t, r.recordAttempt(ctx, again, 1, Result{Status: 503}, false, "$JS.ACK.z"))
+	require.Contains(t, buf.String(), "two messages with one event id are in retry at once")
+	require.Contains(t, buf.String(), "other_seq=7")
 }
