@@ -245,6 +245,19 @@ func TestParkWithoutEnoughReplicasFails(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, ps.Parked)
 
+	// Once a replica connects, parks are confirmed again (the README: "the
+	// first confirmed park ends that").
+	replica := redistest.Start(t, redistest.Options{ReplicaOf: r})
+	replica.WaitReplicating(r)
+	var parkErr error
+	require.Eventually(t, func() bool {
+		parkErr = st.Park(ctx, entry("none", 3, time.Now()))
+		return parkErr == nil
+	}, 10*time.Second, 20*time.Millisecond, "parks are confirmed again with a replica: %v", parkErr)
+	ps, err = st.Stats(ctx, "none")
+	require.NoError(t, err)
+	require.Equal(t, int64(1), ps.Parked)
+
 	// A wait as long as the client's read timeout is refused.
 	slow := redis.NewClient(&redis.Options{Addr: r.Addr, ReadTimeout: 100 * time.Millisecond})
 	t.Cleanup(func() { slow.Close() })
