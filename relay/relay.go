@@ -1108,7 +1108,7 @@ func (r *Relay) recordAttempt(ctx context.Context, ev event, attempt int, res Re
 		l, rev, gerr := readAttemptLog(ctx, r.attempts, key)
 		switch {
 		case gerr == nil:
-			if l.Origin != 0 && l.Origin != ev.origin && l.Event == ev.id {
+			if l.Origin != 0 && l.Origin != ev.origin {
 				r.log.Warn("two messages with one event id are in retry at once: their attempts share one record (publish each event id once)",
 					"dest", ev.dest, "event_id", ev.id, "seq", ev.seq, "other_seq", l.Origin)
 			}

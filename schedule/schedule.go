@@ -63,22 +63,21 @@ type Entry struct {
 // event again at the same attempt replaces its entry; two stream messages
 // with the same event id (a producer that published it again after the
 // duplicate window, a replay) have different origins, and are kept apart.
-func (e Entry) Member() string {
-	if e.Origin == 0 {
-		return e.EventID + "#" + strconv.Itoa(e.Attempts)
-	}
-	return e.EventID + "#" + strconv.Itoa(e.Attempts) + "@" + strconv.FormatUint(e.Origin, 10)
-}
+func (e Entry) Member() string { return e.EventID + "#" + attemptFrom(e.Attempts, e.Origin) }
 
 // MsgID is the dedup id the promoter republishes e with: a crash between the
 // publish and the removal republishes within the duplicate window, and
 // JetStream drops the copy. Like Member, it tells origins apart, so that
 // JetStream does not drop another message's republish as a duplicate.
-func (e Entry) MsgID() string {
-	if e.Origin == 0 {
-		return "park:" + e.EventID + ":" + strconv.Itoa(e.Attempts)
+func (e Entry) MsgID() string { return "park:" + e.EventID + ":" + attemptFrom(e.Attempts, e.Origin) }
+
+// attemptFrom ends a member and a dedup id: the attempt, and "@" and the
+// origin if there is one (entries parked by earlier versions have none).
+func attemptFrom(attempts int, origin uint64) string {
+	if origin == 0 {
+		return strconv.Itoa(attempts)
 	}
-	return "park:" + e.EventID + ":" + strconv.Itoa(e.Attempts) + "@" + strconv.FormatUint(e.Origin, 10)
+	return strconv.Itoa(attempts) + "@" + strconv.FormatUint(origin, 10)
 }
 
 const prefix = "relay:{relay}:"
@@ -483,18 +482,9 @@ func isMemberOf(member, eventID string, origin uint64) bool {
 	if !ok {
 		return false
 	}
-	attempt, from, hasOrigin := strings.Cut(rest, "@")
-	if !digits(attempt) {
-		return false
-	}
-	if origin == 0 {
-		return !hasOrigin
-	}
-	return hasOrigin && from == strconv.FormatUint(origin, 10)
-}
-
-func digits(s string) bool {
-	return s != "" && strings.Trim(s, "0123456789") == ""
+	attempt, _, _ := strings.Cut(rest, "@")
+	n, err := strconv.Atoi(attempt)
+	return err == nil && rest == attemptFrom(n, origin)
 }
 
 // globEscape quotes the characters Redis's MATCH patterns give a meaning.

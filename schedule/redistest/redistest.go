@@ -61,13 +61,8 @@ func Start(t testing.TB, o Options) *Server {
 	}
 	if o.Cluster {
 		// A port of its own: by default the bus takes the port + 10000,
-		// which may be in use, or above 65535.
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, s.busPort, _ = net.SplitHostPort(ln.Addr().String())
-		ln.Close()
+		// which may be in use, or above 65535. Restart reuses it.
+		s.busPort = strconv.Itoa(streamtest.Port(t))
 	}
 	s.start()
 	t.Cleanup(s.Kill)
@@ -245,14 +240,9 @@ const MasterName = "relay-test"
 // waits until it knows each of replicas.
 func StartSentinel(t testing.TB, primary *Server, replicas ...*Server) *Sentinel {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	port := strconv.Itoa(streamtest.Port(t))
+	addr := net.JoinHostPort("127.0.0.1", port)
 	dir := t.TempDir()
-	_, port, _ := net.SplitHostPort(addr)
 	host, pport, _ := net.SplitHostPort(primary.Addr)
 	conf := filepath.Join(dir, "sentinel.conf")
 	// A primary is down after 2s without an answer: on a busy machine one
