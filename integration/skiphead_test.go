@@ -301,6 +301,27 @@ func TestSkipEventDeadLettersItAtItsNextDelivery(t *testing.T) {
 			if parked != nil {
 				require.Zero(t, parked())
 			}
+
+			// A replay of the skipped event is an event of its own: it is
+			// attempted, and, back from Redis, attempted again.
+			code, out = e.relayCLI("dlq", "replay", "--dest", name)
+			require.Equal(t, 0, code, out)
+			want := ls[0].Attempts + 1
+			if where == "redis" {
+				want++ // its first attempt fails, it is parked for 3s, and comes back
+			}
+			eventually(t, 20*time.Second, func() bool {
+				n := 0
+				for _, h := range s.all() {
+					if h.ID == bad.ID {
+						n++
+					}
+				}
+				return n >= want
+			}, "the replay is attempted (%d requests), not skipped", want)
+			for _, l := range e.deadLetters(name) {
+				require.NotEqual(t, relay.ReasonSkipped, l.Reason, "the replay was skipped")
+			}
 		})
 	}
 }
