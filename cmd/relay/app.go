@@ -240,20 +240,21 @@ func cmdContext(c *cli.Context, limit time.Duration) (context.Context, context.C
 }
 
 // secretKeys reads the secret key and the previous one (during a key
-// rotation), each from its flag, its environment variable or its file.
-func secretKeys(c *cli.Context) (key, previous []byte, err error) {
+// rotation; previous is nil or holds it), each from its flag, its
+// environment variable or its file.
+func secretKeys(c *cli.Context) (key []byte, previous [][]byte, err error) {
 	key, err = keyFrom(c, "secret-key", "RELAY_SECRET_KEY")
 	if err != nil {
 		return nil, nil, err
 	}
-	previous, err = keyFrom(c, "previous-secret-key", "RELAY_PREVIOUS_SECRET_KEY")
-	if err != nil {
-		return nil, nil, err
+	prev, err := keyFrom(c, "previous-secret-key", "RELAY_PREVIOUS_SECRET_KEY")
+	if err != nil || prev == nil {
+		return key, nil, err
 	}
-	if previous != nil && key == nil {
+	if key == nil {
 		return nil, nil, usagef("--previous-secret-key is the old key of a rotation: give the new one too (--secret-key or --secret-key-file)")
 	}
-	return key, previous, nil
+	return key, [][]byte{prev}, nil
 }
 
 // keyFrom reads one key from --flag or --flag-file.
@@ -287,10 +288,7 @@ func destStore(c *cli.Context, ctx context.Context, js jetstream.JetStream) (*re
 	if err != nil {
 		return nil, err
 	}
-	if previous != nil {
-		return relay.NewStore(ctx, js, relay.WithSecretKey(key, previous))
-	}
-	return relay.NewStore(ctx, js, relay.WithSecretKey(key))
+	return relay.NewStore(ctx, js, relay.WithSecretKey(key, previous...))
 }
 
 // parseKV reads "K=V" arguments.

@@ -407,13 +407,11 @@ losing a delivery. After the overlap only the new secret signs.`,
 					}
 					defer done()
 					// Redis first: a bad --redis-url changes nothing.
-					sched, err := openSchedule(ctx, c)
+					sched, closeSched, err := openSchedule(ctx, c)
 					if err != nil {
 						return err
 					}
-					if sched != nil {
-						defer sched.Client().Close()
-					}
+					defer closeSched()
 					sk, err := st.SkipEvent(ctx, name, id, why)
 					if err != nil {
 						return err

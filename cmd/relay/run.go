@@ -177,7 +177,7 @@ func runAction(c *cli.Context) error {
 	if c.Bool("dangerously-skip-tls-verify") {
 		log.Warn("TLS certificates of destinations are NOT verified (--dangerously-skip-tls-verify)")
 	}
-	cfg := relay.Config{JS: js, Logger: log, SecretKey: key, ShutdownGrace: c.Duration("shutdown-grace"), ParkThreshold: c.Duration("park-threshold"),
+	cfg := relay.Config{JS: js, Logger: log, SecretKey: key, PreviousSecretKeys: previous, ShutdownGrace: c.Duration("shutdown-grace"), ParkThreshold: c.Duration("park-threshold"),
 		HTTPClient: relay.NewHTTPClient(relay.HTTPOptions{
 			Guard:                 relay.NetGuard{Allow: allow},
 			ConnectTimeout:        c.Duration("connect-timeout"),
@@ -185,9 +185,6 @@ func runAction(c *cli.Context) error {
 			ResponseHeaderTimeout: c.Duration("response-header-timeout"),
 			InsecureSkipVerify:    c.Bool("dangerously-skip-tls-verify"),
 		})}
-	if previous != nil {
-		cfg.PreviousSecretKeys = [][]byte{previous}
-	}
 	var promoter *schedule.Promoter
 	if u := c.String("redis-url"); u != "" {
 		if c.Duration("park-lease") >= c.Duration("duplicate-window") {

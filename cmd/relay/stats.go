@@ -40,13 +40,11 @@ func statsCommand() *cli.Command {
 				return err
 			}
 			defer done()
-			sched, err := openSchedule(ctx, c)
+			sched, closeSched, err := openSchedule(ctx, c)
 			if err != nil {
 				return err
 			}
-			if sched != nil {
-				defer sched.Client().Close()
-			}
+			defer closeSched()
 			for {
 				if every > 0 && !c.Bool("json") && isTerminal(c.App.Writer) {
 					fmt.Fprint(c.App.Writer, "\033[H\033[2J") // clear the screen
@@ -125,23 +123,27 @@ func redisModeFlag() cli.Flag {
 	return &cli.StringFlag{Name: "redis-mode", EnvVars: []string{"RELAY_REDIS_MODE"}, Value: "single", Usage: "single, cluster or sentinel"}
 }
 
-// openSchedule connects to --redis-url; nil without one. The caller closes
-// its client.
-func openSchedule(ctx context.Context, c *cli.Context) (*schedule.Store, error) {
+// openSchedule connects to --redis-url (nil without one), and returns what
+// closes it.
+func openSchedule(ctx context.Context, c *cli.Context) (*schedule.Store, func(), error) {
 	u := c.String("redis-url")
 	if u == "" {
-		return nil, nil
+		return nil, func() {}, nil
 	}
 	mode, err := redisMode(c)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	log, err := newLogger(c)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	redis.SetLogger(redisLog{log}) // go-redis's lines, at debug
-	return schedule.Dial(ctx, u, mode)
+	st, err := schedule.Dial(ctx, u, mode)
+	if err != nil {
+		return nil, nil, err
+	}
+	return st, func() { st.Client().Close() }, nil
 }
 
 // redisMode is --redis-mode, checked.
