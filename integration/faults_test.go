@@ -97,13 +97,19 @@ func faultRunning(p *proc) bool {
 
 var faultOpsAddrRE = regexp.MustCompile(`msg="serving /metrics, /healthz and /readyz" addr=(\S+)`)
 
-// faultReadyz returns the status of p's /readyz (0 if it does not answer).
-func faultReadyz(t *testing.T, p *proc) int {
+// opsGet GETs path from relay process p's metrics address, which it logged.
+func opsGet(t *testing.T, p *proc, path string) (*http.Response, error) {
 	t.Helper()
 	m := faultOpsAddrRE.FindStringSubmatch(p.output())
 	require.NotNil(t, m, "relay did not log its metrics address:\n%s", p.output())
 	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + m[1] + "/readyz")
+	return c.Get("http://" + m[1] + path)
+}
+
+// faultReadyz returns the status of p's /readyz (0 if it does not answer).
+func faultReadyz(t *testing.T, p *proc) int {
+	t.Helper()
+	resp, err := opsGet(t, p, "/readyz")
 	if err != nil {
 		return 0
 	}

@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"io"
-	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -123,10 +122,7 @@ func TestRedisClusterParksAndPromotes(t *testing.T) {
 // from relay process p's /metrics; -1 when it is not there.
 func metricValue(t *testing.T, p *proc, series string) int {
 	t.Helper()
-	m := faultOpsAddrRE.FindStringSubmatch(p.output())
-	require.NotNil(t, m, "relay did not log its metrics address:\n%s", p.output())
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + m[1] + "/metrics")
+	resp, err := opsGet(t, p, "/metrics")
 	if err != nil {
 		return -1
 	}
