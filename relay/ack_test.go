@@ -42,7 +42,7 @@ func TestRetriedEventKeepsItsHistoryUntilItsAckIsConfirmed(t *testing.T) {
 
 	// Attempt 2 succeeds, but the ack's confirmation never comes.
 	lost := &ackMsg{doubleAckErr: nats.ErrTimeout}
-	err = r.act(lost, ev, 2, false, &Outcome{Decision: Decision{Action: Ack}})
+	err = r.act(lost, ev, 2, nil, &Outcome{Decision: Decision{Action: Ack}})
 	require.ErrorIs(t, err, nats.ErrTimeout)
 	require.Equal(t, []string{"double-ack"}, lost.acked, "a retried event's ack is confirmed, not fire-and-forget")
 	_, err = r.attempts.Get(ctx, historyKey(ev))
@@ -51,13 +51,13 @@ func TestRetriedEventKeepsItsHistoryUntilItsAckIsConfirmed(t *testing.T) {
 
 	// The redelivery succeeds and its ack is confirmed: now it goes.
 	ok := &ackMsg{}
-	require.NoError(t, r.act(ok, ev, 2, false, &Outcome{Decision: Decision{Action: Ack}}))
+	require.NoError(t, r.act(ok, ev, 2, nil, &Outcome{Decision: Decision{Action: Ack}}))
 	_, err = r.attempts.Get(ctx, historyKey(ev))
 	require.True(t, errors.Is(err, jetstream.ErrKeyNotFound), "history deleted after the confirmed ack, got %v", err)
 
 	// A first attempt on the hot path is acked without waiting for a
 	// confirmation.
 	first := &ackMsg{}
-	require.NoError(t, r.act(first, event{dest: "orders", id: "evt_2", seq: 8}, 1, false, &Outcome{Decision: Decision{Action: Ack}}))
+	require.NoError(t, r.act(first, event{dest: "orders", id: "evt_2", seq: 8}, 1, nil, &Outcome{Decision: Decision{Action: Ack}}))
 	require.Equal(t, []string{"ack"}, first.acked)
 }

@@ -24,6 +24,7 @@ type Metrics struct {
 	inFlight        *prometheus.GaugeVec
 	parkFailures    *prometheus.CounterVec
 	pauses          *prometheus.CounterVec
+	settled         *prometheus.CounterVec
 	// The unknown-destination check's events, by how it went through them.
 	checkCounted, checkListed, checkRead prometheus.Counter
 
@@ -70,12 +71,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "relay_destination_pauses_total",
 			Help: "Times this process paused a destination, by reason (circuit_open, retry_after, gone).",
 		}, []string{"dest", "reason"}),
+		settled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relay_settled_again_total",
+			Help: "Events that came back although settled before (their ack lost in a crash of the NATS server's process), acknowledged without an attempt.",
+		}, []string{"dest"}),
 	}
 	checked := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "relay_unknown_destination_check_events_total",
 		Help: "Events this process's unknown-destination check went through: counted (the server counted them all on known destinations' subjects), listed (settled from the list of the stream's subjects) or read (their headers read one by one).",
 	}, []string{"how"})
-	reg.MustRegister(m.deliveries, m.attempts, m.responses, m.attemptDuration, m.latency, m.inFlight, m.parkFailures, m.pauses, checked)
+	reg.MustRegister(m.deliveries, m.attempts, m.responses, m.attemptDuration, m.latency, m.inFlight, m.parkFailures, m.pauses, m.settled, checked)
 	m.checkCounted, m.checkListed, m.checkRead = checked.WithLabelValues("counted"), checked.WithLabelValues("listed"), checked.WithLabelValues("read")
 	return m
 }
@@ -218,6 +223,12 @@ func (m *Metrics) observe(o Outcome, ordered bool, published time.Time, now time
 		}
 	case DeadLetter:
 		m.outcome(dm, o.Dest, outDeadLettered)
+	}
+}
+
+func (m *Metrics) settledAgain(dest string) {
+	if m != nil {
+		m.settled.WithLabelValues(dest).Inc()
 	}
 }
 

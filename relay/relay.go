@@ -140,7 +140,12 @@ type Relay struct {
 	log      *slog.Logger
 	store    *Store
 	attempts jetstream.KeyValue
-	events   jetstream.Stream
+	// ordered holds the partition marks of ordered destinations.
+	ordered jetstream.KeyValue
+	// retryAtStart are the attempt-log keys of the events in retry when
+	// Run started (see inRetryAtStart). Not changed after that.
+	retryAtStart map[string]struct{}
+	events       jetstream.Stream
 	dlq      dlq.Writer
 	sender   *Sender
 	dests    watch
@@ -170,6 +175,10 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s: %w", stream.AttemptsBucket, err)
 	}
+	okv, err := cfg.JS.KeyValue(ctx, stream.OrderedBucket)
+	if err != nil {
+		return nil, fmt.Errorf("open bucket %s: %w", stream.OrderedBucket, err)
+	}
 	evs, err := cfg.JS.Stream(ctx, stream.EventsStream)
 	if err != nil {
 		return nil, fmt.Errorf("open stream %s: %w", stream.EventsStream, err)
@@ -179,6 +188,7 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 		log:      cfg.Logger,
 		store:    st,
 		attempts: kv,
+		ordered:  okv,
 		events:   evs,
 		dlq:      dlq.Writer{JS: cfg.JS},
 		sender:   &Sender{Client: cfg.HTTPClient, Now: cfg.Now},
@@ -210,6 +220,20 @@ func (r *Relay) Run(ctx context.Context) error {
 			break
 		}
 		r.apply(e)
+	}
+	lctx, cancel := context.WithTimeout(ctx, time.Minute)
+	r.retryAtStart, err = listInRetry(lctx, r.attempts)
+	if err == nil && lctx.Err() != nil {
+		err = lctx.Err()
+	}
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		// Without the list, an event whose ack a crash took back is
+		// attempted again: a duplicate, as before this relay knew better.
+		r.log.Warn("cannot list the events in retry; an event parked just before a crash of the NATS server may be delivered twice", "err", err)
 	}
 	r.reconcile(ctx)
 
@@ -352,6 +376,8 @@ type consumerSpec struct {
 	// ordered: one event at a time, in order; its waits never leave
 	// JetStream (parking would let the next event of the key overtake).
 	ordered bool
+	// partition is the ordered partition's index.
+	partition int
 }
 
 // specs lays out d's consumers: one for all its events, or, for an ordered
@@ -383,7 +409,7 @@ func (r *Relay) specs(d Destination) []consumerSpec {
 		c.Description = fmt.Sprintf("relay ordered deliveries to %s, partition %d of %d", d.Name, i, d.Partitions)
 		c.FilterSubjects = d.partitionFilters(i)
 		c.MaxAckPending = 1
-		out = append(out, consumerSpec{cfg: c, concurrency: 1, ordered: true})
+		out = append(out, consumerSpec{cfg: c, concurrency: 1, ordered: true, partition: i})
 	}
 	return out
 }
@@ -495,6 +521,10 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 	done := make(chan struct{}, sp.concurrency)
 	var wg sync.WaitGroup
 	restartAfter := d.longWait()
+	var mark *partitionMark
+	if sp.ordered {
+		mark = newPartitionMark(r.ordered, r.cfg.JS.Conn(), d.Name, sp.partition)
+	}
 	for range sp.concurrency {
 		wg.Go(func() {
 			for p := range work {
@@ -502,7 +532,7 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 					// It waited long in the queue: restart its AckWait.
 					_ = p.msg.InProgress()
 				}
-				r.handle(dctx, p.msg, sp.ordered)
+				r.handle(dctx, p.msg, mark)
 				done <- struct{}{}
 			}
 		})
@@ -646,6 +676,9 @@ type event struct {
 	// body and hdr are the event's own, as stored.
 	body []byte
 	hdr  nats.Header
+	// parked is the last sequence of this event relay parked in Redis, as
+	// its attempt log said (0: not parked, or not read).
+	parked uint64
 }
 
 func eventOf(msg jetstream.Msg) (event, error) {
@@ -715,14 +748,29 @@ func eventHeaders(h nats.Header) http.Header {
 	return out
 }
 
-// handle makes one attempt for msg and acts on the outcome. ordered says msg
-// heads an ordered key.
-func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, ordered bool) {
+// handle makes one attempt for msg and acts on the outcome. mark is set when
+// msg heads an ordered key: its partition's mark.
+func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, mark *partitionMark) {
 	ev, err := eventOf(msg)
 	if err != nil {
 		r.log.Error("cannot read event; terminating it", "subject", msg.Subject(), "err", err)
 		_ = msg.TermWithReason("unreadable")
 		return
+	}
+	ordered := mark != nil
+	if ordered {
+		mctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+		settled, err := mark.settled(mctx, ev.seq)
+		cancel()
+		switch {
+		case err != nil:
+			r.log.Warn("cannot tell whether the head of an ordered key was delivered before; it waits", "dest", ev.dest, "event_id", ev.id, "seq", ev.seq, "err", err)
+			r.skip(msg, ev, time.Second)
+			return
+		case settled:
+			r.ackSettled(msg, ev, "the head of an ordered key settled before its ack was lost (a crash of the NATS server's process)")
+			return
+		}
 	}
 	d, ok := r.dests.get(ev.dest)
 	probing := false
@@ -757,11 +805,17 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, ordered bool) {
 	// needs none, unless it brings the event back from Redis (an operator
 	// may have marked it to be skipped meanwhile).
 	attempt, skip := ev.prior+1, ""
-	if ev.delivered > 1 || ev.prior > 0 {
+	if ev.delivered > 1 || ev.prior > 0 || r.inRetryAtStart(ev) {
 		lctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
-		l := r.attemptLog(lctx, ev)
+		l, found := r.readLog(lctx, ev)
+		if l.parkedAlready(ev) || !found && ev.prior == 0 && r.cfg.Schedule != nil && r.doneParked(lctx, ev) {
+			cancel()
+			r.ackSettled(msg, ev, "the event was parked in Redis before its ack was lost (a crash of the NATS server's process, or a lost ack); its copy carries on")
+			return
+		}
 		cancel()
 		attempt, skip = max(l.Made, ev.prior)+1, l.skipOf(ev)
+		ev.parked = l.Parked
 	}
 	out := Outcome{Dest: ev.dest, EventID: ev.id, Seq: ev.seq, Attempt: attempt, note: skip}
 	policy := d.Retry
@@ -815,7 +869,7 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, ordered bool) {
 		// slow write would arrive back to back, "consecutive".
 		r.afterAttempt(d, out, probing)
 	}
-	out.Err = r.act(msg, ev, attempt, ordered, &out)
+	out.Err = r.act(msg, ev, attempt, mark, &out)
 	r.logOutcome(out)
 	r.cfg.Metrics.observe(out, ordered, ev.published, r.cfg.Now())
 	if r.cfg.OnDelivery != nil {
@@ -862,10 +916,11 @@ func (r *Relay) waitRate(ctx context.Context, msg jetstream.Msg, ev event, lim *
 // ackTimeout bounds waiting for JetStream to confirm an ack or a publish.
 const ackTimeout = 10 * time.Second
 
-// act carries out the decision for attempt number attempt of ev. ordered
-// says ev heads an ordered key: its acks are confirmed, and its long waits
-// are not parked in Redis.
-func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, ordered bool, out *Outcome) error {
+// act carries out the decision for attempt number attempt of ev. mark is set
+// when ev heads an ordered key: its acks are confirmed, after the mark
+// recorded it settled, and its long waits are not parked in Redis.
+func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, mark *partitionMark, out *Outcome) error {
+	ordered := mark != nil
 	if out.Decision.Action == Ack && attempt == 1 && !ordered {
 		// The hot path. The ack is not confirmed: confirming would cost a
 		// round trip per event and change nothing, since a lost ack means
@@ -880,6 +935,7 @@ func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, ordered bool, out 
 		// Confirmed: an ordered key's next event waits for this ack anyway,
 		// and a retried event's history is deleted only once its ack is
 		// certain (else a lost ack would bring it back without one).
+		r.settleOrdered(ctx, mark, ev)
 		if err := msg.DoubleAck(ctx); err != nil {
 			return fmt.Errorf("ack not confirmed (the event may be delivered again): %w", err)
 		}
@@ -892,7 +948,7 @@ func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, ordered bool, out 
 			// An operator skipped it while this attempt ran: dead-letter
 			// it now rather than after the backoff.
 			out.Decision, out.note, out.recorded = Decision{Action: DeadLetter, Reason: ReasonSkipped}, skip, true
-			return r.deadLetter(ctx, msg, ev, attempt, out)
+			return r.deadLetter(ctx, msg, ev, attempt, mark, out)
 		}
 		if mayPark && r.cfg.Schedule != nil && out.Decision.Delay >= r.cfg.ParkThreshold {
 			out.parkTried = true
@@ -907,16 +963,18 @@ func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, ordered bool, out 
 		}
 		return msg.NakWithDelay(out.Decision.Delay)
 	}
-	return r.deadLetter(ctx, msg, ev, attempt, out)
+	return r.deadLetter(ctx, msg, ev, attempt, mark, out)
 }
 
-// deadLetter writes ev's dead letter and then terminates msg.
-func (r *Relay) deadLetter(ctx context.Context, msg jetstream.Msg, ev event, attempt int, out *Outcome) error {
+// deadLetter writes ev's dead letter and then terminates msg. mark is set
+// when ev heads an ordered key.
+func (r *Relay) deadLetter(ctx context.Context, msg jetstream.Msg, ev event, attempt int, mark *partitionMark, out *Outcome) error {
 	if err := r.writeDeadLetter(ctx, ev, attempt, out); err != nil {
 		// Keep the event: it comes back and is dead-lettered then.
 		_ = msg.NakWithDelay(5 * time.Second)
 		return err
 	}
+	r.settleOrdered(ctx, mark, ev)
 	if err := msg.TermWithReason(out.Decision.Reason); err != nil {
 		return fmt.Errorf("dead-lettered, but terminating the original failed (it comes back and is dropped as a duplicate): %w", err)
 	}
@@ -979,6 +1037,11 @@ func (r *Relay) park(ctx context.Context, msg jetstream.Msg, ev event, attempt i
 	if err := r.cfg.Schedule.Park(pctx, e); err != nil {
 		return false, err
 	}
+	if err := r.markParked(ctx, ev); err != nil {
+		// The ack below may still be lost in a crash, and this message
+		// then delivered besides its copy: at least once.
+		r.log.Warn("parked, but cannot record it in the attempt log (a crash of the NATS server now could deliver the event twice)", "dest", ev.dest, "event_id", ev.id, "err", err)
+	}
 	if err := msg.DoubleAck(ctx); err != nil {
 		// Parked, but JetStream may deliver it again as well: at least once.
 		return true, fmt.Errorf("parked, but the ack was not confirmed (the event may be attempted twice): %w", err)
@@ -1029,6 +1092,10 @@ type attemptLog struct {
 	// new sequences; a replay of the event is a message of its own origin.
 	Origin     uint64 `json:"origin,omitempty"`
 	SkipOrigin uint64 `json:"skip_origin,omitempty"`
+	// Parked is the last sequence of the event (origin Origin) that relay
+	// parked in Redis: that message and those before it were handed to
+	// Redis, and come back only because an ack was lost (parkedAlready).
+	Parked uint64 `json:"parked,omitempty"`
 	// SkipLegacy marks an event whose last failed attempt an earlier
 	// version recorded (no Origin): the mark applies to a message brought
 	// back from Redis without an origin (Relay-Attempt but no
@@ -1075,11 +1142,17 @@ func readAttemptLog(ctx context.Context, kv jetstream.KeyValue, key string) (att
 
 // attemptLog returns what is recorded for ev (nothing if that fails).
 func (r *Relay) attemptLog(ctx context.Context, ev event) attemptLog {
+	l, _ := r.readLog(ctx, ev)
+	return l
+}
+
+// readLog returns what is recorded for ev, and whether a record was found.
+func (r *Relay) readLog(ctx context.Context, ev event) (attemptLog, bool) {
 	l, _, err := readAttemptLog(ctx, r.attempts, historyKey(ev))
 	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		r.log.Warn("cannot read attempt history", "dest", ev.dest, "event_id", ev.id, "err", err)
 	}
-	return l
+	return l, err == nil
 }
 
 func (r *Relay) history(ctx context.Context, ev event) []dlq.Attempt {
@@ -1138,13 +1211,45 @@ func (r *Relay) recordAttempt(ctx context.Context, ev event, attempt int, res Re
 	return ""
 }
 
+// settleOrdered records in mark, when ev heads an ordered key, that ev is
+// settled. A failure is logged: the event is settled all the same, and only
+// a crash of the NATS server's process before its ack is written could
+// then bring it back, out of order.
+func (r *Relay) settleOrdered(ctx context.Context, mark *partitionMark, ev event) {
+	if mark == nil {
+		return
+	}
+	if err := mark.settle(ctx, ev.seq); err != nil {
+		r.log.Warn("cannot record the head of an ordered key as settled", "dest", ev.dest, "event_id", ev.id, "seq", ev.seq, "err", err)
+	}
+}
+
+// ackSettled acknowledges, without an attempt, a message whose event was
+// settled before: why says how relay knows.
+func (r *Relay) ackSettled(msg jetstream.Msg, ev event, why string) {
+	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+	defer cancel()
+	err := msg.DoubleAck(ctx)
+	r.log.Info("acknowledged without an attempt: "+why, "dest", ev.dest, "event_id", ev.id, "seq", ev.seq, "err", err)
+	r.cfg.Metrics.settledAgain(ev.dest)
+}
+
 // skip hands msg back to JetStream without an attempt (attempts are counted
 // in the attempt log, so this uses none up).
 func (r *Relay) skip(msg jetstream.Msg, ev event, delay time.Duration) {
 	_ = msg.NakWithDelay(delay)
 }
 
+// forgetHistory deletes ev's attempt log once ev is settled. Where the log
+// says the event was parked, a done mark keeps that first: the message it
+// was parked from may still come back after a crash.
 func (r *Relay) forgetHistory(ctx context.Context, ev event) {
+	if ev.parked != 0 {
+		b, _ := json.Marshal(doneMark{Parked: ev.parked, Origin: ev.origin})
+		if _, err := r.attempts.Put(ctx, doneKey(ev), b); err != nil {
+			r.log.Warn("cannot record that a parked event is settled (a crash of the NATS server could deliver it again)", "dest", ev.dest, "event_id", ev.id, "err", err)
+		}
+	}
 	if err := r.attempts.Delete(ctx, historyKey(ev)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		r.log.Warn("cannot delete attempt history", "dest", ev.dest, "event_id", ev.id, "err", err)
 	}

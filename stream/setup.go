@@ -142,6 +142,13 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		// Work shared by the replicas, one at a time: who does it, and how far
 		// it got (the unknown-destination check).
 		{Bucket: StateBucket, Description: "relay work done by one replica at a time, and its progress", History: 1, Storage: jetstream.FileStorage, Replicas: cfg.Replicas},
+		// The last event settled (delivered or dead-lettered) per partition
+		// of an ordered destination. A stream write reaches the server's
+		// file at once, where a consumer's acks may not (see
+		// relay.partitionMark): after a crash of the server's process it
+		// tells which events came back only because their acks were lost.
+		// A mark older than the event retention covers no stored event.
+		{Bucket: OrderedBucket, Description: "relay: last event settled per ordered partition", History: 1, TTL: cfg.EventRetention, Storage: jetstream.FileStorage, Replicas: cfg.Replicas},
 	}
 	for _, kc := range kvs {
 		if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {

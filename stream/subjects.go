@@ -38,6 +38,7 @@ const (
 	AttemptsBucket = "relay_attempts"
 	ReplicasBucket = "relay_replicas"
 	StateBucket    = "relay_state"
+	OrderedBucket  = "relay_ordered"
 )
 
 var destNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)

@@ -1,0 +1,176 @@
+package relay
+
+// What a crash of the NATS server's process cannot take back.
+//
+// A file-store consumer keeps its acks in memory and writes them to its file
+// at most every 100ms; a stream write (a KV put included) reaches the file at
+// once. When the process hosting the server dies (kill -9 of 'relay run'
+// with its embedded server, the OOM killer), the acks of the last moments
+// are lost, confirmed ones included, and JetStream hands those events out
+// again, often as first deliveries. Two promises must not rest on those
+// acks, so relay also records them with stream writes:
+//
+//   - the head of an ordered key: the last event settled (delivered or
+//     dead-lettered) per partition is put in the relay_ordered bucket
+//     before its ack, and an event at or below it is acknowledged without
+//     an attempt (partitionMark);
+//   - a parked event: its attempt log records the sequence relay parked
+//     (attemptLog.Parked) before the ack, and a message of that event at
+//     or below it is acknowledged without an attempt, its copy in Redis
+//     carrying on. When the copy is settled, a done mark keeps the parked
+//     sequence (doneKey), since the original may come back after that.
+//
+// A first delivery needs no attempt log read, except for the events that
+// were in retry when this relay started (inRetryAtStart): those are the
+// ones a lost ack can bring back as first deliveries.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// partitionMark is the last event settled in one partition of an ordered
+// destination, as stored in the relay_ordered bucket. One consume loop
+// (one event at a time) owns it.
+type partitionMark struct {
+	kv  jetstream.KeyValue
+	nc  *nats.Conn
+	key string
+	// seq is the highest sequence known settled; loaded says seq was read
+	// from the bucket since the connection last reconnected (a server
+	// restart is a reconnect, and another replica may have settled events
+	// meanwhile).
+	seq        uint64
+	loaded     bool
+	reconnects uint64
+}
+
+func newPartitionMark(kv jetstream.KeyValue, nc *nats.Conn, dest string, partition int) *partitionMark {
+	return &partitionMark{kv: kv, nc: nc, key: dest + "." + strconv.Itoa(partition)}
+}
+
+// settled reports whether the event at seq was settled before: delivered or
+// dead-lettered, its ack lost. An error means the bucket cannot be read; the
+// event must then wait.
+func (m *partitionMark) settled(ctx context.Context, seq uint64) (bool, error) {
+	if seq <= m.seq {
+		return true, nil
+	}
+	if rc := m.nc.Stats().Reconnects; !m.loaded || rc != m.reconnects {
+		e, err := m.kv.Get(ctx, m.key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+		case err != nil:
+			return false, fmt.Errorf("read the ordered partition's mark %s: %w", m.key, err)
+		default:
+			n, perr := strconv.ParseUint(string(e.Value()), 10, 64)
+			if perr != nil {
+				return false, fmt.Errorf("ordered partition's mark %s is corrupt (%q): delete it with 'nats kv del %s %s' if its events were delivered", m.key, e.Value(), m.kv.Bucket(), m.key)
+			}
+			m.seq = max(m.seq, n)
+		}
+		m.loaded, m.reconnects = true, rc
+	}
+	return seq <= m.seq, nil
+}
+
+// settle records that the event at seq is settled. It runs before the
+// event's ack: after a crash the ack may be lost, the mark is not.
+func (m *partitionMark) settle(ctx context.Context, seq uint64) error {
+	if _, err := m.kv.Put(ctx, m.key, strconv.AppendUint(nil, seq, 10)); err != nil {
+		return fmt.Errorf("record the ordered partition's mark %s: %w", m.key, err)
+	}
+	m.seq = max(m.seq, seq)
+	return nil
+}
+
+// listInRetry returns the keys of the attempt logs in kv: the events in
+// retry. Done marks (doneKey) are not among them.
+func listInRetry(ctx context.Context, kv jetstream.KeyValue) (map[string]struct{}, error) {
+	l, err := kv.ListKeysFiltered(ctx, "*.*")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = l.Stop() }()
+	keys := map[string]struct{}{}
+	for k := range l.Keys() {
+		keys[k] = struct{}{}
+	}
+	return keys, nil
+}
+
+// inRetryAtStart reports whether ev's attempt log existed when this relay
+// started: a first delivery of such an event may be one a crash brought
+// back, so its log is read.
+func (r *Relay) inRetryAtStart(ev event) bool {
+	if len(r.retryAtStart) == 0 {
+		return false
+	}
+	_, ok := r.retryAtStart[historyKey(ev)]
+	return ok
+}
+
+// parkedAlready reports whether l says ev was handed to Redis: ev is a
+// message of the event l records, at or below the last sequence parked.
+// Its copy in Redis carries on; this message only came back because its
+// ack was lost.
+func (l attemptLog) parkedAlready(ev event) bool {
+	return l.Parked != 0 && ev.seq <= l.Parked && ev.origin == l.Origin
+}
+
+// doneKey is where the parked sequence of an event in retry is kept once the
+// event is settled: its log is deleted, but the message it was parked from
+// may still come back. The key has three tokens, the logs two, so listing
+// the events in retry ("*.*") skips these.
+func doneKey(ev event) string { return "done." + historyKey(ev) }
+
+// doneMark is what doneKey holds.
+type doneMark struct {
+	Parked uint64 `json:"parked"`
+	Origin uint64 `json:"origin"`
+}
+
+// markParked records in ev's attempt log that the message at ev.seq was
+// parked, before it is acked: a compare-and-set, so that an operator's mark
+// set meanwhile is kept.
+func (r *Relay) markParked(ctx context.Context, ev event) error {
+	key := historyKey(ev)
+	var err error
+	for range 5 {
+		l, rev, gerr := readAttemptLog(ctx, r.attempts, key)
+		if gerr != nil {
+			// The attempt was recorded just before; without its log
+			// there is nothing to mark (a failure was logged then).
+			return fmt.Errorf("read the attempt log: %w", gerr)
+		}
+		l.Parked, l.Origin = max(l.Parked, ev.seq), ev.origin
+		b, _ := json.Marshal(l)
+		if _, err = r.attempts.Update(ctx, key, b, rev); err == nil || !errors.Is(err, jetstream.ErrKeyExists) {
+			break
+		}
+	}
+	return err
+}
+
+// doneParked reports whether ev was parked and its copy settled since: a
+// message brought back by a crash after its log was deleted.
+func (r *Relay) doneParked(ctx context.Context, ev event) bool {
+	e, err := r.attempts.Get(ctx, doneKey(ev))
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			r.log.Warn("cannot read the done mark of a parked event", "dest", ev.dest, "event_id", ev.id, "err", err)
+		}
+		return false
+	}
+	var m doneMark
+	if json.Unmarshal(e.Value(), &m) != nil {
+		return false
+	}
+	return attemptLog{Parked: m.Parked, Origin: m.Origin}.parkedAlready(ev)
+}
