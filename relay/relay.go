@@ -140,15 +140,15 @@ type Relay struct {
 	log      *slog.Logger
 	store    *Store
 	attempts jetstream.KeyValue
+	events   jetstream.Stream
+	dlq      dlq.Writer
+	sender   *Sender
+	dests    watch
 	// ordered holds the partition marks of ordered destinations.
 	ordered jetstream.KeyValue
 	// retryAtStart are the attempt-log keys of the events in retry when
 	// Run started (see inRetryAtStart). Not changed after that.
 	retryAtStart map[string]struct{}
-	events       jetstream.Stream
-	dlq      dlq.Writer
-	sender   *Sender
-	dests    watch
 
 	mu      sync.Mutex
 	workers map[string]*worker
