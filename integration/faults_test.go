@@ -649,9 +649,9 @@ func TestFaultKillAfter2xxBeforeAckOrdered(t *testing.T) {
 	}
 	eventually(t, 30*time.Second, func() bool { return s.delivered()[res.ID] >= 1 && settled() }, "the event is delivered and acked")
 	n := s.delivered()[res.ID]
-	t.Logf("ack confirmed before the kill: %v; deliveries: %d", ackedFirst, n)
+	t.Logf("delivery logged before the kill (its mark confirmed): %v; deliveries: %d", ackedFirst, n)
 	if ackedFirst {
-		require.Equal(t, 1, n, "the ack was confirmed: no redelivery")
+		require.Equal(t, 1, n, "the mark was confirmed: no redelivery")
 	}
 	require.LessOrEqual(t, n, 2)
 	for _, h := range s.all() {

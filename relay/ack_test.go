@@ -61,3 +61,47 @@ func TestRetriedEventKeepsItsHistoryUntilItsAckIsConfirmed(t *testing.T) {
 	require.NoError(t, r.act(first, event{dest: "orders", id: "evt_2", seq: 8}, 1, nil, &Outcome{Decision: Decision{Action: Ack}}))
 	require.Equal(t, []string{"ack"}, first.acked)
 }
+
+// The head of an ordered key is acked once its partition's mark is
+// confirmed: the mark answers for the ack, so the ack needs no confirmation.
+// Another replica that gets the event again (its ack lost) sees it settled,
+// from the bucket, once it reads the mark again; where the mark cannot be
+// written, the ack is confirmed instead.
+func TestOrderedHeadIsAckedOnceItsMarkIsConfirmed(t *testing.T) {
+	ctx := context.Background()
+	srv := streamtest.Start(t)
+	r, err := New(ctx, Config{JS: srv.JS})
+	require.NoError(t, err)
+	nc := srv.JS.Conn()
+
+	other := newPartitionMark(r.ordered, nc, "orders", 0)
+	settled, err := other.settled(ctx, 5, false)
+	require.NoError(t, err)
+	require.False(t, settled, "nothing settled yet")
+
+	mark := newPartitionMark(r.ordered, nc, "orders", 0)
+	head := &ackMsg{}
+	require.NoError(t, r.act(head, event{dest: "orders", id: "evt_1", seq: 7}, 1, mark, &Outcome{Decision: Decision{Action: Ack}}))
+	require.Equal(t, []string{"ack"}, head.acked, "the mark was confirmed: a plain ack")
+	e, err := r.ordered.Get(ctx, "orders.0")
+	require.NoError(t, err)
+	require.Equal(t, "7", string(e.Value()))
+
+	settled, err = other.settled(ctx, 7, false)
+	require.NoError(t, err)
+	require.False(t, settled, "without a reason to, a replica does not read the mark again")
+	settled, err = other.settled(ctx, 7, true)
+	require.NoError(t, err)
+	require.True(t, settled, "a redelivery reads the mark again: settled by the other replica")
+	settled, err = newPartitionMark(r.ordered, nc, "orders", 0).settled(ctx, 8, false)
+	require.NoError(t, err)
+	require.False(t, settled, "a later event is not settled")
+	settled, err = newPartitionMark(r.ordered, nc, "orders", 1).settled(ctx, 7, false)
+	require.NoError(t, err)
+	require.False(t, settled, "each partition has its own mark")
+
+	require.NoError(t, srv.JS.DeleteKeyValue(ctx, r.ordered.Bucket()))
+	unmarked := &ackMsg{}
+	require.NoError(t, r.act(unmarked, event{dest: "orders", id: "evt_2", seq: 8}, 1, mark, &Outcome{Decision: Decision{Action: Ack}}))
+	require.Equal(t, []string{"double-ack"}, unmarked.acked, "without its mark, the ack is confirmed")
+}

@@ -56,13 +56,14 @@ func newPartitionMark(kv jetstream.KeyValue, nc *nats.Conn, dest string, partiti
 }
 
 // settled reports whether the event at seq was settled before: delivered or
-// dead-lettered, its ack lost. An error means the bucket cannot be read; the
-// event must then wait.
-func (m *partitionMark) settled(ctx context.Context, seq uint64) (bool, error) {
+// dead-lettered, its ack lost. reread reads the bucket even where the mark
+// was read since the last reconnect. An error means the bucket cannot be
+// read; the event must then wait.
+func (m *partitionMark) settled(ctx context.Context, seq uint64, reread bool) (bool, error) {
 	if seq <= m.seq {
 		return true, nil
 	}
-	if rc := m.nc.Stats().Reconnects; !m.loaded || rc != m.reconnects {
+	if rc := m.nc.Stats().Reconnects; reread || !m.loaded || rc != m.reconnects {
 		e, err := m.kv.Get(ctx, m.key)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):

@@ -760,7 +760,9 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, mark *partitionMa
 	ordered := mark != nil
 	if ordered {
 		mctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
-		settled, err := mark.settled(mctx, ev.seq)
+		// A redelivery reads the mark again: another replica may have
+		// settled the event and lost its ack.
+		settled, err := mark.settled(mctx, ev.seq, ev.delivered > 1)
 		cancel()
 		switch {
 		case err != nil:
@@ -932,10 +934,17 @@ func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, mark *partitionMar
 	defer cancel()
 	switch out.Decision.Action {
 	case Ack:
-		// Confirmed: an ordered key's next event waits for this ack anyway,
-		// and a retried event's history is deleted only once its ack is
-		// certain (else a lost ack would bring it back without one).
-		r.settleOrdered(ctx, mark, ev)
+		if mark != nil && r.settleOrdered(ctx, mark, ev) {
+			// The head of an ordered key: its mark, confirmed, answers
+			// for the ack. Should the ack be lost, the event comes back
+			// and is acknowledged then without an attempt.
+			if attempt > 1 {
+				r.forgetHistory(ctx, ev)
+			}
+			return msg.Ack()
+		}
+		// Confirmed: a retried event's history is deleted only once its
+		// ack is certain (else a lost ack would bring it back without one).
 		if err := msg.DoubleAck(ctx); err != nil {
 			return fmt.Errorf("ack not confirmed (the event may be delivered again): %w", err)
 		}
@@ -1212,16 +1221,18 @@ func (r *Relay) recordAttempt(ctx context.Context, ev event, attempt int, res Re
 }
 
 // settleOrdered records in mark, when ev heads an ordered key, that ev is
-// settled. A failure is logged: the event is settled all the same, and only
-// a crash of the NATS server's process before its ack is written could
-// then bring it back, out of order.
-func (r *Relay) settleOrdered(ctx context.Context, mark *partitionMark, ev event) {
+// settled, and reports whether it did. A failure is logged: the event is
+// settled all the same, and only a crash of the NATS server's process
+// before its ack is written could then bring it back, out of order.
+func (r *Relay) settleOrdered(ctx context.Context, mark *partitionMark, ev event) bool {
 	if mark == nil {
-		return
+		return false
 	}
 	if err := mark.settle(ctx, ev.seq); err != nil {
 		r.log.Warn("cannot record the head of an ordered key as settled", "dest", ev.dest, "event_id", ev.id, "seq", ev.seq, "err", err)
+		return false
 	}
+	return true
 }
 
 // ackSettled acknowledges, without an attempt, a message whose event was
