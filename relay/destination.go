@@ -174,31 +174,55 @@ var reservedHeaders = map[string]bool{
 // ValidateHeader reports a header that cannot be sent: an invalid name, a name
 // relay sets itself, or a value with control characters.
 func ValidateHeader(name, value string) error {
-	l := strings.ToLower(name)
-	if name == "" || strings.ContainsFunc(name, func(r rune) bool {
-		return r <= ' ' || r >= 0x7f || strings.ContainsRune(`()<>@,;:\"/[]?={}`, r)
-	}) {
-		return fmt.Errorf("header name %q is not a valid HTTP header name", name)
+	if err := validHeaderName(name); err != nil {
+		return err
 	}
-	if reservedHeaders[l] || strings.HasPrefix(l, "webhook-") {
+	if relaySets(name) {
+		if stream.IsContractHeader(name) {
+			return fmt.Errorf("header %q uses a prefix reserved for NATS and relay (Nats-, Relay-)", name)
+		}
 		return fmt.Errorf("header %q is set by relay and cannot be overridden", name)
 	}
-	if stream.IsContractHeader(name) {
-		return fmt.Errorf("header %q uses a prefix reserved for NATS and relay (Nats-, Relay-)", name)
-	}
-	if strings.ContainsFunc(value, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }) {
-		return fmt.Errorf("header %q: value contains control characters (CR, LF, ...)", name)
-	}
-	return nil
+	return validHeaderValue(name, value)
 }
 
 // ValidateEventHeader is ValidateHeader for the headers of an event, which may
 // also set Content-Type.
 func ValidateEventHeader(name, value string) error {
 	if strings.EqualFold(name, "Content-Type") {
-		return ValidateHeader("X-Content-Type", value)
+		if err := validHeaderName(name); err != nil {
+			return err
+		}
+		return validHeaderValue(name, value)
 	}
 	return ValidateHeader(name, value)
+}
+
+// validHeaderName reports a name that is not an HTTP token.
+func validHeaderName(name string) error {
+	if name == "" || strings.ContainsFunc(name, func(r rune) bool {
+		return r <= ' ' || r >= 0x7f || strings.ContainsRune(`()<>@,;:\"/[]?={}`, r)
+	}) {
+		return fmt.Errorf("header name %q is not a valid HTTP header name", name)
+	}
+	return nil
+}
+
+// relaySets reports a header that relay sets (or that belongs to NATS and
+// relay): a destination may not configure it, and an event's is not passed
+// on. Content-Type is among them; an event's own is sent.
+func relaySets(name string) bool {
+	l := strings.ToLower(name)
+	return reservedHeaders[l] || strings.HasPrefix(l, "webhook-") || stream.IsContractHeader(name)
+}
+
+// validHeaderValue reports a value HTTP cannot carry: control characters
+// other than tab. The value itself is not repeated (it may be a secret).
+func validHeaderValue(name, value string) error {
+	if strings.ContainsFunc(value, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }) {
+		return fmt.Errorf("header %q: value contains control characters (CR, LF, ...)", name)
+	}
+	return nil
 }
 
 // ValidateURL reports why u cannot be a destination URL. Its errors never
