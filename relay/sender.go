@@ -162,6 +162,10 @@ func (s *Sender) Send(ctx context.Context, d Destination, ev Delivery) Result {
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.URL, bytes.NewReader(ev.Body))
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			ue.URL = RedactURL(ue.URL) // the error is logged and kept in the history
+		}
 		return Result{Err: fmt.Errorf("build request: %w", err)}
 	}
 	for k, vs := range ev.Headers {
@@ -211,7 +215,9 @@ func (s *Sender) Send(ctx context.Context, d Destination, ev Delivery) Result {
 	resp, err := s.transport().RoundTrip(req)
 	if err != nil {
 		var be *BlockedError
-		err = &url.Error{Op: "Post", URL: d.URL, Err: err} // as http.Client reports it
+		// As http.Client reports it, but the URL redacted: the error is
+		// logged and kept in the history and the dead letter.
+		err = &url.Error{Op: "Post", URL: RedactURL(d.URL), Err: err}
 		return Result{Err: transportError(err, d), Blocked: errors.As(err, &be), Duration: s.Now().Sub(now)}
 	}
 	var body []byte

@@ -504,3 +504,17 @@ func TestSenderDoesNotSendAnInvalidEvent(t *testing.T) {
 	default:
 	}
 }
+
+func TestSenderErrorsRedactTheURL(t *testing.T) {
+	t.Parallel()
+	// The error is logged and kept in the attempt history and the dead
+	// letter: a credential in the URL's query must not be.
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	u := srv.URL + "/hook?token=q-secret-123"
+	srv.Close() // connection refused from now on
+	res := senderTestSender(t).Send(t.Context(), senderTestDest(u, 5*time.Second), Delivery{ID: "evt_1"})
+	require.Error(t, res.Err)
+	require.NotContains(t, res.Err.Error(), "q-secret-123")
+	require.Contains(t, res.Err.Error(), "token=xxxxx")
+	require.NotContains(t, attemptOf(1, time.Now(), res).Error, "q-secret-123")
+}
