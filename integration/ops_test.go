@@ -141,10 +141,12 @@ func TestCircuitBreakerRidesOutAnOutage(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 		return http.StatusOK
 	})
-	// Without the breaker, 4 attempts 100ms-1s apart would dead-letter every
-	// event within seconds.
+	// Without the breaker, 40 attempts 100ms-1s apart would dead-letter
+	// every event within 45s. With it, an event uses up an attempt only when
+	// it is a probe, once per 2s pause: 40 attempts outlast the 60s outage
+	// even if one event were every probe.
 	e.addDest(relay.Destination{Name: "down", URL: s.URL, BreakerThreshold: 10, BreakerPause: relay.Duration(2 * time.Second),
-		Retry: relay.RetryPolicy{Base: relay.Duration(100 * time.Millisecond), Max: relay.Duration(time.Second), MaxAttempts: 4}})
+		Retry: relay.RetryPolicy{Base: relay.Duration(100 * time.Millisecond), Max: relay.Duration(time.Second), MaxAttempts: 40}})
 	const n = 1000
 	for range n {
 		e.publish("down", "", `{}`)

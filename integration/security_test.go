@@ -81,7 +81,9 @@ func TestSecretsAreEncryptedAtRest(t *testing.T) {
 	require.NoError(t, err)
 	secret := relay.GenerateSecret()
 	s := newSink(t, nil)
-	_, err = sealed.Add(context.Background(), relay.Destination{Name: "enc", URL: s.URL, Secret: secret})
+	// Header values are sealed too: any of them may be a credential.
+	_, err = sealed.Add(context.Background(), relay.Destination{Name: "enc", URL: s.URL, Secret: secret,
+		Headers: map[string]string{"Authorization": "Bearer at-rest-token"}})
 	require.NoError(t, err)
 
 	kv, err := e.js.KeyValue(context.Background(), stream.DestBucket)
@@ -89,11 +91,14 @@ func TestSecretsAreEncryptedAtRest(t *testing.T) {
 	raw, err := kv.Get(context.Background(), "enc")
 	require.NoError(t, err)
 	require.NotContains(t, string(raw.Value()), strings.TrimPrefix(secret, "whsec_"), "the secret is not stored in the clear")
+	require.NotContains(t, string(raw.Value()), "at-rest-token", "the header value is not stored in the clear")
+	require.Contains(t, string(raw.Value()), `"Authorization"`, "the header's name is")
 	require.Contains(t, string(raw.Value()), "enc:v1:")
 
 	d, err := sealed.Get(context.Background(), "enc")
 	require.NoError(t, err)
 	require.Equal(t, secret, d.Secret, "the key opens it")
+	require.Equal(t, "Bearer at-rest-token", d.Headers["Authorization"])
 
 	// A relay without the key leaves the destination alone: its events wait.
 	rec, stop := e.startRelay()
@@ -111,6 +116,7 @@ func TestSecretsAreEncryptedAtRest(t *testing.T) {
 	wh, err := standardwebhooks.NewWebhook(secret)
 	require.NoError(t, err)
 	require.NoError(t, wh.Verify([]byte(h.Body), h.Header))
+	require.Equal(t, "Bearer at-rest-token", h.Header.Get("Authorization"), "sent opened")
 }
 
 func TestDeliveryToABlockedAddressIsDeadLettered(t *testing.T) {

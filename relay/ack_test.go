@@ -36,7 +36,7 @@ func TestRetriedEventKeepsItsHistoryUntilItsAckIsConfirmed(t *testing.T) {
 	require.NoError(t, err)
 
 	ev := event{dest: "orders", id: "evt_1", seq: 7}
-	r.recordAttempt(ctx, ev, 1, Result{Status: 503}, false, "")
+	r.recordAttempt(ctx, ev, 1, Result{Status: 503}, "")
 	_, err = r.attempts.Get(ctx, historyKey(ev))
 	require.NoError(t, err, "the failed first attempt is recorded")
 

@@ -60,8 +60,8 @@ func (b *breakers) succeeded(dest string) {
 // afterAttempt feeds the circuit breaker and honours Retry-After.
 func (r *Relay) afterAttempt(d Destination, out Outcome, probing bool) {
 	res := out.Result
-	if res.Status == 0 && res.Err == nil {
-		return // no attempt was made
+	if !res.Attempted() {
+		return // no request was made
 	}
 	if res.Status >= 200 && res.Status <= 299 {
 		r.breakers.succeeded(d.Name)

@@ -1,10 +1,12 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -174,31 +176,55 @@ var reservedHeaders = map[string]bool{
 // ValidateHeader reports a header that cannot be sent: an invalid name, a name
 // relay sets itself, or a value with control characters.
 func ValidateHeader(name, value string) error {
-	l := strings.ToLower(name)
-	if name == "" || strings.ContainsFunc(name, func(r rune) bool {
-		return r <= ' ' || r >= 0x7f || strings.ContainsRune(`()<>@,;:\"/[]?={}`, r)
-	}) {
-		return fmt.Errorf("header name %q is not a valid HTTP header name", name)
+	if err := validHeaderName(name); err != nil {
+		return err
 	}
-	if reservedHeaders[l] || strings.HasPrefix(l, "webhook-") {
+	if relaySets(name) {
+		if stream.IsContractHeader(name) {
+			return fmt.Errorf("header %q uses a prefix reserved for NATS and relay (Nats-, Relay-)", name)
+		}
 		return fmt.Errorf("header %q is set by relay and cannot be overridden", name)
 	}
-	if stream.IsContractHeader(name) {
-		return fmt.Errorf("header %q uses a prefix reserved for NATS and relay (Nats-, Relay-)", name)
-	}
-	if strings.ContainsFunc(value, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }) {
-		return fmt.Errorf("header %q: value contains control characters (CR, LF, ...)", name)
-	}
-	return nil
+	return validHeaderValue(name, value)
 }
 
 // ValidateEventHeader is ValidateHeader for the headers of an event, which may
 // also set Content-Type.
 func ValidateEventHeader(name, value string) error {
 	if strings.EqualFold(name, "Content-Type") {
-		return ValidateHeader("X-Content-Type", value)
+		if err := validHeaderName(name); err != nil {
+			return err
+		}
+		return validHeaderValue(name, value)
 	}
 	return ValidateHeader(name, value)
+}
+
+// validHeaderName reports a name that is not an HTTP token.
+func validHeaderName(name string) error {
+	if name == "" || strings.ContainsFunc(name, func(r rune) bool {
+		return r <= ' ' || r >= 0x7f || strings.ContainsRune(`()<>@,;:\"/[]?={}`, r)
+	}) {
+		return fmt.Errorf("header name %q is not a valid HTTP header name", name)
+	}
+	return nil
+}
+
+// relaySets reports a header that relay sets (or that belongs to NATS and
+// relay): a destination may not configure it, and an event's is not passed
+// on. Content-Type is among them; an event's own is sent.
+func relaySets(name string) bool {
+	l := strings.ToLower(name)
+	return reservedHeaders[l] || strings.HasPrefix(l, "webhook-") || stream.IsContractHeader(name)
+}
+
+// validHeaderValue reports a value HTTP cannot carry: control characters
+// other than tab. The value itself is not repeated (it may be a secret).
+func validHeaderValue(name, value string) error {
+	if strings.ContainsFunc(value, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }) {
+		return fmt.Errorf("header %q: value contains control characters (CR, LF, ...)", name)
+	}
+	return nil
 }
 
 // ValidateURL reports why u cannot be a destination URL. Its errors never
@@ -231,6 +257,31 @@ func ValidateURL(u string) error {
 	return nil
 }
 
+// RedactURL returns u fit to print: its userinfo and the value of each of
+// its query parameters replaced by "xxxxx" (credentials travel there:
+// "?token=..."). A URL that does not parse is not shown at all.
+func RedactURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(URL that does not parse)"
+	}
+	if p.User != nil {
+		p.User = url.User("xxxxx")
+	}
+	if p.RawQuery != "" {
+		parts := strings.Split(p.RawQuery, "&")
+		for i, q := range parts {
+			if k, _, ok := strings.Cut(q, "="); ok {
+				parts[i] = k + "=xxxxx"
+			} else if q != "" {
+				parts[i] = "xxxxx" // a bare value may be a credential too
+			}
+		}
+		p.RawQuery = strings.Join(parts, "&")
+	}
+	return p.String()
+}
+
 // Validate reports the first thing wrong with d (after WithDefaults).
 func (d Destination) Validate() error {
 	if err := stream.ValidateDestName(d.Name); err != nil {
@@ -250,6 +301,9 @@ func (d Destination) Validate() error {
 		}
 	}
 	for k, v := range d.Headers {
+		if isSealed(v) {
+			return fmt.Errorf("header %s: %w", k, ErrSealed)
+		}
 		if err := ValidateHeader(k, v); err != nil {
 			return err
 		}
@@ -299,7 +353,9 @@ func (d Destination) longWait() time.Duration {
 	return max(time.Second, time.Duration(d.Timeout)/2)
 }
 
-// Redacted returns d with its secret replaced by a marker.
+// Redacted returns d fit to print: its secrets and the values of its
+// configured headers replaced by a marker (any header may carry a
+// credential: Cookie, X-Webhook-Secret...), and its URL by RedactURL's.
 func (d Destination) Redacted() Destination {
 	if d.Secret != "" {
 		d.Secret = "(set)"
@@ -309,14 +365,12 @@ func (d Destination) Redacted() Destination {
 	}
 	if len(d.Headers) > 0 {
 		h := make(map[string]string, len(d.Headers))
-		for k, v := range d.Headers {
-			if strings.EqualFold(k, "authorization") || strings.Contains(strings.ToLower(k), "token") || strings.Contains(strings.ToLower(k), "key") {
-				v = "(set)"
-			}
-			h[k] = v
+		for k := range d.Headers {
+			h[k] = "(set)"
 		}
 		d.Headers = h
 	}
+	d.URL = RedactURL(d.URL)
 	return d
 }
 
@@ -383,11 +437,14 @@ var ErrLayoutFixed = errors.New("cannot change the partition layout in place")
 var ErrExists = errors.New("destination already exists")
 
 // Store keeps destinations in a JetStream key-value bucket, so every replica
-// sees the same set. With a secret key, signing secrets are stored encrypted.
+// sees the same set. With a secret key, signing secrets and configured header
+// values are stored encrypted.
 type Store struct {
 	js     jetstream.JetStream
 	kv     jetstream.KeyValue
 	sealer *sealer
+	// allowClear: Add may store secrets unencrypted beside encrypted ones.
+	allowClear bool
 }
 
 // StoreOption configures a Store.
@@ -429,12 +486,44 @@ func NewStore(ctx context.Context, js jetstream.JetStream, opts ...StoreOption) 
 // Encrypts reports whether the store encrypts secrets.
 func (s *Store) Encrypts() bool { return s.sealer != nil }
 
-// encode marshals d with its secrets sealed.
+// encode marshals d with its secrets sealed: the signing secrets and the
+// values of its configured headers (an Authorization header, say).
 func (s *Store) encode(d Destination) []byte {
-	d.Secret = s.sealer.seal(d.Secret, d.Name)
-	d.PrevSecret = s.sealer.seal(d.PrevSecret, d.Name)
+	_ = eachSecret(&d, func(v, aad string) (string, error) { return s.sealer.seal(v, aad), nil })
 	b, _ := json.Marshal(d)
 	return b
+}
+
+// headerAAD binds a sealed header value to its destination and header: it
+// cannot be moved to another header or destination.
+func headerAAD(dest, header string) string {
+	return dest + "/header/" + http.CanonicalHeaderKey(header)
+}
+
+// eachSecret calls fn on each value of d that is sealed at rest (its
+// signing secrets and the values of its configured headers), with what the
+// seal is bound to, and keeps what fn returns; where fn fails the value
+// stays as it was. It returns the first failure.
+func eachSecret(d *Destination, fn func(v, aad string) (string, error)) error {
+	var first error
+	do := func(v, aad string) string {
+		out, err := fn(v, aad)
+		if err != nil {
+			first = cmp.Or(first, err)
+			return v
+		}
+		return out
+	}
+	d.Secret = do(d.Secret, d.Name)
+	d.PrevSecret = do(d.PrevSecret, d.Name)
+	if len(d.Headers) > 0 {
+		h := make(map[string]string, len(d.Headers)) // d's map may be a caller's too
+		for k, v := range d.Headers {
+			h[k] = do(v, headerAAD(d.Name, k))
+		}
+		d.Headers = h
+	}
+	return first
 }
 
 // errStoredCorrupt marks a stored destination that is not valid JSON.
@@ -446,23 +535,74 @@ func (s *Store) decode(name string, b []byte) (d Destination, open bool, err err
 	if err := json.Unmarshal(b, &d); err != nil {
 		return Destination{}, false, fmt.Errorf("destination %s is %w: %w", name, errStoredCorrupt, err)
 	}
-	open = true
-	for _, p := range []*string{&d.Secret, &d.PrevSecret} {
-		v, err := s.sealer.open(*p, name)
-		if err != nil {
-			open = false
-			continue
-		}
-		*p = v
-	}
+	open = eachSecret(&d, func(v, aad string) (string, error) { return s.sealer.open(v, aad) }) == nil
 	return d, open, nil
 }
 
-// Add creates d. It fails with ErrExists when the name is taken.
+// ErrWouldStoreInClear is returned by Add, for a store without a secret
+// key, when other destinations' secrets are encrypted at rest: the new
+// destination's secrets would be the only ones readable in the bucket.
+var ErrWouldStoreInClear = errors.New("other destinations' secrets are encrypted at rest, and no secret key was given to encrypt this one's")
+
+// AllowStoringInClear makes Add store a destination's secrets unencrypted
+// even when other destinations' are encrypted (see ErrWouldStoreInClear).
+func AllowStoringInClear() StoreOption {
+	return func(s *Store) error {
+		s.allowClear = true
+		return nil
+	}
+}
+
+// sealedDest returns the name of a stored destination with a secret
+// encrypted at rest, "" if there is none.
+func (s *Store) sealedDest(ctx context.Context) (string, error) {
+	keys, err := s.kv.ListKeys(ctx)
+	if err != nil {
+		return "", err
+	}
+	var found string
+	for k := range keys.Keys() {
+		if found != "" {
+			continue // drain the listing
+		}
+		e, err := s.kv.Get(ctx, k)
+		if err != nil {
+			continue // removed meanwhile
+		}
+		var d Destination
+		if json.Unmarshal(e.Value(), &d) != nil {
+			continue
+		}
+		_ = eachSecret(&d, func(v, _ string) (string, error) {
+			if isSealed(v) {
+				found = k
+			}
+			return v, nil
+		})
+	}
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("list destinations: %w", err)
+	}
+	return found, nil
+}
+
+// Add creates d. It fails with ErrExists when the name is taken, and with
+// ErrWouldStoreInClear when the store has no secret key, d has secrets (a
+// signing secret, header values), other destinations' are encrypted, and
+// AllowStoringInClear was not given.
 func (s *Store) Add(ctx context.Context, d Destination) (Destination, error) {
 	d = d.WithDefaults()
 	if err := d.Validate(); err != nil {
 		return Destination{}, err
+	}
+	if s.sealer == nil && !s.allowClear && (d.Secret != "" || d.PrevSecret != "" || len(d.Headers) > 0) {
+		other, err := s.sealedDest(ctx)
+		if err != nil {
+			return Destination{}, err
+		}
+		if other != "" {
+			return Destination{}, fmt.Errorf("%w (%s's are, say)", ErrWouldStoreInClear, other)
+		}
 	}
 	st, err := s.js.Stream(ctx, stream.EventsStream)
 	if err != nil {
@@ -599,16 +739,16 @@ func (s *Store) reseal(ctx context.Context, name string) (bool, error) {
 		if stale {
 			d.PrevSecret, d.PrevSecretUntil = "", time.Time{}
 		}
-		for _, p := range []*string{&d.Secret, &d.PrevSecret} {
-			if *p == "" {
-				continue
+		err = eachSecret(&d, func(v, aad string) (string, error) {
+			if v == "" {
+				return v, nil
 			}
-			plain, current, err := s.sealer.openKey(*p, name)
-			if err != nil {
-				return false, err
-			}
-			stale = stale || !current
-			*p = plain
+			plain, current, err := s.sealer.openKey(v, aad)
+			stale = stale || err == nil && !current
+			return plain, err
+		})
+		if err != nil {
+			return false, err
 		}
 		if !stale {
 			return false, nil

@@ -242,17 +242,25 @@ func TestDestinationRedacted(t *testing.T) {
 	}
 	orig := d.Secret
 
+	d.Headers["Cookie"] = "session=c00kie"
+	d.Headers["Proxy-Authorization"] = "Basic pa-789"
+	d.Headers["X-Webhook-Secret"] = "wh-456"
+	d.URL = "https://example.test/hook?token=q-secret"
+
 	r := d.Redacted()
 	require.Equal(t, "(set)", r.Secret)
 	require.Equal(t, map[string]string{
-		"Authorization": "(set)",
-		"authorization": "(set)",
-		"X-Api-Key":     "(set)",
-		"X-Auth-Token":  "(set)",
-		"X-Team":        "billing",
-	}, r.Headers)
+		"Authorization":       "(set)",
+		"authorization":       "(set)",
+		"X-Api-Key":           "(set)",
+		"X-Auth-Token":        "(set)",
+		"X-Team":              "(set)",
+		"Cookie":              "(set)",
+		"Proxy-Authorization": "(set)",
+		"X-Webhook-Secret":    "(set)",
+	}, r.Headers, "no configured header value is shown, only names")
 	require.Equal(t, d.Name, r.Name)
-	require.Equal(t, d.URL, r.URL)
+	require.Equal(t, "https://example.test/hook?token=xxxxx", r.URL)
 
 	// The original is untouched (the headers map is copied, not edited).
 	require.Equal(t, orig, d.Secret)
@@ -261,7 +269,7 @@ func TestDestinationRedacted(t *testing.T) {
 
 	b, err := json.Marshal(r)
 	require.NoError(t, err)
-	for _, secret := range []string{orig, "Bearer abc", "Basic xyz", "k-123", "t-456"} {
+	for _, secret := range []string{orig, "Bearer abc", "Basic xyz", "k-123", "t-456", "billing", "c00kie", "pa-789", "wh-456", "q-secret"} {
 		require.NotContains(t, string(b), secret)
 	}
 
@@ -347,4 +355,25 @@ func TestDestinationAckWait(t *testing.T) {
 		require.Greater(t, d.AckWait(), 2*timeout, "an attempt plus a wait in the buffer must fit: timeout %s", timeout)
 	}
 	require.Greater(t, destTestGood().WithDefaults().AckWait(), DefaultTimeout)
+}
+
+func TestRedactURL(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"https://example.test/hook":                         "https://example.test/hook",
+		"https://example.test/hook?token=abc":               "https://example.test/hook?token=xxxxx",
+		"https://example.test/h?a=1&token=abc&b":            "https://example.test/h?a=xxxxx&token=xxxxx&xxxxx",
+		"https://example.test/h?tok%3Den=abc":               "https://example.test/h?tok%3Den=xxxxx",
+		"https://user:pw@example.test/h":                    "https://xxxxx@example.test/h",
+		"https://only-a-token@example.test/h?x=1":           "https://xxxxx@example.test/h?x=xxxxx",
+		"http://example.test:8080/p/a/t/h?":                 "http://example.test:8080/p/a/t/h?",
+		"https://exa mple.test/\x7f?token=abc":              "(URL that does not parse)",
+		"https://example.test/h?token=abc&token=def#frag-x": "https://example.test/h?token=xxxxx&token=xxxxx#frag-x",
+	} {
+		got := RedactURL(in)
+		require.Equal(t, want, got, in)
+		for _, secret := range []string{"abc", "def", "pw", "only-a-token"} {
+			require.NotContains(t, got, secret, in)
+		}
+	}
 }

@@ -276,3 +276,41 @@ func FuzzValidateHeader(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDeliveryValidate: an event Delivery.Validate accepts becomes a request
+// Go's transport accepts, with the headers Send copies; one it refuses names
+// a header.
+func FuzzDeliveryValidate(f *testing.F) {
+	for _, s := range [][3]string{
+		{"evt_1", "Content-Type", "application/json"}, {"evt_1", "Content-Type", "application/json\x01"},
+		{"evt_1", "content-type", "text/plain\r\nX: 1"}, {"evt\x01", "X-A", "b"}, {"evt_1", "X-A", "a\x7f"},
+		{"evt_1", "Bad Name", "x"}, {"evt_1", "Host", "a\x00"}, {"evt_1", "webhook-id", "\n"}, {"", "X-É", "é"},
+	} {
+		f.Add(s[0], s[1], s[2])
+	}
+	f.Fuzz(func(t *testing.T, id, name, value string) {
+		ev := Delivery{ID: id, Headers: http.Header{name: {value}}}
+		err := ev.Validate()
+		if err != nil {
+			var ie *InvalidEventError
+			if !errors.As(err, &ie) || ie.Header != name && ie.Header != "webhook-id" {
+				t.Fatalf("Validate(%q, %q=%q) = %v: not an InvalidEventError naming the header", id, name, value, err)
+			}
+			return
+		}
+		req, rerr := http.NewRequest(http.MethodPost, "http://example.com/", nil)
+		if rerr != nil {
+			t.Fatal(rerr)
+		}
+		if !relaySets(name) {
+			req.Header[name] = []string{value}
+		}
+		if strings.EqualFold(name, "Content-Type") {
+			req.Header["Content-Type"] = []string{value}
+		}
+		req.Header["Webhook-Id"] = []string{id}
+		if _, rterr := fuzzTestNoDial.RoundTrip(req); !errors.Is(rterr, errFuzzTestNoDial) {
+			t.Fatalf("Validate accepted id %q and %q=%q, which Go's client refuses: %v", id, name, value, rterr)
+		}
+	})
+}

@@ -201,7 +201,7 @@ func (m *Metrics) observe(o Outcome, ordered bool, published time.Time, now time
 		return
 	}
 	dm := m.forDest(o.Dest)
-	if o.Result.Status != 0 || o.Result.Err != nil {
+	if o.Result.Attempted() {
 		m.response(dm, o.Dest, o.Result)
 		dm.attemptDuration.get(func() prometheus.Observer { return m.attemptDuration.WithLabelValues(o.Dest) }).Observe(o.Result.Duration.Seconds())
 	}

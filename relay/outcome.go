@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"errors"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -61,11 +62,15 @@ const (
 	// ReasonSkipped: an operator gave up on the event ('relay dest
 	// skip-head'), typically the head of an ordered key that blocks it.
 	ReasonSkipped = "skipped"
+	// ReasonInvalidEvent: relay cannot turn the event into a valid HTTP
+	// request (an id or a header it would send has control characters,
+	// say); the letter's note names the header.
+	ReasonInvalidEvent = "invalid_event"
 )
 
 // Reasons returns all the reasons an event is dead-lettered for.
 func Reasons() []string {
-	return []string{ReasonMaxAttempts, ReasonPermanentStatus, ReasonRedirect, ReasonUnknownDestination, ReasonBlockedAddress, ReasonSkipped}
+	return []string{ReasonMaxAttempts, ReasonPermanentStatus, ReasonRedirect, ReasonUnknownDestination, ReasonBlockedAddress, ReasonSkipped, ReasonInvalidEvent}
 }
 
 // Decision is the outcome of an attempt.
@@ -73,14 +78,17 @@ type Decision struct {
 	Action Action
 	Delay  time.Duration // with Retry
 	Reason string        // with DeadLetter
+	// Note explains Reason where the reason alone does not (which header
+	// made the event invalid); it becomes the dead letter's note.
+	Note string
 }
 
 // Retryable reports whether an attempt with this result may succeed later:
 // transport errors (connection refused, DNS, timeouts) and the statuses 408,
-// 425, 429 and 5xx.
+// 425, 429 and 5xx. An invalid event never is.
 func (r Result) Retryable() bool {
 	if r.Status == 0 {
-		return true
+		return r.invalid() == nil
 	}
 	switch {
 	case r.Status == http.StatusRequestTimeout, r.Status == http.StatusTooEarly, r.Status == http.StatusTooManyRequests:
@@ -91,9 +99,28 @@ func (r Result) Retryable() bool {
 	return false
 }
 
+// invalid returns the reason the event could not become a request, if that
+// is why the attempt failed.
+func (r Result) invalid() *InvalidEventError {
+	var ie *InvalidEventError
+	if r.Status == 0 && r.Err != nil && errors.As(r.Err, &ie) {
+		return ie
+	}
+	return nil
+}
+
+// Attempted reports whether a request was made (whether or not a response
+// came back): not for an event that could not become a request.
+func (r Result) Attempted() bool {
+	return r.Status != 0 || r.Err != nil && r.invalid() == nil
+}
+
 // Decide turns the result of attempt number attempt (1-based) into what to do
 // next. It is the one place where that is decided.
 func Decide(res Result, attempt int, p RetryPolicy, rnd *rand.Rand) Decision {
+	if ie := res.invalid(); ie != nil {
+		return Decision{Action: DeadLetter, Reason: ReasonInvalidEvent, Note: ie.Error()}
+	}
 	switch {
 	case res.Blocked:
 		return Decision{Action: DeadLetter, Reason: ReasonBlockedAddress}

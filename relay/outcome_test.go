@@ -81,6 +81,15 @@ func TestDecideTable(t *testing.T) {
 		tcase{"transport error fourth attempt", Result{Err: connRefused}, 4, retry(16 * time.Second)},
 		tcase{"transport error at the last attempt", Result{Err: connRefused}, 5, exhausted},
 	)
+	// An event that cannot become a request is dead-lettered at once, at
+	// any attempt, whatever the policy allows.
+	invalid := &InvalidEventError{Header: "Content-Type", Err: errors.New(`header "Content-Type": value contains control characters (CR, LF, ...)`)}
+	for _, attempt := range []int{1, 3, 5, 9} {
+		tests = append(tests, tcase{fmt.Sprintf("invalid event attempt %d", attempt), Result{Err: invalid}, attempt,
+			Decision{Action: DeadLetter, Reason: ReasonInvalidEvent, Note: invalid.Error()}})
+	}
+	tests = append(tests, tcase{"invalid event, wrapped", Result{Err: fmt.Errorf("build: %w", invalid)}, 2,
+		Decision{Action: DeadLetter, Reason: ReasonInvalidEvent, Note: invalid.Error()}})
 
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -134,10 +143,19 @@ func TestResultRetryable(t *testing.T) {
 		{Result{Status: 501}, true},
 		{Result{Status: 599}, true},
 		{Result{Status: 600}, false},
+		{Result{Err: &InvalidEventError{Header: "X", Err: errors.New("bad")}}, false},
 	}
 	for _, tc := range tests {
 		require.Equal(t, tc.want, tc.res.Retryable(), "status %d err %v", tc.res.Status, tc.res.Err)
 	}
+}
+
+func TestResultAttempted(t *testing.T) {
+	t.Parallel()
+	require.False(t, Result{}.Attempted())
+	require.False(t, Result{Err: &InvalidEventError{Header: "X", Err: errors.New("bad")}}.Attempted(), "no request was made")
+	require.True(t, Result{Err: errors.New("connection refused")}.Attempted())
+	require.True(t, Result{Status: 500}.Attempted())
 }
 
 func TestActionString(t *testing.T) {

@@ -74,6 +74,15 @@ const knownFor = 10 * time.Second
 // MaxIDLen bounds event ids.
 const MaxIDLen = 256
 
+// ValidateEventID reports an id that cannot be an event's webhook-id: one
+// longer than MaxIDLen or with control characters.
+func ValidateEventID(id string) error {
+	if len(id) > MaxIDLen || strings.ContainsFunc(id, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		return fmt.Errorf("event id must be at most %d printable characters", MaxIDLen)
+	}
+	return nil
+}
+
 // Publish stores ev in the event stream and returns once JetStream confirmed.
 func (p *Producer) Publish(ctx context.Context, ev Event) (Published, error) {
 	if err := stream.ValidateDestName(ev.Dest); err != nil {
@@ -82,8 +91,8 @@ func (p *Producer) Publish(ctx context.Context, ev Event) (Published, error) {
 	if ev.ID == "" {
 		ev.ID = NewEventID()
 	}
-	if len(ev.ID) > MaxIDLen || strings.ContainsFunc(ev.ID, func(r rune) bool { return r < ' ' || r == 0x7f }) {
-		return Published{}, fmt.Errorf("event id must be at most %d printable characters", MaxIDLen)
+	if err := ValidateEventID(ev.ID); err != nil {
+		return Published{}, err
 	}
 	if err := p.checkDest(ctx, ev.Dest); err != nil {
 		return Published{}, err

@@ -93,3 +93,69 @@ func TestRekeyResealsEverySecretItCanOpen(t *testing.T) {
 	require.Empty(t, again.Resealed, "a second run has nothing to do")
 	require.Equal(t, []string{"badurl", "current", "expired", "mixed"}, again.Current)
 }
+
+// Configured header values are sealed like the signing secret, bound to their
+// destination and header, and a store without the key cannot use them;
+// Rekey seals those stored in the clear.
+func TestHeaderValuesAreSealedAtRest(t *testing.T) {
+	ctx := context.Background()
+	js := streamtest.Start(t).JS
+	key := []byte("the-operator-key-123456789")
+	sealed, err := NewStore(ctx, js, WithSecretKey(key))
+	require.NoError(t, err)
+	clear, err := NewStore(ctx, js, AllowStoringInClear())
+	require.NoError(t, err)
+	kv, err := js.KeyValue(ctx, stream.DestBucket)
+	require.NoError(t, err)
+	h := map[string]string{"Authorization": "Bearer tok-1", "Cookie": "c00kie"}
+	_, err = sealed.Add(ctx, Destination{Name: "a", URL: "https://example.test/a", Headers: h})
+	require.NoError(t, err)
+	raw, err := kv.Get(ctx, "a")
+	require.NoError(t, err)
+	require.NotContains(t, string(raw.Value()), "tok-1")
+	require.NotContains(t, string(raw.Value()), "c00kie")
+	d, err := sealed.Get(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, h, d.Headers)
+
+	// Without the key: not usable, not updatable.
+	d, open, err := clear.decode("a", raw.Value())
+	require.NoError(t, err)
+	require.False(t, open)
+	require.ErrorIs(t, d.WithDefaults().Validate(), ErrSealed)
+	_, err = clear.Update(ctx, "a", func(*Destination) error { return nil })
+	require.ErrorIs(t, err, ErrSealed)
+
+	// A sealed value moved to another header does not open.
+	var stored Destination
+	require.NoError(t, json.Unmarshal(raw.Value(), &stored))
+	stored.Headers["Cookie"] = stored.Headers["Authorization"]
+	b, _ := json.Marshal(stored)
+	_, err = kv.Put(ctx, "a", b)
+	require.NoError(t, err)
+	_, open, err = sealed.decode("a", b)
+	require.NoError(t, err)
+	require.False(t, open, "a seal is bound to its header")
+
+	// Stored in the clear (before a key was set): Rekey seals them.
+	_, err = clear.Add(ctx, Destination{Name: "b", URL: "https://example.test/b", Headers: h})
+	require.NoError(t, err)
+	res, err := sealed.Rekey(ctx)
+	require.NoError(t, err)
+	require.Contains(t, res.Resealed, "b")
+	raw, err = kv.Get(ctx, "b")
+	require.NoError(t, err)
+	require.NotContains(t, string(raw.Value()), "tok-1")
+	d, err = sealed.Get(ctx, "b")
+	require.NoError(t, err)
+	require.Equal(t, h, d.Headers)
+
+	// Without the key, beside sealed ones, Add refuses to store secrets in
+	// the clear unless allowed.
+	plain, err := NewStore(ctx, js)
+	require.NoError(t, err)
+	_, err = plain.Add(ctx, Destination{Name: "c", URL: "https://example.test/c", Headers: map[string]string{"X-A": "v"}})
+	require.ErrorIs(t, err, ErrWouldStoreInClear)
+	_, err = plain.Add(ctx, Destination{Name: "c", URL: "https://example.test/c"})
+	require.NoError(t, err, "nothing secret to store")
+}

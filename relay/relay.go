@@ -4,6 +4,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -85,10 +86,6 @@ type Outcome struct {
 	note string
 	// recorded: the attempt is in the event's history already.
 	recorded bool
-	// uncounted: a failed probe of an open circuit. It says the destination
-	// is still down, not that the event failed, so it does not use up one of
-	// the event's attempts.
-	uncounted bool
 }
 
 // WithDefaults returns cfg with zero fields set to their defaults.
@@ -851,11 +848,10 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, mark *partitionMa
 			r.log.Warn("attempt finished after AckWait; leaving the event to its redelivery", "dest", ev.dest, "event_id", ev.id, "duration", out.Result.Duration)
 			return
 		}
+		// A failed probe is an attempt of its event like any other: an
+		// event that keeps failing runs out of attempts rather than being
+		// the probe that keeps the circuit open for good.
 		out.Decision = Decide(out.Result, attempt, policy, nil)
-		if probing && out.Result.Retryable() && !out.Result.Blocked && out.Result.Status != http.StatusGone {
-			out.Decision = Decision{Action: Retry, Delay: policy.Delay(min(attempt, policy.MaxAttempts), nil)}
-			out.uncounted = true
-		}
 		if out.Result.Status == http.StatusGone && d.OnGone == OnGoneDisable {
 			// The destination says it is gone for good: disable it, keep
 			// the event for when an operator resumes it.
@@ -953,7 +949,7 @@ func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, mark *partitionMar
 		}
 		return nil
 	case Retry:
-		if skip := r.recordAttempt(ctx, ev, attempt, out.Result, out.uncounted, msg.Reply()); skip != "" {
+		if skip := r.recordAttempt(ctx, ev, attempt, out.Result, msg.Reply()); skip != "" {
 			// An operator skipped it while this attempt ran: dead-letter
 			// it now rather than after the backoff.
 			out.Decision, out.note, out.recorded = Decision{Action: DeadLetter, Reason: ReasonSkipped}, skip, true
@@ -996,7 +992,7 @@ func (r *Relay) deadLetter(ctx context.Context, msg jetstream.Msg, ev event, att
 func (r *Relay) writeDeadLetter(ctx context.Context, ev event, attempt int, out *Outcome) error {
 	hist := r.history(ctx, ev)
 	made := attempt - 1 // attempts made before this one
-	if out.Result.Status != 0 || out.Result.Err != nil {
+	if out.Result.Attempted() {
 		if !out.recorded { // else the history has it already
 			hist = append(hist, attemptOf(attempt, r.cfg.Now(), out.Result))
 		}
@@ -1007,7 +1003,7 @@ func (r *Relay) writeDeadLetter(ctx context.Context, ev event, attempt int, out 
 		Dest:      ev.dest,
 		EventID:   ev.id,
 		Reason:    out.Decision.Reason,
-		Note:      out.note,
+		Note:      cmp.Or(out.note, out.Decision.Note),
 		Attempts:  max(made, 0),
 		Subject:   ev.subject,
 		StreamSeq: ev.seq,
@@ -1171,16 +1167,13 @@ func (r *Relay) history(ctx context.Context, ev event) []dlq.Attempt {
 // recordAttempt adds a failed attempt to ev's history, with reply, the ack
 // subject of its delivery, and returns an operator's reason to skip ev if
 // one was set. A failure to record is logged: the history is then
-// incomplete, the event is not affected. An uncounted attempt is kept in
-// the history but does not advance the event's attempt number. It is a
-// compare-and-set, so that a mark set meanwhile (Store.SkipHead) is kept.
-func (r *Relay) recordAttempt(ctx context.Context, ev event, attempt int, res Result, uncounted bool, reply string) string {
+// incomplete, the event is not affected. It is a compare-and-set, so that a
+// mark set meanwhile (Store.SkipHead) is kept.
+func (r *Relay) recordAttempt(ctx context.Context, ev event, attempt int, res Result, reply string) string {
 	key := historyKey(ev)
 	add := func(l attemptLog) []byte {
 		l.Attempts = dlq.TrimHistory(append(l.Attempts, attemptOf(attempt, r.cfg.Now(), res)))
-		if !uncounted {
-			l.Made = max(l.Made, attempt)
-		}
+		l.Made = max(l.Made, attempt)
 		l.Event, l.Reply, l.Origin = ev.id, reply, ev.origin
 		b, _ := json.Marshal(l)
 		return b

@@ -36,6 +36,50 @@ type Delivery struct {
 	Headers http.Header // the event's own headers to pass on
 }
 
+// Validate reports why ev cannot become a valid request, as an
+// *InvalidEventError: its id (sent as webhook-id) or one of the headers
+// that are passed on (those relay sets itself are not). It is the one place
+// where what comes from the message is checked before it reaches a request;
+// Send calls it before building one.
+func (ev Delivery) Validate() error {
+	if err := ValidateEventID(ev.ID); err != nil {
+		return &InvalidEventError{Header: "webhook-id", Err: fmt.Errorf("header %q: %w", "webhook-id", err)}
+	}
+	for k, vs := range ev.Headers {
+		if strings.EqualFold(k, "Content-Type") {
+			if err := validHeaderName(k); err != nil {
+				return &InvalidEventError{Header: k, Err: err}
+			}
+		} else if relaySets(k) {
+			continue // not passed on: relay's own value is sent
+		} else if err := validHeaderName(k); err != nil {
+			return &InvalidEventError{Header: k, Err: err}
+		}
+		for _, v := range vs {
+			if err := validHeaderValue(k, v); err != nil {
+				return &InvalidEventError{Header: k, Err: err}
+			}
+		}
+	}
+	return nil
+}
+
+// InvalidEventError says why an event cannot become a valid HTTP request.
+// No attempt of such an event can succeed, and it says nothing about the
+// destination: relay dead-letters it with ReasonInvalidEvent at once.
+type InvalidEventError struct {
+	// Header is the header at fault, as the event spells it ("webhook-id"
+	// for the event id).
+	Header string
+	Err    error
+}
+
+func (e *InvalidEventError) Error() string {
+	return "invalid event: " + e.Err.Error() // which names the header
+}
+
+func (e *InvalidEventError) Unwrap() error { return e.Err }
+
 // Sender makes delivery attempts over HTTP.
 type Sender struct {
 	// Client's Transport sends the requests (if nil, that of
@@ -106,23 +150,29 @@ func NewHTTPClient(o HTTPOptions) *http.Client {
 }
 
 // Send makes one attempt to deliver ev to d and reports what came back. It
-// never returns early without a Result: errors are in Result.Err.
+// never returns early without a Result: errors are in Result.Err. An event
+// that cannot become a valid request (Delivery.Validate) is not sent: its
+// Result.Err is an *InvalidEventError.
 func (s *Sender) Send(ctx context.Context, d Destination, ev Delivery) Result {
+	if err := ev.Validate(); err != nil {
+		return Result{Err: err}
+	}
 	now := s.Now()
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(d.Timeout))
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.URL, bytes.NewReader(ev.Body))
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			ue.URL = RedactURL(ue.URL) // the error is logged and kept in the history
+		}
 		return Result{Err: fmt.Errorf("build request: %w", err)}
 	}
 	for k, vs := range ev.Headers {
-		if ValidateEventHeader(k, "") != nil {
+		if relaySets(k) {
 			continue // never let an event override what relay sets
 		}
 		for _, v := range vs {
-			if ValidateEventHeader(k, v) != nil {
-				continue // a producer with a plain NATS client sent CR/LF: drop it
-			}
 			req.Header.Add(k, v)
 		}
 	}
@@ -165,7 +215,9 @@ func (s *Sender) Send(ctx context.Context, d Destination, ev Delivery) Result {
 	resp, err := s.transport().RoundTrip(req)
 	if err != nil {
 		var be *BlockedError
-		err = &url.Error{Op: "Post", URL: d.URL, Err: err} // as http.Client reports it
+		// As http.Client reports it, but the URL redacted: the error is
+		// logged and kept in the history and the dead letter.
+		err = &url.Error{Op: "Post", URL: RedactURL(d.URL), Err: err}
 		return Result{Err: transportError(err, d), Blocked: errors.As(err, &be), Duration: s.Now().Sub(now)}
 	}
 	var body []byte

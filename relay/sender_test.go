@@ -349,7 +349,7 @@ func TestSenderHeaders(t *testing.T) {
 			"Content-Length":    {"1"},
 			"Transfer-Encoding": {"chunked"},
 			"Connection":        {"close"},
-			"Bad Name":          {"x"},
+			"Webhook-X":         {"a\x01b"},
 		}}
 		res := s.Send(t.Context(), d, ev)
 		require.NoError(t, res.Err)
@@ -375,7 +375,7 @@ func TestSenderHeaders(t *testing.T) {
 		require.Equal(t, []string{"a", "b"}, r.Header.Values("X-Event"), "event headers are forwarded, all values")
 		require.Equal(t, []string{"Bearer dest-token"}, r.Header.Values("Authorization"))
 		require.Equal(t, []string{"from-destination"}, r.Header.Values("X-Shared"), "the destination's headers win over the event's")
-		for _, h := range []string{"Relay-X", "Relay-Event-Id", "Nats-Msg-Id", "Bad Name"} {
+		for _, h := range []string{"Relay-X", "Relay-Event-Id", "Nats-Msg-Id", "Webhook-X"} {
 			require.Empty(t, r.Header.Values(h), "%s must not be forwarded", h)
 		}
 		for k := range r.Header {
@@ -426,24 +426,95 @@ func TestSenderHeaders(t *testing.T) {
 	})
 }
 
-func TestSenderEventHeaderWithControlCharacters(t *testing.T) {
+func TestDeliveryValidate(t *testing.T) {
 	t.Parallel()
-	// A producer using a plain NATS client can store any header value but
-	// CR and LF. An event header relay cannot send must be dropped, as an
-	// invalid header name is, not turn every attempt into a transport error
-	// (retried until max attempts, forever on a blocking ordered key).
+	long := strings.Repeat("a", MaxIDLen)
+	tests := []struct {
+		name   string
+		ev     Delivery
+		header string // the header the error names; "" for a valid event
+	}{
+		{"plain", Delivery{ID: "evt_1", Headers: http.Header{"X-Good": {"fine", "also fine"}}}, ""},
+		{"no headers", Delivery{ID: "evt_1"}, ""},
+		{"tab in a value", Delivery{ID: "evt_1", Headers: http.Header{"X-Tab": {"a\tb"}}}, ""},
+		{"non-ASCII value", Delivery{ID: "evt_1", Headers: http.Header{"X-Name": {"Zoë"}}}, ""},
+		{"id of the maximum length", Delivery{ID: long}, ""},
+		{"content type", Delivery{ID: "evt_1", Headers: http.Header{"Content-Type": {"text/plain; charset=utf-8"}}}, ""},
+		{"relay's own headers are not passed on, whatever their value", Delivery{ID: "evt_1", Headers: http.Header{
+			"User-Agent": {"a\x01"}, "Webhook-Id": {"b\x7f"}, "Host": {"c\x00"}, "Relay-X": {"\x02"}, "Nats-Y": {"\x03"},
+		}}, ""},
+		{"content type with a control character", Delivery{ID: "evt_1", Headers: http.Header{"Content-Type": {"application/json\x01"}}}, "Content-Type"},
+		{"lower-case content type with a control character", Delivery{ID: "evt_1", Headers: http.Header{"content-type": {"text/plain\x7f"}}}, "content-type"},
+		{"control character in a header", Delivery{ID: "evt_1", Headers: http.Header{"X-Bad": {"a\x01b"}}}, "X-Bad"},
+		{"DEL in a header", Delivery{ID: "evt_1", Headers: http.Header{"X-Del": {"a\x7fb"}}}, "X-Del"},
+		{"NUL in the second value", Delivery{ID: "evt_1", Headers: http.Header{"X-Two": {"ok", "a\x00"}}}, "X-Two"},
+		{"invalid header name", Delivery{ID: "evt_1", Headers: http.Header{"Bad Name": {"x"}}}, "Bad Name"},
+		{"header name with a colon", Delivery{ID: "evt_1", Headers: http.Header{"X:Y": {"x"}}}, "X:Y"},
+		{"id with a control character", Delivery{ID: "evt\x01"}, "webhook-id"},
+		{"id with DEL", Delivery{ID: "evt\x7f"}, "webhook-id"},
+		{"id too long", Delivery{ID: long + "a"}, "webhook-id"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			err := tc.ev.Validate()
+			if tc.header == "" {
+				require.NoError(t, err)
+				return
+			}
+			var ie *InvalidEventError
+			require.ErrorAs(t, err, &ie)
+			require.Equal(t, tc.header, ie.Header)
+			require.Contains(t, err.Error(), "invalid event: header ")
+			require.Contains(t, err.Error(), tc.header)
+			for _, vs := range tc.ev.Headers {
+				for _, v := range vs {
+					require.NotContains(t, err.Error(), v, "the error does not repeat the value")
+				}
+			}
+		})
+	}
+}
+
+func TestSenderDoesNotSendAnInvalidEvent(t *testing.T) {
+	t.Parallel()
+	// Go's client would refuse the request before connecting, and relay
+	// took that for a network failure of the destination: retried, and
+	// counted toward its circuit breaker.
 	srv, got := senderTestCapturingServer(t)
 	s := senderTestSender(t)
-	ev := Delivery{ID: "evt_1", Body: []byte(`{}`), Headers: http.Header{
-		"X-Good": {"fine"},
-		"X-Bad":  {"a\x01b"},
-		"X-Del":  {"a\x7fb"},
-	}}
-	res := s.Send(t.Context(), senderTestDest(srv.URL, 5*time.Second), ev)
-	require.NoError(t, res.Err)
-	require.Equal(t, http.StatusNoContent, res.Status)
-	r := senderTestReceive(t, got)
-	require.Equal(t, "fine", r.Header.Get("X-Good"))
-	require.Empty(t, r.Header.Values("X-Bad"))
-	require.Empty(t, r.Header.Values("X-Del"))
+	for _, ev := range []Delivery{
+		{ID: "evt_1", Body: []byte(`{}`), Headers: http.Header{"Content-Type": {"application/json\x01"}}},
+		{ID: "evt_2", Body: []byte(`{}`), Headers: http.Header{"X-Good": {"fine"}, "X-Bad": {"a\x01b"}}},
+		{ID: "evt\x01", Body: []byte(`{}`)},
+	} {
+		res := s.Send(t.Context(), senderTestDest(srv.URL, 5*time.Second), ev)
+		var ie *InvalidEventError
+		require.ErrorAs(t, res.Err, &ie)
+		require.Zero(t, res.Status)
+		require.False(t, res.Retryable())
+		require.False(t, res.Attempted())
+		d := Decide(res, 1, RetryPolicy{}.WithDefaults(), nil)
+		require.Equal(t, ReasonInvalidEvent, d.Reason)
+		require.Contains(t, d.Note, ie.Header)
+	}
+	select {
+	case r := <-got:
+		t.Fatalf("a request was sent: %+v", r)
+	default:
+	}
+}
+
+func TestSenderErrorsRedactTheURL(t *testing.T) {
+	t.Parallel()
+	// The error is logged and kept in the attempt history and the dead
+	// letter: a credential in the URL's query must not be.
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	u := srv.URL + "/hook?token=q-secret-123"
+	srv.Close() // connection refused from now on
+	res := senderTestSender(t).Send(t.Context(), senderTestDest(u, 5*time.Second), Delivery{ID: "evt_1"})
+	require.Error(t, res.Err)
+	require.NotContains(t, res.Err.Error(), "q-secret-123")
+	require.Contains(t, res.Err.Error(), "token=xxxxx")
+	require.NotContains(t, attemptOf(1, time.Now(), res).Error, "q-secret-123")
 }

@@ -24,7 +24,7 @@ func TestAttemptLogKeepsASkipMarkForItsSequence(t *testing.T) {
 	r, err := New(ctx, Config{JS: streamtest.Start(t).JS})
 	require.NoError(t, err)
 	ev := event{dest: "orders", id: "evt_1", seq: 7}
-	require.Empty(t, r.recordAttempt(ctx, ev, 1, Result{Status: 503}, false, "$JS.ACK.x"))
+	require.Empty(t, r.recordAttempt(ctx, ev, 1, Result{Status: 503}, "$JS.ACK.x"))
 
 	l := r.attemptLog(ctx, ev)
 	l.Skip, l.SkipSeq = "ops", 7
@@ -32,7 +32,7 @@ func TestAttemptLogKeepsASkipMarkForItsSequence(t *testing.T) {
 	_, err = r.attempts.Put(ctx, historyKey(ev), b)
 	require.NoError(t, err)
 
-	require.Equal(t, "ops", r.recordAttempt(ctx, ev, 2, Result{Status: 503}, false, "$JS.ACK.y"), "the attempt after the mark sees it")
+	require.Equal(t, "ops", r.recordAttempt(ctx, ev, 2, Result{Status: 503}, "$JS.ACK.y"), "the attempt after the mark sees it")
 	l = r.attemptLog(ctx, ev)
 	require.Equal(t, "ops", l.Skip, "kept")
 	require.Equal(t, 2, l.Made)
@@ -73,7 +73,7 @@ func TestAttemptLogKeepsTheOriginOfTheFailedDelivery(t *testing.T) {
 	r, err := New(ctx, Config{JS: streamtest.Start(t).JS})
 	require.NoError(t, err)
 	ev := event{dest: "orders", id: "evt_2", seq: 30, origin: 7, prior: 2}
-	require.Empty(t, r.recordAttempt(ctx, ev, 3, Result{Status: 503}, false, "$JS.ACK.x"))
+	require.Empty(t, r.recordAttempt(ctx, ev, 3, Result{Status: 503}, "$JS.ACK.x"))
 	require.Equal(t, uint64(7), r.attemptLog(ctx, ev).Origin)
 }
 
@@ -92,7 +92,7 @@ func TestRecordAttemptDoesNotWriteOverARecordItCannotRead(t *testing.T) {
 	r, err := New(ctx, Config{JS: streamtest.Start(t).JS})
 	require.NoError(t, err)
 	ev := event{dest: "orders", id: "evt_3", seq: 9, origin: 9}
-	require.Empty(t, r.recordAttempt(ctx, ev, 1, Result{Status: 503}, false, "$JS.ACK.x"))
+	require.Empty(t, r.recordAttempt(ctx, ev, 1, Result{Status: 503}, "$JS.ACK.x"))
 	l := r.attemptLog(ctx, ev)
 	l.Skip, l.SkipSeq = "ops", 9
 	b, _ := json.Marshal(l)
@@ -101,9 +101,9 @@ func TestRecordAttemptDoesNotWriteOverARecordItCannotRead(t *testing.T) {
 
 	real := r.attempts
 	r.attempts = failingGets{real}
-	require.Empty(t, r.recordAttempt(ctx, ev, 2, Result{Status: 503}, false, "$JS.ACK.y"), "the mark cannot be read")
+	require.Empty(t, r.recordAttempt(ctx, ev, 2, Result{Status: 503}, "$JS.ACK.y"), "the mark cannot be read")
 	other := event{dest: "orders", id: "evt_4", seq: 10, origin: 10}
-	require.Empty(t, r.recordAttempt(ctx, other, 1, Result{Status: 503}, false, "$JS.ACK.z"))
+	require.Empty(t, r.recordAttempt(ctx, other, 1, Result{Status: 503}, "$JS.ACK.z"))
 	r.attempts = real
 
 	kept := r.attemptLog(ctx, ev)
@@ -132,7 +132,7 @@ func TestRetryingListsTheLongestWaitingFirst(t *testing.T) {
 	record := func(dest, id string, seq uint64, at time.Time) {
 		now = at
 		ev := event{dest: dest, id: id, seq: seq, origin: seq}
-		require.Empty(t, r.recordAttempt(ctx, ev, 1, Result{Status: 503}, false, fmt.Sprintf("$JS.ACK.RELAY_EVENTS.c.1.%d.%d.0.0", seq, seq)))
+		require.Empty(t, r.recordAttempt(ctx, ev, 1, Result{Status: 503}, fmt.Sprintf("$JS.ACK.RELAY_EVENTS.c.1.%d.%d.0.0", seq, seq)))
 	}
 	base := now
 	record("orders", "b", 2, base.Add(time.Minute))
@@ -166,12 +166,12 @@ func TestTwoMessagesWithOneEventIDAreLogged(t *testing.T) {
 	r, err := New(ctx, Config{JS: streamtest.Start(t).JS, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 	require.NoError(t, err)
 	first := event{dest: "orders", id: "evt_5", seq: 7, origin: 7}
-	require.Empty(t, r.recordAttempt(ctx, first, 1, Result{Status: 503}, false, "$JS.ACK.x"))
+	require.Empty(t, r.recordAttempt(ctx, first, 1, Result{Status: 503}, "$JS.ACK.x"))
 	promoted := event{dest: "orders", id: "evt_5", seq: 20, origin: 7, prior: 1}
-	require.Empty(t, r.recordAttempt(ctx, promoted, 2, Result{Status: 503}, false, "$JS.ACK.y"))
+	require.Empty(t, r.recordAttempt(ctx, promoted, 2, Result{Status: 503}, "$JS.ACK.y"))
 	require.NotContains(t, buf.String(), "two messages with one event id", "the same message, back from Redis")
 	again := event{dest: "orders", id: "evt_5", seq: 30, origin: 30}
-	require.Empty(t, r.recordAttempt(ctx, again, 1, Result{Status: 503}, false, "$JS.ACK.z"))
+	require.Empty(t, r.recordAttempt(ctx, again, 1, Result{Status: 503}, "$JS.ACK.z"))
 	require.Contains(t, buf.String(), "two messages with one event id are in retry at once")
 	require.Contains(t, buf.String(), "other_seq=7")
 }

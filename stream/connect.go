@@ -3,6 +3,7 @@ package stream
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -87,7 +88,26 @@ func Connect(cfg ConnConfig) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", cfg.URL, err)
+		return nil, fmt.Errorf("connect to NATS at %s: %w", redactURLs(cfg.URL), err)
 	}
 	return nc, nil
+}
+
+// redactURLs returns a NATS URL (or a comma-separated list of them) fit to
+// print: the userinfo of each, a user and password or a token, replaced by
+// "xxxxx".
+func redactURLs(list string) string {
+	urls := strings.Split(list, ",")
+	for i, s := range urls {
+		at := strings.LastIndex(s, "@")
+		if at < 0 {
+			continue
+		}
+		start := 0
+		if j := strings.Index(s, "://"); j >= 0 && j < at {
+			start = j + len("://")
+		}
+		urls[i] = s[:start] + "xxxxx" + s[at:]
+	}
+	return strings.Join(urls, ",")
 }

@@ -217,13 +217,13 @@ func openNATS(c *cli.Context, limit time.Duration) (context.Context, jetstream.J
 	return ctx, js, func() { nc.Close(); cancel() }, nil
 }
 
-// openDests is openNATS with the destination store.
-func openDests(c *cli.Context, limit time.Duration) (context.Context, jetstream.JetStream, *relay.Store, func(), error) {
+// openDests is openNATS with the destination store (opts after the secret key).
+func openDests(c *cli.Context, limit time.Duration, opts ...relay.StoreOption) (context.Context, jetstream.JetStream, *relay.Store, func(), error) {
 	ctx, js, done, err := openNATS(c, limit)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	st, err := destStore(c, ctx, js)
+	st, err := destStore(c, ctx, js, opts...)
 	if err != nil {
 		done()
 		return nil, nil, nil, nil, err
@@ -283,12 +283,12 @@ func keyFrom(c *cli.Context, flag, env string) ([]byte, error) {
 }
 
 // destStore opens the destination store with the secret key, if any.
-func destStore(c *cli.Context, ctx context.Context, js jetstream.JetStream) (*relay.Store, error) {
+func destStore(c *cli.Context, ctx context.Context, js jetstream.JetStream, opts ...relay.StoreOption) (*relay.Store, error) {
 	key, previous, err := secretKeys(c)
 	if err != nil {
 		return nil, err
 	}
-	return relay.NewStore(ctx, js, relay.WithSecretKey(key, previous...))
+	return relay.NewStore(ctx, js, append([]relay.StoreOption{relay.WithSecretKey(key, previous...)}, opts...)...)
 }
 
 // parseKV reads "K=V" arguments.

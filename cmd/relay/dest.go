@@ -44,6 +44,10 @@ func destFlags() []cli.Flag {
 	}
 }
 
+// allowUnencryptedFlag lets 'dest add' store secrets in the clear beside
+// encrypted ones.
+var allowUnencryptedFlag = &cli.BoolFlag{Name: "allow-unencrypted", Usage: "without a secret key, store this destination's secrets (signing secret, header values) unencrypted even though other destinations' are encrypted"}
+
 // applyDestFlags copies the flags that were set onto d.
 func applyDestFlags(c *cli.Context, d *relay.Destination) error {
 	if c.IsSet("url") {
@@ -117,7 +121,7 @@ func destCommand() *cli.Command {
 				Name:      "add",
 				Usage:     "add a destination",
 				ArgsUsage: "NAME",
-				Flags:     destFlags(),
+				Flags:     append(destFlags(), allowUnencryptedFlag),
 				Action: func(c *cli.Context) error {
 					name, err := oneArg(c, "NAME")
 					if err != nil {
@@ -137,16 +141,19 @@ func destCommand() *cli.Command {
 					if err := d.WithDefaults().Validate(); err != nil {
 						return usageError{err.Error()}
 					}
-					ctx, _, st, done, err := openDests(c, 30*time.Second)
+					ctx, _, st, done, err := openDests(c, 30*time.Second, allowClear(c)...)
 					if err != nil {
 						return err
 					}
 					defer done()
 					d, err = st.Add(ctx, d)
+					if errors.Is(err, relay.ErrWouldStoreInClear) {
+						return usagef("%v: give the key (--secret-key, RELAY_SECRET_KEY or --secret-key-file), or add --allow-unencrypted to store them unencrypted", err)
+					}
 					if err != nil {
 						return err
 					}
-					fmt.Fprintf(c.App.Writer, "added destination %s -> %s\n", d.Name, d.URL)
+					fmt.Fprintf(c.App.Writer, "added destination %s -> %s\n", d.Name, relay.RedactURL(d.URL))
 					if generated {
 						fmt.Fprintf(c.App.Writer, "signing secret (shown once, give it to the receiver): %s\n", d.Secret)
 					}
@@ -172,7 +179,7 @@ func destCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					fmt.Fprintf(c.App.Writer, "updated destination %s -> %s\n", d.Name, d.URL)
+					fmt.Fprintf(c.App.Writer, "updated destination %s -> %s\n", d.Name, relay.RedactURL(d.URL))
 					return nil
 				},
 			},
@@ -461,7 +468,7 @@ losing a delivery. After the overlap only the new secret signs.`,
 						if d.Ordered {
 							ordered = fmt.Sprintf("%d partitions, %s", d.Partitions, d.OnFailure)
 						}
-						fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%d\t%s..%s\t%d\t%s\n", d.Name, d.URL, d.Secret != "", time.Duration(d.Timeout),
+						fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%d\t%s..%s\t%d\t%s\n", d.Name, relay.RedactURL(d.URL), d.Secret != "", time.Duration(d.Timeout),
 							d.Retry.MaxAttempts, time.Duration(d.Retry.Base), time.Duration(d.Retry.Max), d.Concurrency, ordered)
 					}
 					return tw.Flush()
@@ -688,4 +695,12 @@ func ago(t time.Time) string {
 		return "-"
 	}
 	return time.Since(t).Truncate(time.Second).String() + " ago"
+}
+
+// allowClear is the store option --allow-unencrypted asks for, if it does.
+func allowClear(c *cli.Context) []relay.StoreOption {
+	if c.Bool("allow-unencrypted") {
+		return []relay.StoreOption{relay.AllowStoringInClear()}
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -63,7 +64,8 @@ func TestRekeyAfterAKeyRotation(t *testing.T) {
 	code, out, errs := b.cli(t, "", "--secret-key", oldKey, "dest", "add", "sealed", "--url", "https://example.test/a")
 	require.Equal(t, 0, code, errs)
 	secret := strings.TrimSpace(out[strings.Index(out, "whsec_"):])
-	code, out, errs = b.cli(t, "", "dest", "add", "clear", "--url", "https://example.test/b")
+	// Beside a sealed one, a clear secret takes the operator's say-so.
+	code, out, errs = b.cli(t, "", "dest", "add", "clear", "--url", "https://example.test/b", "--allow-unencrypted")
 	require.Equal(t, 0, code, errs)
 	clearSecret := strings.TrimSpace(out[strings.Index(out, "whsec_"):])
 	code, _, errs = b.cli(t, "", "dest", "add", "unsigned", "--url", "https://example.test/c", "--no-secret")
@@ -116,4 +118,63 @@ func TestRekeyAfterAKeyRotation(t *testing.T) {
 	code, _, errs = b.cli(t, "", "--secret-key", newKey, "--previous-secret-key", "short", "dest", "list")
 	require.Equal(t, 2, code)
 	require.Contains(t, errs, "the previous secret key is 5 bytes")
+}
+
+// With a secret key, configured header values are encrypted at rest like the
+// signing secret; no listing prints them, nor a URL's query values; and
+// 'dest add' without the key is refused beside encrypted destinations.
+func TestHeaderValuesAreEncryptedAndNeverPrinted(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	const key = "a-long-enough-operator-key-123456"
+	values := []string{"Bearer tok-123", "session=c00kie", "wh-secret-456", "Basic pa-789", "s3cr3t-query"}
+	code, out, errs := b.cli(t, "", "--secret-key", key, "dest", "add", "enc",
+		"--url", "https://example.test/h?token=s3cr3t-query&v=2",
+		"-H", "Authorization="+values[0], "-H", "Cookie="+values[1], "-H", "X-Webhook-Secret="+values[2], "-H", "Proxy-Authorization="+values[3])
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "https://example.test/h?token=xxxxx&v=xxxxx")
+
+	kv, err := b.js.KeyValue(ctx, stream.DestBucket)
+	require.NoError(t, err)
+	raw, err := kv.Get(ctx, "enc")
+	require.NoError(t, err)
+	for _, v := range values[:4] {
+		require.NotContains(t, string(raw.Value()), v, "a header value is stored in the clear")
+	}
+	st, err := relay.NewStore(ctx, b.js, relay.WithSecretKey([]byte(key)))
+	require.NoError(t, err)
+	d, err := st.Get(ctx, "enc")
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"Authorization": values[0], "Cookie": values[1], "X-Webhook-Secret": values[2], "Proxy-Authorization": values[3]}, d.Headers)
+
+	for _, args := range [][]string{
+		{"--secret-key", key, "dest", "list", "--json"},
+		{"dest", "list", "--json"},
+		{"--secret-key", key, "dest", "list"},
+	} {
+		code, out, errs = b.cli(t, "", args...)
+		require.Equal(t, 0, code, errs)
+		for _, v := range values {
+			require.NotContains(t, out, v, "%v printed a secret", args)
+		}
+		require.Contains(t, out, "token=xxxxx", "%v", args)
+		if slices.Contains(args, "--json") {
+			for _, h := range []string{"Authorization", "Cookie", "X-Webhook-Secret", "Proxy-Authorization"} {
+				require.Contains(t, out, `"`+h+`":"(set)"`, "%v shows the header's name", args)
+			}
+		}
+	}
+
+	// Without the key, beside an encrypted destination: refused, nothing stored.
+	code, _, errs = b.cli(t, "", "dest", "add", "plain", "--url", "https://example.test/p")
+	require.Equal(t, 2, code, errs)
+	require.Contains(t, errs, "encrypted")
+	require.Contains(t, errs, "--allow-unencrypted")
+	_, err = st.Get(ctx, "plain")
+	require.ErrorIs(t, err, relay.ErrNotFound)
+	code, _, errs = b.cli(t, "", "dest", "add", "plain", "--url", "https://example.test/p", "--allow-unencrypted")
+	require.Equal(t, 0, code, errs)
+	// Without secrets there is nothing to encrypt.
+	code, _, errs = b.cli(t, "", "dest", "add", "nosecret", "--url", "https://example.test/n", "--no-secret")
+	require.Equal(t, 0, code, errs)
 }
