@@ -602,17 +602,32 @@ loop:
 	// AckWait. First stop asking (and let what was on its way arrive), so
 	// that what is handed back is not handed to this replica again.
 	drained := p.stop(5 * time.Second)
+	back := make([]*pulledMsg, 0, len(queue)+len(drained))
 	for _, q := range queue {
-		_ = q.msg.Nak()
+		back = append(back, q.msg)
 	}
 	for _, m := range drained {
 		if st, _ := p.status(m, time.Now()); st == pullEvent {
-			_ = (&pulledMsg{msg: m, nc: nc}).Nak()
+			back = append(back, &pulledMsg{msg: m, nc: nc})
+		}
+	}
+	// All but the last go back now; the last once the workers are done,
+	// confirmed: the server has then stored every hand-back and every ack
+	// of the workers, before a server that stops next (the embedded one,
+	// with relay) could drop them.
+	for i, m := range back {
+		if i < len(back)-1 {
+			_ = m.handBack(false)
 		}
 	}
 	close(work)
 	wg.Wait()
 	close(done)
+	if len(back) > 0 {
+		if err := back[len(back)-1].handBack(true); err != nil {
+			r.log.Debug("handing back events not confirmed; they come back after AckWait at the latest", "dest", d.Name, "err", err)
+		}
+	}
 	// Make sure every ack and nak has left the client.
 	_ = nc.Flush()
 }
