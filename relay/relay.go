@@ -64,6 +64,10 @@ type Config struct {
 	// check may go without renewing its lease before another replica takes
 	// the check over. Optional, default 10s.
 	CheckTakeover time.Duration
+	// NetPolicy is the address policy HTTPClient enforces, announced to
+	// the other replicas with this one's heartbeat (see NetPolicy).
+	// Optional: nil announces none.
+	NetPolicy *NetPolicy
 	// OnDelivery, when set, is called after every attempt's decision has been
 	// carried out (for tests and metrics).
 	OnDelivery func(Outcome)

@@ -137,11 +137,14 @@ func destCommand() *cli.Command {
 					if err := d.WithDefaults().Validate(); err != nil {
 						return usageError{err.Error()}
 					}
-					ctx, _, st, done, err := openDests(c, 30*time.Second)
+					ctx, js, st, done, err := openDests(c, 30*time.Second)
 					if err != nil {
 						return err
 					}
 					defer done()
+					if err := checkNetPolicy(ctx, js, d.URL); err != nil {
+						return err
+					}
 					d, err = st.Add(ctx, d)
 					if err != nil {
 						return err
@@ -163,11 +166,16 @@ func destCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					ctx, _, st, done, err := openDests(c, 30*time.Second)
+					ctx, js, st, done, err := openDests(c, 30*time.Second)
 					if err != nil {
 						return err
 					}
 					defer done()
+					if c.IsSet("url") {
+						if err := checkNetPolicy(ctx, js, c.String("url")); err != nil {
+							return err
+						}
+					}
 					d, err := st.Update(ctx, name, func(d *relay.Destination) error { return applyDestFlags(c, d) })
 					if err != nil {
 						return err
