@@ -68,7 +68,15 @@ func App(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			return usagef("%v (see --help)", err)
 		},
 		Flags: globalFlags(),
+		// Reached without a command, or with one relay does not know.
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usagef("unknown command %q (see 'relay --help')", c.Args().First())
+			}
+			return cli.ShowAppHelp(c)
+		},
 		Commands: finish([]*cli.Command{
+			versionCommand(),
 			runCommand(),
 			publishCommand(),
 			destCommand(),
@@ -142,6 +150,20 @@ func isGlobalFlag(name string) bool {
 		}
 	}
 	return false
+}
+
+func versionCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "version",
+		Usage: "print relay's version",
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usagef("version takes no arguments")
+			}
+			fmt.Fprintf(c.App.Writer, "relay version %s\n", relay.Version)
+			return nil
+		},
+	}
 }
 
 // finish makes flag errors of every command usage errors (exit 2) and gives

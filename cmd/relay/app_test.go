@@ -98,6 +98,7 @@ func TestDestAddRejectsBadInput(t *testing.T) {
 		{[]string{"dest", "add", "d", "--url", "https://example.test", "--secret", "nope"}, "whsec_"},
 		{[]string{"dest", "add", "d", "--url", "https://example.test", "--jitter", "0.9"}, "jitter"},
 		{[]string{"dest", "add", "d"}, "--url is required"},
+		{[]string{"dest", "add", "d", "--url", "https://example.test", "--max-attempts", "0"}, "--max-attempts 0: give 1 or more"},
 		{[]string{"dest", "add", "--url", "https://example.test"}, "exactly one argument"},
 	} {
 		code, _, errs := b.cli(t, "", tc.args...)
@@ -225,6 +226,13 @@ func TestUsageErrorsExit2(t *testing.T) {
 	require.Contains(t, errb.String(), "flag provided but not defined")
 	require.Equal(t, 0, Main([]string{"relay", "--help"}, strings.NewReader(""), &out, &errb))
 	require.Contains(t, out.String(), "dlq")
+
+	errb.Reset()
+	require.Equal(t, 2, Main([]string{"relay", "bogus"}, strings.NewReader(""), &out, &errb))
+	require.Contains(t, errb.String(), `unknown command "bogus"`)
+	out.Reset()
+	require.Equal(t, 0, Main([]string{"relay", "version"}, strings.NewReader(""), &out, &errb))
+	require.Equal(t, "relay version "+relay.Version+"\n", out.String())
 }
 
 func TestRunRefusesAShortDuplicateWindow(t *testing.T) {

@@ -69,6 +69,11 @@ func applyDestFlags(c *cli.Context, d *relay.Destination) error {
 		d.Timeout = relay.Duration(c.Duration("timeout"))
 	}
 	if c.IsSet("max-attempts") {
+		// 0 in a stored destination means the default: refused here, not
+		// silently stored as 15.
+		if n := c.Int("max-attempts"); n < 1 {
+			return usagef("--max-attempts %d: give 1 or more (1: no retries)", n)
+		}
 		d.Retry.MaxAttempts = c.Int("max-attempts")
 	}
 	if c.IsSet("backoff-base") {
