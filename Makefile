@@ -6,11 +6,12 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 .DEFAULT_GOAL := help
 
 # A failing test's lines can be far up a long log: the test targets keep
-# their output and, when they fail, end with each failure's lines again.
+# their output and, when they fail, end with each failure's lines again
+# (with testify's continuation lines, such as the error under "Error:").
 SHELL := /bin/bash
 GOTEST = echo "$(GO) test $(1)"; log=$$(mktemp); $(GO) test $(1) 2>&1 | tee $$log; rc=$${PIPESTATUS[0]}; \
 	if [ $$rc -ne 0 ]; then echo; echo "=== what failed (again, from the output above):"; \
-		grep -aE '^[[:space:]]*(--- FAIL|Error Trace:|Error:|Messages:|Test:)|^panic:|^FAIL|^WARNING: DATA RACE|race detected|^[^[:space:]]+\.go:[0-9]+:[0-9]+: |^[[:space:]]+Test[^ ]+ \(|^[[:space:]]+[[:alnum:]_]+_test\.go:[0-9]+: ' $$log | cut -c1-400 | tail -80 \
+		grep -aE '^[[:space:]]*(--- FAIL|Error Trace:|Error:|Messages:|Test:)|^ +[[:space:]] {12}[[:space:]][^[:space:]]|^panic:|^FAIL|^WARNING: DATA RACE|race detected|^[^[:space:]]+\.go:[0-9]+:[0-9]+: |^[[:space:]]+Test[^ ]+ \(|^[[:space:]]+[[:alnum:]_]+_test\.go:[0-9]+: ' $$log | cut -c1-400 | tail -80 \
 		| grep . || echo "(no failure lines recognised: see the output above)"; fi; \
 	rm -f $$log; exit $$rc
 

@@ -197,14 +197,19 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 	p := fast(5)
 	p.Max = relay.Duration(10 * time.Second)
 	e.addDest(relay.Destination{Name: "limited", URL: s.URL, Retry: p})
-	e.startRelay()
+	rec, _ := e.startRelay()
 	res := e.publish("limited", "", `{}`)
-	eventually(t, 10*time.Second, func() bool { return s.delivered()[res.ID] == 1 }, "delivery after the 429")
+	eventually(t, time.Minute, func() bool { return s.delivered()[res.ID] == 1 }, "delivery after the 429")
 	hits := s.all()
 	require.Len(t, hits, 2)
 	gap := hits[1].At.Sub(hits[0].At)
 	require.GreaterOrEqual(t, gap, 2*time.Second, "waited as Retry-After said")
-	require.Less(t, gap, 3*time.Second)
+	// Not longer than it said: the wait decided is Retry-After's, not the
+	// backoff's cap (10s). (How long it really took is up to the machine's
+	// load.)
+	require.Equal(t, 1, rec.count(func(o relay.Outcome) bool {
+		return o.Decision.Action == relay.Retry && o.Decision.Delay == 2*time.Second
+	}), "the retry waits Retry-After's 2s")
 }
 
 func TestUnreachableDestinationIsRetriedThenDeadLettered(t *testing.T) {
@@ -317,7 +322,7 @@ func TestRetryAfterIsCappedByMaxBackoff(t *testing.T) {
 	e.addDest(relay.Destination{Name: "capped", URL: s.URL, Retry: fast(5)}) // max backoff 1s
 	rec, _ := e.startRelay()
 	res := e.publish("capped", "", `{}`)
-	eventually(t, 10*time.Second, func() bool { return s.delivered()[res.ID] == 1 }, "delivery after the capped wait")
+	eventually(t, time.Minute, func() bool { return s.delivered()[res.ID] == 1 }, "delivery after the capped wait")
 	require.Equal(t, 1, rec.count(func(o relay.Outcome) bool {
 		return o.Decision.Action == relay.Retry && o.Decision.Delay == time.Second
 	}), "an hour of Retry-After is capped at the destination's 1s maximum backoff")
@@ -665,7 +670,7 @@ func TestStoppingRelayHandsItsBufferBack(t *testing.T) {
 	// The stop hands events back while the two attempts are still held.
 	select {
 	case m := <-acks:
-		require.Equal(t, "-NAK", string(m.Data), m.Subject)
+		require.True(t, strings.HasPrefix(string(m.Data), "-NAK"), "%s: %s", m.Subject, m.Data)
 	case <-time.After(10 * time.Second):
 		t.Fatal("nothing handed back")
 	}

@@ -312,7 +312,7 @@ func (s *sink) delivered() map[string]int {
 
 // proc is a relay binary running as a process.
 type proc struct {
-	out    bytes.Buffer // stdout
+	out    syncBuffer // stdout
 	cmd    *exec.Cmd
 	mu     sync.Mutex
 	lines  []string
@@ -361,6 +361,24 @@ func startProcEnv(t testing.TB, env []string, args ...string) *proc {
 		}
 	})
 	return p
+}
+
+// syncBuffer is a bytes.Buffer that may be read while the process writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func (p *proc) logged(substr string) bool {

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -290,7 +291,8 @@ func (r *Relay) runRegistry(ctx context.Context, id string) {
 	t := time.NewTicker(heartbeatEvery)
 	defer t.Stop()
 	for {
-		if _, err := kv.Put(ctx, id, []byte(r.cfg.Now().UTC().Format(time.RFC3339))); err == nil {
+		rec, _ := json.Marshal(replicaRecord{At: r.cfg.Now().UTC(), NetPolicy: r.cfg.NetPolicy})
+		if _, err := kv.Put(ctx, id, rec); err == nil {
 			if keys, err := kv.Keys(ctx); err == nil {
 				r.limits.mu.Lock()
 				r.limits.replicas = max(len(keys), 1)

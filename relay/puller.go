@@ -270,6 +270,21 @@ func (m *pulledMsg) NakWithDelay(delay time.Duration) error {
 	return m.reply(context.Background(), fmt.Appendf(nil, `-NAK {"delay": %d}`, delay.Nanoseconds()), false)
 }
 
+// handBack returns the message to JetStream to be delivered again at once,
+// and so that a restart of the server keeps it so. A plain nak only queues
+// the message for redelivery in the server's memory: its stored delivery
+// time stays, so a server stopped and started again (the embedded one, with
+// relay) redelivers it only once AckWait from its delivery has passed. A nak
+// with a delay stores the new due time, here the present.
+//
+// With confirm, it waits for the server's answer (within 5s). The server
+// works through a consumer's acks in the order they came, and drops those it
+// has not reached when it stops: once the answer is in, every ack and nak
+// sent before it on this connection for this consumer is stored.
+func (m *pulledMsg) handBack(confirm bool) error {
+	return m.reply(context.Background(), fmt.Appendf(nil, `-NAK {"delay": %d}`, time.Millisecond.Nanoseconds()), confirm)
+}
+
 func (m *pulledMsg) InProgress() error {
 	return m.reply(context.Background(), ackProgress, false)
 }

@@ -65,6 +65,10 @@ type Config struct {
 	// check may go without renewing its lease before another replica takes
 	// the check over. Optional, default 10s.
 	CheckTakeover time.Duration
+	// NetPolicy is the address policy HTTPClient enforces, announced to
+	// the other replicas with this one's heartbeat (see NetPolicy).
+	// Optional: nil announces none.
+	NetPolicy *NetPolicy
 	// OnDelivery, when set, is called after every attempt's decision has been
 	// carried out (for tests and metrics).
 	OnDelivery func(Outcome)
@@ -629,17 +633,32 @@ loop:
 	// AckWait. First stop asking (and let what was on its way arrive), so
 	// that what is handed back is not handed to this replica again.
 	drained := p.stop(5 * time.Second)
+	back := make([]*pulledMsg, 0, len(queue)+len(drained))
 	for _, q := range queue {
-		_ = q.msg.Nak()
+		back = append(back, q.msg)
 	}
 	for _, m := range drained {
 		if st, _ := p.status(m, time.Now()); st == pullEvent {
-			_ = (&pulledMsg{msg: m, nc: nc}).Nak()
+			back = append(back, &pulledMsg{msg: m, nc: nc})
+		}
+	}
+	// All but the last go back now; the last once the workers are done,
+	// confirmed: the server has then stored every hand-back and every ack
+	// of the workers, before a server that stops next (the embedded one,
+	// with relay) could drop them.
+	for i, m := range back {
+		if i < len(back)-1 {
+			_ = m.handBack(false)
 		}
 	}
 	close(work)
 	wg.Wait()
 	close(done)
+	if len(back) > 0 {
+		if err := back[len(back)-1].handBack(true); err != nil {
+			r.log.Debug("handing back events not confirmed; they come back after AckWait at the latest", "dest", d.Name, "err", err)
+		}
+	}
 	// Make sure every ack and nak has left the client.
 	_ = nc.Flush()
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -66,24 +67,16 @@ func App(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
 			return usagef("%v (see --help)", err)
 		},
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "nats-url", EnvVars: []string{"RELAY_NATS_URL"}, Usage: "NATS server URL(s), comma-separated; 'relay run' without it starts an embedded server; other commands default to " + defaultNATSURL},
-			&cli.StringFlag{Name: "nats-creds", EnvVars: []string{"RELAY_NATS_CREDS"}, Usage: "NATS credentials file", TakesFile: true},
-			&cli.StringFlag{Name: "nats-nkey", EnvVars: []string{"RELAY_NATS_NKEY"}, Usage: "NATS NKey seed file", TakesFile: true},
-			&cli.StringFlag{Name: "nats-user", EnvVars: []string{"RELAY_NATS_USER"}, Usage: "NATS user"},
-			&cli.StringFlag{Name: "nats-password", EnvVars: []string{"RELAY_NATS_PASSWORD"}, Usage: "NATS password"},
-			&cli.StringFlag{Name: "nats-token", EnvVars: []string{"RELAY_NATS_TOKEN"}, Usage: "NATS token"},
-			&cli.StringFlag{Name: "tls-ca", EnvVars: []string{"RELAY_TLS_CA"}, Usage: "CA bundle to verify the NATS server", TakesFile: true},
-			&cli.StringFlag{Name: "tls-cert", EnvVars: []string{"RELAY_TLS_CERT"}, Usage: "client certificate for NATS", TakesFile: true},
-			&cli.StringFlag{Name: "tls-key", EnvVars: []string{"RELAY_TLS_KEY"}, Usage: "client key for NATS", TakesFile: true},
-			&cli.StringFlag{Name: "secret-key", EnvVars: []string{"RELAY_SECRET_KEY"}, Usage: "key that encrypts destination secrets at rest (at least 16 random bytes; prefer the environment variable or --secret-key-file)"},
-			&cli.StringFlag{Name: "secret-key-file", EnvVars: []string{"RELAY_SECRET_KEY_FILE"}, Usage: "file holding the key that encrypts destination secrets at rest", TakesFile: true},
-			&cli.StringFlag{Name: "previous-secret-key", EnvVars: []string{"RELAY_PREVIOUS_SECRET_KEY"}, Usage: "during a key rotation, the old key: secrets sealed with it still open, until 'relay dest rekey' seals them with the new one"},
-			&cli.StringFlag{Name: "previous-secret-key-file", EnvVars: []string{"RELAY_PREVIOUS_SECRET_KEY_FILE"}, Usage: "file holding the previous key (see --previous-secret-key)", TakesFile: true},
-			&cli.StringFlag{Name: "log-level", EnvVars: []string{"RELAY_LOG_LEVEL"}, Value: "info", Usage: "debug, info, warn or error"},
-			&cli.StringFlag{Name: "log-format", EnvVars: []string{"RELAY_LOG_FORMAT"}, Value: "text", Usage: "text or json"},
+		Flags: globalFlags(),
+		// Reached without a command, or with one relay does not know.
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usagef("unknown command %q (see 'relay --help')", c.Args().First())
+			}
+			return cli.ShowAppHelp(c)
 		},
 		Commands: finish([]*cli.Command{
+			versionCommand(),
 			runCommand(),
 			publishCommand(),
 			destCommand(),
@@ -92,6 +85,84 @@ func App(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			statsCommand(),
 			sinkCommand(),
 		}, ""),
+	}
+}
+
+// globalCategory groups the global flags in every command's help.
+const globalCategory = "global (before or after the command)"
+
+// globalFlags are the connection, secret key and log flags. They are defined
+// on the app and again on every command (a fresh copy each: urfave/cli
+// records in a flag whether it was set), so "relay run --nats-url U" works
+// like "relay --nats-url U run" and each command's help lists them;
+// interspersed moves those given before the command behind it, where the
+// command reads them.
+func globalFlags() []cli.Flag {
+	fs := []cli.Flag{
+		&cli.StringFlag{Name: "nats-url", EnvVars: []string{"RELAY_NATS_URL"}, Usage: "NATS server URL(s), comma-separated; 'relay run' without it starts an embedded server; other commands default to " + defaultNATSURL},
+		&cli.StringFlag{Name: "nats-creds", EnvVars: []string{"RELAY_NATS_CREDS"}, Usage: "NATS credentials file", TakesFile: true},
+		&cli.StringFlag{Name: "nats-nkey", EnvVars: []string{"RELAY_NATS_NKEY"}, Usage: "NATS NKey seed file", TakesFile: true},
+		&cli.StringFlag{Name: "nats-user", EnvVars: []string{"RELAY_NATS_USER"}, Usage: "NATS user"},
+		&cli.StringFlag{Name: "nats-password", EnvVars: []string{"RELAY_NATS_PASSWORD"}, Usage: "NATS password"},
+		&cli.StringFlag{Name: "nats-token", EnvVars: []string{"RELAY_NATS_TOKEN"}, Usage: "NATS token"},
+		&cli.StringFlag{Name: "tls-ca", EnvVars: []string{"RELAY_TLS_CA"}, Usage: "CA bundle to verify the NATS server", TakesFile: true},
+		&cli.StringFlag{Name: "tls-cert", EnvVars: []string{"RELAY_TLS_CERT"}, Usage: "client certificate for NATS", TakesFile: true},
+		&cli.StringFlag{Name: "tls-key", EnvVars: []string{"RELAY_TLS_KEY"}, Usage: "client key for NATS", TakesFile: true},
+		&cli.StringFlag{Name: "secret-key", EnvVars: []string{"RELAY_SECRET_KEY"}, Usage: "key that encrypts destination secrets at rest (at least 16 random bytes; prefer the environment variable or --secret-key-file)"},
+		&cli.StringFlag{Name: "secret-key-file", EnvVars: []string{"RELAY_SECRET_KEY_FILE"}, Usage: "file holding the key that encrypts destination secrets at rest", TakesFile: true},
+		&cli.StringFlag{Name: "previous-secret-key", EnvVars: []string{"RELAY_PREVIOUS_SECRET_KEY"}, Usage: "during a key rotation, the old key: secrets sealed with it still open, until 'relay dest rekey' seals them with the new one"},
+		&cli.StringFlag{Name: "previous-secret-key-file", EnvVars: []string{"RELAY_PREVIOUS_SECRET_KEY_FILE"}, Usage: "file holding the previous key (see --previous-secret-key)", TakesFile: true},
+		&cli.StringFlag{Name: "log-level", EnvVars: []string{"RELAY_LOG_LEVEL"}, Value: "info", Usage: "debug, info, warn or error"},
+		&cli.StringFlag{Name: "log-format", EnvVars: []string{"RELAY_LOG_FORMAT"}, Value: "text", Usage: "text or json"},
+	}
+	for _, f := range fs {
+		f.(*cli.StringFlag).Category = globalCategory
+	}
+	return fs
+}
+
+// offlineCommands talk to no NATS server: of the global flags they take
+// only the log ones.
+var offlineCommands = map[string]bool{"sink": true, "version": true}
+
+// withGlobalFlags appends the global flags c does not define itself.
+func withGlobalFlags(c *cli.Command, path string) {
+	own := map[string]bool{}
+	for _, f := range c.Flags {
+		for _, n := range f.Names() {
+			own[n] = true
+		}
+	}
+	for _, f := range globalFlags() {
+		n := f.Names()[0]
+		if own[n] || offlineCommands[strings.TrimPrefix(path, "_")] && !strings.HasPrefix(n, "log-") {
+			continue
+		}
+		c.Flags = append(c.Flags, f)
+	}
+}
+
+// isGlobalFlag reports whether name is one of globalFlags.
+func isGlobalFlag(name string) bool {
+	for _, f := range globalFlags() {
+		if slices.Contains(f.Names(), name) {
+			return true
+		}
+	}
+	return false
+}
+
+func versionCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "version",
+		Usage: "print relay's version",
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usagef("version takes no arguments")
+			}
+			fmt.Fprintf(c.App.Writer, "relay version %s\n", relay.Version)
+			return nil
+		},
 	}
 }
 
@@ -104,6 +175,7 @@ func finish(cmds []*cli.Command, path string) []*cli.Command {
 			return usagef("%v (see --help)", err)
 		}
 		p := path + "_" + c.Name
+		withGlobalFlags(c, p)
 		for _, f := range c.Flags {
 			setEnv(f, envName(p+"_"+f.Names()[0]))
 		}

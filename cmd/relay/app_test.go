@@ -98,6 +98,7 @@ func TestDestAddRejectsBadInput(t *testing.T) {
 		{[]string{"dest", "add", "d", "--url", "https://example.test", "--secret", "nope"}, "whsec_"},
 		{[]string{"dest", "add", "d", "--url", "https://example.test", "--jitter", "0.9"}, "jitter"},
 		{[]string{"dest", "add", "d"}, "--url is required"},
+		{[]string{"dest", "add", "d", "--url", "https://example.test", "--max-attempts", "0"}, "--max-attempts 0: give 1 or more"},
 		{[]string{"dest", "add", "--url", "https://example.test"}, "exactly one argument"},
 	} {
 		code, _, errs := b.cli(t, "", tc.args...)
@@ -154,7 +155,7 @@ func TestPublish(t *testing.T) {
 	})
 	t.Run("bad header", func(t *testing.T) {
 		code, _, errs := b.cli(t, "", "publish", "--dest", "orders", "--data", "{}", "-H", "webhook-id=x")
-		require.Equal(t, 1, code)
+		require.Equal(t, 2, code, "a header relay sets is a usage error, as a malformed one")
 		require.Contains(t, errs, "set by relay")
 		code, _, errs = b.cli(t, "", "publish", "--dest", "orders", "--data", "{}", "-H", "novalue")
 		require.Equal(t, 2, code)
@@ -225,6 +226,13 @@ func TestUsageErrorsExit2(t *testing.T) {
 	require.Contains(t, errb.String(), "flag provided but not defined")
 	require.Equal(t, 0, Main([]string{"relay", "--help"}, strings.NewReader(""), &out, &errb))
 	require.Contains(t, out.String(), "dlq")
+
+	errb.Reset()
+	require.Equal(t, 2, Main([]string{"relay", "bogus"}, strings.NewReader(""), &out, &errb))
+	require.Contains(t, errb.String(), `unknown command "bogus"`)
+	out.Reset()
+	require.Equal(t, 0, Main([]string{"relay", "version"}, strings.NewReader(""), &out, &errb))
+	require.Equal(t, "relay version "+relay.Version+"\n", out.String())
 }
 
 func TestRunRefusesAShortDuplicateWindow(t *testing.T) {
@@ -256,9 +264,53 @@ func TestInterspersedFlags(t *testing.T) {
 	// Not parallel: urfave/cli v2 mutates package-level help flags on each run.
 	app := App(nil, nil, nil)
 	got := interspersed(app, []string{"relay", "--nats-url", "u", "dest", "add", "orders", "--url", "x", "-H", "A=b", "--no-secret"})
-	require.Equal(t, []string{"relay", "--nats-url", "u", "dest", "add", "--url", "x", "-H", "A=b", "--no-secret", "--", "orders"}, got)
+	require.Equal(t, []string{"relay", "dest", "add", "--nats-url", "u", "--url", "x", "-H", "A=b", "--no-secret", "--", "orders"}, got, "global flags move behind the command, which reads them")
+	got = interspersed(app, []string{"relay", "--log-level=debug", "dest", "--secret-key", "k", "rekey", "--nats-url", "u"})
+	require.Equal(t, []string{"relay", "dest", "rekey", "--log-level=debug", "--secret-key", "k", "--nats-url", "u"}, got)
+	got = interspersed(app, []string{"relay", "--nats-url", "u", "sink", "--addr", "a"})
+	require.Equal(t, []string{"relay", "--nats-url", "u", "sink", "--addr", "a"}, got, "sink takes no NATS flags: it stays where the app reads it")
 	got = interspersed(app, []string{"relay", "publish", "--dest", "d", "-"})
 	require.Equal(t, []string{"relay", "publish", "--dest", "d", "--", "-"}, got)
+}
+
+// Global flags work before and after the command, and each command's help
+// lists them.
+func TestGlobalFlagsAfterTheCommand(t *testing.T) {
+	// Not parallel: urfave/cli v2 mutates package-level help flags on each run; t.Setenv.
+	b := setup(t)
+	run := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := Main(append([]string{"relay"}, args...), strings.NewReader(""), &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	key := "0123456789abcdef0123456789abcdef"
+	code, _, errs := run("dest", "add", "orders", "--url", "https://example.test/h", "--no-secret", "--nats-url", b.url, "--secret-key", key)
+	require.Equal(t, 0, code, errs)
+	code, out, errs := run("dest", "list", "--nats-url", b.url)
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "orders")
+	code, _, errs = run("stats", "--nats-url", b.url, "--log-level", "warn")
+	require.Equal(t, 0, code, errs)
+	code, out, errs = run("dest", "rekey", "--nats-url", b.url, "--secret-key", key)
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "resealed")
+
+	// A flag before the command still beats the environment.
+	t.Setenv("RELAY_NATS_URL", "nats://127.0.0.1:1")
+	code, out, errs = run("--nats-url", b.url, "dest", "list")
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "orders")
+	// And one after the command beats one before it.
+	code, _, errs = run("--nats-url", "nats://127.0.0.1:1", "dest", "list", "--nats-url", b.url)
+	require.Equal(t, 0, code, errs)
+
+	for _, cmd := range [][]string{{"run"}, {"stats"}, {"publish"}, {"dest", "rekey"}, {"dlq", "list"}} {
+		code, out, errs = run(append(cmd, "--help")...)
+		require.Equal(t, 0, code, errs)
+		require.Contains(t, out, "--nats-url", "%v --help", cmd)
+		require.Contains(t, out, "--secret-key", "%v --help", cmd)
+		require.Contains(t, out, "--log-level", "%v --help", cmd)
+	}
 }
 
 func TestPublishRejectsOversizedEvents(t *testing.T) {
@@ -281,6 +333,6 @@ func TestPublishRejectsOversizedEvents(t *testing.T) {
 
 	// CR/LF in a header value is refused.
 	code, _, errs = b.cli(t, "", "publish", "--dest", "big", "--data", "{}", "-H", "X-A=1\r\nX-Injected: 2")
-	require.Equal(t, 1, code)
+	require.Equal(t, 2, code)
 	require.Contains(t, errs, "control characters")
 }

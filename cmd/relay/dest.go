@@ -73,6 +73,11 @@ func applyDestFlags(c *cli.Context, d *relay.Destination) error {
 		d.Timeout = relay.Duration(c.Duration("timeout"))
 	}
 	if c.IsSet("max-attempts") {
+		// 0 in a stored destination means the default: refused here, not
+		// silently stored as 15.
+		if n := c.Int("max-attempts"); n < 1 {
+			return usagef("--max-attempts %d: give 1 or more (1: no retries)", n)
+		}
 		d.Retry.MaxAttempts = c.Int("max-attempts")
 	}
 	if c.IsSet("backoff-base") {
@@ -141,11 +146,14 @@ func destCommand() *cli.Command {
 					if err := d.WithDefaults().Validate(); err != nil {
 						return usageError{err.Error()}
 					}
-					ctx, _, st, done, err := openDests(c, 30*time.Second, allowClear(c)...)
+					ctx, js, st, done, err := openDests(c, 30*time.Second, allowClear(c)...)
 					if err != nil {
 						return err
 					}
 					defer done()
+					if err := checkNetPolicy(ctx, js, d.URL); err != nil {
+						return err
+					}
 					d, err = st.Add(ctx, d)
 					if errors.Is(err, relay.ErrWouldStoreInClear) {
 						return usagef("%v: give the key (--secret-key, RELAY_SECRET_KEY or --secret-key-file), or add --allow-unencrypted to store them unencrypted", err)
@@ -170,11 +178,16 @@ func destCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					ctx, _, st, done, err := openDests(c, 30*time.Second)
+					ctx, js, st, done, err := openDests(c, 30*time.Second)
 					if err != nil {
 						return err
 					}
 					defer done()
+					if c.IsSet("url") {
+						if err := checkNetPolicy(ctx, js, c.String("url")); err != nil {
+							return err
+						}
+					}
 					d, err := st.Update(ctx, name, func(d *relay.Destination) error { return applyDestFlags(c, d) })
 					if err != nil {
 						return err

@@ -41,6 +41,13 @@ Publishing the same --id again within the duplicate window stores nothing new.`,
 			if err != nil {
 				return err
 			}
+			// A header that cannot be sent is a usage error, like a
+			// malformed one.
+			for k, v := range hdrs {
+				if err := relay.ValidateEventHeader(k, v); err != nil {
+					return usagef("-H %s: %v", k, err)
+				}
+			}
 			ctx, js, done, err := openNATS(c, 30*time.Second)
 			if err != nil {
 				return err

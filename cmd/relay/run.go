@@ -171,13 +171,25 @@ func runAction(c *cli.Context) error {
 	if err != nil {
 		return usageError{err.Error()}
 	}
+	policy := relay.NetPolicy{Allow: allow}
 	if len(allow) > 0 {
-		log.Warn("deliveries may reach these non-public ranges", "allow_net", fmt.Sprint(allow))
+		log.Warn("address policy: deliveries may reach these non-public ranges", "allow_net", policy.String())
+	} else {
+		log.Info("address policy: deliveries reach public addresses only (--allow-net opens a range)")
+	}
+	// Every replica must run with the same policy; 'relay dest add'
+	// checks URLs against the one recorded here.
+	if err := relay.AgreeNetPolicy(setupCtx, js, policy); err != nil {
+		var pe *relay.NetPolicyError
+		if errors.As(err, &pe) {
+			return usageError{err.Error()}
+		}
+		return err
 	}
 	if c.Bool("dangerously-skip-tls-verify") {
 		log.Warn("TLS certificates of destinations are NOT verified (--dangerously-skip-tls-verify)")
 	}
-	cfg := relay.Config{JS: js, Logger: log, SecretKey: key, PreviousSecretKeys: previous, ShutdownGrace: c.Duration("shutdown-grace"), ParkThreshold: c.Duration("park-threshold"),
+	cfg := relay.Config{JS: js, Logger: log, NetPolicy: &policy, SecretKey: key, PreviousSecretKeys: previous, ShutdownGrace: c.Duration("shutdown-grace"), ParkThreshold: c.Duration("park-threshold"),
 		HTTPClient: relay.NewHTTPClient(relay.HTTPOptions{
 			Guard:                 relay.NetGuard{Allow: allow},
 			ConnectTimeout:        c.Duration("connect-timeout"),

@@ -1,0 +1,75 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/streamtest"
+)
+
+// A replica announces its address policy; another with a different one is
+// refused, one with the same is accepted and records it.
+func TestReplicasAgreeOnTheAddressPolicy(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	js := streamtest.Start(t).JS
+	loop := NetPolicy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+
+	_, ok, err := RecordedNetPolicy(ctx, js)
+	require.NoError(t, err)
+	require.False(t, ok, "nothing recorded before a relay starts")
+	require.NoError(t, AgreeNetPolicy(ctx, js, loop), "no replica runs: any policy is accepted")
+
+	rctx, cancel := context.WithCancel(ctx)
+	r, err := New(rctx, Config{JS: js, NetPolicy: &loop, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+	kv, err := js.KeyValue(ctx, stream.ReplicasBucket)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		keys, err := kv.Keys(ctx)
+		return err == nil && len(keys) == 1
+	}, time.Minute, 10*time.Millisecond, "the relay announces itself")
+
+	err = AgreeNetPolicy(ctx, js, NetPolicy{})
+	var pe *NetPolicyError
+	require.True(t, errors.As(err, &pe), "%v", err)
+	require.True(t, pe.Theirs.Equal(loop))
+	require.Contains(t, err.Error(), "--allow-net")
+	require.Contains(t, err.Error(), "public addresses and 127.0.0.0/8")
+
+	// The same ranges, given another way, agree.
+	same := NetPolicy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/8"), netip.MustParsePrefix("127.0.0.0/8")}}
+	require.NoError(t, AgreeNetPolicy(ctx, js, same))
+	got, ok, err := RecordedNetPolicy(ctx, js)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.True(t, got.Equal(loop), "recorded %v", got)
+}
+
+func TestNetPolicyCheckURL(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	loop := NetPolicy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+	var be *BlockedError
+	require.True(t, errors.As(NetPolicy{}.CheckURL(ctx, "http://127.0.0.1:8080/hook"), &be))
+	require.Equal(t, netip.MustParseAddr("127.0.0.1"), be.Addr)
+	require.True(t, errors.As(NetPolicy{}.CheckURL(ctx, "http://[::1]/hook"), &be))
+	require.True(t, errors.As(loop.CheckURL(ctx, "http://10.0.0.1/hook"), &be))
+	require.NoError(t, loop.CheckURL(ctx, "http://127.0.0.1:8080/hook"))
+	require.NoError(t, NetPolicy{}.CheckURL(ctx, "https://93.184.215.14/hook"))
+	require.NoError(t, NetPolicy{}.CheckURL(ctx, "https://relay-test.invalid/hook"), "a name that does not resolve is left to the delivery")
+}
