@@ -70,6 +70,10 @@ lint: ## gofmt, go vet and staticcheck
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
+.PHONY: docs
+docs: ## Regenerate docs/cli.md from the CLI definition (TestCLIDocsUpToDate fails when it is stale)
+	$(GO) run ./cmd/relay docs cli > docs/cli.md.tmp && mv docs/cli.md.tmp docs/cli.md
+
 .PHONY: bench
 bench: build deps ## End-to-end benchmark (report in bench-results/, see BENCHMARKS.md), then the Go micro-benchmarks
 	$(GO) run ./cmd/relay-bench -relay $(BIN) -out bench-results

@@ -84,6 +84,7 @@ func App(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			replayCommand(),
 			statsCommand(),
 			sinkCommand(),
+			docsCommand(),
 		}, ""),
 	}
 }
