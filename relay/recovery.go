@@ -33,15 +33,18 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaydev/relay/stream"
 )
 
 // partitionMark is the last event settled in one partition of an ordered
 // destination, as stored in the relay_ordered bucket. One consume loop
 // (one event at a time) owns it.
 type partitionMark struct {
-	kv  jetstream.KeyValue
-	nc  *nats.Conn
-	key string
+	kv   jetstream.KeyValue
+	nc   *nats.Conn
+	dest string
+	key  string
 	// seq is the highest sequence known settled; loaded says seq was read
 	// from the bucket since the connection last reconnected (a server
 	// restart is a reconnect, and another replica may have settled events
@@ -52,7 +55,7 @@ type partitionMark struct {
 }
 
 func newPartitionMark(kv jetstream.KeyValue, nc *nats.Conn, dest string, partition int) *partitionMark {
-	return &partitionMark{kv: kv, nc: nc, key: dest + "." + strconv.Itoa(partition)}
+	return &partitionMark{kv: kv, nc: nc, dest: dest, key: dest + "." + strconv.Itoa(partition)}
 }
 
 // settled reports whether the event at seq was settled before: delivered or
@@ -89,6 +92,30 @@ func (m *partitionMark) settle(ctx context.Context, seq uint64) error {
 	}
 	m.seq = max(m.seq, seq)
 	return nil
+}
+
+// ackSettledHead acknowledges the head that an ordered partition's consumer
+// waits for, when mark says it was settled: after a crash of the NATS
+// server's process the consumer may wait for the ack of an event delivered
+// before it, and would hand the event out again only after AckWait, holding
+// up its keys until then. cons's info is as it was when the worker started.
+func (r *Relay) ackSettledHead(cons jetstream.Consumer, mark *partitionMark) {
+	info := cons.CachedInfo()
+	if info == nil || info.NumAckPending == 0 {
+		return
+	}
+	// One event in flight at most: the last one handed out.
+	sseq, cseq := info.Delivered.Stream, info.Delivered.Consumer
+	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+	defer cancel()
+	if settled, err := mark.settled(ctx, sseq, true); err != nil || !settled {
+		return
+	}
+	if err := mark.nc.Publish(stream.AckSubject(stream.EventsStream, info.Name, sseq, cseq), []byte("+ACK")); err != nil {
+		return
+	}
+	r.log.Info("acknowledged the head an ordered partition waited for: it was settled before its ack was lost (a crash of the NATS server's process)", "consumer", info.Name, "seq", sseq)
+	r.cfg.Metrics.settledAgain(mark.dest)
 }
 
 // listInRetry returns the keys of the attempt logs in kv: the events in

@@ -525,6 +525,7 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 	var mark *partitionMark
 	if sp.ordered {
 		mark = newPartitionMark(r.ordered, r.cfg.JS.Conn(), d.Name, sp.partition)
+		r.ackSettledHead(cons, mark)
 	}
 	for range sp.concurrency {
 		wg.Go(func() {

@@ -2,6 +2,7 @@ package stream
 
 import (
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -86,4 +87,13 @@ func digits(s string) (uint64, bool) {
 		n = next
 	}
 	return n, true
+}
+
+// AckSubject is the ack subject (v1 layout) of the message at stream
+// sequence sseq that consumer of stream handed out as its delivery cseq.
+// An ack sent to it acknowledges that message while the consumer still
+// waits for it, whoever it was handed to: for a message known to be settled
+// whose ack was lost, it saves waiting out AckWait.
+func AckSubject(stream, consumer string, sseq, cseq uint64) string {
+	return "$JS.ACK." + stream + "." + consumer + ".1." + strconv.FormatUint(sseq, 10) + "." + strconv.FormatUint(cseq, 10) + ".0.0"
 }
