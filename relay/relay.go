@@ -913,6 +913,16 @@ func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, ordered bool, out 
 // deadLetter writes ev's dead letter and then terminates msg.
 func (r *Relay) deadLetter(ctx context.Context, msg jetstream.Msg, ev event, attempt int, out *Outcome) error {
 	if err := r.writeDeadLetter(ctx, ev, attempt, out); err != nil {
+		if errors.Is(err, dlq.ErrPermanent) {
+			// Coming back would not help: attempted again and again, never
+			// dead-lettered. Reported; the event stays in the event log.
+			r.deadLetterFailed(ctx, ev, out.Decision.Reason, err)
+			if terr := msg.TermWithReason(ReasonDeadLetterFailed); terr != nil {
+				return errors.Join(err, terr)
+			}
+			r.forgetHistory(ctx, ev)
+			return err
+		}
 		// Keep the event: it comes back and is dead-lettered then.
 		_ = msg.NakWithDelay(5 * time.Second)
 		return err

@@ -153,6 +153,13 @@ const (
 	HdrHistory    = "Relay-History"
 	HdrDeadAt     = "Relay-Dead-At"
 	HdrNote       = "Relay-Note" // an operator's reason, on an event they skipped
+	// HdrEventOmitted on a dead letter says the event's headers and body
+	// are not in it (it would not fit): they are read from the events
+	// stream at HdrOrigSeq.
+	HdrEventOmitted = "Relay-Event-Omitted"
+	// HdrHistoryOmitted on a dead letter is the number of attempts left out
+	// of HdrHistory to make it fit (the first and the latest are kept).
+	HdrHistoryOmitted = "Relay-History-Omitted"
 )
 
 // IsContractHeader reports whether a header belongs to NATS or relay rather
