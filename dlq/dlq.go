@@ -77,7 +77,19 @@ type Letter struct {
 	// Headers are the event's own headers (not relay's).
 	Headers nats.Header `json:"headers,omitempty"`
 	Body    []byte      `json:"-"`
+	// DedupID, when set, replaces the dead letter's dedup id
+	// (dlq:<dest>:<StreamSeq>), for a letter that is no stream message's.
+	DedupID string `json:"-"`
 }
+
+// ReasonCorruptParkedEntry is the reason of a dead letter that holds an
+// entry parked in Redis that relay could not read or would not republish;
+// its body is the entry as stored. It cannot be replayed.
+const ReasonCorruptParkedEntry = "corrupt_parked_entry"
+
+// ErrNotReplayable marks a dead letter that cannot be replayed (malformed,
+// or a corrupt parked entry).
+var ErrNotReplayable = errors.New("cannot be replayed")
 
 // ErrPermanent marks a dead letter that cannot be written for a reason that
 // retrying does not change (no record of it fits in what the server or the
@@ -164,6 +176,9 @@ func Encode(l Letter, limit int) (*nats.Msg, error) {
 	m := nats.NewMsg(stream.DLQSubject(l.Dest))
 	h := m.Header
 	h.Set(stream.HdrMsgID, fmt.Sprintf("dlq:%s:%d", l.Dest, l.StreamSeq))
+	if l.DedupID != "" {
+		h.Set(stream.HdrMsgID, l.DedupID)
+	}
 	h.Set(stream.HdrEventID, l.EventID)
 	h.Set(stream.HdrDest, l.Dest)
 	h.Set(stream.HdrReason, l.Reason)
@@ -507,7 +522,10 @@ func isNoSuchMsg(err error) bool {
 // toDest, when not empty, sends it to another destination.
 func (s *Store) Replay(ctx context.Context, l Letter, toDest string) (*jetstream.PubAck, error) {
 	if l.Malformed != "" {
-		return nil, fmt.Errorf("dead letter %d is malformed (%s): it cannot be replayed; see 'relay dlq show %d', remove it with 'relay dlq purge --seq %d'", l.Seq, l.Malformed, l.Seq, l.Seq)
+		return nil, fmt.Errorf("dead letter %d is malformed (%s): it %w; see 'relay dlq show %d', remove it with 'relay dlq purge --seq %d'", l.Seq, l.Malformed, ErrNotReplayable, l.Seq, l.Seq)
+	}
+	if l.Reason == ReasonCorruptParkedEntry {
+		return nil, fmt.Errorf("dead letter %d holds a parked entry relay could not use (%s): it %w; its body is the entry as stored ('relay dlq show %d')", l.Seq, l.LastError, ErrNotReplayable, l.Seq)
 	}
 	l, err := s.Resolve(ctx, l)
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/relaydev/relay/dlq"
 )
 
 // Result is what one delivery attempt came back with.
@@ -61,11 +63,15 @@ const (
 	// ReasonSkipped: an operator gave up on the event ('relay dest
 	// skip-head'), typically the head of an ordered key that blocks it.
 	ReasonSkipped = "skipped"
+	// ReasonCorruptParkedEntry: an entry parked in Redis that relay could
+	// not read, or would not republish (not relay's event subject for its
+	// destination); the letter's body is the entry as stored.
+	ReasonCorruptParkedEntry = dlq.ReasonCorruptParkedEntry
 )
 
 // Reasons returns all the reasons an event is dead-lettered for.
 func Reasons() []string {
-	return []string{ReasonMaxAttempts, ReasonPermanentStatus, ReasonRedirect, ReasonUnknownDestination, ReasonBlockedAddress, ReasonSkipped}
+	return []string{ReasonMaxAttempts, ReasonPermanentStatus, ReasonRedirect, ReasonUnknownDestination, ReasonBlockedAddress, ReasonSkipped, ReasonCorruptParkedEntry}
 }
 
 // Decision is the outcome of an attempt.

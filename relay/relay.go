@@ -280,7 +280,19 @@ func (r *Relay) apply(e jetstream.KeyValueEntry) {
 		delete(r.dests.dests, e.Key())
 		return
 	}
-	r.dests.dests[e.Key()] = d.WithDefaults()
+	// Validated as 'relay dest add' validates it: a record written to the
+	// bucket by other means is not trusted.
+	d = d.WithDefaults()
+	if err = d.Validate(); err == nil && d.Name != e.Key() {
+		err = fmt.Errorf("it is stored under the key %q but names %q", e.Key(), d.Name)
+	}
+	if err != nil {
+		// Its events wait in JetStream until the record is fixed.
+		r.log.Error("destination stored invalid; not used until it is fixed ('relay dest update')", "dest", e.Key(), "err", err)
+		delete(r.dests.dests, e.Key())
+		return
+	}
+	r.dests.dests[e.Key()] = d
 }
 
 // reconcileEvery is how often workers are checked without a change.

@@ -121,6 +121,13 @@ func ParseSubject(subj string) (Parsed, error) {
 	return Parsed{}, fmt.Errorf("subject %q is not a relay event subject", subj)
 }
 
+// IsInputSubject reports whether subj is an input subject of destination
+// dest: relay.in.<dest>, or relay.in.<dest>.<key token>.
+func IsInputSubject(subj, dest string) bool {
+	p, err := ParseSubject(subj)
+	return err == nil && p.Bucket < 0 && p.Dest == dest && strings.HasPrefix(subj, InPrefix+".") && ValidateDestName(dest) == nil
+}
+
 // InputSubject is the subject to republish a stored event to so that it goes
 // through the same partitioning again.
 func (p Parsed) InputSubject() string {
