@@ -137,6 +137,12 @@ func (p Parsed) InputSubject() string {
 	return InPrefix + "." + p.Dest + "." + p.KeyToken
 }
 
+// InboxPrefix is the prefix of the reply subjects of relay's own NATS
+// connections (pulled events, API and KV replies), apart from the _INBOX.>
+// producers use: permissions that let producers subscribe to _INBOX.> do
+// not show them relay's traffic, and producers are denied InboxPrefix.>.
+const InboxPrefix = "_INBOX_RELAY"
+
 // Headers of the wire contract. Headers a producer sets that start with neither
 // "Nats-" nor "Relay-" are passed on to the destination as HTTP headers.
 const (
