@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -115,4 +116,46 @@ func TestMaxSizeEventWithFiftyAttemptsIsDeadLettered(t *testing.T) {
 	require.True(t, ghost[0].EventOmitted)
 	require.Equal(t, "evt_ghost_small", ghost[1].EventID)
 	require.Equal(t, `{}`, string(ghost[1].Body))
+}
+
+// A dead letter the dead-letter stream refuses for a reason retrying does
+// not change (here its maximum message size, set below what any letter
+// needs) does not make relay attempt the event again and again: the event
+// is given up after its one attempt, and the failure is counted and shown
+// by relay stats. (Integration test.)
+func TestDeadLetterThatCannotBeStoredIsReportedNotRetried(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	dlqs, err := e.js.Stream(ctx, stream.DLQStream)
+	require.NoError(t, err)
+	cfg := dlqs.CachedInfo().Config
+	cfg.MaxMsgSize = 200
+	_, err = e.js.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+
+	s := newSink(t, func(h hit, w http.ResponseWriter) int {
+		w.WriteHeader(http.StatusBadRequest)
+		return http.StatusBadRequest
+	})
+	e.addDest(relay.Destination{Name: "nodlq", URL: s.URL})
+	rec, _ := e.startRelay()
+	res := e.publish("nodlq", "", `{"x":1}`)
+	eventually(t, 30*time.Second, func() bool { return e.settled("nodlq") && s.len() == 1 }, "the event given up after its attempt")
+	require.Equal(t, 1, rec.count(func(o relay.Outcome) bool {
+		return o.Decision.Action == relay.DeadLetter && errors.Is(o.Err, dlq.ErrPermanent)
+	}))
+	stats, err := relay.Stats(ctx, e.js, nil)
+	require.NoError(t, err)
+	require.Len(t, stats, 1)
+	f := stats[0].DeadLetterFailures
+	require.NotNil(t, f, "shown by relay stats")
+	require.Equal(t, uint64(1), f.Count)
+	require.Equal(t, res.ID, f.LastEventID)
+	require.Equal(t, res.Seq, f.LastSeq)
+
+	code, out := e.relayCLI("stats")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "nodlq: 1 events could not be dead-lettered")
+	require.Equal(t, 1, s.len(), "attempted once, not again and again")
 }
