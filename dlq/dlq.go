@@ -63,40 +63,132 @@ type Letter struct {
 	Subject   string    `json:"subject"`
 	StreamSeq uint64    `json:"stream_seq"`
 	History   []Attempt `json:"history,omitempty"`
+	// HistoryOmitted is the number of attempts left out of History so that
+	// the letter fits in one message (the first and the latest are kept).
+	HistoryOmitted int `json:"history_omitted,omitempty"`
+	// EventOmitted says the event's headers and body are not in the letter:
+	// with them it would not fit in one message. They are read from the
+	// event stream at StreamSeq (Store.Resolve), while it keeps them.
+	EventOmitted bool `json:"event_omitted,omitempty"`
+	// Malformed, when set, says why the message stored at Seq could not be
+	// read as a dead letter; only Seq, Subject, Dest (from the subject) and
+	// DeadAt (when it was stored) are known then.
+	Malformed string `json:"malformed,omitempty"`
 	// Headers are the event's own headers (not relay's).
 	Headers nats.Header `json:"headers,omitempty"`
 	Body    []byte      `json:"-"`
+	// DedupID, when set, replaces the dead letter's dedup id
+	// (dlq:<dest>:<StreamSeq>), for a letter that is no stream message's.
+	DedupID string `json:"-"`
 }
+
+// ReasonCorruptParkedEntry is the reason of a dead letter that holds an
+// entry parked in Redis that relay could not read or would not republish;
+// its body is the entry as stored. It cannot be replayed.
+const ReasonCorruptParkedEntry = "corrupt_parked_entry"
+
+// ErrNotReplayable marks a dead letter that cannot be replayed (malformed,
+// or a corrupt parked entry).
+var ErrNotReplayable = errors.New("cannot be replayed")
+
+// ErrPermanent marks a dead letter that cannot be written for a reason that
+// retrying does not change (no record of it fits in what the server or the
+// dead-letter stream accepts).
+var ErrPermanent = errors.New("dead letter cannot be stored")
 
 // Writer publishes dead letters.
 type Writer struct {
 	JS jetstream.JetStream
+	// MaxSize caps a dead letter, headers and body, in bytes. Optional,
+	// default the connection's max payload, and the dead-letter stream's
+	// maximum message size if that is lower.
+	MaxSize int
 }
+
+// Bounds that keep a dead letter's own part small beside the event: the
+// free-text headers, one failure in the history, the whole history.
+const (
+	maxTextHeader   = 512
+	maxAttemptError = 256
+	maxHistoryBytes = 32 << 10
+)
 
 // Write publishes l to its destination's dead-letter subject and returns only
 // once JetStream has stored it. The publish is idempotent per original event
 // message, so writing again after a crash stores nothing twice.
+//
+// A letter always fits in one message: when the event's headers and body do
+// not fit beside relay's headers, the letter references the event by its
+// sequence instead of copying it (EventOmitted), and a history too long is
+// cut in the middle (HistoryOmitted). An error wrapping ErrPermanent means
+// not even that fits.
 func (w Writer) Write(ctx context.Context, l Letter) (uint64, error) {
-	m := nats.NewMsg(stream.DLQSubject(l.Dest))
-	m.Data = l.Body
-	for k, vs := range l.Headers {
-		if stream.IsContractHeader(k) {
-			continue
-		}
-		m.Header[k] = vs
+	limit := w.MaxSize
+	if limit <= 0 {
+		limit = int(w.JS.Conn().MaxPayload())
 	}
+	m, err := Encode(l, limit)
+	if err != nil {
+		return 0, err
+	}
+	ack, err := w.JS.PublishMsg(ctx, m)
+	if isTooLarge(err) && w.MaxSize <= 0 {
+		// The dead-letter stream takes less than the connection: fit that.
+		if n := streamLimit(ctx, w.JS); n > 0 && n < limit {
+			if m, err = Encode(l, n); err != nil {
+				return 0, err
+			}
+			ack, err = w.JS.PublishMsg(ctx, m)
+		}
+	}
+	if err != nil {
+		if isTooLarge(err) {
+			return 0, fmt.Errorf("publish dead letter of event %s to %s: %w: %w", l.EventID, m.Subject, ErrPermanent, err)
+		}
+		return 0, fmt.Errorf("publish dead letter of event %s to %s: %w", l.EventID, m.Subject, err)
+	}
+	return ack.Sequence, nil
+}
+
+// isTooLarge reports a message refused for its size, by the client (the
+// server's max payload) or by the stream (its maximum message size).
+func isTooLarge(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, nats.ErrMaxPayload) ||
+		errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum
+}
+
+// streamLimit is the dead-letter stream's maximum message size (0: unknown
+// or none).
+func streamLimit(ctx context.Context, js jetstream.JetStream) int {
+	st, err := js.Stream(ctx, stream.DLQStream)
+	if err != nil {
+		return 0
+	}
+	return max(int(st.CachedInfo().Config.MaxMsgSize), 0)
+}
+
+// Encode builds l's message, at most limit bytes of headers and body: the
+// event is left out (referenced by its sequence) if it does not fit with
+// the rest, and the history cut to fit. It fails, wrapping ErrPermanent,
+// only if relay's own headers alone exceed limit.
+func Encode(l Letter, limit int) (*nats.Msg, error) {
+	m := nats.NewMsg(stream.DLQSubject(l.Dest))
 	h := m.Header
 	h.Set(stream.HdrMsgID, fmt.Sprintf("dlq:%s:%d", l.Dest, l.StreamSeq))
+	if l.DedupID != "" {
+		h.Set(stream.HdrMsgID, l.DedupID)
+	}
 	h.Set(stream.HdrEventID, l.EventID)
 	h.Set(stream.HdrDest, l.Dest)
 	h.Set(stream.HdrReason, l.Reason)
 	h.Set(stream.HdrAttempts, strconv.Itoa(l.Attempts))
 	h.Set(stream.HdrLastStatus, strconv.Itoa(l.LastStatus))
 	if l.LastError != "" {
-		h.Set(stream.HdrLastError, OneLine(l.LastError, 512))
+		h.Set(stream.HdrLastError, OneLine(l.LastError, maxTextHeader))
 	}
 	if l.Note != "" {
-		h.Set(stream.HdrNote, OneLine(l.Note, 512))
+		h.Set(stream.HdrNote, OneLine(l.Note, maxTextHeader))
 	}
 	if !l.First.IsZero() {
 		h.Set(stream.HdrFirst, l.First.UTC().Format(time.RFC3339Nano))
@@ -105,19 +197,87 @@ func (w Writer) Write(ctx context.Context, l Letter) (uint64, error) {
 	h.Set(stream.HdrOrigSubj, l.Subject)
 	h.Set(stream.HdrOrigSeq, strconv.FormatUint(l.StreamSeq, 10))
 	h.Set(stream.HdrDeadAt, l.DeadAt.UTC().Format(time.RFC3339Nano))
-	if len(l.History) > 0 {
-		hist := slices.Clone(TrimHistory(l.History))
-		for i := range hist {
-			hist[i].Error = OneLine(hist[i].Error, 256)
+
+	hist := slices.Clone(TrimHistory(l.History))
+	for i := range hist {
+		hist[i].Error = OneLine(hist[i].Error, maxAttemptError)
+	}
+	omitted := len(l.History) - len(hist) + l.HistoryOmitted
+	histBudget := maxHistoryBytes
+	var histJSON string
+	setHistory := func() {
+		h.Del(stream.HdrHistory)
+		h.Del(stream.HdrHistoryOmitted)
+		var dropped int
+		histJSON, dropped = fitHistory(hist, histBudget)
+		if histJSON != "" {
+			h.Set(stream.HdrHistory, histJSON)
 		}
-		b, _ := json.Marshal(hist)
-		h.Set(stream.HdrHistory, string(b))
+		if n := omitted + dropped; n > 0 {
+			h.Set(stream.HdrHistoryOmitted, strconv.Itoa(n))
+		}
 	}
-	ack, err := w.JS.PublishMsg(ctx, m)
-	if err != nil {
-		return 0, fmt.Errorf("publish dead letter of event %s to %s: %w", l.EventID, m.Subject, err)
+	setHistory()
+
+	event := 0
+	for k, vs := range l.Headers {
+		if stream.IsContractHeader(k) {
+			continue
+		}
+		for _, v := range vs {
+			event += len(k) + len(v) + 4
+		}
 	}
-	return ack.Sequence, nil
+	if l.EventOmitted || headerSize(h)+event+len(l.Body) > limit {
+		h.Set(stream.HdrEventOmitted, "true")
+	} else {
+		m.Data = l.Body
+		for k, vs := range l.Headers {
+			if !stream.IsContractHeader(k) {
+				h[k] = vs
+			}
+		}
+	}
+	// Without the event, a limit this low (a few KiB) leaves less room for
+	// the history: halve it until the letter fits.
+	for headerSize(h)+len(m.Data) > limit && histJSON != "" {
+		histBudget = len(histJSON) / 2
+		setHistory()
+	}
+	if size := headerSize(h) + len(m.Data); size > limit {
+		return nil, fmt.Errorf("dead letter of event %s: %d bytes without the event and its history, over the %d bytes a message may have: %w", l.EventID, size, limit, ErrPermanent)
+	}
+	return m, nil
+}
+
+// headerSize is the size of h on the wire.
+func headerSize(h nats.Header) int {
+	n := len("NATS/1.0\r\n\r\n")
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
+}
+
+// fitHistory encodes h in at most budget bytes, leaving out the attempts
+// after the first, oldest first, and says how many it left out.
+func fitHistory(h []Attempt, budget int) (string, int) {
+	for drop := 0; drop < len(h); drop++ {
+		kept := h
+		if drop > 0 {
+			kept = append([]Attempt{h[0]}, h[1+drop:]...)
+		}
+		var b strings.Builder
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false) // a response's <, > and & stay one byte each
+		_ = enc.Encode(kept)
+		if s := strings.TrimSuffix(b.String(), "\n"); len(s) <= budget {
+			return s, drop
+		}
+	}
+	return "", len(h)
 }
 
 // Decode reads a dead letter from a stored message.
@@ -141,6 +301,8 @@ func Decode(seq uint64, subject string, h nats.Header, body []byte) (Letter, err
 	l.DeadAt, _ = time.Parse(time.RFC3339Nano, h.Get(stream.HdrDeadAt))
 	l.Subject = h.Get(stream.HdrOrigSubj)
 	l.StreamSeq, _ = strconv.ParseUint(h.Get(stream.HdrOrigSeq), 10, 64)
+	l.HistoryOmitted, _ = strconv.Atoi(h.Get(stream.HdrHistoryOmitted))
+	l.EventOmitted = h.Get(stream.HdrEventOmitted) != ""
 	if hs := h.Get(stream.HdrHistory); hs != "" {
 		if err := json.Unmarshal([]byte(hs), &l.History); err != nil {
 			return Letter{}, fmt.Errorf("dead letter %d: bad %s header: %w", seq, stream.HdrHistory, err)
@@ -225,7 +387,54 @@ func (s *Store) Get(ctx context.Context, seq uint64) (Letter, error) {
 	if err != nil {
 		return Letter{}, err
 	}
-	return Decode(m.Sequence, m.Subject, m.Header, m.Data)
+	return decodeStored(m), nil
+}
+
+// decodeStored reads a dead letter from m, or describes it as malformed.
+func decodeStored(m *jetstream.RawStreamMsg) Letter {
+	l, err := Decode(m.Sequence, m.Subject, m.Header, m.Data)
+	if err == nil {
+		return l
+	}
+	l = Letter{Seq: m.Sequence, Subject: m.Subject, DeadAt: m.Time, Malformed: err.Error(), Headers: m.Header, Body: m.Data}
+	if d, ok := strings.CutPrefix(m.Subject, stream.DLQPrefix+"."); ok {
+		l.Dest = d
+	}
+	return l
+}
+
+// Resolve returns l with its event's headers and body: l itself, or when
+// the letter references its event (EventOmitted), l with them read from
+// the event stream at l.StreamSeq.
+func (s *Store) Resolve(ctx context.Context, l Letter) (Letter, error) {
+	if !l.EventOmitted {
+		return l, nil
+	}
+	evs, err := s.js.Stream(ctx, stream.EventsStream)
+	if err != nil {
+		return l, fmt.Errorf("dead letter %d: open stream %s to read its event: %w", l.Seq, stream.EventsStream, err)
+	}
+	m, err := evs.GetMsg(ctx, l.StreamSeq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return l, fmt.Errorf("dead letter %d holds no copy of event %s (too large to copy) and stream %s no longer holds it at sequence %d (older than the event retention, or deleted)", l.Seq, l.EventID, stream.EventsStream, l.StreamSeq)
+	}
+	if err != nil {
+		return l, fmt.Errorf("dead letter %d: read event %s at sequence %d of stream %s: %w", l.Seq, l.EventID, l.StreamSeq, stream.EventsStream, err)
+	}
+	id := m.Header.Get(stream.HdrEventID)
+	if id == "" {
+		id = m.Header.Get(stream.HdrMsgID)
+	}
+	if m.Subject != l.Subject || id != "" && id != l.EventID {
+		return l, fmt.Errorf("dead letter %d: sequence %d of stream %s holds another message (%s, event %q) than its event %s", l.Seq, l.StreamSeq, stream.EventsStream, m.Subject, id, l.EventID)
+	}
+	l.Body, l.Headers = m.Data, nats.Header{}
+	for k, vs := range m.Header {
+		if !stream.IsContractHeader(k) {
+			l.Headers[k] = vs
+		}
+	}
+	return l, nil
 }
 
 // Each calls fn for every dead letter matching f, oldest first, up to the
@@ -261,10 +470,7 @@ func (s *Store) Each(ctx context.Context, f Filter, fn func(Letter) error) error
 		since = f.Since.Add(-time.Minute)
 	}
 	return stream.Scan(ctx, s.js, stream.DLQStream, filters, since, func(m *jetstream.RawStreamMsg) error {
-		l, err := Decode(m.Sequence, m.Subject, m.Header, m.Data)
-		if err != nil {
-			return err
-		}
+		l := decodeStored(m)
 		if !f.Match(l) {
 			return nil
 		}
@@ -315,8 +521,18 @@ func isNoSuchMsg(err error) bool {
 // Replaying the same letter twice within the duplicate window publishes once.
 // toDest, when not empty, sends it to another destination.
 func (s *Store) Replay(ctx context.Context, l Letter, toDest string) (*jetstream.PubAck, error) {
-	p, err := stream.ParseSubject(l.Subject)
+	if l.Malformed != "" {
+		return nil, fmt.Errorf("dead letter %d is malformed (%s): it %w; see 'relay dlq show %d', remove it with 'relay dlq purge --seq %d'", l.Seq, l.Malformed, ErrNotReplayable, l.Seq, l.Seq)
+	}
+	if l.Reason == ReasonCorruptParkedEntry {
+		return nil, fmt.Errorf("dead letter %d holds a parked entry relay could not use (%s): it %w; its body is the entry as stored ('relay dlq show %d')", l.Seq, l.LastError, ErrNotReplayable, l.Seq)
+	}
+	l, err := s.Resolve(ctx, l)
 	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	p, perr := stream.ParseSubject(l.Subject)
+	if perr != nil {
 		p = stream.Parsed{Dest: l.Dest}
 	}
 	if toDest != "" {

@@ -167,7 +167,7 @@ func FuzzWriteDecodeRoundTrip(f *testing.F) {
 			in.Headers = nats.Header{key: {val}}
 		}
 		js := &letterTestJS{} // from letter_test.go
-		if _, err := (Writer{JS: js}).Write(context.Background(), in); err != nil {
+		if _, err := (Writer{JS: js, MaxSize: 1 << 20}).Write(context.Background(), in); err != nil {
 			t.Fatal(err)
 		}
 		out, err := Decode(3, js.msg.Subject, js.msg.Header, js.msg.Data)

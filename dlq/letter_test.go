@@ -221,7 +221,7 @@ func TestWriteThenDecodeRoundTrip(t *testing.T) {
 		Body:       []byte(`{"a":1}`),
 	}
 	js := &letterTestJS{}
-	seq, err := Writer{JS: js}.Write(context.Background(), in)
+	seq, err := Writer{JS: js, MaxSize: 1 << 20}.Write(context.Background(), in)
 	require.NoError(t, err)
 	require.Equal(t, uint64(11), seq)
 	require.NotNil(t, js.msg)
@@ -233,6 +233,7 @@ func TestWriteThenDecodeRoundTrip(t *testing.T) {
 	want := in
 	want.Seq = 11
 	want.History = TrimHistory(hist)
+	want.HistoryOmitted = 60 - MaxHistory // the marker of what was left out
 	want.Headers = nats.Header{"X-Trace": {"t"}}
 	require.Equal(t, want, out)
 	require.Len(t, out.History, MaxHistory)

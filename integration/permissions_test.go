@@ -2,9 +2,11 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -42,7 +44,7 @@ var (
 				"$KV.relay_destinations.>", "$KV.relay_attempts.>", "$KV.relay_replicas.>", "$KV.relay_state.>", "$KV.relay_ordered.>",
 				"$JS.ACK.RELAY_EVENTS.>",
 			}, api...)},
-			Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+			Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX_RELAY.>"}},
 		}
 	}
 	producerPermissions = &server.Permissions{
@@ -51,7 +53,7 @@ var (
 			"$JS.API.STREAM.INFO.RELAY_EVENTS", "$JS.API.STREAM.INFO.KV_relay_destinations",
 			"$JS.API.DIRECT.GET.KV_relay_destinations.>",
 		}},
-		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}, Deny: []string{"_INBOX_RELAY.>"}},
 	}
 )
 
@@ -116,8 +118,27 @@ func runWithPermissions(t *testing.T, perms *server.Permissions) {
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 
 	ctx := context.Background()
-	var relayErrs, producerErrs violations
-	js := connectAs(t, s.ClientURL(), "relay", &relayErrs)
+	var relayErrs, producerErrs, snoopErrs violations
+	// relay connects as 'relay run' does (its own inbox prefix).
+	rnc, err := stream.Connect(stream.ConnConfig{URL: s.ClientURL(), User: "relay", Password: "relay", Logf: func(format string, args ...any) {
+		relayErrs.handler(nil, nil, fmt.Errorf(format, args...))
+	}})
+	require.NoError(t, err)
+	t.Cleanup(rnc.Close)
+	js, err := jetstream.New(rnc)
+	require.NoError(t, err)
+
+	// Another tenant's producer, with the same permissions, listens on
+	// every inbox it may, and tries relay's.
+	snc, err := nats.Connect(s.ClientURL(), nats.UserInfo("producer", "producer"), nats.ErrorHandler(snoopErrs.handler))
+	require.NoError(t, err)
+	t.Cleanup(snc.Close)
+	snooped := make(chan *nats.Msg, 10000)
+	_, err = snc.ChanSubscribe("_INBOX.>", snooped)
+	require.NoError(t, err)
+	_, err = snc.ChanSubscribe(stream.InboxPrefix+".>", snooped)
+	require.NoError(t, err)
+	require.NoError(t, snc.Flush())
 	require.NoError(t, stream.Ensure(ctx, js, stream.Config{}))
 	st, err := relay.NewStore(ctx, js)
 	require.NoError(t, err)
@@ -194,4 +215,17 @@ func runWithPermissions(t *testing.T, perms *server.Permissions) {
 
 	require.Empty(t, relayErrs.list(), "permission errors reported to relay")
 	require.Empty(t, producerErrs.list(), "permission errors reported to the producer")
+
+	// The snooper saw none of relay's traffic: no pulled event (its ack
+	// subject), no event body; its subscription to relay's inboxes was
+	// refused.
+	eventually(t, 10*time.Second, func() bool { return len(snoopErrs.list()) > 0 }, "the subscription to relay's inboxes refused")
+	require.Contains(t, strings.Join(snoopErrs.list(), "\n"), stream.InboxPrefix+".>")
+	require.NoError(t, snc.Flush())
+	for len(snooped) > 0 {
+		m := <-snooped
+		require.False(t, strings.HasPrefix(m.Reply, "$JS.ACK."), "a producer received an event relay pulled (%s, ack %s)", m.Subject, m.Reply)
+		require.NotContains(t, string(m.Data), `"n":1`, "a producer received an event body on %s", m.Subject)
+		require.False(t, strings.HasPrefix(m.Subject, stream.InboxPrefix+"."), "a producer received relay's reply on %s", m.Subject)
+	}
 }

@@ -25,6 +25,7 @@ type Metrics struct {
 	parkFailures    *prometheus.CounterVec
 	pauses          *prometheus.CounterVec
 	settled         *prometheus.CounterVec
+	deadLetterFails *prometheus.CounterVec
 	// The unknown-destination check's events, by how it went through them.
 	checkCounted, checkListed, checkRead prometheus.Counter
 
@@ -75,14 +76,26 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "relay_settled_again_total",
 			Help: "Events that came back although settled before (their ack lost in a crash of the NATS server's process), acknowledged without an attempt.",
 		}, []string{"dest"}),
+		deadLetterFails: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relay_dead_letter_failures_total",
+			Help: "Events whose dead letter could not be stored for a reason retrying does not change; each stays in the event log (relay replay delivers it again).",
+		}, []string{"dest"}),
 	}
 	checked := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "relay_unknown_destination_check_events_total",
 		Help: "Events this process's unknown-destination check went through: counted (the server counted them all on known destinations' subjects), listed (settled from the list of the stream's subjects) or read (their headers read one by one).",
 	}, []string{"how"})
-	reg.MustRegister(m.deliveries, m.attempts, m.responses, m.attemptDuration, m.latency, m.inFlight, m.parkFailures, m.pauses, m.settled, checked)
+	reg.MustRegister(m.deliveries, m.attempts, m.responses, m.attemptDuration, m.latency, m.inFlight, m.parkFailures, m.pauses, m.settled, m.deadLetterFails, checked)
 	m.checkCounted, m.checkListed, m.checkRead = checked.WithLabelValues("counted"), checked.WithLabelValues("listed"), checked.WithLabelValues("read")
 	return m
+}
+
+// deadLetterFailed counts an event of dest whose dead letter could not be
+// stored for good.
+func (m *Metrics) deadLetterFailed(dest string) {
+	if m != nil {
+		m.deadLetterFails.WithLabelValues(dest).Inc()
+	}
 }
 
 // checkedCounted counts n events the unknown-destination check settled by

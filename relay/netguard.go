@@ -31,17 +31,18 @@ var blockedNets = func() []netip.Prefix {
 		"224.0.0.0/4",     // multicast
 		"240.0.0.0/4",     // reserved, broadcast
 		// IPv6 (IPv4-mapped addresses are unmapped and checked as IPv4)
-		"::/96",          // unspecified, loopback, IPv4-compatible
-		"64:ff9b::/96",   // NAT64: can reach any IPv4 address
-		"64:ff9b:1::/48", // local NAT64
-		"100::/64",       // discard
-		"2001::/23",      // IETF protocol assignments (Teredo...)
-		"2001:db8::/32",  // documentation
-		"2002::/16",      // 6to4: embeds an IPv4 address
-		"fc00::/7",       // unique local (ULA)
-		"fe80::/10",      // link-local
-		"fec0::/10",      // site-local (deprecated)
-		"ff00::/8",       // multicast
+		"::/96",           // unspecified, loopback, IPv4-compatible
+		"64:ff9b::/96",    // NAT64: can reach any IPv4 address
+		"::ffff:0:0:0/96", // IPv4-translated (RFC 2765 SIIT; ::ffff:0:0/96 is the IPv4-mapped range, unmapped above): can reach any IPv4 address
+		"64:ff9b:1::/48",  // local NAT64
+		"100::/64",        // discard
+		"2001::/23",       // IETF protocol assignments (Teredo...)
+		"2001:db8::/32",   // documentation
+		"2002::/16",       // 6to4: embeds an IPv4 address
+		"fc00::/7",        // unique local (ULA)
+		"fe80::/10",       // link-local
+		"fec0::/10",       // site-local (deprecated)
+		"ff00::/8",        // multicast
 	} {
 		out = append(out, netip.MustParsePrefix(s))
 	}

@@ -102,6 +102,11 @@ func TestNetGuardPermitsTable(t *testing.T) {
 		"2002:808:808::1",          // 6to4 of a public address is still 6to4
 		"::8.8.8.8",                // IPv4-compatible of a public address
 		"100::ffff:ffff:ffff:ffff", // discard, last
+		"::ffff:0:a9fe:a9fe",       // IPv4-translated 169.254.169.254 (RFC 2765)
+		"::ffff:0:7f00:1",          // IPv4-translated 127.0.0.1
+		"::ffff:0:808:808",         // IPv4-translated of a public address is still translated
+		"::ffff:0:0:0",             // IPv4-translated range, first
+		"::ffff:0:ffff:ffff",       // IPv4-translated range, last
 	}
 	permitted := []string{
 		"8.8.8.8",

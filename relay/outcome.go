@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/relaydev/relay/dlq"
 )
 
 // Result is what one delivery attempt came back with.
@@ -66,11 +68,15 @@ const (
 	// request (an id or a header it would send has control characters,
 	// say); the letter's note names the header.
 	ReasonInvalidEvent = "invalid_event"
+	// ReasonCorruptParkedEntry: an entry parked in Redis that relay could
+	// not read, or would not republish (not relay's event subject for its
+	// destination); the letter's body is the entry as stored.
+	ReasonCorruptParkedEntry = dlq.ReasonCorruptParkedEntry
 )
 
 // Reasons returns all the reasons an event is dead-lettered for.
 func Reasons() []string {
-	return []string{ReasonMaxAttempts, ReasonPermanentStatus, ReasonRedirect, ReasonUnknownDestination, ReasonBlockedAddress, ReasonSkipped, ReasonInvalidEvent}
+	return []string{ReasonMaxAttempts, ReasonPermanentStatus, ReasonRedirect, ReasonUnknownDestination, ReasonBlockedAddress, ReasonSkipped, ReasonInvalidEvent, ReasonCorruptParkedEntry}
 }
 
 // Decision is the outcome of an attempt.

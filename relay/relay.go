@@ -305,7 +305,19 @@ func (r *Relay) apply(e jetstream.KeyValueEntry) {
 		delete(r.dests.dests, e.Key())
 		return
 	}
-	r.dests.dests[e.Key()] = d.WithDefaults()
+	// Validated as 'relay dest add' validates it: a record written to the
+	// bucket by other means is not trusted.
+	d = d.WithDefaults()
+	if err = d.Validate(); err == nil && d.Name != e.Key() {
+		err = fmt.Errorf("it is stored under the key %q but names %q", e.Key(), d.Name)
+	}
+	if err != nil {
+		// Its events wait in JetStream until the record is fixed.
+		r.log.Error("destination stored invalid; not used until it is fixed ('relay dest update')", "dest", e.Key(), "err", err)
+		delete(r.dests.dests, e.Key())
+		return
+	}
+	r.dests.dests[e.Key()] = d
 }
 
 // reconcileEvery is how often workers are checked without a change.
@@ -995,6 +1007,17 @@ func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, mark *partitionMar
 // when ev heads an ordered key.
 func (r *Relay) deadLetter(ctx context.Context, msg jetstream.Msg, ev event, attempt int, mark *partitionMark, out *Outcome) error {
 	if err := r.writeDeadLetter(ctx, ev, attempt, out); err != nil {
+		if errors.Is(err, dlq.ErrPermanent) {
+			// Coming back would not help: attempted again and again, never
+			// dead-lettered. Reported; the event stays in the event log.
+			r.deadLetterFailed(ctx, ev, out.Decision.Reason, err)
+			r.settleOrdered(ctx, mark, ev)
+			if terr := msg.TermWithReason(ReasonDeadLetterFailed); terr != nil {
+				return errors.Join(err, terr)
+			}
+			r.forgetHistory(ctx, ev)
+			return err
+		}
 		// Keep the event: it comes back and is dead-lettered then.
 		_ = msg.NakWithDelay(5 * time.Second)
 		return err

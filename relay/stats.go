@@ -29,6 +29,9 @@ type DestStats struct {
 	OldestDue time.Time `json:"oldest_due,omitzero"`
 	// DeadLetters is the number of dead letters kept for it.
 	DeadLetters uint64 `json:"dead_letters"`
+	// DeadLetterFailures, when set, counts its events whose dead letter
+	// could not be stored for good (they stay in the event log).
+	DeadLetterFailures *DeadLetterFailures `json:"dead_letter_failures,omitempty"`
 	// Ordered destinations only: partitions whose head event is being
 	// retried, holding back the later events of its keys.
 	Partitions        int `json:"partitions,omitempty"`
@@ -61,12 +64,21 @@ func Stats(ctx context.Context, js jetstream.JetStream, sched *schedule.Store) (
 	if err != nil {
 		return nil, err
 	}
+	state, err := js.KeyValue(ctx, stream.StateBucket)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]DestStats, 0, len(dests))
 	for _, d := range dests {
 		d = d.WithDefaults()
 		s := DestStats{Dest: d.Name, Parked: -1, DeadLetters: dead[d.Name], State: d.State(time.Now())}
 		if s.State != StateActive && s.State != StateProbing {
 			s.PausedUntil = d.PausedUntil
+		}
+		if f, _, err := readDeadLetterFailures(ctx, state, d.Name); err != nil {
+			return nil, err
+		} else if f.Count > 0 {
+			s.DeadLetterFailures = &f
 		}
 		var floor uint64
 		pending := false

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -1110,7 +1111,13 @@ func (r *Relay) deadLetterUnrouted(ctx context.Context, ev event, whole bool) er
 	}
 	out := Outcome{Dest: ev.dest, EventID: ev.id, Seq: ev.seq, Decision: Decision{Action: DeadLetter, Reason: ReasonUnknownDestination}}
 	if err := r.writeDeadLetter(ctx, ev, 0, &out); err != nil {
-		return err
+		if !errors.Is(err, dlq.ErrPermanent) {
+			return err
+		}
+		// Trying again would stop the check here for good: reported, and
+		// the check goes on.
+		r.deadLetterFailed(ctx, ev, out.Decision.Reason, err)
+		out.Err = err
 	}
 	r.logOutcome(out)
 	if r.cfg.OnDelivery != nil {

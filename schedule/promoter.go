@@ -2,6 +2,8 @@ package schedule
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -125,6 +128,9 @@ func (p Promoter) PromoteDue(ctx context.Context) (int, error) {
 }
 
 func (p Promoter) promoteDest(ctx context.Context, dest string) (int, error) {
+	if err := stream.ValidateDestName(dest); err != nil {
+		return 0, fmt.Errorf("entries parked under a name no destination can have are left alone: %w", err)
+	}
 	claimed, err := p.Store.Claim(ctx, dest, p.Now(), p.Batch, p.Lease)
 	if err != nil || len(claimed) == 0 {
 		return 0, err
@@ -132,7 +138,16 @@ func (p Promoter) promoteDest(ctx context.Context, dest string) (int, error) {
 	failpoint("promote-after-claim")
 	futures := make([]jetstream.PubAckFuture, len(claimed))
 	var errs []error
+	var aside []string // entries moved to the dead letters
 	for i, c := range claimed {
+		if c.Err != nil {
+			if err := p.setAside(ctx, dest, c); err != nil {
+				errs = append(errs, err)
+			} else {
+				aside = append(aside, c.Member)
+			}
+			continue
+		}
 		m := nats.NewMsg(c.Entry.Subject)
 		m.Data = c.Entry.Body
 		for k, vs := range c.Entry.Headers {
@@ -179,8 +194,34 @@ wait:
 	// after it.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := p.Store.Remove(rctx, dest, done); err != nil {
+	if err := p.Store.Remove(rctx, dest, append(done, aside...)); err != nil {
 		errs = append(errs, fmt.Errorf("remove %d republished entries (they are republished again after the lease and dropped as duplicates): %w", len(done), err))
 	}
 	return len(done), errors.Join(errs...)
+}
+
+// setAside moves a claimed entry that must not be republished (c.Err) to
+// the dead letters, with reason dlq.ReasonCorruptParkedEntry and the entry
+// as stored for its body, so that the rest of its batch goes on and an
+// operator can see it. It is removed from Redis once the dead letter is
+// stored (its dedup id comes from its member and bytes: a second write
+// after a crash stores nothing twice).
+func (p Promoter) setAside(ctx context.Context, dest string, c Claimed) error {
+	sum := sha256.Sum256([]byte(c.Member + "\x00" + c.Raw))
+	l := dlq.Letter{
+		DeadAt:    p.Now().UTC(),
+		Dest:      dest,
+		EventID:   c.Entry.EventID,
+		Reason:    dlq.ReasonCorruptParkedEntry,
+		LastError: c.Err.Error(),
+		Subject:   c.Entry.Subject,
+		Body:      []byte(c.Raw),
+		DedupID:   "dlq:" + dest + ":parked:" + hex.EncodeToString(sum[:16]),
+	}
+	if _, err := (dlq.Writer{JS: p.JS}).Write(ctx, l); err != nil {
+		return fmt.Errorf("%w; moving it to the dead letters failed (it is tried again after the lease): %w", c.Err, err)
+	}
+	p.Logger.Error("parked entry refused: moved to the dead letters (reason "+dlq.ReasonCorruptParkedEntry+") and removed from Redis; the rest of its batch goes on",
+		"dest", dest, "member", c.Member, "err", c.Err)
+	return nil
 }

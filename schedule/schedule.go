@@ -34,6 +34,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/relaydev/relay/stream"
 )
 
 // Entry is a parked event.
@@ -413,6 +415,24 @@ func (s *Store) ConnectedReplicas(ctx context.Context) (int, error) {
 type Claimed struct {
 	Member string
 	Entry  Entry
+	// Err, when set, says why the entry must not be republished: it does
+	// not decode, or it is not an event of the destination it is parked
+	// for (relay's own input subjects only). Raw is the entry as stored.
+	Err error
+	Raw string
+}
+
+// check reports what makes e, parked for dest, unfit to republish.
+func (e Entry) check(dest string) error {
+	switch {
+	case e.Dest != dest:
+		return fmt.Errorf("it names destination %q", e.Dest)
+	case !stream.IsInputSubject(e.Subject, dest):
+		return fmt.Errorf("its subject %q is not an input subject of %s (relay.in.%s[.<key>])", e.Subject, dest, dest)
+	case e.EventID == "" || strings.ContainsFunc(e.EventID, func(r rune) bool { return r < ' ' || r == 0x7f }):
+		return fmt.Errorf("its event id %q is empty or not printable", e.EventID)
+	}
+	return nil
 }
 
 // Claim leases up to limit entries of dest that are due at now, until
@@ -426,10 +446,14 @@ func (s *Store) Claim(ctx context.Context, dest string, now time.Time, limit int
 	out := make([]Claimed, 0, len(res)/2)
 	for i := 0; i+1 < len(res); i += 2 {
 		var e Entry
+		c := Claimed{Member: res[i], Raw: res[i+1]}
 		if err := json.Unmarshal([]byte(res[i+1]), &e); err != nil {
-			return out, fmt.Errorf("schedule: parked entry %s of %s is corrupt: %w", res[i], dest, err)
+			c.Err = fmt.Errorf("schedule: parked entry %s of %s is corrupt: %w", res[i], dest, err)
+		} else if err := e.check(dest); err != nil {
+			c.Err = fmt.Errorf("schedule: parked entry %s of %s refused: %w", res[i], dest, err)
 		}
-		out = append(out, Claimed{Member: res[i], Entry: e})
+		c.Entry = e
+		out = append(out, c)
 	}
 	return out, nil
 }

@@ -41,6 +41,7 @@ func Connect(cfg ConnConfig) (*nats.Conn, error) {
 		nats.Timeout(cfg.ConnectWait),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(500 * time.Millisecond),
+		nats.CustomInboxPrefix(InboxPrefix),
 	}
 	if cfg.Logf != nil {
 		opts = append(opts,

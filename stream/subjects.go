@@ -122,6 +122,13 @@ func ParseSubject(subj string) (Parsed, error) {
 	return Parsed{}, fmt.Errorf("subject %q is not a relay event subject", subj)
 }
 
+// IsInputSubject reports whether subj is an input subject of destination
+// dest: relay.in.<dest>, or relay.in.<dest>.<key token>.
+func IsInputSubject(subj, dest string) bool {
+	p, err := ParseSubject(subj)
+	return err == nil && p.Bucket < 0 && p.Dest == dest && strings.HasPrefix(subj, InPrefix+".") && ValidateDestName(dest) == nil
+}
+
 // InputSubject is the subject to republish a stored event to so that it goes
 // through the same partitioning again.
 func (p Parsed) InputSubject() string {
@@ -130,6 +137,12 @@ func (p Parsed) InputSubject() string {
 	}
 	return InPrefix + "." + p.Dest + "." + p.KeyToken
 }
+
+// InboxPrefix is the prefix of the reply subjects of relay's own NATS
+// connections (pulled events, API and KV replies), apart from the _INBOX.>
+// producers use: permissions that let producers subscribe to _INBOX.> do
+// not show them relay's traffic, and producers are denied InboxPrefix.>.
+const InboxPrefix = "_INBOX_RELAY"
 
 // Headers of the wire contract. Headers a producer sets that start with neither
 // "Nats-" nor "Relay-" are passed on to the destination as HTTP headers.
@@ -154,6 +167,13 @@ const (
 	HdrHistory    = "Relay-History"
 	HdrDeadAt     = "Relay-Dead-At"
 	HdrNote       = "Relay-Note" // an operator's reason, on an event they skipped
+	// HdrEventOmitted on a dead letter says the event's headers and body
+	// are not in it (it would not fit): they are read from the events
+	// stream at HdrOrigSeq.
+	HdrEventOmitted = "Relay-Event-Omitted"
+	// HdrHistoryOmitted on a dead letter is the number of attempts left out
+	// of HdrHistory to make it fit (the first and the latest are kept).
+	HdrHistoryOmitted = "Relay-History-Omitted"
 )
 
 // IsContractHeader reports whether a header belongs to NATS or relay rather

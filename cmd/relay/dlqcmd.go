@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/nats-io/nats.go"
 	"github.com/urfave/cli/v2"
 
 	"github.com/relaydev/relay/dlq"
@@ -59,7 +61,11 @@ func dlqCommand() *cli.Command {
 					tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
 					fmt.Fprintln(tw, "SEQ\tAGE\tDEST\tEVENT ID\tATTEMPTS\tLAST STATUS\tREASON")
 					for _, l := range ls {
-						fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", l.Seq, time.Since(l.DeadAt).Round(time.Second), l.Dest, l.EventID, l.Attempts, statusText(l), l.Reason)
+						if l.Malformed != "" {
+							fmt.Fprintf(tw, "%d\t%s\t%s\t-\t-\t-\tmalformed: %s\n", l.Seq, time.Since(l.DeadAt).Round(time.Second), oneLine(l.Dest), oneLine(l.Malformed))
+							continue
+						}
+						fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", l.Seq, time.Since(l.DeadAt).Round(time.Second), oneLine(l.Dest), oneLine(l.EventID), l.Attempts, statusText(l), oneLine(l.Reason))
 					}
 					return tw.Flush()
 				},
@@ -91,7 +97,15 @@ func dlqCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					return showLetter(c, l)
+					var missing error
+					if l.EventOmitted {
+						if full, err := st.Resolve(ctx, l); err != nil {
+							missing = err
+						} else {
+							l = full
+						}
+					}
+					return showLetter(c, l, missing)
 				},
 			},
 			{
@@ -143,14 +157,20 @@ within the duplicate window.`,
 					}
 					w := c.App.Writer
 					if c.Bool("dry-run") {
+						n := 0
 						for _, l := range ls {
+							if why := notReplayable(l); why != "" {
+								fmt.Fprintf(w, "would skip dead letter %d: %s\n", l.Seq, why)
+								continue
+							}
 							dest := l.Dest
 							if to != "" {
 								dest = to
 							}
-							fmt.Fprintf(w, "would replay dead letter %d (event %s, %s) to %s\n", l.Seq, l.EventID, l.Reason, dest)
+							n++
+							fmt.Fprintf(w, "would replay dead letter %d (event %s, %s) to %s\n", l.Seq, oneLine(l.EventID), oneLine(l.Reason), dest)
 						}
-						fmt.Fprintf(w, "dry run: %d dead letters would be replayed; nothing was changed\n", len(ls))
+						fmt.Fprintf(w, "dry run: %d dead letters would be replayed; nothing was changed\n", n)
 						return nil
 					}
 					prog := newProgress(w, len(ls))
@@ -160,7 +180,14 @@ within the duplicate window.`,
 						defer tick.Stop()
 					}
 					n, dups := 0, 0
+					var skipped []string
 					for i, l := range ls {
+						if why := notReplayable(l); why != "" {
+							// It can never be replayed: say so, and go on with the others.
+							skipped = append(skipped, strconv.FormatUint(l.Seq, 10))
+							prog.step(fmt.Sprintf("skipped dead letter %d: %s", l.Seq, why))
+							continue
+						}
 						if tick != nil && i > 0 {
 							select {
 							case <-tick.C:
@@ -184,7 +211,7 @@ within the duplicate window.`,
 						if to != "" {
 							dest = to
 						}
-						prog.step(fmt.Sprintf("replayed dead letter %d (event %s) to %s as event seq %d%s", l.Seq, l.EventID, dest, ack.Sequence, note))
+						prog.step(fmt.Sprintf("replayed dead letter %d (event %s) to %s as event seq %d%s", l.Seq, oneLine(l.EventID), dest, ack.Sequence, note))
 					}
 					prog.end()
 					fmt.Fprintf(w, "replayed %d dead letters", n)
@@ -192,6 +219,9 @@ within the duplicate window.`,
 						fmt.Fprintf(w, " (%d had been replayed before and were not published again)", dups)
 					}
 					fmt.Fprintln(w)
+					if len(skipped) > 0 {
+						fmt.Fprintf(w, "skipped %d that cannot be replayed (see 'relay dlq show SEQ'; 'relay dlq purge --seq SEQ' removes one): %s\n", len(skipped), strings.Join(skipped, ", "))
+					}
 					return nil
 				},
 			},
@@ -343,7 +373,42 @@ func statusText(l dlq.Letter) string {
 	return strconv.Itoa(l.LastStatus)
 }
 
-func showLetter(c *cli.Context, l dlq.Letter) error {
+// notReplayable says why l can never be replayed ("" if it can).
+func notReplayable(l dlq.Letter) string {
+	switch {
+	case l.Malformed != "":
+		return "malformed: " + oneLine(l.Malformed)
+	case l.Reason == dlq.ReasonCorruptParkedEntry:
+		return "a parked entry relay could not use (" + oneLine(l.LastError) + ")"
+	}
+	return ""
+}
+
+// printable escapes what a terminal would act on rather than show: control
+// characters (C0 but, with multiline, newline and tab; DEL; C1) and the
+// bidirectional overrides, as \xNN or \uNNNN. The --json output is exact
+// instead.
+func printable(s string, multiline bool) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case multiline && (r == '\n' || r == '\t'):
+			b.WriteRune(r)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, "\\x%02x", r)
+		case r >= 0x80 && r <= 0x9f, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
+			fmt.Fprintf(&b, "\\u%04x", r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// oneLine is s made printable on one line.
+func oneLine(s string) string { return printable(s, false) }
+
+func showLetter(c *cli.Context, l dlq.Letter, missing error) error {
 	w := c.App.Writer
 	if c.Bool("json") {
 		type out struct {
@@ -362,27 +427,33 @@ func showLetter(c *cli.Context, l dlq.Letter) error {
 		return enc.Encode(o)
 	}
 	fmt.Fprintf(w, "dead letter %d\n", l.Seq)
-	fmt.Fprintf(w, "  destination:   %s\n", l.Dest)
-	fmt.Fprintf(w, "  event id:      %s\n", l.EventID)
-	fmt.Fprintf(w, "  reason:        %s\n", l.Reason)
+	if l.Malformed != "" {
+		fmt.Fprintf(w, "  malformed:     %s\n", oneLine(l.Malformed))
+		fmt.Fprintf(w, "  stored on:     %s at %s\n", oneLine(l.Subject), l.DeadAt.Format(time.RFC3339Nano))
+	} else {
+		fmt.Fprintf(w, "  destination:   %s\n", oneLine(l.Dest))
+		fmt.Fprintf(w, "  event id:      %s\n", oneLine(l.EventID))
+		fmt.Fprintf(w, "  reason:        %s\n", oneLine(l.Reason))
+	}
 	if l.Note != "" {
-		fmt.Fprintf(w, "  note:          %s\n", l.Note)
+		fmt.Fprintf(w, "  note:          %s\n", oneLine(l.Note))
+	}
+	if l.Malformed != "" {
+		return showBody(w, l.Headers, l.Body)
 	}
 	fmt.Fprintf(w, "  attempts:      %d\n", l.Attempts)
 	fmt.Fprintf(w, "  last status:   %s\n", statusText(l))
 	if l.LastError != "" {
-		fmt.Fprintf(w, "  last error:    %s\n", l.LastError)
+		fmt.Fprintf(w, "  last error:    %s\n", oneLine(l.LastError))
 	}
 	if !l.First.IsZero() {
 		fmt.Fprintf(w, "  first attempt: %s\n", l.First.Format(time.RFC3339Nano))
 		fmt.Fprintf(w, "  last attempt:  %s\n", l.Last.Format(time.RFC3339Nano))
 	}
 	fmt.Fprintf(w, "  dead at:       %s\n", l.DeadAt.Format(time.RFC3339Nano))
-	fmt.Fprintf(w, "  original:      %s seq %d\n", l.Subject, l.StreamSeq)
-	for k, vs := range l.Headers {
-		for _, v := range vs {
-			fmt.Fprintf(w, "  header:        %s: %s\n", k, v)
-		}
+	fmt.Fprintf(w, "  original:      %s seq %d\n", oneLine(l.Subject), l.StreamSeq)
+	if l.EventOmitted {
+		fmt.Fprintln(w, "  event:         too large to copy into the dead letter: read from the event log at that sequence")
 	}
 	if len(l.History) > 0 {
 		fmt.Fprintln(w, "history:")
@@ -392,22 +463,39 @@ func showLetter(c *cli.Context, l dlq.Letter) error {
 				res = "no response"
 			}
 			if a.Error != "" {
-				res += ": " + a.Error
+				res += ": " + oneLine(a.Error)
 			}
 			fmt.Fprintf(w, "  #%d  %s  %8s  %s\n", a.N, a.At.Format(time.RFC3339Nano), a.Duration.Round(time.Microsecond), res)
+		}
+		if l.HistoryOmitted > 0 {
+			fmt.Fprintf(w, "  (%d attempts between the first and the latest left out to fit)\n", l.HistoryOmitted)
+		}
+	}
+	if missing != nil {
+		fmt.Fprintf(w, "body:\n  (not available: %s)\n", oneLine(missing.Error()))
+		return nil
+	}
+	return showBody(w, l.Headers, l.Body)
+}
+
+// showBody prints an event's headers and body, escaped for a terminal.
+func showBody(w io.Writer, h nats.Header, body []byte) error {
+	for k, vs := range h {
+		for _, v := range vs {
+			fmt.Fprintf(w, "  header:        %s: %s\n", oneLine(k), oneLine(v))
 		}
 	}
 	fmt.Fprintln(w, "body:")
 	switch {
-	case json.Valid(l.Body):
+	case json.Valid(body):
 		var v any
-		_ = json.Unmarshal(l.Body, &v)
+		_ = json.Unmarshal(body, &v)
 		b, _ := json.MarshalIndent(v, "  ", "  ")
-		fmt.Fprintf(w, "  %s\n", b)
-	case utf8.Valid(l.Body):
-		fmt.Fprintf(w, "  %s\n", l.Body)
+		fmt.Fprintf(w, "  %s\n", printable(string(b), true))
+	case utf8.Valid(body):
+		fmt.Fprintf(w, "  %s\n", printable(string(body), true))
 	default:
-		fmt.Fprintf(w, "  (base64) %s\n", base64.StdEncoding.EncodeToString(l.Body))
+		fmt.Fprintf(w, "  (base64) %s\n", base64.StdEncoding.EncodeToString(body))
 	}
 	return nil
 }

@@ -110,7 +110,16 @@ func printStats(c *cli.Context, ctx context.Context, js jetstream.JetStream, sch
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%s\t%s\n", s.Dest, state, s.Backlog, s.InFlight, s.Retrying, parked, due, s.DeadLetters, age, blocked)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, s := range all {
+		if f := s.DeadLetterFailures; f != nil {
+			fmt.Fprintf(c.App.Writer, "%s: %d events could not be dead-lettered and stay in the event log (the last, event %s at seq %d, at %s: %s); 'relay replay --dest %s' delivers them again\n",
+				s.Dest, f.Count, f.LastEventID, f.LastSeq, f.LastAt.Format(time.RFC3339), f.LastError, s.Dest)
+		}
+	}
+	return nil
 }
 
 // redisURLFlag and redisModeFlag are the flags of a command that reads or
