@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/streamtest"
 )
 
@@ -104,4 +106,61 @@ func TestOrderedHeadIsAckedOnceItsMarkIsConfirmed(t *testing.T) {
 	unmarked := &ackMsg{}
 	require.NoError(t, r.act(unmarked, event{dest: "orders", id: "evt_2", seq: 8}, 1, mark, &Outcome{Decision: Decision{Action: Ack}}))
 	require.Equal(t, []string{"double-ack"}, unmarked.acked, "without its mark, the ack is confirmed")
+}
+
+// After a crash of the NATS server's process, an ordered partition's
+// consumer may wait for the ack of a head that was settled before the
+// crash. At worker start relay acks it when the mark says so, and the next
+// event comes at once rather than after AckWait; a head the mark does not
+// cover is left alone.
+func TestSettledHeadTheConsumerWaitsForIsAcked(t *testing.T) {
+	ctx := context.Background()
+	srv := streamtest.Start(t)
+	js := srv.JS
+	r, err := New(ctx, Config{JS: js})
+	require.NoError(t, err)
+	subj := stream.DestFilters("ord")[0]
+	cfg := jetstream.ConsumerConfig{Durable: "headtest", FilterSubject: subj, AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Hour, MaxAckPending: 1}
+	cons, err := js.CreateOrUpdateConsumer(ctx, stream.EventsStream, cfg)
+	require.NoError(t, err)
+	for i := range 2 {
+		_, err := js.Publish(ctx, subj, []byte{byte('a' + i)})
+		require.NoError(t, err)
+	}
+	// The head is handed out and never acked (its ack lost in a crash).
+	batch, err := cons.FetchNoWait(1)
+	require.NoError(t, err)
+	var head jetstream.Msg
+	for m := range batch.Messages() {
+		head = m
+	}
+	require.NotNil(t, head)
+	md, err := head.Metadata()
+	require.NoError(t, err)
+
+	mark := newPartitionMark(r.ordered, js.Conn(), "ord", 0)
+	restarted := func() jetstream.Consumer { // as a worker starting sees it
+		c, err := js.CreateOrUpdateConsumer(ctx, stream.EventsStream, cfg)
+		require.NoError(t, err)
+		return c
+	}
+	r.ackSettledHead(restarted(), mark)
+	require.NoError(t, js.Conn().Flush())
+	info, err := cons.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, info.NumAckPending, "a head the mark does not cover stays out")
+
+	require.NoError(t, mark.settle(ctx, md.Sequence.Stream))
+	r.ackSettledHead(restarted(), mark)
+	require.Eventually(t, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumAckPending == 0
+	}, 10*time.Second, 20*time.Millisecond, "the settled head is acked")
+	next, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	require.NoError(t, err)
+	var got []byte
+	for m := range next.Messages() {
+		got = m.Data()
+	}
+	require.Equal(t, []byte("b"), got, "the next event comes at once")
 }
