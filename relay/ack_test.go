@@ -164,3 +164,19 @@ func TestSettledHeadTheConsumerWaitsForIsAcked(t *testing.T) {
 	}
 	require.Equal(t, []byte("b"), got, "the next event comes at once")
 }
+
+// An event too large to come back from Redis with the headers of its copy
+// is not parked: the promoter could never republish it. It waits in
+// JetStream instead.
+func TestEventTooLargeToRepublishIsNotParked(t *testing.T) {
+	ctx := context.Background()
+	r, err := New(ctx, Config{JS: streamtest.Start(t).JS})
+	require.NoError(t, err)
+	require.Equal(t, 1<<20, r.maxMsg, "the events stream's limit, 1 MiB by default")
+	require.NoError(t, r.republishable(event{id: "evt_1", body: make([]byte, 1<<10)}))
+	err = r.republishable(event{id: "evt_1", body: make([]byte, 1<<20-100)})
+	require.ErrorContains(t, err, "cannot be republished from Redis")
+	parked, err := r.park(ctx, &ackMsg{}, event{id: "evt_1", dest: "orders", subject: "relay.in.orders", body: make([]byte, 1<<20)}, 1, time.Hour)
+	require.False(t, parked)
+	require.ErrorContains(t, err, "cannot be republished from Redis")
+}

@@ -147,6 +147,9 @@ type Relay struct {
 	dests    watch
 	// ordered holds the partition marks of ordered destinations.
 	ordered jetstream.KeyValue
+	// maxMsg is the largest message the events stream takes from relay:
+	// the stream's limit or the server's, the smaller.
+	maxMsg int
 	// retryAtStart are the attempt-log keys of the events in retry when
 	// Run started (see inRetryAtStart). Not changed after that.
 	retryAtStart map[string]struct{}
@@ -184,7 +187,12 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open stream %s: %w", stream.EventsStream, err)
 	}
+	maxMsg := int(cfg.JS.Conn().MaxPayload())
+	if m := int(evs.CachedInfo().Config.MaxMsgSize); m > 0 && (maxMsg <= 0 || m < maxMsg) {
+		maxMsg = m
+	}
 	return &Relay{
+		maxMsg:   maxMsg,
 		cfg:      cfg,
 		log:      cfg.Logger,
 		store:    st,
@@ -1065,6 +1073,9 @@ func (r *Relay) writeDeadLetter(ctx context.Context, ev event, attempt int, out 
 // park moves ev to the Redis schedule and acks it once Redis confirmed.
 // It reports whether the event was parked (then it must not also be nak'd).
 func (r *Relay) park(ctx context.Context, msg jetstream.Msg, ev event, attempt int, delay time.Duration) (bool, error) {
+	if err := r.republishable(ev); err != nil {
+		return false, err
+	}
 	p, err := stream.ParseSubject(ev.subject)
 	if err != nil {
 		return false, err
@@ -1095,6 +1106,28 @@ func (r *Relay) park(ctx context.Context, msg jetstream.Msg, ev event, attempt i
 		return true, fmt.Errorf("parked, but the ack was not confirmed (the event may be attempted twice): %w", err)
 	}
 	return true, nil
+}
+
+// republishHeaders bounds what the promoter adds to a parked event besides
+// two copies of its id (Nats-Msg-Id with the attempt, Relay-Event-Id): the
+// attempt, the origin sequence and the publish time, with their names.
+const republishHeaders = 256
+
+// republishable reports an event too large to come back from Redis: its
+// copy, with the headers the promoter adds, would exceed the events
+// stream's or the server's largest message. Such an event is not parked;
+// it waits in JetStream.
+func (r *Relay) republishable(ev event) error {
+	size := len(ev.body) + 2*len(ev.id) + republishHeaders
+	for k, vs := range ev.hdr {
+		for _, v := range vs {
+			size += len(k) + len(v) + 4 // "K: V\r\n"
+		}
+	}
+	if r.maxMsg > 0 && size > r.maxMsg {
+		return fmt.Errorf("event of about %d bytes with the headers of its copy: over the largest message of %d bytes, so it cannot be republished from Redis", size, r.maxMsg)
+	}
+	return nil
 }
 
 // parkTimeout bounds a park; Redis being slow must not stall deliveries.
