@@ -34,6 +34,13 @@ func TestPullerReceivesWhatNATSGoWould(t *testing.T) {
 		require.NoError(t, err)
 	}
 
+	// The server counts a consumer's pending events apart from storing
+	// them: wait until it counts all three, so that the counts the
+	// deliveries carry are exact.
+	require.Eventually(t, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumPending == 3
+	}, 10*time.Second, 10*time.Millisecond, "the consumer counts the three events")
 	p, err := newPuller(js, "pulltest", 2*time.Second, time.Second, 0)
 	require.NoError(t, err)
 	now := time.Now()
