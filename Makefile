@@ -67,8 +67,14 @@ fuzz: ## Run every fuzz target for FUZZTIME (default 20000x, a count of executio
 		done; \
 	done
 
+# The front-door docs stay short: reference and design live in docs/.
+DOC_LIMITS := README.md:20480 BENCHMARKS.md:15360
+
 .PHONY: lint
-lint: ## gofmt, go vet and staticcheck
+lint: ## gofmt, go vet, staticcheck, and README.md / BENCHMARKS.md within their size limits
+	@fail=0; for fl in $(DOC_LIMITS); do f=$${fl%%:*}; max=$${fl##*:}; size=$$(wc -c < $$f); \
+		if [ $$size -gt $$max ]; then echo "$$f is $$size bytes, over its limit of $$max: move detail to docs/"; fail=1; fi; \
+	done; exit $$fail
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...

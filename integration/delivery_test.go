@@ -361,8 +361,8 @@ func TestRunningRelayFollowsDestinationChanges(t *testing.T) {
 	}, "deliveries go to the new URL")
 
 	// Events the unknown-destination check has not gone through when their
-	// destination is removed are dead-lettered, delivered or not (README,
-	// "relay dest rm"); these were all delivered.
+	// destination is removed are dead-lettered, delivered or not
+	// (docs/operations.md, "Remove a destination"); these were all delivered.
 	eventually(t, 10*time.Second, func() bool {
 		st, _, err := relay.ReadCheckState(context.Background(), e.js)
 		return err == nil && st.Checked >= b.Seq
@@ -454,8 +454,8 @@ func TestRunStoppedWhileStartingReturnsNil(t *testing.T) {
 
 // relay's pull requests ask for idle heartbeats at most every 2s: a pull
 // request the NATS client counts on but the server never got is noticed
-// after two missed heartbeats (see BENCHMARKS.md, "A pull stall"), so the
-// interval bounds such a stall. (The unknown-destination check's, when it
+// after two missed heartbeats (see docs/performance.md, "How relay pulls
+// events"), so the interval bounds such a stall. (The unknown-destination check's, when it
 // reads: TestCheckReadsWithShortHeartbeats in package relay.)
 func TestPullRequestsAskForShortHeartbeats(t *testing.T) {
 	t.Parallel()

@@ -21,7 +21,7 @@ import (
 	"github.com/relaydev/relay/stream"
 )
 
-// The NATS permissions the README lists for a relay and for a producer using
+// The NATS permissions docs/security.md lists for a relay and for a producer using
 // relay's Go package, exactly as written there.
 var (
 	// relayAPI is the narrower list of JetStream API subjects, for the
@@ -85,7 +85,7 @@ func connectAs(t *testing.T, url, user string, v *violations) jetstream.JetStrea
 	return js
 }
 
-// A relay connected as a user with only the permissions the README lists
+// A relay connected as a user with only the permissions docs/security.md lists
 // sets up its streams, delivers, retries (the attempt history), pauses a
 // destination that answers 410 (a write to the destinations bucket),
 // dead-letters an event for an unknown destination (the check's lease and

@@ -247,8 +247,8 @@ func TestParkWithoutEnoughReplicasFails(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, ps.Parked)
 
-	// Once a replica connects, parks are confirmed again (the README: "the
-	// first confirmed park ends that").
+	// Once a replica connects, parks are confirmed again
+	// (docs/retries-and-parking.md: "the first confirmed park ends that").
 	replica := redistest.Start(t, redistest.Options{ReplicaOf: r})
 	replica.WaitReplicating(r)
 	var parkErr error
