@@ -289,6 +289,8 @@ loop:
 	return nil
 }
 
+// apply takes in e, an entry of the destinations bucket. live says it
+// changed while relay runs (not loaded at start): the change is logged.
 func (r *Relay) apply(e jetstream.KeyValueEntry, live bool) {
 	r.dests.mu.Lock()
 	defer r.dests.mu.Unlock()
