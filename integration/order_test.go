@@ -135,7 +135,7 @@ func runOrdering(t *testing.T, killOne bool) {
 		replicas = append(replicas, p)
 	}
 	for _, p := range replicas {
-		eventually(t, 20*time.Second, func() bool { return p.logged("relay running") }, "replica up")
+		eventually(t, time.Minute, func() bool { return p.logged("relay running") }, "replica up")
 	}
 	// A publish that times out on a loaded machine is retried with the
 	// same event id: if the first was stored, the retry is a duplicate.
