@@ -140,8 +140,10 @@ func TestClusterNodeRestartKeepsOrderAndLosesNothing(t *testing.T) {
 			publish(k, n)
 		}
 	}
-	progress := o.acceptedCount()
-	eventually(t, 60*time.Second, func() bool { return o.acceptedCount() >= progress+keys*perKey/10 }, "deliveries go on with a node down")
+	// Events published after the stop, accepted while the node is down.
+	// (Not a count above the total at this point: relay may have delivered
+	// nearly all by the time a loaded machine has published the rest.)
+	eventually(t, 2*time.Minute, func() bool { return o.acceptedFrom(perKey/2) >= keys*perKey/10 }, "deliveries go on with a node down")
 	c.start(1)
 	eventually(t, 3*time.Minute, func() bool { return o.complete(keys, perKey) }, "every key complete (accepted %d)", o.acceptedCount())
 	o.check(t, keys, perKey)

@@ -227,8 +227,9 @@ func validHeaderValue(name, value string) error {
 	return nil
 }
 
-// ValidateURL reports why u cannot be a destination URL. Its errors never
-// repeat a password the URL contains.
+// ValidateURL reports why u cannot be a destination URL. Its errors quote u
+// as typed (not re-encoded), and only once it is known to hold no
+// user:password@.
 func ValidateURL(u string) error {
 	if len(u) > 2048 {
 		return fmt.Errorf("URL is %d characters long; the limit is 2048", len(u))
@@ -246,13 +247,13 @@ func ValidateURL(u string) error {
 		return fmt.Errorf("URL must not contain credentials (user:password@); use --header Authorization=... instead")
 	}
 	if p.Scheme != "http" && p.Scheme != "https" {
-		return fmt.Errorf("URL %q: scheme must be http or https, not %q", p.Redacted(), p.Scheme)
+		return fmt.Errorf("URL %q: scheme must be http or https, not %q", u, p.Scheme)
 	}
 	if p.Host == "" || p.Hostname() == "" {
-		return fmt.Errorf("URL %q has no host", p.Redacted())
+		return fmt.Errorf("URL %q has no host", u)
 	}
 	if p.Fragment != "" {
-		return fmt.Errorf("URL %q has a fragment (#...), which is never sent to a server", p.Redacted())
+		return fmt.Errorf("URL %q has a fragment (#...), which is never sent to a server", u)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@
 package relay
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/sha256"
@@ -15,7 +16,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -228,7 +231,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		if e == nil {
 			break
 		}
-		r.apply(e)
+		r.apply(e, false)
 	}
 	lctx, cancel := context.WithTimeout(ctx, time.Minute)
 	r.retryAtStart, err = listInRetry(lctx, r.attempts)
@@ -275,7 +278,7 @@ loop:
 				break loop
 			}
 			if e != nil {
-				r.apply(e)
+				r.apply(e, true)
 				r.reconcile(ctx)
 			}
 		}
@@ -294,10 +297,16 @@ loop:
 	return nil
 }
 
-func (r *Relay) apply(e jetstream.KeyValueEntry) {
+// apply takes in e, an entry of the destinations bucket. live says it
+// changed while relay runs (not loaded at start): the change is logged.
+func (r *Relay) apply(e jetstream.KeyValueEntry, live bool) {
 	r.dests.mu.Lock()
 	defer r.dests.mu.Unlock()
+	before, had := r.dests.dests[e.Key()]
 	if e.Operation() != jetstream.KeyValuePut {
+		if had && live {
+			r.log.Info("destination removed", "dest", e.Key())
+		}
 		delete(r.dests.dests, e.Key())
 		return
 	}
@@ -326,6 +335,40 @@ func (r *Relay) apply(e jetstream.KeyValueEntry) {
 		return
 	}
 	r.dests.dests[e.Key()] = d
+	switch {
+	case !live:
+	case !had:
+		r.log.Info("destination added", "dest", d.Name, "url", RedactURL(d.URL), "ordered", d.Ordered)
+	default:
+		if ch := changedSettings(before, d); len(ch) > 0 {
+			r.log.Info("destination changed", "dest", d.Name, "changed", strings.Join(ch, ","))
+		}
+	}
+}
+
+// changedSettings names the settings of a destination that differ between
+// before and after, by their JSON names ("url", "retry", "headers"...):
+// names only, so that no secret or header value reaches the log.
+func changedSettings(before, after Destination) []string {
+	var b, a map[string]json.RawMessage
+	bb, _ := json.Marshal(before)
+	ab, _ := json.Marshal(after)
+	if json.Unmarshal(bb, &b) != nil || json.Unmarshal(ab, &a) != nil {
+		return nil
+	}
+	var ch []string
+	for k, v := range a {
+		if k != "updated" && !bytes.Equal(v, b[k]) {
+			ch = append(ch, k)
+		}
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok && k != "updated" {
+			ch = append(ch, k)
+		}
+	}
+	slices.Sort(ch)
+	return ch
 }
 
 // reconcileEvery is how often workers are checked without a change.
@@ -1336,8 +1379,9 @@ func (r *Relay) forgetHistory(ctx context.Context, ev event) {
 }
 
 func (r *Relay) logOutcome(o Outcome) {
+	// A dead letter needs someone's attention: WARN, like a failure to act.
 	level := slog.LevelInfo
-	if o.Err != nil {
+	if o.Err != nil || o.Decision.Action == DeadLetter {
 		level = slog.LevelWarn
 	}
 	if !r.log.Enabled(context.Background(), level) {
@@ -1363,8 +1407,6 @@ func (r *Relay) logOutcome(o Outcome) {
 	}
 	if o.Err != nil {
 		attrs = append(attrs, "act_error", o.Err.Error())
-		r.log.Warn("attempt", attrs...)
-		return
 	}
-	r.log.Info("attempt", attrs...)
+	r.log.Log(context.Background(), level, "attempt", attrs...)
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -64,8 +65,8 @@ func App(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 		ErrWriter: stderr,
 		// Errors are printed once, by Main, with the right exit code.
 		ExitErrHandler: func(*cli.Context, error) {},
-		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
-			return usagef("%v (see --help)", err)
+		OnUsageError: func(c *cli.Context, err error, _ bool) error {
+			return flagUsageError(c, err)
 		},
 		Flags: globalFlags(),
 		// Reached without a command, or with one relay does not know.
@@ -172,8 +173,8 @@ func versionCommand() *cli.Command {
 // and flag name in upper case, e.g. RELAY_DEST_ADD_URL.
 func finish(cmds []*cli.Command, path string) []*cli.Command {
 	for _, c := range cmds {
-		c.OnUsageError = func(_ *cli.Context, err error, _ bool) error {
-			return usagef("%v (see --help)", err)
+		c.OnUsageError = func(cc *cli.Context, err error, _ bool) error {
+			return flagUsageError(cc, err)
 		}
 		p := path + "_" + c.Name
 		withGlobalFlags(c, p)
@@ -183,6 +184,36 @@ func finish(cmds []*cli.Command, path string) []*cli.Command {
 		finish(c.Subcommands, p)
 	}
 	return cmds
+}
+
+// badValue matches the flag package's error for a value a flag cannot
+// parse: `invalid value "5" for flag -timeout: parse error`.
+var badValue = regexp.MustCompile(`^invalid value "(.*)" for flag -([a-z0-9-]+): parse error$`)
+
+// flagUsageError is a flag parsing error as a usage error, saying what the
+// flag takes where the flag package says only "parse error" (a duration
+// needs a unit: "--timeout 5" is not one).
+func flagUsageError(c *cli.Context, err error) error {
+	if m := badValue.FindStringSubmatch(err.Error()); m != nil && c != nil && c.Command != nil {
+		for _, f := range c.Command.Flags {
+			if !slices.Contains(f.Names(), m[2]) {
+				continue
+			}
+			want := ""
+			switch f.(type) {
+			case *cli.DurationFlag:
+				want = "a duration with a unit, e.g. 5s, 500ms, 2m or 1h"
+			case *cli.IntFlag, *cli.Int64Flag, *cli.Uint64Flag:
+				want = "a whole number"
+			case *cli.Float64Flag:
+				want = "a number"
+			}
+			if want != "" {
+				return usagef("--%s %q: not valid; give %s (see 'relay %s --help')", m[2], m[1], want, commandPath(c))
+			}
+		}
+	}
+	return usagef("%v (see --help)", err)
 }
 
 func envName(s string) string {
@@ -223,10 +254,23 @@ func setEnv(f cli.Flag, name string) {
 func required(c *cli.Context, names ...string) error {
 	for _, n := range names {
 		if !c.IsSet(n) {
-			return usagef("--%s is required (see 'relay %s --help')", n, c.Command.FullName())
+			return usagef("--%s is required (see 'relay %s --help')", n, commandPath(c))
 		}
 	}
 	return nil
+}
+
+// commandPath is the command c runs as typed after "relay", e.g. "dest add"
+// (urfave/cli's FullName gives only "add" for a subcommand).
+func commandPath(c *cli.Context) string {
+	var names []string
+	for _, x := range c.Lineage() {
+		if x.Command != nil && x.Command.Name != "" && x.Command.Name != c.App.Name {
+			names = append(names, x.Command.Name)
+		}
+	}
+	slices.Reverse(names)
+	return strings.Join(slices.Compact(names), " ")
 }
 
 func newLogger(c *cli.Context) (*slog.Logger, error) {

@@ -97,7 +97,11 @@ func TestDestAddRejectsBadInput(t *testing.T) {
 		{[]string{"dest", "add", "d", "--url", "https://example.test", "-H", "Host=evil"}, "set by relay"},
 		{[]string{"dest", "add", "d", "--url", "https://example.test", "--secret", "nope"}, "whsec_"},
 		{[]string{"dest", "add", "d", "--url", "https://example.test", "--jitter", "0.9"}, "jitter"},
-		{[]string{"dest", "add", "d"}, "--url is required"},
+		{[]string{"dest", "add", "d"}, "--url is required (see 'relay dest add --help')"},
+		{[]string{"dest", "add", "d", "--url", "https://example.test", "--timeout", "5"}, `--timeout "5": not valid; give a duration with a unit, e.g. 5s`},
+		{[]string{"dest", "add", "d", "--url", "https://example.test", "--max-attempts", "many"}, `--max-attempts "many": not valid; give a whole number`},
+		{[]string{"dest", "add", "d", "--url", "not a url"}, `URL "not a url": scheme`},
+		{[]string{"dest", "add", "d", "--url", "https://example.test/ä#top"}, `URL "https://example.test/ä#top" has a fragment`},
 		{[]string{"dest", "add", "d", "--url", "https://example.test", "--max-attempts", "0"}, "--max-attempts 0: give 1 or more"},
 		{[]string{"dest", "add", "--url", "https://example.test"}, "exactly one argument"},
 	} {
@@ -335,4 +339,48 @@ func TestPublishRejectsOversizedEvents(t *testing.T) {
 	code, _, errs = b.cli(t, "", "publish", "--dest", "big", "--data", "{}", "-H", "X-A=1\r\nX-Injected: 2")
 	require.Equal(t, 2, code)
 	require.Contains(t, errs, "control characters")
+}
+
+// dest update's help has its own texts: a flag left out keeps the current
+// value, so no flag shows add's defaults.
+func TestDestUpdateHelp(t *testing.T) {
+	// Not parallel: urfave/cli v2 mutates package-level help flags on each run.
+	var out, errb bytes.Buffer
+	code := Main([]string{"relay", "dest", "update", "--help"}, strings.NewReader(""), &out, &errb)
+	require.Equal(t, 0, code, errb.String())
+	help := out.String()
+	require.Contains(t, help, "a flag left out keeps the destination's")
+	require.Contains(t, help, "replaces all the current headers")
+	require.NotContains(t, help, "(default: 30s)")
+	require.NotContains(t, help, "(default: 15)")
+	require.NotContains(t, help, "required")
+	require.Equal(t, strings.Count(help, "(default: unchanged)"), len(destFlags()), "every setting defaults to unchanged:\n%s", help)
+
+	out.Reset()
+	code = Main([]string{"relay", "dest", "add", "--help"}, strings.NewReader(""), &out, &errb)
+	require.Equal(t, 0, code, errb.String())
+	require.Contains(t, out.String(), "(default: 30s)", "add keeps its defaults")
+}
+
+// stats --json without Redis has no "parked" count (not -1).
+func TestStatsJSONWithoutRedisHasNoParkedCount(t *testing.T) {
+	// Not parallel: urfave/cli v2 mutates package-level help flags on each run.
+	b := setup(t)
+	code, _, errs := b.cli(t, "", "dest", "add", "orders", "--url", "https://example.test/hook")
+	require.Equal(t, 0, code, errs)
+	code, out, errs := b.cli(t, "", "stats", "--json")
+	require.Equal(t, 0, code, errs)
+	var rec map[string]any
+	require.NoError(t, json.Unmarshal([]byte(strings.TrimSpace(out)), &rec), out)
+	require.Equal(t, "orders", rec["dest"])
+	require.NotContains(t, rec, "parked", out)
+	require.Contains(t, rec, "backlog")
+
+	// With a count, it is there.
+	got, err := json.Marshal(statsJSON(relay.DestStats{Dest: "orders", Parked: 3}))
+	require.NoError(t, err)
+	require.Contains(t, string(got), `"parked":3`)
+	got, err = json.Marshal(statsJSON(relay.DestStats{Dest: "orders", Parked: 0}))
+	require.NoError(t, err)
+	require.Contains(t, string(got), `"parked":0`, "zero parked is a count")
 }

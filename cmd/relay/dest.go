@@ -24,10 +24,10 @@ import (
 // destFlags are the settings of a destination, shared by add and update.
 func destFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "url", Usage: "http(s) URL that receives a POST per attempt (required by add)"},
+		&cli.StringFlag{Name: "url", Usage: "http(s) URL that receives a POST per attempt (required)"},
 		&cli.StringFlag{Name: "secret", Usage: "signing secret (whsec_<base64>); default: generate one"},
 		&cli.BoolFlag{Name: "no-secret", Usage: "do not sign deliveries"},
-		&cli.StringSliceFlag{Name: "header", Aliases: []string{"H"}, Usage: "NAME=VALUE added to every request (repeatable; on update replaces all)"},
+		&cli.StringSliceFlag{Name: "header", Aliases: []string{"H"}, Usage: "NAME=VALUE added to every request (repeatable)"},
 		&cli.DurationFlag{Name: "timeout", DefaultText: "30s", Usage: "per-attempt timeout, connect to last byte"},
 		&cli.IntFlag{Name: "max-attempts", DefaultText: "15", Usage: "attempts before dead-lettering, the first included"},
 		&cli.DurationFlag{Name: "backoff-base", DefaultText: "2s", Usage: "wait after the first failure; doubles per attempt"},
@@ -38,10 +38,52 @@ func destFlags() []cli.Flag {
 		&cli.IntFlag{Name: "breaker-threshold", DefaultText: "20", Usage: "consecutive failed attempts that pause the destination as a whole (-1: never)"},
 		&cli.DurationFlag{Name: "breaker-pause", DefaultText: "30s", Usage: "first pause when the circuit opens; doubles while probes fail, up to --backoff-max"},
 		&cli.StringFlag{Name: "on-gone", DefaultText: "disable", Usage: "what a 410 Gone does: disable (pause until resumed; the event is kept) or dead-letter"},
-		&cli.BoolFlag{Name: "ordered", Usage: "deliver the events of each order key one at a time, in publish order (add only)"},
-		&cli.IntFlag{Name: "partitions", DefaultText: "8", Usage: "ordered: keys delivered in parallel, 1 to 64 (add only)"},
+		&cli.BoolFlag{Name: "ordered", Usage: "deliver the events of each order key one at a time, in publish order (fixed once added)"},
+		&cli.IntFlag{Name: "partitions", DefaultText: "8", Usage: "ordered: keys delivered in parallel, 1 to 64 (fixed once added)"},
 		&cli.StringFlag{Name: "on-failure", DefaultText: "block", Usage: "ordered: block (retry the head of a key until delivered) or skip (dead-letter it after max attempts, the key continues)"},
 	}
+}
+
+// updateUsage are the texts of the flags of 'dest update' that differ from
+// add's.
+var updateUsage = map[string]string{
+	"url":        "new http(s) URL that receives a POST per attempt",
+	"secret":     "new signing secret (whsec_<base64>), replacing the current one at once ('relay dest rotate-secret' rotates with an overlap)",
+	"no-secret":  "stop signing deliveries",
+	"header":     "NAME=VALUE added to every request (repeatable): replaces all the current headers",
+	"ordered":    "fixed when the destination is added: a different value is refused",
+	"partitions": "fixed when the destination is added: a different value is refused",
+}
+
+// updateFlags are the flags of 'dest update': add's, with its own texts and
+// no defaults, since a flag left out keeps the current value.
+func updateFlags() []cli.Flag {
+	fs := destFlags()
+	for _, f := range fs {
+		name := f.Names()[0]
+		var usage, def *string
+		switch f := f.(type) {
+		case *cli.StringFlag:
+			usage, def = &f.Usage, &f.DefaultText
+		case *cli.BoolFlag:
+			usage, def = &f.Usage, &f.DefaultText
+		case *cli.StringSliceFlag:
+			usage, def = &f.Usage, &f.DefaultText
+		case *cli.DurationFlag:
+			usage, def = &f.Usage, &f.DefaultText
+		case *cli.IntFlag:
+			usage, def = &f.Usage, &f.DefaultText
+		case *cli.Float64Flag:
+			usage, def = &f.Usage, &f.DefaultText
+		default:
+			panic(fmt.Sprintf("relay: dest flag %s of type %T", name, f))
+		}
+		if u, ok := updateUsage[name]; ok {
+			*usage = u
+		}
+		*def = "unchanged"
+	}
+	return fs
 }
 
 // allowUnencryptedFlag lets 'dest add' store secrets in the clear beside
@@ -172,7 +214,9 @@ func destCommand() *cli.Command {
 				Name:      "update",
 				Usage:     "change a destination's settings (only the flags given)",
 				ArgsUsage: "NAME",
-				Flags:     destFlags(),
+				Description: "Changes only the settings whose flags are given; a flag left out keeps the destination's\n" +
+					"current value (see them with 'relay dest list'). Running relays apply the change within seconds.",
+				Flags: updateFlags(),
 				Action: func(c *cli.Context) error {
 					name, err := oneArg(c, "NAME")
 					if err != nil {

@@ -33,13 +33,17 @@ func dlqCommand() *cli.Command {
 				Flags: append(filterFlags(),
 					&cli.IntFlag{Name: "limit", Value: 1000, Usage: "at most this many (0: all)"},
 					&cli.BoolFlag{Name: "json", Usage: "one JSON object per line"},
+					&cli.DurationFlag{Name: "wait", Usage: "if none matches yet, wait up to this long for one to appear (e.g. 10s)"},
 				),
 				Action: func(c *cli.Context) error {
 					f, err := parseFilter(c)
 					if err != nil {
 						return err
 					}
-					ctx, js, done, err := openNATS(c, 5*time.Minute)
+					if c.Duration("wait") < 0 {
+						return usagef("--wait %s: give 0 or more", c.Duration("wait"))
+					}
+					ctx, js, done, err := openNATS(c, 5*time.Minute+c.Duration("wait"))
 					if err != nil {
 						return err
 					}
@@ -48,7 +52,7 @@ func dlqCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					ls, err := st.List(ctx, f, c.Int("limit"))
+					ls, err := listWaiting(ctx, st, f, c.Int("limit"), c.Duration("wait"))
 					if err != nil {
 						return err
 					}
@@ -416,10 +420,16 @@ func showLetter(c *cli.Context, l dlq.Letter, missing error) error {
 			Body       json.RawMessage `json:"body,omitempty"`
 			BodyBase64 string          `json:"body_base64,omitempty"`
 		}
+		// A JSON body as JSON; text as a string, and as base64 too (the
+		// exact bytes); anything else as base64 only.
 		o := out{Letter: l}
-		if json.Valid(l.Body) {
+		switch {
+		case json.Valid(l.Body):
 			o.Body = l.Body
-		} else {
+		case utf8.Valid(l.Body):
+			o.Body, _ = json.Marshal(string(l.Body))
+			o.BodyBase64 = base64.StdEncoding.EncodeToString(l.Body)
+		default:
 			o.BodyBase64 = base64.StdEncoding.EncodeToString(l.Body)
 		}
 		enc := json.NewEncoder(w)

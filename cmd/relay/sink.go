@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -36,7 +37,7 @@ each webhook-id with --fail-status instead; --delay D waits before answering.`,
 			&cli.IntFlag{Name: "fail-status", Value: 503, Usage: "status of the --fail-first answers"},
 			&cli.StringFlag{Name: "retry-after", Usage: "Retry-After header to send with failing answers"},
 			&cli.DurationFlag{Name: "delay", Usage: "wait this long before answering"},
-			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per request"},
+			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per request, with its headers"},
 		},
 		Action: func(c *cli.Context) error {
 			for _, f := range []string{"status", "fail-status"} {
@@ -95,6 +96,9 @@ type sinkRecord struct {
 	Signature string    `json:"signature"`
 	Status    int       `json:"status"`
 	Body      string    `json:"body"`
+	// Headers are the request's headers, canonical names, the values of a
+	// repeated one joined with ", " (webhook-* and the destination's own).
+	Headers map[string]string `json:"headers"`
 }
 
 func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -108,7 +112,11 @@ func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.seen[id]++
 	n := s.seen[id]
 	s.mu.Unlock()
-	rec := sinkRecord{Time: time.Now().UTC(), ID: id, Timestamp: r.Header.Get("webhook-timestamp"), Attempt: n, Body: string(body), Signature: "unchecked"}
+	rec := sinkRecord{Time: time.Now().UTC(), ID: id, Timestamp: r.Header.Get("webhook-timestamp"), Attempt: n, Body: string(body), Signature: "unchecked",
+		Headers: make(map[string]string, len(r.Header))}
+	for k, vs := range r.Header {
+		rec.Headers[k] = strings.Join(vs, ", ")
+	}
 	status := s.status
 	if s.secret != "" {
 		ts, _ := strconv.ParseInt(rec.Timestamp, 10, 64)

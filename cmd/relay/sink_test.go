@@ -28,6 +28,9 @@ func TestSinkFailsFirstAndVerifiesSignatures(t *testing.T) {
 		ts := time.Now().Unix()
 		req.Header.Set("webhook-id", id)
 		req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
+		req.Header.Set("X-Tenant", "acme")
+		req.Header.Add("X-Tag", "a")
+		req.Header.Add("X-Tag", "b")
 		if sign {
 			sig, err := relay.Sign(secret, id, ts, []byte(body))
 			require.NoError(t, err)
@@ -54,6 +57,10 @@ func TestSinkFailsFirstAndVerifiesSignatures(t *testing.T) {
 	require.Equal(t, 3, rec.Attempt)
 	require.Equal(t, "valid", rec.Signature)
 	require.Equal(t, 200, rec.Status)
+	require.Equal(t, "acme", rec.Headers["X-Tenant"], "--json carries the request's headers")
+	require.Equal(t, "a, b", rec.Headers["X-Tag"])
+	require.Equal(t, "a", rec.Headers["Webhook-Id"])
+	require.NotEmpty(t, rec.Headers["Webhook-Signature"])
 	require.NoError(t, json.Unmarshal([]byte(lines[4]), &rec))
 	require.Equal(t, "invalid", rec.Signature)
 }

@@ -84,7 +84,7 @@ func printStats(c *cli.Context, ctx context.Context, js jetstream.JetStream, sch
 		all = one
 	}
 	if c.Bool("json") {
-		return jsonLines(c.App.Writer, all, func(s relay.DestStats) any { return s })
+		return jsonLines(c.App.Writer, all, statsJSON)
 	}
 	tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "DEST\tSTATE\tBACKLOG\tIN FLIGHT\tRETRYING\tPARKED\tOLDEST DUE\tDEAD LETTERS\tOLDEST UNDELIVERED\tBLOCKED PARTITIONS")
@@ -120,6 +120,19 @@ func printStats(c *cli.Context, ctx context.Context, js jetstream.JetStream, sch
 		}
 	}
 	return nil
+}
+
+// statsJSON is s as 'stats --json' prints it: without "parked" when Redis
+// was not asked (relay.DestStats has -1 there, which is no count).
+func statsJSON(s relay.DestStats) any {
+	out := struct {
+		relay.DestStats
+		Parked *int64 `json:"parked,omitempty"`
+	}{DestStats: s}
+	if s.Parked >= 0 {
+		out.Parked = &s.Parked
+	}
+	return out
 }
 
 // redisURLFlag and redisModeFlag are the flags of a command that reads or
