@@ -58,7 +58,7 @@ func BenchmarkDecide(b *testing.B) {
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		_ = Decide(results[i%len(results)], 1+i%20, p, nil)
+		_ = classify(results[i%len(results)], 1+i%20, p, nil)
 		i++
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"sync"
 	"time"
 
@@ -58,29 +57,25 @@ func (b *breakers) succeeded(dest string) {
 	b.mu.Unlock()
 }
 
-// afterAttempt feeds the circuit breaker and honours Retry-After.
-func (r *Relay) afterAttempt(d Destination, out Outcome, probing bool) {
-	res := out.Result
-	if !res.Attempted() {
-		return // no request was made
-	}
-	if res.Status >= 200 && res.Status <= 299 {
+// affect applies what an attempt's decision says about destination d: the
+// circuit breaker's count, a pause the destination asked for, or its
+// disabling after a 410. probing says the attempt was the circuit's probe.
+func (r *Relay) affect(d Destination, dec Decision, probing bool, eventID string) {
+	switch dec.Effect {
+	case Healthy:
 		r.breakers.succeeded(d.Name)
 		if d.PauseReason == PauseCircuitOpen {
 			r.closeCircuit(d.Name)
 		}
-		return
-	}
-	if !res.Retryable() || res.Blocked {
-		return // the destination answered; the event is at fault, not it
-	}
-	if res.HasRetryAfter && res.RetryAfter >= time.Second &&
-		(res.Status == http.StatusTooManyRequests || res.Status == http.StatusServiceUnavailable) {
-		r.pause(d, r.cfg.Now().Add(min(res.RetryAfter, time.Duration(d.Retry.Max))), PauseRetryAfter)
-		return
-	}
-	if probing || r.breakers.failed(d.Name, d.BreakerThreshold) {
-		r.openCircuit(d.Name)
+	case Failing:
+		if probing || r.breakers.failed(d.Name, d.BreakerThreshold) {
+			r.openCircuit(d.Name)
+		}
+	case PauseRequested:
+		r.pause(d, r.cfg.Now().Add(dec.Pause), PauseRetryAfter)
+	case Disabled:
+		r.pause(d, Forever, PauseGone)
+		r.log.Error("destination answered 410 Gone: disabled until 'relay dest resume'", "dest", d.Name, "event_id", eventID)
 	}
 }
 

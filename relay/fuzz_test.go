@@ -72,7 +72,7 @@ func FuzzParseRetryAfter(f *testing.F) {
 		}
 		// Whatever the destination sends, a policy's Max caps the wait.
 		p := RetryPolicy{Max: Duration(10 * time.Second), NoJitter: true}.WithDefaults()
-		dec := Decide(Result{Status: http.StatusTooManyRequests, RetryAfter: d, HasRetryAfter: ok}, 1, p, nil)
+		dec := classify(Result{Status: http.StatusTooManyRequests, RetryAfter: d, HasRetryAfter: ok}, 1, p, nil)
 		if dec.Action != Retry || dec.Delay < 0 || dec.Delay > 10*time.Second {
 			t.Fatalf("Decide with Retry-After %q: %+v", v, dec)
 		}

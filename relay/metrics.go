@@ -225,7 +225,7 @@ func (m *Metrics) observe(o Outcome, ordered bool, published time.Time, now time
 		if !published.IsZero() {
 			dm.latency.get(func() prometheus.Observer { return m.latency.WithLabelValues(o.Dest) }).Observe(now.Sub(published).Seconds())
 		}
-	case Retry:
+	case Retry, Park:
 		if ordered {
 			m.outcome(dm, o.Dest, outBlocked)
 		} else {

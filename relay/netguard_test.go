@@ -320,7 +320,7 @@ func TestGuardBlocksHostnameResolvingToLoopback(t *testing.T) {
 	require.Zero(t, hits.Load(), "no request may reach the server")
 
 	p := RetryPolicy{}.WithDefaults()
-	dec := Decide(res, 1, p, nil)
+	dec := classify(res, 1, p, nil)
 	require.Equal(t, DeadLetter, dec.Action)
 	require.Equal(t, ReasonBlockedAddress, dec.Reason)
 	require.Equal(t, "blocked_address", dec.Reason)
@@ -425,7 +425,7 @@ func TestGuardBlocksIPv4MappedLoopback(t *testing.T) {
 			require.True(t, res.Blocked, "result: %+v", res)
 			require.Equal(t, 0, res.Status)
 			require.ErrorContains(t, res.Err, "blocked address")
-			require.Equal(t, DeadLetter, Decide(res, 1, RetryPolicy{}.WithDefaults(), nil).Action)
+			require.Equal(t, DeadLetter, classify(res, 1, RetryPolicy{}.WithDefaults(), nil).Action)
 		})
 	}
 	require.Zero(t, hits.Load(), "no request may reach the server")
@@ -455,7 +455,7 @@ func TestGuardAllowsAllowedRange(t *testing.T) {
 		require.NoError(t, res.Err, u)
 		require.False(t, res.Blocked, u)
 		require.Equal(t, http.StatusOK, res.Status, u)
-		require.Equal(t, Ack, Decide(res, 1, RetryPolicy{}.WithDefaults(), nil).Action, u)
+		require.Equal(t, Ack, classify(res, 1, RetryPolicy{}.WithDefaults(), nil).Action, u)
 		require.Equal(t, want, hits.Load(), "exactly one request per send: %s", u)
 	}
 	require.Positive(t, lookups.Load(), "the host name went through the guard's resolver")
@@ -496,7 +496,7 @@ func TestRedirectToMetadataIsNotFollowed(t *testing.T) {
 	require.Equal(t, int64(1), hits.Load(), "exactly one request reached the server")
 	require.Zero(t, lookups.Load())
 
-	dec := Decide(res, 1, RetryPolicy{}.WithDefaults(), nil)
+	dec := classify(res, 1, RetryPolicy{}.WithDefaults(), nil)
 	require.Equal(t, DeadLetter, dec.Action)
 	require.Equal(t, ReasonRedirect, dec.Reason)
 	require.Equal(t, "redirect", dec.Reason)

@@ -29,27 +29,70 @@ type Result struct {
 	Duration time.Duration
 }
 
-// Action is what happens to an event after an attempt.
+// Action is what happens to a delivered event: the outcomes, each ending
+// the delivery, and the steps Decide asks for before it can choose one.
 type Action int
 
-// Actions.
+// The outcomes.
 const (
 	// Ack: delivered; acknowledge the event.
 	Ack Action = iota
-	// Retry: wait Decision.Delay, then try again.
+	// Retry: try again after Decision.Delay, waiting in JetStream (a nak
+	// with that delay).
 	Retry
-	// DeadLetter: give up; move the event to the dead-letter stream.
+	// DeadLetter: give up; move the event to the dead-letter stream with
+	// Decision.Reason, then terminate it.
 	DeadLetter
+	// Park: try again after Decision.Delay, waiting in Redis (acknowledged
+	// in JetStream once Redis confirmed it; where it cannot be parked, it
+	// waits in JetStream instead, as Retry).
+	Park
+	// HandBack: back to JetStream after Decision.Delay without an attempt
+	// (paused, the circuit's probe taken, the rate limit, a shutdown): no
+	// attempt is used up.
+	HandBack
+	// AckSettled: the event was settled before and came back only because
+	// its ack was lost: acknowledge it without an attempt.
+	AckSettled
+	// Leave: do nothing; the attempt outlived AckWait and JetStream has
+	// handed the event to another worker.
+	Leave
+	// Terminate: the message is no event relay can read; terminate it.
+	Terminate
+)
+
+// The steps Decide asks for before it can choose an outcome.
+const (
+	// WaitRate: ask the destination's rate limit (it may wait a little).
+	WaitRate Action = iota + 100
+	// ReadLog: read the event's attempt log.
+	ReadLog
+	// Send: make the attempt.
+	Send
 )
 
 func (a Action) String() string {
 	switch a {
 	case Ack:
 		return "delivered"
-	case Retry:
+	case Retry, Park:
 		return "retry"
 	case DeadLetter:
 		return "dead_letter"
+	case HandBack:
+		return "handed_back"
+	case AckSettled:
+		return "settled_before"
+	case Leave:
+		return "left"
+	case Terminate:
+		return "terminated"
+	case WaitRate:
+		return "wait_rate"
+	case ReadLog:
+		return "read_log"
+	case Send:
+		return "send"
 	}
 	return "unknown"
 }
@@ -79,14 +122,18 @@ func Reasons() []string {
 	return []string{ReasonMaxAttempts, ReasonPermanentStatus, ReasonRedirect, ReasonUnknownDestination, ReasonBlockedAddress, ReasonSkipped, ReasonInvalidEvent, ReasonCorruptParkedEntry}
 }
 
-// Decision is the outcome of an attempt.
+// Decision is what Decide chose for a delivery.
 type Decision struct {
 	Action Action
-	Delay  time.Duration // with Retry
-	Reason string        // with DeadLetter
+	Delay  time.Duration // with Retry, Park and HandBack
+	Reason string        // with DeadLetter and Terminate
 	// Note explains Reason where the reason alone does not (which header
 	// made the event invalid); it becomes the dead letter's note.
 	Note string
+	// Effect is what the attempt says about the destination; Pause is how
+	// long it asked to be paused, with PauseRequested.
+	Effect Effect
+	Pause  time.Duration
 }
 
 // Retryable reports whether an attempt with this result may succeed later:
@@ -121,9 +168,10 @@ func (r Result) Attempted() bool {
 	return r.Status != 0 || r.Err != nil && r.invalid() == nil
 }
 
-// Decide turns the result of attempt number attempt (1-based) into what to do
-// next. It is the one place where that is decided.
-func Decide(res Result, attempt int, p RetryPolicy, rnd *rand.Rand) Decision {
+// classify turns the result of attempt number attempt (1-based) under
+// policy p into Ack, Retry or DeadLetter: the part of Decide that looks at
+// the result alone.
+func classify(res Result, attempt int, p RetryPolicy, rnd *rand.Rand) Decision {
 	if ie := res.invalid(); ie != nil {
 		return Decision{Action: DeadLetter, Reason: ReasonInvalidEvent, Note: ie.Error()}
 	}

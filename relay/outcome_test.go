@@ -95,7 +95,7 @@ func TestDecideTable(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			rnd := rand.New(rand.NewPCG(1, 2))
-			got := Decide(tc.res, tc.attempt, p, rnd)
+			got := classify(tc.res, tc.attempt, p, rnd)
 			require.Equal(t, tc.want, got, "status %d attempt %d", tc.res.Status, tc.attempt)
 		})
 	}
@@ -108,7 +108,7 @@ func TestDecideJitteredRetryStaysInWindow(t *testing.T) {
 	seen := map[time.Duration]bool{}
 	for range 500 {
 		for attempt := 1; attempt < p.MaxAttempts; attempt++ {
-			d := Decide(Result{Status: 503}, attempt, p, rnd)
+			d := classify(Result{Status: 503}, attempt, p, rnd)
 			require.Equal(t, Retry, d.Action)
 			b := float64(p.Backoff(attempt))
 			require.GreaterOrEqual(t, d.Delay, time.Duration(b*(1-p.Jitter)))

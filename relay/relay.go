@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -828,144 +827,148 @@ func eventHeaders(h nats.Header) http.Header {
 	return out
 }
 
-// handle makes one attempt for msg and acts on the outcome. mark is set when
-// msg heads an ordered key: its partition's mark.
+// handle takes one delivered message through its delivery: it learns what
+// Decide asks for (the rate limit, the attempt log, the attempt itself)
+// until Decide chooses an outcome, and then carries that out. mark is set
+// when msg heads an ordered key: its partition's mark.
 func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, mark *partitionMark) {
 	ev, err := eventOf(msg)
 	if err != nil {
 		r.log.Error("cannot read event; terminating it", "subject", msg.Subject(), "err", err)
-		_ = msg.TermWithReason("unreadable")
+		r.execute(msg, &ev, mark, Input{Unreadable: true}, Decide(Input{Unreadable: true}))
 		return
 	}
-	ordered := mark != nil
-	if ordered {
-		mctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+	in := r.input(ev, mark)
+	if in.Probing {
+		defer r.breakers.endProbe(in.Dest.Name)
+	}
+	for {
+		dec := Decide(in)
+		switch dec.Action {
+		case WaitRate:
+			in.RateAsked = true
+			in.RateWait = r.waitRate(ctx, r.limiter(in.Dest), in.Dest, in.Ordered)
+		case ReadLog:
+			r.readLogInto(&in, &ev)
+		case Send:
+			inf := r.cfg.Metrics.attemptStarted(in.Dest.Name)
+			res := r.sender.Send(ctx, in.Dest, Delivery{ID: ev.id, Body: ev.body, Headers: eventHeaders(ev.hdr)})
+			inf.done()
+			in.Result = &res
+			in.Cancelled = ctx.Err() != nil
+			in.Late = res.Duration > in.Dest.AckWait()-time.Second
+		default:
+			r.execute(msg, &ev, mark, in, dec)
+			return
+		}
+	}
+}
+
+// input is what relay knows of ev's delivery before anything is asked: the
+// ordered partition's mark, the destination and its state. Where the
+// destination's circuit is open, it takes the probe if no other worker has
+// it (Input.Probing): the caller ends it.
+func (r *Relay) input(ev event, mark *partitionMark) Input {
+	in := Input{
+		Ordered:       mark != nil,
+		Now:           r.cfg.Now(),
+		Attempt:       ev.prior + 1,
+		CanPark:       mark == nil && r.cfg.Schedule != nil,
+		ParkThreshold: r.cfg.ParkThreshold,
+		// The attempt number counts attempts whose outcome was recorded,
+		// not JetStream's deliveries: a delivery handed back unattempted,
+		// dropped by the client or cut short by a crash uses none up. A
+		// first delivery has no log to read, unless it brings the event
+		// back from Redis (an operator may have marked it meanwhile) or a
+		// crash brought it back (inRetryAtStart).
+		NeedLog: ev.delivered > 1 || ev.prior > 0 || r.inRetryAtStart(ev),
+	}
+	if mark != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 		// A redelivery reads the mark again: another replica may have
 		// settled the event and lost its ack.
-		settled, err := mark.settled(mctx, ev.seq, ev.delivered > 1)
+		settled, err := mark.settled(ctx, ev.seq, ev.delivered > 1)
 		cancel()
-		switch {
-		case err != nil:
+		if err != nil {
 			r.log.Warn("cannot tell whether the head of an ordered key was delivered before; it waits", "dest", ev.dest, "event_id", ev.id, "seq", ev.seq, "err", err)
-			r.skip(msg, ev, time.Second)
-			return
-		case settled:
-			r.ackSettled(msg, ev, "the head of an ordered key settled before its ack was lost (a crash of the NATS server's process)")
-			return
 		}
+		in.MarkUnreadable, in.Settled = err != nil, settled
 	}
-	d, ok := r.dests.get(ev.dest)
-	probing := false
-	if ok {
-		now := r.cfg.Now()
-		if now.Before(d.PausedUntil) {
-			// Paused (the consumer is paused too; this one was already
-			// handed out): back to JetStream, not counted as an attempt.
-			r.skip(msg, ev, min(d.PausedUntil.Sub(now), time.Minute))
-			return
-		}
-		if d.PauseReason == PauseCircuitOpen {
-			// The circuit's pause is over: one probe per replica decides.
-			if !r.breakers.tryProbe(d.Name) {
-				r.skip(msg, ev, time.Second)
-				return
-			}
-			probing = true
-			defer r.breakers.endProbe(d.Name)
-		}
-		if lim := r.limiter(d); lim != nil {
-			if !r.waitRate(ctx, msg, ev, lim, d, ordered) {
-				return
-			}
-		}
+	in.Dest, in.Known = r.dests.get(ev.dest)
+	if in.Known && in.Dest.PauseReason == PauseCircuitOpen && !in.Now.Before(in.Dest.PausedUntil) {
+		// The circuit's pause is over: one probe per replica decides.
+		in.Probing = r.breakers.tryProbe(in.Dest.Name)
+		in.ProbeTaken = !in.Probing
 	}
-	// The attempt number counts attempts whose outcome was recorded, not
-	// JetStream deliveries: a delivery handed back unattempted (pause,
-	// shutdown, the rate limit), dropped by the client, or cut short by a
-	// crash does not use up an attempt. It is looked up only now, so an
-	// event handed straight back above costs no read. A first delivery
-	// needs none, unless it brings the event back from Redis (an operator
-	// may have marked it to be skipped meanwhile).
-	attempt, skip := ev.prior+1, ""
-	if ev.delivered > 1 || ev.prior > 0 || r.inRetryAtStart(ev) {
-		lctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
-		l, found := r.readLog(lctx, ev)
-		if l.parkedAlready(ev) || !found && ev.prior == 0 && r.cfg.Schedule != nil && r.doneParked(lctx, ev) {
-			cancel()
-			r.ackSettled(msg, ev, "the event was parked in Redis before its ack was lost (a crash of the NATS server's process, or a lost ack); its copy carries on")
-			return
+	in.RateLimited = in.Known && in.Dest.RateLimit > 0
+	return in
+}
+
+// readLogInto reads ev's attempt log into in: the attempt number, an
+// operator's skip mark, and whether the event was parked before (then this
+// message came back only because its ack was lost).
+func (r *Relay) readLogInto(in *Input, ev *event) {
+	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+	defer cancel()
+	l, found := r.readLog(ctx, *ev)
+	in.LogRead = true
+	in.Settled = l.parkedAlready(*ev) || !found && ev.prior == 0 && r.cfg.Schedule != nil && r.doneParked(ctx, *ev)
+	in.Attempt, in.Skip = max(l.Made, ev.prior)+1, l.skipOf(*ev)
+	ev.parked = l.Parked
+}
+
+// execute carries out dec, an outcome of Decide for ev's delivery as in
+// describes it.
+func (r *Relay) execute(msg jetstream.Msg, ev *event, mark *partitionMark, in Input, dec Decision) {
+	switch dec.Action {
+	case Terminate:
+		_ = msg.TermWithReason(dec.Reason)
+		return
+	case HandBack:
+		if in.Result != nil {
+			r.log.Info("attempt cancelled by shutdown", "dest", ev.dest, "event_id", ev.id, "attempt", in.Attempt)
 		}
-		cancel()
-		attempt, skip = max(l.Made, ev.prior)+1, l.skipOf(ev)
-		ev.parked = l.Parked
-	}
-	out := Outcome{Dest: ev.dest, EventID: ev.id, Seq: ev.seq, Attempt: attempt, note: skip}
-	policy := d.Retry
-	if ordered && d.OnFailure == OnFailureBlock {
-		// The head of a blocked key is retried until it is delivered.
-		policy.MaxAttempts = math.MaxInt32
-	}
-	switch {
-	case skip != "":
-		out.Decision = Decision{Action: DeadLetter, Reason: ReasonSkipped}
-	case !ok:
-		out.Decision = Decision{Action: DeadLetter, Reason: ReasonUnknownDestination}
-	case attempt > policy.MaxAttempts:
-		// A previous run decided to give up and crashed before the event
-		// was terminated (or the policy changed): do not send again.
-		out.Decision = Decision{Action: DeadLetter, Reason: ReasonMaxAttempts}
-	default:
-		inf := r.cfg.Metrics.attemptStarted(d.Name)
-		out.Result = r.sender.Send(ctx, d, Delivery{ID: ev.id, Body: ev.body, Headers: eventHeaders(ev.hdr)})
-		inf.done()
-		if ctx.Err() != nil && out.Result.Status == 0 {
-			// Shut down mid-attempt: hand it back without counting it.
-			r.skip(msg, ev, 0)
-			r.log.Info("attempt cancelled by shutdown", "dest", ev.dest, "event_id", ev.id, "attempt", attempt)
-			return
+		r.handBack(msg, dec.Delay)
+		return
+	case AckSettled:
+		why := "the head of an ordered key settled before its ack was lost (a crash of the NATS server's process)"
+		if in.LogRead {
+			why = "the event was parked in Redis before its ack was lost (a crash of the NATS server's process, or a lost ack); its copy carries on"
 		}
-		if late := out.Result.Duration > d.AckWait()-time.Second; late && (out.Result.Status < 200 || out.Result.Status > 299) {
-			// The process was stopped (SIGSTOP, a long pause) past AckWait:
-			// JetStream has handed the event to another worker already.
-			// Recording or nak'ing now would only disturb that worker.
-			r.log.Warn("attempt finished after AckWait; leaving the event to its redelivery", "dest", ev.dest, "event_id", ev.id, "duration", out.Result.Duration)
-			return
-		}
-		// A failed probe is an attempt of its event like any other: an
-		// event that keeps failing runs out of attempts rather than being
-		// the probe that keeps the circuit open for good.
-		out.Decision = Decide(out.Result, attempt, policy, nil)
-		if out.Result.Status == http.StatusGone && d.OnGone == OnGoneDisable {
-			// The destination says it is gone for good: disable it, keep
-			// the event for when an operator resumes it.
-			out.Decision = Decision{Action: Retry, Delay: time.Minute}
-			r.pause(d, Forever, PauseGone)
-			r.log.Error("destination answered 410 Gone: disabled until 'relay dest resume'", "dest", d.Name, "event_id", ev.id)
-		}
+		r.ackSettled(msg, *ev, why)
+		return
+	case Leave:
+		r.log.Warn("attempt finished after AckWait; leaving the event to its redelivery", "dest", ev.dest, "event_id", ev.id, "duration", in.Result.Duration)
+		return
 	}
-	if ok {
-		// Before act: the breaker counts failures in the order responses
-		// came back. After act, a failure's bookkeeping (its history in
-		// the attempt log) delays it, and failures held up together by a
-		// slow write would arrive back to back, "consecutive".
-		r.afterAttempt(d, out, probing)
+	out := Outcome{Dest: ev.dest, EventID: ev.id, Seq: ev.seq, Attempt: in.Attempt, Decision: dec, note: in.Skip}
+	if in.Result != nil {
+		out.Result = *in.Result
 	}
-	out.Err = r.act(msg, ev, attempt, mark, &out)
+	// Before act: the breaker counts failures in the order responses came
+	// back. After act, a failure's bookkeeping (its history in the attempt
+	// log) delays it, and failures held up together by a slow write would
+	// arrive back to back, "consecutive".
+	r.affect(in.Dest, dec, in.Probing, ev.id)
+	out.Err = r.act(msg, *ev, in.Attempt, mark, &out)
 	r.logOutcome(out)
-	r.cfg.Metrics.observe(out, ordered, ev.published, r.cfg.Now())
+	r.cfg.Metrics.observe(out, in.Ordered, ev.published, r.cfg.Now())
 	if r.cfg.OnDelivery != nil {
 		r.cfg.OnDelivery(out)
 	}
 }
 
-// waitRate waits for d's rate limit to allow an attempt, and reports
-// whether it did. A wait longer than half d's timeout (at least 1s) is not
-// made: the event goes back to JetStream until the limit allows it, without
-// using an attempt. Waiting for a low limit while holding the event would
-// outlast its AckWait (2 × timeout + 5s covers a wait of a timeout before
-// the attempt), and JetStream would hand it out again meanwhile: a
-// duplicate delivery.
-func (r *Relay) waitRate(ctx context.Context, msg jetstream.Msg, ev event, lim *limit, d Destination, ordered bool) bool {
+// waitRate waits for d's rate limit to allow an attempt, and returns how
+// long to hand the event back for when it does not (0: go on). A wait
+// longer than half d's timeout (at least 1s) is not made: the event goes
+// back to JetStream until the limit allows it, without using an attempt.
+// Waiting for a low limit while holding the event would outlast its
+// AckWait (2 × timeout + 5s covers a wait of a timeout before the attempt),
+// and JetStream would hand it out again meanwhile: a duplicate delivery.
+func (r *Relay) waitRate(ctx context.Context, lim *limit, d Destination, ordered bool) time.Duration {
+	if lim == nil {
+		return 0
+	}
 	res, delay, ok := lim.reserve(d.longWait())
 	if !ok {
 		if ordered {
@@ -973,24 +976,21 @@ func (r *Relay) waitRate(ctx context.Context, msg jetstream.Msg, ev event, lim *
 			// take a round of the workers, not behind the queue of
 			// unordered events.
 			round := time.Duration(min(float64(max(d.Concurrency, 1))*float64(lim.every), float64(maxRateWait)))
-			r.skip(msg, ev, min(delay, maxRateWait-round)+rand.N(max(round, time.Millisecond)))
-			return false
+			return max(min(delay, maxRateWait-round)+rand.N(max(round, time.Millisecond)), time.Nanosecond)
 		}
-		r.skip(msg, ev, lim.turn(r.cfg.Now(), delay))
-		return false
+		return max(lim.turn(r.cfg.Now(), delay), time.Nanosecond)
 	}
 	if delay == 0 {
-		return true
+		return 0
 	}
 	t := time.NewTimer(delay)
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return true
+		return 0
 	case <-ctx.Done():
 		res.Cancel()
-		r.skip(msg, ev, time.Second) // shutting down
-		return false
+		return time.Second // shutting down
 	}
 }
 
@@ -1008,7 +1008,6 @@ func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, mark *partitionMar
 		// the event comes back (a duplicate), confirmed or not.
 		return msg.Ack()
 	}
-	mayPark := !ordered
 	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 	defer cancel()
 	switch out.Decision.Action {
@@ -1031,14 +1030,14 @@ func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, mark *partitionMar
 			r.forgetHistory(ctx, ev)
 		}
 		return nil
-	case Retry:
+	case Retry, Park:
 		if skip := r.recordAttempt(ctx, ev, attempt, out.Result, msg.Reply()); skip != "" {
 			// An operator skipped it while this attempt ran: dead-letter
 			// it now rather than after the backoff.
 			out.Decision, out.note, out.recorded = Decision{Action: DeadLetter, Reason: ReasonSkipped}, skip, true
 			return r.deadLetter(ctx, msg, ev, attempt, mark, out)
 		}
-		if mayPark && r.cfg.Schedule != nil && out.Decision.Delay >= r.cfg.ParkThreshold {
+		if out.Decision.Action == Park {
 			out.parkTried = true
 			parked, err := r.park(ctx, msg, ev, attempt, out.Decision.Delay)
 			if parked {
@@ -1048,6 +1047,7 @@ func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, mark *partitionMar
 			if ok, held := r.parkWarn.allow(ev.dest, r.cfg.Now()); ok {
 				r.log.Warn("cannot park the event in Redis; it waits in JetStream instead", "dest", ev.dest, "event_id", ev.id, "err", err, "also_since_last_warning", held)
 			}
+			out.Decision.Action = Retry
 		}
 		return msg.NakWithDelay(out.Decision.Delay)
 	}
@@ -1357,9 +1357,9 @@ func (r *Relay) ackSettled(msg jetstream.Msg, ev event, why string) {
 	r.cfg.Metrics.settledAgain(ev.dest)
 }
 
-// skip hands msg back to JetStream without an attempt (attempts are counted
-// in the attempt log, so this uses none up).
-func (r *Relay) skip(msg jetstream.Msg, ev event, delay time.Duration) {
+// handBack hands msg back to JetStream without an attempt (attempts are
+// counted in the attempt log, so this uses none up).
+func (r *Relay) handBack(msg jetstream.Msg, delay time.Duration) {
 	_ = msg.NakWithDelay(delay)
 }
 
@@ -1397,7 +1397,7 @@ func (r *Relay) logOutcome(o Outcome) {
 	}
 	attrs = append(attrs, "duration", o.Result.Duration.Round(time.Microsecond))
 	switch o.Decision.Action {
-	case Retry:
+	case Retry, Park:
 		attrs = append(attrs, "retry_in", o.Decision.Delay.Round(time.Millisecond))
 		if o.Parked {
 			attrs = append(attrs, "parked", true)

@@ -91,7 +91,7 @@ func TestSenderSlowDripBodyTimesOut(t *testing.T) {
 	require.GreaterOrEqual(t, res.Duration, 400*time.Millisecond, "the attempt lasted until the timeout")
 	require.Error(t, res.Err, "a body that never ends within the timeout is a failed attempt, not a delivery: %+v", res)
 	require.Contains(t, res.Err.Error(), "timeout")
-	require.NotEqual(t, Ack, Decide(res, 1, RetryPolicy{}.WithDefaults(), nil).Action, "an attempt that timed out must not be acknowledged")
+	require.NotEqual(t, Ack, classify(res, 1, RetryPolicy{}.WithDefaults(), nil).Action, "an attempt that timed out must not be acknowledged")
 	senderTestHandlerReleased(t, done)
 }
 
@@ -107,7 +107,7 @@ func TestSenderSlowHeadersTimesOut(t *testing.T) {
 	require.Equal(t, 0, res.Status)
 	require.False(t, res.Blocked)
 	require.ErrorContains(t, res.Err, "timeout after 300ms")
-	dec := Decide(res, 1, RetryPolicy{NoJitter: true}.WithDefaults(), nil)
+	dec := classify(res, 1, RetryPolicy{NoJitter: true}.WithDefaults(), nil)
 	require.Equal(t, Decision{Action: Retry, Delay: 2 * time.Second}, dec, "a timeout is retried")
 	senderTestHandlerReleased(t, done)
 }
@@ -131,7 +131,7 @@ func TestSenderEndless500Body(t *testing.T) {
 	require.Equal(t, http.StatusInternalServerError, res.Status)
 	require.LessOrEqual(t, len(res.Snippet), 256)
 	require.Equal(t, strings.Repeat("x", 256), res.Snippet)
-	require.Equal(t, Retry, Decide(res, 1, RetryPolicy{}.WithDefaults(), nil).Action)
+	require.Equal(t, Retry, classify(res, 1, RetryPolicy{}.WithDefaults(), nil).Action)
 	senderTestHandlerReleased(t, done)
 }
 
@@ -193,7 +193,7 @@ func TestSenderSuccessBodyIsNotKept(t *testing.T) {
 	require.NoError(t, res.Err)
 	require.Equal(t, http.StatusOK, res.Status)
 	require.Empty(t, res.Snippet, "only failed responses keep a snippet")
-	require.Equal(t, Ack, Decide(res, 1, RetryPolicy{}.WithDefaults(), nil).Action)
+	require.Equal(t, Ack, classify(res, 1, RetryPolicy{}.WithDefaults(), nil).Action)
 }
 
 func TestSenderRetryAfterHostileValues(t *testing.T) {
@@ -253,7 +253,7 @@ func TestSenderRetryAfterHostileValues(t *testing.T) {
 			require.Equal(t, wantRA, res.RetryAfter, "Send must agree with ParseRetryAfter")
 
 			for range 20 { // the backoff is jittered: try a few draws
-				dec := Decide(res, 1, policy, nil)
+				dec := classify(res, 1, policy, nil)
 				require.Equal(t, Retry, dec.Action)
 				require.GreaterOrEqual(t, dec.Delay, time.Duration(0), "a delay is never negative")
 				require.LessOrEqual(t, dec.Delay, 10*time.Second, "a delay never exceeds the policy's Max")
@@ -269,7 +269,7 @@ func TestSenderRetryAfterHostileValues(t *testing.T) {
 			// backoff at Max before a jitter of at most +20%.
 			rnd := rand.New(rand.NewPCG(1, 2))
 			for attempt := 1; attempt < policy.MaxAttempts; attempt++ {
-				dec := Decide(res, attempt, policy, rnd)
+				dec := classify(res, attempt, policy, rnd)
 				require.Equal(t, Retry, dec.Action)
 				require.GreaterOrEqual(t, dec.Delay, time.Duration(0))
 				if res.HasRetryAfter {
@@ -278,7 +278,7 @@ func TestSenderRetryAfterHostileValues(t *testing.T) {
 					require.LessOrEqual(t, dec.Delay, 12*time.Second)
 				}
 			}
-			require.Equal(t, Decision{Action: DeadLetter, Reason: ReasonMaxAttempts}, Decide(res, policy.MaxAttempts, policy, rnd))
+			require.Equal(t, Decision{Action: DeadLetter, Reason: ReasonMaxAttempts}, classify(res, policy.MaxAttempts, policy, rnd))
 		})
 	}
 }
@@ -494,7 +494,7 @@ func TestSenderDoesNotSendAnInvalidEvent(t *testing.T) {
 		require.Zero(t, res.Status)
 		require.False(t, res.Retryable())
 		require.False(t, res.Attempted())
-		d := Decide(res, 1, RetryPolicy{}.WithDefaults(), nil)
+		d := classify(res, 1, RetryPolicy{}.WithDefaults(), nil)
 		require.Equal(t, ReasonInvalidEvent, d.Reason)
 		require.Contains(t, d.Note, ie.Header)
 	}

@@ -1,0 +1,190 @@
+package relay
+
+import (
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"time"
+)
+
+// Input is everything Decide needs to know about one delivery of an event:
+// what came with the message, the destination's policy and state, and, as
+// relay learns them, the rate limit's answer, the event's attempt log and
+// the attempt's result. handle fills it in that order and asks Decide after
+// each step; a field not filled in yet says nothing against an attempt.
+type Input struct {
+	// Unreadable: the message is not an event relay can read.
+	Unreadable bool
+	// Ordered: the event heads an ordered key. MarkUnreadable: its
+	// partition's mark could not be read, so whether it was settled before
+	// is not known.
+	Ordered        bool
+	MarkUnreadable bool
+	// Settled: the event was settled before and came back only because its
+	// ack was lost (an ordered partition's mark, or its attempt log says it
+	// was parked).
+	Settled bool
+
+	// Known: the destination exists; Dest is it, with its defaults.
+	Known bool
+	Dest  Destination
+	// Now is when the delivery is decided.
+	Now time.Time
+	// ProbeTaken: the destination's circuit is open and another worker of
+	// this replica holds its probe. Probing: this delivery is the probe.
+	ProbeTaken bool
+	Probing    bool
+
+	// RateLimited: the destination has a rate limit, RateAsked that the
+	// limit was asked, and RateWait is how long to hand the event back for
+	// when the limit did not allow an attempt soon enough (0: it did).
+	RateLimited bool
+	RateAsked   bool
+	RateWait    time.Duration
+
+	// NeedLog: the event may have an attempt log (a redelivery, a copy from
+	// Redis, an event in retry when relay started). LogRead: it was read.
+	NeedLog bool
+	LogRead bool
+	// Attempt is the number of this attempt: the attempts recorded so far,
+	// plus one. Skip is an operator's reason to give the event up.
+	Attempt int
+	Skip    string
+
+	// CanPark: Redis takes long waits, and this event may leave JetStream
+	// (not the head of an ordered key). ParkThreshold is the shortest wait
+	// parked.
+	CanPark       bool
+	ParkThreshold time.Duration
+
+	// Result is the attempt's, once made. Cancelled: a shutdown cut it
+	// short. Late: it ended after the event's AckWait, when JetStream has
+	// handed the event to another worker.
+	Result    *Result
+	Cancelled bool
+	Late      bool
+	// Rand jitters retry waits. Optional: nil uses the global source.
+	Rand *rand.Rand
+}
+
+// Effect is what an attempt's outcome says about its destination, for the
+// circuit breaker and pauses.
+type Effect int
+
+// Effects.
+const (
+	// NoEffect: nothing about the destination (no request was made, or
+	// the event was at fault).
+	NoEffect Effect = iota
+	// Healthy: a 2xx. The breaker's count of failures starts again, and an
+	// open circuit closes.
+	Healthy
+	// Failing: a failure the destination is to blame for. It counts toward
+	// the breaker's threshold; a failed probe opens the circuit again.
+	Failing
+	// PauseRequested: the destination asked for a pause (429 or 503 with a
+	// Retry-After of a second or more): it is paused for Decision.Pause.
+	PauseRequested
+	// Disabled: the destination answered 410 Gone and its policy is to
+	// disable it: paused until an operator resumes it.
+	Disabled
+)
+
+// Decide turns what relay knows of a delivery into what to do with it. It is
+// the one place where that is decided, and it is pure: the same input gives
+// the same decision (with a seeded Rand).
+//
+// Before the attempt it returns a decision that ends the delivery without
+// one, or one of the steps WaitRate, ReadLog and Send, which ask for the
+// next thing to learn. Once Result is set it decides on the result.
+func Decide(in Input) Decision {
+	switch {
+	case in.Unreadable:
+		return Decision{Action: Terminate, Reason: "unreadable"}
+	case in.MarkUnreadable:
+		// Whether the head was delivered before is not known: it waits.
+		return Decision{Action: HandBack, Delay: time.Second}
+	case in.Settled:
+		return Decision{Action: AckSettled}
+	}
+	if in.Known {
+		d := in.Dest
+		switch {
+		case in.Now.Before(d.PausedUntil):
+			// Paused (its consumer is paused too; this event was handed
+			// out before): back to JetStream without an attempt.
+			return Decision{Action: HandBack, Delay: min(d.PausedUntil.Sub(in.Now), time.Minute)}
+		case in.ProbeTaken:
+			// The circuit's pause is over and another worker probes.
+			return Decision{Action: HandBack, Delay: time.Second}
+		case in.RateLimited && !in.RateAsked:
+			return Decision{Action: WaitRate}
+		case in.RateWait > 0:
+			return Decision{Action: HandBack, Delay: in.RateWait}
+		}
+	}
+	if in.NeedLog && !in.LogRead {
+		return Decision{Action: ReadLog}
+	}
+	policy := in.Dest.Retry
+	if in.Ordered && in.Dest.OnFailure == OnFailureBlock {
+		// The head of a blocked key is retried until it is delivered.
+		policy.MaxAttempts = math.MaxInt32
+	}
+	if in.Result == nil {
+		switch {
+		case in.Skip != "":
+			return Decision{Action: DeadLetter, Reason: ReasonSkipped}
+		case !in.Known:
+			return Decision{Action: DeadLetter, Reason: ReasonUnknownDestination}
+		case in.Attempt > policy.MaxAttempts:
+			// A previous run gave up and crashed before the event was
+			// terminated (or the policy changed): do not send again.
+			return Decision{Action: DeadLetter, Reason: ReasonMaxAttempts}
+		}
+		return Decision{Action: Send}
+	}
+	res := *in.Result
+	switch {
+	case in.Cancelled && res.Status == 0:
+		// Shut down mid-attempt: back without counting it.
+		return Decision{Action: HandBack}
+	case in.Late && (res.Status < 200 || res.Status > 299):
+		// Stopped past AckWait (SIGSTOP, a long pause): JetStream handed
+		// the event to another worker; recording or nak'ing now would only
+		// disturb it.
+		return Decision{Action: Leave}
+	}
+	dec := classify(res, in.Attempt, policy, in.Rand)
+	dec.Effect = effectOf(res, in.Dest)
+	switch {
+	case dec.Effect == Disabled:
+		// Gone for good, says the destination: it is disabled, and the
+		// event kept for when an operator resumes it.
+		dec.Action, dec.Delay, dec.Reason = Retry, time.Minute, ""
+	case dec.Effect == PauseRequested:
+		dec.Pause = min(res.RetryAfter, time.Duration(in.Dest.Retry.Max))
+	}
+	if dec.Action == Retry && in.CanPark && dec.Delay >= in.ParkThreshold {
+		dec.Action = Park
+	}
+	return dec
+}
+
+// effectOf is what an attempt's result says about destination d.
+func effectOf(res Result, d Destination) Effect {
+	switch {
+	case !res.Attempted():
+		return NoEffect
+	case res.Status >= 200 && res.Status <= 299:
+		return Healthy
+	case res.Status == http.StatusGone && d.OnGone == OnGoneDisable:
+		return Disabled
+	case !res.Retryable() || res.Blocked:
+		return NoEffect // the destination answered; the event is at fault
+	case res.HasRetryAfter && res.RetryAfter >= time.Second &&
+		(res.Status == http.StatusTooManyRequests || res.Status == http.StatusServiceUnavailable):
+		return PauseRequested
+	}
+	return Failing
+}

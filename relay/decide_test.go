@@ -1,0 +1,91 @@
+package relay
+
+import (
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Every outcome of a delivery is a row here; docs/architecture.md has the
+// same table in words.
+func TestDecideOutcomes(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	policy := RetryPolicy{Base: Duration(time.Second), Max: Duration(time.Minute), NoJitter: true, MaxAttempts: 3}.WithDefaults()
+	dest := Destination{Name: "d", Retry: policy}.WithDefaults()
+	// ready is a delivery with nothing against an attempt: the log read.
+	ready := func() Input {
+		return Input{Known: true, Dest: dest, Now: now, Attempt: 1, NeedLog: true, LogRead: true, ParkThreshold: 30 * time.Second}
+	}
+	with := func(f func(*Input)) Input {
+		in := ready()
+		f(&in)
+		return in
+	}
+	result := func(r Result) func(*Input) { return func(in *Input) { in.Result = &r } }
+	invalid := &InvalidEventError{Header: "Content-Type", Err: errors.New("control characters")}
+
+	tests := []struct {
+		name string
+		in   Input
+		want Decision
+	}{
+		// Before the attempt.
+		{"unreadable message", Input{Unreadable: true}, Decision{Action: Terminate, Reason: "unreadable"}},
+		{"ordered mark unreadable", with(func(in *Input) { in.Ordered, in.MarkUnreadable = true, true }), Decision{Action: HandBack, Delay: time.Second}},
+		{"settled before (ordered mark, or parked)", with(func(in *Input) { in.Settled = true }), Decision{Action: AckSettled}},
+		{"settled before, destination paused", with(func(in *Input) { in.Settled, in.Dest.PausedUntil = true, now.Add(time.Hour) }), Decision{Action: AckSettled}},
+		{"paused", with(func(in *Input) { in.Dest.PausedUntil = now.Add(10 * time.Second) }), Decision{Action: HandBack, Delay: 10 * time.Second}},
+		{"paused long: back within a minute", with(func(in *Input) { in.Dest.PausedUntil = Forever }), Decision{Action: HandBack, Delay: time.Minute}},
+		{"circuit probe taken", with(func(in *Input) { in.ProbeTaken = true }), Decision{Action: HandBack, Delay: time.Second}},
+		{"rate limit not asked", with(func(in *Input) { in.RateLimited = true }), Decision{Action: WaitRate}},
+		{"rate limit says wait", with(func(in *Input) { in.RateLimited, in.RateAsked, in.RateWait = true, true, 7*time.Second }), Decision{Action: HandBack, Delay: 7 * time.Second}},
+		{"rate limit allows", with(func(in *Input) { in.RateLimited, in.RateAsked = true, true }), Decision{Action: Send}},
+		{"log to read", with(func(in *Input) { in.LogRead = false }), Decision{Action: ReadLog}},
+		{"first delivery: no log", with(func(in *Input) { in.NeedLog, in.LogRead = false, false }), Decision{Action: Send}},
+		{"skipped by an operator", with(func(in *Input) { in.Skip = "wrong payload" }), Decision{Action: DeadLetter, Reason: ReasonSkipped}},
+		{"unknown destination", Input{Now: now, Attempt: 1}, Decision{Action: DeadLetter, Reason: ReasonUnknownDestination}},
+		{"attempts used up before", with(func(in *Input) { in.Attempt = 4 }), Decision{Action: DeadLetter, Reason: ReasonMaxAttempts}},
+		{"blocked ordered key: attempts never run out", with(func(in *Input) { in.Attempt, in.Ordered, in.Dest.OnFailure = 4, true, OnFailureBlock }), Decision{Action: Send}},
+		{"ready", ready(), Decision{Action: Send}},
+
+		// After the attempt.
+		{"2xx", with(result(Result{Status: 204})), Decision{Action: Ack, Effect: Healthy}},
+		{"5xx", with(result(Result{Status: 503})), Decision{Action: Retry, Delay: time.Second, Effect: Failing}},
+		{"transport error", with(result(Result{Err: errors.New("connection refused")})), Decision{Action: Retry, Delay: time.Second, Effect: Failing}},
+		{"5xx at the last attempt", with(func(in *Input) { in.Attempt = 3; in.Result = &Result{Status: 500} }), Decision{Action: DeadLetter, Reason: ReasonMaxAttempts, Effect: Failing}},
+		{"Retry-After: the destination is paused", with(result(Result{Status: 429, RetryAfter: 5 * time.Second, HasRetryAfter: true})), Decision{Action: Retry, Delay: 5 * time.Second, Effect: PauseRequested, Pause: 5 * time.Second}},
+		{"Retry-After capped by the policy", with(result(Result{Status: 503, RetryAfter: time.Hour, HasRetryAfter: true})), Decision{Action: Retry, Delay: time.Minute, Effect: PauseRequested, Pause: time.Minute}},
+		{"410, disable", with(result(Result{Status: http.StatusGone})), Decision{Action: Retry, Delay: time.Minute, Effect: Disabled}},
+		{"410, dead-letter", with(func(in *Input) { in.Dest.OnGone = OnGoneDeadLetter; in.Result = &Result{Status: http.StatusGone} }), Decision{Action: DeadLetter, Reason: ReasonPermanentStatus}},
+		{"4xx", with(result(Result{Status: 400})), Decision{Action: DeadLetter, Reason: ReasonPermanentStatus}},
+		{"redirect", with(result(Result{Status: 302})), Decision{Action: DeadLetter, Reason: ReasonRedirect}},
+		{"blocked address", with(result(Result{Blocked: true, Err: errors.New("blocked")})), Decision{Action: DeadLetter, Reason: ReasonBlockedAddress}},
+		{"invalid event", with(result(Result{Err: invalid})), Decision{Action: DeadLetter, Reason: ReasonInvalidEvent, Note: invalid.Error()}},
+		{"long wait, Redis there: park", with(func(in *Input) {
+			in.CanPark, in.Attempt = true, 2
+			in.Result = &Result{Status: 503, RetryAfter: time.Minute, HasRetryAfter: true}
+		}), Decision{Action: Park, Delay: time.Minute, Effect: PauseRequested, Pause: time.Minute}},
+		{"short wait, Redis there: JetStream", with(func(in *Input) { in.CanPark = true; in.Result = &Result{Status: 503} }), Decision{Action: Retry, Delay: time.Second, Effect: Failing}},
+		{"cut short by a shutdown", with(func(in *Input) { in.Cancelled = true; in.Result = &Result{Err: errors.New("context canceled")} }), Decision{Action: HandBack}},
+		{"answered, then shut down", with(func(in *Input) { in.Cancelled = true; in.Result = &Result{Status: 200} }), Decision{Action: Ack, Effect: Healthy}},
+		{"failed after AckWait", with(func(in *Input) { in.Late = true; in.Result = &Result{Status: 503} }), Decision{Action: Leave}},
+		{"delivered after AckWait", with(func(in *Input) { in.Late = true; in.Result = &Result{Status: 200} }), Decision{Action: Ack, Effect: Healthy}},
+	}
+	outcomes := map[Action]bool{}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.in.Rand = rand.New(rand.NewPCG(1, 2))
+			require.Equal(t, tc.want, Decide(tc.in))
+		})
+		outcomes[tc.want.Action] = true
+	}
+	for _, a := range []Action{Ack, Retry, DeadLetter, Park, HandBack, AckSettled, Leave, Terminate, WaitRate, ReadLog, Send} {
+		require.True(t, outcomes[a], "no row decides %s", a)
+	}
+}
