@@ -67,7 +67,8 @@ hands the rest back to JetStream, and exits 0.`,
 }
 
 func runAction(c *cli.Context) error {
-	log, err := newLogger(c)
+	e := newEnv(c)
+	log, err := e.logger()
 	if err != nil {
 		return err
 	}
@@ -134,7 +135,7 @@ func runAction(c *cli.Context) error {
 		url = s.ClientURL()
 		log.Info("embedded NATS started", "url", url, "data_dir", c.String("data-dir"), "sync_always", c.Bool("sync-always"))
 	}
-	ccfg := connConfig(c, url)
+	ccfg := e.global.connConfig(url)
 	ccfg.Logf = func(format string, args ...any) { log.Warn(fmt.Sprintf(format, args...)) }
 	nc, err := stream.Connect(ccfg)
 	if err != nil {
@@ -157,7 +158,7 @@ func runAction(c *cli.Context) error {
 	}); err != nil {
 		return fmt.Errorf("set up streams: %w", err)
 	}
-	key, previous, err := secretKeys(c)
+	key, previous, err := e.global.secretKeys()
 	if err != nil {
 		return err
 	}
@@ -202,7 +203,7 @@ func runAction(c *cli.Context) error {
 		if c.Duration("park-lease") >= c.Duration("duplicate-window") {
 			return usagef("--park-lease %s must be shorter than --duplicate-window %s, or a promoter crash could deliver an event twice", c.Duration("park-lease"), c.Duration("duplicate-window"))
 		}
-		mode, err := redisMode(c)
+		mode, err := redisMode(c.String("redis-mode"))
 		if err != nil {
 			return err
 		}
