@@ -5,21 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"os"
-	"os/signal"
 	"regexp"
 	"slices"
 	"strings"
-	"syscall"
-	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/urfave/cli/v2"
 
 	"github.com/relaydev/relay/relay"
-	"github.com/relaydev/relay/stream"
 )
 
 // Exit codes.
@@ -156,16 +148,20 @@ func isGlobalFlag(name string) bool {
 
 func versionCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "version",
-		Usage: "print relay's version",
-		Action: func(c *cli.Context) error {
-			if c.NArg() > 0 {
-				return usagef("version takes no arguments")
-			}
-			fmt.Fprintf(c.App.Writer, "relay version %s\n", relay.Version)
-			return nil
-		},
+		Name:   "version",
+		Usage:  "print relay's version",
+		Action: action(func(c *cli.Context) *versionOpts { return &versionOpts{readCmdLine(c)} }),
 	}
+}
+
+// versionOpts are the options of 'relay version'.
+type versionOpts struct{ cmdLine }
+
+func (o *versionOpts) Validate() error { return o.noArgs("version takes no arguments") }
+
+func (o *versionOpts) Run(_ context.Context, e *env) error {
+	fmt.Fprintf(e.out, "relay version %s\n", relay.Version)
+	return nil
 }
 
 // finish makes flag errors of every command usage errors (exit 2) and gives
@@ -250,16 +246,6 @@ func setEnv(f cli.Flag, name string) {
 	}
 }
 
-// required reports the first of the named flags that is not set.
-func required(c *cli.Context, names ...string) error {
-	for _, n := range names {
-		if !c.IsSet(n) {
-			return usagef("--%s is required (see 'relay %s --help')", n, commandPath(c))
-		}
-	}
-	return nil
-}
-
 // commandPath is the command c runs as typed after "relay", e.g. "dest add"
 // (urfave/cli's FullName gives only "add" for a subcommand).
 func commandPath(c *cli.Context) string {
@@ -271,141 +257,6 @@ func commandPath(c *cli.Context) string {
 	}
 	slices.Reverse(names)
 	return strings.Join(slices.Compact(names), " ")
-}
-
-func newLogger(c *cli.Context) (*slog.Logger, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
-		return nil, usagef("--log-level %q: use debug, info, warn or error", c.String("log-level"))
-	}
-	opts := &slog.HandlerOptions{Level: level}
-	w := c.App.ErrWriter
-	switch c.String("log-format") {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	}
-	return nil, usagef("--log-format %q: use text or json", c.String("log-format"))
-}
-
-func connConfig(c *cli.Context, url string) stream.ConnConfig {
-	return stream.ConnConfig{
-		URL:       url,
-		Name:      "relay " + c.Command.Name,
-		CredsFile: c.String("nats-creds"),
-		NKeyFile:  c.String("nats-nkey"),
-		User:      c.String("nats-user"),
-		Password:  c.String("nats-password"),
-		Token:     c.String("nats-token"),
-		TLSCA:     c.String("tls-ca"),
-		TLSCert:   c.String("tls-cert"),
-		TLSKey:    c.String("tls-key"),
-	}
-}
-
-// connect dials NATS for the client commands.
-func connect(c *cli.Context) (*nats.Conn, jetstream.JetStream, error) {
-	url := c.String("nats-url")
-	if url == "" {
-		url = defaultNATSURL
-	}
-	nc, err := stream.Connect(connConfig(c, url))
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w (is 'relay run' running? set --nats-url or RELAY_NATS_URL)", err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, nil, err
-	}
-	return nc, js, nil
-}
-
-// openNATS connects for a client command: the context is cancelled on
-// SIGINT/SIGTERM or after limit, and done closes everything.
-func openNATS(c *cli.Context, limit time.Duration) (context.Context, jetstream.JetStream, func(), error) {
-	ctx, cancel := cmdContext(c, limit)
-	nc, js, err := connect(c)
-	if err != nil {
-		cancel()
-		return nil, nil, nil, err
-	}
-	return ctx, js, func() { nc.Close(); cancel() }, nil
-}
-
-// openDests is openNATS with the destination store (opts after the secret key).
-func openDests(c *cli.Context, limit time.Duration, opts ...relay.StoreOption) (context.Context, jetstream.JetStream, *relay.Store, func(), error) {
-	ctx, js, done, err := openNATS(c, limit)
-	if err != nil {
-		return nil, nil, nil, nil, err
-	}
-	st, err := destStore(c, ctx, js, opts...)
-	if err != nil {
-		done()
-		return nil, nil, nil, nil, err
-	}
-	return ctx, js, st, done, nil
-}
-
-// cmdContext is the context of a client command: cancelled on SIGINT or
-// SIGTERM, and bounded so a command never hangs forever.
-func cmdContext(c *cli.Context, limit time.Duration) (context.Context, context.CancelFunc) {
-	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
-	ctx, cancel := context.WithTimeout(ctx, limit)
-	return ctx, func() { cancel(); stop() }
-}
-
-// secretKeys reads the secret key and the previous one (during a key
-// rotation; previous is nil or holds it), each from its flag, its
-// environment variable or its file.
-func secretKeys(c *cli.Context) (key []byte, previous [][]byte, err error) {
-	key, err = keyFrom(c, "secret-key", "RELAY_SECRET_KEY")
-	if err != nil {
-		return nil, nil, err
-	}
-	prev, err := keyFrom(c, "previous-secret-key", "RELAY_PREVIOUS_SECRET_KEY")
-	if err != nil || prev == nil {
-		return key, nil, err
-	}
-	if key == nil {
-		return nil, nil, usagef("--previous-secret-key is the old key of a rotation: give the new one too (--secret-key or --secret-key-file)")
-	}
-	return key, [][]byte{prev}, nil
-}
-
-// keyFrom reads one key from --flag or --flag-file.
-func keyFrom(c *cli.Context, flag, env string) ([]byte, error) {
-	k, f := c.String(flag), c.String(flag+"-file")
-	if k != "" && f != "" {
-		return nil, usagef("give the %s once: --%s (%s) or --%s-file", strings.ReplaceAll(flag, "-", " "), flag, env, flag)
-	}
-	if f != "" {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return nil, fmt.Errorf("--%s-file: %w", flag, err)
-		}
-		k = strings.TrimSpace(string(b))
-		if k == "" {
-			return nil, fmt.Errorf("--%s-file %s is empty", flag, f)
-		}
-	}
-	if k == "" {
-		return nil, nil
-	}
-	if len(k) < relay.MinKeyLen {
-		return nil, usagef("the %s is %d bytes; use at least %d random bytes (openssl rand -base64 32)", strings.ReplaceAll(flag, "-", " "), len(k), relay.MinKeyLen)
-	}
-	return []byte(k), nil
-}
-
-// destStore opens the destination store with the secret key, if any.
-func destStore(c *cli.Context, ctx context.Context, js jetstream.JetStream, opts ...relay.StoreOption) (*relay.Store, error) {
-	key, previous, err := secretKeys(c)
-	if err != nil {
-		return nil, err
-	}
-	return relay.NewStore(ctx, js, append([]relay.StoreOption{relay.WithSecretKey(key, previous...)}, opts...)...)
 }
 
 // parseKV reads "K=V" arguments.

@@ -384,3 +384,22 @@ func TestStatsJSONWithoutRedisHasNoParkedCount(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(got), `"parked":0`, "zero parked is a count")
 }
+
+// A bad flag value is a usage error (exit 2, nothing changed) found before
+// relay connects to anything: here no NATS server listens.
+func TestBadInputIsAUsageErrorBeforeConnecting(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"dest", "update", "orders", "--max-attempts", "0"}, "--max-attempts 0: give 1 or more"},
+		{[]string{"stats", "--redis-url", "redis://127.0.0.1:1", "--redis-mode", "bad"}, `--redis-mode "bad"`},
+		{[]string{"run", "--allow-net", "bad"}, `--allow-net "bad"`},
+		{[]string{"run", "--redis-url", "redis://127.0.0.1:1", "--park-lease", "5m"}, "--park-lease 5m0s must be shorter"},
+	} {
+		var out, errb bytes.Buffer
+		code := Main(append([]string{"relay", "--nats-url", "nats://127.0.0.1:1"}, tc.args...), strings.NewReader(""), &out, &errb)
+		require.Equal(t, exitUsage, code, "%v: %s", tc.args, errb.String())
+		require.Contains(t, errb.String(), tc.want, tc.args)
+	}
+}

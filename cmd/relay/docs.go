@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"strconv"
@@ -20,18 +21,20 @@ func docsCommand() *cli.Command {
 		Hidden: true,
 		Subcommands: []*cli.Command{
 			{
-				Name:  "cli",
-				Usage: "print the CLI reference in Markdown (docs/cli.md)",
-				Action: func(c *cli.Context) error {
-					if c.NArg() > 0 {
-						return usagef("docs cli takes no arguments")
-					}
-					return writeCLIDocs(c.App.Writer)
-				},
+				Name:   "cli",
+				Usage:  "print the CLI reference in Markdown (docs/cli.md)",
+				Action: action(func(c *cli.Context) *docsCLIOpts { return &docsCLIOpts{readCmdLine(c)} }),
 			},
 		},
 	}
 }
+
+// docsCLIOpts are the options of 'relay docs cli'.
+type docsCLIOpts struct{ cmdLine }
+
+func (o *docsCLIOpts) Validate() error { return o.noArgs("docs cli takes no arguments") }
+
+func (o *docsCLIOpts) Run(_ context.Context, e *env) error { return writeCLIDocs(e.out) }
 
 // regenerateCLIDocs is the command that writes docs/cli.md.
 const regenerateCLIDocs = "make docs (go run ./cmd/relay docs cli > docs/cli.md)"

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -29,77 +30,104 @@ Publishing the same --id again within the duplicate window stores nothing new.`,
 			&cli.StringFlag{Name: "file", Usage: "read the body from this file", TakesFile: true},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 		},
-		Action: func(c *cli.Context) error {
-			if err := required(c, "dest"); err != nil {
-				return err
-			}
-			body, err := readBody(c)
-			if err != nil {
-				return err
-			}
-			hdrs, err := parseKV("header", c.StringSlice("header"))
-			if err != nil {
-				return err
-			}
-			// A header that cannot be sent is a usage error, like a
-			// malformed one.
-			for k, v := range hdrs {
-				if err := relay.ValidateEventHeader(k, v); err != nil {
-					return usagef("-H %s: %v", k, err)
-				}
-			}
-			ctx, js, done, err := openNATS(c, 30*time.Second)
-			if err != nil {
-				return err
-			}
-			defer done()
-			p, err := relay.NewProducer(ctx, js)
-			if err != nil {
-				return err
-			}
-			res, err := p.Publish(ctx, relay.Event{Dest: c.String("dest"), Key: c.String("key"), ID: c.String("id"), Headers: hdrs, Data: body})
-			if err != nil {
-				return err
-			}
-			if c.Bool("json") {
-				return json.NewEncoder(c.App.Writer).Encode(res)
-			}
-			dup := ""
-			if res.Duplicate {
-				dup = " (duplicate: already published, nothing new stored)"
-			}
-			fmt.Fprintf(c.App.Writer, "published %s to %s seq %d%s\n", res.ID, res.Stream, res.Seq, dup)
-			return nil
-		},
+		Action: action(readPublish),
 	}
 }
 
-func readBody(c *cli.Context) ([]byte, error) {
+// publishOpts are the options of 'relay publish'.
+type publishOpts struct {
+	cmdLine
+	dest       *string
+	key, id    string
+	header     []string
+	data, file *string
+	json       bool
+
+	headers map[string]string // Validate: --header parsed
+}
+
+func readPublish(c *cli.Context) *publishOpts {
+	return &publishOpts{cmdLine: readCmdLine(c), dest: setOnly(c, "dest", c.String), key: c.String("key"), id: c.String("id"),
+		header: c.StringSlice("header"), data: setOnly(c, "data", c.String), file: setOnly(c, "file", c.String), json: c.Bool("json")}
+}
+
+// stdin reports whether the body comes from standard input ("-").
+func (o *publishOpts) stdin() bool { return len(o.args) > 0 && o.args[0] == "-" }
+
+func (o *publishOpts) Validate() error {
+	if o.dest == nil {
+		return o.missing("dest")
+	}
 	n := 0
-	for _, set := range []bool{c.IsSet("data"), c.IsSet("file"), c.Args().First() == "-"} {
+	for _, set := range []bool{o.data != nil, o.file != nil, o.stdin()} {
 		if set {
 			n++
 		}
 	}
 	if n != 1 {
-		return nil, usagef("give the body exactly once: --data JSON, --file PATH, or - for standard input")
+		return usagef("give the body exactly once: --data JSON, --file PATH, or - for standard input")
 	}
-	if c.NArg() > 1 || (c.NArg() == 1 && c.Args().First() != "-") {
-		return nil, usagef("unexpected arguments %v", c.Args().Slice())
+	if len(o.args) > 1 || (len(o.args) == 1 && !o.stdin()) {
+		return usagef("unexpected arguments %v", o.args)
 	}
+	hdrs, err := parseKV("header", o.header)
+	if err != nil {
+		return err
+	}
+	// A header that cannot be sent is a usage error, like a malformed one.
+	for k, v := range hdrs {
+		if err := relay.ValidateEventHeader(k, v); err != nil {
+			return usagef("-H %s: %v", k, err)
+		}
+	}
+	o.headers = hdrs
+	return nil
+}
+
+// body reads the body from --data, --file or standard input.
+func (o *publishOpts) body(stdin io.Reader) ([]byte, error) {
 	switch {
-	case c.IsSet("data"):
-		return []byte(c.String("data")), nil
-	case c.IsSet("file"):
-		b, err := os.ReadFile(c.String("file"))
+	case o.data != nil:
+		return []byte(*o.data), nil
+	case o.file != nil:
+		b, err := os.ReadFile(*o.file)
 		if err != nil {
 			return nil, fmt.Errorf("read --file: %w", err)
 		}
 		return b, nil
 	}
-	b, err := io.ReadAll(io.LimitReader(c.App.Reader, 64<<20))
+	b, err := io.ReadAll(io.LimitReader(stdin, 64<<20))
 	if err != nil {
 		return nil, fmt.Errorf("read standard input: %w", err)
 	}
 	return b, nil
+}
+
+func (o *publishOpts) Run(ctx context.Context, e *env) error {
+	body, err := o.body(e.in)
+	if err != nil {
+		return err
+	}
+	ctx, cl, err := e.dial(ctx, 30*time.Second)
+	if err != nil {
+		return err
+	}
+	defer cl.close()
+	p, err := relay.NewProducer(ctx, cl.js)
+	if err != nil {
+		return err
+	}
+	res, err := p.Publish(ctx, relay.Event{Dest: *o.dest, Key: o.key, ID: o.id, Headers: o.headers, Data: body})
+	if err != nil {
+		return err
+	}
+	if o.json {
+		return json.NewEncoder(e.out).Encode(res)
+	}
+	dup := ""
+	if res.Duplicate {
+		dup = " (duplicate: already published, nothing new stored)"
+	}
+	fmt.Fprintf(e.out, "published %s to %s seq %d%s\n", res.ID, res.Stream, res.Seq, dup)
+	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -29,68 +30,88 @@ twice.`,
 			&cli.BoolFlag{Name: "dry-run", Usage: "print what would be replayed; change nothing"},
 			&cli.StringFlag{Name: "rate", Usage: "at most N per second (e.g. 100 or 100/s)"},
 		},
-		Action: func(c *cli.Context) error {
-			if err := required(c, "dest", "since"); err != nil {
-				return err
-			}
-			since, err := parseWhen(c, "since")
-			if err != nil {
-				return err
-			}
-			until, err := parseWhen(c, "until")
-			if err != nil {
-				return err
-			}
-			if !until.IsZero() && !until.After(since) {
-				return usagef("--until must be after --since")
-			}
-			interval, err := parseRate(c.String("rate"))
-			if err != nil {
-				return err
-			}
-			ctx, js, done, err := openNATS(c, 24*time.Hour)
-			if err != nil {
-				return err
-			}
-			defer done()
-			w := c.App.Writer
-			dry := c.Bool("dry-run")
-			var tick *time.Ticker
-			if interval > 0 && !dry {
-				tick = time.NewTicker(interval)
-				defer tick.Stop()
-			}
-			prog := newProgress(w, 0)
-			n, err := relay.ReplayLog(ctx, js, relay.LogReplay{
-				Dest: c.String("dest"), ToDest: c.String("to-dest"), Key: c.String("key"), Since: since, Until: until,
-			}, dry, func(ev relay.ReplayedEvent) error {
-				switch {
-				case dry:
-					fmt.Fprintf(w, "would replay event %s (log seq %d)\n", ev.ID, ev.Seq)
-				case ev.Duplicate:
-					prog.step(fmt.Sprintf("event %s (log seq %d) was replayed moments ago: not published again", ev.ID, ev.Seq))
-				default:
-					prog.step(fmt.Sprintf("replayed event %s (log seq %d) as seq %d", ev.ID, ev.Seq, ev.NewSeq))
-				}
-				if tick != nil {
-					select {
-					case <-tick.C:
-					case <-ctx.Done():
-						return ctx.Err()
-					}
-				}
-				return nil
-			})
-			prog.end()
-			if err != nil {
-				return fmt.Errorf("%w (after %d events; re-running is safe)", err, n)
-			}
-			if dry {
-				fmt.Fprintf(w, "dry run: %d events would be replayed; nothing was changed\n", n)
-				return nil
-			}
-			fmt.Fprintf(w, "replayed %d events\n", n)
-			return nil
-		},
+		Action: action(readReplay),
 	}
+}
+
+// replayOpts are the options of 'relay replay'.
+type replayOpts struct {
+	cmdLine
+	dest, since        *string
+	until, key, toDest string
+	dryRun             bool
+	rate               string
+
+	from, to time.Time     // Validate: --since and --until
+	interval time.Duration // Validate: between replays (0: no limit)
+}
+
+func readReplay(c *cli.Context) *replayOpts {
+	return &replayOpts{cmdLine: readCmdLine(c), dest: setOnly(c, "dest", c.String), since: setOnly(c, "since", c.String),
+		until: c.String("until"), key: c.String("key"), toDest: c.String("to-dest"), dryRun: c.Bool("dry-run"), rate: c.String("rate")}
+}
+
+func (o *replayOpts) Validate() (err error) {
+	if o.dest == nil {
+		return o.missing("dest")
+	}
+	if o.since == nil {
+		return o.missing("since")
+	}
+	if o.from, err = parseWhen("since", *o.since); err != nil {
+		return err
+	}
+	if o.to, err = parseWhen("until", o.until); err != nil {
+		return err
+	}
+	if !o.to.IsZero() && !o.to.After(o.from) {
+		return usagef("--until must be after --since")
+	}
+	o.interval, err = parseRate(o.rate)
+	return err
+}
+
+func (o *replayOpts) Run(ctx context.Context, e *env) error {
+	ctx, cl, err := e.dial(ctx, 24*time.Hour)
+	if err != nil {
+		return err
+	}
+	defer cl.close()
+	w, dry := e.out, o.dryRun
+	var tick *time.Ticker
+	if o.interval > 0 && !dry {
+		tick = time.NewTicker(o.interval)
+		defer tick.Stop()
+	}
+	prog := newProgress(w, 0)
+	n, err := relay.ReplayLog(ctx, cl.js, relay.LogReplay{
+		Dest: *o.dest, ToDest: o.toDest, Key: o.key, Since: o.from, Until: o.to,
+	}, dry, func(ev relay.ReplayedEvent) error {
+		switch {
+		case dry:
+			fmt.Fprintf(w, "would replay event %s (log seq %d)\n", ev.ID, ev.Seq)
+		case ev.Duplicate:
+			prog.step(fmt.Sprintf("event %s (log seq %d) was replayed moments ago: not published again", ev.ID, ev.Seq))
+		default:
+			prog.step(fmt.Sprintf("replayed event %s (log seq %d) as seq %d", ev.ID, ev.Seq, ev.NewSeq))
+		}
+		if tick != nil {
+			select {
+			case <-tick.C:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	})
+	prog.end()
+	if err != nil {
+		return fmt.Errorf("%w (after %d events; re-running is safe)", err, n)
+	}
+	if dry {
+		fmt.Fprintf(w, "dry run: %d events would be replayed; nothing was changed\n", n)
+		return nil
+	}
+	fmt.Fprintf(w, "replayed %d events\n", n)
+	return nil
 }

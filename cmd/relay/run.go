@@ -7,11 +7,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
-	"os/signal"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -62,12 +61,91 @@ hands the rest back to JetStream, and exits 0.`,
 			&cli.Int64Flag{Name: "gc-heap-floor", EnvVars: []string{"RELAY_GC_HEAP_FLOOR"}, Value: 32 << 20, Usage: "heap size in bytes at which Go's garbage collector runs while relay's live heap is small, for less CPU spent collecting (at most 40 MiB, or 11 times the live heap; 0: Go's default pace; not applied when GOGC is set)"},
 			&cli.DurationFlag{Name: "shutdown-grace", EnvVars: []string{"RELAY_SHUTDOWN_GRACE"}, Value: 10 * time.Second, Usage: "how long in-flight deliveries may finish after SIGTERM"},
 		},
-		Action: runAction,
+		Action: action(readRun),
 	}
 }
 
-func runAction(c *cli.Context) error {
-	log, err := newLogger(c)
+// runOpts are the options of 'relay run'.
+type runOpts struct {
+	natsURL                                    string // the global flag: without it, start an embedded server
+	dataDir, listen, serverName                string
+	syncAlways                                 bool
+	clusterName, clusterListen                 string
+	routes                                     []string
+	replicas                                   int
+	eventRetention                             time.Duration
+	eventMaxBytes                              int64
+	maxEventSize                               int
+	dlqRetention, duplicateWindow              time.Duration
+	redis                                      redisOpts
+	redisReplicas                              int
+	redisReplicaWait, parkThreshold, parkLease time.Duration
+	allowNet                                   []string
+	connectTimeout, tlsHandshakeTimeout        time.Duration
+	responseHeaderTimeout                      time.Duration
+	skipTLSVerify                              bool
+	metricsAddr                                string
+	gcHeapFloor                                int64
+	shutdownGrace                              time.Duration
+
+	// Validate fills these in.
+	host, clusterHost  string
+	port, clusterPort  int
+	allow              []netip.Prefix
+	confirmingReplicas int
+	replicaWait        time.Duration
+}
+
+func readRun(c *cli.Context) *runOpts {
+	return &runOpts{
+		natsURL: c.String("nats-url"), dataDir: c.String("data-dir"), listen: c.String("listen"), serverName: c.String("server-name"),
+		syncAlways: c.Bool("sync-always"), clusterName: c.String("cluster-name"), clusterListen: c.String("cluster-listen"),
+		routes: c.StringSlice("routes"), replicas: c.Int("replicas"), eventRetention: c.Duration("event-retention"),
+		eventMaxBytes: c.Int64("event-max-bytes"), maxEventSize: c.Int("max-event-size"), dlqRetention: c.Duration("dlq-retention"),
+		duplicateWindow: c.Duration("duplicate-window"), redis: readRedis(c), redisReplicas: c.Int("redis-replicas"),
+		redisReplicaWait: c.Duration("redis-replica-wait"), parkThreshold: c.Duration("park-threshold"), parkLease: c.Duration("park-lease"),
+		allowNet: c.StringSlice("allow-net"), connectTimeout: c.Duration("connect-timeout"), tlsHandshakeTimeout: c.Duration("tls-handshake-timeout"),
+		responseHeaderTimeout: c.Duration("response-header-timeout"), skipTLSVerify: c.Bool("dangerously-skip-tls-verify"),
+		metricsAddr: c.String("metrics-addr"), gcHeapFloor: c.Int64("gc-heap-floor"), shutdownGrace: c.Duration("shutdown-grace"),
+	}
+}
+
+// Validate checks the flags that need no server (--gc-heap-floor is
+// checked where it is applied, by applyHeapFloor).
+func (o *runOpts) Validate() (err error) {
+	if dw := o.duplicateWindow; dw < minDuplicateWindow {
+		return usagef("--duplicate-window %s must be at least %s: a replica that takes the unknown-destination check over from a crashed one (after 10s of silence) writes again the dead letters of the last second the crashed one had not recorded, and only the duplicate window drops them", dw, minDuplicateWindow)
+	}
+	if o.natsURL == "" {
+		if o.host, o.port, err = splitListen(o.listen); err != nil {
+			return err
+		}
+		if o.clusterName != "" {
+			if o.clusterHost, o.clusterPort, err = splitListen(o.clusterListen); err != nil {
+				return err
+			}
+		}
+	}
+	if o.allow, err = relay.ParseAllowNets(o.allowNet); err != nil {
+		return usageError{err.Error()}
+	}
+	if o.redis.url == "" {
+		return nil
+	}
+	if o.parkLease >= o.duplicateWindow {
+		return usagef("--park-lease %s must be shorter than --duplicate-window %s, or a promoter crash could deliver an event twice", o.parkLease, o.duplicateWindow)
+	}
+	mode, err := redisMode(o.redis.mode)
+	if err != nil {
+		return err
+	}
+	o.confirmingReplicas, o.replicaWait, err = redisReplicas(o.redisReplicas, mode, o.redisReplicaWait)
+	return err
+}
+
+// Run delivers until ctx ends.
+func (o *runOpts) Run(ctx context.Context, e *env) error {
+	log, err := e.logger()
 	if err != nil {
 		return err
 	}
@@ -75,9 +153,7 @@ func runAction(c *cli.Context) error {
 	// a new primary) go through relay's log, at debug: relay logs what a
 	// Redis failure does to events itself.
 	redis.SetLogger(redisLog{log})
-	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	floor, err := applyHeapFloor(log, c.Int64("gc-heap-floor"), os.Getenv("GOGC"))
+	floor, err := applyHeapFloor(log, o.gcHeapFloor, os.Getenv("GOGC"))
 	if err != nil {
 		return err
 	}
@@ -85,39 +161,9 @@ func runAction(c *cli.Context) error {
 		defer floor.stop()
 	}
 
-	if dw := c.Duration("duplicate-window"); dw < minDuplicateWindow {
-		return usagef("--duplicate-window %s must be at least %s: a replica that takes the unknown-destination check over from a crashed one (after 10s of silence) writes again the dead letters of the last second the crashed one had not recorded, and only the duplicate window drops them", dw, minDuplicateWindow)
-	}
-	url := c.String("nats-url")
+	url := o.natsURL
 	if url == "" {
-		host, port, err := splitListen(c.String("listen"))
-		if err != nil {
-			return err
-		}
-		ecfg := stream.EmbeddedConfig{
-			Name:       c.String("server-name"),
-			DataDir:    c.String("data-dir"),
-			Host:       host,
-			Port:       port,
-			SyncAlways: c.Bool("sync-always"),
-			User:       c.String("nats-user"),
-			Password:   c.String("nats-password"),
-			Token:      c.String("nats-token"),
-			Logf: func(format string, args ...any) {
-				log.Debug(fmt.Sprintf(format, args...))
-			},
-			Recovering: func(waited time.Duration) {
-				log.Info("embedded NATS is still recovering its JetStream store; the larger the store, the longer this takes", "waited", waited.Round(time.Second), "data_dir", c.String("data-dir"))
-			},
-		}
-		if cn := c.String("cluster-name"); cn != "" {
-			ch, cp, err := splitListen(c.String("cluster-listen"))
-			if err != nil {
-				return err
-			}
-			ecfg.ClusterName, ecfg.ClusterHost, ecfg.ClusterPort, ecfg.Routes = cn, ch, cp, c.StringSlice("routes")
-		}
-		s, err := stream.StartEmbeddedContext(ctx, ecfg)
+		s, err := o.startEmbedded(ctx, e, log)
 		if err != nil {
 			if errors.Is(err, context.Canceled) {
 				// SIGINT or SIGTERM while it started: a stop, not a
@@ -132,9 +178,9 @@ func runAction(c *cli.Context) error {
 			s.WaitForShutdown()
 		}()
 		url = s.ClientURL()
-		log.Info("embedded NATS started", "url", url, "data_dir", c.String("data-dir"), "sync_always", c.Bool("sync-always"))
+		log.Info("embedded NATS started", "url", url, "data_dir", o.dataDir, "sync_always", o.syncAlways)
 	}
-	ccfg := connConfig(c, url)
+	ccfg := e.global.connConfig(url)
 	ccfg.Logf = func(format string, args ...any) { log.Warn(fmt.Sprintf(format, args...)) }
 	nc, err := stream.Connect(ccfg)
 	if err != nil {
@@ -148,16 +194,16 @@ func runAction(c *cli.Context) error {
 	setupCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := ensureRetrying(setupCtx, log, js, stream.Config{
-		Replicas:        c.Int("replicas"),
-		EventRetention:  c.Duration("event-retention"),
-		EventMaxBytes:   c.Int64("event-max-bytes"),
-		MaxMsgSize:      int32(c.Int("max-event-size")),
-		DLQRetention:    c.Duration("dlq-retention"),
-		DuplicateWindow: c.Duration("duplicate-window"),
+		Replicas:        o.replicas,
+		EventRetention:  o.eventRetention,
+		EventMaxBytes:   o.eventMaxBytes,
+		MaxMsgSize:      int32(o.maxEventSize),
+		DLQRetention:    o.dlqRetention,
+		DuplicateWindow: o.duplicateWindow,
 	}); err != nil {
 		return fmt.Errorf("set up streams: %w", err)
 	}
-	key, previous, err := secretKeys(c)
+	key, previous, err := e.global.secretKeys()
 	if err != nil {
 		return err
 	}
@@ -167,10 +213,7 @@ func runAction(c *cli.Context) error {
 	if key == nil {
 		log.Warn("destination secrets are stored unencrypted in JetStream: set RELAY_SECRET_KEY or --secret-key-file to encrypt them")
 	}
-	allow, err := relay.ParseAllowNets(c.StringSlice("allow-net"))
-	if err != nil {
-		return usageError{err.Error()}
-	}
+	allow := o.allow
 	policy := relay.NetPolicy{Allow: allow}
 	if len(allow) > 0 {
 		log.Warn("address policy: deliveries may reach these non-public ranges", "allow_net", policy.String())
@@ -186,31 +229,21 @@ func runAction(c *cli.Context) error {
 		}
 		return err
 	}
-	if c.Bool("dangerously-skip-tls-verify") {
+	if o.skipTLSVerify {
 		log.Warn("TLS certificates of destinations are NOT verified (--dangerously-skip-tls-verify)")
 	}
-	cfg := relay.Config{JS: js, Logger: log, NetPolicy: &policy, SecretKey: key, PreviousSecretKeys: previous, ShutdownGrace: c.Duration("shutdown-grace"), ParkThreshold: c.Duration("park-threshold"),
+	cfg := relay.Config{JS: js, Logger: log, NetPolicy: &policy, SecretKey: key, PreviousSecretKeys: previous, ShutdownGrace: o.shutdownGrace, ParkThreshold: o.parkThreshold,
 		HTTPClient: relay.NewHTTPClient(relay.HTTPOptions{
 			Guard:                 relay.NetGuard{Allow: allow},
-			ConnectTimeout:        c.Duration("connect-timeout"),
-			TLSHandshakeTimeout:   c.Duration("tls-handshake-timeout"),
-			ResponseHeaderTimeout: c.Duration("response-header-timeout"),
-			InsecureSkipVerify:    c.Bool("dangerously-skip-tls-verify"),
+			ConnectTimeout:        o.connectTimeout,
+			TLSHandshakeTimeout:   o.tlsHandshakeTimeout,
+			ResponseHeaderTimeout: o.responseHeaderTimeout,
+			InsecureSkipVerify:    o.skipTLSVerify,
 		})}
 	var promoter *schedule.Promoter
-	if u := c.String("redis-url"); u != "" {
-		if c.Duration("park-lease") >= c.Duration("duplicate-window") {
-			return usagef("--park-lease %s must be shorter than --duplicate-window %s, or a promoter crash could deliver an event twice", c.Duration("park-lease"), c.Duration("duplicate-window"))
-		}
-		mode, err := redisMode(c)
-		if err != nil {
-			return err
-		}
-		replicas, wait, err := redisReplicas(c.Int("redis-replicas"), mode, c.Duration("redis-replica-wait"))
-		if err != nil {
-			return err
-		}
-		st, err := schedule.Dial(setupCtx, u, mode)
+	if u := o.redis.url; u != "" {
+		replicas, wait := o.confirmingReplicas, o.replicaWait
+		st, err := schedule.Dial(setupCtx, u, o.redis.mode)
 		if err != nil {
 			return err
 		}
@@ -226,7 +259,7 @@ func runAction(c *cli.Context) error {
 			}
 		}
 		cfg.Schedule = st
-		promoter = &schedule.Promoter{Store: st, JS: js, Lease: c.Duration("park-lease"), Logger: log}
+		promoter = &schedule.Promoter{Store: st, JS: js, Lease: o.parkLease, Logger: log}
 		log.Info("long waits are parked in Redis", "threshold", cfg.ParkThreshold, "replicas_confirming", replicas)
 	} else {
 		log.Info("no --redis-url: every retry wait is a delayed nak in JetStream, and each waiting event holds one of its destination's 10000 ack-pending slots")
@@ -235,7 +268,7 @@ func runAction(c *cli.Context) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg.Metrics = relay.NewMetrics(reg)
 	reg.MustRegister(relay.NewStateCollector(js, cfg.Schedule))
-	if addr := c.String("metrics-addr"); addr != "" {
+	if addr := o.metricsAddr; addr != "" {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			return fmt.Errorf("--metrics-addr %s: %w", addr, err)
@@ -267,6 +300,41 @@ func runAction(c *cli.Context) error {
 		log.Warn("flushing the NATS connection", "err", err)
 	}
 	return nil
+}
+
+// startEmbedded starts the embedded NATS server of --data-dir and --listen.
+func (o *runOpts) startEmbedded(ctx context.Context, e *env, log *slog.Logger) (embeddedServer, error) {
+	ecfg := stream.EmbeddedConfig{
+		Name:       o.serverName,
+		DataDir:    o.dataDir,
+		Host:       o.host,
+		Port:       o.port,
+		SyncAlways: o.syncAlways,
+		User:       e.global.conn.User,
+		Password:   e.global.conn.Password,
+		Token:      e.global.conn.Token,
+		Logf: func(format string, args ...any) {
+			log.Debug(fmt.Sprintf(format, args...))
+		},
+		Recovering: func(waited time.Duration) {
+			log.Info("embedded NATS is still recovering its JetStream store; the larger the store, the longer this takes", "waited", waited.Round(time.Second), "data_dir", o.dataDir)
+		},
+	}
+	if o.clusterName != "" {
+		ecfg.ClusterName, ecfg.ClusterHost, ecfg.ClusterPort, ecfg.Routes = o.clusterName, o.clusterHost, o.clusterPort, o.routes
+	}
+	s, err := stream.StartEmbeddedContext(ctx, ecfg)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// embeddedServer is what relay run uses of the embedded NATS server.
+type embeddedServer interface {
+	ClientURL() string
+	Shutdown()
+	WaitForShutdown()
 }
 
 // ensureRetrying sets up the streams, retrying while JetStream is not ready

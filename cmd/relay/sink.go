@@ -8,12 +8,9 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -39,38 +36,60 @@ each webhook-id with --fail-status instead; --delay D waits before answering.`,
 			&cli.DurationFlag{Name: "delay", Usage: "wait this long before answering"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per request, with its headers"},
 		},
-		Action: func(c *cli.Context) error {
-			for _, f := range []string{"status", "fail-status"} {
-				if s := c.Int(f); s < 200 || s > 599 {
-					return usagef("--%s %d: give an HTTP status from 200 to 599", f, s)
-				}
-			}
-			ln, err := net.Listen("tcp", c.String("addr"))
-			if err != nil {
-				return fmt.Errorf("sink: listen on %s: %w", c.String("addr"), err)
-			}
-			s := &sink{
-				out: c.App.Writer, secret: c.String("secret"), status: c.Int("status"),
-				failFirst: c.Int("fail-first"), failStatus: c.Int("fail-status"),
-				retryAfter: c.String("retry-after"), delay: c.Duration("delay"),
-				asJSON: c.Bool("json"), seen: map[string]int{},
-			}
-			fmt.Fprintf(c.App.ErrWriter, "sink listening on http://%s\n", ln.Addr())
-			srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
-			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			go func() {
-				<-ctx.Done()
-				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				_ = srv.Shutdown(sctx)
-			}()
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				return err
-			}
-			return nil
-		},
+		Action: action(readSink),
 	}
+}
+
+// sinkOpts are the options of 'relay sink'.
+type sinkOpts struct {
+	addr, secret, retryAfter      string
+	status, failFirst, failStatus int
+	delay                         time.Duration
+	json                          bool
+}
+
+func readSink(c *cli.Context) *sinkOpts {
+	return &sinkOpts{addr: c.String("addr"), secret: c.String("secret"), retryAfter: c.String("retry-after"),
+		status: c.Int("status"), failFirst: c.Int("fail-first"), failStatus: c.Int("fail-status"),
+		delay: c.Duration("delay"), json: c.Bool("json")}
+}
+
+func (o *sinkOpts) Validate() error {
+	for _, f := range []struct {
+		name   string
+		status int
+	}{{"status", o.status}, {"fail-status", o.failStatus}} {
+		if f.status < 200 || f.status > 599 {
+			return usagef("--%s %d: give an HTTP status from 200 to 599", f.name, f.status)
+		}
+	}
+	return nil
+}
+
+// Run serves until ctx ends.
+func (o *sinkOpts) Run(ctx context.Context, e *env) error {
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return fmt.Errorf("sink: listen on %s: %w", o.addr, err)
+	}
+	s := &sink{
+		out: e.out, secret: o.secret, status: o.status,
+		failFirst: o.failFirst, failStatus: o.failStatus,
+		retryAfter: o.retryAfter, delay: o.delay,
+		asJSON: o.json, seen: map[string]int{},
+	}
+	fmt.Fprintf(e.errOut, "sink listening on http://%s\n", ln.Addr())
+	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
 }
 
 type sink struct {

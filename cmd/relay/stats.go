@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -26,52 +27,69 @@ func statsCommand() *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "one JSON object per destination and line"},
 			&cli.DurationFlag{Name: "watch", Usage: "print again every this long (e.g. 2s) until interrupted"},
 		},
-		Action: func(c *cli.Context) error {
-			every := c.Duration("watch")
-			if every < 0 || (every > 0 && every < 100*time.Millisecond) {
-				return usagef("--watch %s: give an interval of at least 100ms", every)
-			}
-			limit := 30 * time.Second
-			if every > 0 {
-				limit = 100 * 365 * 24 * time.Hour // until interrupted
-			}
-			ctx, js, done, err := openNATS(c, limit)
-			if err != nil {
-				return err
-			}
-			defer done()
-			sched, closeSched, err := openSchedule(ctx, c)
-			if err != nil {
-				return err
-			}
-			defer closeSched()
-			for {
-				if every > 0 && !c.Bool("json") && isTerminal(c.App.Writer) {
-					fmt.Fprint(c.App.Writer, "\033[H\033[2J") // clear the screen
-				}
-				if err := printStats(c, ctx, js, sched); err != nil {
-					return err
-				}
-				if every == 0 {
-					return nil
-				}
-				select {
-				case <-ctx.Done():
-					return nil // interrupted
-				case <-time.After(every):
-				}
-			}
-		},
+		Action: action(readStats),
 	}
 }
 
-// printStats prints one round of 'relay stats'.
-func printStats(c *cli.Context, ctx context.Context, js jetstream.JetStream, sched *schedule.Store) error {
+// statsOpts are the options of 'relay stats'.
+type statsOpts struct {
+	dest  string
+	redis redisOpts
+	json  bool
+	watch time.Duration
+}
+
+func readStats(c *cli.Context) *statsOpts {
+	return &statsOpts{dest: c.String("dest"), redis: readRedis(c), json: c.Bool("json"), watch: c.Duration("watch")}
+}
+
+func (o *statsOpts) Validate() error {
+	if every := o.watch; every < 0 || (every > 0 && every < 100*time.Millisecond) {
+		return usagef("--watch %s: give an interval of at least 100ms", every)
+	}
+	return o.redis.Validate()
+}
+
+func (o *statsOpts) Run(ctx context.Context, e *env) error {
+	limit := 30 * time.Second
+	if o.watch > 0 {
+		limit = 100 * 365 * 24 * time.Hour // until interrupted
+	}
+	ctx, cl, err := e.dial(ctx, limit)
+	if err != nil {
+		return err
+	}
+	defer cl.close()
+	sched, closeSched, err := o.redis.open(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer closeSched()
+	for {
+		if o.watch > 0 && !o.json && isTerminal(e.out) {
+			fmt.Fprint(e.out, "\033[H\033[2J") // clear the screen
+		}
+		if err := o.print(ctx, e.out, cl.js, sched); err != nil {
+			return err
+		}
+		if o.watch == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil // interrupted
+		case <-time.After(o.watch):
+		}
+	}
+}
+
+// print prints one round of 'relay stats'.
+func (o *statsOpts) print(ctx context.Context, w io.Writer, js jetstream.JetStream, sched *schedule.Store) error {
 	all, err := relay.Stats(ctx, js, sched)
 	if err != nil {
 		return err
 	}
-	if d := c.String("dest"); d != "" {
+	if d := o.dest; d != "" {
 		var one []relay.DestStats
 		for _, s := range all {
 			if s.Dest == d {
@@ -83,10 +101,10 @@ func printStats(c *cli.Context, ctx context.Context, js jetstream.JetStream, sch
 		}
 		all = one
 	}
-	if c.Bool("json") {
-		return jsonLines(c.App.Writer, all, statsJSON)
+	if o.json {
+		return jsonLines(w, all, statsJSON)
 	}
-	tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "DEST\tSTATE\tBACKLOG\tIN FLIGHT\tRETRYING\tPARKED\tOLDEST DUE\tDEAD LETTERS\tOLDEST UNDELIVERED\tBLOCKED PARTITIONS")
 	for _, s := range all {
 		parked, due := "-", "-"
@@ -115,7 +133,7 @@ func printStats(c *cli.Context, ctx context.Context, js jetstream.JetStream, sch
 	}
 	for _, s := range all {
 		if f := s.DeadLetterFailures; f != nil {
-			fmt.Fprintf(c.App.Writer, "%s: %d events could not be dead-lettered and stay in the event log (the last, event %s at seq %d, at %s: %s); 'relay replay --dest %s' delivers them again\n",
+			fmt.Fprintf(w, "%s: %d events could not be dead-lettered and stay in the event log (the last, event %s at seq %d, at %s: %s); 'relay replay --dest %s' delivers them again\n",
 				s.Dest, f.Count, f.LastEventID, f.LastSeq, f.LastAt.Format(time.RFC3339), f.LastError, s.Dest)
 		}
 	}
@@ -145,32 +163,46 @@ func redisModeFlag() cli.Flag {
 	return &cli.StringFlag{Name: "redis-mode", EnvVars: []string{"RELAY_REDIS_MODE"}, Value: "single", Usage: "single, cluster or sentinel"}
 }
 
-// openSchedule connects to --redis-url (nil without one), and returns what
-// closes it.
-func openSchedule(ctx context.Context, c *cli.Context) (*schedule.Store, func(), error) {
-	u := c.String("redis-url")
-	if u == "" {
+// redisOpts are the flags of a command that reads or changes what is
+// parked in Redis.
+type redisOpts struct {
+	url, mode string
+}
+
+func readRedis(c *cli.Context) redisOpts {
+	return redisOpts{url: c.String("redis-url"), mode: c.String("redis-mode")}
+}
+
+// Validate checks --redis-mode, if there is a --redis-url.
+func (o redisOpts) Validate() error {
+	if o.url == "" {
+		return nil
+	}
+	_, err := redisMode(o.mode)
+	return err
+}
+
+// open connects to --redis-url (nil without one), and returns what closes
+// it.
+func (o redisOpts) open(ctx context.Context, e *env) (*schedule.Store, func(), error) {
+	if o.url == "" {
 		return nil, func() {}, nil
 	}
-	mode, err := redisMode(c)
-	if err != nil {
-		return nil, nil, err
-	}
-	log, err := newLogger(c)
+	log, err := e.logger()
 	if err != nil {
 		return nil, nil, err
 	}
 	redis.SetLogger(redisLog{log}) // go-redis's lines, at debug
-	st, err := schedule.Dial(ctx, u, mode)
+	st, err := schedule.Dial(ctx, o.url, o.mode)
 	if err != nil {
 		return nil, nil, err
 	}
 	return st, func() { st.Client().Close() }, nil
 }
 
-// redisMode is --redis-mode, checked.
-func redisMode(c *cli.Context) (string, error) {
-	switch m := c.String("redis-mode"); m {
+// redisMode is --redis-mode m, checked.
+func redisMode(m string) (string, error) {
+	switch m {
 	case "single", "cluster", "sentinel":
 		return m, nil
 	default:

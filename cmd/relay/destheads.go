@@ -1,0 +1,296 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/urfave/cli/v2"
+
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/stream"
+)
+
+// The commands that look at, and dead-letter, events that wait for a
+// destination: heads, skip-head, retrying and skip.
+
+// headsOpts are the options of 'relay dest heads'.
+type headsOpts struct {
+	cmdLine
+	json bool
+
+	name string // Validate
+}
+
+func readHeads(c *cli.Context) *headsOpts {
+	return &headsOpts{cmdLine: readCmdLine(c), json: c.Bool("json")}
+}
+
+func (o *headsOpts) Validate() (err error) {
+	o.name, err = o.oneArg("NAME")
+	return err
+}
+
+func (o *headsOpts) Run(ctx context.Context, e *env) error {
+	ctx, cl, st, err := e.openDests(ctx, 30*time.Second)
+	if err != nil {
+		return err
+	}
+	defer cl.close()
+	heads, err := st.Heads(ctx, o.name)
+	if err != nil {
+		return err
+	}
+	if o.json {
+		return jsonLines(e.out, heads, func(h relay.Head) any { return h })
+	}
+	if len(heads) == 0 {
+		fmt.Fprintf(e.out, "no partition of %s has an event handed out and not acknowledged\n", o.name)
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PARTITION\tSEQ\tEVENT ID\tKEY\tFAILED ATTEMPTS\tLAST ATTEMPT\tLAST ERROR\tSKIP")
+	for _, h := range heads {
+		last := ago(h.LastAttempt)
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", h.Partition, h.Seq, h.EventID, dash(h.Key), h.Attempts, last, dash(dlq.OneLine(h.LastError, 60)), dash(h.Skip))
+	}
+	return tw.Flush()
+}
+
+// skipHeadOpts are the options of 'relay dest skip-head'.
+type skipHeadOpts struct {
+	cmdLine
+	seq    *uint64
+	reason string
+	wait   time.Duration
+
+	name string // Validate
+}
+
+func readSkipHead(c *cli.Context) *skipHeadOpts {
+	return &skipHeadOpts{cmdLine: readCmdLine(c), seq: setOnly(c, "seq", c.Uint64), reason: c.String("reason"), wait: c.Duration("wait")}
+}
+
+func (o *skipHeadOpts) Validate() (err error) {
+	if o.name, err = o.oneArg("NAME"); err != nil {
+		return err
+	}
+	if o.seq == nil {
+		return o.missing("seq")
+	}
+	o.reason, err = skipReason(o.reason)
+	return err
+}
+
+func (o *skipHeadOpts) Run(ctx context.Context, e *env) error {
+	name, seq, w := o.name, *o.seq, e.out
+	ctx, cl, st, err := e.openDests(ctx, 30*time.Second+o.wait)
+	if err != nil {
+		return err
+	}
+	defer cl.close()
+	h, err := st.SkipHead(ctx, name, seq, o.reason)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "skipping event %d (%s) at the head of partition %d of %s after %s\n", h.Seq, h.EventID, h.Partition, name, plural(h.Attempts, "failed attempt"))
+	if o.wait <= 0 {
+		fmt.Fprintln(w, "relay dead-letters it at its next delivery, or after the attempt in flight if that fails")
+		return nil
+	}
+	left, letter, err := waitSkipped(ctx, cl.js, name, h, o.wait)
+	switch {
+	case err != nil:
+		return err
+	case !left:
+		return fmt.Errorf("event %d is marked, but still at the head after %s (is a relay running? is %s paused?): relay dead-letters it at its next delivery; look with 'relay dest heads %s'", seq, o.wait, name, name)
+	case letter == nil:
+		fmt.Fprintln(w, "delivered meanwhile, by an attempt that was in flight: nothing was dead-lettered")
+	default:
+		fmt.Fprintf(w, "dead-lettered as dead letter %d (reason %s); its partition goes on\n", letter.Seq, letter.Reason)
+	}
+	return nil
+}
+
+// retryingOpts are the options of 'relay dest retrying'.
+type retryingOpts struct {
+	cmdLine
+	limit int
+	json  bool
+
+	name string // Validate
+}
+
+func readRetrying(c *cli.Context) *retryingOpts {
+	return &retryingOpts{cmdLine: readCmdLine(c), limit: c.Int("limit"), json: c.Bool("json")}
+}
+
+func (o *retryingOpts) Validate() (err error) {
+	if o.name, err = o.oneArg("NAME"); err != nil {
+		return err
+	}
+	if o.limit < 0 {
+		return usagef("--limit %d: give 0 (all) or more", o.limit)
+	}
+	return nil
+}
+
+func (o *retryingOpts) Run(ctx context.Context, e *env) error {
+	ctx, cl, st, err := e.openDests(ctx, 2*time.Minute) // reads every record of the destination
+	if err != nil {
+		return err
+	}
+	defer cl.close()
+	rs, err := st.Retrying(ctx, o.name, o.limit)
+	if err != nil {
+		return err
+	}
+	if o.json {
+		return jsonLines(e.out, rs, func(r relay.Retrying) any { return r })
+	}
+	if len(rs) == 0 {
+		fmt.Fprintf(e.out, "no event of %s has a failed attempt on record\n", o.name)
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "EVENT ID\tSEQ\tFAILED ATTEMPTS\tLAST ATTEMPT\tLAST ERROR\tSKIP")
+	for _, r := range rs {
+		last := ago(r.LastAttempt)
+		id := r.EventID
+		if id == "" {
+			id = "(not recorded)"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", id, r.Seq, r.Attempts, last, dash(dlq.OneLine(r.LastError, 60)), dash(r.Skip))
+	}
+	return tw.Flush()
+}
+
+// skipOpts are the options of 'relay dest skip'.
+type skipOpts struct {
+	cmdLine
+	event  *string
+	reason string
+	redis  redisOpts
+
+	name string // Validate
+}
+
+func readSkip(c *cli.Context) *skipOpts {
+	return &skipOpts{cmdLine: readCmdLine(c), event: setOnly(c, "event", c.String), reason: c.String("reason"), redis: readRedis(c)}
+}
+
+func (o *skipOpts) Validate() (err error) {
+	if o.name, err = o.oneArg("NAME"); err != nil {
+		return err
+	}
+	if o.event == nil {
+		return o.missing("event")
+	}
+	if *o.event = strings.TrimSpace(*o.event); *o.event == "" {
+		return usagef("--event: give the event's id (its webhook-id)")
+	}
+	if o.reason, err = skipReason(o.reason); err != nil {
+		return err
+	}
+	return o.redis.Validate()
+}
+
+func (o *skipOpts) Run(ctx context.Context, e *env) error {
+	name, id, w := o.name, *o.event, e.out
+	ctx, cl, st, err := e.openDests(ctx, 30*time.Second)
+	if err != nil {
+		return err
+	}
+	defer cl.close()
+	// Redis first: a bad --redis-url changes nothing.
+	sched, closeSched, err := o.redis.open(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer closeSched()
+	sk, err := st.SkipEvent(ctx, name, id, o.reason)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "skipping event %s of %s after %s", sk.EventID, name, plural(sk.Attempts, "failed attempt"))
+	if !sk.LastAttempt.IsZero() {
+		fmt.Fprintf(w, " (the last at %s: %s)", sk.LastAttempt.UTC().Format(time.RFC3339), dlq.OneLine(sk.LastError, 120))
+	}
+	fmt.Fprintln(w)
+	if sched != nil {
+		n, err := sched.Hasten(ctx, name, id, sk.Origin, time.Now())
+		if err != nil {
+			return fmt.Errorf("event %s is marked, and is dead-lettered at its next delivery, but bringing that forward failed: %w", id, err)
+		}
+		if n > 0 {
+			fmt.Fprintln(w, "it was parked in Redis, and is due now: relay dead-letters it when it comes back (not while the destination is paused)")
+			return nil
+		}
+		fmt.Fprintln(w, "it is not parked in Redis")
+	}
+	fmt.Fprintln(w, "relay dead-letters it instead of its next attempt, when its retry wait ends (in JetStream or parked in Redis; not while the destination is paused), or at once if an attempt in flight fails")
+	return nil
+}
+
+// waitSkipped waits up to wait for the head h of name to leave its
+// partition, and returns whether it did and, if so, its dead letter (nil
+// when it left delivered).
+func waitSkipped(ctx context.Context, js jetstream.JetStream, name string, h relay.Head, wait time.Duration) (bool, *dlq.Letter, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		c, err := js.Consumer(ctx, stream.EventsStream, relay.PartitionConsumerName(name, h.Partition))
+		if err != nil {
+			return false, nil, err
+		}
+		if c.CachedInfo().AckFloor.Stream >= h.Seq {
+			break
+		}
+		if time.Now().After(deadline) {
+			return false, nil, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	letters, err := dlq.Open(ctx, js)
+	if err != nil {
+		return true, nil, err
+	}
+	// Only letters that died after the head's last attempt, by relay's
+	// clock (this machine's may differ).
+	ls, err := letters.List(ctx, dlq.Filter{Dest: name, Since: h.LastAttempt.Add(-time.Second)}, 0)
+	if err != nil {
+		return true, nil, err
+	}
+	for i := range ls {
+		if ls[i].StreamSeq == h.Seq {
+			return true, &ls[i], nil
+		}
+	}
+	return true, nil, nil
+}
+
+// skipReason is the --reason of skip and skip-head, trimmed: 1 to 200
+// characters, kept with the dead letter.
+func skipReason(reason string) (string, error) {
+	why := strings.TrimSpace(reason)
+	if n := utf8.RuneCountInString(why); n == 0 || n > 200 {
+		return "", usagef("--reason: give 1 to 200 characters, not %d", n)
+	}
+	return why, nil
+}
+
+// ago is how long ago t was, to the second; "-" for the zero time.
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return time.Since(t).Truncate(time.Second).String() + " ago"
+}

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/relaydev/relay/relay"
+)
+
+// The commands that change one setting of a destination now: pause,
+// resume and rotate-secret.
+
+// pauseOpts are the options of 'relay dest pause' and 'relay dest resume'.
+type pauseOpts struct {
+	cmdLine
+	pause  bool
+	forDur *time.Duration // pause --for
+
+	name string // Validate
+}
+
+func readPause(c *cli.Context) *pauseOpts {
+	return &pauseOpts{cmdLine: readCmdLine(c), pause: true, forDur: setOnly(c, "for", c.Duration)}
+}
+
+func readResume(c *cli.Context) *pauseOpts {
+	return &pauseOpts{cmdLine: readCmdLine(c)}
+}
+
+func (o *pauseOpts) Validate() (err error) {
+	if o.name, err = o.oneArg("NAME"); err != nil {
+		return err
+	}
+	if o.pause && o.forDur != nil && *o.forDur <= 0 {
+		return usagef("--for must be positive")
+	}
+	return nil
+}
+
+func (o *pauseOpts) Run(ctx context.Context, e *env) error {
+	name := o.name
+	until := relay.Forever
+	if o.pause && o.forDur != nil {
+		until = time.Now().Add(*o.forDur).UTC()
+	}
+	ctx, cl, st, err := e.openDests(ctx, 30*time.Second)
+	if err != nil {
+		return err
+	}
+	defer cl.close()
+	d, err := st.Update(ctx, name, func(d *relay.Destination) error {
+		if o.pause {
+			d.PausedUntil, d.PauseReason = until, relay.PauseOperator
+		} else {
+			d.PausedUntil, d.PauseReason, d.BreakerTrips = time.Time{}, "", 0
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	// Pause the consumers now too, so nothing more is handed out even
+	// before the running relays notice.
+	if err := st.ApplyPause(ctx, d); err != nil {
+		return err
+	}
+	switch {
+	case !o.pause:
+		fmt.Fprintf(e.out, "resumed destination %s\n", name)
+	case until.Equal(relay.Forever):
+		fmt.Fprintf(e.out, "paused destination %s until 'relay dest resume %s'\n", name, name)
+	default:
+		fmt.Fprintf(e.out, "paused destination %s until %s\n", name, until.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// rotateSecretOpts are the options of 'relay dest rotate-secret'.
+type rotateSecretOpts struct {
+	cmdLine
+	overlap time.Duration
+	secret  string // "": generate one
+
+	name string // Validate
+}
+
+func readRotateSecret(c *cli.Context) *rotateSecretOpts {
+	return &rotateSecretOpts{cmdLine: readCmdLine(c), overlap: c.Duration("overlap"), secret: c.String("secret")}
+}
+
+func (o *rotateSecretOpts) Validate() (err error) {
+	if o.name, err = o.oneArg("NAME"); err != nil {
+		return err
+	}
+	if o.overlap < 0 {
+		return usagef("--overlap must not be negative")
+	}
+	return nil
+}
+
+func (o *rotateSecretOpts) Run(ctx context.Context, e *env) error {
+	name, next := o.name, o.secret
+	generated := next == ""
+	if generated {
+		next = relay.GenerateSecret()
+	}
+	ctx, cl, st, err := e.openDests(ctx, 30*time.Second)
+	if err != nil {
+		return err
+	}
+	defer cl.close()
+	d, err := st.Update(ctx, name, func(d *relay.Destination) error {
+		d.PrevSecret, d.PrevSecretUntil = "", time.Time{}
+		if o.overlap > 0 && d.Secret != "" {
+			d.PrevSecret, d.PrevSecretUntil = d.Secret, time.Now().Add(o.overlap).UTC()
+		}
+		d.Secret = next
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if d.PrevSecret != "" {
+		fmt.Fprintf(e.out, "rotated the secret of %s; the old one also signs until %s\n", name, d.PrevSecretUntil.Format(time.RFC3339))
+	} else {
+		fmt.Fprintf(e.out, "rotated the secret of %s; the old one no longer signs\n", name)
+	}
+	if generated {
+		fmt.Fprintf(e.out, "new signing secret (shown once): %s\n", next)
+	}
+	return nil
+}
