@@ -1,0 +1,449 @@
+package relay
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaydev/relay/stream"
+)
+
+// ErrNotFound is returned for a destination that does not exist.
+var ErrNotFound = errors.New("destination not found")
+
+// ErrLayoutFixed is returned when an update would change a destination's
+// ordering or partition count: moving keys between partitions while events
+// are in flight could deliver them out of order.
+var ErrLayoutFixed = errors.New("cannot change the partition layout in place")
+
+// ErrExists is returned when adding a destination whose name is taken.
+var ErrExists = errors.New("destination already exists")
+
+// Store keeps destinations in a JetStream key-value bucket, so every replica
+// sees the same set. With a secret key, signing secrets and configured header
+// values are stored encrypted.
+type Store struct {
+	js     jetstream.JetStream
+	kv     jetstream.KeyValue
+	sealer *sealer
+	// allowClear: Add may store secrets unencrypted beside encrypted ones.
+	allowClear bool
+}
+
+// StoreOption configures a Store.
+type StoreOption func(*Store) error
+
+// WithSecretKey encrypts signing secrets at rest (AES-256-GCM with a key
+// derived from material, at least MinKeyLen bytes). Secrets sealed with a
+// previous key open too, during a key rotation (see Rekey); they are sealed
+// with material when next written.
+func WithSecretKey(material []byte, previous ...[]byte) StoreOption {
+	return func(s *Store) error {
+		if len(material) == 0 {
+			if len(previous) > 0 {
+				return errors.New("a previous secret key is for a rotation to a new one: give the new key too")
+			}
+			return nil
+		}
+		sl, err := newSealer(material, previous...)
+		s.sealer = sl
+		return err
+	}
+}
+
+// NewStore opens the destination bucket (stream.Ensure creates it).
+func NewStore(ctx context.Context, js jetstream.JetStream, opts ...StoreOption) (*Store, error) {
+	kv, err := js.KeyValue(ctx, stream.DestBucket)
+	if err != nil {
+		return nil, fmt.Errorf("open destination bucket %s (has relay set up the streams? run 'relay run' once): %w", stream.DestBucket, err)
+	}
+	s := &Store{js: js, kv: kv}
+	for _, o := range opts {
+		if err := o(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Encrypts reports whether the store encrypts secrets.
+func (s *Store) Encrypts() bool { return s.sealer != nil }
+
+// encode marshals d with its secrets sealed: the signing secrets and the
+// values of its configured headers (an Authorization header, say).
+func (s *Store) encode(d Destination) []byte {
+	_ = eachSecret(&d, func(v, aad string) (string, error) { return s.sealer.seal(v, aad), nil })
+	b, _ := json.Marshal(d)
+	return b
+}
+
+// headerAAD binds a sealed header value to its destination and header: it
+// cannot be moved to another header or destination.
+func headerAAD(dest, header string) string {
+	return dest + "/header/" + http.CanonicalHeaderKey(header)
+}
+
+// eachSecret calls fn on each value of d that is sealed at rest (its
+// signing secrets and the values of its configured headers), with what the
+// seal is bound to, and keeps what fn returns; where fn fails the value
+// stays as it was. It returns the first failure.
+func eachSecret(d *Destination, fn func(v, aad string) (string, error)) error {
+	var first error
+	do := func(v, aad string) string {
+		out, err := fn(v, aad)
+		if err != nil {
+			first = cmp.Or(first, err)
+			return v
+		}
+		return out
+	}
+	d.Secret = do(d.Secret, d.Name)
+	d.PrevSecret = do(d.PrevSecret, d.Name)
+	if len(d.Headers) > 0 {
+		h := make(map[string]string, len(d.Headers)) // d's map may be a caller's too
+		for k, v := range d.Headers {
+			h[k] = do(v, headerAAD(d.Name, k))
+		}
+		d.Headers = h
+	}
+	return first
+}
+
+// errStoredCorrupt marks a stored destination that is not valid JSON.
+var errStoredCorrupt = errors.New("stored corrupt")
+
+// decode unmarshals a stored destination and opens its secrets. A secret it
+// cannot open stays sealed (Validate then reports ErrSealed); open is false.
+func (s *Store) decode(name string, b []byte) (d Destination, open bool, err error) {
+	if err := json.Unmarshal(b, &d); err != nil {
+		return Destination{}, false, fmt.Errorf("destination %s is %w: %w", name, errStoredCorrupt, err)
+	}
+	open = eachSecret(&d, func(v, aad string) (string, error) { return s.sealer.open(v, aad) }) == nil
+	return d, open, nil
+}
+
+// ErrWouldStoreInClear is returned by Add, for a store without a secret
+// key, when other destinations' secrets are encrypted at rest: the new
+// destination's secrets would be the only ones readable in the bucket.
+var ErrWouldStoreInClear = errors.New("other destinations' secrets are encrypted at rest, and no secret key was given to encrypt this one's")
+
+// AllowStoringInClear makes Add store a destination's secrets unencrypted
+// even when other destinations' are encrypted (see ErrWouldStoreInClear).
+func AllowStoringInClear() StoreOption {
+	return func(s *Store) error {
+		s.allowClear = true
+		return nil
+	}
+}
+
+// sealedDest returns the name of a stored destination with a secret
+// encrypted at rest, "" if there is none.
+func (s *Store) sealedDest(ctx context.Context) (string, error) {
+	keys, err := s.kv.ListKeys(ctx)
+	if err != nil {
+		return "", err
+	}
+	var found string
+	for k := range keys.Keys() {
+		if found != "" {
+			continue // drain the listing
+		}
+		e, err := s.kv.Get(ctx, k)
+		if err != nil {
+			continue // removed meanwhile
+		}
+		var d Destination
+		if json.Unmarshal(e.Value(), &d) != nil {
+			continue
+		}
+		_ = eachSecret(&d, func(v, _ string) (string, error) {
+			if isSealed(v) {
+				found = k
+			}
+			return v, nil
+		})
+	}
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("list destinations: %w", err)
+	}
+	return found, nil
+}
+
+// Add creates d. It fails with ErrExists when the name is taken, and with
+// ErrWouldStoreInClear when the store has no secret key, d has secrets (a
+// signing secret, header values), other destinations' are encrypted, and
+// AllowStoringInClear was not given.
+func (s *Store) Add(ctx context.Context, d Destination) (Destination, error) {
+	d = d.WithDefaults()
+	if err := d.Validate(); err != nil {
+		return Destination{}, err
+	}
+	if s.sealer == nil && !s.allowClear && (d.Secret != "" || d.PrevSecret != "" || len(d.Headers) > 0) {
+		other, err := s.sealedDest(ctx)
+		if err != nil {
+			return Destination{}, err
+		}
+		if other != "" {
+			return Destination{}, fmt.Errorf("%w (%s's are, say)", ErrWouldStoreInClear, other)
+		}
+	}
+	st, err := s.js.Stream(ctx, stream.EventsStream)
+	if err != nil {
+		return Destination{}, fmt.Errorf("events stream: %w", err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return Destination{}, fmt.Errorf("events stream: %w", err)
+	}
+	d.StartSeq = info.State.LastSeq + 1
+	d.Created = time.Now().UTC()
+	d.Updated = d.Created
+	if _, err := s.kv.Create(ctx, d.Name, s.encode(d)); err != nil {
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return Destination{}, fmt.Errorf("%w: %s (use 'relay dest update')", ErrExists, d.Name)
+		}
+		return Destination{}, fmt.Errorf("store destination %s: %w", d.Name, err)
+	}
+	return d, nil
+}
+
+// Update changes an existing destination with fn, retrying on concurrent
+// updates.
+func (s *Store) Update(ctx context.Context, name string, fn func(*Destination) error) (Destination, error) {
+	for range 10 {
+		e, err := s.kv.Get(ctx, name)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return Destination{}, fmt.Errorf("%w: %s", ErrNotFound, name)
+		}
+		if err != nil {
+			return Destination{}, err
+		}
+		d, _, err := s.decode(name, e.Value())
+		if err != nil {
+			return Destination{}, err
+		}
+		before := d.WithDefaults()
+		if err := fn(&d); err != nil {
+			return Destination{}, err
+		}
+		d.Name = name
+		d = d.WithDefaults()
+		if d.Ordered != before.Ordered || d.Partitions != before.Partitions {
+			return Destination{}, fmt.Errorf("%w: ordering and partitions of %s are fixed; add a new destination with the new layout, send new events there, and remove %s once 'relay stats' shows it drained", ErrLayoutFixed, name, name)
+		}
+		if err := d.Validate(); err != nil {
+			return Destination{}, err
+		}
+		d.Updated = time.Now().UTC()
+		if _, err := s.kv.Update(ctx, name, s.encode(d), e.Revision()); err != nil {
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				continue // changed under us: read again
+			}
+			return Destination{}, err
+		}
+		return d, nil
+	}
+	return Destination{}, fmt.Errorf("destination %s is being changed concurrently; try again", name)
+}
+
+// RekeyResult is what Rekey did.
+type RekeyResult struct {
+	// Resealed are the destinations whose secrets Rekey sealed with the
+	// current key: they were sealed with a previous one, or stored in the
+	// clear (before a key was set).
+	Resealed []string
+	// Current are the destinations already sealed with the current key,
+	// or without a secret.
+	Current []string
+	// Failed are the destinations Rekey could not reseal, with why (a
+	// secret sealed with a key it was not given, say).
+	Failed map[string]error
+}
+
+// Rekey seals every destination's secrets with the store's current key,
+// after a key rotation: give the store the new key and the old one as a
+// previous key (WithSecretKey). It changes nothing else, and does not
+// validate the rest of a destination. An expired previous secret (past
+// its PrevSecretUntil) is dropped rather than resealed. Destinations it
+// cannot open are reported in Failed and left as they are.
+func (s *Store) Rekey(ctx context.Context) (RekeyResult, error) {
+	if s.sealer == nil {
+		return RekeyResult{}, errors.New("rekey needs the secret key to seal with")
+	}
+	keys, err := s.kv.ListKeys(ctx)
+	if err != nil {
+		return RekeyResult{}, err
+	}
+	var names []string
+	for k := range keys.Keys() {
+		names = append(names, k)
+	}
+	// The listing ends early, without an error, when ctx does.
+	if err := ctx.Err(); err != nil {
+		return RekeyResult{}, fmt.Errorf("list destinations: %w", err)
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	res := RekeyResult{Failed: map[string]error{}}
+	for _, name := range names {
+		resealed, err := s.reseal(ctx, name)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			// removed meanwhile
+		case err != nil:
+			res.Failed[name] = err
+		case resealed:
+			res.Resealed = append(res.Resealed, name)
+		default:
+			res.Current = append(res.Current, name)
+		}
+	}
+	return res, nil
+}
+
+// reseal seals the secrets of the stored destination name with the current
+// key if one of them is not (a compare-and-set on its revision, retried
+// when it changed meanwhile), and reports whether it did.
+func (s *Store) reseal(ctx context.Context, name string) (bool, error) {
+	for range 10 {
+		e, err := s.kv.Get(ctx, name)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return false, fmt.Errorf("%w: %s", ErrNotFound, name)
+		}
+		if err != nil {
+			return false, err
+		}
+		var d Destination
+		if err := json.Unmarshal(e.Value(), &d); err != nil {
+			return false, fmt.Errorf("destination %s is %w: %w", name, errStoredCorrupt, err)
+		}
+		// An expired previous secret no longer signs: drop it.
+		stale := d.PrevSecret != "" && !d.PrevSecretUntil.IsZero() && time.Now().After(d.PrevSecretUntil)
+		if stale {
+			d.PrevSecret, d.PrevSecretUntil = "", time.Time{}
+		}
+		err = eachSecret(&d, func(v, aad string) (string, error) {
+			if v == "" {
+				return v, nil
+			}
+			plain, current, err := s.sealer.openKey(v, aad)
+			stale = stale || err == nil && !current
+			return plain, err
+		})
+		if err != nil {
+			return false, err
+		}
+		if !stale {
+			return false, nil
+		}
+		if _, err := s.kv.Update(ctx, name, s.encode(d), e.Revision()); err != nil {
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				continue // changed under us: read again
+			}
+			return false, err
+		}
+		return true, nil
+	}
+	return false, fmt.Errorf("destination %s is being changed concurrently; try again", name)
+}
+
+// Get returns one destination.
+func (s *Store) Get(ctx context.Context, name string) (Destination, error) {
+	e, err := s.kv.Get(ctx, name)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Destination{}, fmt.Errorf("%w: %s", ErrNotFound, name)
+	}
+	if err != nil {
+		return Destination{}, err
+	}
+	d, _, err := s.decode(name, e.Value())
+	return d, err
+}
+
+// List returns all destinations, sorted by name.
+func (s *Store) List(ctx context.Context) ([]Destination, error) {
+	keys, err := s.kv.ListKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Destination
+	for k := range keys.Keys() {
+		d, err := s.Get(ctx, k)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	sortDests(out)
+	return out, nil
+}
+
+// Remove deletes a destination and its consumer. Events not yet delivered to
+// it stay in the event log until its retention removes them.
+func (s *Store) Remove(ctx context.Context, name string) error {
+	d, err := s.Get(ctx, name)
+	if err != nil {
+		return err
+	}
+	if err := s.kv.Delete(ctx, name); err != nil {
+		return err
+	}
+	for _, c := range d.WithDefaults().consumerNames() {
+		err := s.js.DeleteConsumer(ctx, stream.EventsStream, c)
+		if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("delete consumer %s of %s: %w", c, name, err)
+		}
+	}
+	return nil
+}
+
+// Pending returns how many events of dest its consumers have not yet
+// acknowledged (waiting or in flight); 0 when it has no consumer yet.
+func (s *Store) Pending(ctx context.Context, name string) (uint64, error) {
+	d, err := s.Get(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	var n uint64
+	for _, cn := range d.WithDefaults().consumerNames() {
+		c, err := s.js.Consumer(ctx, stream.EventsStream, cn)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		info := c.CachedInfo()
+		n += info.NumPending + uint64(info.NumAckPending)
+	}
+	return n, nil
+}
+
+// watch keeps a live copy of all destinations.
+type watch struct {
+	mu    sync.RWMutex
+	dests map[string]Destination
+}
+
+func (w *watch) get(name string) (Destination, bool) {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	d, ok := w.dests[name]
+	return d, ok
+}
+
+func sortDests(ds []Destination) {
+	slices.SortFunc(ds, func(a, b Destination) int { return strings.Compare(a.Name, b.Name) })
+}
