@@ -2,14 +2,12 @@ package relay
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"golang.org/x/time/rate"
 
 	"github.com/relaydev/relay/stream"
 )
@@ -173,139 +171,4 @@ func (s *Store) ApplyPause(ctx context.Context, d Destination) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// limits holds each destination's rate limiter in this replica. A
-// destination's limit is shared equally by the live replicas.
-type limits struct {
-	mu       sync.Mutex
-	byDest   map[string]*limit
-	replicas int
-}
-
-// limit is a destination's rate limit in this replica: a limiter for its
-// share, and the turns of the events it hands back to JetStream.
-//
-// Events handed back get turns: one per interval of the share, after the
-// turns given before, so they come back about as fast as the limit lets
-// them through. Handing them all back for the next free slot (plus some
-// randomness) sent 150 events at 5/s out and back 486 times for the first
-// 50 deliveries instead of 144 (TestRateLimitedBacklogComesBackInTurn).
-type limit struct {
-	perSecond float64
-	replicas  int
-	lim       *rate.Limiter
-	every     time.Duration // between turns: 1 / the share, at most maxRateWait
-
-	// mu makes a reservation and its cancel one step (a cancel gives the
-	// limiter its token back only if no reservation came after it), and
-	// guards next.
-	mu   sync.Mutex
-	next time.Time // the next free turn
-}
-
-// maxRateWait is the longest an event is handed back to JetStream for a
-// rate limit: a limit raised meanwhile is used within it.
-const maxRateWait = 5 * time.Minute
-
-func newLimit(perSecond float64, replicas int) *limit {
-	share := perSecond / float64(replicas)
-	return &limit{
-		perSecond: perSecond,
-		replicas:  replicas,
-		lim:       rate.NewLimiter(rate.Limit(share), 1),
-		every:     time.Duration(min(float64(time.Second)/share, float64(maxRateWait))),
-	}
-}
-
-// reserve takes the limiter's next slot if it comes within longest, and
-// reports the wait; otherwise it takes nothing and reports how long the
-// wait would have been.
-func (l *limit) reserve(longest time.Duration) (res *rate.Reservation, wait time.Duration, ok bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	res = l.lim.Reserve()
-	wait = res.Delay()
-	if wait > longest {
-		res.Cancel()
-		return nil, wait, false
-	}
-	return res, wait, true
-}
-
-// turn returns how long an event handed back at now waits for its turn: at
-// least earliest (when the limit next allows one), at most maxRateWait.
-func (l *limit) turn(now time.Time, earliest time.Duration) time.Duration {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	t := now.Add(earliest)
-	if l.next.After(t) {
-		t = l.next
-	}
-	if last := now.Add(maxRateWait); t.After(last) {
-		t = last
-	}
-	l.next = t.Add(l.every)
-	return t.Sub(now)
-}
-
-func (r *Relay) limiter(d Destination) *limit {
-	if d.RateLimit <= 0 {
-		return nil
-	}
-	r.limits.mu.Lock()
-	defer r.limits.mu.Unlock()
-	n := max(r.limits.replicas, 1)
-	l := r.limits.byDest[d.Name]
-	if l == nil || l.perSecond != d.RateLimit || l.replicas != n {
-		nl := newLimit(d.RateLimit, n)
-		if l != nil && l.perSecond == d.RateLimit {
-			// Only the replicas changed: the turns given stand.
-			l.mu.Lock()
-			nl.next = l.next
-			l.mu.Unlock()
-		}
-		l = nl
-		r.limits.byDest[d.Name] = l
-	}
-	return l
-}
-
-// heartbeatEvery is how often a replica announces itself; a replica silent
-// for the replicas bucket's TTL (3 heartbeats) no longer counts.
-const heartbeatEvery = 5 * time.Second
-
-// runRegistry announces this replica in the replicas bucket and keeps the
-// count of live replicas, which rate limits are divided by.
-func (r *Relay) runRegistry(ctx context.Context, id string) {
-	kv, err := r.cfg.JS.KeyValue(ctx, stream.ReplicasBucket)
-	if err != nil {
-		r.log.Warn("no replicas bucket: rate limits apply per replica", "err", err)
-		return
-	}
-	t := time.NewTicker(heartbeatEvery)
-	defer t.Stop()
-	for {
-		rec, _ := json.Marshal(replicaRecord{At: r.cfg.Now().UTC(), NetPolicy: r.cfg.NetPolicy})
-		if _, err := kv.Put(ctx, id, rec); err == nil {
-			if keys, err := kv.Keys(ctx); err == nil {
-				r.limits.mu.Lock()
-				r.limits.replicas = max(len(keys), 1)
-				r.limits.mu.Unlock()
-			}
-		}
-		select {
-		case <-ctx.Done():
-			dctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_ = kv.Delete(dctx, id)
-			cancel()
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// replicaID names this process in the replicas bucket.
-func replicaID() string {
-	return fmt.Sprintf("r-%s", NewEventID()[4:])
 }
