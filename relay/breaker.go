@@ -157,7 +157,7 @@ func (r *Relay) applyPause(d Destination) {
 // ApplyPause pauses or resumes d's consumers in JetStream to match
 // d.PausedUntil. Consumers that do not exist yet are created paused later.
 func (s *Store) ApplyPause(ctx context.Context, d Destination) error {
-	paused := time.Now().Before(d.PausedUntil)
+	paused := s.now().Before(d.PausedUntil)
 	var errs []error
 	for _, c := range d.WithDefaults().consumerNames() {
 		var err error

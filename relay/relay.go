@@ -173,7 +173,7 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	st, err := NewStore(ctx, cfg.JS, WithSecretKey(cfg.SecretKey, cfg.PreviousSecretKeys...))
+	st, err := NewStore(ctx, cfg.JS, WithSecretKey(cfg.SecretKey, cfg.PreviousSecretKeys...), WithClock(cfg.Now))
 	if err != nil {
 		return nil, err
 	}

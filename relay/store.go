@@ -37,6 +37,17 @@ type Store struct {
 	sealer *sealer
 	// allowClear: Add may store secrets unencrypted beside encrypted ones.
 	allowClear bool
+	// now is the clock (WithClock).
+	now func() time.Time
+}
+
+// WithClock sets the store's clock: when destinations are created and
+// updated, and when a previous secret stops signing. Default time.Now.
+func WithClock(now func() time.Time) StoreOption {
+	return func(s *Store) error {
+		s.now = now
+		return nil
+	}
 }
 
 // StoreOption configures a Store.
@@ -66,7 +77,7 @@ func NewStore(ctx context.Context, js jetstream.JetStream, opts ...StoreOption) 
 	if err != nil {
 		return nil, fmt.Errorf("open destination bucket %s (has relay set up the streams? run 'relay run' once): %w", stream.DestBucket, err)
 	}
-	s := &Store{js: js, kv: kv}
+	s := &Store{js: js, kv: kv, now: time.Now}
 	for _, o := range opts {
 		if err := o(s); err != nil {
 			return nil, err
@@ -205,7 +216,7 @@ func (s *Store) Add(ctx context.Context, d Destination) (Destination, error) {
 		return Destination{}, fmt.Errorf("events stream: %w", err)
 	}
 	d.StartSeq = info.State.LastSeq + 1
-	d.Created = time.Now().UTC()
+	d.Created = s.now().UTC()
 	d.Updated = d.Created
 	if _, err := s.kv.Create(ctx, d.Name, s.encode(d)); err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
@@ -243,7 +254,7 @@ func (s *Store) Update(ctx context.Context, name string, fn func(*Destination) e
 		if err := d.Validate(); err != nil {
 			return Destination{}, err
 		}
-		d.Updated = time.Now().UTC()
+		d.Updated = s.now().UTC()
 		if _, err := s.kv.Update(ctx, name, s.encode(d), e.Revision()); err != nil {
 			if errors.Is(err, jetstream.ErrKeyExists) {
 				continue // changed under us: read again
@@ -327,7 +338,7 @@ func (s *Store) reseal(ctx context.Context, name string) (bool, error) {
 			return false, fmt.Errorf("destination %s is %w: %w", name, errStoredCorrupt, err)
 		}
 		// An expired previous secret no longer signs: drop it.
-		stale := d.PrevSecret != "" && !d.PrevSecretUntil.IsZero() && time.Now().After(d.PrevSecretUntil)
+		stale := d.PrevSecret != "" && !d.PrevSecretUntil.IsZero() && s.now().After(d.PrevSecretUntil)
 		if stale {
 			d.PrevSecret, d.PrevSecretUntil = "", time.Time{}
 		}
