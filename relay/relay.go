@@ -739,6 +739,7 @@ func (r *Relay) consumerGone(cons jetstream.Consumer) bool {
 type event struct {
 	id      string
 	dest    string
+	key     string // the producer's order key, empty if the event carries none
 	seq     uint64
 	subject string
 	prior   int // attempts made before this stream message
@@ -785,7 +786,7 @@ func newEvent(subject string, info ackInfo, body []byte, h nats.Header) (event, 
 		return event{}, err
 	}
 	return event{
-		id: e.ID, dest: e.Dest, seq: e.Seq, subject: subject, prior: e.Attempt, origin: e.Origin,
+		id: e.ID, dest: e.Dest, key: e.Key, seq: e.Seq, subject: subject, prior: e.Attempt, origin: e.Origin,
 		delivered: info.delivered, stored: e.Stored, published: e.Published, body: body, hdr: h,
 	}, nil
 }
