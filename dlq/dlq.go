@@ -219,11 +219,9 @@ func Encode(l Letter, limit int) (*nats.Msg, error) {
 	}
 	setHistory()
 
+	own := stream.OwnHeader(l.Headers)
 	event := 0
-	for k, vs := range l.Headers {
-		if stream.IsContractHeader(k) {
-			continue
-		}
+	for k, vs := range own {
 		for _, v := range vs {
 			event += len(k) + len(v) + 4
 		}
@@ -232,10 +230,8 @@ func Encode(l Letter, limit int) (*nats.Msg, error) {
 		h.Set(stream.HdrEventOmitted, "true")
 	} else {
 		m.Data = l.Body
-		for k, vs := range l.Headers {
-			if !stream.IsContractHeader(k) {
-				h[k] = vs
-			}
+		for k, vs := range own {
+			h[k] = vs
 		}
 	}
 	// Without the event, a limit this low (a few KiB) leaves less room for
