@@ -219,11 +219,9 @@ func Encode(l Letter, limit int) (*nats.Msg, error) {
 	}
 	setHistory()
 
+	own := stream.OwnHeader(l.Headers)
 	event := 0
-	for k, vs := range l.Headers {
-		if stream.IsContractHeader(k) {
-			continue
-		}
+	for k, vs := range own {
 		for _, v := range vs {
 			event += len(k) + len(v) + 4
 		}
@@ -232,10 +230,8 @@ func Encode(l Letter, limit int) (*nats.Msg, error) {
 		h.Set(stream.HdrEventOmitted, "true")
 	} else {
 		m.Data = l.Body
-		for k, vs := range l.Headers {
-			if !stream.IsContractHeader(k) {
-				h[k] = vs
-			}
+		for k, vs := range own {
+			h[k] = vs
 		}
 	}
 	// Without the event, a limit this low (a few KiB) leaves less room for
@@ -285,7 +281,7 @@ func Decode(seq uint64, subject string, h nats.Header, body []byte) (Letter, err
 	if h == nil {
 		return Letter{}, fmt.Errorf("dead letter %d has no headers", seq)
 	}
-	l := Letter{Seq: seq, Body: body, Headers: nats.Header{}}
+	l := Letter{Seq: seq, Body: body}
 	l.Dest = h.Get(stream.HdrDest)
 	if l.Dest == "" {
 		return Letter{}, fmt.Errorf("dead letter %d (%s) has no %s header", seq, subject, stream.HdrDest)
@@ -308,11 +304,7 @@ func Decode(seq uint64, subject string, h nats.Header, body []byte) (Letter, err
 			return Letter{}, fmt.Errorf("dead letter %d: bad %s header: %w", seq, stream.HdrHistory, err)
 		}
 	}
-	for k, vs := range h {
-		if !stream.IsContractHeader(k) {
-			l.Headers[k] = vs
-		}
-	}
+	l.Headers = stream.OwnHeader(h)
 	return l, nil
 }
 
@@ -428,12 +420,7 @@ func (s *Store) Resolve(ctx context.Context, l Letter) (Letter, error) {
 	if m.Subject != l.Subject || id != "" && id != l.EventID {
 		return l, fmt.Errorf("dead letter %d: sequence %d of stream %s holds another message (%s, event %q) than its event %s", l.Seq, l.StreamSeq, stream.EventsStream, m.Subject, id, l.EventID)
 	}
-	l.Body, l.Headers = m.Data, nats.Header{}
-	for k, vs := range m.Header {
-		if !stream.IsContractHeader(k) {
-			l.Headers[k] = vs
-		}
-	}
+	l.Body, l.Headers = m.Data, stream.OwnHeader(m.Header)
 	return l, nil
 }
 
@@ -538,14 +525,8 @@ func (s *Store) Replay(ctx context.Context, l Letter, toDest string) (*jetstream
 	if toDest != "" {
 		p.Dest = toDest
 	}
-	m := nats.NewMsg(p.InputSubject())
-	m.Data = l.Body
-	for k, vs := range l.Headers {
-		m.Header[k] = vs
-	}
-	m.Header.Set(stream.HdrEventID, l.EventID)
-	m.Header.Set(stream.HdrMsgID, fmt.Sprintf("replay:%d", l.Seq))
-	ack, err := s.js.PublishMsg(ctx, m)
+	env := stream.Envelope{ID: l.EventID, Dest: p.Dest, Seq: l.Seq, Headers: l.Headers, Body: l.Body}
+	ack, err := s.js.PublishMsg(ctx, env.Msg(stream.ReplayedDeadLetter, p.InputSubject()))
 	if err != nil {
 		return nil, fmt.Errorf("replay dead letter %d: publish: %w", l.Seq, err)
 	}

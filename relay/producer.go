@@ -97,18 +97,14 @@ func (p *Producer) Publish(ctx context.Context, ev Event) (Published, error) {
 	if err := p.checkDest(ctx, ev.Dest); err != nil {
 		return Published{}, err
 	}
-	m := nats.NewMsg(stream.InSubject(ev.Dest, ev.Key))
-	m.Data = ev.Data
+	env := stream.Envelope{ID: ev.ID, Dest: ev.Dest, Key: ev.Key, Headers: make(nats.Header, len(ev.Headers)), Body: ev.Data}
 	for k, v := range ev.Headers {
 		if err := ValidateEventHeader(k, v); err != nil {
 			return Published{}, err
 		}
-		m.Header.Set(k, v)
+		env.Headers.Set(k, v)
 	}
-	m.Header.Set(stream.HdrMsgID, ev.ID)
-	if ev.Key != "" {
-		m.Header.Set(stream.HdrKey, ev.Key)
-	}
+	m := env.Msg(stream.Produced, stream.InSubject(ev.Dest, ev.Key))
 	size := int64(len(m.Data) + len(m.Subject))
 	for k, vs := range m.Header {
 		for _, v := range vs {

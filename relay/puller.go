@@ -151,7 +151,7 @@ func (p *puller) status(m *nats.Msg, now time.Time) (pullStatus, error) {
 	}
 	code, descr := m.Header.Get("Status"), m.Header.Get("Description")
 	err := fmt.Errorf("pull request: status %s %s", code, descr)
-	if left := m.Header.Get("Nats-Pending-Messages"); left != "" {
+	if left := m.Header.Get(stream.HdrPending); left != "" {
 		// The request ended (it expired, lost its interest, or met a
 		// limit) with left events not sent.
 		n, perr := strconv.Atoi(left)

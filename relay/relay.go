@@ -16,7 +16,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -739,6 +738,7 @@ func (r *Relay) consumerGone(cons jetstream.Consumer) bool {
 type event struct {
 	id      string
 	dest    string
+	key     string // the producer's order key, empty if the event carries none
 	seq     uint64
 	subject string
 	prior   int // attempts made before this stream message
@@ -780,51 +780,19 @@ func rawEvent(msg *jetstream.RawStreamMsg) (event, error) {
 
 // newEvent takes apart an event stored on subject.
 func newEvent(subject string, info ackInfo, body []byte, h nats.Header) (event, error) {
-	p, err := stream.ParseSubject(subject)
+	e, err := stream.Decode(subject, info.streamSeq, info.stored, h, body)
 	if err != nil {
 		return event{}, err
 	}
-	ev := event{dest: p.Dest, seq: info.streamSeq, delivered: info.delivered, stored: info.stored, subject: subject, body: body, hdr: h}
-	ev.id = h.Get(stream.HdrEventID)
-	if ev.id == "" {
-		ev.id = h.Get(stream.HdrMsgID)
-	}
-	if ev.id == "" {
-		ev.id = "evt_" + strconv.FormatUint(ev.seq, 10) + "_" + strconv.FormatInt(ev.stored.UnixMilli(), 36)
-	}
-	ev.published = ev.stored
-	if p := h.Get(stream.HdrPublished); p != "" {
-		if t, err := time.Parse(time.RFC3339Nano, p); err == nil {
-			ev.published = t
-		}
-	}
-	if a := h.Get(stream.HdrAttempt); a != "" {
-		if n, err := strconv.Atoi(a); err == nil && n >= 0 && n < 1_000_000 {
-			ev.prior = n
-		}
-	}
-	ev.origin = ev.seq
-	if o := h.Get(stream.HdrOrigin); o != "" {
-		if n, err := strconv.ParseUint(o, 10, 64); err == nil && n > 0 {
-			ev.origin = n
-		}
-	}
-	return ev, nil
+	return event{
+		id: e.ID, dest: e.Dest, key: e.Key, seq: e.Seq, subject: subject, prior: e.Attempt, origin: e.Origin,
+		delivered: info.delivered, stored: e.Stored, published: e.Published, body: body, hdr: h,
+	}, nil
 }
 
 // eventHeaders returns the event's own headers to pass on, nil if none.
 func eventHeaders(h nats.Header) http.Header {
-	var out http.Header
-	for k, vs := range h {
-		if !stream.IsContractHeader(k) {
-			if out == nil {
-				out = make(http.Header, len(h))
-			}
-			ck := http.CanonicalHeaderKey(k)
-			out[ck] = append(out[ck], vs...)
-		}
-	}
-	return out
+	return stream.Envelope{Headers: h}.HTTPHeader()
 }
 
 // handle takes one delivered message through its delivery: it learns what

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaydev/relay/stream"
@@ -71,32 +70,23 @@ func ReplayLog(ctx context.Context, js jetstream.JetStream, r LogReplay, dryRun 
 	}
 	n := 0
 	err = stream.Scan(ctx, js, stream.EventsStream, filters, r.Since, func(m *jetstream.RawStreamMsg) error {
-		ev, err := rawEvent(m)
+		ev, err := stream.Decode(m.Subject, m.Sequence, m.Time, m.Header, m.Data)
 		if err != nil {
 			return nil // not an event relay could deliver either
 		}
-		if !ev.stored.Before(r.Until) {
+		if !ev.Stored.Before(r.Until) {
 			return stream.ErrStop
 		}
-		if m.Header.Get(stream.HdrEventID) != "" {
+		if ev.Copied {
 			return nil // a copy relay made; its original is replayed
 		}
-		out := ReplayedEvent{ID: ev.id, Seq: ev.seq}
+		out := ReplayedEvent{ID: ev.ID, Seq: ev.Seq}
 		if !dryRun {
-			p, _ := stream.ParseSubject(ev.subject)
-			p.Dest = to
-			msg := nats.NewMsg(p.InputSubject())
-			msg.Data = m.Data
-			for k, vs := range m.Header {
-				if !stream.IsContractHeader(k) || k == stream.HdrKey {
-					msg.Header[k] = vs
-				}
-			}
-			msg.Header.Set(stream.HdrEventID, ev.id)
-			msg.Header.Set(stream.HdrMsgID, fmt.Sprintf("log:%s:%d", to, ev.seq))
-			ack, err := js.PublishMsg(ctx, msg)
+			p, _ := stream.ParseSubject(ev.Subject)
+			p.Dest, ev.Dest = to, to
+			ack, err := js.PublishMsg(ctx, ev.Msg(stream.ReplayedLog, p.InputSubject()))
 			if err != nil {
-				return fmt.Errorf("replay event %s (seq %d): %w", ev.id, ev.seq, err)
+				return fmt.Errorf("replay event %s (seq %d): %w", ev.ID, ev.Seq, err)
 			}
 			out.NewSeq, out.Duplicate = ack.Sequence, ack.Duplicate
 		}

@@ -84,7 +84,7 @@ func (s *Store) Heads(ctx context.Context, name string) ([]Head, error) {
 		if err != nil {
 			return nil, err
 		}
-		h := Head{Partition: i, Seq: seq, EventID: ev.id, Key: ev.hdr.Get(stream.HdrKey)}
+		h := Head{Partition: i, Seq: seq, EventID: ev.id, Key: ev.key}
 		if l, _, err := readAttemptLog(ctx, attempts, historyKey(ev)); err == nil {
 			h.Attempts, h.Skip = l.Made, l.skipOf(ev)
 			h.LastAttempt, h.LastError = l.last()

@@ -8,11 +8,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaydev/relay/dlq"
@@ -148,23 +146,7 @@ func (p Promoter) promoteDest(ctx context.Context, dest string) (int, error) {
 			}
 			continue
 		}
-		m := nats.NewMsg(c.Entry.Subject)
-		m.Data = c.Entry.Body
-		for k, vs := range c.Entry.Headers {
-			if !stream.IsContractHeader(k) {
-				m.Header[k] = vs
-			}
-		}
-		m.Header.Set(stream.HdrMsgID, c.Entry.MsgID())
-		m.Header.Set(stream.HdrEventID, c.Entry.EventID)
-		m.Header.Set(stream.HdrAttempt, strconv.Itoa(c.Entry.Attempts))
-		if !c.Entry.Published.IsZero() {
-			m.Header.Set(stream.HdrPublished, c.Entry.Published.UTC().Format(time.RFC3339Nano))
-		}
-		if c.Entry.Origin != 0 {
-			m.Header.Set(stream.HdrOrigin, strconv.FormatUint(c.Entry.Origin, 10))
-		}
-		f, err := p.JS.PublishMsgAsync(m)
+		f, err := p.JS.PublishMsgAsync(c.Entry.Envelope().Msg(stream.Promoted, c.Entry.Subject))
 		if err != nil {
 			errs = append(errs, err)
 			continue

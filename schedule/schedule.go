@@ -71,10 +71,21 @@ func (e Entry) Member() string { return e.EventID + "#" + attemptFrom(e.Attempts
 // publish and the removal republishes within the duplicate window, and
 // JetStream drops the copy. Like Member, it tells origins apart, so that
 // JetStream does not drop another message's republish as a duplicate.
-func (e Entry) MsgID() string { return "park:" + e.EventID + ":" + attemptFrom(e.Attempts, e.Origin) }
+func (e Entry) MsgID() string { return e.Envelope().MsgID(stream.Promoted) }
 
-// attemptFrom ends a member and a dedup id: the attempt, and "@" and the
-// origin if there is one (entries parked by earlier versions have none).
+// Envelope is the event e holds, as the promoter republishes it: its own
+// headers (those of relay in Headers are not carried), the attempts made,
+// its origin and publish time.
+func (e Entry) Envelope() stream.Envelope {
+	return stream.Envelope{
+		ID: e.EventID, Dest: e.Dest, Attempt: e.Attempts, Origin: e.Origin,
+		Published: e.Published, Headers: e.Headers, Body: e.Body,
+	}
+}
+
+// attemptFrom ends a member, as it ends a stream.Promoted dedup id: the
+// attempt, and "@" and the origin if there is one (entries parked by
+// earlier versions have none).
 func attemptFrom(attempts int, origin uint64) string {
 	if origin == 0 {
 		return strconv.Itoa(attempts)

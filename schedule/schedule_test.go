@@ -503,3 +503,29 @@ func TestHastenBringsAParkedEventForward(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n)
 }
+
+// The promoter republishes an entry as stream.Promoted: the event's own
+// headers, its id, attempts, origin and publish time, under the entry's
+// dedup id. The relay headers the entry keeps from the stored message (its
+// order key and old dedup id among them) are not carried.
+func TestEntryEnvelopeIsWhatThePromoterPublishes(t *testing.T) {
+	t.Parallel()
+	pub := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	e := schedule.Entry{
+		Dest: "orders", Subject: "relay.in.orders.k1", EventID: "evt-1", Attempts: 4, Origin: 12, Published: pub,
+		Headers: nats.Header{"X-Trace": {"t"}, stream.HdrMsgID: {"evt-1"}, stream.HdrKey: {"k1"}, stream.HdrAttempt: {"1"}},
+		Body:    []byte(`{}`),
+	}
+	m := e.Envelope().Msg(stream.Promoted, e.Subject)
+	require.Equal(t, "relay.in.orders.k1", m.Subject)
+	require.Equal(t, []byte(`{}`), m.Data)
+	require.Equal(t, nats.Header{
+		"X-Trace":           {"t"},
+		stream.HdrMsgID:     {"park:evt-1:4@12"},
+		stream.HdrEventID:   {"evt-1"},
+		stream.HdrAttempt:   {"4"},
+		stream.HdrOrigin:    {"12"},
+		stream.HdrPublished: {"2025-03-01T12:00:00Z"},
+	}, m.Header)
+	require.Equal(t, e.MsgID(), m.Header.Get(stream.HdrMsgID))
+}

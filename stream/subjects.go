@@ -151,11 +151,11 @@ const (
 	HdrEventID   = "Relay-Event-Id" // event id carried by republished events; wins over Nats-Msg-Id
 	HdrAttempt   = "Relay-Attempt"  // attempts already made before this stream message
 	HdrKey       = "Relay-Order-Key"
-	HdrFirst     = "Relay-First-Attempt" // RFC 3339 time of the first attempt, carried on republish
-	HdrPublished = "Relay-Published"     // RFC 3339 time the producer published the event, carried on republish
-	HdrOrigin    = "Relay-Origin-Seq"    // stream sequence of the message a republished event first came in as
+	HdrPublished = "Relay-Published"  // RFC 3339 time the producer published the event, carried on republish
+	HdrOrigin    = "Relay-Origin-Seq" // stream sequence of the message a republished event first came in as
 
 	// Dead-letter headers.
+	HdrFirst      = "Relay-First-Attempt" // RFC 3339 time of the first attempt
 	HdrReason     = "Relay-Reason"
 	HdrDest       = "Relay-Destination"
 	HdrLastStatus = "Relay-Last-Status"
@@ -175,6 +175,10 @@ const (
 	// of HdrHistory to make it fit (the first and the latest are kept).
 	HdrHistoryOmitted = "Relay-History-Omitted"
 )
+
+// HdrPending is the header of a pull request's status message that says how
+// many messages the request had left.
+const HdrPending = "Nats-Pending-Messages"
 
 // IsContractHeader reports whether a header belongs to NATS or relay rather
 // than to the event (such headers are not passed on to destinations).

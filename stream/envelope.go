@@ -1,0 +1,210 @@
+package stream
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Envelope is an event as it travels in a stream message: its id, order key
+// and retry state in relay's headers, the producer's own headers, and the
+// body. Decode reads one from a stored message; Header and Msg write one for
+// every publish of an event, whose Kind says which contract headers it
+// carries and what its dedup id is.
+type Envelope struct {
+	// ID is the event id (webhook-id).
+	ID string
+	// Dest is the destination. Decode takes it from the subject; for a
+	// ReplayedLog publish it is the destination replayed to.
+	Dest string
+	// Key is the producer's order key (Relay-Order-Key), empty when the
+	// message carries none. Events published to relay.in.D.K by a plain NATS
+	// client have a key token in their subject but no Key.
+	Key string
+	// Attempt is the number of attempts made before this message.
+	Attempt int
+	// Origin is the stream sequence of the message the event first came in
+	// as. Decode sets it to Seq unless the message carries another.
+	Origin uint64
+	// Published is when the producer published the event. Decode sets it to
+	// Stored unless the message carries another.
+	Published time.Time
+	// Headers holds the message's headers as given: Decode keeps the stored
+	// headers, relay's included, without copying them. Only the event's own
+	// headers (not IsContractHeader) are written on a publish, and passed on
+	// by HTTPHeader.
+	Headers nats.Header
+	// Body is the event body.
+	Body []byte
+
+	// Subject, Seq and Stored locate the message Decode read: its subject,
+	// stream sequence and the time the stream stored it. Seq also makes the
+	// dedup id of a replay (see Kind).
+	Subject string
+	Seq     uint64
+	Stored  time.Time
+	// Copied reports a message relay republished (it carries
+	// Relay-Event-Id), not one a producer published.
+	Copied bool
+}
+
+// Kind is which publish of an event a message is. It decides the dedup id
+// (Nats-Msg-Id) and which of relay's headers the message carries:
+//
+//	kind                Nats-Msg-Id                      Relay-Event-Id  Relay-Attempt, -Origin-Seq, -Published
+//	Produced            the event id                     no              no
+//	Promoted            park:<id>:<attempt>[@<origin>]   yes             yes (origin and published when set)
+//	ReplayedDeadLetter  replay:<Seq of the dead letter>  yes             no: a replay starts again
+//	ReplayedLog         log:<Dest>:<Seq in the log>      yes             no: a replay starts again
+//
+// Every kind carries the event's own headers, the body, and Relay-Order-Key
+// when Key is set. No other header is carried over.
+type Kind uint8
+
+const (
+	// Produced is a producer's publish.
+	Produced Kind = iota
+	// Promoted is an event parked in Redis republished by the promoter
+	// once due. Its dedup id names the attempt and the origin, so that a
+	// promoter that crashed after publishing republishes nothing twice,
+	// and another message's copy of the same event is not dropped.
+	Promoted
+	// ReplayedDeadLetter is a dead letter replayed; Seq is the dead
+	// letter's sequence, so a replay run twice publishes once.
+	ReplayedDeadLetter
+	// ReplayedLog is an event replayed from the event log (relay replay);
+	// Seq is its sequence in the log and Dest the destination replayed to.
+	ReplayedLog
+)
+
+// String names k.
+func (k Kind) String() string {
+	switch k {
+	case Produced:
+		return "produced"
+	case Promoted:
+		return "promoted"
+	case ReplayedDeadLetter:
+		return "replayed dead letter"
+	case ReplayedLog:
+		return "replayed log"
+	}
+	return "kind " + strconv.Itoa(int(k))
+}
+
+// maxAttempt bounds the attempt count a message may carry; a larger one is
+// read as none.
+const maxAttempt = 1_000_000
+
+// Decode reads the envelope of the event stored at seq on subject at time
+// stored. The id is Relay-Event-Id, else Nats-Msg-Id, else one made from
+// seq and stored; an attempt count that is not a number in [0, 1000000)
+// is read as 0; Origin defaults to seq and Published to stored. It fails
+// only when subject is not an event subject.
+func Decode(subject string, seq uint64, stored time.Time, h nats.Header, body []byte) (Envelope, error) {
+	p, err := ParseSubject(subject)
+	if err != nil {
+		return Envelope{}, err
+	}
+	e := Envelope{Dest: p.Dest, Subject: subject, Seq: seq, Stored: stored, Headers: h, Body: body, Origin: seq, Published: stored}
+	if id := h.Get(HdrEventID); id != "" {
+		e.ID, e.Copied = id, true
+	} else if id := h.Get(HdrMsgID); id != "" {
+		e.ID = id
+	} else {
+		e.ID = "evt_" + strconv.FormatUint(seq, 10) + "_" + strconv.FormatInt(stored.UnixMilli(), 36)
+	}
+	e.Key = h.Get(HdrKey)
+	if s := h.Get(HdrPublished); s != "" {
+		if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+			e.Published = t
+		}
+	}
+	if s := h.Get(HdrAttempt); s != "" {
+		if n, err := strconv.Atoi(s); err == nil && n >= 0 && n < maxAttempt {
+			e.Attempt = n
+		}
+	}
+	if s := h.Get(HdrOrigin); s != "" {
+		if n, err := strconv.ParseUint(s, 10, 64); err == nil && n > 0 {
+			e.Origin = n
+		}
+	}
+	return e, nil
+}
+
+// MsgID is the dedup id of a publish of kind k (see Kind).
+func (e Envelope) MsgID(k Kind) string {
+	switch k {
+	case Promoted:
+		id := "park:" + e.ID + ":" + strconv.Itoa(e.Attempt)
+		if e.Origin != 0 {
+			id += "@" + strconv.FormatUint(e.Origin, 10)
+		}
+		return id
+	case ReplayedDeadLetter:
+		return "replay:" + strconv.FormatUint(e.Seq, 10)
+	case ReplayedLog:
+		return "log:" + e.Dest + ":" + strconv.FormatUint(e.Seq, 10)
+	}
+	return e.ID
+}
+
+// Header returns the headers of a publish of kind k: the event's own
+// headers and the contract headers k carries (see Kind).
+func (e Envelope) Header(k Kind) nats.Header {
+	h := OwnHeader(e.Headers)
+	h.Set(HdrMsgID, e.MsgID(k))
+	if e.Key != "" {
+		h.Set(HdrKey, e.Key)
+	}
+	if k == Produced {
+		return h
+	}
+	h.Set(HdrEventID, e.ID)
+	if k == Promoted {
+		h.Set(HdrAttempt, strconv.Itoa(e.Attempt))
+		if !e.Published.IsZero() {
+			h.Set(HdrPublished, e.Published.UTC().Format(time.RFC3339Nano))
+		}
+		if e.Origin != 0 {
+			h.Set(HdrOrigin, strconv.FormatUint(e.Origin, 10))
+		}
+	}
+	return h
+}
+
+// Msg is the message of a publish of kind k to subject.
+func (e Envelope) Msg(k Kind, subject string) *nats.Msg {
+	return &nats.Msg{Subject: subject, Header: e.Header(k), Data: e.Body}
+}
+
+// OwnHeader returns the event's own headers in h (those that are not
+// IsContractHeader), never nil.
+func OwnHeader(h nats.Header) nats.Header {
+	out := nats.Header{}
+	for name, vs := range h {
+		if !IsContractHeader(name) {
+			out[name] = vs
+		}
+	}
+	return out
+}
+
+// HTTPHeader returns the event's own headers to pass on to its
+// destination, canonicalised, nil if it has none.
+func (e Envelope) HTTPHeader() http.Header {
+	var out http.Header
+	for name, vs := range e.Headers {
+		if !IsContractHeader(name) {
+			if out == nil {
+				out = make(http.Header, len(e.Headers))
+			}
+			ck := http.CanonicalHeaderKey(name)
+			out[ck] = append(out[ck], vs...)
+		}
+	}
+	return out
+}

@@ -1,0 +1,208 @@
+package stream
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+)
+
+// fullEnvelope has every field set, and headers of its own beside contract
+// headers that no publish may carry over.
+func fullEnvelope() Envelope {
+	return Envelope{
+		ID:        "evt-1",
+		Dest:      "orders",
+		Key:       "customer 42",
+		Attempt:   3,
+		Origin:    10,
+		Published: time.Date(2025, 3, 1, 12, 0, 0, 5, time.FixedZone("X", 3600)),
+		Headers: nats.Header{
+			"X-Trace":             {"a", "b"},
+			"Content-Type":        {"application/json"},
+			"Nats-Msg-Id":         {"old-dedup"},
+			"Relay-Attempt":       {"9"},
+			"relay-origin-seq":    {"4"},
+			"Relay-Reason":        {"max_attempts"},
+			"Relay-First-Attempt": {"2025-01-01T00:00:00Z"},
+		},
+		Body:   []byte(`{"n":1}`),
+		Seq:    77,
+		Copied: true,
+	}
+}
+
+// TestEnvelopeHeaderTable pins the headers of every kind of publish: the
+// event's own headers always, relay's as the Kind table says, and the dedup id.
+func TestEnvelopeHeaderTable(t *testing.T) {
+	t.Parallel()
+	own := nats.Header{"X-Trace": {"a", "b"}, "Content-Type": {"application/json"}}
+	with := func(kv ...string) nats.Header {
+		h := nats.Header{}
+		for k, vs := range own {
+			h[k] = vs
+		}
+		for i := 0; i < len(kv); i += 2 {
+			h[kv[i]] = []string{kv[i+1]}
+		}
+		return h
+	}
+	tests := []struct {
+		kind  Kind
+		msgID string
+		want  nats.Header
+	}{
+		{Produced, "evt-1", with(HdrMsgID, "evt-1", HdrKey, "customer 42")},
+		{Promoted, "park:evt-1:3@10", with(HdrMsgID, "park:evt-1:3@10", HdrKey, "customer 42", HdrEventID, "evt-1",
+			HdrAttempt, "3", HdrOrigin, "10", HdrPublished, "2025-03-01T11:00:00.000000005Z")},
+		{ReplayedDeadLetter, "replay:77", with(HdrMsgID, "replay:77", HdrKey, "customer 42", HdrEventID, "evt-1")},
+		{ReplayedLog, "log:orders:77", with(HdrMsgID, "log:orders:77", HdrKey, "customer 42", HdrEventID, "evt-1")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.kind.String(), func(t *testing.T) {
+			e := fullEnvelope()
+			require.Equal(t, tt.msgID, e.MsgID(tt.kind))
+			require.Equal(t, tt.want, e.Header(tt.kind))
+			m := e.Msg(tt.kind, "relay.in.orders.k")
+			require.Equal(t, "relay.in.orders.k", m.Subject)
+			require.Equal(t, tt.want, m.Header)
+			require.Equal(t, []byte(`{"n":1}`), m.Data)
+			require.Equal(t, fullEnvelope(), e, "encoding leaves the envelope as it was")
+		})
+	}
+}
+
+// TestEnvelopeHeaderLeavesUnsetFieldsOut: a key, origin and publish time
+// that are not set are not written; a promoted attempt is, even 0.
+func TestEnvelopeHeaderLeavesUnsetFieldsOut(t *testing.T) {
+	t.Parallel()
+	e := Envelope{ID: "evt-1", Seq: 5, Dest: "d"}
+	require.Equal(t, nats.Header{HdrMsgID: {"evt-1"}}, e.Header(Produced))
+	require.Equal(t, nats.Header{HdrMsgID: {"park:evt-1:0"}, HdrEventID: {"evt-1"}, HdrAttempt: {"0"}}, e.Header(Promoted))
+	e.Attempt = 2
+	require.Equal(t, "park:evt-1:2", e.MsgID(Promoted), "no origin: no @")
+	require.Equal(t, nats.Header{HdrMsgID: {"replay:5"}, HdrEventID: {"evt-1"}}, e.Header(ReplayedDeadLetter))
+	require.Equal(t, nats.Header{HdrMsgID: {"log:d:5"}, HdrEventID: {"evt-1"}}, e.Header(ReplayedLog))
+}
+
+// TestEnvelopeRoundTrip publishes an envelope as every kind and decodes the
+// stored copy: a producer's publish and a promotion keep the event as it
+// was; a replay keeps its id, key and own headers and starts its retry
+// state again (no attempts, its own sequence as origin, published when
+// stored).
+func TestEnvelopeRoundTrip(t *testing.T) {
+	t.Parallel()
+	stored := time.Date(2025, 3, 2, 8, 0, 0, 0, time.UTC)
+	const newSeq = 500
+	subject := "relay.ev.orders.3." + KeyToken("customer 42")
+	own := nats.Header{"X-Trace": {"a", "b"}, "Content-Type": {"application/json"}}
+	for _, tt := range []struct {
+		kind       Kind
+		copied     bool
+		attempt    int
+		origin     uint64
+		published  time.Time
+		msgIDAfter string
+	}{
+		{Produced, false, 0, newSeq, stored, "evt-1"},
+		{Promoted, true, 3, 10, fullEnvelope().Published, "park:evt-1:3@10"},
+		{ReplayedDeadLetter, true, 0, newSeq, stored, "replay:77"},
+		{ReplayedLog, true, 0, newSeq, stored, "log:orders:77"},
+	} {
+		t.Run(tt.kind.String(), func(t *testing.T) {
+			in := fullEnvelope()
+			if tt.kind == Produced {
+				in.Attempt, in.Origin, in.Published = 0, 0, time.Time{}
+			}
+			m := in.Msg(tt.kind, "relay.in.orders."+KeyToken(in.Key))
+			out, err := Decode(subject, newSeq, stored, m.Header, m.Data)
+			require.NoError(t, err)
+			require.Equal(t, "evt-1", out.ID)
+			require.Equal(t, "orders", out.Dest)
+			require.Equal(t, "customer 42", out.Key)
+			require.Equal(t, tt.copied, out.Copied)
+			require.Equal(t, tt.attempt, out.Attempt)
+			require.Equal(t, tt.origin, out.Origin)
+			require.True(t, tt.published.Equal(out.Published), "published %v, want %v", out.Published, tt.published)
+			require.Equal(t, uint64(newSeq), out.Seq)
+			require.Equal(t, stored, out.Stored)
+			require.Equal(t, subject, out.Subject)
+			require.Equal(t, own, OwnHeader(out.Headers))
+			require.Equal(t, []byte(`{"n":1}`), out.Body)
+			require.Equal(t, tt.msgIDAfter, out.Headers.Get(HdrMsgID))
+			if tt.kind == Promoted {
+				// A copy promoted again keeps its retry state and dedup id.
+				require.Equal(t, m.Header, out.Header(Promoted))
+			}
+		})
+	}
+}
+
+func TestDecodeTable(t *testing.T) {
+	t.Parallel()
+	stored := time.UnixMilli(1_700_000_000_123).UTC()
+	pub := "2025-03-01T11:00:00.000000005Z"
+	pubT, _ := time.Parse(time.RFC3339Nano, pub)
+	tests := []struct {
+		name      string
+		h         nats.Header
+		id        string
+		copied    bool
+		attempt   int
+		origin    uint64
+		published time.Time
+		key       string
+	}{
+		{"no headers", nil, "evt_42_loyw3v5n", false, 0, 42, stored, ""},
+		{"producer's id", nats.Header{HdrMsgID: {"p-1"}}, "p-1", false, 0, 42, stored, ""},
+		{"relay's id wins", nats.Header{HdrMsgID: {"park:e:1"}, HdrEventID: {"e"}}, "e", true, 0, 42, stored, ""},
+		{"empty ids fall back", nats.Header{HdrMsgID: {""}, HdrEventID: {""}}, "evt_42_loyw3v5n", false, 0, 42, stored, ""},
+		{"key", nats.Header{HdrKey: {"k 1"}}, "evt_42_loyw3v5n", false, 0, 42, stored, "k 1"},
+		{"retry state", nats.Header{HdrAttempt: {"7"}, HdrOrigin: {"9"}, HdrPublished: {pub}}, "evt_42_loyw3v5n", false, 7, 9, pubT, ""},
+		{"largest attempt", nats.Header{HdrAttempt: {"999999"}}, "evt_42_loyw3v5n", false, 999999, 42, stored, ""},
+		{"attempt too large", nats.Header{HdrAttempt: {"1000000"}}, "evt_42_loyw3v5n", false, 0, 42, stored, ""},
+		{"negative attempt", nats.Header{HdrAttempt: {"-1"}}, "evt_42_loyw3v5n", false, 0, 42, stored, ""},
+		{"attempt not a number", nats.Header{HdrAttempt: {"x"}}, "evt_42_loyw3v5n", false, 0, 42, stored, ""},
+		{"origin 0", nats.Header{HdrOrigin: {"0"}}, "evt_42_loyw3v5n", false, 0, 42, stored, ""},
+		{"origin not a number", nats.Header{HdrOrigin: {"-3"}}, "evt_42_loyw3v5n", false, 0, 42, stored, ""},
+		{"published not a time", nats.Header{HdrPublished: {"yesterday"}}, "evt_42_loyw3v5n", false, 0, 42, stored, ""},
+		{"names are case-sensitive", nats.Header{"relay-attempt": {"3"}, "nats-msg-id": {"x"}}, "evt_42_loyw3v5n", false, 0, 42, stored, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, err := Decode("relay.in.orders", 42, stored, tt.h, []byte("b"))
+			require.NoError(t, err)
+			require.Equal(t, tt.id, e.ID)
+			require.Equal(t, tt.copied, e.Copied)
+			require.Equal(t, tt.attempt, e.Attempt)
+			require.Equal(t, tt.origin, e.Origin)
+			require.True(t, tt.published.Equal(e.Published), "published %v, want %v", e.Published, tt.published)
+			require.Equal(t, tt.key, e.Key)
+			require.Equal(t, "orders", e.Dest)
+			require.Equal(t, []byte("b"), e.Body)
+			require.Equal(t, tt.h, e.Headers, "the stored headers are kept as they are")
+		})
+	}
+	_, err := Decode("relay.dlq.orders.x.y.z", 1, stored, nil, nil)
+	require.ErrorContains(t, err, "not a relay event subject")
+}
+
+func TestEnvelopeHTTPHeader(t *testing.T) {
+	t.Parallel()
+	require.Nil(t, Envelope{}.HTTPHeader())
+	require.Nil(t, Envelope{Headers: nats.Header{HdrMsgID: {"x"}, "relay-reason": {"y"}}}.HTTPHeader())
+	h := Envelope{Headers: nats.Header{
+		"x-trace": {"a"}, "X-Trace": {"b"}, "Content-Type": {"application/json"},
+		HdrMsgID: {"x"}, HdrKey: {"k"}, "NATS-Expected-Stream": {"s"},
+	}}.HTTPHeader()
+	require.ElementsMatch(t, []string{"a", "b"}, h["X-Trace"])
+	require.Equal(t, "application/json", h.Get("Content-Type"))
+	require.Len(t, h, 2)
+}
+
+func TestOwnHeader(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, nats.Header{}, OwnHeader(nil))
+	require.Equal(t, nats.Header{"X-A": {"1"}}, OwnHeader(nats.Header{"X-A": {"1"}, HdrEventID: {"e"}, "relay-key": {"k"}, "Nats-Msg-Id": {"m"}}))
+}
