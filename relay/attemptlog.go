@@ -1,0 +1,186 @@
+package relay
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaydev/relay/dlq"
+)
+
+func attemptOf(n int, at time.Time, res Result) dlq.Attempt {
+	a := dlq.Attempt{N: n, At: at.Add(-res.Duration).UTC(), Duration: res.Duration, Status: res.Status}
+	switch {
+	case res.Err != nil:
+		a.Error = res.Err.Error()
+	case res.Snippet != "":
+		a.Error = res.Snippet
+	}
+	return a
+}
+
+func historyKey(ev event) string {
+	sum := sha256.Sum256([]byte(ev.id))
+	return ev.dest + "." + hex.EncodeToString(sum[:16])
+}
+
+// attemptLog is what relay keeps about an event in retry: its failed
+// attempts (the history, trimmed) and how many attempts counted so far.
+type attemptLog struct {
+	// Event is the event's id (the key is a hash of it).
+	Event    string        `json:"event,omitempty"`
+	Attempts []dlq.Attempt `json:"attempts,omitempty"`
+	Made     int           `json:"made"`
+	// Reply is the ack subject of the delivery whose attempt failed last:
+	// Store.SkipHead naks it (nakIfWaiting) so that the event comes back
+	// at once.
+	Reply string `json:"reply,omitempty"`
+	// Skip, set by an operator (Store.SkipHead, Store.SkipEvent), says why: the event
+	// stored at SkipSeq is dead-lettered at its next delivery, without an
+	// attempt, or after the attempt in flight if that fails. The sequence
+	// keeps a mark left behind from applying to a replay of the event,
+	// which has the same id.
+	Skip    string `json:"skip,omitempty"`
+	SkipSeq uint64 `json:"skip_seq,omitempty"`
+	// Origin is the origin (event.origin) of the delivery whose attempt
+	// failed last. SkipOrigin, set by Store.SkipEvent, makes the mark apply
+	// as well to the messages that bring the event back from Redis under
+	// new sequences; a replay of the event is a message of its own origin.
+	Origin     uint64 `json:"origin,omitempty"`
+	SkipOrigin uint64 `json:"skip_origin,omitempty"`
+	// Parked is the last sequence of the event (origin Origin) that relay
+	// parked in Redis: that message and those before it were handed to
+	// Redis, and come back only because an ack was lost (parkedAlready).
+	Parked uint64 `json:"parked,omitempty"`
+	// SkipLegacy marks an event whose last failed attempt an earlier
+	// version recorded (no Origin): the mark applies to a message brought
+	// back from Redis without an origin (Relay-Attempt but no
+	// Relay-Origin-Seq), which is how that version parked it.
+	SkipLegacy bool `json:"skip_legacy,omitempty"`
+}
+
+// skipOf is the operator's reason to skip ev, if l marks it.
+func (l attemptLog) skipOf(ev event) string {
+	if l.Skip != "" && (l.SkipSeq == ev.seq || l.SkipOrigin != 0 && l.SkipOrigin == ev.origin ||
+		l.SkipLegacy && ev.prior > 0 && ev.origin == ev.seq) {
+		return l.Skip
+	}
+	return ""
+}
+
+// last is when the last recorded attempt was made, and how it failed.
+func (l attemptLog) last() (time.Time, string) {
+	if len(l.Attempts) == 0 {
+		return time.Time{}, ""
+	}
+	a := l.Attempts[len(l.Attempts)-1]
+	switch {
+	case a.Status == 0:
+		return a.At, a.Error
+	case a.Error == "":
+		return a.At, fmt.Sprintf("status %d", a.Status)
+	}
+	return a.At, fmt.Sprintf("status %d: %s", a.Status, a.Error)
+}
+
+// readAttemptLog reads the attempt log stored under key in the
+// relay_attempts bucket kv, and its revision (for a compare-and-set). A log
+// stored corrupt reads as empty.
+func readAttemptLog(ctx context.Context, kv jetstream.KeyValue, key string) (attemptLog, uint64, error) {
+	e, err := kv.Get(ctx, key)
+	if err != nil {
+		return attemptLog{}, 0, err
+	}
+	var l attemptLog
+	_ = json.Unmarshal(e.Value(), &l)
+	return l, e.Revision(), nil
+}
+
+// attemptLog returns what is recorded for ev (nothing if that fails).
+func (r *Relay) attemptLog(ctx context.Context, ev event) attemptLog {
+	l, _ := r.readLog(ctx, ev)
+	return l
+}
+
+// readLog returns what is recorded for ev, and whether a record was found.
+func (r *Relay) readLog(ctx context.Context, ev event) (attemptLog, bool) {
+	l, _, err := readAttemptLog(ctx, r.attempts, historyKey(ev))
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		r.log.Warn("cannot read attempt history", "dest", ev.dest, "event_id", ev.id, "err", err)
+	}
+	return l, err == nil
+}
+
+func (r *Relay) history(ctx context.Context, ev event) []dlq.Attempt {
+	return r.attemptLog(ctx, ev).Attempts
+}
+
+// recordAttempt adds a failed attempt to ev's history, with reply, the ack
+// subject of its delivery, and returns an operator's reason to skip ev if
+// one was set. A failure to record is logged: the history is then
+// incomplete, the event is not affected. It is a compare-and-set, so that a
+// mark set meanwhile (Store.SkipHead) is kept.
+func (r *Relay) recordAttempt(ctx context.Context, ev event, attempt int, res Result, reply string) string {
+	key := historyKey(ev)
+	add := func(l attemptLog) []byte {
+		l.Attempts = dlq.TrimHistory(append(l.Attempts, attemptOf(attempt, r.cfg.Now(), res)))
+		l.Made = max(l.Made, attempt)
+		l.Event, l.Reply, l.Origin = ev.id, reply, ev.origin
+		b, _ := json.Marshal(l)
+		return b
+	}
+	var err error
+	for range 5 {
+		l, rev, gerr := readAttemptLog(ctx, r.attempts, key)
+		switch {
+		case gerr == nil:
+			if l.Origin != 0 && l.Origin != ev.origin {
+				r.log.Warn("two messages with one event id are in retry at once: their attempts share one record (publish each event id once)",
+					"dest", ev.dest, "event_id", ev.id, "seq", ev.seq, "other_seq", l.Origin)
+			}
+			_, err = r.attempts.Update(ctx, key, add(l), rev)
+		case errors.Is(gerr, jetstream.ErrKeyNotFound):
+			_, err = r.attempts.Create(ctx, key, add(l))
+		default:
+			// The record cannot be read (a stored one that does not
+			// decode reads as empty, so this is the bucket failing). A
+			// write without its revision would replace the history, the
+			// count and an operator's skip mark with this one attempt;
+			// a create writes only where there is no record (after a
+			// first attempt, say), and fails where there is one.
+			_, err = r.attempts.Create(ctx, key, add(attemptLog{}))
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				err = gerr // there is a record: leave it, this attempt goes unrecorded
+			}
+		}
+		if err == nil {
+			return l.skipOf(ev)
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			break // failed for another reason than a race
+		}
+	}
+	r.log.Warn("cannot record attempt history", "dest", ev.dest, "event_id", ev.id, "err", err)
+	return ""
+}
+
+// forgetHistory deletes ev's attempt log once ev is settled. Where the log
+// says the event was parked, a done mark keeps that first: the message it
+// was parked from may still come back after a crash.
+func (r *Relay) forgetHistory(ctx context.Context, ev event) {
+	if ev.parked != 0 {
+		b, _ := json.Marshal(doneMark{Parked: ev.parked, Origin: ev.origin})
+		if _, err := r.attempts.Put(ctx, doneKey(ev), b); err != nil {
+			r.log.Warn("cannot record that a parked event is settled (a crash of the NATS server could deliver it again)", "dest", ev.dest, "event_id", ev.id, "err", err)
+		}
+	}
+	if err := r.attempts.Delete(ctx, historyKey(ev)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		r.log.Warn("cannot delete attempt history", "dest", ev.dest, "event_id", ev.id, "err", err)
+	}
+}

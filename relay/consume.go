@@ -1,0 +1,340 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaydev/relay/stream"
+)
+
+// worker pulls and delivers the events of one destination.
+type worker struct {
+	dest   Destination
+	cancel context.CancelFunc
+	done   chan struct{} // all its pull loops ended
+	broken chan struct{} // one of its pull loops ended
+}
+
+func (w *worker) exited() bool {
+	select {
+	case <-w.broken:
+		return true
+	default:
+		return false
+	}
+}
+
+func (w *worker) stop() {
+	w.cancel()
+	<-w.done
+}
+
+// consumerSpec is one JetStream consumer of a destination and how it is
+// worked.
+type consumerSpec struct {
+	cfg         jetstream.ConsumerConfig
+	concurrency int
+	// ordered: one event at a time, in order; its waits never leave
+	// JetStream (parking would let the next event of the key overtake).
+	ordered bool
+	// partition is the ordered partition's index.
+	partition int
+}
+
+// specs lays out d's consumers: one for all its events, or, for an ordered
+// destination, one for its events without an order key and one per partition
+// with a single event in flight.
+func (r *Relay) specs(d Destination) []consumerSpec {
+	base := jetstream.ConsumerConfig{
+		PauseUntil:    pauseUntil(d, r.cfg.Now()),
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:   d.StartSeq,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       d.AckWait(),
+		MaxDeliver:    -1,
+		MaxAckPending: r.cfg.MaxAckPending,
+	}
+	main := base
+	main.Durable = ConsumerName(d.Name)
+	main.Description = "relay deliveries to " + d.Name
+	main.FilterSubjects = stream.DestFilters(d.Name)
+	if !d.Ordered {
+		return []consumerSpec{{cfg: main, concurrency: d.Concurrency}}
+	}
+	main.Description = "relay deliveries to " + d.Name + " (events without an order key)"
+	main.FilterSubjects = main.FilterSubjects[:1]
+	out := []consumerSpec{{cfg: main, concurrency: d.Concurrency}}
+	for i := range d.Partitions {
+		c := base
+		c.Durable = PartitionConsumerName(d.Name, i)
+		c.Description = fmt.Sprintf("relay ordered deliveries to %s, partition %d of %d", d.Name, i, d.Partitions)
+		c.FilterSubjects = d.partitionFilters(i)
+		c.MaxAckPending = 1
+		out = append(out, consumerSpec{cfg: c, concurrency: 1, ordered: true, partition: i})
+	}
+	return out
+}
+
+func pauseUntil(d Destination, now time.Time) *time.Time {
+	if now.Before(d.PausedUntil) {
+		t := d.PausedUntil
+		return &t
+	}
+	return nil
+}
+
+func (r *Relay) startWorker(parent context.Context, d Destination) (*worker, error) {
+	specs := r.specs(d)
+	conss := make([]jetstream.Consumer, len(specs))
+	for i, sp := range specs {
+		c, err := r.cfg.JS.CreateOrUpdateConsumer(parent, stream.EventsStream, sp.cfg)
+		if err != nil {
+			return nil, fmt.Errorf("consumer %s: %w", sp.cfg.Durable, err)
+		}
+		conss[i] = c
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
+	wk := &worker{dest: d, cancel: cancel, done: make(chan struct{}), broken: make(chan struct{})}
+	// Stop when either Run's context or stop() ends.
+	stopped := make(chan struct{})
+	go func() {
+		select {
+		case <-parent.Done():
+		case <-ctx.Done():
+		}
+		close(stopped)
+	}()
+	var wg sync.WaitGroup
+	var once sync.Once
+	for i := range specs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.consume(conss[i], d, specs[i], stopped)
+			once.Do(func() { close(wk.broken) })
+		}()
+	}
+	go func() {
+		wg.Wait()
+		cancel()
+		close(wk.done)
+	}()
+	return wk, nil
+}
+
+// pullHeartbeat is the longest idle heartbeat relay asks of a pull request.
+const pullHeartbeat = 2 * time.Second
+
+// pullRounds is how many rounds of attempts (the concurrency) of events an
+// unordered destination's consumer holds: those being attempted and the
+// queue behind them. A burst larger than the concurrency then arrives at
+// once, where asking for one round at a time kept its last events waiting
+// for the next request (BENCHMARKS.md, "The bursts of (b)" and ninth round).
+const pullRounds = 4
+
+// queueBytes bounds the queue beyond one round of attempts by the events'
+// size: it holds about this many bytes of event bodies (by their moving
+// average), so large events are not held four rounds deep. Three queued
+// rounds of 64 1 KiB events take 192 KiB.
+const queueBytes = 8 << 20
+
+// consume runs one destination's pull loop until stopped is closed.
+func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec, stopped <-chan struct{}) {
+	// Pull requests expire well within AckWait: a process that stops
+	// (SIGSTOP) must not hold an open pull that would swallow the
+	// redelivery meant for another replica.
+	expiry := max(time.Second, min(30*time.Second, sp.cfg.AckWait/2))
+	// Heartbeats at most every 2s: relay asks again once two are missed
+	// (a server restart, a reconnect, a lost request).
+	hb := min(pullHeartbeat, expiry/2)
+	// Each request brings at most queueBytes (or two maximum payloads):
+	// requests asked for while events were small cannot bring rounds of
+	// large ones.
+	p, err := newPuller(r.cfg.JS, sp.cfg.Durable, expiry, hb, queueBytes)
+	if err != nil {
+		r.log.Error("cannot pull", "dest", d.Name, "err", err)
+		return
+	}
+	// Deliveries get their own context: cancelled only once the grace period
+	// after stop has run out.
+	dctx, dcancel := context.WithCancel(context.Background())
+	defer dcancel()
+	go func() {
+		<-stopped
+		t := time.NewTimer(r.cfg.ShutdownGrace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			dcancel()
+		case <-dctx.Done():
+		}
+	}()
+
+	// A fixed pool of workers takes events from the queue: no goroutine
+	// (and no stack growth) per event.
+	type pulled struct {
+		msg *pulledMsg
+		// since is when the event arrived, or its AckWait was last
+		// restarted.
+		since time.Time
+	}
+	work := make(chan pulled)
+	done := make(chan struct{}, sp.concurrency)
+	var wg sync.WaitGroup
+	restartAfter := d.longWait()
+	var mark *partitionMark
+	if sp.ordered {
+		mark = newPartitionMark(r.ordered, r.cfg.JS.Conn(), d.Name, sp.partition)
+		r.ackSettledHead(cons, mark)
+	}
+	for range sp.concurrency {
+		wg.Go(func() {
+			for p := range work {
+				if time.Since(p.since) > restartAfter {
+					// It waited long in the queue: restart its AckWait.
+					_ = p.msg.InProgress()
+				}
+				r.handle(dctx, p.msg, mark)
+				done <- struct{}{}
+			}
+		})
+	}
+
+	// hold is how many events this consumer asks to have: being
+	// attempted, queued, and asked for. An ordered partition has one at a
+	// time anyway. Beyond a round, the queue holds about queueBytes of
+	// events, by the average size of those that came; until one has come,
+	// a round.
+	var avgSize float64
+	hold := func() int {
+		if sp.ordered || avgSize == 0 {
+			return sp.concurrency
+		}
+		return sp.concurrency + min((pullRounds-1)*sp.concurrency, int(queueBytes/avgSize))
+	}
+	nc := r.cfg.JS.Conn()
+	tick := time.NewTicker(max(hb/2, 100*time.Millisecond))
+	defer tick.Stop()
+	var (
+		queue []pulled
+		busy  int
+		buf   []*nats.Msg
+	)
+	gone := false
+loop:
+	for {
+		if err := p.fill(hold(), len(queue)+busy, time.Now()); err != nil {
+			r.log.Debug("cannot ask for events; asking again shortly", "dest", d.Name, "err", err)
+		}
+		var out chan pulled
+		var head pulled
+		if len(queue) > 0 {
+			out, head = work, queue[0]
+		}
+		select {
+		case out <- head:
+			queue[0] = pulled{}
+			queue = queue[1:]
+			busy++
+		case <-done:
+			busy--
+		case <-p.signal:
+			now := time.Now()
+			got := p.take(buf)
+			for _, m := range got {
+				st, err := p.status(m, now)
+				switch st {
+				case pullEvent:
+					queue = append(queue, pulled{&pulledMsg{msg: m, nc: nc}, now})
+					size := float64(max(len(m.Data), 1))
+					if avgSize == 0 {
+						avgSize = size
+					} else {
+						avgSize += (size - avgSize) / 16
+					}
+				case pullBeat, pullReleased:
+				case pullLost:
+					r.log.Debug("pull requests lost; asking again", "dest", d.Name, "err", err)
+				case pullRefused:
+					r.log.Warn("pull request refused; asking again shortly", "dest", d.Name, "err", err)
+				case pullUnanswered:
+					r.log.Debug("pull request unanswered; asking again shortly", "dest", d.Name, "err", err)
+					gone = gone || r.consumerGone(cons)
+				case pullGone:
+					gone = true
+				}
+			}
+			clear(got)
+			buf = got
+			if gone {
+				r.log.Warn("consumer gone; it is recreated if the destination still exists", "dest", d.Name)
+				break loop
+			}
+		case now := <-tick.C:
+			if p.silent(now) {
+				r.log.Debug("no heartbeat from the pull requests; asking again", "dest", d.Name)
+			}
+			for i := range queue {
+				if now.Sub(queue[i].since) > restartAfter {
+					_ = queue[i].msg.InProgress()
+					queue[i].since = now
+				}
+			}
+		case <-stopped:
+			break loop
+		}
+	}
+	// Workers still finishing an attempt report it; nobody counts now.
+	go func() {
+		for range done {
+		}
+	}()
+	// Hand back what is queued and what was on its way: another replica,
+	// or this one once started again, has it at once instead of after
+	// AckWait. First stop asking (and let what was on its way arrive), so
+	// that what is handed back is not handed to this replica again.
+	drained := p.stop(5 * time.Second)
+	back := make([]*pulledMsg, 0, len(queue)+len(drained))
+	for _, q := range queue {
+		back = append(back, q.msg)
+	}
+	for _, m := range drained {
+		if st, _ := p.status(m, time.Now()); st == pullEvent {
+			back = append(back, &pulledMsg{msg: m, nc: nc})
+		}
+	}
+	// All but the last go back now; the last once the workers are done,
+	// confirmed: the server has then stored every hand-back and every ack
+	// of the workers, before a server that stops next (the embedded one,
+	// with relay) could drop them.
+	for i, m := range back {
+		if i < len(back)-1 {
+			_ = m.handBack(false)
+		}
+	}
+	close(work)
+	wg.Wait()
+	close(done)
+	if len(back) > 0 {
+		if err := back[len(back)-1].handBack(true); err != nil {
+			r.log.Debug("handing back events not confirmed; they come back after AckWait at the latest", "dest", d.Name, "err", err)
+		}
+	}
+	// Make sure every ack and nak has left the client.
+	_ = nc.Flush()
+}
+
+// consumerGone reports whether cons no longer exists on the server. It
+// holds up the pull loop for at most 2s, well within AckWait.
+func (r *Relay) consumerGone(cons jetstream.Consumer) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := cons.Info(ctx)
+	return errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted)
+}

@@ -1,0 +1,430 @@
+package relay
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/schedule"
+	"github.com/relaydev/relay/stream"
+)
+
+// handle takes one delivered message through its delivery: it learns what
+// Decide asks for (the rate limit, the attempt log, the attempt itself)
+// until Decide chooses an outcome, and then carries that out. mark is set
+// when msg heads an ordered key: its partition's mark.
+func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, mark *partitionMark) {
+	ev, err := eventOf(msg)
+	if err != nil {
+		r.log.Error("cannot read event; terminating it", "subject", msg.Subject(), "err", err)
+		r.execute(msg, &ev, mark, Input{Unreadable: true}, Decide(Input{Unreadable: true}))
+		return
+	}
+	in := r.input(ev, mark)
+	if in.Probing {
+		defer r.breakers.endProbe(in.Dest.Name)
+	}
+	for {
+		dec := Decide(in)
+		switch dec.Action {
+		case WaitRate:
+			in.RateAsked = true
+			in.RateWait = r.waitRate(ctx, r.limiter(in.Dest), in.Dest, in.Ordered)
+		case ReadLog:
+			r.readLogInto(&in, &ev)
+		case Send:
+			inf := r.cfg.Metrics.attemptStarted(in.Dest.Name)
+			res := r.sender.Send(ctx, in.Dest, Delivery{ID: ev.id, Body: ev.body, Headers: eventHeaders(ev.hdr)})
+			inf.done()
+			in.Result = &res
+			in.Cancelled = ctx.Err() != nil
+			in.Late = res.Duration > in.Dest.AckWait()-time.Second
+		default:
+			r.execute(msg, &ev, mark, in, dec)
+			return
+		}
+	}
+}
+
+// input is what relay knows of ev's delivery before anything is asked: the
+// ordered partition's mark, the destination and its state. Where the
+// destination's circuit is open, it takes the probe if no other worker has
+// it (Input.Probing): the caller ends it.
+func (r *Relay) input(ev event, mark *partitionMark) Input {
+	in := Input{
+		Ordered:       mark != nil,
+		Now:           r.cfg.Now(),
+		Attempt:       ev.prior + 1,
+		CanPark:       mark == nil && r.cfg.Schedule != nil,
+		ParkThreshold: r.cfg.ParkThreshold,
+		// The attempt number counts attempts whose outcome was recorded,
+		// not JetStream's deliveries: a delivery handed back unattempted,
+		// dropped by the client or cut short by a crash uses none up. A
+		// first delivery has no log to read, unless it brings the event
+		// back from Redis (an operator may have marked it meanwhile) or a
+		// crash brought it back (inRetryAtStart).
+		NeedLog: ev.delivered > 1 || ev.prior > 0 || r.inRetryAtStart(ev),
+	}
+	if mark != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+		// A redelivery reads the mark again: another replica may have
+		// settled the event and lost its ack.
+		settled, err := mark.settled(ctx, ev.seq, ev.delivered > 1)
+		cancel()
+		if err != nil {
+			r.log.Warn("cannot tell whether the head of an ordered key was delivered before; it waits", "dest", ev.dest, "event_id", ev.id, "seq", ev.seq, "err", err)
+		}
+		in.MarkUnreadable, in.Settled = err != nil, settled
+	}
+	in.Dest, in.Known = r.dests.get(ev.dest)
+	if in.Known && in.Dest.PauseReason == PauseCircuitOpen && !in.Now.Before(in.Dest.PausedUntil) {
+		// The circuit's pause is over: one probe per replica decides.
+		in.Probing = r.breakers.tryProbe(in.Dest.Name)
+		in.ProbeTaken = !in.Probing
+	}
+	in.RateLimited = in.Known && in.Dest.RateLimit > 0
+	return in
+}
+
+// readLogInto reads ev's attempt log into in: the attempt number, an
+// operator's skip mark, and whether the event was parked before (then this
+// message came back only because its ack was lost).
+func (r *Relay) readLogInto(in *Input, ev *event) {
+	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+	defer cancel()
+	l, found := r.readLog(ctx, *ev)
+	in.LogRead = true
+	in.Settled = l.parkedAlready(*ev) || !found && ev.prior == 0 && r.cfg.Schedule != nil && r.doneParked(ctx, *ev)
+	in.Attempt, in.Skip = max(l.Made, ev.prior)+1, l.skipOf(*ev)
+	ev.parked = l.Parked
+}
+
+// execute carries out dec, an outcome of Decide for ev's delivery as in
+// describes it.
+func (r *Relay) execute(msg jetstream.Msg, ev *event, mark *partitionMark, in Input, dec Decision) {
+	switch dec.Action {
+	case Terminate:
+		_ = msg.TermWithReason(dec.Reason)
+		return
+	case HandBack:
+		if in.Result != nil {
+			r.log.Info("attempt cancelled by shutdown", "dest", ev.dest, "event_id", ev.id, "attempt", in.Attempt)
+		}
+		r.handBack(msg, dec.Delay)
+		return
+	case AckSettled:
+		why := "the head of an ordered key settled before its ack was lost (a crash of the NATS server's process)"
+		if in.LogRead {
+			why = "the event was parked in Redis before its ack was lost (a crash of the NATS server's process, or a lost ack); its copy carries on"
+		}
+		r.ackSettled(msg, *ev, why)
+		return
+	case Leave:
+		r.log.Warn("attempt finished after AckWait; leaving the event to its redelivery", "dest", ev.dest, "event_id", ev.id, "duration", in.Result.Duration)
+		return
+	}
+	out := Outcome{Dest: ev.dest, EventID: ev.id, Seq: ev.seq, Attempt: in.Attempt, Decision: dec, note: in.Skip}
+	if in.Result != nil {
+		out.Result = *in.Result
+	}
+	// Before act: the breaker counts failures in the order responses came
+	// back. After act, a failure's bookkeeping (its history in the attempt
+	// log) delays it, and failures held up together by a slow write would
+	// arrive back to back, "consecutive".
+	r.affect(in.Dest, dec, in.Probing, ev.id)
+	out.Err = r.act(msg, *ev, in.Attempt, mark, &out)
+	r.logOutcome(out)
+	r.cfg.Metrics.observe(out, in.Ordered, ev.published, r.cfg.Now())
+	if r.cfg.OnDelivery != nil {
+		r.cfg.OnDelivery(out)
+	}
+}
+
+// waitRate waits for d's rate limit to allow an attempt, and returns how
+// long to hand the event back for when it does not (0: go on). A wait
+// longer than half d's timeout (at least 1s) is not made: the event goes
+// back to JetStream until the limit allows it, without using an attempt.
+// Waiting for a low limit while holding the event would outlast its
+// AckWait (2 × timeout + 5s covers a wait of a timeout before the attempt),
+// and JetStream would hand it out again meanwhile: a duplicate delivery.
+func (r *Relay) waitRate(ctx context.Context, lim *limit, d Destination, ordered bool) time.Duration {
+	if lim == nil {
+		return 0
+	}
+	res, delay, ok := lim.reserve(d.longWait())
+	if !ok {
+		if ordered {
+			// The head of a key: back when the limit allows, give or
+			// take a round of the workers, not behind the queue of
+			// unordered events.
+			round := time.Duration(min(float64(max(d.Concurrency, 1))*float64(lim.every), float64(maxRateWait)))
+			return max(min(delay, maxRateWait-round)+rand.N(max(round, time.Millisecond)), time.Nanosecond)
+		}
+		return max(lim.turn(r.cfg.Now(), delay), time.Nanosecond)
+	}
+	if delay == 0 {
+		return 0
+	}
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return 0
+	case <-ctx.Done():
+		res.Cancel()
+		return time.Second // shutting down
+	}
+}
+
+// ackTimeout bounds waiting for JetStream to confirm an ack or a publish.
+const ackTimeout = 10 * time.Second
+
+// act carries out the decision for attempt number attempt of ev. mark is set
+// when ev heads an ordered key: its acks are confirmed, after the mark
+// recorded it settled, and its long waits are not parked in Redis.
+func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, mark *partitionMark, out *Outcome) error {
+	ordered := mark != nil
+	if out.Decision.Action == Ack && attempt == 1 && !ordered {
+		// The hot path. The ack is not confirmed: confirming would cost a
+		// round trip per event and change nothing, since a lost ack means
+		// the event comes back (a duplicate), confirmed or not.
+		return msg.Ack()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+	defer cancel()
+	switch out.Decision.Action {
+	case Ack:
+		if mark != nil && r.settleOrdered(ctx, mark, ev) {
+			// The head of an ordered key: its mark, confirmed, answers
+			// for the ack. Should the ack be lost, the event comes back
+			// and is acknowledged then without an attempt.
+			if attempt > 1 {
+				r.forgetHistory(ctx, ev)
+			}
+			return msg.Ack()
+		}
+		// Confirmed: a retried event's history is deleted only once its
+		// ack is certain (else a lost ack would bring it back without one).
+		if err := msg.DoubleAck(ctx); err != nil {
+			return fmt.Errorf("ack not confirmed (the event may be delivered again): %w", err)
+		}
+		if attempt > 1 {
+			r.forgetHistory(ctx, ev)
+		}
+		return nil
+	case Retry, Park:
+		if skip := r.recordAttempt(ctx, ev, attempt, out.Result, msg.Reply()); skip != "" {
+			// An operator skipped it while this attempt ran: dead-letter
+			// it now rather than after the backoff.
+			out.Decision, out.note, out.recorded = Decision{Action: DeadLetter, Reason: ReasonSkipped}, skip, true
+			return r.deadLetter(ctx, msg, ev, attempt, mark, out)
+		}
+		if out.Decision.Action == Park {
+			out.parkTried = true
+			parked, err := r.park(ctx, msg, ev, attempt, out.Decision.Delay)
+			if parked {
+				out.Parked = true
+				return err
+			}
+			if ok, held := r.parkWarn.allow(ev.dest, r.cfg.Now()); ok {
+				r.log.Warn("cannot park the event in Redis; it waits in JetStream instead", "dest", ev.dest, "event_id", ev.id, "err", err, "also_since_last_warning", held)
+			}
+			out.Decision.Action = Retry
+		}
+		return msg.NakWithDelay(out.Decision.Delay)
+	}
+	return r.deadLetter(ctx, msg, ev, attempt, mark, out)
+}
+
+// deadLetter writes ev's dead letter and then terminates msg. mark is set
+// when ev heads an ordered key.
+func (r *Relay) deadLetter(ctx context.Context, msg jetstream.Msg, ev event, attempt int, mark *partitionMark, out *Outcome) error {
+	if err := r.writeDeadLetter(ctx, ev, attempt, out); err != nil {
+		if errors.Is(err, dlq.ErrPermanent) {
+			// Coming back would not help: attempted again and again, never
+			// dead-lettered. Reported; the event stays in the event log.
+			r.deadLetterFailed(ctx, ev, out.Decision.Reason, err)
+			r.settleOrdered(ctx, mark, ev)
+			if terr := msg.TermWithReason(ReasonDeadLetterFailed); terr != nil {
+				return errors.Join(err, terr)
+			}
+			r.forgetHistory(ctx, ev)
+			return err
+		}
+		// Keep the event: it comes back and is dead-lettered then.
+		_ = msg.NakWithDelay(5 * time.Second)
+		return err
+	}
+	r.settleOrdered(ctx, mark, ev)
+	if err := msg.TermWithReason(out.Decision.Reason); err != nil {
+		return fmt.Errorf("dead-lettered, but terminating the original failed (it comes back and is dropped as a duplicate): %w", err)
+	}
+	r.forgetHistory(ctx, ev)
+	return nil
+}
+
+// writeDeadLetter writes ev's dead letter, with its history, and waits for
+// JetStream to confirm it. It does not touch the original.
+func (r *Relay) writeDeadLetter(ctx context.Context, ev event, attempt int, out *Outcome) error {
+	hist := r.history(ctx, ev)
+	made := attempt - 1 // attempts made before this one
+	if out.Result.Attempted() {
+		if !out.recorded { // else the history has it already
+			hist = append(hist, attemptOf(attempt, r.cfg.Now(), out.Result))
+		}
+		made = attempt
+	}
+	l := dlq.Letter{
+		DeadAt:    r.cfg.Now().UTC(),
+		Dest:      ev.dest,
+		EventID:   ev.id,
+		Reason:    out.Decision.Reason,
+		Note:      cmp.Or(out.note, out.Decision.Note),
+		Attempts:  max(made, 0),
+		Subject:   ev.subject,
+		StreamSeq: ev.seq,
+		History:   hist,
+		Headers:   ev.hdr,
+		Body:      ev.body,
+	}
+	if n := len(hist); n > 0 {
+		l.First, l.Last = hist[0].At, hist[n-1].At
+		l.LastStatus, l.LastError = hist[n-1].Status, hist[n-1].Error
+	}
+	_, err := r.dlq.Write(ctx, l)
+	return err
+}
+
+// park moves ev to the Redis schedule and acks it once Redis confirmed.
+// It reports whether the event was parked (then it must not also be nak'd).
+func (r *Relay) park(ctx context.Context, msg jetstream.Msg, ev event, attempt int, delay time.Duration) (bool, error) {
+	if err := r.republishable(ev); err != nil {
+		return false, err
+	}
+	p, err := stream.ParseSubject(ev.subject)
+	if err != nil {
+		return false, err
+	}
+	e := schedule.Entry{
+		Dest:      ev.dest,
+		Subject:   p.InputSubject(),
+		EventID:   ev.id,
+		Attempts:  attempt,
+		Headers:   ev.hdr,
+		Body:      ev.body,
+		Due:       r.cfg.Now().Add(delay),
+		Published: ev.published,
+		Origin:    ev.origin,
+	}
+	pctx, cancel := context.WithTimeout(ctx, parkTimeout)
+	defer cancel()
+	if err := r.cfg.Schedule.Park(pctx, e); err != nil {
+		return false, err
+	}
+	if err := r.markParked(ctx, ev); err != nil {
+		// The ack below may still be lost in a crash, and this message
+		// then delivered besides its copy: at least once.
+		r.log.Warn("parked, but cannot record it in the attempt log (a crash of the NATS server now could deliver the event twice)", "dest", ev.dest, "event_id", ev.id, "err", err)
+	}
+	if err := msg.DoubleAck(ctx); err != nil {
+		// Parked, but JetStream may deliver it again as well: at least once.
+		return true, fmt.Errorf("parked, but the ack was not confirmed (the event may be attempted twice): %w", err)
+	}
+	return true, nil
+}
+
+// republishHeaders bounds what the promoter adds to a parked event besides
+// two copies of its id (Nats-Msg-Id with the attempt, Relay-Event-Id): the
+// attempt, the origin sequence and the publish time, with their names.
+const republishHeaders = 256
+
+// republishable reports an event too large to come back from Redis: its
+// copy, with the headers the promoter adds, would exceed the events
+// stream's or the server's largest message. Such an event is not parked;
+// it waits in JetStream.
+func (r *Relay) republishable(ev event) error {
+	size := len(ev.body) + 2*len(ev.id) + republishHeaders
+	for k, vs := range ev.hdr {
+		for _, v := range vs {
+			size += len(k) + len(v) + 4 // "K: V\r\n"
+		}
+	}
+	if r.maxMsg > 0 && size > r.maxMsg {
+		return fmt.Errorf("event of about %d bytes with the headers of its copy: over the largest message of %d bytes, so it cannot be republished from Redis", size, r.maxMsg)
+	}
+	return nil
+}
+
+// parkTimeout bounds a park; Redis being slow must not stall deliveries.
+const parkTimeout = 2 * time.Second
+
+// settleOrdered records in mark, when ev heads an ordered key, that ev is
+// settled, and reports whether it did. A failure is logged: the event is
+// settled all the same, and only a crash of the NATS server's process
+// before its ack is written could then bring it back, out of order.
+func (r *Relay) settleOrdered(ctx context.Context, mark *partitionMark, ev event) bool {
+	if mark == nil {
+		return false
+	}
+	if err := mark.settle(ctx, ev.seq); err != nil {
+		r.log.Warn("cannot record the head of an ordered key as settled", "dest", ev.dest, "event_id", ev.id, "seq", ev.seq, "err", err)
+		return false
+	}
+	return true
+}
+
+// ackSettled acknowledges, without an attempt, a message whose event was
+// settled before: why says how relay knows.
+func (r *Relay) ackSettled(msg jetstream.Msg, ev event, why string) {
+	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+	defer cancel()
+	err := msg.DoubleAck(ctx)
+	r.log.Info("acknowledged without an attempt: "+why, "dest", ev.dest, "event_id", ev.id, "seq", ev.seq, "err", err)
+	r.cfg.Metrics.settledAgain(ev.dest)
+}
+
+// handBack hands msg back to JetStream without an attempt (attempts are
+// counted in the attempt log, so this uses none up).
+func (r *Relay) handBack(msg jetstream.Msg, delay time.Duration) {
+	_ = msg.NakWithDelay(delay)
+}
+
+func (r *Relay) logOutcome(o Outcome) {
+	// A dead letter needs someone's attention: WARN, like a failure to act.
+	level := slog.LevelInfo
+	if o.Err != nil || o.Decision.Action == DeadLetter {
+		level = slog.LevelWarn
+	}
+	if !r.log.Enabled(context.Background(), level) {
+		return // on the hot path: build nothing that is not logged
+	}
+	attrs := []any{"dest", o.Dest, "event_id", o.EventID, "seq", o.Seq, "attempt", o.Attempt,
+		"outcome", o.Decision.Action.String()}
+	if o.Result.Status != 0 {
+		attrs = append(attrs, "status", o.Result.Status)
+	}
+	if o.Result.Err != nil {
+		attrs = append(attrs, "error", o.Result.Err.Error())
+	}
+	attrs = append(attrs, "duration", o.Result.Duration.Round(time.Microsecond))
+	switch o.Decision.Action {
+	case Retry, Park:
+		attrs = append(attrs, "retry_in", o.Decision.Delay.Round(time.Millisecond))
+		if o.Parked {
+			attrs = append(attrs, "parked", true)
+		}
+	case DeadLetter:
+		attrs = append(attrs, "reason", o.Decision.Reason)
+	}
+	if o.Err != nil {
+		attrs = append(attrs, "act_error", o.Err.Error())
+	}
+	r.log.Log(context.Background(), level, "attempt", attrs...)
+}
