@@ -57,10 +57,11 @@ type Input struct {
 	CanPark       bool
 	ParkThreshold time.Duration
 
-	// Result is the attempt's, once made. Cancelled: a shutdown cut it
-	// short. Late: it ended after the event's AckWait, when JetStream has
-	// handed the event to another worker.
-	Result    *Result
+	// Sent: the attempt was made, and Result is what it came back with.
+	// Cancelled: a shutdown cut it short. Late: it ended after the event's
+	// AckWait, when JetStream has handed the event to another worker.
+	Sent      bool
+	Result    Result
 	Cancelled bool
 	Late      bool
 	// Rand jitters retry waits. Optional: nil uses the global source.
@@ -96,7 +97,7 @@ const (
 //
 // Before the attempt it returns a decision that ends the delivery without
 // one, or one of the steps WaitRate, ReadLog and Send, which ask for the
-// next thing to learn. Once Result is set it decides on the result.
+// next thing to learn. Once Sent is set it decides on the result.
 func Decide(in Input) Decision {
 	switch {
 	case in.Unreadable:
@@ -131,7 +132,7 @@ func Decide(in Input) Decision {
 		// The head of a blocked key is retried until it is delivered.
 		policy.MaxAttempts = math.MaxInt32
 	}
-	if in.Result == nil {
+	if !in.Sent {
 		switch {
 		case in.Skip != "":
 			return Decision{Action: DeadLetter, Reason: ReasonSkipped}
@@ -144,7 +145,7 @@ func Decide(in Input) Decision {
 		}
 		return Decision{Action: Send}
 	}
-	res := *in.Result
+	res := in.Result
 	switch {
 	case in.Cancelled && res.Status == 0:
 		// Shut down mid-attempt: back without counting it.

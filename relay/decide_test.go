@@ -26,7 +26,7 @@ func TestDecideOutcomes(t *testing.T) {
 		f(&in)
 		return in
 	}
-	result := func(r Result) func(*Input) { return func(in *Input) { in.Result = &r } }
+	result := func(r Result) func(*Input) { return func(in *Input) { in.Sent, in.Result = true, r } }
 	invalid := &InvalidEventError{Header: "Content-Type", Err: errors.New("control characters")}
 
 	tests := []struct {
@@ -57,24 +57,30 @@ func TestDecideOutcomes(t *testing.T) {
 		{"2xx", with(result(Result{Status: 204})), Decision{Action: Ack, Effect: Healthy}},
 		{"5xx", with(result(Result{Status: 503})), Decision{Action: Retry, Delay: time.Second, Effect: Failing}},
 		{"transport error", with(result(Result{Err: errors.New("connection refused")})), Decision{Action: Retry, Delay: time.Second, Effect: Failing}},
-		{"5xx at the last attempt", with(func(in *Input) { in.Attempt = 3; in.Result = &Result{Status: 500} }), Decision{Action: DeadLetter, Reason: ReasonMaxAttempts, Effect: Failing}},
+		{"5xx at the last attempt", with(func(in *Input) { in.Attempt = 3; in.Sent, in.Result = true, Result{Status: 500} }), Decision{Action: DeadLetter, Reason: ReasonMaxAttempts, Effect: Failing}},
 		{"Retry-After: the destination is paused", with(result(Result{Status: 429, RetryAfter: 5 * time.Second, HasRetryAfter: true})), Decision{Action: Retry, Delay: 5 * time.Second, Effect: PauseRequested, Pause: 5 * time.Second}},
 		{"Retry-After capped by the policy", with(result(Result{Status: 503, RetryAfter: time.Hour, HasRetryAfter: true})), Decision{Action: Retry, Delay: time.Minute, Effect: PauseRequested, Pause: time.Minute}},
 		{"410, disable", with(result(Result{Status: http.StatusGone})), Decision{Action: Retry, Delay: time.Minute, Effect: Disabled}},
-		{"410, dead-letter", with(func(in *Input) { in.Dest.OnGone = OnGoneDeadLetter; in.Result = &Result{Status: http.StatusGone} }), Decision{Action: DeadLetter, Reason: ReasonPermanentStatus}},
+		{"410, dead-letter", with(func(in *Input) {
+			in.Dest.OnGone = OnGoneDeadLetter
+			in.Sent, in.Result = true, Result{Status: http.StatusGone}
+		}), Decision{Action: DeadLetter, Reason: ReasonPermanentStatus}},
 		{"4xx", with(result(Result{Status: 400})), Decision{Action: DeadLetter, Reason: ReasonPermanentStatus}},
 		{"redirect", with(result(Result{Status: 302})), Decision{Action: DeadLetter, Reason: ReasonRedirect}},
 		{"blocked address", with(result(Result{Blocked: true, Err: errors.New("blocked")})), Decision{Action: DeadLetter, Reason: ReasonBlockedAddress}},
 		{"invalid event", with(result(Result{Err: invalid})), Decision{Action: DeadLetter, Reason: ReasonInvalidEvent, Note: invalid.Error()}},
 		{"long wait, Redis there: park", with(func(in *Input) {
 			in.CanPark, in.Attempt = true, 2
-			in.Result = &Result{Status: 503, RetryAfter: time.Minute, HasRetryAfter: true}
+			in.Sent, in.Result = true, Result{Status: 503, RetryAfter: time.Minute, HasRetryAfter: true}
 		}), Decision{Action: Park, Delay: time.Minute, Effect: PauseRequested, Pause: time.Minute}},
-		{"short wait, Redis there: JetStream", with(func(in *Input) { in.CanPark = true; in.Result = &Result{Status: 503} }), Decision{Action: Retry, Delay: time.Second, Effect: Failing}},
-		{"cut short by a shutdown", with(func(in *Input) { in.Cancelled = true; in.Result = &Result{Err: errors.New("context canceled")} }), Decision{Action: HandBack}},
-		{"answered, then shut down", with(func(in *Input) { in.Cancelled = true; in.Result = &Result{Status: 200} }), Decision{Action: Ack, Effect: Healthy}},
-		{"failed after AckWait", with(func(in *Input) { in.Late = true; in.Result = &Result{Status: 503} }), Decision{Action: Leave}},
-		{"delivered after AckWait", with(func(in *Input) { in.Late = true; in.Result = &Result{Status: 200} }), Decision{Action: Ack, Effect: Healthy}},
+		{"short wait, Redis there: JetStream", with(func(in *Input) { in.CanPark = true; in.Sent, in.Result = true, Result{Status: 503} }), Decision{Action: Retry, Delay: time.Second, Effect: Failing}},
+		{"cut short by a shutdown", with(func(in *Input) {
+			in.Cancelled = true
+			in.Sent, in.Result = true, Result{Err: errors.New("context canceled")}
+		}), Decision{Action: HandBack}},
+		{"answered, then shut down", with(func(in *Input) { in.Cancelled = true; in.Sent, in.Result = true, Result{Status: 200} }), Decision{Action: Ack, Effect: Healthy}},
+		{"failed after AckWait", with(func(in *Input) { in.Late = true; in.Sent, in.Result = true, Result{Status: 503} }), Decision{Action: Leave}},
+		{"delivered after AckWait", with(func(in *Input) { in.Late = true; in.Sent, in.Result = true, Result{Status: 200} }), Decision{Action: Ack, Effect: Healthy}},
 	}
 	outcomes := map[Action]bool{}
 	for _, tc := range tests {

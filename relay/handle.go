@@ -43,7 +43,7 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, mark *partitionMa
 			inf := r.cfg.Metrics.attemptStarted(in.Dest.Name)
 			res := r.sender.Send(ctx, in.Dest, Delivery{ID: ev.id, Body: ev.body, Headers: eventHeaders(ev.hdr)})
 			inf.done()
-			in.Result = &res
+			in.Sent, in.Result = true, res
 			in.Cancelled = ctx.Err() != nil
 			in.Late = res.Duration > in.Dest.AckWait()-time.Second
 		default:
@@ -114,7 +114,7 @@ func (r *Relay) execute(msg jetstream.Msg, ev *event, mark *partitionMark, in In
 		_ = msg.TermWithReason(dec.Reason)
 		return
 	case HandBack:
-		if in.Result != nil {
+		if in.Sent {
 			r.log.Info("attempt cancelled by shutdown", "dest", ev.dest, "event_id", ev.id, "attempt", in.Attempt)
 		}
 		r.handBack(msg, dec.Delay)
@@ -131,8 +131,8 @@ func (r *Relay) execute(msg jetstream.Msg, ev *event, mark *partitionMark, in In
 		return
 	}
 	out := Outcome{Dest: ev.dest, EventID: ev.id, Seq: ev.seq, Attempt: in.Attempt, Decision: dec, note: in.Skip}
-	if in.Result != nil {
-		out.Result = *in.Result
+	if in.Sent {
+		out.Result = in.Result
 	}
 	// Before act: the breaker counts failures in the order responses came
 	// back. After act, a failure's bookkeeping (its history in the attempt
