@@ -127,47 +127,66 @@ func (r *Relay) history(ctx context.Context, ev event) []dlq.Attempt {
 // incomplete, the event is not affected. It is a compare-and-set, so that a
 // mark set meanwhile (Store.SkipHead) is kept.
 func (r *Relay) recordAttempt(ctx context.Context, ev event, attempt int, res Result, reply string) string {
-	key := historyKey(ev)
-	add := func(l attemptLog) []byte {
+	l, err := changeLog(ctx, r.attempts, historyKey(ev), true, 5, func(l *attemptLog, found bool) error {
+		if found && l.Origin != 0 && l.Origin != ev.origin {
+			r.log.Warn("two messages with one event id are in retry at once: their attempts share one record (publish each event id once)",
+				"dest", ev.dest, "event_id", ev.id, "seq", ev.seq, "other_seq", l.Origin)
+		}
 		l.Attempts = dlq.TrimHistory(append(l.Attempts, attemptOf(attempt, r.cfg.Now(), res)))
 		l.Made = max(l.Made, attempt)
 		l.Event, l.Reply, l.Origin = ev.id, reply, ev.origin
+		return nil
+	})
+	if err != nil {
+		r.log.Warn("cannot record attempt history", "dest", ev.dest, "event_id", ev.id, "err", err)
+		return ""
+	}
+	return l.skipOf(ev)
+}
+
+// errLogRaced: other writers changed the attempt log under every try of
+// changeLog.
+var errLogRaced = errors.New("it is being retried concurrently; try again")
+
+// changeLog applies change to the attempt log stored under key in kv, as a
+// compare-and-set: an operator's mark or another replica's attempt written
+// meanwhile is never lost, and the change is tried again on the new log, up
+// to tries times. found tells change whether there was a log. With create,
+// a missing log is created; a log that cannot be read (the bucket failing:
+// one stored corrupt reads as empty) is then only created where there is
+// none, never overwritten, since a write without its revision would replace
+// the history, the count and an operator's mark with this change alone.
+// Without create, a missing or unreadable log is an error.
+func changeLog(ctx context.Context, kv jetstream.KeyValue, key string, create bool, tries int, change func(l *attemptLog, found bool) error) (attemptLog, error) {
+	for range tries {
+		l, rev, rerr := readAttemptLog(ctx, kv, key)
+		found := rerr == nil
+		if !found && !create {
+			return attemptLog{}, rerr
+		}
+		if !found {
+			l = attemptLog{}
+		}
+		if err := change(&l, found); err != nil {
+			return attemptLog{}, err
+		}
 		b, _ := json.Marshal(l)
-		return b
-	}
-	var err error
-	for range 5 {
-		l, rev, gerr := readAttemptLog(ctx, r.attempts, key)
+		var err error
+		if found {
+			_, err = kv.Update(ctx, key, b, rev)
+		} else {
+			_, err = kv.Create(ctx, key, b)
+		}
 		switch {
-		case gerr == nil:
-			if l.Origin != 0 && l.Origin != ev.origin {
-				r.log.Warn("two messages with one event id are in retry at once: their attempts share one record (publish each event id once)",
-					"dest", ev.dest, "event_id", ev.id, "seq", ev.seq, "other_seq", l.Origin)
-			}
-			_, err = r.attempts.Update(ctx, key, add(l), rev)
-		case errors.Is(gerr, jetstream.ErrKeyNotFound):
-			_, err = r.attempts.Create(ctx, key, add(l))
-		default:
-			// The record cannot be read (a stored one that does not
-			// decode reads as empty, so this is the bucket failing). A
-			// write without its revision would replace the history, the
-			// count and an operator's skip mark with this one attempt;
-			// a create writes only where there is no record (after a
-			// first attempt, say), and fails where there is one.
-			_, err = r.attempts.Create(ctx, key, add(attemptLog{}))
-			if errors.Is(err, jetstream.ErrKeyExists) {
-				err = gerr // there is a record: leave it, this attempt goes unrecorded
-			}
-		}
-		if err == nil {
-			return l.skipOf(ev)
-		}
-		if !errors.Is(err, jetstream.ErrKeyExists) {
-			break // failed for another reason than a race
+		case err == nil:
+			return l, nil
+		case !errors.Is(err, jetstream.ErrKeyExists):
+			return attemptLog{}, err // failed for another reason than a race
+		case !found && !errors.Is(rerr, jetstream.ErrKeyNotFound):
+			return attemptLog{}, rerr // there is a log that cannot be read: leave it
 		}
 	}
-	r.log.Warn("cannot record attempt history", "dest", ev.dest, "event_id", ev.id, "err", err)
-	return ""
+	return attemptLog{}, errLogRaced
 }
 
 // forgetHistory deletes ev's attempt log once ev is settled. Where the log

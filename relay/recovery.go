@@ -168,21 +168,10 @@ type doneMark struct {
 // parked, before it is acked: a compare-and-set, so that an operator's mark
 // set meanwhile is kept.
 func (r *Relay) markParked(ctx context.Context, ev event) error {
-	key := historyKey(ev)
-	var err error
-	for range 5 {
-		l, rev, gerr := readAttemptLog(ctx, r.attempts, key)
-		if gerr != nil {
-			// The attempt was recorded just before; without its log
-			// there is nothing to mark (a failure was logged then).
-			return fmt.Errorf("read the attempt log: %w", gerr)
-		}
+	_, err := changeLog(ctx, r.attempts, historyKey(ev), false, 5, func(l *attemptLog, _ bool) error {
 		l.Parked, l.Origin = max(l.Parked, ev.seq), ev.origin
-		b, _ := json.Marshal(l)
-		if _, err = r.attempts.Update(ctx, key, b, rev); err == nil || !errors.Is(err, jetstream.ErrKeyExists) {
-			break
-		}
-	}
+		return nil
+	})
 	return err
 }
 

@@ -135,9 +135,6 @@ func (s *Store) SkipHead(ctx context.Context, name string, seq uint64, why strin
 	return h, nil
 }
 
-// errMarkRaced: attempts were recorded under every try of markSkip.
-var errMarkRaced = errors.New("it is being retried concurrently; try again")
-
 // markSkip sets an operator's skip mark in the attempt record under key,
 // with a compare-and-set, again when an attempt was recorded meanwhile.
 // mark edits the record as read, or refuses it with an error. It returns
@@ -147,24 +144,7 @@ func (s *Store) markSkip(ctx context.Context, key string, mark func(*attemptLog)
 	if err != nil {
 		return attemptLog{}, fmt.Errorf("open bucket %s: %w", stream.AttemptsBucket, err)
 	}
-	for range 10 {
-		l, rev, err := readAttemptLog(ctx, attempts, key)
-		if err != nil {
-			return attemptLog{}, err
-		}
-		if err := mark(&l); err != nil {
-			return attemptLog{}, err
-		}
-		b, _ := json.Marshal(l)
-		_, err = attempts.Update(ctx, key, b, rev)
-		if err == nil {
-			return l, nil
-		}
-		if !errors.Is(err, jetstream.ErrKeyExists) {
-			return attemptLog{}, err
-		}
-	}
-	return attemptLog{}, errMarkRaced
+	return changeLog(ctx, attempts, key, false, 10, func(l *attemptLog, _ bool) error { return mark(l) })
 }
 
 // Retrying is an event with failed attempts on record, waiting for its next
