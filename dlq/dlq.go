@@ -7,16 +7,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relaydev/relay/internal/failpoint"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -530,20 +529,11 @@ func (s *Store) Replay(ctx context.Context, l Letter, toDest string) (*jetstream
 	if err != nil {
 		return nil, fmt.Errorf("replay dead letter %d: publish: %w", l.Seq, err)
 	}
-	failpoint("replay-after-publish")
+	failpoint.Inject("replay-after-publish")
 	if err := s.Delete(ctx, l.Seq); err != nil {
 		return ack, fmt.Errorf("replay dead letter %d: republished as event %d but not removed from the dead-letter stream (a re-run within the duplicate window publishes nothing twice): %w", l.Seq, ack.Sequence, err)
 	}
 	return ack, nil
-}
-
-// failpoint lets the fault-injection tests kill the process at a precise
-// point (RELAY_FAILPOINT=name). It does nothing unless that variable is set.
-func failpoint(name string) {
-	if os.Getenv("RELAY_FAILPOINT") == name {
-		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		select {}
-	}
 }
 
 // Counts returns the number of dead letters per destination.

@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	relayBin = filepath.Join(dir, "relay")
-	out, err := exec.Command("go", "build", "-o", relayBin, "../cmd/relay").CombinedOutput()
+	out, err := exec.Command("go", "build", "-tags", "failpoints", "-o", relayBin, "../cmd/relay").CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "building relay: %v\n%s", err, out)
 		os.Exit(1)

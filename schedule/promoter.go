@@ -7,13 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/failpoint"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -95,16 +94,6 @@ func (p Promoter) Run(ctx context.Context) error {
 	}
 }
 
-// failpoint lets the fault-injection tests kill the process at a precise
-// point (RELAY_FAILPOINT=promote-after-claim or promote-after-publish).
-// It does nothing unless that variable is set.
-func failpoint(name string) {
-	if os.Getenv("RELAY_FAILPOINT") == name {
-		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		select {} // never resumes
-	}
-}
-
 // PromoteDue republishes the entries due now, one batch per destination, and
 // returns how many it republished.
 func (p Promoter) PromoteDue(ctx context.Context) (int, error) {
@@ -133,7 +122,7 @@ func (p Promoter) promoteDest(ctx context.Context, dest string) (int, error) {
 	if err != nil || len(claimed) == 0 {
 		return 0, err
 	}
-	failpoint("promote-after-claim")
+	failpoint.Inject("promote-after-claim")
 	futures := make([]jetstream.PubAckFuture, len(claimed))
 	var errs []error
 	var aside []string // entries moved to the dead letters
@@ -171,7 +160,7 @@ wait:
 			break wait
 		}
 	}
-	failpoint("promote-after-publish")
+	failpoint.Inject("promote-after-publish")
 	// Entries whose publish failed keep their lease and are claimed again
 	// after it.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
