@@ -58,17 +58,11 @@ type attemptLog struct {
 	// parked in Redis: that message and those before it were handed to
 	// Redis, and come back only because an ack was lost (parkedAlready).
 	Parked uint64 `json:"parked,omitempty"`
-	// SkipLegacy marks an event whose last failed attempt an earlier
-	// version recorded (no Origin): the mark applies to a message brought
-	// back from Redis without an origin (Relay-Attempt but no
-	// Relay-Origin-Seq), which is how that version parked it.
-	SkipLegacy bool `json:"skip_legacy,omitempty"`
 }
 
 // skipOf is the operator's reason to skip ev, if l marks it.
 func (l attemptLog) skipOf(ev event) string {
-	if l.Skip != "" && (l.SkipSeq == ev.seq || l.SkipOrigin != 0 && l.SkipOrigin == ev.origin ||
-		l.SkipLegacy && ev.prior > 0 && ev.origin == ev.seq) {
+	if l.Skip != "" && (l.SkipSeq == ev.seq || l.SkipOrigin != 0 && l.SkipOrigin == ev.origin) {
 		return l.Skip
 	}
 	return ""

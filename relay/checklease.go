@@ -38,10 +38,8 @@ func (l *checkLease) acquire(ctx context.Context, r *Relay) (uint64, error) {
 	for {
 		e, err := l.kv.Get(ctx, UnroutedCheckKey)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			start, err := r.legacyCheckFloor(ctx)
-			if err != nil {
-				return 0, err
-			}
+			// The first check of this stream: from its start.
+			const start = 0
 			rev, err := l.kv.Create(ctx, UnroutedCheckKey, l.state(start))
 			if err == nil {
 				l.rev = rev
@@ -199,21 +197,3 @@ func (l *checkLease) state(checked uint64) []byte {
 // isWrongRevision reports an Update that lost its compare-and-set: the key
 // changed since (error code 10071, or 10164 on a replicated bucket).
 func isWrongRevision(err error) bool { return errors.Is(err, jetstream.ErrKeyRevisionMismatch) }
-
-// legacyCheckFloor is where the check starts the first time: after what the
-// durable consumer of earlier versions acknowledged, or from the start. That
-// consumer is left alone: replicas of the earlier version still running
-// during an upgrade use it (and would create it again, reading every event
-// from the start, if it were deleted).
-func (r *Relay) legacyCheckFloor(ctx context.Context) (uint64, error) {
-	c, err := r.cfg.JS.Consumer(ctx, stream.EventsStream, legacyUnroutedConsumer)
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("look up consumer %s: %w", legacyUnroutedConsumer, err)
-	}
-	floor := c.CachedInfo().AckFloor.Stream
-	r.log.Info("the unknown-destination check starts where consumer "+legacyUnroutedConsumer+" of an earlier relay version got to; delete that consumer once no replica of that version runs ('nats consumer rm "+stream.EventsStream+" "+legacyUnroutedConsumer+"')", "seq", floor)
-	return floor, nil
-}

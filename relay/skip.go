@@ -150,8 +150,7 @@ func (s *Store) markSkip(ctx context.Context, key string, mark func(*attemptLog)
 // Retrying is an event with failed attempts on record, waiting for its next
 // (Store.Retrying lists them; Store.SkipEvent marks one).
 type Retrying struct {
-	// EventID is empty for a record written by an earlier version, which
-	// did not keep it.
+	// EventID is the event's id.
 	EventID string `json:"event_id"`
 	// Seq is the event's sequence in the events stream at its last failed
 	// attempt (a parked event comes back under a new one).
@@ -163,8 +162,7 @@ type Retrying struct {
 	// its next delivery.
 	Skip string `json:"skip,omitempty"`
 	// Origin is the stream sequence the event first came in as (it names
-	// the event's entry in Redis); 0 when an earlier version recorded its
-	// last failed attempt.
+	// the event's entry in Redis).
 	Origin uint64 `json:"origin,omitempty"`
 }
 
@@ -174,7 +172,7 @@ type Retrying struct {
 func retryingOf(l attemptLog) Retrying {
 	info, _ := parseAckReply(l.Reply)
 	r := Retrying{EventID: l.Event, Seq: info.streamSeq, Attempts: l.Made, Origin: l.Origin}
-	if l.SkipSeq == info.streamSeq || l.SkipOrigin != 0 && l.SkipOrigin == l.Origin || l.SkipLegacy && l.Origin == 0 {
+	if l.SkipSeq == info.streamSeq || l.SkipOrigin != 0 && l.SkipOrigin == l.Origin {
 		r.Skip = l.Skip
 	}
 	r.LastAttempt, r.LastError = l.last()
@@ -258,10 +256,10 @@ func (s *Store) SkipEvent(ctx context.Context, name, id, why string) (Retrying, 
 	l, err := s.markSkip(ctx, historyKey(event{dest: name, id: id}), func(l *attemptLog) error {
 		info, _ := parseAckReply(l.Reply)
 		if info.streamSeq == 0 {
-			// A record of an earlier version.
+			// No delivery recorded: nothing says where it waits.
 			return fmt.Errorf("%w that says where it waits; try again after its next attempt", ErrNotRetrying)
 		}
-		l.Skip, l.SkipSeq, l.SkipOrigin, l.SkipLegacy = why, info.streamSeq, l.Origin, l.Origin == 0
+		l.Skip, l.SkipSeq, l.SkipOrigin = why, info.streamSeq, l.Origin
 		return nil
 	})
 	switch {
@@ -284,7 +282,7 @@ func (s *Store) SkipEvent(ctx context.Context, name, id, why string) (Retrying, 
 func (s *Store) nakIfWaiting(ctx context.Context, name string, i int, reply string) error {
 	info, ok := parseAckReply(reply)
 	if !ok {
-		return nil // recorded by an earlier version: the next delivery comes after the backoff
+		return nil // no delivery recorded: the next one comes after the backoff
 	}
 	c, err := s.js.Consumer(ctx, stream.EventsStream, PartitionConsumerName(name, i))
 	if err != nil {

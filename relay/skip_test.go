@@ -54,14 +54,6 @@ func TestSkipEventMarkFollowsTheEventOutOfRedis(t *testing.T) {
 	require.Equal(t, "ops", l.skipOf(event{id: "evt_1", seq: 31, origin: 7, prior: 3}), "promoted after another attempt")
 	require.Empty(t, l.skipOf(event{id: "evt_1", seq: 40, origin: 40}), "a replay")
 	require.Empty(t, l.skipOf(event{id: "evt_1", seq: 45, origin: 40, prior: 5}), "a replay, parked and promoted")
-	// Marked after an earlier version recorded the last attempt (no
-	// origin), and parked by it: the message that brings it back has no
-	// origin either.
-	legacy := attemptLog{Made: 2, Skip: "ops", SkipSeq: 7, SkipLegacy: true}
-	require.Equal(t, "ops", legacy.skipOf(event{id: "evt_1", seq: 7, origin: 7}), "still in JetStream")
-	require.Equal(t, "ops", legacy.skipOf(event{id: "evt_1", seq: 30, origin: 30, prior: 2}), "promoted without an origin")
-	require.Empty(t, legacy.skipOf(event{id: "evt_1", seq: 40, origin: 40}), "a replay")
-	require.Empty(t, legacy.skipOf(event{id: "evt_1", seq: 45, origin: 40, prior: 5}), "another message, parked by this version")
 	head := attemptLog{Made: 2, Skip: "ops", SkipSeq: 7}
 	require.Empty(t, head.skipOf(event{id: "evt_1", seq: 30, origin: 7, prior: 2}), "SkipHead's mark holds for its sequence only")
 }

@@ -44,10 +44,6 @@ import (
 // UnroutedCheckKey is the relay_state key of the unknown-destination check.
 const UnroutedCheckKey = "unrouted-check"
 
-// legacyUnroutedConsumer is the durable consumer earlier versions read every
-// event with. Its ack floor is where the check starts when it first runs.
-const legacyUnroutedConsumer = "relay_unrouted"
-
 // CheckState is the value of UnroutedCheckKey.
 type CheckState struct {
 	// Holder is the replica doing the check; empty when released.

@@ -197,30 +197,6 @@ func TestCheckLeaseIsLostWhenTheKeyChanges(t *testing.T) {
 	require.EqualValues(t, 9, checked)
 }
 
-// The first run of the check after an upgrade starts where the durable
-// consumer of earlier versions got to.
-func TestCheckStartsAfterTheLegacyConsumersAckFloor(t *testing.T) {
-	t.Parallel()
-	srv := streamtest.Start(t)
-	ctx := context.Background()
-	publishGhosts(t, srv.JS, 4)
-	legacy, err := srv.JS.CreateConsumer(ctx, stream.EventsStream, jetstream.ConsumerConfig{
-		Durable: legacyUnroutedConsumer, AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
-	require.NoError(t, err)
-	batch, err := legacy.Fetch(2)
-	require.NoError(t, err)
-	for m := range batch.Messages() {
-		require.NoError(t, m.DoubleAck(ctx))
-	}
-	require.NoError(t, batch.Error())
-
-	var dl deadLettered
-	runRelay(t, Config{JS: srv.JS, OnDelivery: dl.add})
-	waitCheckState(t, srv.JS, "caught up", func(st CheckState) bool { return st.Checked == 4 })
-	require.ElementsMatch(t, []uint64{3, 4}, dl.list(), "what the old consumer acked is not checked again")
-}
-
 // A check state recorded for an events stream that was since deleted and
 // created again (its sequences start at 1 again) does not skip the new
 // stream's events.
