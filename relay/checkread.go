@@ -19,12 +19,11 @@ import (
 // list its subjects again, it returns nil.
 //
 // It reads through an ephemeral consumer without acks, with pull requests
-// of its own (puller). When the consumer skips an event, goes silent or is
+// of its own (stream.Puller: nats.go's consumers take an event with an
+// empty body and a Status header for a status of the pull protocol, and
+// never get past it). When the consumer skips an event, goes silent or is
 // gone, it makes a new one after the last event checked, up to
-// readRestarts times in a row without progress. (Until the ninth round it
-// read through a nats.go ordered consumer, which took an event with an
-// empty body and a Status header for a status of the pull protocol and
-// never got past it.)
+// readRestarts times in a row without progress.
 func (r *Relay) readFrom(ctx context.Context, checked uint64, done *atomic.Uint64, relistAfter time.Duration) error {
 	rd := &reading{relisted: time.Now(), relistAfter: relistAfter}
 	for restarts := 0; ; {
@@ -89,11 +88,11 @@ func (r *Relay) readWith(ctx context.Context, checked uint64, done *atomic.Uint6
 	// Reading may stop and start again soon: do not leave it until its
 	// InactiveThreshold.
 	defer r.deleteConsumer(name)
-	p, err := newPuller(r.cfg.JS, name, 30*time.Second, pullHeartbeat, 0)
+	p, err := stream.NewPuller(r.cfg.JS, name, 30*time.Second, pullHeartbeat, 0)
 	if err != nil {
 		return fmt.Errorf("read stream %s: %w", stream.EventsStream, err)
 	}
-	defer p.stop(time.Second)
+	defer p.Stop(time.Second)
 	nc := r.cfg.JS.Conn()
 	tick := time.NewTicker(pullHeartbeat / 2)
 	defer tick.Stop()
@@ -102,30 +101,30 @@ func (r *Relay) readWith(ctx context.Context, checked uint64, done *atomic.Uint6
 		buf  []*nats.Msg
 	)
 	for {
-		_ = p.fill(readHold, 0, time.Now()) // a failed ask is tried again in a second
+		_ = p.Fill(readHold, 0, time.Now()) // a failed ask is tried again in a second
 
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case now := <-tick.C:
-			if p.silent(now) {
+			if p.Silent(now) {
 				return fmt.Errorf("%w: no heartbeat", errReadGap)
 			}
 			continue
-		case <-p.signal:
+		case <-p.Signal():
 		}
-		got := p.take(buf)
+		got := p.Take(buf)
 		for _, m := range got {
-			st, err := p.status(m, time.Now())
+			st, err := p.Status(m, time.Now())
 			switch st {
-			case pullBeat, pullReleased:
+			case stream.PullBeat, stream.PullReleased:
 				continue
-			case pullLost:
+			case stream.PullLost:
 				continue // asked again above
-			case pullRefused:
+			case stream.PullRefused:
 				r.log.Warn("pull request of the unknown-destination check refused; asking again shortly", "err", err)
 				continue
-			case pullUnanswered, pullGone:
+			case stream.PullUnanswered, stream.PullGone:
 				return fmt.Errorf("%w: %w", errReadGap, err)
 			}
 			info, ok := parseAckReply(m.Reply)
@@ -133,7 +132,7 @@ func (r *Relay) readWith(ctx context.Context, checked uint64, done *atomic.Uint6
 				return fmt.Errorf("%w: delivery %q after consumer sequence %d", errReadGap, m.Reply, cseq)
 			}
 			cseq = info.consSeq
-			msg := &pulledMsg{msg: m, nc: nc}
+			msg := stream.NewPulledMsg(m, nc)
 			seq := info.streamSeq
 			// What cannot be decided now is tried again, in place: the check
 			// moves past an event only once it is settled.

@@ -134,8 +134,8 @@ const pullHeartbeat = 2 * time.Second
 // pullRounds is how many rounds of attempts (the concurrency) of events an
 // unordered destination's consumer holds: those being attempted and the
 // queue behind them. A burst larger than the concurrency then arrives at
-// once, where asking for one round at a time kept its last events waiting
-// for the next request (BENCHMARKS.md, "The bursts of (b)" and ninth round).
+// once, where asking for one round at a time would keep its last events
+// waiting for the next request (docs/performance.md).
 const pullRounds = 4
 
 // queueBytes bounds the queue beyond one round of attempts by the events'
@@ -156,7 +156,7 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 	// Each request brings at most queueBytes (or two maximum payloads):
 	// requests asked for while events were small cannot bring rounds of
 	// large ones.
-	p, err := newPuller(r.cfg.JS, sp.cfg.Durable, expiry, hb, queueBytes)
+	p, err := stream.NewPuller(r.cfg.JS, sp.cfg.Durable, expiry, hb, queueBytes)
 	if err != nil {
 		r.log.Error("cannot pull", "dest", d.Name, "err", err)
 		return
@@ -179,7 +179,7 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 	// A fixed pool of workers takes events from the queue: no goroutine
 	// (and no stack growth) per event.
 	type pulled struct {
-		msg *pulledMsg
+		msg *stream.PulledMsg
 		// since is when the event arrived, or its AckWait was last
 		// restarted.
 		since time.Time
@@ -229,7 +229,7 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 	gone := false
 loop:
 	for {
-		if err := p.fill(hold(), len(queue)+busy, time.Now()); err != nil {
+		if err := p.Fill(hold(), len(queue)+busy, time.Now()); err != nil {
 			r.log.Debug("cannot ask for events; asking again shortly", "dest", d.Name, "err", err)
 		}
 		var out chan pulled
@@ -244,29 +244,29 @@ loop:
 			busy++
 		case <-done:
 			busy--
-		case <-p.signal:
+		case <-p.Signal():
 			now := time.Now()
-			got := p.take(buf)
+			got := p.Take(buf)
 			for _, m := range got {
-				st, err := p.status(m, now)
+				st, err := p.Status(m, now)
 				switch st {
-				case pullEvent:
-					queue = append(queue, pulled{&pulledMsg{msg: m, nc: nc}, now})
+				case stream.PullEvent:
+					queue = append(queue, pulled{stream.NewPulledMsg(m, nc), now})
 					size := float64(max(len(m.Data), 1))
 					if avgSize == 0 {
 						avgSize = size
 					} else {
 						avgSize += (size - avgSize) / 16
 					}
-				case pullBeat, pullReleased:
-				case pullLost:
+				case stream.PullBeat, stream.PullReleased:
+				case stream.PullLost:
 					r.log.Debug("pull requests lost; asking again", "dest", d.Name, "err", err)
-				case pullRefused:
+				case stream.PullRefused:
 					r.log.Warn("pull request refused; asking again shortly", "dest", d.Name, "err", err)
-				case pullUnanswered:
+				case stream.PullUnanswered:
 					r.log.Debug("pull request unanswered; asking again shortly", "dest", d.Name, "err", err)
 					gone = gone || r.consumerGone(cons)
-				case pullGone:
+				case stream.PullGone:
 					gone = true
 				}
 			}
@@ -277,7 +277,7 @@ loop:
 				break loop
 			}
 		case now := <-tick.C:
-			if p.silent(now) {
+			if p.Silent(now) {
 				r.log.Debug("no heartbeat from the pull requests; asking again", "dest", d.Name)
 			}
 			for i := range queue {
@@ -299,14 +299,14 @@ loop:
 	// or this one once started again, has it at once instead of after
 	// AckWait. First stop asking (and let what was on its way arrive), so
 	// that what is handed back is not handed to this replica again.
-	drained := p.stop(5 * time.Second)
-	back := make([]*pulledMsg, 0, len(queue)+len(drained))
+	drained := p.Stop(5 * time.Second)
+	back := make([]*stream.PulledMsg, 0, len(queue)+len(drained))
 	for _, q := range queue {
 		back = append(back, q.msg)
 	}
 	for _, m := range drained {
-		if st, _ := p.status(m, time.Now()); st == pullEvent {
-			back = append(back, &pulledMsg{msg: m, nc: nc})
+		if st, _ := p.Status(m, time.Now()); st == stream.PullEvent {
+			back = append(back, stream.NewPulledMsg(m, nc))
 		}
 	}
 	// All but the last go back now; the last once the workers are done,
@@ -315,14 +315,14 @@ loop:
 	// with relay) could drop them.
 	for i, m := range back {
 		if i < len(back)-1 {
-			_ = m.handBack(false)
+			_ = m.HandBack(false)
 		}
 	}
 	close(work)
 	wg.Wait()
 	close(done)
 	if len(back) > 0 {
-		if err := back[len(back)-1].handBack(true); err != nil {
+		if err := back[len(back)-1].HandBack(true); err != nil {
 			r.log.Debug("handing back events not confirmed; they come back after AckWait at the latest", "dest", d.Name, "err", err)
 		}
 	}

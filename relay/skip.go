@@ -293,7 +293,7 @@ func (s *Store) nakIfWaiting(ctx context.Context, name string, i int, reply stri
 	}
 	// A nak from an earlier delivery is accepted; this one is the last.
 	nc := s.js.Conn()
-	if err := nc.Publish(reply, ackNak); err != nil {
+	if err := stream.NakSubject(nc, reply); err != nil {
 		return err
 	}
 	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)

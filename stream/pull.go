@@ -22,7 +22,7 @@ var repullChecks = [...]time.Duration{5 * time.Millisecond, 20 * time.Millisecon
 // being sent. If the server serves that request and Next drains it before
 // the sending goroutine clears its flag, every check is skipped and Next
 // waits with nothing requested until two heartbeats are missed (see
-// BENCHMARKS.md, "The pull stall, found"). Short waits re-enter Next,
+// docs/performance.md). Short waits re-enter Next,
 // which checks again; the plain Next after them keeps the missed-heartbeat
 // detection, which runs only within a call.
 //

@@ -69,8 +69,8 @@ func TestScanReadsInOrder(t *testing.T) {
 }
 
 // TestScanReadsAMessageWithAStatusHeaderAndNoBody: nats.go's consumers take
-// such a message for a status of the pull protocol, and the ordered
-// consumer Scan used until the ninth round never got past it.
+// such a message for a status of the pull protocol, and its ordered
+// consumer never gets past it.
 func TestScanReadsAMessageWithAStatusHeaderAndNoBody(t *testing.T) {
 	t.Parallel()
 	js := startJS(t)

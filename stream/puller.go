@@ -1,4 +1,4 @@
-package relay
+package stream
 
 import (
 	"bytes"
@@ -12,21 +12,19 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/relaydev/relay/stream"
 )
 
-// puller asks one durable pull consumer for events with the JetStream pull
+// Puller asks one durable pull consumer for events with the JetStream pull
 // protocol (ADR-13), on a subscription of its own, instead of through
-// nats.go's iterator. Every event the server hands this process then goes
-// straight into relay's queue (consume), where relay sees how long it has
-// waited, restarts its AckWait while it waits, and hands it back on stop;
-// the iterator keeps what it asked for in a buffer relay cannot see, which
-// held relay to asking for no more than one round of attempts at a time
-// (BENCHMARKS.md, ninth round).
+// nats.go's iterator. Every event the server hands the process then goes
+// straight into the caller's queue (relay's consume loop), where it sees how
+// long an event has waited, restarts its AckWait while it waits, and hands
+// it back on stop; the iterator keeps what it asked for in a buffer the
+// caller cannot see, which would hold it to asking for one round of
+// attempts at a time (docs/performance.md, "How relay pulls events").
 //
-// All its methods but receive are called from one goroutine.
-type puller struct {
+// Its methods are called from one goroutine.
+type Puller struct {
 	nc      *nats.Conn
 	subject string // the consumer's MSG.NEXT subject
 	inbox   string
@@ -57,11 +55,11 @@ type puller struct {
 	pause time.Time
 }
 
-func newPuller(js jetstream.JetStream, durable string, expiry, hb time.Duration, maxBytes int64) (*puller, error) {
+func NewPuller(js jetstream.JetStream, durable string, expiry, hb time.Duration, maxBytes int64) (*Puller, error) {
 	nc := js.Conn()
-	p := &puller{
+	p := &Puller{
 		nc:       nc,
-		subject:  stream.APIPrefix(js) + "CONSUMER.MSG.NEXT." + stream.EventsStream + "." + durable,
+		subject:  APIPrefix(js) + "CONSUMER.MSG.NEXT." + EventsStream + "." + durable,
 		inbox:    nc.NewInbox(),
 		expiry:   expiry,
 		hb:       hb,
@@ -83,7 +81,7 @@ func newPuller(js jetstream.JetStream, durable string, expiry, hb time.Duration,
 }
 
 // receive is the subscription's callback.
-func (p *puller) receive(m *nats.Msg) {
+func (p *Puller) receive(m *nats.Msg) {
 	p.arrived.Store(time.Now().UnixNano())
 	p.mu.Lock()
 	p.got = append(p.got, m)
@@ -95,7 +93,7 @@ func (p *puller) receive(m *nats.Msg) {
 }
 
 // take returns what arrived since the last call, in order.
-func (p *puller) take(buf []*nats.Msg) []*nats.Msg {
+func (p *Puller) Take(buf []*nats.Msg) []*nats.Msg {
 	p.mu.Lock()
 	got := p.got
 	p.got = buf[:0]
@@ -107,7 +105,7 @@ func (p *puller) take(buf []*nats.Msg) []*nats.Msg {
 // being those already here, once that is a quarter of hold or more (a
 // request per event when one is held): not while disconnected, nor during
 // a pause after a refused request or a failed ask.
-func (p *puller) fill(hold, held int, now time.Time) error {
+func (p *Puller) Fill(hold, held int, now time.Time) error {
 	n := hold - held - p.asked
 	if n < max(1, hold/4) || now.Before(p.pause) || !p.nc.IsConnected() {
 		return nil
@@ -125,77 +123,77 @@ func (p *puller) fill(hold, held int, now time.Time) error {
 	return nil
 }
 
-// pullStatus is what a status message from the server means for the puller.
-type pullStatus int
+// PullStatus is what a status message from the server means for the puller.
+type PullStatus int
 
 const (
-	pullEvent      pullStatus = iota // not a status: an event
-	pullBeat                         // a heartbeat: nothing changes
-	pullReleased                     // a request ended; asked is down by what it had left
-	pullLost                         // requests may be gone: ask again (asked is 0)
-	pullRefused                      // a request was refused: asked is 0, and fill pauses a second
-	pullUnanswered                   // nothing serves the consumer, which may be gone: as pullRefused
-	pullGone                         // the consumer was deleted
+	PullEvent      PullStatus = iota // not a status: an event
+	PullBeat                         // a heartbeat: nothing changes
+	PullReleased                     // a request ended; asked is down by what it had left
+	PullLost                         // requests may be gone: ask again (asked is 0)
+	PullRefused                      // a request was refused: asked is 0, and fill pauses a second
+	PullUnanswered                   // nothing serves the consumer, which may be gone: as PullRefused
+	PullGone                         // the consumer was deleted
 )
 
 // status reads m, which arrived at now, and keeps asked and heard up to
 // date. err describes a status other than an event or a heartbeat.
-func (p *puller) status(m *nats.Msg, now time.Time) (pullStatus, error) {
+func (p *Puller) Status(m *nats.Msg, now time.Time) (PullStatus, error) {
 	p.heard = now
 	// An event comes with its ack subject, a status never: nats.go's test
 	// (no body and a Status header) mistakes an event published with an
 	// empty body and a header named Status for one.
 	if m.Reply != "" {
 		p.asked = max(p.asked-1, 0)
-		return pullEvent, nil
+		return PullEvent, nil
 	}
 	code, descr := m.Header.Get("Status"), m.Header.Get("Description")
 	err := fmt.Errorf("pull request: status %s %s", code, descr)
-	if left := m.Header.Get(stream.HdrPending); left != "" {
+	if left := m.Header.Get(HdrPending); left != "" {
 		// The request ended (it expired, lost its interest, or met a
 		// limit) with left events not sent.
 		n, perr := strconv.Atoi(left)
 		if perr != nil || n < 0 {
 			p.asked = 0
-			return pullLost, err
+			return PullLost, err
 		}
 		p.asked = max(p.asked-n, 0)
 		if code == "409" && strings.Contains(strings.ToLower(descr), "leadership change") {
 			p.asked = 0
-			return pullLost, err
+			return PullLost, err
 		}
-		return pullReleased, err
+		return PullReleased, err
 	}
 	switch code {
 	case "100", "":
-		return pullBeat, nil
+		return PullBeat, nil
 	case "503":
 		// No responders: no consumer, or no JetStream right now.
 		p.asked, p.pause = 0, now.Add(time.Second)
-		return pullUnanswered, err
+		return PullUnanswered, err
 	case "409":
 		d := strings.ToLower(descr)
 		switch {
 		case strings.Contains(d, "consumer deleted"):
 			p.asked = 0
-			return pullGone, err
+			return PullGone, err
 		case strings.Contains(d, "leadership change"), strings.Contains(d, "server shutdown"):
 			p.asked = 0
-			return pullLost, err
+			return PullLost, err
 		}
 	}
 	// A refused request (too many waiting, a bad request). Which request
 	// it was is not counted here: count them all gone; asking for more than there is room
 	// for is safe, every event that comes is queued and seen.
 	p.asked, p.pause = 0, now.Add(time.Second)
-	return pullRefused, err
+	return PullRefused, err
 }
 
 // silent reports whether the server has said nothing for two heartbeats
 // while events were asked for: the requests are presumed lost (a server
 // restart, a reconnect, a dropped request), and asked is reset so that
 // they are asked for again.
-func (p *puller) silent(now time.Time) bool {
+func (p *Puller) Silent(now time.Time) bool {
 	// What arrived but was not read yet (its reader was busy) counts.
 	heard := p.heard
 	if a := time.Unix(0, p.arrived.Load()); a.After(heard) {
@@ -210,7 +208,7 @@ func (p *puller) silent(now time.Time) bool {
 
 // stop unsubscribes, waiting (up to wait) until what the server sent before
 // it had the unsubscribe has arrived, and returns it.
-func (p *puller) stop(wait time.Duration) []*nats.Msg {
+func (p *Puller) Stop(wait time.Duration) []*nats.Msg {
 	closed := p.sub.StatusChanged(nats.SubscriptionClosed)
 	if err := p.sub.Drain(); err != nil {
 		_ = p.sub.Unsubscribe()
@@ -223,18 +221,18 @@ func (p *puller) stop(wait time.Duration) []*nats.Msg {
 		}
 		t.Stop()
 	}
-	return p.take(nil)
+	return p.Take(nil)
 }
 
-// pulledMsg is an event the puller received: jetstream.Msg over the plain
+// PulledMsg is an event the puller received: jetstream.Msg over the plain
 // NATS message, as nats.go's own (which it does not let others make).
-type pulledMsg struct {
+type PulledMsg struct {
 	msg  *nats.Msg
 	nc   *nats.Conn
 	done atomic.Bool // acked, nak'd or terminated
 }
 
-var _ jetstream.Msg = (*pulledMsg)(nil)
+var _ jetstream.Msg = (*PulledMsg)(nil)
 
 var (
 	ackAck      = []byte("+ACK")
@@ -243,27 +241,27 @@ var (
 	ackTerm     = []byte("+TERM")
 )
 
-func (m *pulledMsg) Data() []byte         { return m.msg.Data }
-func (m *pulledMsg) Headers() nats.Header { return m.msg.Header }
-func (m *pulledMsg) Subject() string      { return m.msg.Subject }
-func (m *pulledMsg) Reply() string        { return m.msg.Reply }
+func (m *PulledMsg) Data() []byte         { return m.msg.Data }
+func (m *PulledMsg) Headers() nats.Header { return m.msg.Header }
+func (m *PulledMsg) Subject() string      { return m.msg.Subject }
+func (m *PulledMsg) Reply() string        { return m.msg.Reply }
 
 // Metadata reads the message's ack subject.
-func (m *pulledMsg) Metadata() (*jetstream.MsgMetadata, error) {
-	return stream.AckMetadata(m.msg.Reply)
+func (m *PulledMsg) Metadata() (*jetstream.MsgMetadata, error) {
+	return AckMetadata(m.msg.Reply)
 }
 
-func (m *pulledMsg) Ack() error { return m.reply(context.Background(), ackAck, false) }
+func (m *PulledMsg) Ack() error { return m.reply(context.Background(), ackAck, false) }
 
 // DoubleAck acks and waits for the server to confirm it (within 5s when
 // ctx has no deadline, as nats.go does).
-func (m *pulledMsg) DoubleAck(ctx context.Context) error {
+func (m *PulledMsg) DoubleAck(ctx context.Context) error {
 	return m.reply(ctx, ackAck, true)
 }
 
-func (m *pulledMsg) Nak() error { return m.reply(context.Background(), ackNak, false) }
+func (m *PulledMsg) Nak() error { return m.reply(context.Background(), ackNak, false) }
 
-func (m *pulledMsg) NakWithDelay(delay time.Duration) error {
+func (m *PulledMsg) NakWithDelay(delay time.Duration) error {
 	if delay <= 0 {
 		return m.Nak()
 	}
@@ -281,24 +279,24 @@ func (m *pulledMsg) NakWithDelay(delay time.Duration) error {
 // works through a consumer's acks in the order they came, and drops those it
 // has not reached when it stops: once the answer is in, every ack and nak
 // sent before it on this connection for this consumer is stored.
-func (m *pulledMsg) handBack(confirm bool) error {
+func (m *PulledMsg) HandBack(confirm bool) error {
 	return m.reply(context.Background(), fmt.Appendf(nil, `-NAK {"delay": %d}`, time.Millisecond.Nanoseconds()), confirm)
 }
 
-func (m *pulledMsg) InProgress() error {
+func (m *PulledMsg) InProgress() error {
 	return m.reply(context.Background(), ackProgress, false)
 }
 
-func (m *pulledMsg) Term() error { return m.reply(context.Background(), ackTerm, false) }
+func (m *PulledMsg) Term() error { return m.reply(context.Background(), ackTerm, false) }
 
-func (m *pulledMsg) TermWithReason(reason string) error {
+func (m *PulledMsg) TermWithReason(reason string) error {
 	if reason == "" {
 		return m.Term()
 	}
 	return m.reply(context.Background(), append(append(bytes.Clone(ackTerm), ' '), reason...), false)
 }
 
-func (m *pulledMsg) reply(ctx context.Context, body []byte, sync bool) error {
+func (m *PulledMsg) reply(ctx context.Context, body []byte, sync bool) error {
 	if m.msg.Reply == "" {
 		return jetstream.ErrMsgNoReply
 	}
@@ -322,3 +320,13 @@ func (m *pulledMsg) reply(ctx context.Context, body []byte, sync bool) error {
 	}
 	return err
 }
+
+// NewPulledMsg is m, an event a Puller received on nc, as a jetstream.Msg.
+func NewPulledMsg(m *nats.Msg, nc *nats.Conn) *PulledMsg { return &PulledMsg{msg: m, nc: nc} }
+
+// Signal is ready when something arrived to Take.
+func (p *Puller) Signal() <-chan struct{} { return p.signal }
+
+// NakSubject naks the delivery whose ack subject is reply: JetStream hands
+// the event out again at once. It waits for nothing.
+func NakSubject(nc *nats.Conn, reply string) error { return nc.Publish(reply, ackNak) }

@@ -1,4 +1,4 @@
-package relay
+package stream
 
 import (
 	"context"
@@ -9,9 +9,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
-
-	"github.com/relaydev/relay/stream"
-	"github.com/relaydev/relay/stream/streamtest"
 )
 
 // TestPullerReceivesWhatNATSGoWould: the puller's events carry the same
@@ -20,15 +17,16 @@ import (
 // terminated.
 func TestPullerReceivesWhatNATSGoWould(t *testing.T) {
 	ctx := context.Background()
-	js := streamtest.Start(t).JS
-	cons, err := js.CreateOrUpdateConsumer(ctx, stream.EventsStream, jetstream.ConsumerConfig{
+	js := startJS(t)
+	require.NoError(t, Ensure(context.Background(), js, Config{}))
+	cons, err := js.CreateOrUpdateConsumer(ctx, EventsStream, jetstream.ConsumerConfig{
 		Durable:       "pulltest",
-		FilterSubject: stream.DestFilters("pt")[0],
+		FilterSubject: DestFilters("pt")[0],
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       time.Minute,
 	})
 	require.NoError(t, err)
-	subj := stream.DestFilters("pt")[0]
+	subj := DestFilters("pt")[0]
 	for i := range 3 {
 		_, err := js.Publish(ctx, subj, []byte{byte('a' + i)})
 		require.NoError(t, err)
@@ -41,29 +39,29 @@ func TestPullerReceivesWhatNATSGoWould(t *testing.T) {
 		info, err := cons.Info(ctx)
 		return err == nil && info.NumPending == 3
 	}, 10*time.Second, 10*time.Millisecond, "the consumer counts the three events")
-	p, err := newPuller(js, "pulltest", 2*time.Second, time.Second, 0)
+	p, err := NewPuller(js, "pulltest", 2*time.Second, time.Second, 0)
 	require.NoError(t, err)
 	now := time.Now()
-	require.NoError(t, p.fill(3, 0, now))
+	require.NoError(t, p.Fill(3, 0, now))
 	require.Equal(t, 3, p.asked)
-	var got []*pulledMsg
+	var got []*PulledMsg
 	for len(got) < 3 {
 		select {
 		case <-p.signal:
 		case <-time.After(5 * time.Second):
 			t.Fatalf("only %d of 3 events arrived", len(got))
 		}
-		for _, m := range p.take(nil) {
-			st, err := p.status(m, time.Now())
-			if st == pullReleased {
+		for _, m := range p.Take(nil) {
+			st, err := p.Status(m, time.Now())
+			if st == PullReleased {
 				// With max_bytes, the server says a batch done
 				// with bytes left.
 				require.ErrorContains(t, err, "409 Batch Completed")
 				continue
 			}
 			require.NoError(t, err)
-			require.Equal(t, pullEvent, st)
-			got = append(got, &pulledMsg{msg: m, nc: js.Conn()})
+			require.Equal(t, PullEvent, st)
+			got = append(got, NewPulledMsg(m, js.Conn()))
 		}
 	}
 	require.Equal(t, 0, p.asked, "every event asked for arrived")
@@ -75,9 +73,9 @@ func TestPullerReceivesWhatNATSGoWould(t *testing.T) {
 		require.Equal(t, uint64(i+1), meta.Sequence.Consumer)
 		require.Equal(t, uint64(1), meta.NumDelivered)
 		require.Equal(t, uint64(2-i), meta.NumPending)
-		require.Equal(t, stream.EventsStream, meta.Stream)
+		require.Equal(t, EventsStream, meta.Stream)
 		require.Equal(t, "pulltest", meta.Consumer)
-		stored, err := js.Stream(ctx, stream.EventsStream)
+		stored, err := js.Stream(ctx, EventsStream)
 		require.NoError(t, err)
 		raw, err := stored.GetMsg(ctx, meta.Sequence.Stream)
 		require.NoError(t, err)
@@ -105,7 +103,7 @@ func TestPullerReceivesWhatNATSGoWould(t *testing.T) {
 	require.NotNil(t, again, "the nak'd event was delivered again")
 	want, err := again.Metadata()
 	require.NoError(t, err)
-	mine, err := stream.AckMetadata(again.Reply())
+	mine, err := AckMetadata(again.Reply())
 	require.NoError(t, err)
 	require.Equal(t, want, mine)
 	require.Equal(t, uint64(2), mine.Sequence.Stream)
@@ -119,7 +117,7 @@ func TestPullerReceivesWhatNATSGoWould(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond, "every event acked or terminated")
 	// What arrives after that can only be a status of the request (an idle
 	// heartbeat, its end), never an event: CI once got one here.
-	for _, m := range p.stop(time.Second) {
+	for _, m := range p.Stop(time.Second) {
 		require.Empty(t, m.Reply, "an event arrived after all three: %s %v", m.Subject, m.Header)
 	}
 }
@@ -151,33 +149,33 @@ func TestPullerReadsTheServersStatuses(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		msg   *nats.Msg
-		want  pullStatus
+		want  PullStatus
 		asked int // from 10
 	}{
-		{"event", event, pullEvent, 9},
-		{"event with a Status header", odd, pullEvent, 9},
-		{"idle heartbeat", statusMsg("100", "Idle Heartbeat", -1), pullBeat, 10},
-		{"request expired", statusMsg("408", "Request Timeout", 4), pullReleased, 6},
-		{"next event over the request's max_bytes", statusMsg("409", "Message Size Exceeds MaxBytes", 3), pullReleased, 7},
-		{"batch done with bytes left", statusMsg("409", "Batch Completed", 0), pullReleased, 10},
-		{"interest expired", statusMsg("408", "Interest Expired", 10), pullReleased, 0},
-		{"more left than asked", statusMsg("408", "Request Timeout", 12), pullReleased, 0},
-		{"leadership change", statusMsg("409", "Leadership Change", 3), pullLost, 0},
-		{"leadership change without counts", statusMsg("409", "Leadership Change", -1), pullLost, 0},
-		{"server shutdown", statusMsg("409", "Server Shutdown", -1), pullLost, 0},
-		{"consumer deleted", statusMsg("409", "Consumer Deleted", -1), pullGone, 0},
-		{"too many requests", statusMsg("409", "Exceeded MaxWaiting", -1), pullRefused, 0},
-		{"bad request", statusMsg("400", "Bad Request", -1), pullRefused, 0},
-		{"no responders", statusMsg("503", "", -1), pullUnanswered, 0},
+		{"event", event, PullEvent, 9},
+		{"event with a Status header", odd, PullEvent, 9},
+		{"idle heartbeat", statusMsg("100", "Idle Heartbeat", -1), PullBeat, 10},
+		{"request expired", statusMsg("408", "Request Timeout", 4), PullReleased, 6},
+		{"next event over the request's max_bytes", statusMsg("409", "Message Size Exceeds MaxBytes", 3), PullReleased, 7},
+		{"batch done with bytes left", statusMsg("409", "Batch Completed", 0), PullReleased, 10},
+		{"interest expired", statusMsg("408", "Interest Expired", 10), PullReleased, 0},
+		{"more left than asked", statusMsg("408", "Request Timeout", 12), PullReleased, 0},
+		{"leadership change", statusMsg("409", "Leadership Change", 3), PullLost, 0},
+		{"leadership change without counts", statusMsg("409", "Leadership Change", -1), PullLost, 0},
+		{"server shutdown", statusMsg("409", "Server Shutdown", -1), PullLost, 0},
+		{"consumer deleted", statusMsg("409", "Consumer Deleted", -1), PullGone, 0},
+		{"too many requests", statusMsg("409", "Exceeded MaxWaiting", -1), PullRefused, 0},
+		{"bad request", statusMsg("400", "Bad Request", -1), PullRefused, 0},
+		{"no responders", statusMsg("503", "", -1), PullUnanswered, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			p := &puller{asked: 10, hb: time.Second}
+			p := &Puller{asked: 10, hb: time.Second}
 			now := time.Now()
-			st, err := p.status(c.msg, now)
+			st, err := p.Status(c.msg, now)
 			require.Equal(t, c.want, st)
 			require.Equal(t, c.asked, p.asked)
 			require.Equal(t, now, p.heard, "anything from the server counts as a sign of life")
-			if st == pullEvent || st == pullBeat {
+			if st == PullEvent || st == PullBeat {
 				require.NoError(t, err)
 			} else {
 				require.ErrorContains(t, err, c.msg.Header.Get("Status"))
@@ -190,11 +188,11 @@ func TestPullerReadsTheServersStatuses(t *testing.T) {
 // said nothing about for two heartbeats (and a half) are counted gone.
 func TestPullerAsksAgainAfterTwoMissedHeartbeats(t *testing.T) {
 	t0 := time.Now()
-	p := &puller{hb: time.Second}
-	require.False(t, p.silent(t0.Add(time.Hour)), "nothing asked for: nothing to miss")
+	p := &Puller{hb: time.Second}
+	require.False(t, p.Silent(t0.Add(time.Hour)), "nothing asked for: nothing to miss")
 	p.asked, p.heard = 5, t0
-	require.False(t, p.silent(t0.Add(2500*time.Millisecond)))
+	require.False(t, p.Silent(t0.Add(2500*time.Millisecond)))
 	require.Equal(t, 5, p.asked)
-	require.True(t, p.silent(t0.Add(2501*time.Millisecond)))
+	require.True(t, p.Silent(t0.Add(2501*time.Millisecond)))
 	require.Equal(t, 0, p.asked)
 }
