@@ -18,8 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/relay"
@@ -30,16 +28,15 @@ import (
 )
 
 // embeddedRelay is 'relay run' with its own embedded NATS server, on a data
-// directory and port kept across its restarts, and a client of that server.
+// directory and port kept across its restarts, and an env on that server
+// (dialEnv: it reconnects when the server comes back).
 type embeddedRelay struct {
+	*env
 	t     *testing.T
 	dir   string
 	url   string
 	flags []string
 	p     *proc
-	js    jetstream.JetStream
-	store *relay.Store
-	prod  *relay.Producer
 }
 
 func startEmbeddedRelay(t *testing.T, flags ...string) *embeddedRelay {
@@ -47,15 +44,7 @@ func startEmbeddedRelay(t *testing.T, flags ...string) *embeddedRelay {
 	port := streamtest.Port(t)
 	r := &embeddedRelay{t: t, dir: t.TempDir(), url: fmt.Sprintf("nats://127.0.0.1:%d", port), flags: flags}
 	r.start()
-	nc, err := nats.Connect(r.url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	r.js, err = jetstream.New(nc)
-	require.NoError(t, err)
-	r.store, err = relay.NewStore(context.Background(), r.js)
-	require.NoError(t, err)
-	r.prod, err = relay.NewProducer(context.Background(), r.js)
-	require.NoError(t, err)
+	r.env = dialEnv(t, r.url)
 	return r
 }
 
