@@ -58,7 +58,7 @@ func maxSizeBody(dest, id string) []byte {
 // log by its sequence. An unknown destination's event of that size is
 // dead-lettered too, and the unknown-destination check goes on past it.
 // (No process is killed: an integration test, not a fault test.)
-func TestMaxSizeEventWithFiftyAttemptsIsDeadLettered(t *testing.T) {
+func TestFaultMaxSizeEventWithFiftyAttemptsIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	e := setupDefaultServer(t)
 	ctx := context.Background()

@@ -25,8 +25,8 @@ import (
 // destination): the valid event is delivered, the two are moved to the
 // dead letters (reason corrupt_parked_entry, the entry as stored for
 // body) and removed from Redis, and the other destination's record is
-// unchanged. (No process is killed: an integration test.)
-func TestCorruptAndForeignParkedEntriesAreSetAside(t *testing.T) {
+// unchanged. In the fault suite: a hostile Redis, no process killed.
+func TestFaultCorruptAndForeignParkedEntriesAreSetAside(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	ctx := context.Background()
