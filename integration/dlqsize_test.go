@@ -57,7 +57,7 @@ func maxSizeBody(dest, id string) []byte {
 // the history and references the event, which is read back from the event
 // log by its sequence. An unknown destination's event of that size is
 // dead-lettered too, and the unknown-destination check goes on past it.
-// (No process is killed: an integration test, not a fault test.)
+// In the fault suite: a hostile event, no process killed.
 func TestFaultMaxSizeEventWithFiftyAttemptsIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	e := setupDefaultServer(t)
