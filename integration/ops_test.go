@@ -202,7 +202,15 @@ func TestRateLimitHoldsAndSparesOthers(t *testing.T) {
 		}
 		most = max(most, j-i)
 	}
-	require.LessOrEqual(t, most, 55, "at most ~50 requests in any one-second window")
+	// The limiter allows one request every 20ms (a burst of one), so the
+	// 1000 requests take at least 19.98s from the first to the last: on
+	// average never over the limit, however the machine schedules them. A
+	// request delayed on a busy machine arrives with the next ones, so the
+	// busiest second seen by the receiver may hold a few more than 50, but
+	// no burst.
+	span := at[len(at)-1].Sub(at[0])
+	require.GreaterOrEqual(t, span, 19*time.Second, "%d requests at 50/s: the limit holds on average", slow)
+	require.LessOrEqual(t, most, 75, "no burst: at most 1.5 times the limit in any one-second window")
 	require.GreaterOrEqual(t, most, 40, "and not far below the limit")
 }
 
