@@ -455,7 +455,7 @@ func (s *Store) Each(ctx context.Context, f Filter, fn func(Letter) error) error
 	if !f.Since.IsZero() {
 		since = f.Since.Add(-time.Minute)
 	}
-	return stream.Scan(ctx, s.js, stream.DLQStream, filters, since, func(m *jetstream.RawStreamMsg) error {
+	return stream.Read(ctx, s.js, stream.DLQStream, stream.ReadOptions{Filters: filters, Since: since}, func(m *jetstream.RawStreamMsg) error {
 		l := decodeStored(m)
 		if !f.Match(l) {
 			return nil

@@ -156,7 +156,7 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 	// Each request brings at most queueBytes (or two maximum payloads):
 	// requests asked for while events were small cannot bring rounds of
 	// large ones.
-	p, err := stream.NewPuller(r.cfg.JS, sp.cfg.Durable, expiry, hb, queueBytes)
+	p, err := stream.NewPuller(r.cfg.JS, stream.EventsStream, sp.cfg.Durable, expiry, hb, queueBytes)
 	if err != nil {
 		r.log.Error("cannot pull", "dest", d.Name, "err", err)
 		return

@@ -27,7 +27,7 @@ type Metrics struct {
 	settled         *prometheus.CounterVec
 	deadLetterFails *prometheus.CounterVec
 	// The unknown-destination check's events, by how it went through them.
-	checkCounted, checkListed, checkRead prometheus.Counter
+	checkRead prometheus.Counter
 
 	// byDest caches each destination's series (*destMetrics): looking a
 	// series up by its labels hashes them, six times per attempt otherwise.
@@ -81,12 +81,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Events whose dead letter could not be stored for a reason retrying does not change; each stays in the event log (relay replay delivers it again).",
 		}, []string{"dest"}),
 	}
-	checked := prometheus.NewCounterVec(prometheus.CounterOpts{
+	m.checkRead = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "relay_unknown_destination_check_events_total",
-		Help: "Events this process's unknown-destination check went through: counted (the server counted them all on known destinations' subjects), listed (settled from the list of the stream's subjects) or read (their headers read one by one).",
-	}, []string{"how"})
-	reg.MustRegister(m.deliveries, m.attempts, m.responses, m.attemptDuration, m.latency, m.inFlight, m.parkFailures, m.pauses, m.settled, m.deadLetterFails, checked)
-	m.checkCounted, m.checkListed, m.checkRead = checked.WithLabelValues("counted"), checked.WithLabelValues("listed"), checked.WithLabelValues("read")
+		Help: "Events this process's unknown-destination check went through (it reads their headers).",
+	})
+	reg.MustRegister(m.deliveries, m.attempts, m.responses, m.attemptDuration, m.latency, m.inFlight, m.parkFailures, m.pauses, m.settled, m.deadLetterFails, m.checkRead)
 	return m
 }
 
@@ -95,22 +94,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 func (m *Metrics) deadLetterFailed(dest string) {
 	if m != nil {
 		m.deadLetterFails.WithLabelValues(dest).Inc()
-	}
-}
-
-// checkedCounted counts n events the unknown-destination check settled by
-// the server's count.
-func (m *Metrics) checkedCounted(n uint64) {
-	if m != nil {
-		m.checkCounted.Add(float64(n))
-	}
-}
-
-// checkedListed counts n events the unknown-destination check settled from
-// the list of the stream's subjects.
-func (m *Metrics) checkedListed(n uint64) {
-	if m != nil {
-		m.checkListed.Add(float64(n))
 	}
 }
 

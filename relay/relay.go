@@ -155,7 +155,6 @@ type Relay struct {
 
 	breakers breakers
 	limits   limits
-	tune     checkTuning // of the unknown-destination check
 	// parkWarn keeps "cannot park" to one warning per destination every
 	// 10s (relay_park_failures_total counts them all).
 	parkWarn quiet
@@ -201,7 +200,6 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 		workers:  map[string]*worker{},
 		breakers: breakers{probing: map[string]bool{}, failures: map[string]int{}},
 		limits:   limits{byDest: map[string]*limit{}, replicas: 1},
-		tune:     defaultCheckTuning,
 		parkWarn: quiet{interval: 10 * time.Second},
 	}, nil
 }

@@ -69,7 +69,7 @@ func ReplayLog(ctx context.Context, js jetstream.JetStream, r LogReplay, dryRun 
 		filters = []string{stream.KeyedPrefix + "." + r.Dest + ".*." + stream.KeyToken(r.Key)}
 	}
 	n := 0
-	err = stream.Scan(ctx, js, stream.EventsStream, filters, r.Since, func(m *jetstream.RawStreamMsg) error {
+	err = stream.Read(ctx, js, stream.EventsStream, stream.ReadOptions{Filters: filters, Since: r.Since}, func(m *jetstream.RawStreamMsg) error {
 		ev, err := stream.Decode(m.Subject, m.Sequence, m.Time, m.Header, m.Data)
 		if err != nil {
 			return nil // not an event relay could deliver either

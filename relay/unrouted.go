@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaydev/relay/dlq"
@@ -19,27 +19,17 @@ import (
 //
 // A producer can publish for a destination that does not exist: a typo, one
 // not added yet, one removed. No destination consumer reads such an event,
-// so one replica at a time goes through every event and dead-letters those
-// whose destination is unknown.
+// so one replica at a time reads the headers of every event as it is stored
+// and dead-letters those whose destination is unknown.
 //
-// Mostly it does not read them (scanUnrouted). On an R1 stream it lists the
-// stream's subjects every few milliseconds, which says for which
-// destinations events are stored, and looks up only the events of unknown
-// ones. Where that cannot be done or costs more (a replicated stream, or
-// many order keys), it reads the headers of each event as it is stored;
-// what was stored before it started (while relay was down, say) it may
-// first settle by having the server count how many of those events are on
-// subjects of known destinations. Nothing is acked, and the server keeps no
-// state per event for it. Instead the replica doing the check holds a
-// lease, the key UnroutedCheckKey in the relay_state bucket, whose value
-// also says up to which stream sequence every event has been checked. The
-// holder rewrites it every second (a compare-and-set on the key's
-// revision, so a replica that lost the lease finds out and stops); a replica
-// that stops releases it; one that sees it unchanged for
-// Config.CheckTakeover takes it over from the recorded sequence. Events are
-// checked at least once: the ones checked since the last write are checked
-// again after a crash, and a dead letter written twice is stored once (dead
-// letters are deduplicated by destination and stream sequence).
+// Nothing is acked, and the server keeps no state per event for it. The
+// replica doing the check holds a lease (UnroutedCheckKey in the
+// relay_state bucket) whose value also says up to which stream sequence
+// every event has been checked; another replica takes over from there when
+// the holder stops renewing it. Events are checked at least once: those
+// checked since the last renewal are checked again after a crash, and a
+// dead letter written twice is stored once (dead letters are deduplicated
+// by destination and stream sequence).
 
 // UnroutedCheckKey is the relay_state key of the unknown-destination check.
 const UnroutedCheckKey = "unrouted-check"
@@ -76,8 +66,8 @@ func ReadCheckState(ctx context.Context, js jetstream.JetStream) (CheckState, bo
 }
 
 // CheckLag is how many stream sequences of the events stream the
-// unknown-destination check has not gone through yet: all of them when it has never
-// run, or ran on an earlier incarnation of the stream.
+// unknown-destination check has not gone through yet: all of them when it
+// has never run, or ran on an earlier incarnation of the stream.
 func CheckLag(ctx context.Context, js jetstream.JetStream) (uint64, error) {
 	st, _, err := ReadCheckState(ctx, js)
 	if err != nil {
@@ -117,18 +107,45 @@ func (st CheckState) encode() []byte {
 	return b
 }
 
-// runUnrouted takes part in the unknown-destination check until ctx ends:
-// it waits for the lease, checks while it holds it, and waits again.
-func (r *Relay) runUnrouted(ctx context.Context, id string) {
+// knownDests says which destinations exist.
+type knownDests interface {
+	// routes says, from what this process knows, whether the events of
+	// dest stored at seq are delivered. It may say no for a destination
+	// added a moment ago.
+	routes(dest string, seq uint64) bool
+	// exists asks the store, which is authoritative, the same.
+	exists(ctx context.Context, dest string, seq uint64) (bool, error)
+}
+
+// unknownLetters dead-letters an event whose destination does not exist.
+type unknownLetters interface {
+	deadLetterUnknown(ctx context.Context, m *jetstream.RawStreamMsg) error
+}
+
+// unroutedCheck is one replica's part in the unknown-destination check.
+type unroutedCheck struct {
+	js       jetstream.JetStream
+	dests    knownDests
+	letters  unknownLetters
+	id       string        // this replica
+	takeover time.Duration // Config.CheckTakeover
+	log      *slog.Logger
+	metrics  *Metrics
+	now      func() time.Time
+}
+
+// run takes part in the check until ctx ends: it waits for the lease,
+// checks while it holds it, and waits again.
+func (c *unroutedCheck) run(ctx context.Context) {
 	for ctx.Err() == nil {
-		err := r.checkUnrouted(ctx, id)
+		err := c.hold(ctx)
 		switch {
 		case ctx.Err() != nil || err == nil:
 		case errors.Is(err, errStreamRecreated):
-			r.log.Warn("the unknown-destination check starts over", "err", err)
+			c.log.Warn("the unknown-destination check starts over", "err", err)
 			continue
 		default:
-			r.log.Error("unknown-destination check stopped (retrying in 1s): events for unknown destinations are not dead-lettered meanwhile", "err", err)
+			c.log.Error("unknown-destination check stopped (retrying in 1s): events for unknown destinations are not dead-lettered meanwhile", "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -137,13 +154,48 @@ func (r *Relay) runUnrouted(ctx context.Context, id string) {
 	}
 }
 
-func (r *Relay) checkUnrouted(ctx context.Context, id string) error {
-	kv, err := r.cfg.JS.KeyValue(ctx, stream.StateBucket)
+// errStreamRecreated says the events stream was deleted and created again
+// under the check: its sequences start over.
+var errStreamRecreated = errors.New("the events stream was created again")
+
+// streamCheckEvery is how many renewals pass between looks at whether the
+// events stream was created again under the check.
+const streamCheckEvery = 10
+
+// hold acquires the lease, checks events while it holds it, and releases
+// it with the sequence the check got to.
+func (c *unroutedCheck) hold(ctx context.Context) error {
+	kv, err := c.js.KeyValue(ctx, stream.StateBucket)
 	if err != nil {
 		return fmt.Errorf("open bucket %s: %w", stream.StateBucket, err)
 	}
-	l := &checkLease{kv: kv, id: id, takeover: r.cfg.CheckTakeover}
-	checked, err := l.acquire(ctx, r)
+	events, err := c.js.Stream(ctx, stream.EventsStream)
+	if err != nil {
+		return fmt.Errorf("look up stream %s: %w", stream.EventsStream, err)
+	}
+	created := events.CachedInfo().Created
+	l := &lease{kv: kv, key: UnroutedCheckKey, id: c.id, takeover: c.takeover, now: c.now,
+		holder: func(v []byte) (string, error) {
+			st, err := decodeCheckState(v)
+			return st.Holder, err
+		}}
+	state := func(holder string, checked uint64) []byte {
+		return CheckState{Holder: holder, Checked: checked, Stream: created}.encode()
+	}
+	var checked uint64
+	_, err = l.acquire(ctx, func(old []byte) ([]byte, error) {
+		checked = 0 // the first check of this stream: from its start
+		if old != nil {
+			st, err := decodeCheckState(old)
+			if err != nil {
+				return nil, err
+			}
+			if checked = st.checkedIn(created); checked != st.Checked {
+				c.log.Warn("the events stream was created again since the unknown-destination check last ran: checking it from the start", "stream", stream.EventsStream, "created", created, "checked_seq_before", st.Checked)
+			}
+		}
+		return state(c.id, checked), nil
+	}, c.log.Warn)
 	if err != nil {
 		return err
 	}
@@ -154,18 +206,38 @@ func (r *Relay) checkUnrouted(ctx context.Context, id string) error {
 	done.Store(checked)
 	kept := make(chan error, 1)
 	go func() {
-		kept <- l.keep(sctx, r.cfg.JS, &done)
+		renewals := 0
+		kept <- l.keep(sctx, leaseRenew, func() []byte { return state(c.id, done.Load()) }, func(ctx context.Context) error {
+			if renewals++; renewals%streamCheckEvery != 0 {
+				return nil
+			}
+			sctx, cancel := context.WithTimeout(ctx, leaseRenew)
+			s, err := c.js.Stream(sctx, stream.EventsStream)
+			cancel()
+			if err == nil && !s.CachedInfo().Created.Equal(created) {
+				return fmt.Errorf("%w: %s", errStreamRecreated, stream.EventsStream)
+			}
+			return nil
+		})
 		stop() // lease lost: stop checking at once
 	}()
-	err = r.scanUnrouted(sctx, checked, &done)
+	err = stream.Read(sctx, c.js, stream.EventsStream, stream.ReadOptions{After: checked, HeadersOnly: true, Follow: true, Description: "relay unknown-destination check"},
+		func(m *jetstream.RawStreamMsg) error {
+			if err := c.settle(sctx, m); err != nil {
+				return err
+			}
+			c.metrics.checkedRead()
+			done.Store(m.Sequence)
+			return nil
+		})
 	stop()
 	lerr := <-kept
-	// The scan has returned: unless the lease is another replica's now,
-	// release it with where the scan got, so that another replica (or this
-	// one) goes on from there at once. After errStreamRecreated that is
-	// recorded against the old stream, so the next holder starts at 0.
+	// Unless the lease is another replica's now, release it with where the
+	// check got, so that another replica (or this one) goes on from there
+	// at once. After errStreamRecreated that is recorded against the old
+	// stream, so the next holder starts at 0.
 	if !errors.Is(lerr, errLeaseLost) {
-		l.release(done.Load())
+		_, _ = l.write(state("", done.Load()))
 	}
 	switch {
 	case lerr != nil:
@@ -176,164 +248,91 @@ func (r *Relay) checkUnrouted(ctx context.Context, id string) error {
 	return err
 }
 
-// checkTuning says how the check goes through events: when it counts them,
-// when it lists the stream's subjects, when it reads them.
-type checkTuning struct {
-	// countMin is the fewest events worth counting rather than reading.
-	countMin uint64
-	// subjectsPerEvent: counting walks the stream's index of subjects, and
-	// costs about what reading one event does per subjectsPerEvent subjects.
-	subjectsPerEvent uint64
-
-	// listPerEvent: listing the stream's subjects costs about what reading
-	// one event does per listPerEvent subjects. 0: the check never lists.
-	listPerEvent uint64
-	// listCheap is how many subjects are cheap to list every pollIdle
-	// whatever the number of events: with no more, a pass lists at once,
-	// without asking first whether there are events to check.
-	listCheap uint64
-	// listGroups is the most destinations with events to look for one by
-	// one (unknown, or added after some of their events) a pass takes on.
-	listGroups int
-	// passEvents is how many events a pass is meant to settle: the check
-	// waits between passes for about as long as that many take to come,
-	// at least poll and at most pollIdle. listWait is how long it lets
-	// events pile up for a list worth making before it reads them instead.
-	passEvents               float64
-	poll, pollIdle, listWait time.Duration
-	// relist is how long reading goes on before it asks whether listing
-	// would do again: relist at first, twice as long (up to 60 times) each
-	// time listing then settles nothing, as when there are too many
-	// destinations to look up (one counts for as long as any of its events
-	// is stored).
-	relist time.Duration
-}
-
-var defaultCheckTuning = checkTuning{
-	countMin:         1000,
-	subjectsPerEvent: 100,
-	listPerEvent:     5,
-	listCheap:        200,
-	listGroups:       8,
-	passEvents:       100,
-	poll:             10 * time.Millisecond,
-	pollIdle:         100 * time.Millisecond,
-	listWait:         time.Second,
-	relist:           5 * time.Second,
-}
-
-// scanUnrouted checks every event stored after sequence checked, in order,
-// until ctx ends, and stores in done the sequence up to which it has.
-//
-// What it can, it settles without reading events, in passes
-// (followByListing): it lists the subjects of the events stream, which says
-// which destinations have events stored, and looks up one by one only the
-// events of destinations that are unknown (or were added after them). That
-// needs an R1 stream (what the list says, and the lookups after it, must
-// come from the same store) with few subjects for the events that come:
-// every order key of an ordered destination is a subject. Otherwise it reads
-// the headers of every event as it is stored (readFrom), until listing is
-// worth it again. A backlog too large to read cheaply and with too many
-// subjects to list is first counted (settleByCount).
-func (r *Relay) scanUnrouted(ctx context.Context, checked uint64, done *atomic.Uint64) error {
-	info, err := r.events.Info(ctx)
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	if err != nil {
-		r.log.Warn("cannot read the events stream's state for the unknown-destination check; reading the events instead", "err", err)
-	} else if st, last := info.State, info.State.LastSeq; last > checked && st.Msgs > 0 {
-		// Events at or before FirstSeq-1 aged out or were removed.
-		n := last - max(checked, st.FirstSeq-1)
-		if !(r.listable(info) && r.listWorth(info, n, 0)) && r.worthCounting(info, n) {
-			settled, err := r.settleByCount(ctx, checked, last, st.FirstSeq)
-			switch {
-			case ctx.Err() != nil:
-				return ctx.Err()
-			case err != nil:
-				r.log.Warn("cannot count events for the unknown-destination check; reading them instead", "err", err)
-			}
-			if settled > checked {
-				r.cfg.Metrics.checkedCounted(settled - max(checked, st.FirstSeq-1))
-				checked = settled
-				done.Store(settled)
-			}
+// settle returns once m is for a destination that exists, or is
+// dead-lettered. What cannot be decided now is tried again, in place: the
+// check moves past an event only once it is settled.
+func (c *unroutedCheck) settle(ctx context.Context, m *jetstream.RawStreamMsg) error {
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		err := c.check(ctx, m)
+		if err == nil || ctx.Err() != nil {
+			return ctx.Err()
+		}
+		c.log.Warn("cannot check or dead-letter an event for an unknown destination (retrying)", "subject", m.Subject, "seq", m.Sequence, "retry_in", wait, "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
 		}
 	}
-	relistAfter := r.tune.relist
-	for ctx.Err() == nil {
-		before := checked
-		if checked, err = r.followByListing(ctx, checked, done); err != nil {
-			return err
-		}
-		relistAfter = r.tune.relistAfter(relistAfter, checked > before)
-		if err := r.readFrom(ctx, checked, done, relistAfter); err != nil {
-			return err
-		}
-		checked = done.Load()
-	}
-	return ctx.Err()
 }
 
-// checkRouted returns nil when msg, stored at seq, is for a destination
-// known here, or once it is dead-lettered. It runs for every event: the
-// common case takes only the subject apart.
-func (r *Relay) checkRouted(ctx context.Context, msg jetstream.Msg, seq uint64) error {
-	p, err := stream.ParseSubject(msg.Subject())
+// check returns nil when m is for a destination that exists, or once it
+// is dead-lettered. It runs for every event: the common case takes only
+// the subject apart.
+func (c *unroutedCheck) check(ctx context.Context, m *jetstream.RawStreamMsg) error {
+	p, err := stream.ParseSubject(m.Subject)
 	if err != nil {
 		return nil // not an event relay can read; nothing to route
 	}
-	if r.routes(p.Dest, seq) {
+	if c.dests.routes(p.Dest, m.Sequence) {
 		return nil
 	}
-	ev, err := eventOf(msg)
-	if err != nil {
-		return nil
+	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
+	defer cancel()
+	if ok, err := c.dests.exists(ctx, p.Dest, m.Sequence); ok || err != nil {
+		return err
 	}
-	return r.deadLetterUnrouted(ctx, ev, false)
+	return c.letters.deadLetterUnknown(ctx, m)
 }
 
-// routes says whether a destination known here routes events of dest
-// stored at seq.
+// runUnrouted takes part in the unknown-destination check until ctx ends.
+func (r *Relay) runUnrouted(ctx context.Context, id string) {
+	c := &unroutedCheck{js: r.cfg.JS, dests: r, letters: r, id: id, takeover: r.cfg.CheckTakeover,
+		log: r.log, metrics: r.cfg.Metrics, now: r.cfg.Now}
+	c.run(ctx)
+}
+
+// routes: see knownDests.
 func (r *Relay) routes(dest string, seq uint64) bool {
 	d, ok := r.dests.get(dest)
 	return ok && seq >= d.StartSeq
 }
 
-// deadLetterUnrouted asks the store, which is authoritative, whether ev's
-// destination exists; if not, it dead-letters ev. whole says ev has its
-// body; without it, it is read first.
-func (r *Relay) deadLetterUnrouted(ctx context.Context, ev event, whole bool) error {
-	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
-	defer cancel()
+// exists: see knownDests.
+func (r *Relay) exists(ctx context.Context, dest string, seq uint64) (bool, error) {
 	// A token no destination can be named (nor the store hold as a key)
 	// is unknown without asking.
-	if stream.ValidateDestName(ev.dest) == nil {
-		d, err := r.store.Get(ctx, ev.dest)
-		switch {
-		case err == nil:
-			if ev.seq >= d.StartSeq {
-				return nil
-			}
-		case errors.Is(err, errStoredCorrupt):
-			// It exists, but relay cannot read it (and does not deliver
-			// it): its events wait for an operator, in the stream.
-			r.log.Debug("event for a destination stored corrupt left in the stream", "dest", ev.dest, "seq", ev.seq, "err", err)
-			return nil
-		case !errors.Is(err, ErrNotFound):
-			return err
-		}
+	if stream.ValidateDestName(dest) != nil {
+		return false, nil
 	}
-	if !whole {
-		// Read with headers only: read the whole event for the letter.
-		full, err := r.leaderGet(ctx, ev.seq, "")
-		if err != nil {
-			if errors.Is(err, jetstream.ErrMsgNotFound) {
-				return nil // gone meanwhile (deleted, or aged out): nothing to keep
-			}
-			return err
+	d, err := r.store.Get(ctx, dest)
+	switch {
+	case err == nil:
+		return seq >= d.StartSeq, nil
+	case errors.Is(err, errStoredCorrupt):
+		// It exists, but relay cannot read it (and does not deliver it):
+		// its events wait for an operator, in the stream.
+		r.log.Debug("event for a destination stored corrupt left in the stream", "dest", dest, "seq", seq, "err", err)
+		return true, nil
+	case errors.Is(err, ErrNotFound):
+		return false, nil
+	}
+	return false, err
+}
+
+// deadLetterUnknown: see unknownLetters. m may have its headers only: the
+// whole event is read for the letter.
+func (r *Relay) deadLetterUnknown(ctx context.Context, m *jetstream.RawStreamMsg) error {
+	full, err := stream.GetMsg(ctx, r.cfg.JS, stream.EventsStream, m.Sequence, "")
+	if err != nil {
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil // gone meanwhile (deleted, or aged out): nothing to keep
 		}
-		ev.body, ev.hdr = full.Data, full.Header
+		return err
+	}
+	ev, err := rawEvent(full)
+	if err != nil {
+		return nil // not an event relay can read
 	}
 	out := Outcome{Dest: ev.dest, EventID: ev.id, Seq: ev.seq, Decision: Decision{Action: DeadLetter, Reason: ReasonUnknownDestination}}
 	if err := r.writeDeadLetter(ctx, ev, 0, &out); err != nil {
@@ -350,54 +349,4 @@ func (r *Relay) deadLetterUnrouted(ctx context.Context, ev event, whole bool) er
 		r.cfg.OnDelivery(out)
 	}
 	return nil
-}
-
-// leaderGet reads the event stored at sequence seq of the events stream, or
-// with filter, the first one at or after seq on a subject filter matches.
-// It asks the stream's leader, as the check's list did: a direct get can
-// be answered by a mirror that has not caught up, and its "not found"
-// would skip an event.
-func (r *Relay) leaderGet(ctx context.Context, seq uint64, filter string) (*jetstream.RawStreamMsg, error) {
-	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
-	defer cancel()
-	req, err := json.Marshal(struct {
-		Seq     uint64 `json:"seq"`
-		NextFor string `json:"next_by_subj,omitempty"`
-	}{seq, filter})
-	if err != nil {
-		return nil, err
-	}
-	resp, err := r.cfg.JS.Conn().RequestWithContext(ctx, stream.APIPrefix(r.cfg.JS)+"STREAM.MSG.GET."+stream.EventsStream, req)
-	if err != nil {
-		return nil, err
-	}
-	var got struct {
-		Error   *jetstream.APIError `json:"error"`
-		Message *struct {
-			Subject  string    `json:"subject"`
-			Sequence uint64    `json:"seq"`
-			Header   []byte    `json:"hdrs"`
-			Data     []byte    `json:"data"`
-			Time     time.Time `json:"time"`
-		} `json:"message"`
-	}
-	if err := json.Unmarshal(resp.Data, &got); err != nil {
-		return nil, fmt.Errorf("read the response to a message get: %w", err)
-	}
-	switch {
-	case got.Error != nil && got.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-		return nil, jetstream.ErrMsgNotFound
-	case got.Error != nil:
-		return nil, got.Error
-	case got.Message == nil:
-		return nil, jetstream.ErrInvalidJetStreamResponse
-	}
-	m := got.Message
-	var hdr nats.Header
-	if len(m.Header) > 0 {
-		if hdr, err = nats.DecodeHeadersMsg(m.Header); err != nil {
-			return nil, fmt.Errorf("read the headers of event %d: %w", m.Sequence, err)
-		}
-	}
-	return &jetstream.RawStreamMsg{Subject: m.Subject, Sequence: m.Sequence, Header: hdr, Data: m.Data, Time: m.Time}, nil
 }

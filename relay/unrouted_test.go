@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -53,19 +52,13 @@ func publishGhosts(t *testing.T, js jetstream.JetStream, n int) {
 	}
 }
 
-func runRelay(t *testing.T, cfg Config) {
-	t.Helper()
-	startRelay(t, cfg, defaultCheckTuning)
-}
-
-// startRelay runs a relay whose check goes as tune says until the test ends.
-func startRelay(t *testing.T, cfg Config, tune checkTuning) *Relay {
+// runRelay runs a relay until the test ends.
+func runRelay(t *testing.T, cfg Config) *Relay {
 	t.Helper()
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	r, err := New(ctx, cfg)
 	require.NoError(t, err)
-	r.tune = tune
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
 	t.Cleanup(func() {
@@ -99,17 +92,44 @@ func eventsCreated(t *testing.T, js jetstream.JetStream) time.Time {
 	return s.CachedInfo().Created
 }
 
-// leaseFixture is a server, a relay that is not running (for acquire's
-// look-ups) and the state bucket, for tests of the lease on its own.
-func leaseFixture(t *testing.T) (streamtest.Server, *Relay, jetstream.KeyValue) {
+// leaseFixture is a server and its state bucket, for tests of the lease on
+// its own.
+func leaseFixture(t *testing.T) (streamtest.Server, jetstream.KeyValue) {
 	t.Helper()
 	srv := streamtest.Start(t)
-	r, err := New(context.Background(), Config{JS: srv.JS, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	require.NoError(t, err)
 	kv, err := srv.JS.KeyValue(context.Background(), stream.StateBucket)
 	require.NoError(t, err)
-	return srv, r, kv
+	return srv, kv
 }
+
+// checkLease is the check's lease of replica id, as unroutedCheck.hold
+// makes it.
+func checkLease(kv jetstream.KeyValue, id string, takeover time.Duration) *lease {
+	return &lease{kv: kv, key: UnroutedCheckKey, id: id, takeover: takeover, now: time.Now,
+		holder: func(v []byte) (string, error) {
+			st, err := decodeCheckState(v)
+			return st.Holder, err
+		}}
+}
+
+// takeCheck is a take for lease.acquire that records the sequence the
+// check goes on from, as unroutedCheck.hold does (without the stream's
+// creation time).
+func takeCheck(id string, checked *uint64) func([]byte) ([]byte, error) {
+	return func(old []byte) ([]byte, error) {
+		*checked = 0
+		if old != nil {
+			st, err := decodeCheckState(old)
+			if err != nil {
+				return nil, err
+			}
+			*checked = st.Checked
+		}
+		return CheckState{Holder: id, Checked: *checked}.encode(), nil
+	}
+}
+
+func discardf(string, ...any) {}
 
 func putCheckState(t *testing.T, js jetstream.JetStream, st CheckState) {
 	t.Helper()
@@ -138,6 +158,7 @@ func TestCheckTakesOverFromASilentHolderWhereItLeftOff(t *testing.T) {
 	})
 	require.GreaterOrEqual(t, time.Since(start), takeover, "the silent holder kept the check for CheckTakeover")
 	require.NotEmpty(t, st.Holder)
+	require.True(t, eventsCreated(t, srv.JS).Equal(st.Stream), "the state says which stream it counts in")
 	require.ElementsMatch(t, []uint64{4, 5}, dl.list(), "only the events after the recorded sequence are checked")
 
 	// And it goes on with new events.
@@ -150,38 +171,38 @@ func TestCheckTakesOverFromASilentHolderWhereItLeftOff(t *testing.T) {
 // the key changed.
 func TestCheckLeaseIsLostWhenTheKeyChanges(t *testing.T) {
 	t.Parallel()
-	srv, r, kv := leaseFixture(t)
+	srv, kv := leaseFixture(t)
 	ctx := context.Background()
 
 	// Renewals come every second: a takeover time of 8 leaves a loaded
 	// machine seven renewals to be late by before the lease looks dead.
 	const takeover = 8 * time.Second
-	l := &checkLease{kv: kv, id: "r-a", takeover: takeover}
-	checked, err := l.acquire(ctx, r)
+	l := checkLease(kv, "r-a", takeover)
+	var checked uint64
+	_, err := l.acquire(ctx, takeCheck("r-a", &checked), discardf)
 	require.NoError(t, err)
 	require.Zero(t, checked, "a new check starts at the beginning")
 
 	// A second replica waits while the first renews, for longer than the
 	// takeover time.
-	other := &checkLease{kv: kv, id: "r-b", takeover: takeover}
+	other := checkLease(kv, "r-b", takeover)
 	octx, ocancel := context.WithTimeout(ctx, takeover+2*leaseRenew)
 	defer ocancel()
-	var done atomic.Uint64
-	done.Store(7)
 	kctx, kcancel := context.WithCancel(ctx)
 	kept := make(chan error, 1)
-	go func() { kept <- l.keep(kctx, srv.JS, &done) }()
-	_, err = other.acquire(octx, r)
+	go func() {
+		kept <- l.keep(kctx, leaseRenew, func() []byte { return CheckState{Holder: "r-a", Checked: 7}.encode() }, nil)
+	}()
+	var otherChecked uint64
+	_, err = other.acquire(octx, takeCheck("r-b", &otherChecked), discardf)
 	require.ErrorIs(t, err, context.DeadlineExceeded, "no takeover while the holder renews")
 	st, _, err := ReadCheckState(ctx, srv.JS)
 	require.NoError(t, err)
-	created := eventsCreated(t, srv.JS)
 	require.Equal(t, "r-a", st.Holder)
 	require.EqualValues(t, 7, st.Checked, "renewals record the progress")
-	require.True(t, created.Equal(st.Stream), "and which stream it counts in")
 
 	// Someone else writes the key: the holder finds out at its next renewal.
-	putCheckState(t, srv.JS, CheckState{Holder: "r-c", Checked: 7, Stream: created})
+	putCheckState(t, srv.JS, CheckState{Holder: "r-c", Checked: 7})
 	select {
 	case err := <-kept:
 		require.ErrorIs(t, err, errLeaseLost)
@@ -191,10 +212,10 @@ func TestCheckLeaseIsLostWhenTheKeyChanges(t *testing.T) {
 	kcancel()
 
 	// Released, the lease is free at once.
-	putCheckState(t, srv.JS, CheckState{Checked: 9, Stream: created})
-	checked, err = other.acquire(ctx, r)
+	putCheckState(t, srv.JS, CheckState{Checked: 9})
+	_, err = other.acquire(ctx, takeCheck("r-b", &otherChecked), discardf)
 	require.NoError(t, err)
-	require.EqualValues(t, 9, checked)
+	require.EqualValues(t, 9, otherChecked)
 }
 
 // A check state recorded for an events stream that was since deleted and
@@ -255,25 +276,30 @@ func TestCheckLagCountsWhatIsNotReadYet(t *testing.T) {
 // goes on. A replica that no longer holds the lease cannot release it.
 func TestCheckLeaseWritesSurviveAStaleRevision(t *testing.T) {
 	t.Parallel()
-	srv, r, kv := leaseFixture(t)
+	srv, kv := leaseFixture(t)
 	ctx := context.Background()
-	l := &checkLease{kv: kv, id: "r-a", takeover: 10 * time.Second}
-	_, err := l.acquire(ctx, r)
+	l := checkLease(kv, "r-a", 10*time.Second)
+	var checked uint64
+	_, err := l.acquire(ctx, takeCheck("r-a", &checked), discardf)
 	require.NoError(t, err)
 	stale := l.rev
 
 	// The lost write: the same holder, a newer revision.
-	_, err = kv.Put(ctx, UnroutedCheckKey, l.state(4))
+	_, err = kv.Put(ctx, UnroutedCheckKey, CheckState{Holder: "r-a", Checked: 4}.encode())
 	require.NoError(t, err)
-	require.NoError(t, l.write(l.state(5)), "still the holder")
+	ok, err := l.write(CheckState{Holder: "r-a", Checked: 5}.encode())
+	require.NoError(t, err)
+	require.True(t, ok, "still the holder")
 	st, _, err := ReadCheckState(ctx, srv.JS)
 	require.NoError(t, err)
 	require.Equal(t, "r-a", st.Holder)
 	require.EqualValues(t, 5, st.Checked)
 
 	// A replica that lost the lease long ago releases nothing.
-	old := &checkLease{kv: kv, id: "r-b", rev: stale, stream: l.stream}
-	old.release(1)
+	old := checkLease(kv, "r-b", 10*time.Second)
+	old.rev = stale
+	_, err = old.write(CheckState{Checked: 1}.encode())
+	require.ErrorIs(t, err, errLeaseLost)
 	st, _, err = ReadCheckState(ctx, srv.JS)
 	require.NoError(t, err)
 	require.Equal(t, "r-a", st.Holder, "the holder keeps the lease")
@@ -309,16 +335,15 @@ func publishTo(t *testing.T, js jetstream.JetStream, subj string, n int) uint64 
 	return last
 }
 
-// checkedCount is how many events the check went through, how.
-func checkedCount(m *Metrics, how string) uint64 {
-	c := map[string]prometheus.Counter{"counted": m.checkCounted, "listed": m.checkListed, "read": m.checkRead}[how]
-	return uint64(testutil.ToFloat64(c))
+// checkedCount is how many events the check went through.
+func checkedCount(m *Metrics) uint64 {
+	return uint64(testutil.ToFloat64(m.checkRead))
 }
 
-// A range of events that are all for known destinations is settled by the
-// server's count, without reading any event; a range with an event for an
-// unknown destination in it is read, and that event dead-lettered.
-func TestCheckCountsRangesWhereEveryDestinationIsKnown(t *testing.T) {
+// Events for known destinations, keyed or not, are not dead-lettered; an
+// event for an unknown destination among them is, once; every event is
+// read once.
+func TestCheckDeadLettersOnlyEventsOfUnknownDestinations(t *testing.T) {
 	t.Parallel()
 	srv := streamtest.Start(t)
 	addPausedDest(t, srv.JS, "known")
@@ -328,10 +353,10 @@ func TestCheckCountsRangesWhereEveryDestinationIsKnown(t *testing.T) {
 
 	m := NewMetrics(prometheus.NewRegistry())
 	var dl deadLettered
-	startRelay(t, Config{JS: srv.JS, OnDelivery: dl.add, Metrics: m}, checkTuning{countMin: 100, subjectsPerEvent: 100})
+	runRelay(t, Config{JS: srv.JS, OnDelivery: dl.add, Metrics: m})
 	waitCheckState(t, srv.JS, "checked the known events", func(st CheckState) bool { return st.Checked == last })
-	require.EqualValues(t, 300, checkedCount(m, "counted"))
-	require.Zero(t, checkedCount(m, "read"), "nothing read")
+	require.Empty(t, dl.list())
+	require.EqualValues(t, 300, checkedCount(m))
 
 	// Events published while it runs are read as they come.
 	publishTo(t, srv.JS, "relay.in.known", 100)
@@ -339,117 +364,7 @@ func TestCheckCountsRangesWhereEveryDestinationIsKnown(t *testing.T) {
 	last = publishTo(t, srv.JS, "relay.in.known", 100)
 	waitCheckState(t, srv.JS, "checked the mixed range", func(st CheckState) bool { return st.Checked == last })
 	require.Equal(t, []uint64{ghost}, dl.list())
-	require.EqualValues(t, 300, checkedCount(m, "counted"))
-	require.EqualValues(t, 201, checkedCount(m, "read"))
-}
-
-// A backlog with one event for an unknown destination in it is not settled
-// by the count as a whole: the part before that event is (to within
-// countMin events), the rest is read, and that event dead-lettered.
-func TestCheckReadsABacklogTheCountDoesNotSettle(t *testing.T) {
-	t.Parallel()
-	srv := streamtest.Start(t)
-	addPausedDest(t, srv.JS, "known")
-	publishTo(t, srv.JS, "relay.in.known", 1000)
-	ghost := publishTo(t, srv.JS, "relay.in.ghost", 1)
-	last := publishTo(t, srv.JS, "relay.in.known.k1", 300)
-
-	m := NewMetrics(prometheus.NewRegistry())
-	var dl deadLettered
-	const countMin = 100
-	startRelay(t, Config{JS: srv.JS, OnDelivery: dl.add, Metrics: m}, checkTuning{countMin: countMin, subjectsPerEvent: 100})
-	waitCheckState(t, srv.JS, "checked the backlog", func(st CheckState) bool { return st.Checked == last })
-	require.Equal(t, []uint64{ghost}, dl.list())
-	counted, read := checkedCount(m, "counted"), checkedCount(m, "read")
-	require.EqualValues(t, last, counted+read, "every event counted or read, once")
-	require.Less(t, counted, ghost, "the unknown event is read")
-	require.GreaterOrEqual(t, counted, ghost-1-countMin, "what came before it is counted, to within countMin")
-}
-
-// The count never settles a range that holds an event for an unknown
-// destination, also while events are being stored during the count.
-func TestCheckCountNeverSettlesARangeWithAnUnknownEvent(t *testing.T) {
-	t.Parallel()
-	srv := streamtest.Start(t)
-	ctx := context.Background()
-	d := addPausedDest(t, srv.JS, "known")
-	r, err := New(ctx, Config{JS: srv.JS, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	require.NoError(t, err)
-	r.dests.dests[d.Name] = d
-
-	// A producer publishes bursts of 100 events, in half of them one for an
-	// unknown destination; between bursts it waits for two counts.
-	prnd, rnd := rand.New(rand.NewPCG(1, 2)), rand.New(rand.NewPCG(3, 4)) // one each: the producer's, the counter's
-	var mu sync.Mutex
-	var ghosts []uint64
-	counted := make(chan struct{})
-	published := make(chan error, 1)
-	const bursts = 40
-	go func() {
-		defer close(published)
-		for b := range bursts {
-			ghostAt := -1
-			if b%2 == 1 {
-				ghostAt = prnd.IntN(100)
-			}
-			for i := range 100 {
-				subj := "relay.in.known"
-				if i == ghostAt {
-					subj = "relay.in.ghost"
-				}
-				ack, err := srv.JS.Publish(ctx, subj, nil)
-				if err != nil {
-					published <- err
-					return
-				}
-				if i == ghostAt {
-					mu.Lock()
-					ghosts = append(ghosts, ack.Sequence)
-					mu.Unlock()
-				}
-			}
-			<-counted
-			<-counted
-		}
-	}()
-
-	type claim struct{ from, to uint64 }
-	var settled, unsettled []claim
-	for done := false; !done; {
-		info, err := r.events.Info(ctx)
-		require.NoError(t, err)
-		to := info.State.LastSeq
-		from := to - min(to, uint64(1+rnd.IntN(300)))
-		ok, err := r.allRouted(ctx, from, to, info.State.FirstSeq)
-		require.NoError(t, err)
-		if ok {
-			settled = append(settled, claim{from, to})
-		} else {
-			unsettled = append(unsettled, claim{from, to})
-		}
-		select {
-		case counted <- struct{}{}:
-		case err, open := <-published:
-			require.NoError(t, err)
-			done = !open
-		}
-	}
-
-	mu.Lock()
-	defer mu.Unlock()
-	in := func(c claim) bool {
-		for _, g := range ghosts {
-			if g > c.from && g <= c.to {
-				return true
-			}
-		}
-		return false
-	}
-	for _, c := range settled {
-		require.False(t, in(c), "range (%d, %d] settled by count, but an event in it is for an unknown destination", c.from, c.to)
-	}
-	require.NotEmpty(t, settled, "some ranges were settled by count")
-	require.True(t, slices.ContainsFunc(unsettled, in), "some ranges held an event for an unknown destination")
+	require.EqualValues(t, 501, checkedCount(m), "every event read once")
 }
 
 // Events deleted before the check reads them are skipped, and the check
@@ -465,7 +380,7 @@ func TestCheckReadsPastDeletedEvents(t *testing.T) {
 	require.NoError(t, s.DeleteMsg(ctx, 5))
 
 	var dl deadLettered
-	startRelay(t, Config{JS: srv.JS, OnDelivery: dl.add}, checkTuning{countMin: 1000, subjectsPerEvent: 100})
+	runRelay(t, Config{JS: srv.JS, OnDelivery: dl.add})
 	waitCheckState(t, srv.JS, "checked what is left", func(st CheckState) bool { return st.Checked == 4 })
 	require.ElementsMatch(t, []uint64{1, 2, 4}, dl.list())
 
@@ -475,9 +390,9 @@ func TestCheckReadsPastDeletedEvents(t *testing.T) {
 }
 
 // A destination added while the check was behind routes only what was
-// published after it was added: the count settles the backlog in pieces,
-// and an event published for it before it existed is still dead-lettered.
-func TestCheckCountsAcrossADestinationAddedMeanwhile(t *testing.T) {
+// published after it was added: an event published for it before it
+// existed is still dead-lettered.
+func TestCheckReadsAcrossADestinationAddedMeanwhile(t *testing.T) {
 	t.Parallel()
 	srv := streamtest.Start(t)
 	addPausedDest(t, srv.JS, "known")
@@ -488,10 +403,9 @@ func TestCheckCountsAcrossADestinationAddedMeanwhile(t *testing.T) {
 
 	m := NewMetrics(prometheus.NewRegistry())
 	var dl deadLettered
-	startRelay(t, Config{JS: srv.JS, OnDelivery: dl.add, Metrics: m}, checkTuning{countMin: 100, subjectsPerEvent: 100})
+	runRelay(t, Config{JS: srv.JS, OnDelivery: dl.add, Metrics: m})
 	waitCheckState(t, srv.JS, "checked the backlog", func(st CheckState) bool { return st.Checked == last })
-	require.EqualValues(t, 300, checkedCount(m, "counted"))
-	require.Zero(t, checkedCount(m, "read"))
+	require.EqualValues(t, 300, checkedCount(m))
 	require.Empty(t, dl.list())
 
 	// The same, with an event for the second destination published before
@@ -505,18 +419,15 @@ func TestCheckCountsAcrossADestinationAddedMeanwhile(t *testing.T) {
 
 	m2 := NewMetrics(prometheus.NewRegistry())
 	var dl2 deadLettered
-	startRelay(t, Config{JS: srv2.JS, OnDelivery: dl2.add, Metrics: m2}, checkTuning{countMin: 100, subjectsPerEvent: 100})
+	runRelay(t, Config{JS: srv2.JS, OnDelivery: dl2.add, Metrics: m2})
 	waitCheckState(t, srv2.JS, "checked the backlog", func(st CheckState) bool { return st.Checked == last })
 	require.Equal(t, []uint64{early}, dl2.list())
-	counted, read := checkedCount(m2, "counted"), checkedCount(m2, "read")
-	require.EqualValues(t, last, counted+read)
-	require.Less(t, counted, early, "the early event is read")
-	require.GreaterOrEqual(t, counted, early-1-100, "what came before it is counted, to within countMin")
+	require.EqualValues(t, last, checkedCount(m2))
 }
 
 // Events that aged out (or were purged) before the check got to them do not
-// stop the count, even when a destination was added among them.
-func TestCheckCountsPastEventsThatAgedOut(t *testing.T) {
+// stop it, even when a destination was added among them.
+func TestCheckReadsPastEventsThatAgedOut(t *testing.T) {
 	t.Parallel()
 	srv := streamtest.Start(t)
 	ctx := context.Background()
@@ -530,40 +441,15 @@ func TestCheckCountsPastEventsThatAgedOut(t *testing.T) {
 	require.NoError(t, s.Purge(ctx, jetstream.WithPurgeSequence(151))) // 1..150 gone
 
 	m := NewMetrics(prometheus.NewRegistry())
-	startRelay(t, Config{JS: srv.JS, Metrics: m}, checkTuning{countMin: 100, subjectsPerEvent: 100})
+	runRelay(t, Config{JS: srv.JS, Metrics: m})
 	waitCheckState(t, srv.JS, "checked what is left", func(st CheckState) bool { return st.Checked == last })
-	require.EqualValues(t, 250, checkedCount(m, "counted"))
-	require.Zero(t, checkedCount(m, "read"))
+	require.EqualValues(t, 250, checkedCount(m))
 }
 
-// The count is used only where it is exact: on an R1 events stream, for
-// enough events, and not on a stream with far more subjects than events to
-// count (its index is what the count walks).
-func TestCheckCountsOnlyWhereItIsExactAndWorthIt(t *testing.T) {
-	r := &Relay{tune: checkTuning{countMin: 1000, subjectsPerEvent: 100}}
-	info := func(replicas int, subjects uint64) *jetstream.StreamInfo {
-		return &jetstream.StreamInfo{Config: jetstream.StreamConfig{Replicas: replicas}, State: jetstream.StreamState{NumSubjects: subjects}}
-	}
-	require.True(t, r.worthCounting(info(1, 10), 50_000))
-	require.False(t, r.worthCounting(info(3, 10), 50_000), "a replicated stream is read")
-	require.False(t, r.worthCounting(info(1, 10), 999), "too few events")
-	require.False(t, r.worthCounting(info(1, 5_000_001), 50_000), "too many subjects")
-	require.True(t, r.worthCounting(info(1, 5_000_000), 50_000))
-}
-
-// listingTuning is defaultCheckTuning without the count: what the check
-// does not read, it lists.
-func listingTuning() checkTuning {
-	tune := defaultCheckTuning
-	tune.countMin = math.MaxUint64 // never counts: what is settled is listed
-	return tune
-}
-
-// Events published while the check runs are settled from the list of the
-// stream's subjects: only those of unknown destinations, and those of a
-// destination published before it was added, are looked up, and they are
-// dead-lettered in stream order.
-func TestCheckListsEventsPublishedWhileItRuns(t *testing.T) {
+// Events published while the check runs are checked as they are stored:
+// those of unknown destinations, and those of a destination published
+// before it was added, are dead-lettered in stream order.
+func TestCheckReadsEventsPublishedWhileItRuns(t *testing.T) {
 	t.Parallel()
 	srv := streamtest.Start(t)
 	addPausedDest(t, srv.JS, "known")
@@ -573,7 +459,7 @@ func TestCheckListsEventsPublishedWhileItRuns(t *testing.T) {
 
 	m := NewMetrics(prometheus.NewRegistry())
 	var dl deadLettered
-	startRelay(t, Config{JS: srv.JS, OnDelivery: dl.add, Metrics: m}, listingTuning())
+	runRelay(t, Config{JS: srv.JS, OnDelivery: dl.add, Metrics: m})
 	var want []uint64
 	want = append(want, early)
 	for i := range 20 {
@@ -589,22 +475,19 @@ func TestCheckListsEventsPublishedWhileItRuns(t *testing.T) {
 	last := publishTo(t, srv.JS, "relay.in.known", 1)
 	waitCheckState(t, srv.JS, "checked every event", func(st CheckState) bool { return st.Checked == last })
 	require.Equal(t, want, dl.list(), "every event of an unknown destination dead-lettered once, in stream order")
-	require.Zero(t, checkedCount(m, "read"), "nothing read")
-	require.EqualValues(t, last, checkedCount(m, "listed"))
+	require.EqualValues(t, last, checkedCount(m), "every event read once")
 }
 
-// The list never settles an event for an unknown destination it did not
-// look up, also while events are being stored as it lists.
-func TestCheckListingMissesNoEventStoredMeanwhile(t *testing.T) {
+// The check misses no event for an unknown destination while events are
+// being stored by two producers at once.
+func TestCheckMissesNoEventStoredMeanwhile(t *testing.T) {
 	t.Parallel()
 	srv := streamtest.Start(t)
 	ctx := context.Background()
 	addPausedDest(t, srv.JS, "known")
 	m := NewMetrics(prometheus.NewRegistry())
 	var dl deadLettered
-	tune := listingTuning()
-	tune.listGroups = 1000 // look them all up
-	startRelay(t, Config{JS: srv.JS, OnDelivery: dl.add, Metrics: m}, tune)
+	runRelay(t, Config{JS: srv.JS, OnDelivery: dl.add, Metrics: m})
 
 	// Every other burst has one event for a destination no one added, each
 	// under a name of its own (so each is a subject the list has not had);
@@ -645,12 +528,12 @@ func TestCheckListingMissesNoEventStoredMeanwhile(t *testing.T) {
 	waitCheckState(t, srv.JS, "checked every event", func(st CheckState) bool { return st.Checked == last.Load() })
 	slices.Sort(ghosts)
 	require.Equal(t, ghosts, dl.list(), "every event of an unknown destination dead-lettered once, in stream order")
-	require.Zero(t, checkedCount(m, "read"), "nothing read")
+	require.Equal(t, last.Load(), checkedCount(m), "every event read once")
 }
 
-// With more destinations to look up in a pass than listGroups, the check
-// reads the events instead, and dead-letters the same ones.
-func TestCheckReadsWhenTooManyDestinationsAreUnknown(t *testing.T) {
+// Events of several unknown destinations, each between known ones, are
+// each dead-lettered.
+func TestCheckDeadLettersEveryUnknownDestination(t *testing.T) {
 	t.Parallel()
 	srv := streamtest.Start(t)
 	addPausedDest(t, srv.JS, "known")
@@ -663,97 +546,10 @@ func TestCheckReadsWhenTooManyDestinationsAreUnknown(t *testing.T) {
 
 	m := NewMetrics(prometheus.NewRegistry())
 	var dl deadLettered
-	tune := listingTuning()
-	tune.listGroups = 2
-	startRelay(t, Config{JS: srv.JS, OnDelivery: dl.add, Metrics: m}, tune)
+	runRelay(t, Config{JS: srv.JS, OnDelivery: dl.add, Metrics: m})
 	waitCheckState(t, srv.JS, "checked every event", func(st CheckState) bool { return st.Checked == last })
 	require.Equal(t, want, dl.list())
-	require.EqualValues(t, last, checkedCount(m, "read"), "every event read")
-	require.Zero(t, checkedCount(m, "listed"))
-}
-
-// Reading, when listing would not do, asks again once it has caught up, and
-// goes back to listing when it does; the consumer it read with is deleted.
-func TestCheckGoesBackToListingAfterReading(t *testing.T) {
-	t.Parallel()
-	srv := streamtest.Start(t)
-	ctx := context.Background()
-	addPausedDest(t, srv.JS, "known")
-	ghosts := []uint64{publishTo(t, srv.JS, "relay.in.ghost0", 1), publishTo(t, srv.JS, "relay.in.ghost1", 1)}
-	last := publishTo(t, srv.JS, "relay.in.known", 10)
-
-	m := NewMetrics(prometheus.NewRegistry())
-	var dl deadLettered
-	tune := listingTuning()
-	tune.listGroups = 1 // two unknown destinations: read
-	tune.relist = 50 * time.Millisecond
-	startRelay(t, Config{JS: srv.JS, OnDelivery: dl.add, Metrics: m}, tune)
-	waitCheckState(t, srv.JS, "read every event", func(st CheckState) bool { return st.Checked == last })
-	require.Equal(t, ghosts, dl.list())
-	require.EqualValues(t, last, checkedCount(m, "read"))
-
-	// Once their events are gone, one unknown destination is few enough.
-	s, err := srv.JS.Stream(ctx, stream.EventsStream)
-	require.NoError(t, err)
-	for _, g := range []string{"relay.in.ghost0", "relay.in.ghost1"} {
-		require.NoError(t, s.Purge(ctx, jetstream.WithPurgeSubject(g)))
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for checkedCount(m, "listed") == 0 {
-		require.True(t, time.Now().Before(deadline), "the check never went back to listing")
-		publishTo(t, srv.JS, "relay.in.known", 1) // reading notices it caught up as events come
-		time.Sleep(20 * time.Millisecond)
-	}
-	read := checkedCount(m, "read")
-	ghost := publishTo(t, srv.JS, "relay.in.ghost2", 1)
-	last = publishTo(t, srv.JS, "relay.in.known", 10)
-	waitCheckState(t, srv.JS, "listed the rest", func(st CheckState) bool { return st.Checked == last })
-	require.Equal(t, append(ghosts, ghost), dl.list())
-	require.Equal(t, read, checkedCount(m, "read"), "nothing read once listing again")
-
-	// Only the destination's durable consumer is left: not the reader's.
-	names := s.ConsumerNames(ctx)
-	var left []string
-	for n := range names.Name() {
-		left = append(left, n)
-	}
-	require.NoError(t, names.Err())
-	require.Equal(t, []string{ConsumerName("known")}, left)
-}
-
-// Listing is used only where it is exact, an R1 stream whose subjects come
-// in one response, and when it costs less than reading the events there are
-// to check, or little anyway.
-func TestCheckListsOnlyWhereItIsExactAndWorthIt(t *testing.T) {
-	r := &Relay{tune: defaultCheckTuning}
-	info := func(replicas int, subjects uint64) *jetstream.StreamInfo {
-		return &jetstream.StreamInfo{Config: jetstream.StreamConfig{Replicas: replicas}, State: jetstream.StreamState{NumSubjects: subjects}}
-	}
-	require.True(t, r.listable(info(1, 10)))
-	require.False(t, r.listable(info(3, 10)), "a replicated stream is read")
-	require.False(t, r.listable(info(1, listMaxSubjects)), "too many subjects for one response")
-	require.False(t, (&Relay{tune: checkTuning{countMin: 1000}}).listable(info(1, 10)), "listing turned off")
-
-	require.True(t, r.listWorth(info(1, 50_000), 10_000, 0), "5 subjects listed per event not read")
-	require.False(t, r.listWorth(info(1, 50_001), 10_000, time.Hour), "more subjects than that, and not few")
-	require.True(t, r.listWorth(info(1, 200), 1, defaultCheckTuning.pollIdle), "a few subjects, once per pollIdle")
-	require.False(t, r.listWorth(info(1, 200), 1, defaultCheckTuning.pollIdle-time.Millisecond))
-	require.False(t, r.listWorth(info(1, 201), 1, time.Hour), "not so few")
-}
-
-// Passes are spaced for about passEvents events each, within poll and
-// pollIdle.
-func TestCheckSpacesPassesByTheRateOfEvents(t *testing.T) {
-	tune := defaultCheckTuning
-	require.Equal(t, 100*time.Millisecond, tune.passWait(0), "no events: every pollIdle")
-	require.Equal(t, 100*time.Millisecond, tune.passWait(500))
-	require.Equal(t, 50*time.Millisecond, tune.passWait(2000))
-	require.Equal(t, 14285714*time.Nanosecond, tune.passWait(7000))
-	require.Equal(t, 10*time.Millisecond, tune.passWait(20000), "at most every poll")
-	for _, slow := range []float64{1e-9, 1e-300, math.SmallestNonzeroFloat64} {
-		require.Equal(t, 100*time.Millisecond, tune.passWait(slow), "events all but stopped: every pollIdle, not a Duration overflow")
-	}
-	require.Equal(t, 10*time.Millisecond, tune.passWait(math.Inf(1)))
+	require.EqualValues(t, last, checkedCount(m), "every event read")
 }
 
 // When the check reads, its pull requests ask for idle heartbeats at most
@@ -766,13 +562,13 @@ func TestCheckReadsWithShortHeartbeats(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	reqs := streamtest.WatchPullRequests(t, nc, "$JS.API.CONSUMER.MSG.NEXT."+stream.EventsStream+".*")
-	startRelay(t, Config{JS: srv.JS}, checkTuning{countMin: 1000, subjectsPerEvent: 100}) // reads
+	runRelay(t, Config{JS: srv.JS})
 	streamtest.RequireShortHeartbeats(t, reqs, "the check's consumer")
 }
 
-// Listing goes past events deleted or purged before it got to them, also
+// The check goes past events deleted or purged before it got to them, also
 // when none are left, and follows a destination added while it runs.
-func TestCheckListsPastRemovedEventsAndAddedDestinations(t *testing.T) {
+func TestCheckReadsPastRemovedEventsAndAddedDestinations(t *testing.T) {
 	t.Parallel()
 	srv := streamtest.Start(t)
 	ctx := context.Background()
@@ -784,8 +580,8 @@ func TestCheckListsPastRemovedEventsAndAddedDestinations(t *testing.T) {
 
 	m := NewMetrics(prometheus.NewRegistry())
 	var dl deadLettered
-	startRelay(t, Config{JS: srv.JS, OnDelivery: dl.add, Metrics: m}, listingTuning())
-	waitCheckState(t, srv.JS, "listed what is left", func(st CheckState) bool { return st.Checked == 6 })
+	runRelay(t, Config{JS: srv.JS, OnDelivery: dl.add, Metrics: m})
+	waitCheckState(t, srv.JS, "read what is left", func(st CheckState) bool { return st.Checked == 6 })
 	require.Equal(t, []uint64{3, 5, 6}, dl.list())
 
 	// Nothing left at all: the check still moves to the last sequence.
@@ -795,45 +591,24 @@ func TestCheckListsPastRemovedEventsAndAddedDestinations(t *testing.T) {
 
 	// Events for "late" are dead-lettered until it is added, and not after.
 	early := publishTo(t, srv.JS, "relay.in.late", 1)
-	waitCheckState(t, srv.JS, "listed the early event", func(st CheckState) bool { return st.Checked == early })
+	waitCheckState(t, srv.JS, "read the early event", func(st CheckState) bool { return st.Checked == early })
 	addPausedDest(t, srv.JS, "late")
 	last := publishTo(t, srv.JS, "relay.in.late", 5)
-	waitCheckState(t, srv.JS, "listed the later events", func(st CheckState) bool { return st.Checked == last })
-	// 7 and 8 may have been listed, and dead-lettered, before the purge.
+	waitCheckState(t, srv.JS, "read the later events", func(st CheckState) bool { return st.Checked == last })
+	// 7 and 8 may have been read, and dead-lettered, before the purge.
 	got := slices.DeleteFunc(dl.list(), func(seq uint64) bool { return seq == 7 || seq == 8 })
 	require.Equal(t, []uint64{3, 5, 6, early}, got)
-	require.Zero(t, checkedCount(m, "read"))
-}
-
-// Reading goes back to listing after relist when listing settled events
-// the time before, and waits twice as long, up to 60 times relist, each
-// time it did not.
-func TestCheckBacksOffAskingAboutListing(t *testing.T) {
-	tune := defaultCheckTuning
-	require.Equal(t, 5*time.Second, tune.relistAfter(time.Minute, true))
-	wait := tune.relist
-	for range 5 {
-		wait = tune.relistAfter(wait, false)
-	}
-	require.Equal(t, 160*time.Second, wait)
-	for range 5 {
-		wait = tune.relistAfter(wait, false)
-	}
-	require.Equal(t, 5*time.Minute, wait, "at most 60 times relist")
+	require.Positive(t, checkedCount(m))
 }
 
 // Events are looked up, and read whole for their dead letter, at the
 // stream's leader (STREAM.MSG.GET), never by direct get: a mirror that has
 // not caught up can answer a direct get, and its "not found" would skip an
-// event. So when listing and when reading.
+// event.
 func TestCheckLooksEventsUpAtTheStreamsLeader(t *testing.T) {
 	t.Parallel()
-	for name, tune := range map[string]checkTuning{
-		"listing": listingTuning(),
-		"reading": {countMin: 1000, subjectsPerEvent: 100},
-	} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
+	{
+		{
 			srv := streamtest.Start(t)
 			nc, err := nats.Connect(srv.URL)
 			require.NoError(t, err)
@@ -852,7 +627,7 @@ func TestCheckLooksEventsUpAtTheStreamsLeader(t *testing.T) {
 
 			addPausedDest(t, srv.JS, "known")
 			var dl deadLettered
-			startRelay(t, Config{JS: srv.JS, OnDelivery: dl.add}, tune)
+			runRelay(t, Config{JS: srv.JS, OnDelivery: dl.add})
 			publishTo(t, srv.JS, "relay.in.known", 5)
 			ghost := publishTo(t, srv.JS, "relay.in.ghost", 1)
 			last := publishTo(t, srv.JS, "relay.in.known", 5)
@@ -861,7 +636,7 @@ func TestCheckLooksEventsUpAtTheStreamsLeader(t *testing.T) {
 			require.NoError(t, nc.Flush())
 			require.Positive(t, leader.Load(), "the ghost event read at the leader")
 			require.Zero(t, direct.Load(), "no direct get")
-		})
+		}
 	}
 }
 
@@ -875,7 +650,7 @@ func TestCheckReadsOnAfterItsConsumerGoes(t *testing.T) {
 	ctx := context.Background()
 	publishGhosts(t, srv.JS, 3)
 	var dl deadLettered
-	startRelay(t, Config{JS: srv.JS, OnDelivery: dl.add}, checkTuning{countMin: 1000, subjectsPerEvent: 100})
+	runRelay(t, Config{JS: srv.JS, OnDelivery: dl.add})
 	waitCheckState(t, srv.JS, "checked the first three", func(st CheckState) bool { return st.Checked == 3 })
 
 	s, err := srv.JS.Stream(ctx, stream.EventsStream)

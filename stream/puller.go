@@ -55,11 +55,15 @@ type Puller struct {
 	pause time.Time
 }
 
-func NewPuller(js jetstream.JetStream, durable string, expiry, hb time.Duration, maxBytes int64) (*Puller, error) {
+// NewPuller pulls from the consumer named consumer of streamName: with
+// requests that expire after expiry, with an idle heartbeat every hb, and
+// that bring at most maxBytes each (at least twice the server's maximum
+// payload).
+func NewPuller(js jetstream.JetStream, streamName, consumer string, expiry, hb time.Duration, maxBytes int64) (*Puller, error) {
 	nc := js.Conn()
 	p := &Puller{
 		nc:       nc,
-		subject:  APIPrefix(js) + "CONSUMER.MSG.NEXT." + EventsStream + "." + durable,
+		subject:  APIPrefix(js) + "CONSUMER.MSG.NEXT." + streamName + "." + consumer,
 		inbox:    nc.NewInbox(),
 		expiry:   expiry,
 		hb:       hb,

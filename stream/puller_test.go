@@ -39,7 +39,7 @@ func TestPullerReceivesWhatNATSGoWould(t *testing.T) {
 		info, err := cons.Info(ctx)
 		return err == nil && info.NumPending == 3
 	}, 10*time.Second, 10*time.Millisecond, "the consumer counts the three events")
-	p, err := NewPuller(js, "pulltest", 2*time.Second, time.Second, 0)
+	p, err := NewPuller(js, EventsStream, "pulltest", 2*time.Second, time.Second, 0)
 	require.NoError(t, err)
 	now := time.Now()
 	require.NoError(t, p.Fill(3, 0, now))

@@ -12,51 +12,51 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func scanned(t *testing.T, js jetstream.JetStream, filters []string, since time.Time) []string {
+func readAll(t *testing.T, js jetstream.JetStream, filters []string, since time.Time) []string {
 	t.Helper()
 	var got []string
-	require.NoError(t, Scan(context.Background(), js, EventsStream, filters, since, func(m *jetstream.RawStreamMsg) error {
+	require.NoError(t, Read(context.Background(), js, EventsStream, ReadOptions{Filters: filters, Since: since}, func(m *jetstream.RawStreamMsg) error {
 		got = append(got, string(m.Data))
 		return nil
 	}))
 	return got
 }
 
-func TestScanReadsInOrder(t *testing.T) {
+func TestReadReadsInOrder(t *testing.T) {
 	t.Parallel()
 	js := startJS(t)
 	ctx := context.Background()
 	require.NoError(t, Ensure(ctx, js, Config{}))
-	require.Empty(t, scanned(t, js, nil, time.Time{}), "an empty stream")
+	require.Empty(t, readAll(t, js, nil, time.Time{}), "an empty stream")
 	var seqs []uint64
 	for _, d := range []string{"a", "b", "a", "c", "a"} {
 		ack, err := js.Publish(ctx, InSubject(d, ""), []byte(d))
 		require.NoError(t, err)
 		seqs = append(seqs, ack.Sequence)
 	}
-	require.Equal(t, []string{"a", "a", "a"}, scanned(t, js, []string{InSubject("a", "")}, time.Time{}))
-	require.Equal(t, []string{"a", "b", "a", "c", "a"}, scanned(t, js, nil, time.Time{}))
+	require.Equal(t, []string{"a", "a", "a"}, readAll(t, js, []string{InSubject("a", "")}, time.Time{}))
+	require.Equal(t, []string{"a", "b", "a", "c", "a"}, readAll(t, js, nil, time.Time{}))
 	// Several filters: merged in stream order.
-	require.Equal(t, []string{"a", "b", "a", "a"}, scanned(t, js, []string{InSubject("b", ""), InSubject("a", "")}, time.Time{}))
-	require.Equal(t, []string{"b", "c"}, scanned(t, js, []string{InSubject("c", ""), InSubject("b", ""), InSubject("d", "")}, time.Time{}),
+	require.Equal(t, []string{"a", "b", "a", "a"}, readAll(t, js, []string{InSubject("b", ""), InSubject("a", "")}, time.Time{}))
+	require.Equal(t, []string{"b", "c"}, readAll(t, js, []string{InSubject("c", ""), InSubject("b", ""), InSubject("d", "")}, time.Time{}),
 		"with one for a destination that was not published to")
-	require.Empty(t, scanned(t, js, []string{InSubject("d", "")}, time.Time{}), "nothing on the filter")
+	require.Empty(t, readAll(t, js, []string{InSubject("d", "")}, time.Time{}), "nothing on the filter")
 
 	// A deleted message is skipped.
 	s, err := js.Stream(ctx, EventsStream)
 	require.NoError(t, err)
 	require.NoError(t, s.DeleteMsg(ctx, seqs[2]))
-	require.Equal(t, []string{"a", "a"}, scanned(t, js, []string{InSubject("a", "")}, time.Time{}))
+	require.Equal(t, []string{"a", "a"}, readAll(t, js, []string{InSubject("a", "")}, time.Time{}))
 
 	// Since: stored at or after it.
 	raw, err := s.GetMsg(ctx, seqs[3])
 	require.NoError(t, err)
-	require.Equal(t, []string{"c", "a"}, scanned(t, js, nil, raw.Time))
-	require.Equal(t, []string{"a"}, scanned(t, js, []string{InSubject("a", "")}, raw.Time))
+	require.Equal(t, []string{"c", "a"}, readAll(t, js, nil, raw.Time))
+	require.Equal(t, []string{"a"}, readAll(t, js, []string{InSubject("a", "")}, raw.Time))
 
 	// Nothing stored after the scan began.
 	var got []string
-	require.NoError(t, Scan(ctx, js, EventsStream, nil, time.Time{}, func(m *jetstream.RawStreamMsg) error {
+	require.NoError(t, Read(ctx, js, EventsStream, ReadOptions{}, func(m *jetstream.RawStreamMsg) error {
 		got = append(got, string(m.Data))
 		if len(got) == 1 {
 			_, err := js.Publish(ctx, InSubject("a", ""), []byte("late"))
@@ -71,7 +71,7 @@ func TestScanReadsInOrder(t *testing.T) {
 // TestScanReadsAMessageWithAStatusHeaderAndNoBody: nats.go's consumers take
 // such a message for a status of the pull protocol, and its ordered
 // consumer never gets past it.
-func TestScanReadsAMessageWithAStatusHeaderAndNoBody(t *testing.T) {
+func TestReadReadsAMessageWithAStatusHeaderAndNoBody(t *testing.T) {
 	t.Parallel()
 	js := startJS(t)
 	ctx := context.Background()
@@ -87,7 +87,7 @@ func TestScanReadsAMessageWithAStatusHeaderAndNoBody(t *testing.T) {
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var got []*jetstream.RawStreamMsg
-	require.NoError(t, Scan(sctx, js, EventsStream, nil, time.Time{}, func(m *jetstream.RawStreamMsg) error {
+	require.NoError(t, Read(sctx, js, EventsStream, ReadOptions{}, func(m *jetstream.RawStreamMsg) error {
 		got = append(got, m)
 		return nil
 	}))
@@ -115,24 +115,26 @@ func consumerNames(t *testing.T, js jetstream.JetStream) []string {
 // (a server restart would lose its in-memory one too) is made again after
 // the last message read; nothing is read twice or skipped, and nothing is
 // left behind.
-func TestScanStartsAgainWhenItsConsumerGoes(t *testing.T) {
+func TestReadStartsAgainWhenItsConsumerGoes(t *testing.T) {
 	t.Parallel()
 	js := startJS(t)
 	ctx := context.Background()
 	require.NoError(t, Ensure(ctx, js, Config{}))
 	var want []string
-	for i := range 600 {
+	// More than it asks for ahead (readAhead) twice over: what came before
+	// a deletion is read first, then the new consumer's.
+	for i := range 3000 {
 		want = append(want, strconv.Itoa(i))
 		_, err := js.Publish(ctx, InSubject("a", ""), []byte(want[i]))
 		require.NoError(t, err)
 	}
 	var got []string
 	deleted := 0
-	require.NoError(t, Scan(ctx, js, EventsStream, nil, time.Time{}, func(m *jetstream.RawStreamMsg) error {
+	require.NoError(t, Read(ctx, js, EventsStream, ReadOptions{}, func(m *jetstream.RawStreamMsg) error {
 		got = append(got, string(m.Data))
-		if len(got) == 100 || len(got) == 400 {
+		if len(got) == 100 || len(got) == 2500 {
 			names := consumerNames(t, js)
-			require.Len(t, names, 1, "the scan's consumer")
+			require.Len(t, names, 1, "the reader's consumer")
 			require.NoError(t, js.DeleteConsumer(ctx, EventsStream, names[0]))
 			deleted++
 		}
@@ -143,7 +145,7 @@ func TestScanStartsAgainWhenItsConsumerGoes(t *testing.T) {
 	require.Empty(t, consumerNames(t, js), "no consumer left behind")
 }
 
-func TestScanStopsEarly(t *testing.T) {
+func TestReadStopsEarly(t *testing.T) {
 	t.Parallel()
 	js := startJS(t)
 	ctx := context.Background()
@@ -153,23 +155,23 @@ func TestScanStopsEarly(t *testing.T) {
 		require.NoError(t, err)
 	}
 	n := 0
-	require.NoError(t, Scan(ctx, js, EventsStream, nil, time.Time{}, func(*jetstream.RawStreamMsg) error { n++; return ErrStop }))
+	require.NoError(t, Read(ctx, js, EventsStream, ReadOptions{}, func(*jetstream.RawStreamMsg) error { n++; return ErrStop }))
 	require.Equal(t, 1, n, "ErrStop")
 	boom := errors.New("boom")
-	require.ErrorIs(t, Scan(ctx, js, EventsStream, nil, time.Time{}, func(*jetstream.RawStreamMsg) error { return boom }), boom)
+	require.ErrorIs(t, Read(ctx, js, EventsStream, ReadOptions{}, func(*jetstream.RawStreamMsg) error { return boom }), boom)
 	cctx, cancel := context.WithCancel(ctx)
 	n = 0
-	err := Scan(cctx, js, EventsStream, nil, time.Time{}, func(*jetstream.RawStreamMsg) error { n++; cancel(); return nil })
+	err := Read(cctx, js, EventsStream, ReadOptions{}, func(*jetstream.RawStreamMsg) error { n++; cancel(); return nil })
 	require.ErrorIs(t, err, context.Canceled)
 	require.Equal(t, 1, n, "nothing read after its context ended")
 	_, err = js.Stream(ctx, "NO_SUCH_STREAM")
 	require.Error(t, err)
-	require.ErrorContains(t, Scan(ctx, js, "NO_SUCH_STREAM", nil, time.Time{}, func(*jetstream.RawStreamMsg) error { return nil }), "read NO_SUCH_STREAM")
+	require.ErrorContains(t, Read(ctx, js, "NO_SUCH_STREAM", ReadOptions{}, func(*jetstream.RawStreamMsg) error { return nil }), "read NO_SUCH_STREAM")
 }
 
 // BenchmarkScan reads 10,000 stored 1 KiB events of one destination among
 // two (what dlq list and log replay cost per message).
-func BenchmarkScan(b *testing.B) {
+func BenchmarkRead(b *testing.B) {
 	s, err := StartEmbedded(EmbeddedConfig{DataDir: b.TempDir(), Port: -1})
 	require.NoError(b, err)
 	b.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
@@ -199,11 +201,73 @@ func BenchmarkScan(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		got := 0
-		require.NoError(b, Scan(ctx, js, EventsStream, []string{InSubject("a", "")}, time.Time{}, func(*jetstream.RawStreamMsg) error {
+		require.NoError(b, Read(ctx, js, EventsStream, ReadOptions{Filters: []string{InSubject("a", "")}}, func(*jetstream.RawStreamMsg) error {
 			got++
 			return nil
 		}))
 		require.Equal(b, n, got)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/msg")
+}
+
+// With Follow, Read goes on with messages stored after it began, from
+// after the given sequence; with HeadersOnly it reads no bodies.
+func TestReadFollowsFromASequence(t *testing.T) {
+	t.Parallel()
+	js := startJS(t)
+	ctx := context.Background()
+	require.NoError(t, Ensure(ctx, js, Config{}))
+	publish := func(n int) {
+		for range n {
+			_, err := js.Publish(ctx, InSubject("a", ""), []byte("body"))
+			require.NoError(t, err)
+		}
+	}
+	publish(5)
+	var seqs []uint64
+	err := Read(ctx, js, EventsStream, ReadOptions{After: 2, Follow: true, HeadersOnly: true}, func(m *jetstream.RawStreamMsg) error {
+		seqs = append(seqs, m.Sequence)
+		require.Empty(t, m.Data, "headers only")
+		require.Equal(t, "4", m.Header.Get("Nats-Msg-Size"), "the body's size is in its place")
+		switch len(seqs) {
+		case 3:
+			publish(2) // stored after Read began
+		case 5:
+			return ErrStop
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, []uint64{3, 4, 5, 6, 7}, seqs)
+	require.Empty(t, consumerNames(t, js), "no consumer left behind")
+}
+
+// GetMsg reads a message by sequence, or the next one on a subject.
+func TestGetMsg(t *testing.T) {
+	t.Parallel()
+	js := startJS(t)
+	ctx := context.Background()
+	require.NoError(t, Ensure(ctx, js, Config{}))
+	for i, dest := range []string{"a", "a", "b", "a"} {
+		_, err := js.Publish(ctx, InSubject(dest, ""), []byte(strconv.Itoa(i+1)), jetstream.WithMsgID("id-"+strconv.Itoa(i+1)))
+		require.NoError(t, err)
+	}
+	m, err := GetMsg(ctx, js, EventsStream, 2, "")
+	require.NoError(t, err)
+	require.Equal(t, "2", string(m.Data))
+	require.EqualValues(t, 2, m.Sequence)
+	require.Equal(t, InSubject("a", ""), m.Subject)
+	require.Equal(t, "id-2", m.Header.Get("Nats-Msg-Id"))
+	require.False(t, m.Time.IsZero())
+
+	m, err = GetMsg(ctx, js, EventsStream, 1, InSubject("b", ""))
+	require.NoError(t, err)
+	require.EqualValues(t, 3, m.Sequence, "the first on b at or after 1")
+
+	_, err = GetMsg(ctx, js, EventsStream, 100, "")
+	require.ErrorIs(t, err, jetstream.ErrMsgNotFound)
+	_, err = GetMsg(ctx, js, EventsStream, 4, InSubject("b", ""))
+	require.ErrorIs(t, err, jetstream.ErrMsgNotFound)
+	_, err = GetMsg(ctx, js, "NO_SUCH_STREAM", 1, "")
+	require.Error(t, err)
 }
