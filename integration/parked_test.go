@@ -55,10 +55,10 @@ func TestFaultCorruptAndForeignParkedEntriesAreSetAside(t *testing.T) {
 	require.Len(t, members, 1)
 	score := members[0].Score
 	corrupt := `{"dest":"park","subject":"relay.in.park","id":"evt_bad",` // cut short
-	foreign, err := json.Marshal(schedule.Entry{Dest: "park", Subject: "$KV." + stream.DestBucket + ".victim", EventID: "evt_evil",
+	foreign, err := json.Marshal(schedule.Entry{Dest: "park", Subject: "$KV." + stream.DestBucket + ".victim", EventID: "evt_evil", Origin: 2,
 		Body: []byte(`{"name":"victim","url":"https://attacker.example/"}`)})
 	require.NoError(t, err)
-	for m, v := range map[string]string{"evt_bad#2": corrupt, "evt_evil#2": string(foreign)} {
+	for m, v := range map[string]string{"evt_bad#2@1": corrupt, "evt_evil#2@2": string(foreign)} {
 		require.NoError(t, rdb.HSet(ctx, "relay:{relay}:msg:park", m, v).Err())
 		require.NoError(t, rdb.ZAdd(ctx, due, redis.Z{Score: score, Member: m}).Err())
 	}

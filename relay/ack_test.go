@@ -119,6 +119,7 @@ func TestSettledHeadTheConsumerWaitsForIsAcked(t *testing.T) {
 	js := srv.JS
 	r, err := New(ctx, Config{JS: js})
 	require.NoError(t, err)
+	r.signals.Init(t)
 	subj := stream.DestFilters("ord")[0]
 	cfg := jetstream.ConsumerConfig{Durable: "headtest", FilterSubject: subj, AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Hour, MaxAckPending: 1}
 	cons, err := js.CreateOrUpdateConsumer(ctx, stream.EventsStream, cfg)
@@ -149,20 +150,23 @@ func TestSettledHeadTheConsumerWaitsForIsAcked(t *testing.T) {
 	info, err := cons.Info(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, info.NumAckPending, "a head the mark does not cover stays out")
+	r.signals.settledHeadAcked.RequireEmpty()
 
 	require.NoError(t, mark.settle(ctx, md.Sequence.Stream))
 	r.ackSettledHead(restarted(), mark)
-	require.Eventually(t, func() bool {
-		info, err := cons.Info(ctx)
-		return err == nil && info.NumAckPending == 0
-	}, 10*time.Second, 20*time.Millisecond, "the settled head is acked")
-	next, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	require.Equal(t, md.Sequence.Stream, r.signals.settledHeadAcked.WaitOrTimeout(), "the settled head is acked")
+	// With MaxAckPending 1 the next event is handed out only once the
+	// server has taken the head's ack.
+	next, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Minute))
 	require.NoError(t, err)
 	var got []byte
 	for m := range next.Messages() {
 		got = m.Data()
 	}
 	require.Equal(t, []byte("b"), got, "the next event comes at once")
+	info, err = cons.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, md.Sequence.Stream, info.AckFloor.Stream, "the settled head is acked")
 }
 
 // An event too large to come back from Redis with the headers of its copy

@@ -59,20 +59,23 @@ func TestDestinationChangesAreLogged(t *testing.T) {
 	rctx, cancel := context.WithCancel(ctx)
 	r, err := New(rctx, Config{JS: js, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	require.NoError(t, err)
+	r.signals.Init(t)
 	done := make(chan error, 1)
 	go func() { done <- r.Run(rctx) }()
 	defer func() {
 		cancel()
 		require.NoError(t, <-done)
 	}()
-	require.Eventually(t, func() bool { return logs.lineWith("relay running") != "" }, time.Minute, 10*time.Millisecond)
+	r.signals.running.WaitOrTimeout()
+	require.NotEmpty(t, logs.lineWith("relay running"))
 
 	const secret = "whsec_c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0"
 	_, err = st.Add(ctx, Destination{Name: "orders", URL: "https://example.test/hook?token=tok-123", Secret: secret,
 		Headers: map[string]string{"Authorization": "Bearer hdr-value-1"}})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return logs.lineWith("destination added") != "" }, time.Minute, 10*time.Millisecond)
+	require.Equal(t, "orders", r.signals.destApplied.WaitOrTimeout())
 	added := logs.lineWith("destination added")
+	require.NotEmpty(t, added)
 	require.Contains(t, added, "level=INFO")
 	require.Contains(t, added, "dest=orders")
 	require.Contains(t, added, "token=xxxxx", "the URL as printed everywhere: query values hidden")
@@ -83,14 +86,15 @@ func TestDestinationChangesAreLogged(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return logs.lineWith("destination changed") != "" }, time.Minute, 10*time.Millisecond)
+	require.Equal(t, "orders", r.signals.destApplied.WaitOrTimeout())
 	changed := logs.lineWith("destination changed")
+	require.NotEmpty(t, changed)
 	require.Contains(t, changed, "level=INFO")
 	require.Contains(t, changed, "dest=orders")
 	require.Contains(t, changed, "changed=headers,timeout")
 
 	require.NoError(t, st.Remove(ctx, "orders"))
-	require.Eventually(t, func() bool { return logs.lineWith("destination removed") != "" }, time.Minute, 10*time.Millisecond)
+	require.Equal(t, "orders", r.signals.destApplied.WaitOrTimeout())
 	require.Contains(t, logs.lineWith("destination removed"), "dest=orders")
 
 	all := logs.String()

@@ -241,6 +241,10 @@ type StateCollector struct {
 	Schedule *schedule.Store // optional
 	Timeout  time.Duration   // per scrape; default 5s
 
+	// now is the clock: it decides the paused state and the oldest
+	// event's age. Default time.Now.
+	now func() time.Time
+
 	backlog, unacked, retrying, parked, dead, oldest, paused, blocked, up *prometheus.Desc
 	checkLag                                                              *prometheus.Desc
 }
@@ -251,7 +255,7 @@ func NewStateCollector(js jetstream.JetStream, sched *schedule.Store) *StateColl
 		return prometheus.NewDesc(name, help, []string{"dest"}, nil)
 	}
 	return &StateCollector{
-		JS: js, Schedule: sched, Timeout: 5 * time.Second,
+		JS: js, Schedule: sched, Timeout: 5 * time.Second, now: time.Now,
 		backlog:  d("relay_backlog", "Events not yet handed to a relay."),
 		unacked:  d("relay_unacked", "Events handed out and not acknowledged: in flight or waiting in JetStream for a retry."),
 		retrying: d("relay_retrying", "Unacknowledged events delivered more than once."),
@@ -276,7 +280,11 @@ func (c *StateCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.Timeout)
 	defer cancel()
-	all, err := Stats(ctx, c.JS, c.Schedule)
+	clock := c.now
+	if clock == nil {
+		clock = time.Now
+	}
+	all, err := stats(ctx, c.JS, c.Schedule, clock)
 	if err != nil {
 		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
 		return
@@ -285,7 +293,7 @@ func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 	if lag, err := CheckLag(ctx, c.JS); err == nil {
 		ch <- prometheus.MustNewConstMetric(c.checkLag, prometheus.GaugeValue, float64(lag))
 	}
-	now := time.Now()
+	now := clock()
 	for _, s := range all {
 		g := func(d *prometheus.Desc, v float64) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, s.Dest)

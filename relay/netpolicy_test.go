@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/stream"
@@ -28,6 +29,14 @@ func TestReplicasAgreeOnTheAddressPolicy(t *testing.T) {
 	require.False(t, ok, "nothing recorded before a relay starts")
 	require.NoError(t, AgreeNetPolicy(ctx, js, loop), "no replica runs: any policy is accepted")
 
+	// The replicas bucket's own watch says when the relay has announced
+	// itself (the registry is not relay's to signal from here).
+	kv, err := js.KeyValue(ctx, stream.ReplicasBucket)
+	require.NoError(t, err)
+	announced, err := kv.WatchAll(ctx, jetstream.UpdatesOnly())
+	require.NoError(t, err)
+	defer func() { _ = announced.Stop() }()
+
 	rctx, cancel := context.WithCancel(ctx)
 	r, err := New(rctx, Config{JS: js, NetPolicy: &loop, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
@@ -37,12 +46,15 @@ func TestReplicasAgreeOnTheAddressPolicy(t *testing.T) {
 		cancel()
 		require.NoError(t, <-done)
 	}()
-	kv, err := js.KeyValue(ctx, stream.ReplicasBucket)
+	select {
+	case e := <-announced.Updates():
+		require.NotNil(t, e, "the relay announces itself")
+	case <-time.After(time.Minute):
+		t.Fatal("the relay did not announce itself within a minute")
+	}
+	keys, err := kv.Keys(ctx)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		keys, err := kv.Keys(ctx)
-		return err == nil && len(keys) == 1
-	}, time.Minute, 10*time.Millisecond, "the relay announces itself")
+	require.Len(t, keys, 1, "the relay announces itself")
 
 	err = AgreeNetPolicy(ctx, js, NetPolicy{})
 	var pe *NetPolicyError

@@ -50,6 +50,8 @@ type Producer struct {
 	js      jetstream.JetStream
 	store   *Store
 	maxSize int64 // the events stream's largest message (0: unknown)
+	// now is the clock that ages what known says. Default time.Now.
+	now func() time.Time
 
 	mu    sync.Mutex
 	known map[string]time.Time // destination -> when it was last seen to exist
@@ -61,7 +63,7 @@ func NewProducer(ctx context.Context, js jetstream.JetStream) (*Producer, error)
 	if err != nil {
 		return nil, err
 	}
-	p := &Producer{js: js, store: st, known: map[string]time.Time{}}
+	p := &Producer{js: js, store: st, known: map[string]time.Time{}, now: time.Now}
 	if s, err := js.Stream(ctx, stream.EventsStream); err == nil {
 		p.maxSize = int64(s.CachedInfo().Config.MaxMsgSize)
 	}
@@ -131,7 +133,7 @@ func (p *Producer) checkDest(ctx context.Context, dest string) error {
 	p.mu.Lock()
 	seen, ok := p.known[dest]
 	p.mu.Unlock()
-	if ok && time.Since(seen) < knownFor {
+	if ok && p.now().Sub(seen) < knownFor {
 		return nil
 	}
 	if _, err := p.store.Get(ctx, dest); err != nil {
@@ -141,7 +143,7 @@ func (p *Producer) checkDest(ctx context.Context, dest string) error {
 		return err
 	}
 	p.mu.Lock()
-	p.known[dest] = time.Now()
+	p.known[dest] = p.now()
 	p.mu.Unlock()
 	return nil
 }

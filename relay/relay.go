@@ -158,6 +158,8 @@ type Relay struct {
 	// parkWarn keeps "cannot park" to one warning per destination every
 	// 10s (relay_park_failures_total counts them all).
 	parkWarn quiet
+
+	signals testSignals
 }
 
 // New prepares a relay runner.
@@ -253,6 +255,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	}()
 
 	r.log.Info("relay running", "destinations", len(r.dests.dests))
+	r.signals.running.Signal(struct{}{})
 	// Reconcile now and then too: a consumer that could not be created, or
 	// one deleted under a running worker, gets another try.
 	tick := time.NewTicker(reconcileEvery)
@@ -271,6 +274,7 @@ loop:
 			if e != nil {
 				r.apply(e, true)
 				r.reconcile(ctx)
+				r.signals.destApplied.Signal(e.Key())
 			}
 		}
 	}

@@ -41,6 +41,11 @@ type ReplayedEvent struct {
 // duplicate window publishes nothing twice. fn, when set, is called per event;
 // dryRun only calls it.
 func ReplayLog(ctx context.Context, js jetstream.JetStream, r LogReplay, dryRun bool, fn func(ReplayedEvent) error) (int, error) {
+	return replayLog(ctx, js, r, dryRun, fn, time.Now)
+}
+
+// replayLog is ReplayLog with the clock that gives Until its default.
+func replayLog(ctx context.Context, js jetstream.JetStream, r LogReplay, dryRun bool, fn func(ReplayedEvent) error, now func() time.Time) (int, error) {
 	if err := stream.ValidateDestName(r.Dest); err != nil {
 		return 0, err
 	}
@@ -48,7 +53,7 @@ func ReplayLog(ctx context.Context, js jetstream.JetStream, r LogReplay, dryRun 
 		return 0, errors.New("log replay needs a start time")
 	}
 	if r.Until.IsZero() {
-		r.Until = time.Now()
+		r.Until = now()
 	}
 	if !r.Until.After(r.Since) {
 		return 0, errors.New("log replay: until must be after since")

@@ -48,7 +48,12 @@ type DestStats struct {
 
 // Stats reads the state of every destination. sched may be nil.
 func Stats(ctx context.Context, js jetstream.JetStream, sched *schedule.Store) ([]DestStats, error) {
-	st, err := NewStore(ctx, js)
+	return stats(ctx, js, sched, time.Now)
+}
+
+// stats is Stats with the clock that decides each destination's State.
+func stats(ctx context.Context, js jetstream.JetStream, sched *schedule.Store, now func() time.Time) ([]DestStats, error) {
+	st, err := NewStore(ctx, js, WithClock(now))
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +76,7 @@ func Stats(ctx context.Context, js jetstream.JetStream, sched *schedule.Store) (
 	out := make([]DestStats, 0, len(dests))
 	for _, d := range dests {
 		d = d.WithDefaults()
-		s := DestStats{Dest: d.Name, Parked: -1, DeadLetters: dead[d.Name], State: d.State(time.Now())}
+		s := DestStats{Dest: d.Name, Parked: -1, DeadLetters: dead[d.Name], State: d.State(now())}
 		if s.State != StateActive && s.State != StateProbing {
 			s.PausedUntil = d.PausedUntil
 		}

@@ -58,7 +58,7 @@ func fill(b *testing.B, st *schedule.Store, rdb *redis.Client, dest string, from
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
-				e := schedule.Entry{Dest: dest, Subject: stream.InSubject(dest, ""), EventID: "evt-" + strconv.Itoa(i), Attempts: 3, Body: body, Due: due(i)}
+				e := schedule.Entry{Dest: dest, Subject: stream.InSubject(dest, ""), EventID: "evt-" + strconv.Itoa(i), Attempts: 3, Body: body, Due: due(i), Origin: uint64(i + 1)}
 				if err := st.Park(ctx, e); err != nil {
 					errs <- err
 				}
@@ -86,7 +86,7 @@ func BenchmarkPark(b *testing.B) {
 				i := 0
 				for pb.Next() {
 					i++
-					e := schedule.Entry{Dest: "d", Subject: "relay.in.d", EventID: fmt.Sprintf("new-%p-%d", pb, i), Body: []byte("{}"), Due: far}
+					e := schedule.Entry{Dest: "d", Subject: "relay.in.d", EventID: fmt.Sprintf("new-%p-%d", pb, i), Body: []byte("{}"), Due: far, Origin: uint64(i)}
 					if err := st.Park(ctx, e); err != nil {
 						b.Error(err)
 						return

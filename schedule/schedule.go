@@ -12,11 +12,8 @@
 //	relay:{relay}:due:<dest>    sorted set: member -> due time (Unix ms)
 //	relay:{relay}:msg:<dest>    hash: member -> the parked event (JSON)
 //
-// A member is "<event id>#<attempt>@<origin>" ("<event id>#<attempt>" for
-// an entry without an origin, as parked by earlier versions: one ends in
-// "@" and digits, the other in "#" and digits, so the two never meet).
-// Claiming re-scores members to a lease
-// time instead of removing them, so a promoter that dies between claim and
+// A member is "<event id>#<attempt>@<origin>". Claiming re-scores members
+// to a lease time instead of removing them, so a promoter that dies between claim and
 // publish only delays them until the lease ends.
 package schedule
 
@@ -57,8 +54,8 @@ type Entry struct {
 	// Published is when the producer published the event.
 	Published time.Time `json:"published,omitzero"`
 	// Origin is the stream sequence of the message the event first came in
-	// as (before any park): an operator's skip mark follows it.
-	Origin uint64 `json:"origin,omitempty"`
+	// as (before any park): an operator's skip mark follows it. Required.
+	Origin uint64 `json:"origin"`
 }
 
 // Member is the entry's member name in the sorted set. Parking the same
@@ -84,12 +81,8 @@ func (e Entry) Envelope() stream.Envelope {
 }
 
 // attemptFrom ends a member, as it ends a stream.Promoted dedup id: the
-// attempt, and "@" and the origin if there is one (entries parked by
-// earlier versions have none).
+// attempt, "@" and the origin.
 func attemptFrom(attempts int, origin uint64) string {
-	if origin == 0 {
-		return strconv.Itoa(attempts)
-	}
 	return strconv.Itoa(attempts) + "@" + strconv.FormatUint(origin, 10)
 }
 
@@ -306,6 +299,9 @@ func (s *Store) Park(ctx context.Context, e Entry) error {
 	if e.Dest == "" || e.EventID == "" || e.Subject == "" {
 		return errors.New("schedule: an entry needs a destination, a subject and an event id")
 	}
+	if e.Origin == 0 {
+		return fmt.Errorf("schedule: entry of event %s for destination %s has no origin (the stream sequence the event first came in as): it cannot be told apart from another message with the same event id", e.EventID, e.Dest)
+	}
 	b, err := json.Marshal(e)
 	if err != nil {
 		return err
@@ -442,6 +438,8 @@ func (e Entry) check(dest string) error {
 		return fmt.Errorf("its subject %q is not an input subject of %s (relay.in.%s[.<key>])", e.Subject, dest, dest)
 	case e.EventID == "" || strings.ContainsFunc(e.EventID, func(r rune) bool { return r < ' ' || r == 0x7f }):
 		return fmt.Errorf("its event id %q is empty or not printable", e.EventID)
+	case e.Origin == 0:
+		return fmt.Errorf("it has no origin (the stream sequence event %s first came in as)", e.EventID)
 	}
 	return nil
 }
@@ -470,12 +468,14 @@ func (s *Store) Claim(ctx context.Context, dest string, now time.Time, limit int
 }
 
 // Hasten makes the entry of event eventID from origin (the stream sequence
-// it first came in as; 0: the entries parked by earlier versions, which
-// have none) parked for dest due at at, if it is due later, and returns how
-// many such entries are parked. The promoter then republishes it at once
-// (one it has claimed meanwhile may be republished twice; JetStream drops
-// the copy by its dedup id).
+// it first came in as; required) parked for dest due at at, if it is due
+// later, and returns how many such entries are parked. The promoter then
+// republishes it at once (one it has claimed meanwhile may be republished
+// twice; JetStream drops the copy by its dedup id).
 func (s *Store) Hasten(ctx context.Context, dest, eventID string, origin uint64, at time.Time) (int, error) {
+	if origin == 0 {
+		return 0, fmt.Errorf("schedule: hasten event %s of %s: no origin given (the stream sequence the event first came in as names its entry)", eventID, dest)
+	}
 	args := []any{ms(at)}
 	iter := s.rdb.HScan(ctx, msgKey(dest), 0, globEscape(eventID)+"#*", 1000).Iterator()
 	for i := 0; iter.Next(ctx); i++ {
@@ -511,7 +511,7 @@ return n
 `)
 
 // isMemberOf reports whether member is the entry of eventID from origin:
-// eventID, "#", the attempt, and "@" and the origin (nothing for origin 0).
+// eventID, "#", the attempt, "@" and the origin.
 func isMemberOf(member, eventID string, origin uint64) bool {
 	rest, ok := strings.CutPrefix(member, eventID+"#")
 	if !ok {

@@ -33,10 +33,13 @@ func setup(t *testing.T) bundle {
 	return bundle{store: schedule.NewStore(rdb), rdb: rdb, js: streamtest.Start(t).JS}
 }
 
+// entry is event evt-<i> of dest, first stored at sequence 100+i, parked
+// after 2 attempts until due.
 func entry(dest string, i int, due time.Time) schedule.Entry {
 	return schedule.Entry{
 		Dest: dest, Subject: stream.InSubject(dest, fmt.Sprintf("k%d", i%7)), EventID: fmt.Sprintf("evt-%d", i),
 		Attempts: 2, Headers: nats.Header{"X-Trace": []string{"t"}}, Body: []byte(fmt.Sprintf(`{"i":%d}`, i)), Due: due,
+		Origin: uint64(100 + i),
 	}
 }
 
@@ -222,7 +225,7 @@ func TestParkWaitsForAReplica(t *testing.T) {
 
 	require.NoError(t, st.Park(ctx, entry("r", 4, due)))
 	members := replica.Client().ZRange(ctx, "relay:{relay}:due:r", 0, -1).Val()
-	require.ElementsMatch(t, []string{"evt-1#2", "evt-3#2", "evt-4#2"}, members)
+	require.ElementsMatch(t, []string{"evt-1#2@101", "evt-3#2@103", "evt-4#2@104"}, members)
 }
 
 // A store that asks for more replicas than the primary has cannot park.
@@ -397,7 +400,7 @@ func TestParkWhoseReplyIsLostIsTakenOut(t *testing.T) {
 	require.ErrorContains(t, err, "taking the entry out again: <nil>")
 	require.False(t, armed.Load(), "the reply of the park was the one lost")
 	members := r.Client().ZRange(ctx, "relay:{relay}:due:lost", 0, -1).Val()
-	require.Equal(t, []string{"evt-1#2"}, members, "the park whose reply was lost left nothing")
+	require.Equal(t, []string{"evt-1#2@101"}, members, "the park whose reply was lost left nothing")
 }
 
 // Dial in sentinel mode asks the Sentinels for the primary first: one that
@@ -451,15 +454,34 @@ func TestParkKeepsMessagesOfTheSameEventIDApart(t *testing.T) {
 	require.Len(t, c, 2, "both parked")
 	bodies := []string{string(c[0].Entry.Body), string(c[1].Entry.Body)}
 	require.ElementsMatch(t, []string{string(first.Body), `{"second":true}`}, bodies)
-	// Without an origin (parked by an earlier version) the member is as before.
-	require.Equal(t, "evt-1#2", entry("dup", 1, now).Member())
-	require.Equal(t, "park:evt-1:2", entry("dup", 1, now).MsgID())
+	// The member and the dedup id end in the attempt and the origin.
+	require.Equal(t, "evt-1#2@101", entry("dup", 1, now).Member())
+	require.Equal(t, "park:evt-1:2@101", entry("dup", 1, now).MsgID())
+}
+
+// An entry without an origin (the stream sequence its event first came in
+// as) is refused with an error naming its event and destination, and
+// nothing is parked: every park has one, and without it two messages with
+// the same event id would share one entry.
+func TestParkRefusesAnEntryWithoutOrigin(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	e := entry("no-origin", 1, time.Now())
+	e.Origin = 0
+	err := b.store.Park(ctx, e)
+	require.ErrorContains(t, err, "entry of event evt-1 for destination no-origin has no origin")
+	st, err := b.store.Stats(ctx, "no-origin")
+	require.NoError(t, err)
+	require.Zero(t, st.Parked, "nothing parked")
+	dests, err := b.store.Dests(ctx)
+	require.NoError(t, err)
+	require.Empty(t, dests)
 }
 
 // Hasten brings an event's parked entry forward, and only that one: not
 // another message with the same id (another origin), nor an id that starts
-// like it or matches it as a pattern; origin 0 means an entry parked by an
-// earlier version, without one.
+// like it or matches it as a pattern. Without an origin it refuses.
 func TestHastenBringsAParkedEventForward(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -470,14 +492,11 @@ func TestHastenBringsAParkedEventForward(t *testing.T) {
 	mine.EventID, mine.Origin = "ev*1", 5
 	sameID := entry("h", 2, later)
 	sameID.EventID, sameID.Origin = "ev*1", 6
-	legacy := entry("h", 3, later)
-	legacy.EventID = "ev*1"
-	legacy.Attempts = 4
 	other := entry("h", 4, later)
 	other.EventID, other.Origin = "ev*1#9", 5 // its member starts like mine
 	near := entry("h", 5, later)
 	near.EventID, near.Origin = "evx1", 5 // matched by an unescaped *
-	for _, e := range []schedule.Entry{mine, sameID, legacy, other, near} {
+	for _, e := range []schedule.Entry{mine, sameID, other, near} {
 		require.NoError(t, b.store.Park(ctx, e))
 	}
 	due := func() []string {
@@ -495,9 +514,9 @@ func TestHastenBringsAParkedEventForward(t *testing.T) {
 	require.Equal(t, []string{mine.Member()}, due())
 
 	n, err = b.store.Hasten(ctx, "h", "ev*1", 0, now)
-	require.NoError(t, err)
-	require.Equal(t, 1, n)
-	require.Equal(t, []string{legacy.Member()}, due())
+	require.ErrorContains(t, err, "hasten event ev*1 of h: no origin given")
+	require.Zero(t, n)
+	require.Empty(t, due(), "nothing else brought forward")
 
 	n, err = b.store.Hasten(ctx, "h", "nosuch", 5, now)
 	require.NoError(t, err)

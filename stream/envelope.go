@@ -26,7 +26,9 @@ type Envelope struct {
 	// Attempt is the number of attempts made before this message.
 	Attempt int
 	// Origin is the stream sequence of the message the event first came in
-	// as. Decode sets it to Seq unless the message carries another.
+	// as. Decode sets it to Seq unless the message carries another. A
+	// Promoted publish always carries it (schedule refuses to park an event
+	// without one).
 	Origin uint64
 	// Published is when the producer published the event. Decode sets it to
 	// Stored unless the message carries another.
@@ -55,7 +57,7 @@ type Envelope struct {
 //
 //	kind                Nats-Msg-Id                      Relay-Event-Id  Relay-Attempt, -Origin-Seq, -Published
 //	Produced            the event id                     no              no
-//	Promoted            park:<id>:<attempt>[@<origin>]   yes             yes (origin and published when set)
+//	Promoted            park:<id>:<attempt>@<origin>     yes             yes (published when set)
 //	ReplayedDeadLetter  replay:<Seq of the dead letter>  yes             no: a replay starts again
 //	ReplayedLog         log:<Dest>:<Seq in the log>      yes             no: a replay starts again
 //
@@ -139,11 +141,7 @@ func Decode(subject string, seq uint64, stored time.Time, h nats.Header, body []
 func (e Envelope) MsgID(k Kind) string {
 	switch k {
 	case Promoted:
-		id := "park:" + e.ID + ":" + strconv.Itoa(e.Attempt)
-		if e.Origin != 0 {
-			id += "@" + strconv.FormatUint(e.Origin, 10)
-		}
-		return id
+		return "park:" + e.ID + ":" + strconv.Itoa(e.Attempt) + "@" + strconv.FormatUint(e.Origin, 10)
 	case ReplayedDeadLetter:
 		return "replay:" + strconv.FormatUint(e.Seq, 10)
 	case ReplayedLog:
@@ -169,9 +167,7 @@ func (e Envelope) Header(k Kind) nats.Header {
 		if !e.Published.IsZero() {
 			h.Set(HdrPublished, e.Published.UTC().Format(time.RFC3339Nano))
 		}
-		if e.Origin != 0 {
-			h.Set(HdrOrigin, strconv.FormatUint(e.Origin, 10))
-		}
+		h.Set(HdrOrigin, strconv.FormatUint(e.Origin, 10))
 	}
 	return h
 }

@@ -73,15 +73,16 @@ func TestEnvelopeHeaderTable(t *testing.T) {
 	}
 }
 
-// TestEnvelopeHeaderLeavesUnsetFieldsOut: a key, origin and publish time
-// that are not set are not written; a promoted attempt is, even 0.
+// TestEnvelopeHeaderLeavesUnsetFieldsOut: a key and publish time that are
+// not set are not written; a promoted attempt is, even 0, and so is its
+// origin, which also ends its dedup id.
 func TestEnvelopeHeaderLeavesUnsetFieldsOut(t *testing.T) {
 	t.Parallel()
-	e := Envelope{ID: "evt-1", Seq: 5, Dest: "d"}
+	e := Envelope{ID: "evt-1", Seq: 5, Dest: "d", Origin: 3}
 	require.Equal(t, nats.Header{HdrMsgID: {"evt-1"}}, e.Header(Produced))
-	require.Equal(t, nats.Header{HdrMsgID: {"park:evt-1:0"}, HdrEventID: {"evt-1"}, HdrAttempt: {"0"}}, e.Header(Promoted))
+	require.Equal(t, nats.Header{HdrMsgID: {"park:evt-1:0@3"}, HdrEventID: {"evt-1"}, HdrAttempt: {"0"}, HdrOrigin: {"3"}}, e.Header(Promoted))
 	e.Attempt = 2
-	require.Equal(t, "park:evt-1:2", e.MsgID(Promoted), "no origin: no @")
+	require.Equal(t, "park:evt-1:2@3", e.MsgID(Promoted), "the origin ends the dedup id")
 	require.Equal(t, nats.Header{HdrMsgID: {"replay:5"}, HdrEventID: {"evt-1"}}, e.Header(ReplayedDeadLetter))
 	require.Equal(t, nats.Header{HdrMsgID: {"log:d:5"}, HdrEventID: {"evt-1"}}, e.Header(ReplayedLog))
 }
