@@ -72,6 +72,15 @@ type Destination struct {
 	// BreakerTrips counts the circuit's consecutive openings (the pause
 	// doubles with each); a successful probe resets it.
 	BreakerTrips int `json:"breaker_trips,omitempty"`
+	// Types are the event type patterns the destination subscribes to:
+	// an event published by type (relay.type.T) is copied to every
+	// destination with a pattern matching T (NATS wildcards: "*" one token,
+	// ">" the rest). Optional.
+	Types []string `json:"types,omitempty"`
+	// Subscriptions say over which stream sequences each pattern applied:
+	// a pattern added applies to events published after it was added. Set
+	// by the store from Types.
+	Subscriptions []Subscription `json:"subscriptions,omitempty"`
 	// StartSeq is the first event-stream sequence that belongs to this
 	// destination: events published for its name before it existed are dead
 	// letters (unknown_destination). Set by the store.
@@ -328,6 +337,9 @@ func (d Destination) Validate() error {
 	}
 	if d.Ordered && d.OnFailure != OnFailureBlock && d.OnFailure != OnFailureSkip {
 		return fmt.Errorf("on-failure %q: use %q or %q", d.OnFailure, OnFailureBlock, OnFailureSkip)
+	}
+	if err := validateTypes(d.Types); err != nil {
+		return err
 	}
 	return d.Retry.Validate()
 }

@@ -41,7 +41,7 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, mark *partitionMa
 			r.readLogInto(&in, &ev)
 		case Send:
 			inf := r.cfg.Metrics.attemptStarted(in.Dest.Name)
-			res := r.sender.Send(ctx, in.Dest, Delivery{ID: ev.id, Body: ev.body, Headers: eventHeaders(ev.hdr)})
+			res := r.sender.Send(ctx, in.Dest, Delivery{ID: ev.id, Type: ev.hdr.Get(stream.HdrType), Body: ev.body, Headers: eventHeaders(ev.hdr)})
 			inf.done()
 			in.Sent, in.Result = true, res
 			in.Cancelled = ctx.Err() != nil

@@ -26,8 +26,10 @@ type Metrics struct {
 	pauses          *prometheus.CounterVec
 	settled         *prometheus.CounterVec
 	deadLetterFails *prometheus.CounterVec
-	// The unknown-destination check's events, by how it went through them.
+	// The unknown-destination check's events.
 	checkRead prometheus.Counter
+	// The router's typed events without a subscriber, and copies.
+	routedUnsubscribed, routedCopyCount prometheus.Counter
 
 	// byDest caches each destination's series (*destMetrics): looking a
 	// series up by its labels hashes them, six times per attempt otherwise.
@@ -85,7 +87,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "relay_unknown_destination_check_events_total",
 		Help: "Events this process's unknown-destination check went through (it reads their headers).",
 	})
-	reg.MustRegister(m.deliveries, m.attempts, m.responses, m.attemptDuration, m.latency, m.inFlight, m.parkFailures, m.pauses, m.settled, m.deadLetterFails, m.checkRead)
+	m.routedUnsubscribed = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "relay_typed_events_unsubscribed_total",
+		Help: "Typed events this process's router found no destination subscribed to (counted, not dead-lettered).",
+	})
+	m.routedCopyCount = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "relay_typed_event_copies_total",
+		Help: "Copies of typed events this process's router published, one per subscribed destination.",
+	})
+	reg.MustRegister(m.deliveries, m.attempts, m.responses, m.attemptDuration, m.latency, m.inFlight, m.parkFailures, m.pauses, m.settled, m.deadLetterFails, m.checkRead,
+		m.routedUnsubscribed, m.routedCopyCount)
 	return m
 }
 
@@ -102,6 +113,20 @@ func (m *Metrics) deadLetterFailed(dest string) {
 func (m *Metrics) checkedRead() {
 	if m != nil {
 		m.checkRead.Inc()
+	}
+}
+
+// routedNone counts a typed event no destination subscribed to.
+func (m *Metrics) routedNone() {
+	if m != nil {
+		m.routedUnsubscribed.Inc()
+	}
+}
+
+// routedCopies counts n copies of a typed event.
+func (m *Metrics) routedCopies(n int) {
+	if m != nil {
+		m.routedCopyCount.Add(float64(n))
 	}
 }
 
@@ -246,7 +271,7 @@ type StateCollector struct {
 	now func() time.Time
 
 	backlog, unacked, retrying, parked, dead, oldest, paused, blocked, up *prometheus.Desc
-	checkLag                                                              *prometheus.Desc
+	checkLag, routerLag                                                   *prometheus.Desc
 }
 
 // NewStateCollector returns a collector of destination state.
@@ -256,22 +281,23 @@ func NewStateCollector(js jetstream.JetStream, sched *schedule.Store) *StateColl
 	}
 	return &StateCollector{
 		JS: js, Schedule: sched, Timeout: 5 * time.Second, now: time.Now,
-		backlog:  d("relay_backlog", "Events not yet handed to a relay."),
-		unacked:  d("relay_unacked", "Events handed out and not acknowledged: in flight or waiting in JetStream for a retry."),
-		retrying: d("relay_retrying", "Unacknowledged events delivered more than once."),
-		parked:   d("relay_parked", "Events waiting in Redis for a later attempt."),
-		dead:     d("relay_dead_letters", "Dead letters kept."),
-		oldest:   d("relay_oldest_undelivered_age_seconds", "Age of the oldest event not yet delivered (0 when none)."),
-		paused:   d("relay_destination_paused", "1 when the destination is paused (operator, circuit breaker, Retry-After or 410 Gone)."),
-		blocked:  d("relay_blocked_partitions", "Partitions of an ordered destination whose head is being retried."),
-		up:       prometheus.NewDesc("relay_state_scrape_ok", "1 when the destination state could be read.", nil, nil),
-		checkLag: prometheus.NewDesc("relay_unknown_destination_check_lag", "Stream sequences of the events stream that the check for unknown destinations has not checked yet (it grows while no replica runs the check, or while the check is stuck).", nil, nil),
+		backlog:   d("relay_backlog", "Events not yet handed to a relay."),
+		unacked:   d("relay_unacked", "Events handed out and not acknowledged: in flight or waiting in JetStream for a retry."),
+		retrying:  d("relay_retrying", "Unacknowledged events delivered more than once."),
+		parked:    d("relay_parked", "Events waiting in Redis for a later attempt."),
+		dead:      d("relay_dead_letters", "Dead letters kept."),
+		oldest:    d("relay_oldest_undelivered_age_seconds", "Age of the oldest event not yet delivered (0 when none)."),
+		paused:    d("relay_destination_paused", "1 when the destination is paused (operator, circuit breaker, Retry-After or 410 Gone)."),
+		blocked:   d("relay_blocked_partitions", "Partitions of an ordered destination whose head is being retried."),
+		up:        prometheus.NewDesc("relay_state_scrape_ok", "1 when the destination state could be read.", nil, nil),
+		routerLag: prometheus.NewDesc("relay_router_lag", "Typed events the router has not copied to their subscribers yet (it grows while no replica routes, or while routing is stuck).", nil, nil),
+		checkLag:  prometheus.NewDesc("relay_unknown_destination_check_lag", "Stream sequences of the events stream that the check for unknown destinations has not checked yet (it grows while no replica runs the check, or while the check is stuck).", nil, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *StateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.backlog, c.unacked, c.retrying, c.parked, c.dead, c.oldest, c.paused, c.blocked, c.up, c.checkLag} {
+	for _, d := range []*prometheus.Desc{c.backlog, c.unacked, c.retrying, c.parked, c.dead, c.oldest, c.paused, c.blocked, c.up, c.checkLag, c.routerLag} {
 		ch <- d
 	}
 }
@@ -292,6 +318,11 @@ func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
 	if lag, err := CheckLag(ctx, c.JS); err == nil {
 		ch <- prometheus.MustNewConstMetric(c.checkLag, prometheus.GaugeValue, float64(lag))
+	}
+	if _, routed, err := ReadRouterState(ctx, c.JS); err == nil && routed {
+		if lag, err := RouterLag(ctx, c.JS); err == nil {
+			ch <- prometheus.MustNewConstMetric(c.routerLag, prometheus.GaugeValue, float64(lag))
+		}
 	}
 	now := clock()
 	for _, s := range all {

@@ -19,8 +19,12 @@ import (
 
 // Event is what a producer publishes.
 type Event struct {
-	// Dest names the destination. Required.
+	// Dest names the destination. Either Dest or Type is required.
 	Dest string
+	// Type is the event's type (dot-separated tokens, such as
+	// order.created): the event goes to every destination subscribed to
+	// it, and to none if none is (counted, not an error).
+	Type string
 	// Key is the order key. Optional: events with the same key of an ordered
 	// destination are delivered in publish order.
 	Key string
@@ -87,8 +91,17 @@ func ValidateEventID(id string) error {
 
 // Publish stores ev in the event stream and returns once JetStream confirmed.
 func (p *Producer) Publish(ctx context.Context, ev Event) (Published, error) {
-	if err := stream.ValidateDestName(ev.Dest); err != nil {
-		return Published{}, err
+	switch {
+	case ev.Dest != "" && ev.Type != "":
+		return Published{}, errors.New("an event goes to one destination or by its type, not both: give Dest or Type")
+	case ev.Type != "":
+		if err := stream.ValidateEventType(ev.Type); err != nil {
+			return Published{}, err
+		}
+	default:
+		if err := stream.ValidateDestName(ev.Dest); err != nil {
+			return Published{}, err
+		}
 	}
 	if ev.ID == "" {
 		ev.ID = NewEventID()
@@ -96,8 +109,10 @@ func (p *Producer) Publish(ctx context.Context, ev Event) (Published, error) {
 	if err := ValidateEventID(ev.ID); err != nil {
 		return Published{}, err
 	}
-	if err := p.checkDest(ctx, ev.Dest); err != nil {
-		return Published{}, err
+	if ev.Type == "" {
+		if err := p.checkDest(ctx, ev.Dest); err != nil {
+			return Published{}, err
+		}
 	}
 	env := stream.Envelope{ID: ev.ID, Dest: ev.Dest, Key: ev.Key, Headers: make(nats.Header, len(ev.Headers)), Body: ev.Data}
 	for k, v := range ev.Headers {
@@ -106,8 +121,18 @@ func (p *Producer) Publish(ctx context.Context, ev Event) (Published, error) {
 		}
 		env.Headers.Set(k, v)
 	}
-	m := env.Msg(stream.Produced, stream.InSubject(ev.Dest, ev.Key))
+	subject := stream.InSubject(ev.Dest, ev.Key)
+	if ev.Type != "" {
+		// The key travels in Relay-Order-Key only: the router puts it in
+		// each copy's subject.
+		subject = stream.TypeSubject(ev.Type)
+	}
+	m := env.Msg(stream.Produced, subject)
 	size := int64(len(m.Data) + len(m.Subject))
+	if ev.Type != "" {
+		// Room for what the router adds to each copy (see TypedOverhead).
+		size += TypedOverhead(ev.ID, ev.Type)
+	}
 	for k, vs := range m.Header {
 		for _, v := range vs {
 			size += int64(len(k) + len(v) + 4)
@@ -127,6 +152,17 @@ func (p *Producer) Publish(ctx context.Context, ev Event) (Published, error) {
 		return Published{}, fmt.Errorf("publish to %s: %w", m.Subject, err)
 	}
 	return Published{ID: ev.ID, Stream: ack.Stream, Seq: ack.Sequence, Duplicate: ack.Duplicate}, nil
+}
+
+// TypedOverhead is how many bytes a copy of a typed event may have more
+// than the event: relay's headers and a destination's longer subject.
+// Publish refuses a typed event that would not fit in the stream with
+// them, so that every subscriber's copy can be stored.
+func TypedOverhead(id, typ string) int64 {
+	const dedup = len("Nats-Msg-Id") + len("route:") + 20 + 1 + 64 + 4 // route:<seq>:<dest>, replacing the id
+	const published = len(stream.HdrPublished) + len("2006-01-02T15:04:05.999999999Z") + 4
+	const subject = len(stream.InPrefix) + 1 + 64 + 1 + 64 // relay.in.<dest>.<key token>
+	return int64(dedup + published + subject + len(stream.HdrEventID) + len(id) + 4 + len(stream.HdrType) + len(typ) + 4)
 }
 
 func (p *Producer) checkDest(ctx context.Context, dest string) error {

@@ -244,10 +244,14 @@ func (r *Relay) Run(ctx context.Context) error {
 
 	id := replicaID()
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() {
 		defer wg.Done()
 		r.runUnrouted(ctx, id)
+	}()
+	go func() {
+		defer wg.Done()
+		r.runRouter(ctx, id)
 	}()
 	go func() {
 		defer wg.Done()
@@ -297,6 +301,7 @@ loop:
 func (r *Relay) apply(e jetstream.KeyValueEntry, live bool) {
 	r.dests.mu.Lock()
 	defer r.dests.mu.Unlock()
+	defer r.dests.appliedLocked(e.Revision())
 	before, had := r.dests.dests[e.Key()]
 	if e.Operation() != jetstream.KeyValuePut {
 		if had && live {

@@ -20,6 +20,11 @@ type LogReplay struct {
 	ToDest string
 	// Key selects one order key. Optional.
 	Key string
+	// Type, a type pattern, replays the typed events of the matching types
+	// (whether or not Dest subscribed to them when they were published) to
+	// Dest instead: to backfill a destination that subscribed later.
+	// Optional.
+	Type string
 	// Since and Until bound the publish time (Until excluded). Since is
 	// required; Until defaults to now.
 	Since, Until time.Time
@@ -49,6 +54,14 @@ func replayLog(ctx context.Context, js jetstream.JetStream, r LogReplay, dryRun 
 	if err := stream.ValidateDestName(r.Dest); err != nil {
 		return 0, err
 	}
+	if r.Type != "" {
+		if err := stream.ValidateTypePattern(r.Type); err != nil {
+			return 0, err
+		}
+		if r.ToDest != "" {
+			return 0, errors.New("log replay: a replay by type goes to Dest; ToDest applies to a destination's own events")
+		}
+	}
 	if r.Since.IsZero() {
 		return 0, errors.New("log replay needs a start time")
 	}
@@ -70,14 +83,24 @@ func replayLog(ctx context.Context, js jetstream.JetStream, r LogReplay, dryRun 
 		return 0, err
 	}
 	filters := stream.DestFilters(r.Dest)
-	if r.Key != "" {
+	switch {
+	case r.Type != "":
+		filters = []string{stream.TypeFilter(r.Type)}
+	case r.Key != "":
 		filters = []string{stream.KeyedPrefix + "." + r.Dest + ".*." + stream.KeyToken(r.Key)}
 	}
 	n := 0
 	err = stream.Read(ctx, js, stream.EventsStream, stream.ReadOptions{Filters: filters, Since: r.Since}, func(m *jetstream.RawStreamMsg) error {
-		ev, err := stream.Decode(m.Subject, m.Sequence, m.Time, m.Header, m.Data)
+		decode := stream.Decode
+		if r.Type != "" {
+			decode = stream.DecodeTyped
+		}
+		ev, err := decode(m.Subject, m.Sequence, m.Time, m.Header, m.Data)
 		if err != nil {
 			return nil // not an event relay could deliver either
+		}
+		if r.Type != "" && r.Key != "" && ev.Key != r.Key {
+			return nil
 		}
 		if !ev.Stored.Before(r.Until) {
 			return stream.ErrStop
@@ -87,9 +110,14 @@ func replayLog(ctx context.Context, js jetstream.JetStream, r LogReplay, dryRun 
 		}
 		out := ReplayedEvent{ID: ev.ID, Seq: ev.Seq}
 		if !dryRun {
-			p, _ := stream.ParseSubject(ev.Subject)
-			p.Dest, ev.Dest = to, to
-			ack, err := js.PublishMsg(ctx, ev.Msg(stream.ReplayedLog, p.InputSubject()))
+			subject := stream.InSubject(to, ev.Key)
+			if r.Type == "" {
+				p, _ := stream.ParseSubject(ev.Subject)
+				p.Dest = to
+				subject = p.InputSubject()
+			}
+			ev.Dest = to
+			ack, err := js.PublishMsg(ctx, ev.Msg(stream.ReplayedLog, subject))
 			if err != nil {
 				return fmt.Errorf("replay event %s (seq %d): %w", ev.ID, ev.Seq, err)
 			}

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/relaydev/relay/stream"
 )
 
 // Version is relay's version, sent in the User-Agent header.
@@ -29,9 +31,14 @@ const maxResponseBody = 64 << 10
 // snippetLen is how much of a failed response's body is kept in the history.
 const snippetLen = 256
 
+// eventTypeHeader carries a typed event's type to its destination
+// (canonical form).
+var eventTypeHeader = http.CanonicalHeaderKey(stream.HdrType)
+
 // Delivery is one attempt's request.
 type Delivery struct {
 	ID      string      // webhook-id: the event id
+	Type    string      // Relay-Event-Type: the event's type, if it has one
 	Body    []byte      // the event body, sent as is
 	Headers http.Header // the event's own headers to pass on
 }
@@ -193,6 +200,9 @@ func (s *Sender) Send(ctx context.Context, d Destination, ev Delivery) Result {
 	req.Header["User-Agent"] = userAgent
 	ts := now.Unix()
 	req.Header["Webhook-Id"] = []string{ev.ID}
+	if ev.Type != "" {
+		req.Header[eventTypeHeader] = []string{ev.Type}
+	}
 	req.Header["Webhook-Timestamp"] = []string{strconv.FormatInt(ts, 10)}
 	if d.Secret != "" {
 		sig, err := Sign(d.Secret, ev.ID, ts, ev.Body)

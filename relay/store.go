@@ -207,15 +207,13 @@ func (s *Store) Add(ctx context.Context, d Destination) (Destination, error) {
 			return Destination{}, fmt.Errorf("%w (%s's are, say)", ErrWouldStoreInClear, other)
 		}
 	}
-	st, err := s.js.Stream(ctx, stream.EventsStream)
+	last, err := s.lastSeq(ctx)
 	if err != nil {
-		return Destination{}, fmt.Errorf("events stream: %w", err)
+		return Destination{}, err
 	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return Destination{}, fmt.Errorf("events stream: %w", err)
-	}
-	d.StartSeq = info.State.LastSeq + 1
+	d.StartSeq = last + 1
+	d.Subscriptions = nil
+	d.subscribe(last)
 	d.Created = s.now().UTC()
 	d.Updated = d.Created
 	if _, err := s.kv.Create(ctx, d.Name, s.encode(d)); err != nil {
@@ -227,8 +225,23 @@ func (s *Store) Add(ctx context.Context, d Destination) (Destination, error) {
 	return d, nil
 }
 
+// lastSeq is the events stream's last sequence: what a destination added
+// or subscribed now does not receive.
+func (s *Store) lastSeq(ctx context.Context) (uint64, error) {
+	st, err := s.js.Stream(ctx, stream.EventsStream)
+	if err != nil {
+		return 0, fmt.Errorf("events stream: %w", err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("events stream: %w", err)
+	}
+	return info.State.LastSeq, nil
+}
+
 // Update changes an existing destination with fn, retrying on concurrent
-// updates.
+// updates. A change of its Types takes effect from the events stream's
+// sequence at the time of the change (see Subscription).
 func (s *Store) Update(ctx context.Context, name string, fn func(*Destination) error) (Destination, error) {
 	for range 10 {
 		e, err := s.kv.Get(ctx, name)
@@ -253,6 +266,13 @@ func (s *Store) Update(ctx context.Context, name string, fn func(*Destination) e
 		}
 		if err := d.Validate(); err != nil {
 			return Destination{}, err
+		}
+		if typesChanged(before.Types, d.Types) {
+			last, err := s.lastSeq(ctx)
+			if err != nil {
+				return Destination{}, err
+			}
+			d.subscribe(last)
 		}
 		d.Updated = s.now().UTC()
 		if _, err := s.kv.Update(ctx, name, s.encode(d), e.Revision()); err != nil {
@@ -446,6 +466,44 @@ func (s *Store) Pending(ctx context.Context, name string) (uint64, error) {
 type watch struct {
 	mu    sync.RWMutex
 	dests map[string]Destination
+	// rev is the destinations bucket's revision applied last, gen counts
+	// the changes applied, and moved is closed (and replaced) by each.
+	rev   uint64
+	gen   uint64
+	moved chan struct{}
+}
+
+// appliedLocked records a change of the bucket at revision rev; w.mu is
+// held.
+func (w *watch) appliedLocked(rev uint64) {
+	w.rev = max(w.rev, rev)
+	w.gen++
+	if w.moved != nil {
+		close(w.moved)
+	}
+	w.moved = make(chan struct{})
+}
+
+// waitRev waits until the change at revision rev, or a later one, is
+// applied.
+func (w *watch) waitRev(ctx context.Context, rev uint64) error {
+	for {
+		w.mu.Lock()
+		if w.rev >= rev {
+			w.mu.Unlock()
+			return nil
+		}
+		if w.moved == nil {
+			w.moved = make(chan struct{})
+		}
+		moved := w.moved
+		w.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-moved:
+		}
+	}
 }
 
 func (w *watch) get(name string) (Destination, bool) {

@@ -221,7 +221,9 @@ func (c *unroutedCheck) hold(ctx context.Context) error {
 		})
 		stop() // lease lost: stop checking at once
 	}()
-	err = stream.Read(sctx, c.js, stream.EventsStream, stream.ReadOptions{After: checked, HeadersOnly: true, Follow: true, Description: "relay unknown-destination check"},
+	err = stream.Read(sctx, c.js, stream.EventsStream, stream.ReadOptions{After: checked, HeadersOnly: true, Follow: true, Description: "relay unknown-destination check",
+		// Typed events are the router's.
+		Filters: []string{stream.InPrefix + ".*", stream.KeyedPrefix + ".>"}},
 		func(m *jetstream.RawStreamMsg) error {
 			if err := c.settle(sctx, m); err != nil {
 				return err

@@ -1,8 +1,10 @@
 package stream
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -19,6 +21,9 @@ type Envelope struct {
 	// Dest is the destination. Decode takes it from the subject; for a
 	// ReplayedLog publish it is the destination replayed to.
 	Dest string
+	// Type is the event's type (Relay-Event-Type, or the subject of a
+	// typed event), empty for an event published for one destination.
+	Type string
 	// Key is the producer's order key (Relay-Order-Key), empty when the
 	// message carries none. Events published to relay.in.D.K by a plain NATS
 	// client have a key token in their subject but no Key.
@@ -48,7 +53,9 @@ type Envelope struct {
 	Seq     uint64
 	Stored  time.Time
 	// Copied reports a message relay republished (it carries
-	// Relay-Event-Id), not one a producer published.
+	// Relay-Event-Id: a retry from Redis, a replay), not one a producer
+	// published. A typed event's copy for a destination (Routed) is that
+	// destination's original, not Copied.
 	Copied bool
 }
 
@@ -60,9 +67,11 @@ type Envelope struct {
 //	Promoted            park:<id>:<attempt>@<origin>     yes             yes (published when set)
 //	ReplayedDeadLetter  replay:<Seq of the dead letter>  yes             no: a replay starts again
 //	ReplayedLog         log:<Dest>:<Seq in the log>      yes             no: a replay starts again
+//	Routed              route:<Seq of the typed event>:<Dest>  yes       Relay-Published only
 //
-// Every kind carries the event's own headers, the body, and Relay-Order-Key
-// when Key is set. No other header is carried over.
+// Every kind carries the event's own headers, the body, Relay-Order-Key
+// when Key is set and Relay-Event-Type when Type is. No other header is
+// carried over.
 type Kind uint8
 
 const (
@@ -79,6 +88,10 @@ const (
 	// ReplayedLog is an event replayed from the event log (relay replay);
 	// Seq is its sequence in the log and Dest the destination replayed to.
 	ReplayedLog
+	// Routed is a typed event's copy for one destination subscribed to
+	// its type, written by the router; Seq is the typed event's sequence,
+	// so a router that crashed after publishing publishes nothing twice.
+	Routed
 )
 
 // String names k.
@@ -92,9 +105,14 @@ func (k Kind) String() string {
 		return "replayed dead letter"
 	case ReplayedLog:
 		return "replayed log"
+	case Routed:
+		return "routed"
 	}
 	return "kind " + strconv.Itoa(int(k))
 }
+
+// routedPrefix starts the dedup id of a Routed publish.
+const routedPrefix = "route:"
 
 // maxAttempt bounds the attempt count a message may carry; a larger one is
 // read as none.
@@ -112,13 +130,13 @@ func Decode(subject string, seq uint64, stored time.Time, h nats.Header, body []
 	}
 	e := Envelope{Dest: p.Dest, Subject: subject, Seq: seq, Stored: stored, Headers: h, Body: body, Origin: seq, Published: stored}
 	if id := h.Get(HdrEventID); id != "" {
-		e.ID, e.Copied = id, true
+		e.ID, e.Copied = id, !strings.HasPrefix(h.Get(HdrMsgID), routedPrefix)
 	} else if id := h.Get(HdrMsgID); id != "" {
 		e.ID = id
 	} else {
 		e.ID = "evt_" + strconv.FormatUint(seq, 10) + "_" + strconv.FormatInt(stored.UnixMilli(), 36)
 	}
-	e.Key = h.Get(HdrKey)
+	e.Key, e.Type = h.Get(HdrKey), h.Get(HdrType)
 	if s := h.Get(HdrPublished); s != "" {
 		if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
 			e.Published = t
@@ -137,6 +155,23 @@ func Decode(subject string, seq uint64, stored time.Time, h nats.Header, body []
 	return e, nil
 }
 
+// DecodeTyped reads the envelope of a typed event stored at seq on subject
+// (relay.type.T) at time stored, as Decode reads a destination's: its
+// Dest is empty and its Type is T.
+func DecodeTyped(subject string, seq uint64, stored time.Time, h nats.Header, body []byte) (Envelope, error) {
+	t, ok := TypeOf(subject)
+	if !ok {
+		return Envelope{}, fmt.Errorf("subject %q is not a typed event's", subject)
+	}
+	e := Envelope{Type: t, Subject: subject, Seq: seq, Stored: stored, Headers: h, Body: body, Origin: seq, Published: stored}
+	e.ID = h.Get(HdrMsgID)
+	if e.ID == "" {
+		e.ID = "evt_" + strconv.FormatUint(seq, 10) + "_" + strconv.FormatInt(stored.UnixMilli(), 36)
+	}
+	e.Key = h.Get(HdrKey)
+	return e, nil
+}
+
 // MsgID is the dedup id of a publish of kind k (see Kind).
 func (e Envelope) MsgID(k Kind) string {
 	switch k {
@@ -146,6 +181,8 @@ func (e Envelope) MsgID(k Kind) string {
 		return "replay:" + strconv.FormatUint(e.Seq, 10)
 	case ReplayedLog:
 		return "log:" + e.Dest + ":" + strconv.FormatUint(e.Seq, 10)
+	case Routed:
+		return routedPrefix + strconv.FormatUint(e.Seq, 10) + ":" + e.Dest
 	}
 	return e.ID
 }
@@ -158,10 +195,16 @@ func (e Envelope) Header(k Kind) nats.Header {
 	if e.Key != "" {
 		h.Set(HdrKey, e.Key)
 	}
+	if e.Type != "" {
+		h.Set(HdrType, e.Type)
+	}
 	if k == Produced {
 		return h
 	}
 	h.Set(HdrEventID, e.ID)
+	if k == Routed && !e.Published.IsZero() {
+		h.Set(HdrPublished, e.Published.UTC().Format(time.RFC3339Nano))
+	}
 	if k == Promoted {
 		h.Set(HdrAttempt, strconv.Itoa(e.Attempt))
 		if !e.Published.IsZero() {

@@ -58,6 +58,7 @@ func TestEnvelopeHeaderTable(t *testing.T) {
 			HdrAttempt, "3", HdrOrigin, "10", HdrPublished, "2025-03-01T11:00:00.000000005Z")},
 		{ReplayedDeadLetter, "replay:77", with(HdrMsgID, "replay:77", HdrKey, "customer 42", HdrEventID, "evt-1")},
 		{ReplayedLog, "log:orders:77", with(HdrMsgID, "log:orders:77", HdrKey, "customer 42", HdrEventID, "evt-1")},
+		{Routed, "route:77:orders", with(HdrMsgID, "route:77:orders", HdrKey, "customer 42", HdrEventID, "evt-1", HdrPublished, "2025-03-01T11:00:00.000000005Z")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.kind.String(), func(t *testing.T) {
@@ -110,6 +111,8 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 		{Promoted, true, 3, 10, fullEnvelope().Published, "park:evt-1:3@10"},
 		{ReplayedDeadLetter, true, 0, newSeq, stored, "replay:77"},
 		{ReplayedLog, true, 0, newSeq, stored, "log:orders:77"},
+		// A typed event's copy is its destination's original.
+		{Routed, false, 0, newSeq, fullEnvelope().Published, "route:77:orders"},
 	} {
 		t.Run(tt.kind.String(), func(t *testing.T) {
 			in := fullEnvelope()
@@ -206,4 +209,37 @@ func TestOwnHeader(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, nats.Header{}, OwnHeader(nil))
 	require.Equal(t, nats.Header{"X-A": {"1"}}, OwnHeader(nats.Header{"X-A": {"1"}, HdrEventID: {"e"}, "relay-key": {"k"}, "Nats-Msg-Id": {"m"}}))
+}
+
+// An event's type travels with it: every kind of publish carries it, and
+// Decode reads it; DecodeTyped reads a typed event from its subject.
+func TestEnvelopeCarriesTheType(t *testing.T) {
+	t.Parallel()
+	e := fullEnvelope()
+	e.Type = "order.created"
+	stored := time.Date(2025, 3, 2, 8, 0, 0, 0, time.UTC)
+	for _, k := range []Kind{Produced, Promoted, ReplayedDeadLetter, ReplayedLog, Routed} {
+		h := e.Header(k)
+		require.Equal(t, "order.created", h.Get(HdrType), k.String())
+		out, err := Decode("relay.in.orders", 9, stored, h, nil)
+		require.NoError(t, err)
+		require.Equal(t, "order.created", out.Type, k.String())
+	}
+
+	h := nats.Header{HdrMsgID: {"evt-9"}, HdrKey: {"customer 42"}, "X-Trace": {"t"}}
+	typed, err := DecodeTyped(TypeSubject("order.created"), 12, stored, h, []byte("{}"))
+	require.NoError(t, err)
+	require.Equal(t, Envelope{ID: "evt-9", Type: "order.created", Key: "customer 42", Subject: "relay.type.order.created", Seq: 12,
+		Stored: stored, Origin: 12, Published: stored, Headers: h, Body: []byte("{}")}, typed)
+	typed.Dest = "billing"
+	require.Equal(t, "route:12:billing", typed.MsgID(Routed))
+	c := typed.Header(Routed)
+	require.Equal(t, nats.Header{HdrMsgID: {"route:12:billing"}, HdrEventID: {"evt-9"}, HdrKey: {"customer 42"}, HdrType: {"order.created"},
+		HdrPublished: {stored.Format(time.RFC3339Nano)}, "X-Trace": {"t"}}, c)
+
+	noID, err := DecodeTyped(TypeSubject("a"), 3, stored, nil, nil)
+	require.NoError(t, err)
+	require.NotEmpty(t, noID.ID, "an id made from the sequence")
+	_, err = DecodeTyped("relay.in.orders", 3, stored, nil, nil)
+	require.Error(t, err)
 }

@@ -151,6 +151,7 @@ const (
 	HdrEventID   = "Relay-Event-Id" // event id carried by republished events; wins over Nats-Msg-Id
 	HdrAttempt   = "Relay-Attempt"  // attempts already made before this stream message
 	HdrKey       = "Relay-Order-Key"
+	HdrType      = "Relay-Event-Type" // the event's type, on the copies of a typed event
 	HdrPublished = "Relay-Published"  // RFC 3339 time the producer published the event, carried on republish
 	HdrOrigin    = "Relay-Origin-Seq" // stream sequence of the message a republished event first came in as
 

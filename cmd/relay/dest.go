@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/stream"
 )
 
 func destCommand() *cli.Command {
@@ -148,6 +149,7 @@ func destFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "ordered", Usage: "deliver the events of each order key one at a time, in publish order (fixed once added)"},
 		&cli.IntFlag{Name: "partitions", DefaultText: "8", Usage: "ordered: keys delivered in parallel, 1 to 64 (fixed once added)"},
 		&cli.StringFlag{Name: "on-failure", DefaultText: "block", Usage: "ordered: block (retry the head of a key until delivered) or skip (dead-letter it after max attempts, the key continues)"},
+		&cli.StringSliceFlag{Name: "type", Aliases: []string{"t"}, Usage: "event type pattern to subscribe to, such as order.* ('*' one token, '>' the rest; repeatable)"},
 	}
 }
 
@@ -160,6 +162,7 @@ var updateUsage = map[string]string{
 	"header":     "NAME=VALUE added to every request (repeatable): replaces all the current headers",
 	"ordered":    "fixed when the destination is added: a different value is refused",
 	"partitions": "fixed when the destination is added: a different value is refused",
+	"type":       "event type pattern to subscribe to (repeatable): replaces all the current ones, from the next event published; --type '' subscribes to none",
 }
 
 // updateFlags are the flags of 'dest update': add's, with its own texts and
@@ -215,6 +218,7 @@ type destSettings struct {
 	ordered                 *bool
 	partitions              *int
 	onFailure               *string
+	types                   *[]string
 	headers                 map[string]string // Validate: --header parsed
 }
 
@@ -237,6 +241,7 @@ func readDestSettings(c *cli.Context) destSettings {
 		ordered:          setOnly(c, "ordered", c.Bool),
 		partitions:       setOnly(c, "partitions", c.Int),
 		onFailure:        setOnly(c, "on-failure", c.String),
+		types:            setOnly(c, "type", c.StringSlice),
 	}
 }
 
@@ -245,6 +250,25 @@ func readDestSettings(c *cli.Context) destSettings {
 func (s *destSettings) Validate() error {
 	if s.secret != nil && s.noSecret {
 		return usagef("--secret and --no-secret exclude each other")
+	}
+	if s.types != nil {
+		var types []string
+		for _, t := range *s.types {
+			if t == "" {
+				continue // --type '': none
+			}
+			if err := stream.ValidateTypePattern(t); err != nil {
+				return usagef("--type: %v", err)
+			}
+			if slices.Contains(types, t) {
+				return usagef("--type %s given twice", t)
+			}
+			types = append(types, t)
+		}
+		if len(types) > relay.MaxTypes {
+			return usagef("--type given %d times: a destination subscribes to at most %d patterns", len(types), relay.MaxTypes)
+		}
+		*s.types = types
 	}
 	if s.header != nil {
 		h, err := parseKV("header", *s.header)
@@ -295,6 +319,7 @@ func (s *destSettings) apply(d *relay.Destination) {
 	set(&d.Ordered, s.ordered)
 	set(&d.Partitions, s.partitions)
 	set(&d.OnFailure, s.onFailure)
+	set(&d.Types, s.types)
 }
 
 // set copies *v to *dst if v is not nil.
@@ -432,15 +457,19 @@ func (o *destListOpts) Run(ctx context.Context, e *env) error {
 		return jsonLines(e.out, ds, func(d relay.Destination) any { return d.WithDefaults().Redacted() })
 	}
 	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tURL\tSIGNED\tTIMEOUT\tMAX ATTEMPTS\tBACKOFF\tCONCURRENCY\tORDERED")
+	fmt.Fprintln(tw, "NAME\tURL\tSIGNED\tTIMEOUT\tMAX ATTEMPTS\tBACKOFF\tCONCURRENCY\tORDERED\tTYPES")
 	for _, d := range ds {
 		d = d.WithDefaults()
 		ordered := "no"
 		if d.Ordered {
 			ordered = fmt.Sprintf("%d partitions, %s", d.Partitions, d.OnFailure)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%d\t%s..%s\t%d\t%s\n", d.Name, relay.RedactURL(d.URL), d.Secret != "", time.Duration(d.Timeout),
-			d.Retry.MaxAttempts, time.Duration(d.Retry.Base), time.Duration(d.Retry.Max), d.Concurrency, ordered)
+		types := strings.Join(d.Types, ",")
+		if types == "" {
+			types = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%d\t%s..%s\t%d\t%s\t%s\n", d.Name, relay.RedactURL(d.URL), d.Secret != "", time.Duration(d.Timeout),
+			d.Retry.MaxAttempts, time.Duration(d.Retry.Base), time.Duration(d.Retry.Max), d.Concurrency, ordered, types)
 	}
 	return tw.Flush()
 }

@@ -11,18 +11,22 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/stream"
 )
 
 func publishCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "publish",
-		Usage:     "publish an event for a destination",
+		Usage:     "publish an event for a destination, or by its type",
 		ArgsUsage: "[-]  (read the body from standard input)",
 		Description: `Publishes one event and prints its id and stream sequence once JetStream
-has stored it. The body comes from --data, --file, or standard input ("-").
+has stored it. The event goes to one destination (--dest), or by its type
+(--type) to every destination subscribed to it. The body comes from --data,
+--file, or standard input ("-").
 Publishing the same --id again within the duplicate window stores nothing new.`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "dest", Aliases: []string{"d"}, Usage: "destination name (required)"},
+			&cli.StringFlag{Name: "dest", Aliases: []string{"d"}, Usage: "destination name (this or --type)"},
+			&cli.StringFlag{Name: "type", Aliases: []string{"t"}, Usage: "event type, such as order.created: delivered to every destination subscribed to it (this or --dest)"},
 			&cli.StringFlag{Name: "key", Aliases: []string{"k"}, Usage: "order key (any string)"},
 			&cli.StringFlag{Name: "id", Usage: "event id (default: a new unique id)"},
 			&cli.StringSliceFlag{Name: "header", Aliases: []string{"H"}, Usage: "NAME=VALUE passed on to the destination (repeatable)"},
@@ -37,7 +41,7 @@ Publishing the same --id again within the duplicate window stores nothing new.`,
 // publishOpts are the options of 'relay publish'.
 type publishOpts struct {
 	cmdLine
-	dest       *string
+	dest, typ  *string
 	key, id    string
 	header     []string
 	data, file *string
@@ -47,7 +51,7 @@ type publishOpts struct {
 }
 
 func readPublish(c *cli.Context) *publishOpts {
-	return &publishOpts{cmdLine: readCmdLine(c), dest: setOnly(c, "dest", c.String), key: c.String("key"), id: c.String("id"),
+	return &publishOpts{cmdLine: readCmdLine(c), dest: setOnly(c, "dest", c.String), typ: setOnly(c, "type", c.String), key: c.String("key"), id: c.String("id"),
 		header: c.StringSlice("header"), data: setOnly(c, "data", c.String), file: setOnly(c, "file", c.String), json: c.Bool("json")}
 }
 
@@ -55,8 +59,15 @@ func readPublish(c *cli.Context) *publishOpts {
 func (o *publishOpts) stdin() bool { return len(o.args) > 0 && o.args[0] == "-" }
 
 func (o *publishOpts) Validate() error {
-	if o.dest == nil {
-		return o.missing("dest")
+	switch {
+	case o.dest != nil && o.typ != nil:
+		return usagef("give --dest or --type, not both")
+	case o.dest == nil && o.typ == nil:
+		return usagef("missing --dest or --type: the destination of the event, or its type")
+	case o.typ != nil:
+		if err := stream.ValidateEventType(*o.typ); err != nil {
+			return usagef("--type: %v", err)
+		}
 	}
 	n := 0
 	for _, set := range []bool{o.data != nil, o.file != nil, o.stdin()} {
@@ -117,7 +128,13 @@ func (o *publishOpts) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	res, err := p.Publish(ctx, relay.Event{Dest: *o.dest, Key: o.key, ID: o.id, Headers: o.headers, Data: body})
+	ev := relay.Event{Key: o.key, ID: o.id, Headers: o.headers, Data: body}
+	if o.typ != nil {
+		ev.Type = *o.typ
+	} else {
+		ev.Dest = *o.dest
+	}
+	res, err := p.Publish(ctx, ev)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/stream"
 )
 
 func replayCommand() *cli.Command {
@@ -16,7 +17,9 @@ func replayCommand() *cli.Command {
 		Usage: "deliver events again from the event log, delivered or not",
 		Description: `Republishes every event published for --dest between --since and --until
 (default now), whether it was delivered or not: for a receiver that lost its
-data, or with --to-dest to backfill a new destination. Events keep their ids,
+data, or with --to-dest to backfill a new destination. With --type, it
+republishes to --dest the typed events of the matching types instead, to
+backfill a destination that subscribed to them later. Events keep their ids,
 so receivers can deduplicate. The event log keeps events for relay run's
 --event-retention (7 days by default); older ones cannot be replayed.
 Re-running an interrupted replay within the duplicate window publishes nothing
@@ -27,6 +30,7 @@ twice.`,
 			&cli.StringFlag{Name: "until", Usage: "published before this time (default now)"},
 			&cli.StringFlag{Name: "key", Usage: "only events with this order key"},
 			&cli.StringFlag{Name: "to-dest", Usage: "deliver them to this destination instead"},
+			&cli.StringFlag{Name: "type", Usage: "replay the typed events of the types this pattern matches (such as order.*) to --dest instead"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "print what would be replayed; change nothing"},
 			&cli.StringFlag{Name: "rate", Usage: "at most N per second (e.g. 100 or 100/s)"},
 		},
@@ -39,6 +43,7 @@ type replayOpts struct {
 	cmdLine
 	dest, since        *string
 	until, key, toDest string
+	typ                string
 	dryRun             bool
 	rate               string
 
@@ -48,7 +53,7 @@ type replayOpts struct {
 
 func readReplay(c *cli.Context) *replayOpts {
 	return &replayOpts{cmdLine: readCmdLine(c), dest: setOnly(c, "dest", c.String), since: setOnly(c, "since", c.String),
-		until: c.String("until"), key: c.String("key"), toDest: c.String("to-dest"), dryRun: c.Bool("dry-run"), rate: c.String("rate")}
+		until: c.String("until"), key: c.String("key"), toDest: c.String("to-dest"), typ: c.String("type"), dryRun: c.Bool("dry-run"), rate: c.String("rate")}
 }
 
 func (o *replayOpts) Validate() (err error) {
@@ -57,6 +62,14 @@ func (o *replayOpts) Validate() (err error) {
 	}
 	if o.since == nil {
 		return o.missing("since")
+	}
+	if o.typ != "" {
+		if err := stream.ValidateTypePattern(o.typ); err != nil {
+			return usagef("--type: %v", err)
+		}
+		if o.toDest != "" {
+			return usagef("--type replays typed events to --dest: leave out --to-dest")
+		}
 	}
 	if o.from, err = parseWhen("since", *o.since); err != nil {
 		return err
@@ -85,7 +98,7 @@ func (o *replayOpts) Run(ctx context.Context, e *env) error {
 	}
 	prog := newProgress(w, 0)
 	n, err := relay.ReplayLog(ctx, cl.js, relay.LogReplay{
-		Dest: *o.dest, ToDest: o.toDest, Key: o.key, Since: o.from, Until: o.to,
+		Dest: *o.dest, ToDest: o.toDest, Key: o.key, Type: o.typ, Since: o.from, Until: o.to,
 	}, dry, func(ev relay.ReplayedEvent) error {
 		switch {
 		case dry:

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
@@ -101,8 +102,25 @@ func (o *statsOpts) print(ctx context.Context, w io.Writer, js jetstream.JetStre
 		}
 		all = one
 	}
+	// The router's figures, once typed events were routed.
+	rs, routed, err := relay.ReadRouterState(ctx, js)
+	if err != nil {
+		return err
+	}
+	var lag uint64
+	if routed {
+		if lag, err = relay.RouterLag(ctx, js); err != nil {
+			return err
+		}
+	}
 	if o.json {
-		return jsonLines(w, all, statsJSON)
+		if err := jsonLines(w, all, statsJSON); err != nil {
+			return err
+		}
+		if routed && o.dest == "" {
+			return json.NewEncoder(w).Encode(map[string]any{"typed_events": typedJSON{Events: rs.Events, Copies: rs.Copies, Unsubscribed: rs.Unsubscribed, Lag: lag}})
+		}
+		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "DEST\tSTATE\tBACKLOG\tIN FLIGHT\tRETRYING\tPARKED\tOLDEST DUE\tDEAD LETTERS\tOLDEST UNDELIVERED\tBLOCKED PARTITIONS")
@@ -131,6 +149,10 @@ func (o *statsOpts) print(ctx context.Context, w io.Writer, js jetstream.JetStre
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if routed && o.dest == "" {
+		fmt.Fprintf(w, "typed events: %d routed, %d copies for subscribers, %d without a subscriber (counted, not dead-lettered); %d not routed yet\n",
+			rs.Events, rs.Copies, rs.Unsubscribed, lag)
+	}
 	for _, s := range all {
 		if f := s.DeadLetterFailures; f != nil {
 			fmt.Fprintf(w, "%s: %d events could not be dead-lettered and stay in the event log (the last, event %s at seq %d, at %s: %s); 'relay replay --dest %s' delivers them again\n",
@@ -138,6 +160,14 @@ func (o *statsOpts) print(ctx context.Context, w io.Writer, js jetstream.JetStre
 		}
 	}
 	return nil
+}
+
+// typedJSON is the router's line of 'stats --json'.
+type typedJSON struct {
+	Events       uint64 `json:"routed"`
+	Copies       uint64 `json:"copies"`
+	Unsubscribed uint64 `json:"unsubscribed"`
+	Lag          uint64 `json:"not_routed_yet"`
 }
 
 // statsJSON is s as 'stats --json' prints it: without "parked" when Redis

@@ -1,0 +1,310 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/relaydev/relay/relay"
+)
+
+// publishType publishes an event of type typ with key and body.
+func (e *env) publishType(typ, key, body string) relay.Published {
+	e.t.Helper()
+	res, err := e.prod.Publish(context.Background(), relay.Event{Type: typ, Key: key, Data: []byte(body)})
+	require.NoError(e.t, err)
+	return res
+}
+
+// routerState reads the router's state, waiting for it to exist.
+func (e *env) routerState() relay.RouterState {
+	e.t.Helper()
+	st, _, err := relay.ReadRouterState(context.Background(), e.js)
+	require.NoError(e.t, err)
+	return st
+}
+
+// One typed event reaches every destination subscribed to its type, and
+// each behaves as if the event had been published for it: the healthy one
+// delivers at once, the failing one retries and dead-letters on its own,
+// and one subscribed to another type gets nothing. The event id
+// (webhook-id) and type are the same everywhere.
+func TestTypedEventFansOutToItsSubscribersOnly(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ok := newSink(t, nil)
+	failing := newSink(t, func(_ hit, w http.ResponseWriter) int { w.WriteHeader(500); return 500 })
+	other := newSink(t, nil)
+	fast := relay.RetryPolicy{MaxAttempts: 2, Base: relay.Duration(50 * time.Millisecond), Max: relay.Duration(100 * time.Millisecond)}
+	e.addDest(relay.Destination{Name: "crm", URL: ok.URL, Types: []string{"order.*"}})
+	e.addDest(relay.Destination{Name: "ads", URL: failing.URL, Types: []string{"order.created"}, Retry: fast, BreakerThreshold: -1})
+	e.addDest(relay.Destination{Name: "billing", URL: other.URL, Types: []string{"invoice.>"}})
+	e.startRelay()
+
+	var ids []string
+	for i := range 20 {
+		ids = append(ids, e.publishType("order.created", "", fmt.Sprintf(`{"n":%d}`, i)).ID)
+	}
+	eventually(t, time.Minute, func() bool { return len(ok.delivered()) == 20 }, "crm has every event")
+	eventually(t, time.Minute, func() bool { return len(e.deadLetters("ads")) == 20 }, "ads dead-lettered every event")
+
+	require.ElementsMatch(t, ids, keys(ok.delivered()), "crm received the events' own ids")
+	for _, h := range ok.all() {
+		require.Equal(t, "order.created", h.Header.Get("Relay-Event-Type"))
+	}
+	var dead []string
+	for _, l := range e.deadLetters("ads") {
+		require.Equal(t, relay.ReasonMaxAttempts, l.Reason)
+		require.Equal(t, 2, l.Attempts)
+		dead = append(dead, l.EventID)
+	}
+	require.ElementsMatch(t, ids, dead, "the failing subscriber's dead letters carry the same ids")
+	require.Zero(t, other.received(), "a destination subscribed to another type gets nothing")
+	require.Empty(t, e.deadLetters("billing"))
+
+	eventually(t, time.Minute, func() bool { return e.routerState().Events == 20 }, "the router recorded its work")
+	st := e.routerState()
+	require.EqualValues(t, 40, st.Copies)
+	require.Zero(t, st.Unsubscribed)
+}
+
+func keys(m map[string]int) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// Wildcards route as NATS subjects do: '*' is one token, '>' one or more.
+func TestTypePatternsRouteAsNATSWildcards(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	patterns := map[string][]string{
+		"exact": {"order.created"},
+		"star":  {"order.*"},
+		"tail":  {"order.>"},
+		"first": {"*.created"},
+		"all":   {">"},
+		"two":   {"invoice.paid", "order.created.eu"},
+	}
+	sinks := map[string]*sink{}
+	for name, ps := range patterns {
+		sinks[name] = newSink(t, nil)
+		e.addDest(relay.Destination{Name: name, URL: sinks[name].URL, Types: ps})
+	}
+	e.startRelay()
+	want := map[string][]string{}
+	for _, typ := range []string{"order.created", "order.created.eu", "order", "invoice.created", "invoice.paid"} {
+		id := e.publishType(typ, "", "{}").ID
+		for name, ps := range patterns {
+			if slices.ContainsFunc(ps, func(p string) bool { return matches(p, typ) }) {
+				want[name] = append(want[name], typ+"="+id)
+			}
+		}
+	}
+	total := 0
+	for _, w := range want {
+		total += len(w)
+	}
+	eventually(t, time.Minute, func() bool {
+		n := 0
+		for _, s := range sinks {
+			n += len(s.delivered())
+		}
+		return n >= total
+	}, "every copy delivered")
+	eventually(t, time.Minute, func() bool { return e.routerState().Events == 5 }, "every event routed")
+	for name, s := range sinks {
+		var got []string
+		for _, h := range s.all() {
+			got = append(got, h.Header.Get("Relay-Event-Type")+"="+h.ID)
+		}
+		require.ElementsMatch(t, want[name], got, "destination %s (%v)", name, patterns[name])
+	}
+	// order (no subscriber with a one-token pattern but ">"): all has it;
+	// nothing went unsubscribed.
+	require.Zero(t, e.routerState().Unsubscribed)
+}
+
+// matches is the expected rule, written out for the table.
+func matches(p, typ string) bool {
+	switch p {
+	case ">":
+		return true
+	case "order.*":
+		return typ == "order.created"
+	case "order.>":
+		return typ == "order.created" || typ == "order.created.eu"
+	case "*.created":
+		return typ == "order.created" || typ == "invoice.created"
+	}
+	return p == typ
+}
+
+// A typed event no destination subscribes to is counted, not
+// dead-lettered; a destination that subscribes later gets the events
+// published after it subscribed, and 'relay replay --type' backfills it.
+func TestUnsubscribedTypedEventsAreCountedAndBackfilledByReplay(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	s := newSink(t, nil)
+	e.addDest(relay.Destination{Name: "late", URL: s.URL})
+	e.startRelay()
+	var early []string
+	for range 3 {
+		early = append(early, e.publishType("user.signed_up", "", "{}").ID)
+	}
+	eventually(t, time.Minute, func() bool { return e.routerState().Unsubscribed == 3 }, "counted without a subscriber")
+	require.Empty(t, e.deadLetters("late"))
+	require.Empty(t, e.deadLetters(""))
+
+	_, err := e.store.Update(context.Background(), "late", func(d *relay.Destination) error {
+		d.Types = []string{"user.*"}
+		return nil
+	})
+	require.NoError(t, err)
+	later := e.publishType("user.signed_up", "", "{}").ID
+	eventually(t, time.Minute, func() bool { return s.delivered()[later] == 1 }, "the event after the subscription delivered")
+	require.Len(t, s.delivered(), 1, "not those published before it subscribed")
+
+	code, out := e.relayCLI("replay", "--dest", "late", "--type", "user.*", "--since", "1h")
+	require.Equal(t, 0, code, out)
+	eventually(t, time.Minute, func() bool { return len(s.delivered()) == 4 }, "the backfill delivered")
+	for _, id := range append(early, later) {
+		require.Positive(t, s.delivered()[id], "event %s", id)
+	}
+}
+
+// A subscription changed while typed events flow: each event goes to a
+// destination if and only if the destination was subscribed to its type
+// when the event was stored (the store records the sequence each change
+// applies from), none is lost and none is delivered to a destination that
+// was not subscribed.
+func TestSubscriptionChangesWhileEventsFlow(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	s := newSink(t, nil)
+	e.addDest(relay.Destination{Name: "flip", URL: s.URL, Types: []string{"a.x"}})
+	e.startRelay()
+
+	type pub struct {
+		id  string
+		seq uint64
+	}
+	var (
+		mu   sync.Mutex
+		pubs []pub
+	)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			res, err := e.prod.Publish(context.Background(), relay.Event{Type: "a.x", Data: []byte(strconv.Itoa(i))})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			pubs = append(pubs, pub{res.ID, res.Seq})
+			mu.Unlock()
+		}
+	}()
+	published := func() int { mu.Lock(); defer mu.Unlock(); return len(pubs) }
+	// Off, on, off, on, with events flowing through each change.
+	for i, types := range [][]string{{"b.*"}, {"a.*"}, nil, {"a.x", "c"}} {
+		before := published()
+		eventually(t, time.Minute, func() bool { return published() >= before+30 }, "events flowing before change %d", i)
+		_, err := e.store.Update(context.Background(), "flip", func(d *relay.Destination) error {
+			d.Types = types
+			return nil
+		})
+		require.NoError(t, err)
+	}
+	before := published()
+	eventually(t, time.Minute, func() bool { return published() >= before+30 }, "events after the last change")
+	close(stop)
+	<-done
+
+	d, err := e.store.Get(context.Background(), "flip")
+	require.NoError(t, err)
+	var want []string
+	mu.Lock()
+	for _, p := range pubs {
+		if d.Subscribed("a.x", p.seq) {
+			want = append(want, p.id)
+		}
+	}
+	total := len(pubs)
+	mu.Unlock()
+	require.Greater(t, len(want), 60, "events in both subscribed spells")
+	require.Less(t, len(want), total, "and some in the unsubscribed ones")
+	eventually(t, time.Minute, func() bool {
+		st := e.routerState()
+		return st.Events == uint64(total)
+	}, "every event routed")
+	eventually(t, time.Minute, func() bool { return len(s.delivered()) >= len(want) }, "every subscribed event delivered")
+	require.ElementsMatch(t, want, keys(s.delivered()), "exactly the events published while subscribed")
+}
+
+// Each subscriber that orders by key gets the events of a key in the order
+// they were published, though one of them fails now and then.
+func TestTypedEventsKeepKeyOrderForEachSubscriber(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	var calls sync.Map
+	flaky := newSink(t, func(h hit, w http.ResponseWriter) int {
+		n, _ := calls.LoadOrStore(h.ID, new(int))
+		*n.(*int)++
+		if *n.(*int) == 1 && h.ID[len(h.ID)-1]%3 == 0 { // some events fail once
+			w.WriteHeader(503)
+			return 503
+		}
+		w.WriteHeader(200)
+		return 200
+	})
+	steady := newSink(t, nil)
+	retry := relay.RetryPolicy{Base: relay.Duration(20 * time.Millisecond), Max: relay.Duration(50 * time.Millisecond)}
+	e.addDest(relay.Destination{Name: "flaky", URL: flaky.URL, Types: []string{"acct.>"}, Ordered: true, Partitions: 4, Retry: retry})
+	e.addDest(relay.Destination{Name: "steady", URL: steady.URL, Types: []string{"acct.*"}, Ordered: true, Partitions: 2})
+	e.startRelay()
+
+	const keysN, perKey = 5, 20
+	for i := range perKey {
+		for k := range keysN {
+			e.publishType("acct.updated", "customer-"+strconv.Itoa(k), fmt.Sprintf(`{"k":%d,"i":%d}`, k, i))
+		}
+	}
+	for name, s := range map[string]*sink{"flaky": flaky, "steady": steady} {
+		eventually(t, 2*time.Minute, func() bool { return len(s.delivered()) == keysN*perKey }, "%s has every event", name)
+		last := map[string]int{}
+		for _, h := range s.all() {
+			if h.Status != 200 {
+				continue
+			}
+			var k, i int
+			_, err := fmt.Sscanf(h.Body, `{"k":%d,"i":%d}`, &k, &i)
+			require.NoError(t, err)
+			key := strconv.Itoa(k)
+			if prev, ok := last[key]; ok {
+				require.Equal(t, prev+1, i, "%s: key %d in order", name, k)
+			} else {
+				require.Zero(t, i, "%s: key %d starts at its first event", name, k)
+			}
+			last[key] = i
+		}
+	}
+}

@@ -1,0 +1,436 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/stream"
+)
+
+// The router: fan-out of typed events.
+//
+// An event published by type (relay.type.T) goes to every destination
+// subscribed to T. One replica at a time (it holds the lease RouterKey in
+// the relay_state bucket, as the unknown-destination check holds its own)
+// reads the typed events in stream order and publishes, for each
+// destination subscribed to the event's type when it was stored, a copy to
+// relay.in.D (relay.in.D.K with an order key): from there on a copy is an
+// event of its destination like any other, with its own attempts, backoff,
+// parking, dead letters, breaker, rate limit and order. Each copy carries
+// the event's id (webhook-id is the same for every destination), its type
+// and publish time, and the dedup id route:<seq>:<dest>, so that the
+// copies a crashed router had published are stored once when its successor
+// publishes them again from the sequence the lease recorded.
+//
+// Copies are published in the typed events' order, a window of them
+// unconfirmed at a time; the lease records a sequence only once every copy
+// up to it is confirmed. When a publish fails, the router starts again
+// from the first unconfirmed event.
+
+// RouterKey is the relay_state key of the router.
+const RouterKey = "router"
+
+// RouterState is the value of RouterKey.
+type RouterState struct {
+	// Holder is the replica routing; empty when released.
+	Holder string `json:"holder,omitempty"`
+	// Routed is the stream sequence up to which every typed event is
+	// routed.
+	Routed uint64 `json:"routed"`
+	// Stream is when the events stream Routed counts in was created.
+	Stream time.Time `json:"stream_created"`
+	// Events, Copies and Unsubscribed count the typed events routed, the
+	// copies written, and the typed events no destination subscribed to,
+	// since the stream was created (events routed again after a crash
+	// count again).
+	Events       uint64 `json:"events"`
+	Copies       uint64 `json:"copies"`
+	Unsubscribed uint64 `json:"unsubscribed"`
+}
+
+func decodeRouterState(b []byte) (RouterState, error) {
+	var st RouterState
+	if err := json.Unmarshal(b, &st); err != nil {
+		return RouterState{}, fmt.Errorf("%s/%s holds %q, not a router state: %w", stream.StateBucket, RouterKey, b, err)
+	}
+	return st, nil
+}
+
+func (st RouterState) encode() []byte {
+	b, _ := json.Marshal(st)
+	return b
+}
+
+// ReadRouterState returns the router's state, and false when no relay has
+// routed yet.
+func ReadRouterState(ctx context.Context, js jetstream.JetStream) (RouterState, bool, error) {
+	kv, err := js.KeyValue(ctx, stream.StateBucket)
+	if err != nil {
+		return RouterState{}, false, fmt.Errorf("open bucket %s: %w", stream.StateBucket, err)
+	}
+	e, err := kv.Get(ctx, RouterKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return RouterState{}, false, nil
+	}
+	if err != nil {
+		return RouterState{}, false, fmt.Errorf("read %s/%s: %w", stream.StateBucket, RouterKey, err)
+	}
+	st, err := decodeRouterState(e.Value())
+	return st, err == nil, err
+}
+
+// RouterLag is how many typed events the router has not routed yet.
+func RouterLag(ctx context.Context, js jetstream.JetStream) (uint64, error) {
+	st, _, err := ReadRouterState(ctx, js)
+	if err != nil {
+		return 0, err
+	}
+	s, err := js.Stream(ctx, stream.EventsStream)
+	if err != nil {
+		return 0, fmt.Errorf("look up stream %s: %w", stream.EventsStream, err)
+	}
+	routed := st.Routed
+	if !st.Stream.Equal(s.CachedInfo().Created) {
+		routed = 0
+	}
+	// A consumer's count of what it has to deliver is exact, and costs
+	// the server a walk of the typed subjects' index.
+	cfg := jetstream.ConsumerConfig{Description: "relay router lag", FilterSubject: stream.TypeFilter(">"), AckPolicy: jetstream.AckNonePolicy,
+		MemoryStorage: true, InactiveThreshold: 10 * time.Second, Replicas: 1}
+	if routed > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, routed+1
+	}
+	c, err := js.CreateConsumer(ctx, stream.EventsStream, cfg)
+	if err != nil {
+		return 0, fmt.Errorf("count typed events: %w", err)
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	defer func() { _ = js.DeleteConsumer(dctx, stream.EventsStream, c.CachedInfo().Name) }()
+	return c.CachedInfo().NumPending, nil
+}
+
+// routerWindow is how many typed events may have copies unconfirmed.
+const routerWindow = 256
+
+// router is one replica's part in routing typed events.
+type router struct {
+	js       jetstream.JetStream
+	r        *Relay
+	id       string
+	takeover time.Duration
+	log      *slog.Logger
+	now      func() time.Time
+
+	// cache maps a type to the destinations subscribed to it, for the
+	// destinations' generation gen.
+	mu    sync.Mutex
+	gen   uint64
+	cache map[string][]Destination
+}
+
+// runRouter takes part in routing until ctx ends.
+func (r *Relay) runRouter(ctx context.Context, id string) {
+	ro := &router{js: r.cfg.JS, r: r, id: id, takeover: r.cfg.CheckTakeover, log: r.log, now: r.cfg.Now}
+	for ctx.Err() == nil {
+		err := ro.hold(ctx)
+		switch {
+		case ctx.Err() != nil || err == nil:
+		case errors.Is(err, errStreamRecreated):
+			r.log.Warn("the router starts over", "err", err)
+			continue
+		default:
+			r.log.Error("router stopped (retrying in 1s): typed events are not copied to their subscribers meanwhile", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// routed is one typed event's copies waiting for their confirmations.
+type routed struct {
+	seq    uint64
+	copies []jetstream.PubAckFuture
+	dests  []string
+	ev     stream.Envelope
+}
+
+// hold acquires the router's lease, routes while it holds it, and releases
+// it with the sequence it got to.
+func (ro *router) hold(ctx context.Context) error {
+	kv, err := ro.js.KeyValue(ctx, stream.StateBucket)
+	if err != nil {
+		return fmt.Errorf("open bucket %s: %w", stream.StateBucket, err)
+	}
+	events, err := ro.js.Stream(ctx, stream.EventsStream)
+	if err != nil {
+		return fmt.Errorf("look up stream %s: %w", stream.EventsStream, err)
+	}
+	created := events.CachedInfo().Created
+	l := &lease{kv: kv, key: RouterKey, id: ro.id, takeover: ro.takeover, now: ro.now,
+		holder: func(v []byte) (string, error) {
+			st, err := decodeRouterState(v)
+			return st.Holder, err
+		}}
+	var (
+		mu sync.Mutex // guards st
+		st RouterState
+	)
+	_, err = l.acquire(ctx, func(old []byte) ([]byte, error) {
+		st = RouterState{Stream: created}
+		if old != nil {
+			prev, err := decodeRouterState(old)
+			if err != nil {
+				return nil, err
+			}
+			if prev.Stream.Equal(created) {
+				st = prev
+			} else {
+				ro.log.Warn("the events stream was created again since the router last ran: routing it from the start", "stream", stream.EventsStream, "routed_seq_before", prev.Routed)
+			}
+		}
+		st.Holder, st.Stream = ro.id, created
+		return st.encode(), nil
+	}, ro.log.Warn)
+	if err != nil {
+		return err
+	}
+	state := func(holder string) []byte {
+		mu.Lock()
+		defer mu.Unlock()
+		s := st
+		s.Holder = holder
+		return s.encode()
+	}
+
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	kept := make(chan error, 1)
+	go func() {
+		renewals := 0
+		kept <- l.keep(sctx, leaseRenew, func() []byte { return state(ro.id) }, func(ctx context.Context) error {
+			if renewals++; renewals%streamCheckEvery != 0 {
+				return nil
+			}
+			cctx, cancel := context.WithTimeout(ctx, leaseRenew)
+			s, err := ro.js.Stream(cctx, stream.EventsStream)
+			cancel()
+			if err == nil && !s.CachedInfo().Created.Equal(created) {
+				return fmt.Errorf("%w: %s", errStreamRecreated, stream.EventsStream)
+			}
+			return nil
+		})
+		stop()
+	}()
+
+	// Confirmations are awaited in order by confirm, which records the
+	// progress; a failure stops the read.
+	pending := make(chan routed, routerWindow)
+	var failed atomic.Pointer[error]
+	confirmed := make(chan struct{})
+	go func() {
+		defer close(confirmed)
+		for p := range pending {
+			if err := ro.confirm(sctx, p); err != nil {
+				if ctx.Err() == nil {
+					failed.CompareAndSwap(nil, &err)
+				}
+				stop()
+				for range pending { // drain: the read stops at once
+				}
+				return
+			}
+			mu.Lock()
+			st.Routed = p.seq
+			st.Events++
+			st.Copies += uint64(len(p.copies))
+			if len(p.dests) == 0 {
+				st.Unsubscribed++
+			}
+			mu.Unlock()
+		}
+	}()
+
+	mu.Lock()
+	from := st.Routed
+	mu.Unlock()
+	var view uint64 // typed events up to this sequence see every destination change made before they were stored
+	err = stream.Read(sctx, ro.js, stream.EventsStream, stream.ReadOptions{After: from, Follow: true, Filters: []string{stream.TypeFilter(">")}, Description: "relay router"},
+		func(m *jetstream.RawStreamMsg) error {
+			if m.Sequence > view {
+				v, err := ro.catchUp(sctx)
+				if err != nil {
+					return err
+				}
+				view = v
+			}
+			p, err := ro.route(sctx, m)
+			if err != nil {
+				return err
+			}
+			select {
+			case pending <- p:
+				return nil
+			case <-sctx.Done():
+				return sctx.Err()
+			}
+		})
+	close(pending)
+	<-confirmed
+	stop()
+	lerr := <-kept
+	if !errors.Is(lerr, errLeaseLost) {
+		_, _ = l.write(state(""))
+	}
+	if f := failed.Load(); f != nil && lerr == nil {
+		return *f
+	}
+	switch {
+	case lerr != nil:
+		return lerr
+	case ctx.Err() != nil:
+		return nil
+	}
+	return err
+}
+
+// catchUp waits until this replica has applied every destination change
+// made so far, and returns the events stream's last sequence before it
+// looked: the typed events stored up to it are routed by destinations as
+// they were when they were stored (see Subscription).
+func (ro *router) catchUp(ctx context.Context) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
+	defer cancel()
+	events, err := ro.r.events.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read the events stream's state: %w", err)
+	}
+	bucket, err := ro.js.Stream(ctx, "KV_"+stream.DestBucket)
+	if err != nil {
+		return 0, fmt.Errorf("read the destinations bucket's state: %w", err)
+	}
+	if err := ro.r.dests.waitRev(ctx, bucket.CachedInfo().State.LastSeq); err != nil {
+		return 0, fmt.Errorf("wait for destination changes to apply: %w", err)
+	}
+	return events.State.LastSeq, nil
+}
+
+// subscribers returns the destinations subscribed to typ when the event
+// stored at seq was stored.
+func (ro *router) subscribers(typ string, seq uint64) []string {
+	w := &ro.r.dests
+	w.mu.RLock()
+	gen := w.gen
+	ro.mu.Lock()
+	if ro.gen != gen || ro.cache == nil {
+		ro.gen, ro.cache = gen, map[string][]Destination{}
+	}
+	ds, ok := ro.cache[typ]
+	if !ok {
+		// Those with a pattern, current or ended, that matches typ.
+		for _, d := range w.dests {
+			match := len(d.Subscriptions) == 0 && d.Subscribed(typ, ^uint64(0))
+			for _, s := range d.Subscriptions {
+				match = match || stream.TypeMatches(s.Pattern, typ)
+			}
+			if match {
+				ds = append(ds, d)
+			}
+		}
+		ro.cache[typ] = ds
+	}
+	ro.mu.Unlock()
+	w.mu.RUnlock()
+	var out []string
+	for _, d := range ds {
+		if d.Subscribed(typ, seq) {
+			out = append(out, d.Name)
+		}
+	}
+	return out
+}
+
+// route publishes m's copies, unconfirmed.
+func (ro *router) route(ctx context.Context, m *jetstream.RawStreamMsg) (routed, error) {
+	ev, err := stream.DecodeTyped(m.Subject, m.Sequence, m.Time, m.Header, m.Data)
+	if err != nil {
+		return routed{seq: m.Sequence}, nil // not a typed event: nothing to route
+	}
+	p := routed{seq: m.Sequence, ev: ev}
+	if stream.ValidTypeName(ev.Type) != nil {
+		ro.log.Warn("typed event with an invalid type not routed", "subject", m.Subject, "seq", m.Sequence)
+		ro.r.cfg.Metrics.routedNone()
+		return p, nil
+	}
+	p.dests = ro.subscribers(ev.Type, m.Sequence)
+	if len(p.dests) == 0 {
+		ro.r.cfg.Metrics.routedNone()
+		return p, nil
+	}
+	for _, d := range p.dests {
+		c := ev
+		c.Dest = d
+		msg := c.Msg(stream.Routed, stream.InSubject(d, ev.Key))
+		f, err := ro.js.PublishMsgAsync(msg)
+		if err != nil {
+			return p, fmt.Errorf("copy typed event %d for %s: %w", m.Sequence, d, err)
+		}
+		p.copies = append(p.copies, f)
+	}
+	ro.r.cfg.Metrics.routedCopies(len(p.copies))
+	return p, nil
+}
+
+// confirm waits for p's copies to be stored. A copy refused for good (too
+// large once relay's headers are added) is dead-lettered for its
+// destination; any other failure is returned.
+func (ro *router) confirm(ctx context.Context, p routed) error {
+	for i, f := range p.copies {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			var api *jetstream.APIError
+			if errors.As(err, &api) && api.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum {
+				ro.deadLetterTooLarge(ctx, p, p.dests[i], err)
+				continue
+			}
+			return fmt.Errorf("copy typed event %d for %s: %w", p.seq, p.dests[i], err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// deadLetterTooLarge dead-letters the copy of p for dest, which the events
+// stream refused as too large.
+func (ro *router) deadLetterTooLarge(ctx context.Context, p routed, dest string, cause error) {
+	r := ro.r
+	subject := stream.InSubject(dest, p.ev.Key)
+	ev := event{dest: dest, id: p.ev.ID, seq: p.seq, subject: subject, body: p.ev.Body, hdr: p.ev.Header(stream.Routed)}
+	out := Outcome{Dest: dest, EventID: p.ev.ID, Seq: p.seq, Decision: Decision{Action: DeadLetter, Reason: ReasonInvalidEvent,
+		Note: "too large to copy for this destination once relay's headers are added: " + cause.Error()}}
+	if err := r.writeDeadLetter(ctx, ev, 0, &out); err != nil {
+		if errors.Is(err, dlq.ErrPermanent) {
+			r.deadLetterFailed(ctx, ev, out.Decision.Reason, err)
+		} else {
+			r.log.Error("cannot dead-letter a typed event too large to copy; it is not delivered to this destination", "dest", dest, "event_id", p.ev.ID, "seq", p.seq, "err", err)
+		}
+		out.Err = err
+	}
+	r.logOutcome(out)
+	if r.cfg.OnDelivery != nil {
+		r.cfg.OnDelivery(out)
+	}
+}
