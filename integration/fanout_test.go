@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -307,4 +308,47 @@ func TestTypedEventsKeepKeyOrderForEachSubscriber(t *testing.T) {
 			last[key] = i
 		}
 	}
+}
+
+// The replica routing typed events is SIGKILLed while it fans them out to
+// two subscribers. The other replica takes the router over from the
+// sequence the killed one recorded: every event reaches both subscribers
+// (copies published again are dropped by their dedup id), none is lost.
+func TestFaultKilledRouterLosesNoEvent(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	a, b := newSink(t, nil), newSink(t, nil)
+	e.addDest(relay.Destination{Name: "suba", URL: a.URL, Types: []string{"order.*"}})
+	e.addDest(relay.Destination{Name: "subb", URL: b.URL, Types: []string{"order.>"}})
+	p1 := faultRun(t, e.url)
+	var first relay.RouterState
+	eventually(t, 20*time.Second, func() bool {
+		st, ok, err := relay.ReadRouterState(ctx, e.js)
+		first = st
+		return err == nil && ok && st.Holder != ""
+	}, "the first relay holds the router")
+	faultRun(t, e.url)
+
+	published := map[string]string{}
+	publish := func(from, to int) {
+		for i := from; i < to; i++ {
+			body := fmt.Sprintf(`{"n":%d}`, i)
+			res := e.publishType("order.created", "", body)
+			published[res.ID] = body
+		}
+	}
+	publish(0, 1000)
+	eventually(t, 30*time.Second, func() bool { return e.routerState().Events >= 200 }, "the first relay routes some")
+	require.NoError(t, p1.cmd.Process.Signal(syscall.SIGKILL))
+	<-p1.exited
+	publish(1000, 2000)
+
+	eventually(t, 60*time.Second, func() bool {
+		st := e.routerState()
+		return st.Holder != "" && st.Holder != first.Holder && st.Routed >= e.eventsStored()-uint64(a.len()+b.len())
+	}, "the second relay took the router over")
+	eventually(t, 2*time.Minute, func() bool { return len(a.delivered()) == 2000 && len(b.delivered()) == 2000 }, "both subscribers have every event")
+	faultLedger(t, e, a, "suba", published, 2)
+	faultLedger(t, e, b, "subb", published, 2)
 }
