@@ -148,6 +148,7 @@ func destFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "ordered", Usage: "deliver the events of each order key one at a time, in publish order (fixed once added)"},
 		&cli.IntFlag{Name: "partitions", DefaultText: "8", Usage: "ordered: keys delivered in parallel, 1 to 64 (fixed once added)"},
 		&cli.StringFlag{Name: "on-failure", DefaultText: "block", Usage: "ordered: block (retry the head of a key until delivered) or skip (dead-letter it after max attempts, the key continues)"},
+		&cli.StringFlag{Name: "filter", DefaultText: "none", Usage: "deliver only the events this expression is true for, e.g. 'data.amount > 100 && headers[\"X-Region\"] == \"eu\"' (see docs/routing.md); the others are acknowledged without an attempt"},
 	}
 }
 
@@ -160,6 +161,7 @@ var updateUsage = map[string]string{
 	"header":     "NAME=VALUE added to every request (repeatable): replaces all the current headers",
 	"ordered":    "fixed when the destination is added: a different value is refused",
 	"partitions": "fixed when the destination is added: a different value is refused",
+	"filter":     "new filter, replacing the current one ('' removes it: every event is delivered)",
 }
 
 // updateFlags are the flags of 'dest update': add's, with its own texts and
@@ -215,6 +217,7 @@ type destSettings struct {
 	ordered                 *bool
 	partitions              *int
 	onFailure               *string
+	filter                  *string
 	headers                 map[string]string // Validate: --header parsed
 }
 
@@ -237,6 +240,7 @@ func readDestSettings(c *cli.Context) destSettings {
 		ordered:          setOnly(c, "ordered", c.Bool),
 		partitions:       setOnly(c, "partitions", c.Int),
 		onFailure:        setOnly(c, "on-failure", c.String),
+		filter:           setOnly(c, "filter", c.String),
 	}
 }
 
@@ -257,6 +261,13 @@ func (s *destSettings) Validate() error {
 	// silently stored as 15.
 	if s.maxAttempts != nil && *s.maxAttempts < 1 {
 		return usagef("--max-attempts %d: give 1 or more (1: no retries)", *s.maxAttempts)
+	}
+	if s.filter != nil {
+		if strings.TrimSpace(*s.filter) == "" {
+			*s.filter = "" // no filter
+		} else if _, err := relay.CompileFilter(*s.filter); err != nil {
+			return usagef("--filter: %v", err)
+		}
 	}
 	return nil
 }
@@ -295,6 +306,7 @@ func (s *destSettings) apply(d *relay.Destination) {
 	set(&d.Ordered, s.ordered)
 	set(&d.Partitions, s.partitions)
 	set(&d.OnFailure, s.onFailure)
+	set(&d.Filter, s.filter)
 }
 
 // set copies *v to *dst if v is not nil.
