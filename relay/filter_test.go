@@ -39,6 +39,13 @@ func TestFilterMatch(t *testing.T) {
 		{`data.s > 100`, order, false, "invalid operation: string > int (1:8)"},
 		{`data.amount`, order, false, "float64"},
 		{`len(1..1000000) > 0`, order, false, "memory budget exceeded"},
+		// The examples of docs/routing.md.
+		{`data.status in ["paid", "refunded"]`, order, false, ""},
+		{`data.customer.tier == "gold"`, order, false, ""},
+		{`(data.retries ?? 0) < 3`, order, true, ""},
+		{`data.amount * 2 > 100`, notJSON, false, "invalid operation"},
+		{`data.s`, order, false, "string"},
+		{`data.region matches "^e"`, order, true, ""},
 	}
 	for _, tc := range tests {
 		f, err := CompileFilter(tc.src)
@@ -69,5 +76,31 @@ func TestCompileFilterErrors(t *testing.T) {
 	for _, tc := range tests {
 		_, err := CompileFilter(tc.src)
 		require.ErrorContains(t, err, tc.want, tc.src)
+	}
+}
+
+// BenchmarkFilter is the cost of evaluating the example filter on a 1 KiB
+// JSON body (docs/performance.md): parsing the body is most of it, as a
+// filter that reads only headers shows.
+func BenchmarkFilter(b *testing.B) {
+	body := []byte(`{"amount":150,"currency":"EUR","customer":{"id":"c_123","name":"Ada","tags":["a","b"]},"note":"` +
+		strings.Repeat("x", 1024) + `"}`)
+	body = append(body[:1024-2], '"', '}') // 1 KiB exactly, still JSON
+	ev := filterEvent{id: "ev1", dest: "d", body: body, headers: http.Header{"X-Region": {"eu"}}}
+	for _, bc := range []struct{ name, src string }{
+		{"example", `data.amount > 100 && headers["X-Region"] == "eu"`},
+		{"headers-only", `headers["X-Region"] == "eu"`},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			f, err := CompileFilter(bc.src)
+			require.NoError(b, err)
+			b.ReportAllocs()
+			for b.Loop() {
+				ok, err := f.Match(ev)
+				if err != nil || !ok {
+					b.Fatal(ok, err)
+				}
+			}
+		})
 	}
 }
