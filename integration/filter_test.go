@@ -112,3 +112,28 @@ func TestFilterChangedByDestUpdateAppliesWithoutRestart(t *testing.T) {
 	require.Equal(t, relay.Ack, outcomeOf(`"keep":false`), "without a filter every event is delivered")
 	require.Equal(t, relay.Ack, outcomeOf(`"other":1`))
 }
+
+// On an ordered destination an event the filter turns down settles its
+// key's head like a delivery: the key goes on, in order.
+func TestFilterOnAnOrderedDestinationKeepsOrder(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	s := newSink(t, nil)
+	e.addDest(relay.Destination{Name: "ord", URL: s.URL, Ordered: true, Partitions: 1, Filter: `data.keep == true`})
+	rec, _ := e.startRelay()
+	var want []string
+	for i := range 20 {
+		res := e.publish("ord", "k", fmt.Sprintf(`{"n":%d,"keep":%v}`, i, i%3 != 1))
+		if i%3 != 1 {
+			want = append(want, res.ID)
+		}
+	}
+	eventually(t, 60*time.Second, func() bool { return rec.count(anyOutcome) == 20 }, "20 outcomes (have %d)", rec.count(anyOutcome))
+	require.Equal(t, 20-len(want), rec.count(func(o relay.Outcome) bool { return o.Decision.Action == relay.AckFiltered }))
+	var got []string
+	for _, h := range s.all() {
+		got = append(got, h.ID)
+	}
+	require.Equal(t, want, got, "the events kept, each once, in publish order")
+	require.Empty(t, e.deadLetters("ord"))
+}

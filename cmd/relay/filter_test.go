@@ -11,7 +11,8 @@ import (
 )
 
 // A filter that does not compile, or is not boolean, is refused when it is
-// saved (exit 2) with where it is wrong; update --filter '' removes one.
+// saved (exit 2) with where it is wrong; an empty --filter on update removes
+// it.
 func TestDestFilterCompiledWhenSaved(t *testing.T) {
 	// Not parallel: urfave/cli v2 mutates package-level help flags on each run.
 	b := setup(t)
