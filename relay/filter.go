@@ -52,7 +52,9 @@ type filterEnv struct {
 	ID   string `expr:"id"`
 	Key  string `expr:"key"`
 	Dest string `expr:"dest"`
-	// The event's type goes here once events have types.
+	// Event types: add the field `type` here (Type string, tagged
+	// expr:"type"), a type to filterEvent, and fill it where Relay.input
+	// builds the filterEvent.
 }
 
 // filterEvent is an event as a filter is evaluated on it.
