@@ -3,6 +3,7 @@ module github.com/relaydev/relay
 go 1.26.8
 
 require (
+	github.com/expr-lang/expr v1.17.8
 	github.com/nats-io/nats-server/v2 v2.15.3
 	github.com/nats-io/nats.go v1.55.0
 	github.com/prometheus/client_golang v1.25.0

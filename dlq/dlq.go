@@ -53,7 +53,8 @@ type Letter struct {
 	LastStatus int    `json:"last_status"`
 	LastError  string `json:"last_error,omitempty"`
 	// Note is an operator's reason for giving up on the event (reason
-	// skipped).
+	// skipped), or what the reason alone does not say (the header of an
+	// invalid_event, why the filter failed for filter_error).
 	Note string `json:"note,omitempty"`
 	// First and Last are the first and last attempt times (zero if none).
 	First time.Time `json:"first_attempt,omitzero"`

@@ -28,6 +28,10 @@ type Input struct {
 	// Known: the destination exists; Dest is it, with its defaults.
 	Known bool
 	Dest  Destination
+	// Filtered: the destination's filter turned the event down.
+	// FilterErr: evaluating the filter failed; it says why.
+	Filtered  bool
+	FilterErr string
 	// Now is when the delivery is decided.
 	Now time.Time
 	// ProbeTaken: the destination's circuit is open and another worker of
@@ -68,6 +72,10 @@ type Input struct {
 	Rand *rand.Rand
 }
 
+// filterErrorWait is how long the head of a blocked ordered key waits before
+// its filter is evaluated again, after it failed.
+const filterErrorWait = 30 * time.Second
+
 // Effect is what an attempt's outcome says about its destination, for the
 // circuit breaker and pauses.
 type Effect int
@@ -107,6 +115,23 @@ func Decide(in Input) Decision {
 		return Decision{Action: HandBack, Delay: time.Second}
 	case in.Settled:
 		return Decision{Action: AckSettled}
+	}
+	if in.Known && (in.Filtered || in.FilterErr != "") {
+		// Not for this destination, paused or not: no attempt, no rate
+		// limit used up.
+		switch {
+		case in.NeedLog && !in.LogRead:
+			// Its log may say it was settled before (parked, and its
+			// ack lost), and has the attempts made so far.
+			return Decision{Action: ReadLog}
+		case in.Filtered:
+			return Decision{Action: AckFiltered}
+		case in.Ordered && in.Dest.OnFailure == OnFailureBlock:
+			// The head of a blocked key waits for the filter to be
+			// fixed: nothing overtakes it.
+			return Decision{Action: HandBack, Delay: filterErrorWait}
+		}
+		return Decision{Action: DeadLetter, Reason: ReasonFilterError, Note: in.FilterErr}
 	}
 	if in.Known {
 		d := in.Dest

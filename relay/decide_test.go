@@ -39,6 +39,14 @@ func TestDecideOutcomes(t *testing.T) {
 		{"ordered mark unreadable", with(func(in *Input) { in.Ordered, in.MarkUnreadable = true, true }), Decision{Action: HandBack, Delay: time.Second}},
 		{"settled before (ordered mark, or parked)", with(func(in *Input) { in.Settled = true }), Decision{Action: AckSettled}},
 		{"settled before, destination paused", with(func(in *Input) { in.Settled, in.Dest.PausedUntil = true, now.Add(time.Hour) }), Decision{Action: AckSettled}},
+		{"filtered out", with(func(in *Input) { in.Filtered = true }), Decision{Action: AckFiltered}},
+		{"filtered out, destination paused", with(func(in *Input) { in.Filtered, in.Dest.PausedUntil = true, Forever }), Decision{Action: AckFiltered}},
+		{"filtered out, rate limited", with(func(in *Input) { in.Filtered, in.RateLimited = true, true }), Decision{Action: AckFiltered}},
+		{"filtered out, settled before", with(func(in *Input) { in.Filtered, in.Settled = true, true }), Decision{Action: AckSettled}},
+		{"filtered out, log to read", with(func(in *Input) { in.Filtered, in.LogRead = true, false }), Decision{Action: ReadLog}},
+		{"filter failed", with(func(in *Input) { in.FilterErr = "invalid operation: string > int (1:13)" }), Decision{Action: DeadLetter, Reason: ReasonFilterError, Note: "invalid operation: string > int (1:13)"}},
+		{"filter failed, head of a blocked key", with(func(in *Input) { in.FilterErr, in.Ordered, in.Dest.OnFailure = "x", true, OnFailureBlock }), Decision{Action: HandBack, Delay: 30 * time.Second}},
+		{"filter failed, head of a skipping key", with(func(in *Input) { in.FilterErr, in.Ordered, in.Dest.OnFailure = "x", true, OnFailureSkip }), Decision{Action: DeadLetter, Reason: ReasonFilterError, Note: "x"}},
 		{"paused", with(func(in *Input) { in.Dest.PausedUntil = now.Add(10 * time.Second) }), Decision{Action: HandBack, Delay: 10 * time.Second}},
 		{"paused long: back within a minute", with(func(in *Input) { in.Dest.PausedUntil = Forever }), Decision{Action: HandBack, Delay: time.Minute}},
 		{"circuit probe taken", with(func(in *Input) { in.ProbeTaken = true }), Decision{Action: HandBack, Delay: time.Second}},
@@ -91,7 +99,7 @@ func TestDecideOutcomes(t *testing.T) {
 		})
 		outcomes[tc.want.Action] = true
 	}
-	for _, a := range []Action{Ack, Retry, DeadLetter, Park, HandBack, AckSettled, Leave, Terminate, WaitRate, ReadLog, Send} {
+	for _, a := range []Action{Ack, Retry, DeadLetter, Park, HandBack, AckSettled, Leave, Terminate, AckFiltered, WaitRate, ReadLog, Send} {
 		require.True(t, outcomes[a], "no row decides %s", a)
 	}
 }

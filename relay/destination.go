@@ -64,6 +64,13 @@ type Destination struct {
 	// destination until an operator resumes it; the event is kept) or
 	// "dead-letter" (like any other 4xx).
 	OnGone string `json:"on_gone,omitempty"`
+	// Filter selects the events delivered: a boolean expression over the
+	// event (see CompileFilter); an event it turns down is acknowledged
+	// without an attempt. Optional: without it every event is delivered.
+	Filter string `json:"filter,omitempty"`
+	// filter is Filter compiled, set where relay delivers (once per
+	// version of the destination).
+	filter *Filter
 	// PausedUntil pauses deliveries while it is in the future; PauseReason
 	// says why: operator, circuit_open, retry_after or gone. Set by
 	// 'relay dest pause', the circuit breaker, Retry-After and 410 Gone.
@@ -340,6 +347,11 @@ func (d Destination) Validate() error {
 	}
 	if err := validateTypes(d.Types); err != nil {
 		return err
+	}
+	if d.Filter != "" {
+		if _, err := CompileFilter(d.Filter); err != nil {
+			return err
+		}
 	}
 	return d.Retry.Validate()
 }

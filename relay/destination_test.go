@@ -215,6 +215,10 @@ func TestDestinationValidate(t *testing.T) {
 		{"header with newline", with(func(d *Destination) { d.Headers = map[string]string{"X-A": "a\nb"} }), "control characters"},
 		{"bad retry policy", with(func(d *Destination) { d.Retry.MaxAttempts = 5000 }), "max attempts 5000"},
 		{"bad retry jitter", with(func(d *Destination) { d.Retry.Jitter = 0.9 }), "jitter"},
+		{"filter", with(func(d *Destination) { d.Filter = `data.amount > 100` }), ""},
+		// A record written by other means than 'relay dest add' is refused too.
+		{"filter that does not compile", with(func(d *Destination) { d.Filter = `data.amount >` }), "filter does not compile: unexpected token EOF (1:13)"},
+		{"filter not boolean", with(func(d *Destination) { d.Filter = `1 + 1` }), "expected bool"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -90,6 +90,14 @@ func (r *Relay) input(ev event, mark *partitionMark) Input {
 		in.ProbeTaken = !in.Probing
 	}
 	in.RateLimited = in.Known && in.Dest.RateLimit > 0
+	if in.Known && in.Dest.filter != nil {
+		ok, err := in.Dest.filter.Match(filterEvent{id: ev.id, key: ev.key, dest: ev.dest, typ: ev.hdr.Get(stream.HdrType), body: ev.body, headers: eventHeaders(ev.hdr)})
+		if err != nil {
+			r.log.Warn("filter failed on the event (fix the filter with 'relay dest update --filter', then replay its dead letter)", "dest", ev.dest, "event_id", ev.id, "err", err)
+			in.FilterErr = err.Error()
+		}
+		in.Filtered = err == nil && !ok
+	}
 	return in
 }
 
@@ -191,7 +199,7 @@ const ackTimeout = 10 * time.Second
 // recorded it settled, and its long waits are not parked in Redis.
 func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, mark *partitionMark, out *Outcome) error {
 	ordered := mark != nil
-	if out.Decision.Action == Ack && attempt == 1 && !ordered {
+	if (out.Decision.Action == Ack || out.Decision.Action == AckFiltered) && attempt == 1 && !ordered {
 		// The hot path. The ack is not confirmed: confirming would cost a
 		// round trip per event and change nothing, since a lost ack means
 		// the event comes back (a duplicate), confirmed or not.
@@ -200,7 +208,7 @@ func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, mark *partitionMar
 	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 	defer cancel()
 	switch out.Decision.Action {
-	case Ack:
+	case Ack, AckFiltered:
 		if mark != nil && r.settleOrdered(ctx, mark, ev) {
 			// The head of an ordered key: its mark, confirmed, answers
 			// for the ack. Should the ack be lost, the event comes back
@@ -399,8 +407,11 @@ func (r *Relay) handBack(msg jetstream.Msg, delay time.Duration) {
 func (r *Relay) logOutcome(o Outcome) {
 	// A dead letter needs someone's attention: WARN, like a failure to act.
 	level := slog.LevelInfo
-	if o.Err != nil || o.Decision.Action == DeadLetter {
+	switch {
+	case o.Err != nil || o.Decision.Action == DeadLetter:
 		level = slog.LevelWarn
+	case o.Decision.Action == AckFiltered:
+		level = slog.LevelDebug // as many as the events: counted in relay_filtered_total
 	}
 	if !r.log.Enabled(context.Background(), level) {
 		return // on the hot path: build nothing that is not logged

@@ -26,6 +26,7 @@ type Metrics struct {
 	pauses          *prometheus.CounterVec
 	settled         *prometheus.CounterVec
 	deadLetterFails *prometheus.CounterVec
+	filtered        *prometheus.CounterVec
 	// The unknown-destination check's events.
 	checkRead prometheus.Counter
 	// The router's typed events without a subscriber, and copies.
@@ -82,6 +83,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "relay_dead_letter_failures_total",
 			Help: "Events whose dead letter could not be stored for a reason retrying does not change; each stays in the event log (relay replay delivers it again).",
 		}, []string{"dest"}),
+		filtered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relay_filtered_total",
+			Help: "Events the destination's filter turned down, acknowledged without an attempt.",
+		}, []string{"dest"}),
 	}
 	m.checkRead = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "relay_unknown_destination_check_events_total",
@@ -95,7 +100,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "relay_typed_event_copies_total",
 		Help: "Copies of typed events this process's router published, one per subscribed destination.",
 	})
-	reg.MustRegister(m.deliveries, m.attempts, m.responses, m.attemptDuration, m.latency, m.inFlight, m.parkFailures, m.pauses, m.settled, m.deadLetterFails, m.checkRead,
+	reg.MustRegister(m.deliveries, m.attempts, m.responses, m.attemptDuration, m.latency, m.inFlight, m.parkFailures, m.pauses, m.settled, m.deadLetterFails, m.filtered, m.checkRead,
 		m.routedUnsubscribed, m.routedCopyCount)
 	return m
 }
@@ -137,6 +142,7 @@ type destMetrics struct {
 	attempts, attemptDuration, latency lazy[prometheus.Observer]
 	outcomes                           [4]lazy[prometheus.Counter] // delivered, retried, blocked, dead_lettered
 	responses                          [7]lazy[prometheus.Counter] // by classIndex
+	filtered                           lazy[prometheus.Counter]
 }
 
 const (
@@ -244,6 +250,8 @@ func (m *Metrics) observe(o Outcome, ordered bool, published time.Time, now time
 		}
 	case DeadLetter:
 		m.outcome(dm, o.Dest, outDeadLettered)
+	case AckFiltered:
+		dm.filtered.get(func() prometheus.Counter { return m.filtered.WithLabelValues(o.Dest) }).Inc()
 	}
 }
 

@@ -59,6 +59,9 @@ const (
 	Leave
 	// Terminate: the message is no event relay can read; terminate it.
 	Terminate
+	// AckFiltered: the destination's filter turned the event down:
+	// acknowledge it without an attempt.
+	AckFiltered
 )
 
 // The steps Decide asks for before it can choose an outcome.
@@ -87,6 +90,8 @@ func (a Action) String() string {
 		return "left"
 	case Terminate:
 		return "terminated"
+	case AckFiltered:
+		return "filtered"
 	case WaitRate:
 		return "wait_rate"
 	case ReadLog:
@@ -115,11 +120,15 @@ const (
 	// not read, or would not republish (not relay's event subject for its
 	// destination); the letter's body is the entry as stored.
 	ReasonCorruptParkedEntry = dlq.ReasonCorruptParkedEntry
+	// ReasonFilterError: the destination's filter failed on the event (a
+	// type error, its memory budget used up); the letter's note is why.
+	// Fix the filter and replay the letter.
+	ReasonFilterError = "filter_error"
 )
 
 // Reasons returns all the reasons an event is dead-lettered for.
 func Reasons() []string {
-	return []string{ReasonMaxAttempts, ReasonPermanentStatus, ReasonRedirect, ReasonUnknownDestination, ReasonBlockedAddress, ReasonSkipped, ReasonInvalidEvent, ReasonCorruptParkedEntry}
+	return []string{ReasonMaxAttempts, ReasonPermanentStatus, ReasonRedirect, ReasonUnknownDestination, ReasonBlockedAddress, ReasonSkipped, ReasonInvalidEvent, ReasonCorruptParkedEntry, ReasonFilterError}
 }
 
 // Decision is what Decide chose for a delivery.

@@ -334,6 +334,10 @@ func (r *Relay) apply(e jetstream.KeyValueEntry, live bool) {
 		delete(r.dests.dests, e.Key())
 		return
 	}
+	if d.Filter != "" {
+		// Compiled once per version; Validate compiled it already.
+		d.filter, _ = CompileFilter(d.Filter)
+	}
 	r.dests.dests[e.Key()] = d
 	switch {
 	case !live:

@@ -150,6 +150,7 @@ func destFlags() []cli.Flag {
 		&cli.IntFlag{Name: "partitions", DefaultText: "8", Usage: "ordered: keys delivered in parallel, 1 to 64 (fixed once added)"},
 		&cli.StringFlag{Name: "on-failure", DefaultText: "block", Usage: "ordered: block (retry the head of a key until delivered) or skip (dead-letter it after max attempts, the key continues)"},
 		&cli.StringSliceFlag{Name: "type", Aliases: []string{"t"}, Usage: "event type pattern to subscribe to, such as order.* ('*' one token, '>' the rest; repeatable)"},
+		&cli.StringFlag{Name: "filter", DefaultText: "none", Usage: "deliver only the events this expression is true for, e.g. 'data.amount > 100 && headers[\"X-Region\"] == \"eu\"' (see docs/routing.md); the others are acknowledged without an attempt"},
 	}
 }
 
@@ -163,6 +164,7 @@ var updateUsage = map[string]string{
 	"ordered":    "fixed when the destination is added: a different value is refused",
 	"partitions": "fixed when the destination is added: a different value is refused",
 	"type":       "event type pattern to subscribe to (repeatable): replaces all the current ones, from the next event published; --type '' subscribes to none",
+	"filter":     "new filter, replacing the current one ('' removes it: every event is delivered)",
 }
 
 // updateFlags are the flags of 'dest update': add's, with its own texts and
@@ -219,6 +221,7 @@ type destSettings struct {
 	partitions              *int
 	onFailure               *string
 	types                   *[]string
+	filter                  *string
 	headers                 map[string]string // Validate: --header parsed
 }
 
@@ -242,6 +245,7 @@ func readDestSettings(c *cli.Context) destSettings {
 		partitions:       setOnly(c, "partitions", c.Int),
 		onFailure:        setOnly(c, "on-failure", c.String),
 		types:            setOnly(c, "type", c.StringSlice),
+		filter:           setOnly(c, "filter", c.String),
 	}
 }
 
@@ -282,6 +286,13 @@ func (s *destSettings) Validate() error {
 	if s.maxAttempts != nil && *s.maxAttempts < 1 {
 		return usagef("--max-attempts %d: give 1 or more (1: no retries)", *s.maxAttempts)
 	}
+	if s.filter != nil {
+		if strings.TrimSpace(*s.filter) == "" {
+			*s.filter = "" // no filter
+		} else if _, err := relay.CompileFilter(*s.filter); err != nil {
+			return usagef("--filter: %v", err)
+		}
+	}
 	return nil
 }
 
@@ -320,6 +331,7 @@ func (s *destSettings) apply(d *relay.Destination) {
 	set(&d.Partitions, s.partitions)
 	set(&d.OnFailure, s.onFailure)
 	set(&d.Types, s.types)
+	set(&d.Filter, s.filter)
 }
 
 // set copies *v to *dst if v is not nil.

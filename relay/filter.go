@@ -1,0 +1,213 @@
+package relay
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"reflect"
+	"strings"
+
+	"github.com/expr-lang/expr"
+	"github.com/expr-lang/expr/ast"
+	"github.com/expr-lang/expr/vm"
+	"github.com/expr-lang/expr/vm/runtime"
+)
+
+// Limits of a filter.
+const (
+	// MaxFilterLen bounds a filter's source, in bytes.
+	MaxFilterLen = 4096
+	// maxFilterNodes bounds a filter's syntax tree: the work of one
+	// evaluation is at most this many steps per element of the lists it
+	// walks (lists come from the event, bounded by the stream's largest
+	// message).
+	maxFilterNodes = 500
+	// filterMemoryBudget bounds what one evaluation builds: elements of
+	// lists, maps and ranges together (expr's memory budget).
+	filterMemoryBudget = 100_000
+)
+
+// Filter is a destination's compiled filter: a boolean expression over an
+// event (github.com/expr-lang/expr). It is safe for concurrent use.
+type Filter struct {
+	prog *vm.Program
+	// uses says which of the costlier variables the expression reads: the
+	// others are not prepared for it.
+	usesData, usesBody, usesHeaders bool
+}
+
+// filterEnv is what a filter sees of an event.
+type filterEnv struct {
+	// Data is the body parsed as JSON (objects map[string]any, numbers
+	// float64); nil when the body is not JSON.
+	Data any `expr:"data"`
+	// Body is the raw body.
+	Body string `expr:"body"`
+	// Headers are the event's own headers passed on to the destination,
+	// the first value of each, under canonical names (X-Region).
+	Headers map[string]string `expr:"headers"`
+	// ID is the event id, Key its order key ("" if none), Dest the
+	// destination's name.
+	ID   string `expr:"id"`
+	Key  string `expr:"key"`
+	Dest string `expr:"dest"`
+	// Type is the event's type ("" for an event published for one
+	// destination).
+	Type string `expr:"type"`
+}
+
+// filterEvent is an event as a filter is evaluated on it.
+type filterEvent struct {
+	id, key, dest, typ string
+	body               []byte
+	headers            http.Header // the event's own, as passed on
+}
+
+// The functions the comparisons of values of unknown type (the event's
+// data) become: a missing value (nil) compares false.
+var nilSafeCompare = map[string]string{
+	"<":  "__relay_lt",
+	">":  "__relay_gt",
+	"<=": "__relay_le",
+	">=": "__relay_ge",
+}
+
+// CompileFilter compiles src, a filter. The error says what is wrong and
+// where (line:column), with the line and a caret under the spot.
+func CompileFilter(src string) (*Filter, error) {
+	if strings.TrimSpace(src) == "" {
+		return nil, errors.New("filter is empty")
+	}
+	if len(src) > MaxFilterLen {
+		return nil, fmt.Errorf("filter is %d bytes long; the limit is %d", len(src), MaxFilterLen)
+	}
+	f := &Filter{}
+	uses := &usesVisitor{f: f}
+	opts := []expr.Option{
+		expr.Env(filterEnv{}),
+		expr.AsBool(),
+		expr.MaxNodes(maxFilterNodes),
+		expr.Patch(nilSafe{}),
+		expr.Patch(uses),
+	}
+	for op, name := range nilSafeCompare {
+		opts = append(opts, expr.Function(name, compareFunc(op), new(func(any, any) bool)))
+	}
+	prog, err := expr.Compile(src, opts...)
+	if err != nil {
+		// Not wrapped: expr's error type stays out of relay's API.
+		return nil, fmt.Errorf("filter does not compile: %s", err.Error())
+	}
+	f.prog = prog
+	return f, nil
+}
+
+// compareFunc is the comparison op for values of unknown type: false when
+// either is nil, else op itself (an error for types it cannot compare).
+func compareFunc(op string) func(args ...any) (any, error) {
+	return func(args ...any) (out any, err error) {
+		a, b := args[0], args[1]
+		if a == nil || b == nil {
+			return false, nil
+		}
+		defer func() {
+			if r := recover(); r != nil {
+				out, err = nil, fmt.Errorf("%v", r)
+			}
+		}()
+		switch op {
+		case "<":
+			return runtime.Less(a, b), nil
+		case ">":
+			return runtime.More(a, b), nil
+		case "<=":
+			return runtime.LessOrEqual(a, b), nil
+		}
+		return runtime.MoreOrEqual(a, b), nil
+	}
+}
+
+// nilSafe makes a missing value nil rather than an error: every member
+// access is optional (data.a.b is nil when a is missing, as data?.a?.b),
+// and an ordering comparison of a value of unknown type compares false
+// with nil. It also writes the literal header names of headers["x-region"]
+// in canonical form, as the headers are kept.
+type nilSafe struct{}
+
+func (nilSafe) Visit(node *ast.Node) {
+	switch n := (*node).(type) {
+	case *ast.MemberNode:
+		if id, ok := n.Node.(*ast.IdentifierNode); ok && id.Value == "headers" {
+			if s, ok := n.Property.(*ast.StringNode); ok {
+				s.Value = http.CanonicalHeaderKey(s.Value)
+			}
+		}
+		if !n.Optional && !n.Method {
+			n.Optional = true
+			ast.Patch(node, &ast.ChainNode{Node: n})
+		}
+	case *ast.BinaryNode:
+		if fn, ok := nilSafeCompare[n.Operator]; ok && (unknownType(n.Left) || unknownType(n.Right)) {
+			ast.Patch(node, &ast.CallNode{Callee: &ast.IdentifierNode{Value: fn}, Arguments: []ast.Node{n.Left, n.Right}})
+		}
+	}
+}
+
+// unknownType reports a node whose type is known only when it runs.
+func unknownType(n ast.Node) bool {
+	t := n.Type()
+	return t == nil || t.Kind() == reflect.Interface
+}
+
+// usesVisitor notes which of the costlier variables an expression reads.
+type usesVisitor struct{ f *Filter }
+
+func (u *usesVisitor) Visit(node *ast.Node) {
+	if id, ok := (*node).(*ast.IdentifierNode); ok {
+		switch id.Value {
+		case "data":
+			u.f.usesData = true
+		case "body":
+			u.f.usesBody = true
+		case "headers":
+			u.f.usesHeaders = true
+		}
+	}
+}
+
+// Match evaluates f on ev. An error is a failed evaluation: a type error
+// (a string compared with a number), a result that is not a boolean, or the
+// memory budget used up; its text is the first line of expr's, with the
+// position.
+func (f *Filter) Match(ev filterEvent) (bool, error) {
+	env := filterEnv{ID: ev.id, Key: ev.key, Dest: ev.dest, Type: ev.typ}
+	if f.usesData {
+		// Not JSON: data stays nil, and the filter can still read body.
+		if json.Unmarshal(ev.body, &env.Data) != nil {
+			env.Data = nil
+		}
+	}
+	if f.usesBody {
+		env.Body = string(ev.body)
+	}
+	if f.usesHeaders {
+		env.Headers = make(map[string]string, len(ev.headers))
+		for k, vs := range ev.headers {
+			if len(vs) > 0 {
+				env.Headers[k] = vs[0]
+			}
+		}
+	}
+	m := vm.VM{MemoryBudget: filterMemoryBudget}
+	out, err := m.Run(f.prog, env)
+	if err != nil {
+		msg, _, _ := strings.Cut(err.Error(), "\n")
+		return false, errors.New(msg)
+	}
+	b, ok := out.(bool)
+	if !ok {
+		return false, fmt.Errorf("the filter's result is %T, not a boolean", out)
+	}
+	return b, nil
+}
