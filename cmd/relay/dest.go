@@ -132,7 +132,7 @@ losing a delivery. After the overlap only the new secret signs.`,
 // destFlags are the settings of a destination, shared by add and update.
 func destFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.GenericFlag{Name: "url", Value: &urlsValue{}, Usage: "http(s) URL that receives a POST per attempt (required); repeat it (or separate URLs with spaces) for a pool of URLs, tried as --url-strategy says"},
+		&cli.GenericFlag{Name: "url", Value: &urlsValue{}, Usage: "http(s) URL that receives a POST per attempt (required); repeat it for a pool of URLs, tried as --url-strategy says"},
 		&cli.StringFlag{Name: "url-strategy", DefaultText: "failover", Usage: "how an attempt picks a URL of the pool: failover (the first that is not cooling down after failures) or round-robin (those not cooling down, in turn)"},
 		&cli.StringFlag{Name: "secret", Usage: "signing secret (whsec_<base64>); default: generate one"},
 		&cli.BoolFlag{Name: "no-secret", Usage: "do not sign deliveries"},
@@ -156,7 +156,7 @@ func destFlags() []cli.Flag {
 // updateUsage are the texts of the flags of 'dest update' that differ from
 // add's.
 var updateUsage = map[string]string{
-	"url":        "new http(s) URL that receives a POST per attempt; repeat it (or separate URLs with spaces) for a pool: replaces the whole pool",
+	"url":        "new http(s) URL that receives a POST per attempt; repeat it for a pool: replaces the whole pool",
 	"secret":     "new signing secret (whsec_<base64>), replacing the current one at once ('relay dest rotate-secret' rotates with an overlap)",
 	"no-secret":  "stop signing deliveries",
 	"header":     "NAME=VALUE added to every request (repeatable): replaces all the current headers",
@@ -201,17 +201,13 @@ func updateFlags() []cli.Flag {
 // encrypted ones.
 var allowUnencryptedFlag = &cli.BoolFlag{Name: "allow-unencrypted", Usage: "without a secret key, store this destination's secrets (signing secret, header values) unencrypted even though other destinations' are encrypted"}
 
-// urlsValue is the value of --url: the URLs given, in order. Unlike a
-// string slice flag it does not split a value at commas, which a URL may
-// hold; it splits at spaces, which a URL may not.
+// urlsValue is the value of --url: the URLs given, one per flag, in order.
+// Unlike a string slice flag it does not split a value at commas, which a
+// URL may hold.
 type urlsValue []string
 
 func (u *urlsValue) Set(v string) error {
-	f := strings.Fields(v)
-	if len(f) == 0 {
-		return errors.New("empty URL")
-	}
-	*u = append(*u, f...)
+	*u = append(*u, v)
 	return nil
 }
 
