@@ -132,8 +132,10 @@ func TestURLPoolRoundRobinSpreadsAttempts(t *testing.T) {
 	eventually(t, time.Minute, func() bool { return len(a.delivered())+len(b.delivered()) == n && e.settled("rr") }, "every event delivered")
 	require.GreaterOrEqual(t, len(a.delivered()), n/3, "the first URL's share")
 	require.GreaterOrEqual(t, len(b.delivered()), n/3, "the second URL's share")
-	require.Equal(t, len(a.delivered()), rec.count(func(o relay.Outcome) bool { return o.Decision.Action == relay.Ack && o.Result.URL == 0 }))
-	require.Equal(t, len(b.delivered()), rec.count(func(o relay.Outcome) bool { return o.Decision.Action == relay.Ack && o.Result.URL == 1 }))
+	for i := range 2 {
+		acked := rec.count(func(o relay.Outcome) bool { return o.Decision.Action == relay.Ack && o.Result.URL == i })
+		require.GreaterOrEqual(t, acked, n/3, "deliveries recorded with URL index %d", i)
+	}
 }
 
 // Each attempt records the index of the URL it went to: in the history of
