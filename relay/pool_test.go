@@ -1,6 +1,8 @@
 package relay
 
 import (
+	"bytes"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -160,4 +162,17 @@ func TestPoolValidation(t *testing.T) {
 	require.Equal(t, []string{"http://a.test/", "http://b.test/?token=xxxxx"}, d.Redacted().URLs, "every URL of the pool is redacted")
 	require.Equal(t, []string{"http://a.test/"}, poolDest("", "http://a.test/").Pool())
 	require.Nil(t, poolDest("", "http://a.test/").URLs, "a single URL is not a pool")
+}
+
+// An attempt's log line names the index of its URL in the pool (never the
+// URL); a destination with one URL logs none.
+func TestAttemptLogLineNamesTheURLIndex(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	r := &Relay{log: slog.New(slog.NewTextHandler(&buf, nil))}
+	r.logOutcome(Outcome{Dest: "d", EventID: "e1", Attempt: 2, Result: Result{Status: 503, URL: 1, Pooled: true}, Decision: Decision{Action: Retry}})
+	require.Contains(t, buf.String(), " url=1 ")
+	buf.Reset()
+	r.logOutcome(Outcome{Dest: "d", EventID: "e2", Attempt: 1, Result: Result{Status: 503}, Decision: Decision{Action: Retry}})
+	require.NotContains(t, buf.String(), "url=")
 }
