@@ -26,6 +26,9 @@ type Attempt struct {
 	Duration time.Duration `json:"duration_ns"`
 	Status   int           `json:"status,omitempty"`
 	Error    string        `json:"error,omitempty"`
+	// URL is the index (0-based), in the destination's URL pool, of the
+	// URL attempted; nil for a destination with a single URL.
+	URL *int `json:"url,omitempty"`
 }
 
 // MaxHistory bounds the attempts kept in a history: the first and the most

@@ -66,11 +66,11 @@ relay_unknown_destination_check_lag 0
 relay_deliveries_total{dest="m",outcome="dead_lettered"} 1
 relay_deliveries_total{dest="m",outcome="delivered"} 2
 relay_deliveries_total{dest="m",outcome="retried"} 1
-# HELP relay_http_responses_total Attempts by HTTP status class (2xx..5xx), or error when no response came back, or blocked.
+# HELP relay_http_responses_total Attempts by HTTP status class (2xx..5xx), or error when no response came back, or blocked; url is the index of the URL in the destination's pool (0 without a pool).
 # TYPE relay_http_responses_total counter
-relay_http_responses_total{class="2xx",dest="m"} 2
-relay_http_responses_total{class="4xx",dest="m"} 1
-relay_http_responses_total{class="5xx",dest="m"} 1
+relay_http_responses_total{class="2xx",dest="m",url="0"} 2
+relay_http_responses_total{class="4xx",dest="m",url="0"} 1
+relay_http_responses_total{class="5xx",dest="m",url="0"} 1
 # HELP relay_dead_letters Dead letters kept.
 # TYPE relay_dead_letters gauge
 relay_dead_letters{dest="m"} 1

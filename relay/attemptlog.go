@@ -22,6 +22,10 @@ func attemptOf(n int, at time.Time, res Result) dlq.Attempt {
 	case res.Snippet != "":
 		a.Error = res.Snippet
 	}
+	if res.Pooled {
+		i := res.URL
+		a.URL = &i
+	}
 	return a
 }
 
@@ -68,19 +72,20 @@ func (l attemptLog) skipOf(ev event) string {
 	return ""
 }
 
-// last is when the last recorded attempt was made, and how it failed.
-func (l attemptLog) last() (time.Time, string) {
+// last is when the last recorded attempt was made, how it failed, and the
+// index of the URL of the destination's pool it went to (nil without a pool).
+func (l attemptLog) last() (time.Time, string, *int) {
 	if len(l.Attempts) == 0 {
-		return time.Time{}, ""
+		return time.Time{}, "", nil
 	}
 	a := l.Attempts[len(l.Attempts)-1]
 	switch {
 	case a.Status == 0:
-		return a.At, a.Error
+		return a.At, a.Error, a.URL
 	case a.Error == "":
-		return a.At, fmt.Sprintf("status %d", a.Status)
+		return a.At, fmt.Sprintf("status %d", a.Status), a.URL
 	}
-	return a.At, fmt.Sprintf("status %d: %s", a.Status, a.Error)
+	return a.At, fmt.Sprintf("status %d: %s", a.Status, a.Error), a.URL
 }
 
 // readAttemptLog reads the attempt log stored under key in the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,6 +19,15 @@ type Destination struct {
 	// URL receives one POST per attempt. Required: http or https, no
 	// credentials in it.
 	URL string `json:"url"`
+	// URLs is the destination's URL pool, in order, when it has more than
+	// one URL (URLs[0] is URL); each attempt goes to one of them, as
+	// URLStrategy says. Optional: empty, every attempt goes to URL. At most
+	// MaxPoolURLs.
+	URLs []string `json:"urls,omitempty"`
+	// URLStrategy is how an attempt picks a URL of the pool: "failover"
+	// (default: the first URL that is not cooling down after failures) or
+	// "round-robin" (the URLs that are not cooling down, in turn).
+	URLStrategy string `json:"url_strategy,omitempty"`
 	// Secret signs deliveries (Standard Webhooks, "whsec_" + base64).
 	// Optional: without it deliveries are not signed.
 	Secret string `json:"secret,omitempty"`
@@ -108,6 +118,36 @@ const (
 	DefaultBreakerPause     = 30 * time.Second
 )
 
+// How an attempt picks a URL of a destination's pool.
+const (
+	URLFailover   = "failover"
+	URLRoundRobin = "round-robin"
+)
+
+// MaxPoolURLs bounds a destination's URL pool (the pool's index is a metric
+// label).
+const MaxPoolURLs = 10
+
+// Pool is d's URL pool, in order: URLs, or URL alone.
+func (d Destination) Pool() []string {
+	if len(d.URLs) > 0 {
+		return d.URLs
+	}
+	return []string{d.URL}
+}
+
+// SetPool makes urls d's URL pool: URL is the first, and URLs the whole pool
+// when it has more than one.
+func (d *Destination) SetPool(urls []string) {
+	d.URL, d.URLs = "", nil
+	if len(urls) > 0 {
+		d.URL = urls[0]
+	}
+	if len(urls) > 1 {
+		d.URLs = slices.Clone(urls)
+	}
+}
+
 // What a 410 Gone does.
 const (
 	OnGoneDisable    = "disable"
@@ -165,6 +205,9 @@ func (d Destination) WithDefaults() Destination {
 	}
 	if d.OnGone == "" {
 		d.OnGone = OnGoneDisable
+	}
+	if d.URLStrategy == "" {
+		d.URLStrategy = URLFailover
 	}
 	if d.Ordered && d.Partitions == 0 {
 		d.Partitions = DefaultPartitions
@@ -297,7 +340,7 @@ func (d Destination) Validate() error {
 	if err := stream.ValidateDestName(d.Name); err != nil {
 		return err
 	}
-	if err := ValidateURL(d.URL); err != nil {
+	if err := d.validatePool(); err != nil {
 		return err
 	}
 	for _, sec := range []string{d.Secret, d.PrevSecret} {
@@ -356,6 +399,39 @@ func (d Destination) Validate() error {
 	return d.Retry.Validate()
 }
 
+// validatePool reports what is wrong with d's URL pool and its strategy.
+func (d Destination) validatePool() error {
+	if len(d.URLs) == 0 {
+		if err := ValidateURL(d.URL); err != nil {
+			return err
+		}
+	} else {
+		if len(d.URLs) < 2 {
+			return errors.New("a URL pool (urls) holds two URLs or more; a single URL goes in url")
+		}
+		if len(d.URLs) > MaxPoolURLs {
+			return fmt.Errorf("a URL pool holds at most %d URLs; %d given", MaxPoolURLs, len(d.URLs))
+		}
+		if d.URLs[0] != d.URL {
+			return errors.New("the first URL of the pool (urls) must be the destination's url")
+		}
+		seen := make(map[string]int, len(d.URLs))
+		for i, u := range d.URLs {
+			if err := ValidateURL(u); err != nil {
+				return fmt.Errorf("URL %d of the pool: %w", i+1, err)
+			}
+			if j, ok := seen[u]; ok {
+				return fmt.Errorf("URL %d of the pool repeats URL %d (%s)", i+1, j+1, RedactURL(u))
+			}
+			seen[u] = i
+		}
+	}
+	if d.URLStrategy != URLFailover && d.URLStrategy != URLRoundRobin {
+		return fmt.Errorf("url-strategy %q: use %q or %q", d.URLStrategy, URLFailover, URLRoundRobin)
+	}
+	return nil
+}
+
 // AckWait is how long JetStream waits for this destination's ack before it
 // hands the event to another worker: longer than an attempt can take plus
 // the waits before it that relay does not restart AckWait for (longWait).
@@ -389,6 +465,13 @@ func (d Destination) Redacted() Destination {
 		d.Headers = h
 	}
 	d.URL = RedactURL(d.URL)
+	if len(d.URLs) > 0 {
+		urls := make([]string, len(d.URLs))
+		for i, u := range d.URLs {
+			urls[i] = RedactURL(u)
+		}
+		d.URLs = urls
+	}
 	return d
 }
 

@@ -41,7 +41,7 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, mark *partitionMa
 			r.readLogInto(&in, &ev)
 		case Send:
 			inf := r.cfg.Metrics.attemptStarted(in.Dest.Name)
-			res := r.sender.Send(ctx, in.Dest, Delivery{ID: ev.id, Type: ev.hdr.Get(stream.HdrType), Body: ev.body, Headers: eventHeaders(ev.hdr)})
+			res := r.send(ctx, in.Dest, Delivery{ID: ev.id, Type: ev.hdr.Get(stream.HdrType), Body: ev.body, Headers: eventHeaders(ev.hdr)})
 			inf.done()
 			in.Sent, in.Result = true, res
 			in.Cancelled = ctx.Err() != nil
@@ -51,6 +51,27 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, mark *partitionMa
 			return
 		}
 	}
+}
+
+// send makes one attempt to deliver ev to d, at the URL of d's pool that
+// the pool's state picks, and records in that state what the attempt said
+// about the URL.
+func (r *Relay) send(ctx context.Context, d Destination, ev Delivery) Result {
+	pool := d.Pool()
+	if len(pool) < 2 {
+		return r.sender.Send(ctx, d, ev)
+	}
+	i := r.pools.pick(d, r.cfg.Now())
+	to := d
+	to.URL = pool[i]
+	res := r.sender.Send(ctx, to, ev)
+	res.URL, res.Pooled = i, true
+	eff := effectOf(res, d)
+	if ctx.Err() != nil {
+		eff = NoEffect // cut short by a shutdown: it says nothing of the URL
+	}
+	r.pools.report(d, i, eff, r.cfg.Now())
+	return res
 }
 
 // input is what relay knows of ev's delivery before anything is asked: the
@@ -418,6 +439,9 @@ func (r *Relay) logOutcome(o Outcome) {
 	}
 	attrs := []any{"dest", o.Dest, "event_id", o.EventID, "seq", o.Seq, "attempt", o.Attempt,
 		"outcome", o.Decision.Action.String()}
+	if o.Result.Pooled {
+		attrs = append(attrs, "url", o.Result.URL)
+	}
 	if o.Result.Status != 0 {
 		attrs = append(attrs, "status", o.Result.Status)
 	}

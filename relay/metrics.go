@@ -51,13 +51,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"dest"}),
 		responses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "relay_http_responses_total",
-			Help: "Attempts by HTTP status class (2xx..5xx), or error when no response came back, or blocked.",
-		}, []string{"dest", "class"}),
+			Help: "Attempts by HTTP status class (2xx..5xx), or error when no response came back, or blocked; url is the index of the URL in the destination's pool (0 without a pool).",
+		}, []string{"dest", "class", "url"}),
 		attemptDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "relay_attempt_duration_seconds",
-			Help:    "Duration of one HTTP attempt.",
+			Help:    "Duration of one HTTP attempt; url is the index of the URL in the destination's pool (0 without a pool).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
-		}, []string{"dest"}),
+		}, []string{"dest", "url"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "relay_delivery_latency_seconds",
 			Help:    "From publish to confirmed delivery.",
@@ -138,11 +138,33 @@ func (m *Metrics) routedCopies(n int) {
 // destMetrics are one destination's series, each created on first use so
 // that only what happened is exported.
 type destMetrics struct {
-	inFlight                           lazy[prometheus.Gauge]
-	attempts, attemptDuration, latency lazy[prometheus.Observer]
-	outcomes                           [4]lazy[prometheus.Counter] // delivered, retried, blocked, dead_lettered
-	responses                          [7]lazy[prometheus.Counter] // by classIndex
-	filtered                           lazy[prometheus.Counter]
+	inFlight          lazy[prometheus.Gauge]
+	attempts, latency lazy[prometheus.Observer]
+	outcomes          [4]lazy[prometheus.Counter] // delivered, retried, blocked, dead_lettered
+	filtered          lazy[prometheus.Counter]
+	byURL             [MaxPoolURLs]lazy[*urlMetrics]
+}
+
+// urlMetrics are the attempt series of one URL of a destination's pool.
+type urlMetrics struct {
+	attemptDuration lazy[prometheus.Observer]
+	responses       [7]lazy[prometheus.Counter] // by classIndex
+}
+
+// urlLabels are the values of the url label, by index in the pool.
+var urlLabels = func() (l [MaxPoolURLs]string) {
+	for i := range l {
+		l[i] = strconv.Itoa(i)
+	}
+	return l
+}()
+
+// urlIndex is the pool index r's attempt went to, as a label value.
+func urlIndex(r Result) int {
+	if r.URL < 0 || r.URL >= MaxPoolURLs {
+		return 0
+	}
+	return r.URL
 }
 
 const (
@@ -194,13 +216,13 @@ func (m *Metrics) outcome(dm *destMetrics, dest string, i int) {
 	dm.outcomes[i].get(func() prometheus.Counter { return m.deliveries.WithLabelValues(dest, outcomeNames[i]) }).Inc()
 }
 
-func (m *Metrics) response(dm *destMetrics, dest string, r Result) {
+func (m *Metrics) response(um *urlMetrics, dest, url string, r Result) {
 	i := classIndex(r)
 	if i < 0 {
-		m.responses.WithLabelValues(dest, statusClass(r)).Inc()
+		m.responses.WithLabelValues(dest, statusClass(r), url).Inc()
 		return
 	}
-	dm.responses[i].get(func() prometheus.Counter { return m.responses.WithLabelValues(dest, classNames[i]) }).Inc()
+	um.responses[i].get(func() prometheus.Counter { return m.responses.WithLabelValues(dest, classNames[i], url) }).Inc()
 }
 
 // attemptStarted counts an attempt to dest in relay_in_flight.
@@ -229,8 +251,10 @@ func (m *Metrics) observe(o Outcome, ordered bool, published time.Time, now time
 	}
 	dm := m.forDest(o.Dest)
 	if o.Result.Attempted() {
-		m.response(dm, o.Dest, o.Result)
-		dm.attemptDuration.get(func() prometheus.Observer { return m.attemptDuration.WithLabelValues(o.Dest) }).Observe(o.Result.Duration.Seconds())
+		u := urlIndex(o.Result)
+		um := dm.byURL[u].get(func() *urlMetrics { return &urlMetrics{} })
+		m.response(um, o.Dest, urlLabels[u], o.Result)
+		um.attemptDuration.get(func() prometheus.Observer { return m.attemptDuration.WithLabelValues(o.Dest, urlLabels[u]) }).Observe(o.Result.Duration.Seconds())
 	}
 	switch o.Decision.Action {
 	case Ack:

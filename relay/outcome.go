@@ -27,6 +27,10 @@ type Result struct {
 	Snippet string
 	// Duration is how long the attempt took.
 	Duration time.Duration
+	// URL is the index, in the destination's pool, of the URL attempted;
+	// Pooled says the destination has a pool of more than one URL.
+	URL    int
+	Pooled bool
 }
 
 // Action is what happens to a delivered event: the outcomes, each ending

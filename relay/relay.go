@@ -65,6 +65,10 @@ type Config struct {
 	// the other replicas with this one's heartbeat (see NetPolicy).
 	// Optional: nil announces none.
 	NetPolicy *NetPolicy
+	// URLCooldown is how long a URL of a destination's pool is avoided
+	// after consecutive failed attempts to it; it doubles with each
+	// consecutive cool-down, up to 8 times. Optional, default 30s.
+	URLCooldown time.Duration
 	// OnDelivery, when set, is called after every attempt's decision has been
 	// carried out (for tests and metrics).
 	OnDelivery func(Outcome)
@@ -111,6 +115,9 @@ func (cfg Config) WithDefaults() Config {
 	if cfg.CheckTakeover == 0 {
 		cfg.CheckTakeover = 10 * time.Second
 	}
+	if cfg.URLCooldown == 0 {
+		cfg.URLCooldown = DefaultURLCooldown
+	}
 	return cfg
 }
 
@@ -121,6 +128,9 @@ func (cfg Config) Validate() error {
 	}
 	if cfg.ShutdownGrace < 0 || cfg.MaxAckPending < 1 {
 		return errors.New("relay: ShutdownGrace must be >= 0 and MaxAckPending >= 1")
+	}
+	if cfg.URLCooldown < 0 {
+		return errors.New("relay: URLCooldown must be >= 0")
 	}
 	if cfg.CheckTakeover < 2*leaseRenew {
 		return fmt.Errorf("relay: CheckTakeover must be at least %s (twice the lease renewal interval)", 2*leaseRenew)
@@ -154,6 +164,7 @@ type Relay struct {
 	workers map[string]*worker
 
 	breakers breakers
+	pools    *urlPools
 	limits   limits
 	// parkWarn keeps "cannot park" to one warning per destination every
 	// 10s (relay_park_failures_total counts them all).
@@ -201,6 +212,7 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 		dests:    watch{dests: map[string]Destination{}},
 		workers:  map[string]*worker{},
 		breakers: breakers{probing: map[string]bool{}, failures: map[string]int{}},
+		pools:    newURLPools(cfg.URLCooldown),
 		limits:   limits{byDest: map[string]*limit{}, replicas: 1},
 		parkWarn: quiet{interval: 10 * time.Second},
 	}, nil

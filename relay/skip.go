@@ -29,6 +29,9 @@ type Head struct {
 	Attempts    int       `json:"attempts"`
 	LastAttempt time.Time `json:"last_attempt,omitzero"`
 	LastError   string    `json:"last_error,omitempty"`
+	// LastURL is the index, in the destination's URL pool, of the URL the
+	// last failed attempt went to (nil without a pool).
+	LastURL *int `json:"last_url,omitempty"`
 	// Skip is set once an operator skipped it (SkipHead): relay
 	// dead-letters it at its next delivery.
 	Skip string `json:"skip,omitempty"`
@@ -87,7 +90,7 @@ func (s *Store) Heads(ctx context.Context, name string) ([]Head, error) {
 		h := Head{Partition: i, Seq: seq, EventID: ev.id, Key: ev.key}
 		if l, _, err := readAttemptLog(ctx, attempts, historyKey(ev)); err == nil {
 			h.Attempts, h.Skip = l.Made, l.skipOf(ev)
-			h.LastAttempt, h.LastError = l.last()
+			h.LastAttempt, h.LastError, h.LastURL = l.last()
 		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return nil, fmt.Errorf("read attempts of event %d: %w", seq, err)
 		}
@@ -158,6 +161,8 @@ type Retrying struct {
 	Attempts    int       `json:"attempts"`
 	LastAttempt time.Time `json:"last_attempt,omitzero"`
 	LastError   string    `json:"last_error,omitempty"`
+	// LastURL is as Head's.
+	LastURL *int `json:"last_url,omitempty"`
 	// Skip is set once an operator skipped it: relay dead-letters it at
 	// its next delivery.
 	Skip string `json:"skip,omitempty"`
@@ -175,7 +180,7 @@ func retryingOf(l attemptLog) Retrying {
 	if l.SkipSeq == info.streamSeq || l.SkipOrigin != 0 && l.SkipOrigin == l.Origin {
 		r.Skip = l.Skip
 	}
-	r.LastAttempt, r.LastError = l.last()
+	r.LastAttempt, r.LastError, r.LastURL = l.last()
 	return r
 }
 

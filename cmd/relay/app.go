@@ -241,6 +241,8 @@ func setEnv(f cli.Flag, name string) {
 		set(&f.EnvVars)
 	case *cli.Uint64SliceFlag:
 		set(&f.EnvVars)
+	case *cli.GenericFlag:
+		set(&f.EnvVars)
 	default:
 		panic(fmt.Sprintf("relay: flag %s of type %T has no environment variable", f.Names()[0], f))
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -132,7 +133,8 @@ losing a delivery. After the overlap only the new secret signs.`,
 // destFlags are the settings of a destination, shared by add and update.
 func destFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "url", Usage: "http(s) URL that receives a POST per attempt (required)"},
+		&cli.GenericFlag{Name: "url", Value: &urlsValue{}, Usage: "http(s) URL that receives a POST per attempt (required); repeat it for a pool of URLs, tried as --url-strategy says"},
+		&cli.StringFlag{Name: "url-strategy", DefaultText: "failover", Usage: "how an attempt picks a URL of the pool: failover (the first that is not cooling down after failures) or round-robin (those not cooling down, in turn)"},
 		&cli.StringFlag{Name: "secret", Usage: "signing secret (whsec_<base64>); default: generate one"},
 		&cli.BoolFlag{Name: "no-secret", Usage: "do not sign deliveries"},
 		&cli.StringSliceFlag{Name: "header", Aliases: []string{"H"}, Usage: "NAME=VALUE added to every request (repeatable)"},
@@ -157,7 +159,7 @@ func destFlags() []cli.Flag {
 // updateUsage are the texts of the flags of 'dest update' that differ from
 // add's.
 var updateUsage = map[string]string{
-	"url":        "new http(s) URL that receives a POST per attempt",
+	"url":        "new http(s) URL that receives a POST per attempt; repeat it for a pool: replaces the whole pool",
 	"secret":     "new signing secret (whsec_<base64>), replacing the current one at once ('relay dest rotate-secret' rotates with an overlap)",
 	"no-secret":  "stop signing deliveries",
 	"header":     "NAME=VALUE added to every request (repeatable): replaces all the current headers",
@@ -187,6 +189,8 @@ func updateFlags() []cli.Flag {
 			usage, def = &f.Usage, &f.DefaultText
 		case *cli.Float64Flag:
 			usage, def = &f.Usage, &f.DefaultText
+		case *cli.GenericFlag:
+			usage, def = &f.Usage, &f.DefaultText
 		default:
 			panic(fmt.Sprintf("relay: dest flag %s of type %T", name, f))
 		}
@@ -202,10 +206,24 @@ func updateFlags() []cli.Flag {
 // encrypted ones.
 var allowUnencryptedFlag = &cli.BoolFlag{Name: "allow-unencrypted", Usage: "without a secret key, store this destination's secrets (signing secret, header values) unencrypted even though other destinations' are encrypted"}
 
+// urlsValue is the value of --url: the URLs given, one per flag, in order.
+// Unlike a string slice flag it does not split a value at commas, which a
+// URL may hold.
+type urlsValue []string
+
+func (u *urlsValue) Set(v string) error {
+	*u = append(*u, v)
+	return nil
+}
+
+func (u *urlsValue) String() string { return strings.Join(*u, " ") }
+
 // destSettings are the destination flags of add and update; a nil field
 // was not given.
 type destSettings struct {
-	url, secret             *string
+	urls                    []string // nil: not given
+	urlStrategy             *string
+	secret                  *string
 	noSecret                bool
 	header                  *[]string
 	timeout                 *time.Duration
@@ -227,7 +245,8 @@ type destSettings struct {
 
 func readDestSettings(c *cli.Context) destSettings {
 	return destSettings{
-		url:              setOnly(c, "url", c.String),
+		urls:             urlsOf(c),
+		urlStrategy:      setOnly(c, "url-strategy", c.String),
 		secret:           setOnly(c, "secret", c.String),
 		noSecret:         c.Bool("no-secret"),
 		header:           setOnly(c, "header", c.StringSlice),
@@ -247,6 +266,18 @@ func readDestSettings(c *cli.Context) destSettings {
 		types:            setOnly(c, "type", c.StringSlice),
 		filter:           setOnly(c, "filter", c.String),
 	}
+}
+
+// urlsOf are the URLs of --url, nil if it was not given.
+func urlsOf(c *cli.Context) []string {
+	if !c.IsSet("url") {
+		return nil
+	}
+	u, _ := c.Generic("url").(*urlsValue)
+	if u == nil {
+		return nil
+	}
+	return slices.Clone(*u)
 }
 
 // Validate checks what the destination's own Validate cannot: the flags
@@ -298,7 +329,10 @@ func (s *destSettings) Validate() error {
 
 // apply copies the settings given onto d.
 func (s *destSettings) apply(d *relay.Destination) {
-	set(&d.URL, s.url)
+	if s.urls != nil {
+		d.SetPool(s.urls)
+	}
+	set(&d.URLStrategy, s.urlStrategy)
 	set(&d.Secret, s.secret)
 	if s.noSecret {
 		d.Secret = ""
@@ -359,7 +393,7 @@ func (o *destAddOpts) Validate() error {
 	if err != nil {
 		return err
 	}
-	if o.settings.url == nil {
+	if len(o.settings.urls) == 0 {
 		return o.missing("url")
 	}
 	if err := o.settings.Validate(); err != nil {
@@ -388,7 +422,7 @@ func (o *destAddOpts) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer cl.close()
-	if err := checkNetPolicy(ctx, cl.js, d.URL); err != nil {
+	if err := checkNetPolicy(ctx, cl.js, d.Pool()); err != nil {
 		return err
 	}
 	d, err = st.Add(ctx, d)
@@ -398,7 +432,7 @@ func (o *destAddOpts) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.out, "added destination %s -> %s\n", d.Name, relay.RedactURL(d.URL))
+	fmt.Fprintf(e.out, "added destination %s -> %s\n", d.Name, poolText(d))
 	if generated {
 		fmt.Fprintf(e.out, "signing secret (shown once, give it to the receiver): %s\n", d.Secret)
 	}
@@ -430,8 +464,8 @@ func (o *destUpdateOpts) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer cl.close()
-	if o.settings.url != nil {
-		if err := checkNetPolicy(ctx, cl.js, *o.settings.url); err != nil {
+	if o.settings.urls != nil {
+		if err := checkNetPolicy(ctx, cl.js, o.settings.urls); err != nil {
 			return err
 		}
 	}
@@ -442,7 +476,7 @@ func (o *destUpdateOpts) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.out, "updated destination %s -> %s\n", d.Name, relay.RedactURL(d.URL))
+	fmt.Fprintf(e.out, "updated destination %s -> %s\n", d.Name, poolText(d))
 	return nil
 }
 
@@ -480,10 +514,25 @@ func (o *destListOpts) Run(ctx context.Context, e *env) error {
 		if types == "" {
 			types = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%d\t%s..%s\t%d\t%s\t%s\n", d.Name, relay.RedactURL(d.URL), d.Secret != "", time.Duration(d.Timeout),
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%d\t%s..%s\t%d\t%s\t%s\n", d.Name, poolText(d), d.Secret != "", time.Duration(d.Timeout),
 			d.Retry.MaxAttempts, time.Duration(d.Retry.Base), time.Duration(d.Retry.Max), d.Concurrency, ordered, types)
 	}
 	return tw.Flush()
+}
+
+// poolText shows d's URL, or its pool and strategy, redacted:
+// "https://a/h" or "failover: [0] https://a/h [1] https://b/h".
+func poolText(d relay.Destination) string {
+	pool := d.Pool()
+	if len(pool) == 1 {
+		return relay.RedactURL(d.URL)
+	}
+	var b strings.Builder
+	b.WriteString(cmp.Or(d.URLStrategy, relay.URLFailover) + ":")
+	for i, u := range pool {
+		fmt.Fprintf(&b, " [%d] %s", i, relay.RedactURL(u))
+	}
+	return b.String()
 }
 
 // destRemoveOpts are the options of 'relay dest rm'.

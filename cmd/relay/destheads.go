@@ -57,7 +57,7 @@ func (o *headsOpts) Run(ctx context.Context, e *env) error {
 	fmt.Fprintln(tw, "PARTITION\tSEQ\tEVENT ID\tKEY\tFAILED ATTEMPTS\tLAST ATTEMPT\tLAST ERROR\tSKIP")
 	for _, h := range heads {
 		last := ago(h.LastAttempt)
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", h.Partition, h.Seq, h.EventID, dash(h.Key), h.Attempts, last, dash(dlq.OneLine(h.LastError, 60)), dash(h.Skip))
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", h.Partition, h.Seq, h.EventID, dash(h.Key), h.Attempts, last, dash(dlq.OneLine(onURL(h.LastURL, h.LastError), 60)), dash(h.Skip))
 	}
 	return tw.Flush()
 }
@@ -165,7 +165,7 @@ func (o *retryingOpts) Run(ctx context.Context, e *env) error {
 		if id == "" {
 			id = "(not recorded)"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", id, r.Seq, r.Attempts, last, dash(dlq.OneLine(r.LastError, 60)), dash(r.Skip))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", id, r.Seq, r.Attempts, last, dash(dlq.OneLine(onURL(r.LastURL, r.LastError), 60)), dash(r.Skip))
 	}
 	return tw.Flush()
 }
@@ -293,4 +293,13 @@ func ago(t time.Time) string {
 		return "-"
 	}
 	return time.Since(t).Truncate(time.Second).String() + " ago"
+}
+
+// onURL prefixes a failure with the index of the URL of the destination's
+// pool it happened at, when the destination has a pool.
+func onURL(url *int, failure string) string {
+	if url == nil || failure == "" {
+		return failure
+	}
+	return fmt.Sprintf("url %d: %s", *url, failure)
 }

@@ -136,6 +136,9 @@ func showLetter(w io.Writer, asJSON bool, l dlq.Letter, missing error) error {
 			if a.Error != "" {
 				res += ": " + oneLine(a.Error)
 			}
+			if a.URL != nil {
+				res = fmt.Sprintf("url %d  %s", *a.URL, res)
+			}
 			fmt.Fprintf(w, "  #%d  %s  %8s  %s\n", a.N, a.At.Format(time.RFC3339Nano), a.Duration.Round(time.Microsecond), res)
 		}
 		if l.HistoryOmitted > 0 {
