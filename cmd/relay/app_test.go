@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -104,6 +105,9 @@ func TestDestAddRejectsBadInput(t *testing.T) {
 		{[]string{"dest", "add", "d", "--url", "https://example.test/ä#top"}, `URL "https://example.test/ä#top" has a fragment`},
 		{[]string{"dest", "add", "d", "--url", "https://example.test", "--max-attempts", "0"}, "--max-attempts 0: give 1 or more"},
 		{[]string{"dest", "add", "--url", "https://example.test"}, "exactly one argument"},
+		{[]string{"dest", "add", "d", "--url", "https://example.test", "--type", "order.>.x"}, `invalid event type pattern "order.>.x": '>' must be the last token`},
+		{[]string{"dest", "add", "d", "--url", "https://example.test", "--type", "order..x"}, "empty token"},
+		{[]string{"dest", "add", "d", "--url", "https://example.test", "--type", "a", "--type", "a"}, "--type a given twice"},
 	} {
 		code, _, errs := b.cli(t, "", tc.args...)
 		require.Equal(t, 2, code, "%v: %s", tc.args, errs)
@@ -396,10 +400,59 @@ func TestBadInputIsAUsageErrorBeforeConnecting(t *testing.T) {
 		{[]string{"stats", "--redis-url", "redis://127.0.0.1:1", "--redis-mode", "bad"}, `--redis-mode "bad"`},
 		{[]string{"run", "--allow-net", "bad"}, `--allow-net "bad"`},
 		{[]string{"run", "--redis-url", "redis://127.0.0.1:1", "--park-lease", "5m"}, "--park-lease 5m0s must be shorter"},
+		{[]string{"publish", "--type", "order.*", "--data", "{}"}, `invalid event type "order.*"`},
+		{[]string{"publish", "--type", "relay.destination.disabled", "--data", "{}"}, "relay's own"},
+		{[]string{"publish", "--type", "a", "--dest", "d", "--data", "{}"}, "give --dest or --type, not both"},
+		{[]string{"publish", "--data", "{}"}, "missing --dest or --type"},
+		{[]string{"dest", "update", "d", "--type", "a b"}, `--type: invalid event type pattern "a b"`},
+		{[]string{"replay", "--dest", "d", "--since", "1h", "--type", "a.>.b"}, "'>' must be the last token"},
+		{[]string{"replay", "--dest", "d", "--since", "1h", "--type", "a", "--to-dest", "e"}, "leave out --to-dest"},
 	} {
 		var out, errb bytes.Buffer
 		code := Main(append([]string{"relay", "--nats-url", "nats://127.0.0.1:1"}, tc.args...), strings.NewReader(""), &out, &errb)
 		require.Equal(t, exitUsage, code, "%v: %s", tc.args, errb.String())
 		require.Contains(t, errb.String(), tc.want, tc.args)
 	}
+}
+
+// Subscriptions on the command line: --type is repeatable, dest list shows
+// the patterns, dest update --type replaces them (and ” removes them), and
+// publish --type stores a typed event.
+func TestDestTypesAndPublishByType(t *testing.T) {
+	// Not parallel: urfave/cli v2 mutates package-level help flags on each run.
+	b := setup(t)
+	code, _, errs := b.cli(t, "", "dest", "add", "crm", "--url", "https://example.test/hook", "--type", "order.*", "--type", "invoice.>")
+	require.Equal(t, 0, code, errs)
+	code, out, errs := b.cli(t, "", "dest", "list")
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "order.*,invoice.>")
+
+	before := b.lastSeq(t)
+	code, out, errs = b.cli(t, "", "publish", "--type", "order.created", "--key", "customer 42", "--data", `{"n":1}`)
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, fmt.Sprintf("seq %d", before+1))
+	s, err := b.js.Stream(context.Background(), stream.EventsStream)
+	require.NoError(t, err)
+	m, err := s.GetMsg(context.Background(), before+1)
+	require.NoError(t, err)
+	require.Equal(t, "relay.type.order.created", m.Subject)
+	require.Equal(t, "customer 42", m.Header.Get(stream.HdrKey), "the key in its header")
+
+	code, _, errs = b.cli(t, "", "dest", "update", "crm", "--type", "refund.created")
+	require.Equal(t, 0, code, errs)
+	code, out, errs = b.cli(t, "", "dest", "list", "--json")
+	require.Equal(t, 0, code, errs)
+	var d relay.Destination
+	require.NoError(t, json.Unmarshal([]byte(strings.TrimSpace(out)), &d))
+	require.Equal(t, []string{"refund.created"}, d.Types)
+	require.Len(t, d.Subscriptions, 3, "one open, two ended")
+	require.False(t, d.Subscribed("order.created", before+2), "order.* ended")
+	require.True(t, d.Subscribed("order.created", before+1), "but applied to the event published while it did")
+	require.True(t, d.Subscribed("refund.created", before+2))
+
+	code, _, errs = b.cli(t, "", "dest", "update", "crm", "--type", "")
+	require.Equal(t, 0, code, errs)
+	code, out, _ = b.cli(t, "", "dest", "list")
+	require.Equal(t, 0, code)
+	require.NotContains(t, out, "refund.created")
 }
