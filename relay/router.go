@@ -119,12 +119,62 @@ func RouterLag(ctx context.Context, js jetstream.JetStream) (uint64, error) {
 	return c.CachedInfo().NumPending, nil
 }
 
-// routerWindow is how many typed events may have copies unconfirmed.
-const routerWindow = 256
+// routerWindow is how many typed events may have copies unconfirmed, and
+// routerCopies how many copies (an event with more subscribers goes alone).
+// The router's publishing context allows routerMaxPending unconfirmed
+// publishes: above it nats.go stalls and fails them.
+const (
+	routerWindow     = 256
+	routerCopies     = 4096
+	routerMaxPending = 16384
+)
+
+// copyWindow counts the copies published and not confirmed yet.
+type copyWindow struct {
+	mu    sync.Mutex
+	n     int
+	freed chan struct{}
+}
+
+// acquire waits until k more copies may be published: when fewer than
+// routerCopies would be unconfirmed, or none is.
+func (w *copyWindow) acquire(ctx context.Context, k int) error {
+	for {
+		w.mu.Lock()
+		if w.n == 0 || w.n+k <= routerCopies {
+			w.n += k
+			w.mu.Unlock()
+			return nil
+		}
+		if w.freed == nil {
+			w.freed = make(chan struct{})
+		}
+		freed := w.freed
+		w.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// release records k copies confirmed (or given up).
+func (w *copyWindow) release(k int) {
+	w.mu.Lock()
+	w.n -= k
+	if w.freed != nil {
+		close(w.freed)
+		w.freed = nil
+	}
+	w.mu.Unlock()
+}
 
 // router is one replica's part in routing typed events.
 type router struct {
 	js       jetstream.JetStream
+	pub      jetstream.JetStream // publishes copies, with room for routerMaxPending
+	window   copyWindow
 	r        *Relay
 	id       string
 	takeover time.Duration
@@ -141,6 +191,17 @@ type router struct {
 // runRouter takes part in routing until ctx ends.
 func (r *Relay) runRouter(ctx context.Context, id string) {
 	ro := &router{js: r.cfg.JS, r: r, id: id, takeover: r.cfg.CheckTakeover, log: r.log, now: r.cfg.Now}
+	var err error
+	opt := jetstream.WithPublishAsyncMaxPending(routerMaxPending)
+	if o := r.cfg.JS.Options(); o.Domain != "" {
+		ro.pub, err = jetstream.NewWithDomain(r.cfg.JS.Conn(), o.Domain, opt)
+	} else {
+		ro.pub, err = jetstream.NewWithAPIPrefix(r.cfg.JS.Conn(), stream.APIPrefix(r.cfg.JS), opt)
+	}
+	if err != nil {
+		r.log.Error("router not started: typed events are not copied to their subscribers", "err", err)
+		return
+	}
 	for ctx.Err() == nil {
 		err := ro.hold(ctx)
 		switch {
@@ -247,7 +308,8 @@ func (ro *router) hold(ctx context.Context) error {
 					failed.CompareAndSwap(nil, &err)
 				}
 				stop()
-				for range pending { // drain: the read stops at once
+				for p := range pending { // drain: the read stops at once
+					ro.window.release(len(p.copies))
 				}
 				return
 			}
@@ -378,12 +440,17 @@ func (ro *router) route(ctx context.Context, m *jetstream.RawStreamMsg) (routed,
 		ro.r.cfg.Metrics.routedNone()
 		return p, nil
 	}
+	if err := ro.window.acquire(ctx, len(p.dests)); err != nil {
+		return p, err
+	}
 	for _, d := range p.dests {
 		c := ev
 		c.Dest = d
 		msg := c.Msg(stream.Routed, stream.InSubject(d, ev.Key))
-		f, err := ro.js.PublishMsgAsync(msg)
+		f, err := ro.pub.PublishMsgAsync(msg)
 		if err != nil {
+			// Not confirmed: routing starts again from before this event.
+			ro.window.release(len(p.dests))
 			return p, fmt.Errorf("copy typed event %d for %s: %w", m.Sequence, d, err)
 		}
 		p.copies = append(p.copies, f)
@@ -396,6 +463,7 @@ func (ro *router) route(ctx context.Context, m *jetstream.RawStreamMsg) (routed,
 // large once relay's headers are added) is dead-lettered for its
 // destination; any other failure is returned.
 func (ro *router) confirm(ctx context.Context, p routed) error {
+	defer ro.window.release(len(p.copies))
 	for i, f := range p.copies {
 		select {
 		case <-f.Ok():
