@@ -31,6 +31,12 @@ import (
 // copies a crashed router had published are stored once when its successor
 // publishes them again from the sequence the lease recorded.
 //
+// A change of a destination's subscriptions is marked in the events stream
+// (relay.sub.<dest>): the router reads the marks among the typed events, and
+// at each waits until this replica has applied the change it marks, so
+// that every typed event goes by the subscriptions in force when it was
+// stored.
+//
 // Copies are published in the typed events' order, a window of them
 // unconfirmed at a time; the lease records a sequence only once every copy
 // up to it is confirmed. When a publish fails, the router starts again
@@ -327,15 +333,11 @@ func (ro *router) hold(ctx context.Context) error {
 	mu.Lock()
 	from := st.Routed
 	mu.Unlock()
-	var view uint64 // typed events up to this sequence see every destination change made before they were stored
-	err = stream.Read(sctx, ro.js, stream.EventsStream, stream.ReadOptions{After: from, Follow: true, Filters: []string{stream.TypeFilter(">")}, Description: "relay router"},
+	err = stream.Read(sctx, ro.js, stream.EventsStream, stream.ReadOptions{After: from, Follow: true,
+		Filters: []string{stream.TypeFilter(">"), stream.SubPrefix + ".*"}, Description: "relay router"},
 		func(m *jetstream.RawStreamMsg) error {
-			if m.Sequence > view {
-				v, err := ro.catchUp(sctx)
-				if err != nil {
-					return err
-				}
-				view = v
+			if dest, ok := stream.SubMarkDest(m.Subject); ok {
+				return ro.awaitChange(sctx, dest, m.Sequence)
 			}
 			p, err := ro.route(sctx, m)
 			if err != nil {
@@ -367,25 +369,37 @@ func (ro *router) hold(ctx context.Context) error {
 	return err
 }
 
-// catchUp waits until this replica has applied every destination change
-// made so far, and returns the events stream's last sequence before it
-// looked: the typed events stored up to it are routed by destinations as
-// they were when they were stored (see Subscription).
-func (ro *router) catchUp(ctx context.Context) (uint64, error) {
-	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
-	defer cancel()
-	events, err := ro.r.events.Info(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("read the events stream's state: %w", err)
+// markWait is how long the router waits at a subscription mark for the
+// change it marks to be stored. A mark without a change (the change was
+// refused after the mark, or its writer died) is passed after it.
+const markWait = 5 * time.Second
+
+// awaitChange waits, at the mark at sequence seq of a change of dest's
+// subscriptions, until this replica has applied the change: the typed
+// events after the mark go by it (see stream.SubPrefix).
+func (ro *router) awaitChange(ctx context.Context, dest string, seq uint64) error {
+	kv := ro.r.store.kv
+	for wait, deadline := 10*time.Millisecond, ro.now().Add(markWait); ; wait = min(2*wait, 500*time.Millisecond) {
+		e, err := kv.Get(ctx, dest)
+		if err == nil {
+			d, _, derr := ro.r.store.decode(dest, e.Value())
+			if derr == nil && d.marks(seq) {
+				return ro.r.dests.waitRev(ctx, e.Revision())
+			}
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if ro.now().After(deadline) {
+			ro.log.Debug("a subscription mark without its change: passed", "dest", dest, "seq", seq)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
 	}
-	bucket, err := ro.js.Stream(ctx, "KV_"+stream.DestBucket)
-	if err != nil {
-		return 0, fmt.Errorf("read the destinations bucket's state: %w", err)
-	}
-	if err := ro.r.dests.waitRev(ctx, bucket.CachedInfo().State.LastSeq); err != nil {
-		return 0, fmt.Errorf("wait for destination changes to apply: %w", err)
-	}
-	return events.State.LastSeq, nil
 }
 
 // subscribers returns the destinations subscribed to typ when the event

@@ -213,7 +213,16 @@ func (s *Store) Add(ctx context.Context, d Destination) (Destination, error) {
 	}
 	d.StartSeq = last + 1
 	d.Subscriptions = nil
-	d.subscribe(last)
+	if len(d.Types) > 0 {
+		if _, err := s.kv.Get(ctx, d.Name); err == nil {
+			return Destination{}, fmt.Errorf("%w: %s (use 'relay dest update')", ErrExists, d.Name)
+		}
+		mark, err := s.markSubscription(ctx, d.Name)
+		if err != nil {
+			return Destination{}, err
+		}
+		d.subscribe(mark)
+	}
 	d.Created = s.now().UTC()
 	d.Updated = d.Created
 	if _, err := s.kv.Create(ctx, d.Name, s.encode(d)); err != nil {
@@ -223,6 +232,16 @@ func (s *Store) Add(ctx context.Context, d Destination) (Destination, error) {
 		return Destination{}, fmt.Errorf("store destination %s: %w", d.Name, err)
 	}
 	return d, nil
+}
+
+// markSubscription marks a change of dest's subscriptions in the events
+// stream, and returns the mark's sequence (see stream.SubPrefix).
+func (s *Store) markSubscription(ctx context.Context, dest string) (uint64, error) {
+	ack, err := s.js.Publish(ctx, stream.SubMarkSubject(dest), nil)
+	if err != nil {
+		return 0, fmt.Errorf("mark the subscription change of %s in the events stream: %w", dest, err)
+	}
+	return ack.Sequence, nil
 }
 
 // lastSeq is the events stream's last sequence: what a destination added
@@ -240,9 +259,10 @@ func (s *Store) lastSeq(ctx context.Context) (uint64, error) {
 }
 
 // Update changes an existing destination with fn, retrying on concurrent
-// updates. A change of its Types takes effect from the events stream's
-// sequence at the time of the change (see Subscription).
+// updates. A change of its Types takes effect from a mark it writes in the
+// events stream (see Subscription and stream.SubPrefix).
 func (s *Store) Update(ctx context.Context, name string, fn func(*Destination) error) (Destination, error) {
+	var mark uint64 // of a change of subscriptions, made once
 	for range 10 {
 		e, err := s.kv.Get(ctx, name)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -268,11 +288,12 @@ func (s *Store) Update(ctx context.Context, name string, fn func(*Destination) e
 			return Destination{}, err
 		}
 		if typesChanged(before.Types, d.Types) {
-			last, err := s.lastSeq(ctx)
-			if err != nil {
-				return Destination{}, err
+			if mark == 0 {
+				if mark, err = s.markSubscription(ctx, name); err != nil {
+					return Destination{}, err
+				}
 			}
-			d.subscribe(last)
+			d.subscribe(mark)
 		}
 		d.Updated = s.now().UTC()
 		if _, err := s.kv.Update(ctx, name, s.encode(d), e.Revision()); err != nil {

@@ -67,8 +67,8 @@ func (d Destination) Subscribed(typ string, seq uint64) bool {
 }
 
 // subscribe brings d's subscription windows in line with d.Types, last
-// being the events stream's last sequence now: a pattern added applies to
-// events stored after last, one removed to none after last. Windows that
+// being the sequence of the change's mark in the events stream: a pattern
+// added applies to events stored after last, one removed to none after it. Windows that
 // ended longest ago go beyond maxRetired.
 func (d *Destination) subscribe(last uint64) {
 	var open, retired []Subscription
@@ -106,6 +106,17 @@ func cmpUint(a, b uint64) int {
 		return 1
 	}
 	return 0
+}
+
+// marks reports whether d's subscription windows start or end at the mark
+// at sequence seq.
+func (d Destination) marks(seq uint64) bool {
+	for _, s := range d.Subscriptions {
+		if s.Since == seq || s.Until == seq {
+			return true
+		}
+	}
+	return false
 }
 
 // typesChanged reports whether a and b subscribe to different patterns.

@@ -25,6 +25,23 @@ const (
 	ReservedTypePrefix = "relay."
 )
 
+// SubPrefix starts the subject of a subscription mark: a change of
+// destination D's subscriptions is marked by a message on relay.sub.D in the
+// events stream, and the mark's sequence is the change's. Typed events
+// stored before the mark go by D's subscriptions before the change, those
+// after it by the new ones.
+const SubPrefix = "relay.sub"
+
+// SubMarkSubject is the subject of dest's subscription marks.
+func SubMarkSubject(dest string) string { return SubPrefix + "." + dest }
+
+// SubMarkDest returns the destination of a subscription mark's subject, and
+// false when subject is not one.
+func SubMarkDest(subject string) (string, bool) {
+	d, ok := strings.CutPrefix(subject, SubPrefix+".")
+	return d, ok && d != "" && !strings.Contains(d, ".")
+}
+
 // TypeSubject is the subject an event of type t is published to.
 func TypeSubject(t string) string { return TypePrefix + "." + t }
 
