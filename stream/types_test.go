@@ -112,3 +112,13 @@ func TestTypeOf(t *testing.T) {
 	_, ok = TypeOf("relay.type.")
 	require.False(t, ok)
 }
+
+func TestSubMark(t *testing.T) {
+	d, ok := SubMarkDest(SubMarkSubject("crm"))
+	require.True(t, ok)
+	require.Equal(t, "crm", d)
+	for _, bad := range []string{"relay.sub.", "relay.sub.a.b", "relay.in.crm", "relay.sub"} {
+		_, ok := SubMarkDest(bad)
+		require.False(t, ok, bad)
+	}
+}
