@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -223,6 +224,11 @@ func run(o options) error {
 	defer stop()
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return fmt.Errorf("-out: %w", err)
+	}
+	if o.relayProf != "" {
+		if err := os.MkdirAll(filepath.Dir(o.relayProf), 0o755); err != nil {
+			return fmt.Errorf("-relay-cpuprofile: %w", err)
+		}
 	}
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)
