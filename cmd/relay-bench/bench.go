@@ -811,3 +811,35 @@ func (b *bench) fetchProfile(ctx context.Context, p *proc, path string, secs int
 		}
 	}
 }
+
+// lastSeq is the events stream's last sequence.
+func (b *bench) lastSeq(ctx context.Context) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s, err := b.js.Stream(ctx, stream.EventsStream)
+	if err != nil {
+		return 0, err
+	}
+	return s.CachedInfo().State.LastSeq, nil
+}
+
+// watchCopies polls the events stream until its last sequence reaches
+// base + copies (base: read before relay process p started; nothing else
+// writes to the stream meanwhile), and sends how long after start that was
+// (0 if it could not tell: p exited, or not within the bench's limit).
+func (b *bench) watchCopies(ctx context.Context, p *proc, base uint64, copies int, start time.Time) <-chan time.Duration {
+	out := make(chan time.Duration, 1)
+	go func() {
+		var at time.Duration
+		_ = waitFor(ctx, p, limitFor(copies), 20*time.Millisecond, "copies stored", func(ctx context.Context) (bool, error) {
+			seq, err := b.lastSeq(ctx)
+			if err == nil && seq >= base+uint64(copies) {
+				at = time.Since(start)
+				return true, nil
+			}
+			return false, err
+		})
+		out <- at
+	}()
+	return out
+}

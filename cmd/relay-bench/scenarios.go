@@ -139,6 +139,9 @@ type workload struct {
 	dests      []string // the destinations that deliver it
 	deliveries int      // the deliveries the sink must count
 	publish    func(context.Context) error
+	// copies, if not 0, is how many messages relay's router adds to the
+	// events stream: the run notes when they were all stored.
+	copies int
 }
 
 // relayRunWork is relayRun for any workload: w.publish publishes it (before
@@ -175,6 +178,13 @@ func (b *bench) relayRunWork(ctx context.Context, r *result, w workload, live bo
 		}
 		before = h
 	}
+	var base uint64
+	if w.copies > 0 && !live {
+		var err error
+		if base, err = b.lastSeq(ctx); err != nil {
+			return err
+		}
+	}
 	m := b.mark()
 	start := time.Now()
 	p, err := b.startRelay(name)
@@ -183,6 +193,10 @@ func (b *bench) relayRunWork(ctx context.Context, r *result, w workload, live bo
 	}
 	defer p.stop(20 * time.Second)
 	profiled := b.profileRelay(ctx, p, name)
+	var copied <-chan time.Duration
+	if w.copies > 0 && !live {
+		copied = b.watchCopies(ctx, p, base, w.copies, start)
+	}
 	cpu0 := 0.0 // a fresh process: all its CPU, start-up included
 	if live {
 		if err := b.waitCheckHeld(ctx, p, before); err != nil {
@@ -212,6 +226,13 @@ func (b *bench) relayRunWork(ctx context.Context, r *result, w workload, live bo
 	}
 	if profiled != nil {
 		r.Notes = append(r.Notes, <-profiled)
+	}
+	if copied != nil {
+		if d := <-copied; d > 0 {
+			r.Notes = append(r.Notes, fmt.Sprintf("the router had stored all %d copies %.2fs after relay started (%.0f%% of the run)", w.copies, d.Seconds(), 100*d.Seconds()/r.Seconds))
+		} else {
+			r.Notes = append(r.Notes, "could not tell when the router had stored every copy")
+		}
 	}
 	if err := p.stop(20 * time.Second); err != nil {
 		r.Notes = append(r.Notes, err.Error())
@@ -540,7 +561,7 @@ func (b *bench) scenarioG(ctx context.Context) ([]*result, error) {
 			}
 		}
 		typed := []string{stream.TypeSubject(run + ".created")}
-		w := workload{dests: dests, deliveries: events * subs, publish: func(ctx context.Context) error {
+		w := workload{dests: dests, deliveries: events * subs, copies: events * subs, publish: func(ctx context.Context) error {
 			return b.publishTo(ctx, r, typed, run+"-", events)
 		}}
 		if err := b.relayRunWork(ctx, r, w, false); err != nil {
