@@ -221,6 +221,9 @@ func (b *bench) relayRunWork(ctx context.Context, r *result, w workload, live bo
 		r.Notes = append(r.Notes, "published while relay ran (-a-live), timed from the first publish")
 	}
 	r.Notes = append(r.Notes, b.relayNotes(ctx, p)...)
+	if note := logErrors(p.logPath); note != "" {
+		r.Notes = append(r.Notes, note)
+	}
 	if note := b.redeliveries(ctx, dests, n); note != "" {
 		r.Notes = append(r.Notes, note)
 	}
