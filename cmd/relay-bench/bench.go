@@ -459,7 +459,8 @@ func makeBody(ts int64, id string) []byte {
 }
 
 // publisher publishes events asynchronously, as a producer would through
-// the subject contract: relay.in.<dest> with Nats-Msg-Id.
+// the subject contract: relay.in.<dest>, or relay.type.<type> for a typed
+// event, with Nats-Msg-Id.
 type publisher struct {
 	js    jetstream.JetStream
 	errs  atomic.Int64
@@ -493,7 +494,11 @@ func (p *publisher) fail(err error) {
 }
 
 func (p *publisher) publish(dest, id string) error {
-	m := nats.NewMsg(stream.InSubject(dest, ""))
+	return p.publishTo(stream.InSubject(dest, ""), id)
+}
+
+func (p *publisher) publishTo(subject, id string) error {
+	m := nats.NewMsg(subject)
 	m.Header.Set(stream.HdrMsgID, id)
 	m.Data = makeBody(time.Now().UnixNano(), id)
 	if _, err := p.js.PublishMsgAsync(m); err != nil {
@@ -520,12 +525,12 @@ func (p *publisher) wait(ctx context.Context) error {
 	return nil
 }
 
-// backlog publishes n events spread round-robin over dests, with at most
-// window unacknowledged at a time, and returns how long it took.
-func (p *publisher) backlog(ctx context.Context, dests []string, prefix string, n, window int) (time.Duration, error) {
+// backlog publishes n events spread round-robin over subjects, with at
+// most window unacknowledged at a time, and returns how long it took.
+func (p *publisher) backlog(ctx context.Context, subjects []string, prefix string, n, window int) (time.Duration, error) {
 	start := time.Now()
 	for i := range n {
-		if err := p.publish(dests[i%len(dests)], prefix+strconv.Itoa(i)); err != nil {
+		if err := p.publishTo(subjects[i%len(subjects)], prefix+strconv.Itoa(i)); err != nil {
 			return 0, err
 		}
 		if (i+1)%window == 0 {
@@ -744,4 +749,97 @@ func (b *bench) startRedis(ctx context.Context) (*proc, *redis.Client, error) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// profileRelay fetches, with -relay-cpuprofile, a CPU profile of relay
+// process p from its /debug/pprof/profile (on its --metrics-addr), from as
+// soon as it answers, for -relay-cpuprofile-for, into <prefix>.<name>. The
+// channel gets one note once the profile is written or has failed; nil
+// without the flag. Receive from it before stopping p.
+func (b *bench) profileRelay(ctx context.Context, p *proc, name string) <-chan string {
+	if b.opts.relayProf == "" {
+		return nil
+	}
+	path := b.opts.relayProf + "." + name
+	secs := int(b.opts.relayProfFor.Seconds())
+	done := make(chan string, 1)
+	go func() {
+		err := b.fetchProfile(ctx, p, path, secs)
+		if err != nil {
+			done <- fmt.Sprintf("relay CPU profile %s: %v", path, err)
+			return
+		}
+		done <- fmt.Sprintf("relay CPU profile: %s (%ds from relay's start; go tool pprof -top %s %s)", path, secs, b.opts.relay, path)
+	}()
+	return done
+}
+
+func (b *bench) fetchProfile(ctx context.Context, p *proc, path string, secs int) error {
+	url := "http://" + p.metrics + "/debug/pprof/profile?seconds=" + strconv.Itoa(secs)
+	c := &http.Client{Timeout: time.Duration(secs)*time.Second + time.Minute, Transport: &http.Transport{Proxy: nil}}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := c.Do(req)
+		if err == nil {
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+				return fmt.Errorf("%s: status %d: %s", url, resp.StatusCode, bytes.TrimSpace(msg))
+			}
+			f, err := os.Create(path)
+			if err != nil {
+				return err
+			}
+			if _, err := io.Copy(f, resp.Body); err != nil {
+				f.Close()
+				return fmt.Errorf("%s: %w", url, err)
+			}
+			return f.Close()
+		}
+		// relay serves its metrics address a moment after it starts.
+		if p.exited() || time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("%s: %w", url, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// lastSeq is the events stream's last sequence.
+func (b *bench) lastSeq(ctx context.Context) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s, err := b.js.Stream(ctx, stream.EventsStream)
+	if err != nil {
+		return 0, err
+	}
+	return s.CachedInfo().State.LastSeq, nil
+}
+
+// watchCopies polls the events stream until its last sequence reaches
+// base + copies (base: read before relay process p started; nothing else
+// writes to the stream meanwhile), and sends how long after start that was
+// (0 if it could not tell: p exited, or not within the bench's limit).
+func (b *bench) watchCopies(ctx context.Context, p *proc, base uint64, copies int, start time.Time) <-chan time.Duration {
+	out := make(chan time.Duration, 1)
+	go func() {
+		var at time.Duration
+		_ = waitFor(ctx, p, limitFor(copies), 20*time.Millisecond, "copies stored", func(ctx context.Context) (bool, error) {
+			seq, err := b.lastSeq(ctx)
+			if err == nil && seq >= base+uint64(copies) {
+				at = time.Since(start)
+				return true, nil
+			}
+			return false, err
+		})
+		out <- at
+	}()
+	return out
 }

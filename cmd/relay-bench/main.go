@@ -18,8 +18,10 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -46,9 +48,13 @@ type options struct {
 	aRounds      int
 	aLive        bool
 	loopCPUProf  string
+	gSubscribers []int
+	gDeliveries  int
+	relayProf    string
+	relayProfFor time.Duration
 }
 
-var allScenarios = []string{"a", "b", "c", "d", "e", "f"}
+var allScenarios = []string{"a", "b", "c", "d", "e", "f", "g"}
 
 // children are the hidden subcommands the bench starts itself as.
 var children = map[string]func(args []string) error{
@@ -90,7 +96,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.backlog, "backlog", 1_000_000, "events of scenario (d), published before relay starts")
 	fs.IntVar(&o.failN, "fail-n", 0, "events of scenario (c) (0: min(-n, 20000))")
 	fs.IntVar(&o.redisN, "redis-n", 0, "events of scenario (f) (0: min(-n, 10000))")
-	sc := fs.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios to run: a throughput, b latency, c 10% 503, d backlog, e 100 destinations, f redis list")
+	sc := fs.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios to run: a throughput, b latency, c 10% 503, d backlog, e 100 destinations, f redis list, g fan-out")
 	fs.Float64Var(&o.rate, "rate", 0, "publish rate of scenario (b) per second (0: half of (a)'s relay rate)")
 	fs.DurationVar(&o.duration, "duration", 20*time.Second, "how long scenario (b) publishes")
 	fs.DurationVar(&o.loopDuration, "loop-duration", 0, "how long the minimal loop's reference run of scenario (b) publishes (default: as long as -duration; 0: skip it)")
@@ -102,6 +108,10 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.aRounds, "a-rounds", 3, "rounds of scenario (a), each relay and the minimal loop; the targets use the median")
 	fs.BoolVar(&o.aLive, "a-live", false, "in (a), start relay and the minimal loop first and publish while they run, instead of publishing the backlog before they start")
 	fs.StringVar(&o.loopCPUProf, "loop-cpuprofile", "", "write a CPU profile of each minimal-loop process to this file, suffixed with .<destination>")
+	gSubs := fs.String("g-subscribers", "1,10,100", "scenario (g): the subscriber counts to measure, comma-separated, each a run of its own")
+	fs.IntVar(&o.gDeliveries, "g-deliveries", 0, "scenario (g): deliveries per run, events x subscribers (0: -n); each run publishes this divided by its subscribers")
+	fs.StringVar(&o.relayProf, "relay-cpuprofile", "", "fetch a CPU profile of each measured relay process from its /debug/pprof/profile, from its start, to this file suffixed with .<run> (a, a2, g10, ...)")
+	fs.DurationVar(&o.relayProfFor, "relay-cpuprofile-for", 20*time.Second, "how long each -relay-cpuprofile profile runs; relay is stopped only once it is written, so make it longer than the measurement")
 	fs.BoolVar(&o.sharedNATS, "shared-nats", false, "run all scenarios on one embedded NATS server, as before the fourth round, instead of a new one (no data) for each")
 	fs.BoolVar(&o.loopInBench, "loop-in-bench", false, "run the minimal loop inside the bench process (with the embedded NATS server) instead of as a process of its own")
 	if err := fs.Parse(args); err != nil {
@@ -135,6 +145,34 @@ func parseFlags(args []string) (options, error) {
 		if v < 1 || v > 100_000_000 {
 			return o, fmt.Errorf("%s %d: give a count from 1 to 100000000", name, v)
 		}
+	}
+	if o.gDeliveries == 0 {
+		o.gDeliveries = o.n
+	}
+	if o.gDeliveries < 1 || o.gDeliveries > 100_000_000 {
+		return o, fmt.Errorf("-g-deliveries %d: give a count from 1 to 100000000", o.gDeliveries)
+	}
+	for s := range strings.SplitSeq(*gSubs, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		k, err := strconv.Atoi(s)
+		if err != nil || k < 1 || k > 500 {
+			return o, fmt.Errorf("-g-subscribers: %q is not a subscriber count from 1 to 500", s)
+		}
+		if o.gDeliveries < k {
+			return o, fmt.Errorf("-g-deliveries %d is fewer than %d subscribers: each run publishes -g-deliveries / subscribers events, at least one", o.gDeliveries, k)
+		}
+		if !slices.Contains(o.gSubscribers, k) {
+			o.gSubscribers = append(o.gSubscribers, k)
+		}
+	}
+	if len(o.gSubscribers) == 0 {
+		return o, errors.New("-g-subscribers: none given")
+	}
+	if o.relayProfFor < time.Second || o.relayProfFor > 10*time.Minute {
+		return o, fmt.Errorf("-relay-cpuprofile-for %s: give 1s to 10m", o.relayProfFor)
 	}
 	if o.loopCPUProf != "" && o.loopInBench {
 		return o, errors.New("-loop-cpuprofile profiles the minimal loop's own process; with -loop-in-bench use -cpuprofile (label part=minimal-loop)")
@@ -172,7 +210,7 @@ func parseFlags(args []string) (options, error) {
 	if len(o.scenarios) == 0 {
 		return o, errors.New("-scenarios: none given")
 	}
-	// Always in the order a..f: (b) and the targets use (a)'s figures.
+	// Always in the order a..g: (b) and the targets use (a)'s figures.
 	slices.SortFunc(o.scenarios, func(a, b string) int { return strings.Compare(a, b) })
 	return o, nil
 }
@@ -186,6 +224,11 @@ func run(o options) error {
 	defer stop()
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return fmt.Errorf("-out: %w", err)
+	}
+	if o.relayProf != "" {
+		if err := os.MkdirAll(filepath.Dir(o.relayProf), 0o755); err != nil {
+			return fmt.Errorf("-relay-cpuprofile: %w", err)
+		}
 	}
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)
@@ -207,7 +250,7 @@ func run(o options) error {
 	defer b.close()
 	rep.NATSVersion = natsVersion()
 	steps := map[string]func(context.Context) ([]*result, error){
-		"a": b.scenarioA, "b": b.scenarioB, "c": b.scenarioC, "d": b.scenarioD, "e": b.scenarioE, "f": b.scenarioF,
+		"a": b.scenarioA, "b": b.scenarioB, "c": b.scenarioC, "d": b.scenarioD, "e": b.scenarioE, "f": b.scenarioF, "g": b.scenarioG,
 	}
 	rep.LoadStart = loadAvg()
 	started := time.Now()

@@ -44,3 +44,32 @@ func TestLoopRunsAsLongAsRelayInScenarioB(t *testing.T) {
 		require.Equal(t, tc.want, o.loopDuration, "%q", tc.args)
 	}
 }
+
+func TestFanOutFlags(t *testing.T) {
+	exe, err := os.Executable()
+	require.NoError(t, err)
+
+	o, err := parseFlags([]string{"-relay", exe})
+	require.NoError(t, err)
+	require.Equal(t, []int{1, 10, 100}, o.gSubscribers)
+	require.Equal(t, 50_000, o.gDeliveries, "as many deliveries as (a)'s events")
+	require.Contains(t, o.scenarios, "g")
+
+	o, err = parseFlags([]string{"-relay", exe, "-n", "2000", "-g-subscribers", "10, 3,10"})
+	require.NoError(t, err)
+	require.Equal(t, []int{10, 3}, o.gSubscribers)
+	require.Equal(t, 2000, o.gDeliveries)
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-g-subscribers", "0"}, `-g-subscribers: "0" is not a subscriber count`},
+		{[]string{"-g-subscribers", "ten"}, `-g-subscribers: "ten"`},
+		{[]string{"-g-subscribers", ","}, "-g-subscribers: none given"},
+		{[]string{"-g-deliveries", "50"}, "-g-deliveries 50 is fewer than 100 subscribers"},
+	} {
+		_, err := parseFlags(append([]string{"-relay", exe}, tc.args...))
+		require.ErrorContains(t, err, tc.want, "%q", tc.args)
+	}
+}

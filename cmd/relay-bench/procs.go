@@ -310,3 +310,25 @@ func unexpectedLine(p *proc, line, want string) error {
 	}
 	return fmt.Errorf("%s printed %q instead of %s", p.name, line, want)
 }
+
+// logErrors says how many ERROR lines a relay process logged so far, and
+// the first ("" if none): the report would not show a relay that kept
+// failing and recovering (a router restarting, say) otherwise.
+func logErrors(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "cannot read relay's log: " + err.Error()
+	}
+	n, first := 0, ""
+	for l := range strings.Lines(string(b)) {
+		if strings.Contains(l, "level=ERROR") {
+			if n++; n == 1 {
+				first = strings.TrimSpace(l)
+			}
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("relay logged %d ERROR lines (%s); the first: %s", n, path, first)
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -33,4 +34,12 @@ func TestWaitReadySaysWhatTheChildDid(t *testing.T) {
 	require.NoError(t, waitReady(ctx, p, out))
 	_ = p.stop(5 * time.Second) // sleep dies of the SIGTERM, which stop reports
 	require.True(t, p.exited())
+}
+
+func TestLogErrorsCountsRelaysErrorLines(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "relay.log")
+	require.NoError(t, os.WriteFile(path, []byte("time=1 level=WARN msg=a\n"), 0o644))
+	require.Equal(t, "", logErrors(path))
+	require.NoError(t, os.WriteFile(path, []byte("time=1 level=WARN msg=a\ntime=2 level=ERROR msg=\"router stopped\"\ntime=3 level=ERROR msg=again\n"), 0o644))
+	require.Equal(t, "relay logged 2 ERROR lines ("+path+`); the first: time=2 level=ERROR msg="router stopped"`, logErrors(path))
 }

@@ -74,6 +74,9 @@ type optsJSON struct {
 	ALive        bool    `json:"a_live"`
 	LoopCPUProf  bool    `json:"loop_cpu_profiled,omitempty"` // profiling adds to the loop's CPU
 	Window       int     `json:"window"`
+	GSubscribers []int   `json:"g_subscribers"`
+	GDeliveries  int     `json:"g_deliveries"`
+	RelayProf    bool    `json:"relay_cpu_profiled,omitempty"` // profiling adds to relay's CPU
 }
 
 func newReport(o options) *report {
@@ -88,7 +91,8 @@ func newReport(o options) *report {
 			" (environment without RELAY_* variables)",
 		Options: optsJSON{N: o.n, Backlog: o.backlog, FailN: o.failN, RedisN: o.redisN, Scenarios: strings.Join(o.scenarios, ","),
 			Rate: o.rate, Duration: o.duration.String(), LoopDuration: o.loopDuration.String(), Tick: o.tick.String(), Concurrency: o.concurrency,
-			LoopWorkers: o.loopWorkers, LoopInBench: o.loopInBench, SharedNATS: o.sharedNATS, ARounds: o.aRounds, ALive: o.aLive, LoopCPUProf: o.loopCPUProf != "", Window: o.window},
+			LoopWorkers: o.loopWorkers, LoopInBench: o.loopInBench, SharedNATS: o.sharedNATS, ARounds: o.aRounds, ALive: o.aLive, LoopCPUProf: o.loopCPUProf != "", Window: o.window,
+			GSubscribers: o.gSubscribers, GDeliveries: o.gDeliveries, RelayProf: o.relayProf != ""},
 	}
 	if bi, err := buildinfo.ReadFile(o.relay); err == nil {
 		r.RelayBuild = bi.GoVersion
@@ -237,6 +241,27 @@ func (r *report) evaluate() {
 		t.Status = passMiss(ratio >= 10)
 	}
 	r.Targets = append(r.Targets, t)
+
+	r.Targets = append(r.Targets, r.fanOutTarget(relayA))
+}
+
+// fanOutTarget judges (g) with 10 subscribers: deliveries/s at least 80% of
+// relayA, (a)'s median relay rate.
+func (r *report) fanOutTarget(relayA float64) target {
+	t := target{Name: "fan-out", Want: "(g) 10 subscribers: deliveries/s >= 80% of (a)'s relay rate", Status: "n/a", Got: "(a) or (g) with 10 subscribers not run"}
+	var g *result
+	for _, x := range r.Results {
+		if x.Scenario == "g" && x.Subscribers == 10 {
+			g = x
+		}
+	}
+	if g == nil || relayA <= 0 {
+		return t
+	}
+	ratio := g.PerSecond / relayA
+	t.Got = fmt.Sprintf("%.0f deliveries/s (%d events x 10) vs %.0f/s (median of (a)) = %.0f%%", g.PerSecond, g.Events, relayA, 100*ratio)
+	t.Status = passMiss(ratio >= 0.8)
+	return t
 }
 
 func (r *report) write(dir string, stdout io.Writer) error {
@@ -265,6 +290,8 @@ func (x *result) label() string {
 		return fmt.Sprintf("(b) latency @ %.0f/s: %s", x.Rate, x.System)
 	case x.Scenario == "d":
 		return fmt.Sprintf("(d) backlog %d: %s", x.Events, x.System)
+	case x.Scenario == "g":
+		return fmt.Sprintf("(g) fan-out to %d: %s", x.Subscribers, x.System)
 	}
 	if x.Round > 0 {
 		return fmt.Sprintf("(%s) %s %d: %s", x.Scenario, x.Title, x.Round, x.System)
@@ -304,36 +331,43 @@ func (r *report) text(w io.Writer) {
 	fmt.Fprintf(w, "          relay, NATS, the sink and the publisher share the machine's %d CPUs; all traffic on 127.0.0.1\n", m.CPUs)
 	fmt.Fprintf(w, "run time: %.0fs; load average at start %s, at end %s\n\n", r.Seconds, r.LoadStart, r.LoadEnd)
 
-	rows := [][]string{{"scenario", "events", "requests", "dups", "seconds", "deliveries/s", "p50 ms", "p99 ms", "max ms", "CPU s/1k", "RSS MB", "vs loop (a)"}}
+	rows := [][]string{{"scenario", "events", "requests", "dups", "seconds", "deliveries/s", "p50 ms", "p99 ms", "max ms", "CPU s/1k", "RSS MB", "vs loop (a)", "vs relay (a)"}}
 	for _, x := range r.Results {
 		hasProc := x.ProcCPU > 0
 		rows = append(rows, []string{
 			x.label(), strconv.Itoa(x.Events), strconv.FormatInt(x.Requests, 10), strconv.FormatInt(x.Duplicates, 10),
 			f2(x.Seconds), f0(x.PerSecond), f2(x.P50ms), f2(x.P99ms), f2(x.Maxms),
 			orDash(hasProc, strconv.FormatFloat(x.ProcCPUPer1, 'f', 3, 64)), orDash(hasProc, f1(x.ProcRSSMB)), orDash(x.VsLoop > 0, fmt.Sprintf("%.2f", x.VsLoop)),
+			orDash(x.VsRelayA > 0, fmt.Sprintf("%.2f", x.VsRelayA)),
 		})
 	}
 	table(w, rows)
 	fmt.Fprintf(w, "\nLatency is the sink's receipt of a 2xx request minus the publish time in the body. In (b) that is\n")
 	fmt.Fprintf(w, "publish-to-delivery at a steady rate (what is due published every %s); everywhere else the events were published before the consumer\n", r.Options.Tick)
 	fmt.Fprintf(w, "started, so it is mostly time spent waiting in the backlog. Seconds run from the start of the relay\n")
-	fmt.Fprintf(w, "process (start-up included) or of the baseline's consumer until the sink has every event.\n")
+	fmt.Fprintf(w, "process (start-up included) or of the baseline's consumer until the sink has every delivery.\n")
+	fmt.Fprintf(w, "A delivery is one destination's copy of an event, counted once per (destination, webhook-id): in (g) each\n")
+	fmt.Fprintf(w, "typed event is delivered to every subscriber, and deliveries/s, CPU s/1k and dups count deliveries, not events.\n")
+	fmt.Fprintf(w, "vs relay (a): deliveries/s over (a)'s median relay rate in this run.\n")
 	fmt.Fprintf(w, "CPU and RSS are utime+stime and peak RSS from /proc of the relay process, or of the baseline's process (the\n")
 	fmt.Fprintf(w, "minimal loop unless -loop-in-bench, the Redis-list sender); for (b), CPU during the measured window only.\n")
 	fmt.Fprintf(w, "Sink connections: TCP connections the sink accepted in the interval ((b) reuses those of its warm-up).\n\n")
 
-	rows = [][]string{{"CPU seconds in the measured interval", "relay/baseline", "sink", "bench+NATS", "redis", "other processes", "machine busy %", "NATS msgs/event", "first delivery ms", "sink connections", "publish/s before"}}
+	rows = [][]string{{"CPU seconds in the measured interval", "relay/baseline", "sink", "bench+NATS", "redis", "other processes", "machine busy %", "NATS msgs/delivery", "relay+sink+NATS s/1k", "first delivery ms", "sink connections", "publish/s before"}}
 	for _, x := range r.Results {
 		busy := 100 * x.SystemCPU / (x.Seconds * float64(r.Machine.CPUs))
 		rows = append(rows, []string{x.label(), orDash(x.ProcCPU > 0, f2(x.ProcCPU)), f2(x.SinkCPU), f2(x.BenchCPU),
-			orDash(x.Scenario == "f", f2(x.RedisCPU)), f2(x.OtherCPU), f0(busy), orDash(x.NATSMsgs > 0 && x.Delivered > 0, f2(float64(x.NATSMsgs)/float64(x.Delivered))), orDash(x.FirstMs > 0, f0(x.FirstMs)), orDash(x.Scenario != "b", strconv.FormatInt(x.Conns, 10)), orDash(x.PublishRate > 0, f0(x.PublishRate))})
+			orDash(x.Scenario == "f", f2(x.RedisCPU)), f2(x.OtherCPU), f0(busy), orDash(x.NATSMsgs > 0 && x.Delivered > 0, f2(float64(x.NATSMsgs)/float64(x.Delivered))),
+			orDash(x.Delivered > 0, strconv.FormatFloat((x.ProcCPU+x.SinkCPU+x.BenchCPU+x.RedisCPU)/float64(x.Delivered)*1000, 'f', 3, 64)), orDash(x.FirstMs > 0, f0(x.FirstMs)), orDash(x.Scenario != "b", strconv.FormatInt(x.Conns, 10)), orDash(x.PublishRate > 0, f0(x.PublishRate))})
 	}
 	table(w, rows)
 	fmt.Fprintf(w, "\n(bench+NATS is the bench process: the embedded NATS server, the sink polling, and the minimal loop with -loop-in-bench.\n")
 	fmt.Fprintf(w, "Other processes is the machine's busy CPU time (/proc/stat) minus the columns before it: anything else running\n")
 	fmt.Fprintf(w, "on the machine, plus the kernel's share of loopback traffic that /proc/<pid>/stat does not charge to a process.\n")
-	fmt.Fprintf(w, "NATS msgs/event: messages into and out of the embedded server in the interval, all connections, per event\n")
-	fmt.Fprintf(w, "delivered: the events and their acks, publishes and their acks when publishing is in the interval, pull requests, and the rest.)\n")
+	fmt.Fprintf(w, "NATS msgs/delivery: messages into and out of the embedded server in the interval, all connections, per delivery:\n")
+	fmt.Fprintf(w, "the events and their acks, publishes and their acks when publishing is in the interval ((g): the router's copies),\n")
+	fmt.Fprintf(w, "pull requests, and the rest. relay+sink+NATS s/1k: the CPU of the columns before other processes, per 1,000\n")
+	fmt.Fprintf(w, "deliveries: on a CPU-bound machine, what sets the rate; less disturbed by other work than deliveries/s.)\n")
 	var notes []string
 	for _, x := range r.Results {
 		for _, n := range x.Notes {

@@ -34,7 +34,7 @@ func TestThroughputTargetUsesTheMedianRound(t *testing.T) {
 	r.Results = append(r.Results, &result{Scenario: "f", System: "redis list sequential", PerSecond: 1640, Seconds: 1})
 	r.evaluate()
 
-	require.Len(t, r.Targets, 4)
+	require.Len(t, r.Targets, 5)
 	tp := r.Targets[0]
 	require.Equal(t, "PASS", tp.Status, tp.Got)
 	require.True(t, strings.HasPrefix(tp.Got, "median of 3 rounds 82% (85%, 45%, 82%)"), tp.Got)
@@ -73,4 +73,33 @@ func TestReportSaysNATSMessagesPerEvent(t *testing.T) {
 	// redis, other, machine busy %, NATS msgs/event, ...
 	require.Equal(t, "4.05", strings.Fields(rows[2])[5+6], "810 messages for 200 events: %s", rows[2])
 	require.Equal(t, "-", strings.Fields(rows[3])[4+6], "none counted for the Redis sender: %s", rows[3])
+}
+
+// TestFanOutTargetComparesDeliveriesWithRelayA: (g)'s target takes the run
+// with 10 subscribers and compares its deliveries/s with (a)'s median relay
+// rate; without (a) it is not judged.
+func TestFanOutTargetComparesDeliveriesWithRelayA(t *testing.T) {
+	for _, tc := range []struct {
+		g10    float64
+		status string
+	}{{16_000, "PASS"}, {15_900, "MISS"}} {
+		r := &report{Machine: machine{CPUs: 2}}
+		for k, rate := range []float64{19_000, 20_000, 30_000} {
+			r.Results = append(r.Results, &result{Scenario: "a", System: "relay", Round: k + 1, PerSecond: rate, VsLoop: 1, Seconds: 1})
+		}
+		r.Results = append(r.Results,
+			&result{Scenario: "g", System: "relay", Subscribers: 1, Events: 50_000, PerSecond: 1_000, Seconds: 1},
+			&result{Scenario: "g", System: "relay", Subscribers: 10, Events: 5_000, PerSecond: tc.g10, Seconds: 1},
+			&result{Scenario: "g", System: "relay", Subscribers: 100, Events: 500, PerSecond: 1_000, Seconds: 1})
+		r.evaluate()
+		g := r.Targets[len(r.Targets)-1]
+		require.Equal(t, "fan-out", g.Name)
+		require.Equal(t, tc.status, g.Status, g.Got)
+		require.Contains(t, g.Got, "(5000 events x 10) vs 20000/s (median of (a))")
+	}
+
+	r := &report{Machine: machine{CPUs: 2}}
+	r.Results = append(r.Results, &result{Scenario: "g", System: "relay", Subscribers: 10, PerSecond: 16_000, Seconds: 1})
+	r.evaluate()
+	require.Equal(t, "n/a", r.Targets[len(r.Targets)-1].Status, "no (a) to compare with")
 }

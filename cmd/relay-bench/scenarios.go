@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -15,11 +16,14 @@ import (
 
 // result is one measured run: relay or a baseline in one scenario.
 type result struct {
-	Scenario   string  `json:"scenario"` // a..f
-	Title      string  `json:"title"`
-	System     string  `json:"system"`          // relay, minimal loop, redis list sequential
-	Round      int     `json:"round,omitempty"` // (a): which of -a-rounds
-	Events     int     `json:"events"`
+	Scenario    string `json:"scenario"` // a..g
+	Title       string `json:"title"`
+	System      string `json:"system"`                // relay, minimal loop, redis list sequential
+	Round       int    `json:"round,omitempty"`       // (a): which of -a-rounds
+	Subscribers int    `json:"subscribers,omitempty"` // (g): destinations subscribed to the events' type
+	Events      int    `json:"events"`
+	// Delivered counts deliveries: (destination, webhook-id) pairs the sink
+	// answered 2xx. In (g) each event is delivered once per subscriber.
 	Delivered  int64   `json:"delivered"`
 	Requests   int64   `json:"requests"`
 	Failed     int64   `json:"failed_requests"`
@@ -45,6 +49,7 @@ type result struct {
 	// the interval, all connections: what the consumer asks of the server.
 	NATSMsgs    int64    `json:"nats_messages"`
 	VsLoop      float64  `json:"ratio_to_minimal_loop_a,omitempty"`
+	VsRelayA    float64  `json:"ratio_to_relay_a,omitempty"` // (g): deliveries/s over (a)'s median relay rate
 	Rate        float64  `json:"target_rate_per_second,omitempty"`
 	PublishSecs float64  `json:"publish_seconds,omitempty"`
 	PublishRate float64  `json:"publish_rate_per_second,omitempty"`
@@ -125,11 +130,30 @@ func (b *bench) relayDrain(ctx context.Context, r *result, dests []string, n int
 // until its unknown-destination check runs, and publishes the n events
 // while relay delivers them, timed from the first publish.
 func (b *bench) relayRun(ctx context.Context, r *result, dests []string, n int, live bool) error {
+	w := workload{dests: dests, deliveries: n, publish: func(ctx context.Context) error { return b.publishFor(ctx, r, dests, n) }}
+	return b.relayRunWork(ctx, r, w, live)
+}
+
+// workload is what a relay measurement publishes and waits for.
+type workload struct {
+	dests      []string // the destinations that deliver it
+	deliveries int      // the deliveries the sink must count
+	publish    func(context.Context) error
+	// copies, if not 0, is how many messages relay's router adds to the
+	// events stream: the run notes when they were all stored.
+	copies int
+}
+
+// relayRunWork is relayRun for any workload: w.publish publishes it (before
+// relay starts, or with live set once relay runs), and the measurement
+// ends when the sink has w.deliveries.
+func (b *bench) relayRunWork(ctx context.Context, r *result, w workload, live bool) error {
+	dests, n := w.dests, w.deliveries
 	if err := b.settleUnrouted(ctx); err != nil {
 		return err
 	}
 	if !live {
-		if err := b.publishFor(ctx, r, dests, n); err != nil {
+		if err := w.publish(ctx); err != nil {
 			return err
 		}
 		logf("  starting relay")
@@ -141,6 +165,9 @@ func (b *bench) relayRun(ctx context.Context, r *result, dests []string, n int, 
 	if r.Round > 1 {
 		name += strconv.Itoa(r.Round)
 	}
+	if r.Subscribers > 0 {
+		name += strconv.Itoa(r.Subscribers)
+	}
 	before := ""
 	if live {
 		// A lease left by a relay process that was killed: the new one
@@ -151,6 +178,13 @@ func (b *bench) relayRun(ctx context.Context, r *result, dests []string, n int, 
 		}
 		before = h
 	}
+	var base uint64
+	if w.copies > 0 && !live {
+		var err error
+		if base, err = b.lastSeq(ctx); err != nil {
+			return err
+		}
+	}
 	m := b.mark()
 	start := time.Now()
 	p, err := b.startRelay(name)
@@ -158,6 +192,11 @@ func (b *bench) relayRun(ctx context.Context, r *result, dests []string, n int, 
 		return err
 	}
 	defer p.stop(20 * time.Second)
+	profiled := b.profileRelay(ctx, p, name)
+	var copied <-chan time.Duration
+	if w.copies > 0 && !live {
+		copied = b.watchCopies(ctx, p, base, w.copies, start)
+	}
 	cpu0 := 0.0 // a fresh process: all its CPU, start-up included
 	if live {
 		if err := b.waitCheckHeld(ctx, p, before); err != nil {
@@ -165,7 +204,7 @@ func (b *bench) relayRun(ctx context.Context, r *result, dests []string, n int, 
 		}
 		cpu0, _ = p.sample()
 		m, start = b.mark(), time.Now()
-		if err := b.publishFor(ctx, r, dests, n); err != nil {
+		if err := w.publish(ctx); err != nil {
 			return err
 		}
 	}
@@ -182,8 +221,21 @@ func (b *bench) relayRun(ctx context.Context, r *result, dests []string, n int, 
 		r.Notes = append(r.Notes, "published while relay ran (-a-live), timed from the first publish")
 	}
 	r.Notes = append(r.Notes, b.relayNotes(ctx, p)...)
+	if note := logErrors(p.logPath); note != "" {
+		r.Notes = append(r.Notes, note)
+	}
 	if note := b.redeliveries(ctx, dests, n); note != "" {
 		r.Notes = append(r.Notes, note)
+	}
+	if profiled != nil {
+		r.Notes = append(r.Notes, <-profiled)
+	}
+	if copied != nil {
+		if d := <-copied; d > 0 {
+			r.Notes = append(r.Notes, fmt.Sprintf("the router had stored all %d copies %.2fs after relay started (%.0f%% of the run)", w.copies, d.Seconds(), 100*d.Seconds()/r.Seconds))
+		} else {
+			r.Notes = append(r.Notes, "could not tell when the router had stored every copy")
+		}
 	}
 	if err := p.stop(20 * time.Second); err != nil {
 		r.Notes = append(r.Notes, err.Error())
@@ -194,8 +246,18 @@ func (b *bench) relayRun(ctx context.Context, r *result, dests []string, n int, 
 // publishFor publishes n events spread over dests, as a backlog (async, in
 // windows), and records how long that took in r.
 func (b *bench) publishFor(ctx context.Context, r *result, dests []string, n int) error {
+	subjects := make([]string, len(dests))
+	for i, d := range dests {
+		subjects[i] = stream.InSubject(d, "")
+	}
+	return b.publishTo(ctx, r, subjects, dests[0]+"-", n) // event ids: distinct across rounds, or JetStream drops them as duplicates
+}
+
+// publishTo publishes n events spread over subjects, with ids prefix<i>,
+// as publishFor does.
+func (b *bench) publishTo(ctx context.Context, r *result, subjects []string, prefix string, n int) error {
 	logf("  publishing %d events (async, windows of %d)", n, b.opts.window)
-	pd, err := b.pub.backlog(ctx, dests, dests[0]+"-", n, b.opts.window) // event ids: distinct across rounds, or JetStream drops them as duplicates
+	pd, err := b.pub.backlog(ctx, subjects, prefix, n, b.opts.window)
 	if err != nil {
 		return err
 	}
@@ -475,17 +537,74 @@ func (b *bench) scenarioE(ctx context.Context) ([]*result, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.Notes = append(r.Notes, perDest(st, dests, 0))
+	logf("  relay: %d delivered in %.2fs = %.0f/s", r.Delivered, r.Seconds, r.PerSecond)
+	return []*result{r}, nil
+}
+
+// scenarioG: fan-out. For each of -g-subscribers, that many destinations
+// subscribe to one event type; -g-deliveries / subscribers typed events of
+// that type are published before relay starts, and relay is timed until the
+// sink has every subscriber's copy of every event. Its router copies each
+// event to relay.in.<dest> for every subscriber, and those copies are
+// delivered like any other event.
+func (b *bench) scenarioG(ctx context.Context) ([]*result, error) {
+	var out []*result
+	for _, subs := range b.opts.gSubscribers {
+		events := b.opts.gDeliveries / subs
+		run := "g" + strconv.Itoa(subs)
+		r := &result{Scenario: "g", Title: "fan-out", System: "relay", Subscribers: subs, Events: events, LatencyKind: "queue"}
+		dests := make([]string, subs)
+		for i := range dests {
+			// Each subscriber its own URL path at the sink, which counts
+			// deliveries per (destination, webhook-id).
+			dests[i] = run + "-" + strconv.Itoa(i)
+			if err := b.addDest(ctx, relay.Destination{Name: dests[i], Types: []string{run + ".*"}}); err != nil {
+				return nil, err
+			}
+		}
+		typed := []string{stream.TypeSubject(run + ".created")}
+		w := workload{dests: dests, deliveries: events * subs, copies: events * subs, publish: func(ctx context.Context) error {
+			return b.publishTo(ctx, r, typed, run+"-", events)
+		}}
+		if err := b.relayRunWork(ctx, r, w, false); err != nil {
+			return nil, fmt.Errorf("(g) relay, %d subscribers: %w", subs, err)
+		}
+		r.Notes = append(r.Notes, fmt.Sprintf("%d typed events of type %s.created x %d subscribers = %d deliveries", events, run, subs, events*subs))
+		st, err := b.sinkStats(ctx)
+		if err != nil {
+			return nil, err
+		}
+		r.Notes = append(r.Notes, perDest(st, dests, int64(events)))
+		if b.relayRateA > 0 {
+			r.VsRelayA = r.PerSecond / b.relayRateA
+		}
+		logf("  relay, %d subscribers: %d delivered in %.2fs = %.0f deliveries/s", subs, r.Delivered, r.Seconds, r.PerSecond)
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// perDest says how many deliveries each of dests got, and which got other
+// than want (want 0: no expectation).
+func perDest(st sinkStats, dests []string, want int64) string {
 	lo, hi := int64(-1), int64(0)
+	var off []string
 	for _, d := range dests {
 		c := st.ByDest[d]
 		if lo < 0 || c < lo {
 			lo = c
 		}
 		hi = max(hi, c)
+		if want > 0 && c != want {
+			off = append(off, fmt.Sprintf("%s %d", d, c))
+		}
 	}
-	r.Notes = append(r.Notes, fmt.Sprintf("per destination: %d to %d delivered", lo, hi))
-	logf("  relay: %d delivered in %.2fs = %.0f/s", r.Delivered, r.Seconds, r.PerSecond)
-	return []*result{r}, nil
+	s := fmt.Sprintf("per destination: %d to %d delivered", lo, hi)
+	if len(off) > 0 {
+		s += fmt.Sprintf("; NOT %d: %s", want, strings.Join(off, ", "))
+	}
+	return s
 }
 
 // scenarioF: the design relay started from, a Redis list worked by one
@@ -569,5 +688,5 @@ func (b *bench) redeliveries(ctx context.Context, dests []string, n int) string 
 	if delivered <= uint64(n) {
 		return ""
 	}
-	return fmt.Sprintf("JetStream handed relay %d deliveries for %d events: %d redeliveries (naks or AckWait expiries)", delivered, n, delivered-uint64(n))
+	return fmt.Sprintf("JetStream handed relay %d deliveries for %d expected: %d redeliveries (naks or AckWait expiries)", delivered, n, delivered-uint64(n))
 }

@@ -38,12 +38,16 @@ import (
 //
 // A body is expected to start with {"ts":<unix nanoseconds of the publish>;
 // the latency of a 2xx answer is the time of its arrival minus ts.
+//
+// A delivery is a (destination, webhook-id) pair: an event fanned out to
+// several subscribers reaches each with the same webhook-id, and each copy
+// is a delivery of its own; a duplicate is a second 2xx for the same pair.
 
 // sinkStats is what GET /stats answers.
 type sinkStats struct {
-	Delivered  int64            `json:"delivered"`  // distinct webhook-ids answered 2xx
+	Delivered  int64            `json:"delivered"`  // distinct (destination, webhook-id) pairs answered 2xx
 	Requests   int64            `json:"requests"`   // every POST /d/...
-	Duplicates int64            `json:"duplicates"` // 2xx answers for a webhook-id already answered 2xx
+	Duplicates int64            `json:"duplicates"` // 2xx answers for a pair already answered 2xx
 	Failed     int64            `json:"failed"`     // answered 503
 	P50ms      float64          `json:"p50_ms"`
 	P99ms      float64          `json:"p99_ms"`
@@ -51,7 +55,7 @@ type sinkStats struct {
 	Samples    int              `json:"latency_samples"`
 	Conns      int64            `json:"connections"` // TCP connections accepted
 	Late       lateSpells       `json:"late"`        // answers over lateAfter
-	ByDest     map[string]int64 `json:"by_dest"`     // distinct webhook-ids answered 2xx, per destination
+	ByDest     map[string]int64 `json:"by_dest"`     // Delivered, per destination
 }
 
 type idState struct {
@@ -67,7 +71,7 @@ type sinkServer struct {
 	failed     int64
 	conns      atomic.Int64
 	byDest     map[string]int64
-	ids        map[uint64]idState // FNV-64a of webhook-id
+	ids        map[uint64]idState // FNV-64a of destination, NUL, webhook-id
 	lat        []int64            // nanoseconds, 2xx answers only
 	pub        []int64            // the publish time of each lat, Unix ns
 }
@@ -139,9 +143,7 @@ func (s *sinkServer) deliver(w http.ResponseWriter, r *http.Request, dest string
 		}
 	}
 	id := r.Header.Get("webhook-id")
-	h := fnv.New64a()
-	_, _ = io.WriteString(h, id)
-	key := h.Sum64()
+	key := deliveryKey(dest, id)
 
 	s.mu.Lock()
 	st := s.ids[key]
@@ -169,6 +171,15 @@ func (s *sinkServer) deliver(w http.ResponseWriter, r *http.Request, dest string
 	s.ids[key] = st
 	s.mu.Unlock()
 	w.WriteHeader(status)
+}
+
+// deliveryKey identifies a delivery: one destination's copy of an event.
+func deliveryKey(dest, id string) uint64 {
+	h := fnv.New64a()
+	_, _ = io.WriteString(h, dest)
+	_, _ = h.Write([]byte{0})
+	_, _ = io.WriteString(h, id)
+	return h.Sum64()
 }
 
 // failHash decides deterministically whether attempt n of id fails.
