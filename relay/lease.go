@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/relaydev/relay/stream"
 )
 
 // A lease is one replica's hold on a key of a KV bucket: while it holds it,
@@ -190,3 +192,108 @@ const leaseRenew = time.Second
 // isWrongRevision reports an Update that lost its compare-and-set: the key
 // changed since (error code 10071, or 10164 on a replicated bucket).
 func isWrongRevision(err error) bool { return errors.Is(err, jetstream.ErrKeyRevisionMismatch) }
+
+// leasedJob is work one replica at a time does on the events stream, under
+// a lease whose value records how far it got (the unknown-destination
+// check, the router).
+type leasedJob struct {
+	// what names the job in logs.
+	what string
+	key  string
+	// holder says which replica holds a value ("": released).
+	holder func(value []byte) (string, error)
+	// take returns the value this replica writes when it takes the lease
+	// over the value old (nil: none yet), the events stream having been
+	// created at created.
+	take func(old []byte, created time.Time) ([]byte, error)
+	// value returns the value with the job's progress, held by holder (""
+	// releases it).
+	value func(holder string) []byte
+	// work runs while the lease is held, until ctx ends or it fails.
+	work func(ctx context.Context) error
+}
+
+// errStreamRecreated says the events stream was deleted and created again
+// under a job: its sequences start over.
+var errStreamRecreated = errors.New("the events stream was created again")
+
+// streamCheckEvery is how many renewals pass between looks at whether the
+// events stream was created again under a job.
+const streamCheckEvery = 10
+
+// runLeased takes part in job until ctx ends: it waits for the lease, works
+// while it holds it, and waits again; a failure is logged and tried again
+// a second later.
+func runLeased(ctx context.Context, js jetstream.JetStream, id string, takeover time.Duration, now func() time.Time, log *slog.Logger, job leasedJob) {
+	for ctx.Err() == nil {
+		err := holdLeased(ctx, js, id, takeover, now, log, job)
+		switch {
+		case ctx.Err() != nil || err == nil:
+		case errors.Is(err, errStreamRecreated):
+			log.Warn(job.what+" starts over", "err", err)
+			continue
+		default:
+			log.Error(job.what+" stopped (retrying in 1s)", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// holdLeased acquires job's lease, runs job.work while it holds it, renewing
+// the lease with the job's progress every leaseRenew, and releases it
+// with the progress made.
+func holdLeased(ctx context.Context, js jetstream.JetStream, id string, takeover time.Duration, now func() time.Time, log *slog.Logger, job leasedJob) error {
+	kv, err := js.KeyValue(ctx, stream.StateBucket)
+	if err != nil {
+		return fmt.Errorf("open bucket %s: %w", stream.StateBucket, err)
+	}
+	events, err := js.Stream(ctx, stream.EventsStream)
+	if err != nil {
+		return fmt.Errorf("look up stream %s: %w", stream.EventsStream, err)
+	}
+	created := events.CachedInfo().Created
+	l := &lease{kv: kv, key: job.key, id: id, takeover: takeover, now: now, holder: job.holder}
+	if _, err := l.acquire(ctx, func(old []byte) ([]byte, error) { return job.take(old, created) }, log.Warn); err != nil {
+		return err
+	}
+
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	kept := make(chan error, 1)
+	go func() {
+		renewals := 0
+		kept <- l.keep(wctx, leaseRenew, func() []byte { return job.value(id) }, func(ctx context.Context) error {
+			if renewals++; renewals%streamCheckEvery != 0 {
+				return nil
+			}
+			cctx, cancel := context.WithTimeout(ctx, leaseRenew)
+			s, err := js.Stream(cctx, stream.EventsStream)
+			cancel()
+			if err == nil && !s.CachedInfo().Created.Equal(created) {
+				return fmt.Errorf("%w: %s", errStreamRecreated, stream.EventsStream)
+			}
+			return nil
+		})
+		stop() // lease lost: stop working at once
+	}()
+	err = job.work(wctx)
+	stop()
+	lerr := <-kept
+	// Unless the lease is another replica's now, release it with the
+	// progress made, so that another replica (or this one) goes on from
+	// there at once. After errStreamRecreated that is recorded against the
+	// old stream, so the next holder starts from the beginning.
+	if !errors.Is(lerr, errLeaseLost) {
+		_, _ = l.write(job.value(""))
+	}
+	switch {
+	case lerr != nil:
+		return lerr
+	case ctx.Err() != nil:
+		return nil
+	}
+	return err
+}

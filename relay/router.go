@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -178,14 +177,13 @@ func (w *copyWindow) release(k int) {
 
 // router is one replica's part in routing typed events.
 type router struct {
-	js       jetstream.JetStream
-	pub      jetstream.JetStream // publishes copies, with room for routerMaxPending
-	window   copyWindow
-	r        *Relay
-	id       string
-	takeover time.Duration
-	log      *slog.Logger
-	now      func() time.Time
+	js     jetstream.JetStream
+	pub    jetstream.JetStream // publishes copies, with room for routerMaxPending
+	window copyWindow
+	r      *Relay
+	id     string
+	log    *slog.Logger
+	now    func() time.Time
 
 	// cache maps a type to the destinations subscribed to it, for the
 	// destinations' generation gen.
@@ -196,7 +194,7 @@ type router struct {
 
 // runRouter takes part in routing until ctx ends.
 func (r *Relay) runRouter(ctx context.Context, id string) {
-	ro := &router{js: r.cfg.JS, r: r, id: id, takeover: r.cfg.CheckTakeover, log: r.log, now: r.cfg.Now}
+	ro := &router{js: r.cfg.JS, r: r, id: id, log: r.log, now: r.cfg.Now}
 	var err error
 	opt := jetstream.WithPublishAsyncMaxPending(routerMaxPending)
 	if o := r.cfg.JS.Options(); o.Domain != "" {
@@ -208,21 +206,7 @@ func (r *Relay) runRouter(ctx context.Context, id string) {
 		r.log.Error("router not started: typed events are not copied to their subscribers", "err", err)
 		return
 	}
-	for ctx.Err() == nil {
-		err := ro.hold(ctx)
-		switch {
-		case ctx.Err() != nil || err == nil:
-		case errors.Is(err, errStreamRecreated):
-			r.log.Warn("the router starts over", "err", err)
-			continue
-		default:
-			r.log.Error("router stopped (retrying in 1s): typed events are not copied to their subscribers meanwhile", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-		}
-	}
+	runLeased(ctx, r.cfg.JS, id, r.cfg.CheckTakeover, r.cfg.Now, r.log, ro.job())
 }
 
 // routed is one typed event's copies waiting for their confirmations.
@@ -233,138 +217,110 @@ type routed struct {
 	ev     stream.Envelope
 }
 
-// hold acquires the router's lease, routes while it holds it, and releases
-// it with the sequence it got to.
-func (ro *router) hold(ctx context.Context) error {
-	kv, err := ro.js.KeyValue(ctx, stream.StateBucket)
-	if err != nil {
-		return fmt.Errorf("open bucket %s: %w", stream.StateBucket, err)
-	}
-	events, err := ro.js.Stream(ctx, stream.EventsStream)
-	if err != nil {
-		return fmt.Errorf("look up stream %s: %w", stream.EventsStream, err)
-	}
-	created := events.CachedInfo().Created
-	l := &lease{kv: kv, key: RouterKey, id: ro.id, takeover: ro.takeover, now: ro.now,
-		holder: func(v []byte) (string, error) {
-			st, err := decodeRouterState(v)
-			return st.Holder, err
-		}}
+// job is routing as a leased job: its lease value is a RouterState.
+func (ro *router) job() leasedJob {
 	var (
 		mu sync.Mutex // guards st
 		st RouterState
 	)
-	_, err = l.acquire(ctx, func(old []byte) ([]byte, error) {
-		st = RouterState{Stream: created}
-		if old != nil {
-			prev, err := decodeRouterState(old)
-			if err != nil {
-				return nil, err
+	return leasedJob{
+		what: "the router (typed events are not copied to their subscribers meanwhile)",
+		key:  RouterKey,
+		holder: func(v []byte) (string, error) {
+			st, err := decodeRouterState(v)
+			return st.Holder, err
+		},
+		take: func(old []byte, created time.Time) ([]byte, error) {
+			next := RouterState{Stream: created}
+			if old != nil {
+				prev, err := decodeRouterState(old)
+				if err != nil {
+					return nil, err
+				}
+				if prev.Stream.Equal(created) {
+					next = prev
+				} else {
+					ro.log.Warn("the events stream was created again since the router last ran: routing it from the start", "stream", stream.EventsStream, "routed_seq_before", prev.Routed)
+				}
 			}
-			if prev.Stream.Equal(created) {
-				st = prev
-			} else {
-				ro.log.Warn("the events stream was created again since the router last ran: routing it from the start", "stream", stream.EventsStream, "routed_seq_before", prev.Routed)
-			}
-		}
-		st.Holder, st.Stream = ro.id, created
-		return st.encode(), nil
-	}, ro.log.Warn)
-	if err != nil {
-		return err
+			next.Holder, next.Stream = ro.id, created
+			mu.Lock()
+			st = next
+			mu.Unlock()
+			return next.encode(), nil
+		},
+		value: func(holder string) []byte {
+			mu.Lock()
+			defer mu.Unlock()
+			v := st
+			v.Holder = holder
+			return v.encode()
+		},
+		work: func(ctx context.Context) error {
+			mu.Lock()
+			from := st.Routed
+			mu.Unlock()
+			return ro.route(ctx, from, func(p routed) {
+				mu.Lock()
+				defer mu.Unlock()
+				st.Routed = p.seq
+				st.Events++
+				st.Copies += uint64(len(p.copies))
+				if len(p.dests) == 0 {
+					st.Unsubscribed++
+				}
+			})
+		},
 	}
-	state := func(holder string) []byte {
-		mu.Lock()
-		defer mu.Unlock()
-		s := st
-		s.Holder = holder
-		return s.encode()
-	}
+}
 
-	sctx, stop := context.WithCancel(ctx)
+// route routes the typed events stored after sequence from until ctx ends
+// or a copy cannot be stored, calling done for each event, in order, once
+// its copies are confirmed.
+func (ro *router) route(ctx context.Context, from uint64, done func(routed)) error {
+	ctx, stop := context.WithCancel(ctx)
 	defer stop()
-	kept := make(chan error, 1)
-	go func() {
-		renewals := 0
-		kept <- l.keep(sctx, leaseRenew, func() []byte { return state(ro.id) }, func(ctx context.Context) error {
-			if renewals++; renewals%streamCheckEvery != 0 {
-				return nil
-			}
-			cctx, cancel := context.WithTimeout(ctx, leaseRenew)
-			s, err := ro.js.Stream(cctx, stream.EventsStream)
-			cancel()
-			if err == nil && !s.CachedInfo().Created.Equal(created) {
-				return fmt.Errorf("%w: %s", errStreamRecreated, stream.EventsStream)
-			}
-			return nil
-		})
-		stop()
-	}()
-
-	// Confirmations are awaited in order by confirm, which records the
-	// progress; a failure stops the read.
+	// Confirmations are awaited in order by a goroutine of their own; a
+	// failure stops the read.
 	pending := make(chan routed, routerWindow)
-	var failed atomic.Pointer[error]
+	var failed error
 	confirmed := make(chan struct{})
 	go func() {
 		defer close(confirmed)
 		for p := range pending {
-			if err := ro.confirm(sctx, p); err != nil {
-				if ctx.Err() == nil {
-					failed.CompareAndSwap(nil, &err)
-				}
+			if err := ro.confirm(ctx, p); err != nil {
+				failed = err
 				stop()
 				for p := range pending { // drain: the read stops at once
 					ro.window.release(len(p.copies))
 				}
 				return
 			}
-			mu.Lock()
-			st.Routed = p.seq
-			st.Events++
-			st.Copies += uint64(len(p.copies))
-			if len(p.dests) == 0 {
-				st.Unsubscribed++
-			}
-			mu.Unlock()
+			done(p)
 		}
 	}()
-
-	mu.Lock()
-	from := st.Routed
-	mu.Unlock()
-	err = stream.Read(sctx, ro.js, stream.EventsStream, stream.ReadOptions{After: from, Follow: true,
+	err := stream.Read(ctx, ro.js, stream.EventsStream, stream.ReadOptions{After: from, Follow: true,
 		Filters: []string{stream.TypeFilter(">"), stream.SubPrefix + ".*"}, Description: "relay router"},
 		func(m *jetstream.RawStreamMsg) error {
 			if dest, ok := stream.SubMarkDest(m.Subject); ok {
-				return ro.awaitChange(sctx, dest, m.Sequence)
+				return ro.awaitChange(ctx, dest, m.Sequence)
 			}
-			p, err := ro.route(sctx, m)
+			p, err := ro.copy(ctx, m)
 			if err != nil {
 				return err
 			}
 			select {
 			case pending <- p:
 				return nil
-			case <-sctx.Done():
-				return sctx.Err()
+			case <-ctx.Done():
+				ro.window.release(len(p.copies))
+				return ctx.Err()
 			}
 		})
 	close(pending)
 	<-confirmed
-	stop()
-	lerr := <-kept
-	if !errors.Is(lerr, errLeaseLost) {
-		_, _ = l.write(state(""))
-	}
-	if f := failed.Load(); f != nil && lerr == nil {
-		return *f
-	}
-	switch {
-	case lerr != nil:
-		return lerr
-	case ctx.Err() != nil:
-		return nil
+	if failed != nil && !errors.Is(failed, context.Canceled) {
+		return failed
 	}
 	return err
 }
@@ -437,8 +393,8 @@ func (ro *router) subscribers(typ string, seq uint64) []string {
 	return out
 }
 
-// route publishes m's copies, unconfirmed.
-func (ro *router) route(ctx context.Context, m *jetstream.RawStreamMsg) (routed, error) {
+// copy publishes m's copies, unconfirmed.
+func (ro *router) copy(ctx context.Context, m *jetstream.RawStreamMsg) (routed, error) {
 	ev, err := stream.DecodeTyped(m.Subject, m.Sequence, m.Time, m.Header, m.Data)
 	if err != nil {
 		return routed{seq: m.Sequence}, nil // not a typed event: nothing to route

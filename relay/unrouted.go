@@ -124,130 +124,60 @@ type unknownLetters interface {
 
 // unroutedCheck is one replica's part in the unknown-destination check.
 type unroutedCheck struct {
-	js       jetstream.JetStream
-	dests    knownDests
-	letters  unknownLetters
-	id       string        // this replica
-	takeover time.Duration // Config.CheckTakeover
-	log      *slog.Logger
-	metrics  *Metrics
-	now      func() time.Time
+	js      jetstream.JetStream
+	dests   knownDests
+	letters unknownLetters
+	id      string // this replica
+	log     *slog.Logger
+	metrics *Metrics
 }
 
-// run takes part in the check until ctx ends: it waits for the lease,
-// checks while it holds it, and waits again.
-func (c *unroutedCheck) run(ctx context.Context) {
-	for ctx.Err() == nil {
-		err := c.hold(ctx)
-		switch {
-		case ctx.Err() != nil || err == nil:
-		case errors.Is(err, errStreamRecreated):
-			c.log.Warn("the unknown-destination check starts over", "err", err)
-			continue
-		default:
-			c.log.Error("unknown-destination check stopped (retrying in 1s): events for unknown destinations are not dead-lettered meanwhile", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-// errStreamRecreated says the events stream was deleted and created again
-// under the check: its sequences start over.
-var errStreamRecreated = errors.New("the events stream was created again")
-
-// streamCheckEvery is how many renewals pass between looks at whether the
-// events stream was created again under the check.
-const streamCheckEvery = 10
-
-// hold acquires the lease, checks events while it holds it, and releases
-// it with the sequence the check got to.
-func (c *unroutedCheck) hold(ctx context.Context) error {
-	kv, err := c.js.KeyValue(ctx, stream.StateBucket)
-	if err != nil {
-		return fmt.Errorf("open bucket %s: %w", stream.StateBucket, err)
-	}
-	events, err := c.js.Stream(ctx, stream.EventsStream)
-	if err != nil {
-		return fmt.Errorf("look up stream %s: %w", stream.EventsStream, err)
-	}
-	created := events.CachedInfo().Created
-	l := &lease{kv: kv, key: UnroutedCheckKey, id: c.id, takeover: c.takeover, now: c.now,
+// job is the check as a leased job: its lease value is a CheckState.
+func (c *unroutedCheck) job() leasedJob {
+	var (
+		done    atomic.Uint64 // the sequence up to which events are checked
+		created time.Time
+	)
+	return leasedJob{
+		what: "the unknown-destination check",
+		key:  UnroutedCheckKey,
 		holder: func(v []byte) (string, error) {
 			st, err := decodeCheckState(v)
 			return st.Holder, err
-		}}
-	state := func(holder string, checked uint64) []byte {
-		return CheckState{Holder: holder, Checked: checked, Stream: created}.encode()
+		},
+		take: func(old []byte, streamCreated time.Time) ([]byte, error) {
+			created = streamCreated
+			var checked uint64 // the first check of this stream: from its start
+			if old != nil {
+				st, err := decodeCheckState(old)
+				if err != nil {
+					return nil, err
+				}
+				if checked = st.checkedIn(created); checked != st.Checked {
+					c.log.Warn("the events stream was created again since the unknown-destination check last ran: checking it from the start", "stream", stream.EventsStream, "created", created, "checked_seq_before", st.Checked)
+				}
+			}
+			done.Store(checked)
+			return CheckState{Holder: c.id, Checked: checked, Stream: created}.encode(), nil
+		},
+		value: func(holder string) []byte {
+			return CheckState{Holder: holder, Checked: done.Load(), Stream: created}.encode()
+		},
+		work: func(ctx context.Context) error {
+			return stream.Read(ctx, c.js, stream.EventsStream, stream.ReadOptions{After: done.Load(), HeadersOnly: true, Follow: true,
+				Description: "relay unknown-destination check",
+				// Typed events and subscription marks are the router's.
+				Filters: []string{stream.InPrefix + ".*", stream.KeyedPrefix + ".>"}},
+				func(m *jetstream.RawStreamMsg) error {
+					if err := c.settle(ctx, m); err != nil {
+						return err
+					}
+					c.metrics.checkedRead()
+					done.Store(m.Sequence)
+					return nil
+				})
+		},
 	}
-	var checked uint64
-	_, err = l.acquire(ctx, func(old []byte) ([]byte, error) {
-		checked = 0 // the first check of this stream: from its start
-		if old != nil {
-			st, err := decodeCheckState(old)
-			if err != nil {
-				return nil, err
-			}
-			if checked = st.checkedIn(created); checked != st.Checked {
-				c.log.Warn("the events stream was created again since the unknown-destination check last ran: checking it from the start", "stream", stream.EventsStream, "created", created, "checked_seq_before", st.Checked)
-			}
-		}
-		return state(c.id, checked), nil
-	}, c.log.Warn)
-	if err != nil {
-		return err
-	}
-
-	sctx, stop := context.WithCancel(ctx)
-	defer stop()
-	var done atomic.Uint64
-	done.Store(checked)
-	kept := make(chan error, 1)
-	go func() {
-		renewals := 0
-		kept <- l.keep(sctx, leaseRenew, func() []byte { return state(c.id, done.Load()) }, func(ctx context.Context) error {
-			if renewals++; renewals%streamCheckEvery != 0 {
-				return nil
-			}
-			sctx, cancel := context.WithTimeout(ctx, leaseRenew)
-			s, err := c.js.Stream(sctx, stream.EventsStream)
-			cancel()
-			if err == nil && !s.CachedInfo().Created.Equal(created) {
-				return fmt.Errorf("%w: %s", errStreamRecreated, stream.EventsStream)
-			}
-			return nil
-		})
-		stop() // lease lost: stop checking at once
-	}()
-	err = stream.Read(sctx, c.js, stream.EventsStream, stream.ReadOptions{After: checked, HeadersOnly: true, Follow: true, Description: "relay unknown-destination check",
-		// Typed events are the router's.
-		Filters: []string{stream.InPrefix + ".*", stream.KeyedPrefix + ".>"}},
-		func(m *jetstream.RawStreamMsg) error {
-			if err := c.settle(sctx, m); err != nil {
-				return err
-			}
-			c.metrics.checkedRead()
-			done.Store(m.Sequence)
-			return nil
-		})
-	stop()
-	lerr := <-kept
-	// Unless the lease is another replica's now, release it with where the
-	// check got, so that another replica (or this one) goes on from there
-	// at once. After errStreamRecreated that is recorded against the old
-	// stream, so the next holder starts at 0.
-	if !errors.Is(lerr, errLeaseLost) {
-		_, _ = l.write(state("", done.Load()))
-	}
-	switch {
-	case lerr != nil:
-		return lerr
-	case ctx.Err() != nil:
-		return nil
-	}
-	return err
 }
 
 // settle returns once m is for a destination that exists, or is
@@ -289,9 +219,8 @@ func (c *unroutedCheck) check(ctx context.Context, m *jetstream.RawStreamMsg) er
 
 // runUnrouted takes part in the unknown-destination check until ctx ends.
 func (r *Relay) runUnrouted(ctx context.Context, id string) {
-	c := &unroutedCheck{js: r.cfg.JS, dests: r, letters: r, id: id, takeover: r.cfg.CheckTakeover,
-		log: r.log, metrics: r.cfg.Metrics, now: r.cfg.Now}
-	c.run(ctx)
+	c := &unroutedCheck{js: r.cfg.JS, dests: r, letters: r, id: id, log: r.log, metrics: r.cfg.Metrics}
+	runLeased(ctx, r.cfg.JS, id, r.cfg.CheckTakeover, r.cfg.Now, r.log, c.job())
 }
 
 // routes: see knownDests.
