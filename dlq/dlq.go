@@ -46,12 +46,16 @@ func TrimHistory(h []Attempt) []Attempt {
 
 // Letter is a dead letter.
 type Letter struct {
-	Seq      uint64    `json:"seq"` // sequence in the dead-letter stream (0 before it is written)
-	DeadAt   time.Time `json:"dead_at"`
-	Dest     string    `json:"dest"`
-	EventID  string    `json:"event_id"`
-	Reason   string    `json:"reason"`
-	Attempts int       `json:"attempts"`
+	Seq     uint64    `json:"seq"` // sequence in the dead-letter stream (0 before it is written)
+	DeadAt  time.Time `json:"dead_at"`
+	Dest    string    `json:"dest"`
+	EventID string    `json:"event_id"`
+	// Key is the event's order key (Relay-Order-Key), empty if it has
+	// none. The stored subject keeps only the key's bucket, so a replay
+	// takes the key from here.
+	Key      string `json:"key,omitempty"`
+	Reason   string `json:"reason"`
+	Attempts int    `json:"attempts"`
 	// LastStatus is the last HTTP status (0: no response).
 	LastStatus int    `json:"last_status"`
 	LastError  string `json:"last_error,omitempty"`
@@ -197,6 +201,9 @@ func Encode(l Letter, limit int) (*nats.Msg, error) {
 		h.Set(stream.HdrFirst, l.First.UTC().Format(time.RFC3339Nano))
 		h.Set(stream.HdrLastAt, l.Last.UTC().Format(time.RFC3339Nano))
 	}
+	if l.Key != "" {
+		h.Set(stream.HdrKey, l.Key)
+	}
 	h.Set(stream.HdrOrigSubj, l.Subject)
 	h.Set(stream.HdrOrigSeq, strconv.FormatUint(l.StreamSeq, 10))
 	h.Set(stream.HdrDeadAt, l.DeadAt.UTC().Format(time.RFC3339Nano))
@@ -298,6 +305,7 @@ func Decode(seq uint64, subject string, h nats.Header, body []byte) (Letter, err
 	l.First, _ = time.Parse(time.RFC3339Nano, h.Get(stream.HdrFirst))
 	l.Last, _ = time.Parse(time.RFC3339Nano, h.Get(stream.HdrLastAt))
 	l.DeadAt, _ = time.Parse(time.RFC3339Nano, h.Get(stream.HdrDeadAt))
+	l.Key = h.Get(stream.HdrKey)
 	l.Subject = h.Get(stream.HdrOrigSubj)
 	l.StreamSeq, _ = strconv.ParseUint(h.Get(stream.HdrOrigSeq), 10, 64)
 	l.HistoryOmitted, _ = strconv.Atoi(h.Get(stream.HdrHistoryOmitted))
@@ -528,8 +536,8 @@ func (s *Store) Replay(ctx context.Context, l Letter, toDest string) (*jetstream
 	if toDest != "" {
 		p.Dest = toDest
 	}
-	env := stream.Envelope{ID: l.EventID, Dest: p.Dest, Seq: l.Seq, Headers: l.Headers, Body: l.Body}
-	ack, err := s.js.PublishMsg(ctx, env.Msg(stream.ReplayedDeadLetter, p.InputSubject()))
+	env := stream.Envelope{ID: l.EventID, Dest: p.Dest, Key: l.Key, Seq: l.Seq, Headers: l.Headers, Body: l.Body}
+	ack, err := s.js.PublishMsg(ctx, env.Msg(stream.ReplayedDeadLetter, p.InputSubject(env.Key)))
 	if err != nil {
 		return nil, fmt.Errorf("replay dead letter %d: publish: %w", l.Seq, err)
 	}

@@ -97,7 +97,7 @@ func letterTestHeader(t *testing.T) (nats.Header, []Attempt) {
 	h.Set(stream.HdrFirst, "2024-03-01T12:00:00.123456789Z")
 	h.Set(stream.HdrLastAt, "2024-03-01T16:05:00Z")
 	h.Set(stream.HdrDeadAt, "2024-03-01T16:05:01.5Z")
-	h.Set(stream.HdrOrigSubj, "relay.ev.orders.5.user-1")
+	h.Set(stream.HdrOrigSubj, "relay.ev.orders.5")
 	h.Set(stream.HdrOrigSeq, "42")
 	h.Set(stream.HdrHistory, string(hb))
 	h.Set(stream.HdrKey, "user-1")
@@ -120,13 +120,14 @@ func TestDecodeReadsEveryField(t *testing.T) {
 		DeadAt:     time.Date(2024, 3, 1, 16, 5, 1, 500000000, time.UTC),
 		Dest:       "orders",
 		EventID:    "evt_01hq3",
+		Key:        "user-1",
 		Reason:     "max_attempts",
 		Attempts:   15,
 		LastStatus: 503,
 		LastError:  "503 Service Unavailable: try later",
 		First:      time.Date(2024, 3, 1, 12, 0, 0, 123456789, time.UTC),
 		Last:       time.Date(2024, 3, 1, 16, 5, 0, 0, time.UTC),
-		Subject:    "relay.ev.orders.5.user-1",
+		Subject:    "relay.ev.orders.5",
 		StreamSeq:  42,
 		History:    hist,
 		Headers: nats.Header{
@@ -208,13 +209,14 @@ func TestWriteThenDecodeRoundTrip(t *testing.T) {
 		DeadAt:     time.Date(2024, 3, 1, 16, 5, 1, 0, time.UTC),
 		Dest:       "orders",
 		EventID:    "evt_1",
+		Key:        "customer 42",
 		Reason:     "max_attempts",
 		Attempts:   60,
 		LastStatus: hist[59].Status,
 		LastError:  hist[59].Error,
 		First:      hist[0].At,
 		Last:       hist[59].At,
-		Subject:    "relay.ev.orders.5.user-1",
+		Subject:    "relay.ev.orders.5",
 		StreamSeq:  42,
 		History:    hist,
 		Headers:    nats.Header{"X-Trace": {"t"}, stream.HdrAttempt: {"3"}, stream.HdrMsgID: {"orig"}},

@@ -496,7 +496,7 @@ func (d Destination) consumerNames() []string {
 func (d Destination) partitionFilters(i int) []string {
 	var f []string
 	for b := i; b < stream.Buckets; b += d.Partitions {
-		f = append(f, fmt.Sprintf("%s.%s.%d.*", stream.KeyedPrefix, d.Name, b))
+		f = append(f, fmt.Sprintf("%s.%s.%d", stream.KeyedPrefix, d.Name, b))
 	}
 	return f
 }

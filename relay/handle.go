@@ -314,6 +314,7 @@ func (r *Relay) writeDeadLetter(ctx context.Context, ev event, attempt int, out 
 		DeadAt:    r.cfg.Now().UTC(),
 		Dest:      ev.dest,
 		EventID:   ev.id,
+		Key:       ev.key,
 		Reason:    out.Decision.Reason,
 		Note:      cmp.Or(out.note, out.Decision.Note),
 		Attempts:  max(made, 0),
@@ -343,7 +344,7 @@ func (r *Relay) park(ctx context.Context, msg jetstream.Msg, ev event, attempt i
 	}
 	e := schedule.Entry{
 		Dest:      ev.dest,
-		Subject:   p.InputSubject(),
+		Subject:   p.InputSubject(ev.key),
 		EventID:   ev.id,
 		Attempts:  attempt,
 		Headers:   ev.hdr,

@@ -87,7 +87,9 @@ func replayLog(ctx context.Context, js jetstream.JetStream, r LogReplay, dryRun 
 	case r.Type != "":
 		filters = []string{stream.TypeFilter(r.Type)}
 	case r.Key != "":
-		filters = []string{stream.KeyedPrefix + "." + r.Dest + ".*." + stream.KeyToken(r.Key)}
+		// The stored subject keeps the key's bucket, not the key: read
+		// the bucket and match Relay-Order-Key below.
+		filters = []string{stream.KeyedSubject(r.Dest, r.Key)}
 	}
 	n := 0
 	err = stream.Read(ctx, js, stream.EventsStream, stream.ReadOptions{Filters: filters, Since: r.Since}, func(m *jetstream.RawStreamMsg) error {
@@ -99,11 +101,11 @@ func replayLog(ctx context.Context, js jetstream.JetStream, r LogReplay, dryRun 
 		if err != nil {
 			return nil // not an event relay could deliver either
 		}
-		if r.Type != "" && r.Key != "" && ev.Key != r.Key {
-			return nil
-		}
 		if !ev.Stored.Before(r.Until) {
 			return stream.ErrStop
+		}
+		if r.Key != "" && (ev.Key == "" || stream.KeyToken(ev.Key) != stream.KeyToken(r.Key)) {
+			return nil // another key of the bucket (or of the type)
 		}
 		if ev.Copied {
 			return nil // a copy relay made; its original is replayed
@@ -114,7 +116,7 @@ func replayLog(ctx context.Context, js jetstream.JetStream, r LogReplay, dryRun 
 			if r.Type == "" {
 				p, _ := stream.ParseSubject(ev.Subject)
 				p.Dest = to
-				subject = p.InputSubject()
+				subject = p.InputSubject(ev.Key)
 			}
 			ev.Dest = to
 			ack, err := js.PublishMsg(ctx, ev.Msg(stream.ReplayedLog, subject))

@@ -349,7 +349,7 @@ func TestCheckDeadLettersOnlyEventsOfUnknownDestinations(t *testing.T) {
 	addPausedDest(t, srv.JS, "known")
 	addPausedDest(t, srv.JS, "other")
 	publishTo(t, srv.JS, "relay.in.known", 150)
-	last := publishTo(t, srv.JS, "relay.in.other.k1", 150) // keyed: stored as relay.ev.other.<bucket>.k1
+	last := publishTo(t, srv.JS, "relay.in.other.k1", 150) // keyed: stored as relay.ev.other.<bucket>
 
 	m := NewMetrics(prometheus.NewRegistry())
 	var dl deadLettered
@@ -469,7 +469,7 @@ func TestCheckReadsEventsPublishedWhileItRuns(t *testing.T) {
 		case 1:
 			want = append(want, publishTo(t, srv.JS, "relay.in.ghost", 1))
 		case 3:
-			want = append(want, publishTo(t, srv.JS, "relay.in.other.k3", 1)) // keyed: relay.ev.other.<bucket>.k3
+			want = append(want, publishTo(t, srv.JS, "relay.in.other.k3", 1)) // keyed: relay.ev.other.<bucket>
 		}
 	}
 	last := publishTo(t, srv.JS, "relay.in.known", 1)

@@ -35,7 +35,7 @@ func TestPromoterRepublishesOnlyToTheDestinationsInputSubjects(t *testing.T) {
 	bad := []schedule.Entry{
 		{Dest: "a", Subject: "$KV." + stream.DestBucket + ".victim", EventID: "evt-kv", Body: []byte(`{"name":"victim","url":"https://attacker.example/"}`), Origin: 1},
 		{Dest: "a", Subject: stream.InSubject("b", ""), EventID: "evt-other", Origin: 2},
-		{Dest: "a", Subject: stream.KeyedPrefix + ".a.1.k", EventID: "evt-stored", Origin: 3},
+		{Dest: "a", Subject: stream.KeyedPrefix + ".a.1", EventID: "evt-stored", Origin: 3},
 		{Dest: "b", Subject: stream.InSubject("b", ""), EventID: "evt-dest", Origin: 4},
 		{Dest: "a", Subject: stream.InSubject("a", ""), EventID: "evt-no-origin"},
 	}

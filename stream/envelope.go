@@ -26,7 +26,8 @@ type Envelope struct {
 	Type string
 	// Key is the producer's order key (Relay-Order-Key), empty when the
 	// message carries none. Events published to relay.in.D.K by a plain NATS
-	// client have a key token in their subject but no Key.
+	// client without the header have no Key: the stored subject
+	// (relay.ev.D.B) keeps only the key's bucket.
 	Key string
 	// Attempt is the number of attempts made before this message.
 	Attempt int

@@ -97,7 +97,7 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 	t.Parallel()
 	stored := time.Date(2025, 3, 2, 8, 0, 0, 0, time.UTC)
 	const newSeq = 500
-	subject := "relay.ev.orders.3." + KeyToken("customer 42")
+	subject := KeyedSubject("orders", "customer 42")
 	own := nats.Header{"X-Trace": {"a", "b"}, "Content-Type": {"application/json"}}
 	for _, tt := range []struct {
 		kind       Kind

@@ -54,11 +54,11 @@ func FuzzKeyToken(f *testing.F) {
 
 func FuzzParseSubject(f *testing.F) {
 	for _, s := range []string{
-		"relay.in.orders", "relay.in.orders.user-1", "relay.ev.orders.5.user-1", "relay.ev.orders.63.k",
-		"relay.ev.orders.64.k", "relay.ev.orders.-1.k", "relay.ev.orders.05.k", "relay.ev.orders.+5.k",
-		"relay.ev.orders. 5.k", "relay.ev.orders.5", "relay.in", "relay.in.", "relay.in..k", "relay.in.*",
-		"relay.in.>", "relay.in.a.b.c", "relay.dlq.orders", "", ".", "relay.ev.orders.99999999999999999999.k",
-		"relay.in.ev", "relay.ev.in.1.x", "relay.in.a b", "relay.in.d.\x00", "relay.in.0*", "relay.in.d.k>",
+		"relay.in.orders", "relay.in.orders.user-1", "relay.ev.orders.5.user-1", "relay.ev.orders.63",
+		"relay.ev.orders.64", "relay.ev.orders.-1", "relay.ev.orders.05", "relay.ev.orders.+5",
+		"relay.ev.orders. 5", "relay.ev.orders.5", "relay.in", "relay.in.", "relay.in..k", "relay.in.*",
+		"relay.in.>", "relay.in.a.b.c", "relay.dlq.orders", "", ".", "relay.ev.orders.99999999999999999999",
+		"relay.in.ev", "relay.ev.in.1", "relay.in.a b", "relay.in.d.\x00", "relay.in.0*", "relay.in.d.k>",
 	} {
 		f.Add(s)
 	}
@@ -78,7 +78,7 @@ func FuzzParseSubject(f *testing.F) {
 		if p.KeyToken == "*" || p.KeyToken == ">" || strings.Contains(p.KeyToken, ".") {
 			t.Fatalf("ParseSubject(%q): bad key token %q", subj, p.KeyToken)
 		}
-		if want := strings.Count(subj, ".") + 1; want < 3 || want > 5 {
+		if want := strings.Count(subj, ".") + 1; want < 3 || want > 4 {
 			t.Fatalf("ParseSubject(%q) accepted %d tokens", subj, want)
 		}
 		if p.Bucket < -1 || p.Bucket >= Buckets {
@@ -87,25 +87,24 @@ func FuzzParseSubject(f *testing.F) {
 		if (p.Bucket == -1) != strings.HasPrefix(subj, InPrefix+".") {
 			t.Fatalf("ParseSubject(%q): bucket %d for this prefix", subj, p.Bucket)
 		}
-		if p.Bucket >= 0 && p.KeyToken == "" {
-			t.Fatalf("ParseSubject(%q): a partitioned subject without a key", subj)
+		if p.Bucket >= 0 && p.KeyToken != "" {
+			t.Fatalf("ParseSubject(%q): a stored keyed subject with a key token", subj)
 		}
-		in := p.InputSubject()
-		if !strings.HasPrefix(in, InPrefix+".") {
-			t.Fatalf("InputSubject of %q = %q", subj, in)
-		}
-		if strings.HasPrefix(subj, InPrefix+".") && in != subj {
-			t.Fatalf("InputSubject of input subject %q = %q: not itself", subj, in)
-		}
-		q, err := ParseSubject(in)
-		if err != nil {
-			t.Fatalf("ParseSubject(%q) (InputSubject of %q) = %v", in, subj, err)
-		}
-		if q.Dest != p.Dest || q.KeyToken != p.KeyToken || q.Bucket != -1 {
-			t.Fatalf("%q parsed as %+v, its input subject %q as %+v", subj, p, in, q)
-		}
-		if q.InputSubject() != in {
-			t.Fatalf("InputSubject is not a fixed point: %q then %q", in, q.InputSubject())
+		for _, key := range []string{"", "k", "tenant.7 user"} {
+			in := p.InputSubject(key)
+			if strings.HasPrefix(subj, InPrefix+".") && in != subj {
+				t.Fatalf("InputSubject(%q) of input subject %q = %q: not itself", key, subj, in)
+			}
+			q, err := ParseSubject(in)
+			if err != nil || q.Dest != p.Dest || q.Bucket != -1 || !strings.HasPrefix(in, InPrefix+".") {
+				t.Fatalf("InputSubject(%q) of %q = %q, parsed as %+v, %v", key, subj, in, q, err)
+			}
+			if p.Bucket >= 0 && (q.KeyToken == "" || Bucket(q.KeyToken) != p.Bucket) {
+				t.Fatalf("InputSubject(%q) of %q = %q: not in bucket %d", key, subj, in, p.Bucket)
+			}
+			if q.InputSubject(key) != in {
+				t.Fatalf("InputSubject is not a fixed point: %q then %q", in, q.InputSubject(key))
+			}
 		}
 	})
 }

@@ -75,11 +75,11 @@ func (cfg Config) Validate() error {
 func (cfg Config) EventsConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        EventsStream,
-		Description: "relay events: relay.in.<dest>[.<key>] in, stored as relay.in.<dest> or relay.ev.<dest>.<bucket>.<key>; typed events relay.type.<type>; subscription marks relay.sub.<dest>",
+		Description: "relay events: relay.in.<dest>[.<key>] in, stored as relay.in.<dest> or relay.ev.<dest>.<bucket>; typed events relay.type.<type>; subscription marks relay.sub.<dest>",
 		Subjects:    []string{InPrefix + ".*", InPrefix + ".*.*", TypePrefix + ".>", SubPrefix + ".*"},
 		SubjectTransform: &jetstream.SubjectTransformConfig{
 			Source:      InPrefix + ".*.*",
-			Destination: fmt.Sprintf("%s.{{wildcard(1)}}.{{partition(%d,2)}}.{{wildcard(2)}}", KeyedPrefix, Buckets),
+			Destination: fmt.Sprintf("%s.{{wildcard(1)}}.{{partition(%d,2)}}", KeyedPrefix, Buckets),
 		},
 		Retention:   jetstream.LimitsPolicy,
 		MaxAge:      cfg.EventRetention,
@@ -179,6 +179,9 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	if sameManaged(have, want) {
 		return nil
 	}
+	if err := oldKeyedLayout(ctx, s, want); err != nil {
+		return err
+	}
 	// Keep settings relay does not manage (placement, sources, metadata...).
 	upd := have
 	upd.Description = want.Description
@@ -194,6 +197,28 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 		return fmt.Errorf("update stream %s to relay's settings: %w", want.Name, err)
 	}
 	return nil
+}
+
+// oldKeyedSubjects are the subjects of keyed events stored under the layout
+// that kept the key token (relay.ev.<dest>.<bucket>.<key>).
+const oldKeyedSubjects = KeyedPrefix + ".*.*.*"
+
+// oldKeyedLayout refuses to change the events stream's subject transform
+// while it holds keyed events stored under the earlier layout: no consumer
+// of relay reads those subjects, so they would never be delivered.
+func oldKeyedLayout(ctx context.Context, s jetstream.Stream, want jetstream.StreamConfig) error {
+	if want.Name != EventsStream {
+		return nil
+	}
+	m, err := s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(oldKeyedSubjects))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("look for events stored under the earlier keyed layout in stream %s: %w", want.Name, err)
+	}
+	return fmt.Errorf("%w: stream %s holds keyed events stored under the earlier layout %s.<dest>.<bucket>.<key> (the first at sequence %d, %s); relay stores them as %s.<dest>.<bucket> and would not deliver these: let the relay that stored them deliver them, then remove them with 'nats stream purge %s --subject %q', or delete the stream",
+		ErrIncompatible, want.Name, KeyedPrefix, m.Sequence, m.Subject, KeyedPrefix, want.Name, oldKeyedSubjects)
 }
 
 func sameManaged(have, want jetstream.StreamConfig) bool {

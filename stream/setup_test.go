@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -50,12 +51,96 @@ func TestEnsureIsIdempotentAndUpdatesInPlace(t *testing.T) {
 	m, err := s.GetMsg(ctx, ack.Sequence)
 	require.NoError(t, err)
 	require.Equal(t, "kept", string(m.Data))
-	require.Equal(t, "relay.ev.orders."+m.Subject[len("relay.ev.orders."):], m.Subject)
+	require.Equal(t, KeyedSubject("orders", "k"), m.Subject)
 	p, err := ParseSubject(m.Subject)
 	require.NoError(t, err)
 	require.Equal(t, "orders", p.Dest)
-	require.Equal(t, "k", p.KeyToken)
-	require.GreaterOrEqual(t, p.Bucket, 0)
+	require.Equal(t, Bucket("k"), p.Bucket)
+}
+
+// Relay computes the bucket the server's subject transform stores a keyed
+// event under (replay --key reads that one bucket): the two must agree.
+func TestBucketAgreesWithTheServer(t *testing.T) {
+	t.Parallel()
+	js := startJS(t)
+	ctx := context.Background()
+	require.NoError(t, Ensure(ctx, js, Config{}))
+	keys := []string{"k", "customer-42", "tenant.7 user", "ключ", "A=b:c_d-e", strings.Repeat("x", 64), strings.Repeat("y", 65)}
+	for i := range 2000 {
+		keys = append(keys, fmt.Sprintf("customer-%d", i*7919))
+	}
+	s, err := js.Stream(ctx, EventsStream)
+	require.NoError(t, err)
+	seen := map[int]bool{}
+	for _, key := range keys {
+		ack, err := js.Publish(ctx, InSubject("orders", key), nil)
+		require.NoError(t, err)
+		msg, err := s.GetMsg(ctx, ack.Sequence)
+		require.NoError(t, err)
+		require.Equal(t, KeyedSubject("orders", key), msg.Subject, "key %q (token %q)", key, KeyToken(key))
+		seen[Bucket(KeyToken(key))] = true
+	}
+	require.Len(t, seen, Buckets, "the keys cover every bucket")
+}
+
+// The earlier layout kept the key token in the stored subject
+// (relay.ev.<dest>.<bucket>.<key>).
+func oldLayout(t *testing.T, js jetstream.JetStream) jetstream.StreamConfig {
+	t.Helper()
+	old := Config{}.WithDefaults().EventsConfig()
+	old.SubjectTransform = &jetstream.SubjectTransformConfig{
+		Source:      InPrefix + ".*.*",
+		Destination: KeyedPrefix + ".{{wildcard(1)}}.{{partition(64,2)}}.{{wildcard(2)}}",
+	}
+	_, err := js.CreateStream(context.Background(), old)
+	require.NoError(t, err)
+	return old
+}
+
+func TestEnsureUpdatesAnEarlierLayoutWithoutKeyedEvents(t *testing.T) {
+	t.Parallel()
+	js := startJS(t)
+	ctx := context.Background()
+	oldLayout(t, js)
+	_, err := js.Publish(ctx, InSubject("orders", ""), []byte("unkeyed"))
+	require.NoError(t, err)
+
+	require.NoError(t, Ensure(ctx, js, Config{}))
+	ack, err := js.Publish(ctx, InSubject("orders", "k"), nil)
+	require.NoError(t, err)
+	s, err := js.Stream(ctx, EventsStream)
+	require.NoError(t, err)
+	m, err := s.GetMsg(ctx, ack.Sequence)
+	require.NoError(t, err)
+	require.Equal(t, KeyedSubject("orders", "k"), m.Subject, "the transform was updated in place")
+	require.Equal(t, uint64(2), s.CachedInfo().State.Msgs, "the unkeyed event is kept")
+}
+
+func TestEnsureRefusesAnEarlierLayoutWithKeyedEvents(t *testing.T) {
+	t.Parallel()
+	js := startJS(t)
+	ctx := context.Background()
+	old := oldLayout(t, js)
+	_, err := js.Publish(ctx, InSubject("orders", ""), []byte("unkeyed"))
+	require.NoError(t, err)
+	ack, err := js.Publish(ctx, InSubject("orders", "k"), []byte("keyed"))
+	require.NoError(t, err)
+
+	err = Ensure(ctx, js, Config{})
+	require.ErrorIs(t, err, ErrIncompatible)
+	require.ErrorContains(t, err, fmt.Sprintf("holds keyed events stored under the earlier layout relay.ev.<dest>.<bucket>.<key> (the first at sequence %d, relay.ev.orders.%d.k)", ack.Sequence, Bucket("k")))
+	require.ErrorContains(t, err, `nats stream purge RELAY_EVENTS --subject "relay.ev.*.*.*"`)
+
+	s, err := js.Stream(ctx, EventsStream)
+	require.NoError(t, err)
+	info, err := s.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, old.SubjectTransform, info.Config.SubjectTransform, "the stream was not changed")
+	require.Equal(t, uint64(2), info.State.Msgs)
+
+	// Once they are gone, the layout is updated.
+	require.NoError(t, s.Purge(ctx, jetstream.WithPurgeSubject("relay.ev.*.*.*")))
+	require.NoError(t, Ensure(ctx, js, Config{}))
 }
 
 func TestEnsureReportsAStreamItCannotChange(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"hash/fnv"
 	"regexp"
 	"strconv"
 	"strings"
@@ -17,9 +18,12 @@ import (
 //	relay.in.D        (no order key)
 //	relay.in.D.K      (order key K, a single subject token)
 //
-// The events stream stores keyed events under relay.ev.D.P.K, where P is the
-// partition bucket FNV-1a(K) mod Buckets computed by the server's subject
-// transform, so consumers can select partitions without reading the key.
+// The events stream stores keyed events under relay.ev.D.B, where B is the
+// bucket FNV-1a(K) mod Buckets computed by the server's subject transform
+// (see Bucket), so consumers can select partitions without reading the key.
+// The key token is not kept in the stored subject: every live subject costs
+// the server memory (about 400 bytes), and a sender keyed by customer id has
+// millions of keys. The key itself travels in the Relay-Order-Key header.
 const (
 	InPrefix    = "relay.in"
 	KeyedPrefix = "relay.ev"
@@ -85,18 +89,43 @@ func DestFilters(dest string) []string {
 	return []string{InPrefix + "." + dest, KeyedPrefix + "." + dest + ".>"}
 }
 
+// Bucket is the bucket of key token tok: FNV-1a of the token mod Buckets,
+// the hash nats-server's {{partition(Buckets,2)}} computes for the stored
+// subject (TestBucketAgreesWithTheServer holds the two together).
+func Bucket(tok string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(tok))
+	return int(h.Sum32() % Buckets)
+}
+
+// bucketTokens[b] is a key token whose bucket is b.
+var bucketTokens = func() (toks [Buckets]string) {
+	left := Buckets
+	for i := 0; left > 0; i++ {
+		tok := "relay-bucket-" + strconv.Itoa(i)
+		if b := Bucket(tok); toks[b] == "" {
+			toks[b] = tok
+			left--
+		}
+	}
+	return toks
+}()
+
 // Parsed is a stored event subject taken apart.
 type Parsed struct {
-	Dest     string
-	KeyToken string // empty when the event has no order key
-	Bucket   int    // -1 when the event has no order key
+	Dest string
+	// KeyToken is the order key token of an input subject relay.in.D.K;
+	// empty for an event without an order key and for a stored keyed
+	// event (relay.ev.D.B), whose subject keeps only the bucket.
+	KeyToken string
+	Bucket   int // the bucket of a stored keyed event, else -1
 }
 
 // ParseSubject takes apart a stored events subject (relay.in.D or
-// relay.ev.D.P.K), or an input subject relay.in.D.K.
+// relay.ev.D.B), or an input subject relay.in.D.K.
 func ParseSubject(subj string) (Parsed, error) {
-	// Split into at most 5 tokens without allocating: this runs per event.
-	var tok [5]string
+	// Split into at most 4 tokens without allocating: this runs per event.
+	var tok [4]string
 	n, rest := 0, subj
 	for more := true; more; n++ {
 		if n == len(tok) {
@@ -112,12 +141,12 @@ func ParseSubject(subj string) (Parsed, error) {
 		return Parsed{Dest: tok[2], Bucket: -1}, nil
 	case n == 4 && tok[0] == "relay" && tok[1] == "in":
 		return Parsed{Dest: tok[2], KeyToken: tok[3], Bucket: -1}, nil
-	case n == 5 && tok[0] == "relay" && tok[1] == "ev":
+	case n == 4 && tok[0] == "relay" && tok[1] == "ev":
 		b, err := strconv.Atoi(tok[3])
 		if err != nil || b < 0 || b >= Buckets || strconv.Itoa(b) != tok[3] {
-			return Parsed{}, fmt.Errorf("subject %q: bad partition token %q", subj, tok[3])
+			return Parsed{}, fmt.Errorf("subject %q: bad bucket token %q", subj, tok[3])
 		}
-		return Parsed{Dest: tok[2], KeyToken: tok[4], Bucket: b}, nil
+		return Parsed{Dest: tok[2], Bucket: b}, nil
 	}
 	return Parsed{}, fmt.Errorf("subject %q is not a relay event subject", subj)
 }
@@ -129,13 +158,31 @@ func IsInputSubject(subj, dest string) bool {
 	return err == nil && p.Bucket < 0 && p.Dest == dest && strings.HasPrefix(subj, InPrefix+".") && ValidateDestName(dest) == nil
 }
 
-// InputSubject is the subject to republish a stored event to so that it goes
-// through the same partitioning again.
-func (p Parsed) InputSubject() string {
-	if p.KeyToken == "" {
-		return InPrefix + "." + p.Dest
+// InputSubject is the subject to republish the event with order key key
+// (Relay-Order-Key, "" if it has none) stored on p, so that it goes through
+// the same partitioning again and lands in the same bucket. A stored keyed
+// event is republished under KeyToken(key) when that token falls in its
+// bucket (events published with relay's key tokens), else under a token of
+// relay's that does: an event a plain NATS client published without the
+// header, or with a token of its own, keeps its bucket and so its order.
+func (p Parsed) InputSubject(key string) string {
+	switch {
+	case p.Bucket >= 0:
+		tok := KeyToken(key)
+		if key == "" || Bucket(tok) != p.Bucket {
+			tok = bucketTokens[p.Bucket]
+		}
+		return InPrefix + "." + p.Dest + "." + tok
+	case p.KeyToken != "":
+		return InPrefix + "." + p.Dest + "." + p.KeyToken
 	}
-	return InPrefix + "." + p.Dest + "." + p.KeyToken
+	return InPrefix + "." + p.Dest
+}
+
+// KeyedSubject is the stored subject of the events of destination dest
+// with order key key (not empty).
+func KeyedSubject(dest, key string) string {
+	return KeyedPrefix + "." + dest + "." + strconv.Itoa(Bucket(KeyToken(key)))
 }
 
 // InboxPrefix is the prefix of the reply subjects of relay's own NATS

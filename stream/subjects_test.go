@@ -3,6 +3,7 @@ package stream
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"math/rand/v2"
 	"regexp"
 	"strings"
@@ -161,9 +162,9 @@ func TestParseSubjectTable(t *testing.T) {
 	}{
 		{"relay.in.orders", Parsed{Dest: "orders", Bucket: -1}, ""},
 		{"relay.in.orders.user-1", Parsed{Dest: "orders", KeyToken: "user-1", Bucket: -1}, ""},
-		{"relay.ev.orders.5.user-1", Parsed{Dest: "orders", KeyToken: "user-1", Bucket: 5}, ""},
-		{"relay.ev.orders.0.k", Parsed{Dest: "orders", KeyToken: "k", Bucket: 0}, ""},
-		{"relay.ev.orders.63.h-0123456789abcdef0123456789abcdef", Parsed{Dest: "orders", KeyToken: "h-0123456789abcdef0123456789abcdef", Bucket: 63}, ""},
+		{"relay.ev.orders.5", Parsed{Dest: "orders", Bucket: 5}, ""},
+		{"relay.ev.orders.0", Parsed{Dest: "orders", Bucket: 0}, ""},
+		{"relay.ev.orders.63", Parsed{Dest: "orders", Bucket: 63}, ""},
 		{"", Parsed{}, "not a relay event subject"},
 		{"relay", Parsed{}, "not a relay event subject"},
 		{"relay.in", Parsed{}, "not a relay event subject"},
@@ -173,15 +174,18 @@ func TestParseSubjectTable(t *testing.T) {
 		{"Relay.in.orders", Parsed{}, "not a relay event subject"},
 		{"relay.in.orders.k.extra", Parsed{}, "not a relay event subject"},
 		{"relay.ev.orders", Parsed{}, "not a relay event subject"},
-		{"relay.ev.orders.5", Parsed{}, "not a relay event subject"},
+		// The earlier layout, with the key token after the bucket.
+		{"relay.ev.orders.5.user-1", Parsed{}, "not a relay event subject"},
 		{"relay.ev.orders.5.k.extra", Parsed{}, "not a relay event subject"},
 		{"relay.in.orders.5.k", Parsed{}, "not a relay event subject"},
-		{"relay.ev.orders.x.k", Parsed{}, `bad partition token "x"`},
-		{"relay.ev.orders..k", Parsed{}, "not a relay event subject"},
-		{"relay.ev.orders.5x.k", Parsed{}, `bad partition token "5x"`},
-		{"relay.ev.orders.+7.k", Parsed{}, `bad partition token "+7"`},
-		{"relay.ev.orders.64.k", Parsed{}, `bad partition token "64"`},
-		{"relay.ev.orders.-1.k", Parsed{}, `bad partition token "-1"`},
+		{"relay.ev.orders.x", Parsed{}, `bad bucket token "x"`},
+		{"relay.ev.orders.", Parsed{}, "not a relay event subject"},
+		{"relay.ev.orders.5x", Parsed{}, `bad bucket token "5x"`},
+		{"relay.ev.orders.05", Parsed{}, `bad bucket token "05"`},
+		{"relay.ev.orders.+7", Parsed{}, `bad bucket token "+7"`},
+		{"relay.ev.orders.64", Parsed{}, `bad bucket token "64"`},
+		{"relay.ev.orders.-1", Parsed{}, `bad bucket token "-1"`},
+		{"relay.ev.orders.*", Parsed{}, "not a relay event subject"},
 		{"relay.in.", Parsed{}, "not a relay event subject"},
 		{"relay.in.*", Parsed{}, "not a relay event subject"},
 	}
@@ -204,26 +208,22 @@ func TestParseSubjectTable(t *testing.T) {
 func TestParsedInputSubjectRoundTrip(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		subj, input string
+		subj, key, input string
 	}{
-		{"relay.in.orders", "relay.in.orders"},
-		{"relay.in.orders.user-1", "relay.in.orders.user-1"},
-		{"relay.ev.orders.5.user-1", "relay.in.orders.user-1"},
-		{"relay.ev.orders.0.h-0123456789abcdef0123456789abcdef", "relay.in.orders.h-0123456789abcdef0123456789abcdef"},
+		{"relay.in.orders", "", "relay.in.orders"},
+		{"relay.in.orders", "k", "relay.in.orders"}, // stored without a key: stays so
+		{"relay.in.orders.user-1", "", "relay.in.orders.user-1"},
+		{"relay.in.orders.user-1", "user-1", "relay.in.orders.user-1"},
+		// A stored keyed event goes back under its key's token...
+		{KeyedSubject("orders", "user-1"), "user-1", "relay.in.orders.user-1"},
+		{KeyedSubject("orders", "tenant.7 user"), "tenant.7 user", "relay.in.orders." + KeyToken("tenant.7 user")},
 	}
 	for _, tc := range tests {
-		t.Run(tc.subj, func(t *testing.T) {
+		t.Run(tc.subj+"/"+tc.key, func(t *testing.T) {
 			t.Parallel()
 			p, err := ParseSubject(tc.subj)
 			require.NoError(t, err)
-			require.Equal(t, tc.input, p.InputSubject())
-			// The input subject parses to the same destination and key.
-			q, err := ParseSubject(p.InputSubject())
-			require.NoError(t, err)
-			require.Equal(t, p.Dest, q.Dest)
-			require.Equal(t, p.KeyToken, q.KeyToken)
-			require.Equal(t, -1, q.Bucket)
-			require.Equal(t, tc.input, q.InputSubject())
+			require.Equal(t, tc.input, p.InputSubject(tc.key))
 		})
 	}
 	for _, key := range []string{"", "user-1", "tenant.7 user", "ключ", strings.Repeat("x", 80)} {
@@ -231,11 +231,41 @@ func TestParsedInputSubjectRoundTrip(t *testing.T) {
 		p, err := ParseSubject(in)
 		require.NoError(t, err)
 		require.Equal(t, "orders", p.Dest)
-		require.Equal(t, in, p.InputSubject(), "key %q", key)
+		require.Equal(t, in, p.InputSubject(key), "key %q", key)
 		if key != "" {
 			require.Equal(t, KeyToken(key), p.KeyToken)
 		}
 	}
+}
+
+// A stored keyed event whose key relay does not know (a plain NATS client
+// published it without Relay-Order-Key, or with a token of its own) goes
+// back into its own bucket, so its order holds.
+func TestInputSubjectKeepsTheBucket(t *testing.T) {
+	t.Parallel()
+	for b := range Buckets {
+		p, err := ParseSubject(fmt.Sprintf("relay.ev.orders.%d", b))
+		require.NoError(t, err)
+		for _, key := range []string{"", "customer-42", "tenant.7 user"} {
+			in := p.InputSubject(key)
+			q, err := ParseSubject(in)
+			require.NoError(t, err, in)
+			require.Equal(t, "orders", q.Dest)
+			require.NotEmpty(t, q.KeyToken, "%s: a keyed event stays keyed", in)
+			require.Equal(t, b, Bucket(q.KeyToken), "%s for key %q", in, key)
+			if key != "" && Bucket(KeyToken(key)) == b {
+				require.Equal(t, KeyToken(key), q.KeyToken, "the key's own token when it fits")
+			}
+		}
+	}
+}
+
+func TestKeyedSubject(t *testing.T) {
+	t.Parallel()
+	// FNV-1a of "k" is 0xee0c38ea; mod 64 that is 42.
+	require.Equal(t, 42, Bucket("k"))
+	require.Equal(t, "relay.ev.orders.42", KeyedSubject("orders", "k"))
+	require.Equal(t, KeyedSubject("orders", "tenant.7 user"), fmt.Sprintf("relay.ev.orders.%d", Bucket(KeyToken("tenant.7 user"))))
 }
 
 func TestIsContractHeader(t *testing.T) {

@@ -52,9 +52,11 @@ type options struct {
 	gDeliveries  int
 	relayProf    string
 	relayProfFor time.Duration
+	keysN        int
+	keysDrain    int
 }
 
-var allScenarios = []string{"a", "b", "c", "d", "e", "f", "g"}
+var allScenarios = []string{"a", "b", "c", "d", "e", "f", "g", "k"}
 
 // children are the hidden subcommands the bench starts itself as.
 var children = map[string]func(args []string) error{
@@ -96,7 +98,9 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.backlog, "backlog", 1_000_000, "events of scenario (d), published before relay starts")
 	fs.IntVar(&o.failN, "fail-n", 0, "events of scenario (c) (0: min(-n, 20000))")
 	fs.IntVar(&o.redisN, "redis-n", 0, "events of scenario (f) (0: min(-n, 10000))")
-	sc := fs.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios to run: a throughput, b latency, c 10% 503, d backlog, e 100 destinations, f redis list, g fan-out")
+	sc := fs.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios to run: a throughput, b latency, c 10% 503, d backlog, e 100 destinations, f redis list, g fan-out, k order keys")
+	fs.IntVar(&o.keysN, "keys-n", 1_000_000, "events of scenario (k), published once with one order key and once with a key each")
+	fs.IntVar(&o.keysDrain, "keys-drain", 20_000, "events of scenario (k) relay delivers while its RSS is measured")
 	fs.Float64Var(&o.rate, "rate", 0, "publish rate of scenario (b) per second (0: half of (a)'s relay rate)")
 	fs.DurationVar(&o.duration, "duration", 20*time.Second, "how long scenario (b) publishes")
 	fs.DurationVar(&o.loopDuration, "loop-duration", 0, "how long the minimal loop's reference run of scenario (b) publishes (default: as long as -duration; 0: skip it)")
@@ -141,7 +145,7 @@ func parseFlags(args []string) (options, error) {
 	if o.redisN == 0 {
 		o.redisN = min(o.n, 10_000)
 	}
-	for name, v := range map[string]int{"-n": o.n, "-backlog": o.backlog, "-fail-n": o.failN, "-redis-n": o.redisN, "-window": o.window, "-loop-workers": o.loopWorkers} {
+	for name, v := range map[string]int{"-n": o.n, "-backlog": o.backlog, "-fail-n": o.failN, "-redis-n": o.redisN, "-keys-n": o.keysN, "-keys-drain": o.keysDrain, "-window": o.window, "-loop-workers": o.loopWorkers} {
 		if v < 1 || v > 100_000_000 {
 			return o, fmt.Errorf("%s %d: give a count from 1 to 100000000", name, v)
 		}
@@ -210,7 +214,7 @@ func parseFlags(args []string) (options, error) {
 	if len(o.scenarios) == 0 {
 		return o, errors.New("-scenarios: none given")
 	}
-	// Always in the order a..g: (b) and the targets use (a)'s figures.
+	// Always in the order a..g, k: (b) and the targets use (a)'s figures.
 	slices.SortFunc(o.scenarios, func(a, b string) int { return strings.Compare(a, b) })
 	return o, nil
 }
@@ -250,7 +254,7 @@ func run(o options) error {
 	defer b.close()
 	rep.NATSVersion = natsVersion()
 	steps := map[string]func(context.Context) ([]*result, error){
-		"a": b.scenarioA, "b": b.scenarioB, "c": b.scenarioC, "d": b.scenarioD, "e": b.scenarioE, "f": b.scenarioF, "g": b.scenarioG,
+		"a": b.scenarioA, "b": b.scenarioB, "c": b.scenarioC, "d": b.scenarioD, "e": b.scenarioE, "f": b.scenarioF, "g": b.scenarioG, "k": b.scenarioK,
 	}
 	rep.LoadStart = loadAvg()
 	started := time.Now()

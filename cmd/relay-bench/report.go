@@ -77,6 +77,8 @@ type optsJSON struct {
 	GSubscribers []int   `json:"g_subscribers"`
 	GDeliveries  int     `json:"g_deliveries"`
 	RelayProf    bool    `json:"relay_cpu_profiled,omitempty"` // profiling adds to relay's CPU
+	KeysN        int     `json:"keys_n"`
+	KeysDrain    int     `json:"keys_drain"`
 }
 
 func newReport(o options) *report {
@@ -92,7 +94,7 @@ func newReport(o options) *report {
 		Options: optsJSON{N: o.n, Backlog: o.backlog, FailN: o.failN, RedisN: o.redisN, Scenarios: strings.Join(o.scenarios, ","),
 			Rate: o.rate, Duration: o.duration.String(), LoopDuration: o.loopDuration.String(), Tick: o.tick.String(), Concurrency: o.concurrency,
 			LoopWorkers: o.loopWorkers, LoopInBench: o.loopInBench, SharedNATS: o.sharedNATS, ARounds: o.aRounds, ALive: o.aLive, LoopCPUProf: o.loopCPUProf != "", Window: o.window,
-			GSubscribers: o.gSubscribers, GDeliveries: o.gDeliveries, RelayProf: o.relayProf != ""},
+			GSubscribers: o.gSubscribers, GDeliveries: o.gDeliveries, RelayProf: o.relayProf != "", KeysN: o.keysN, KeysDrain: o.keysDrain},
 	}
 	if bi, err := buildinfo.ReadFile(o.relay); err == nil {
 		r.RelayBuild = bi.GoVersion
@@ -242,6 +244,19 @@ func (r *report) evaluate() {
 	}
 	r.Targets = append(r.Targets, t)
 
+	k1, kn := r.find("k", "relay, one key"), r.find("k", "relay, a key per event")
+	t = target{Name: "order keys", Want: "a key per event costs NATS + relay <= 100 MB more than one key (k)", Status: "n/a", Got: "(k) not run"}
+	if k1 != nil && kn != nil {
+		nats := (kn.NATSRSSMB - kn.NATSBaseMB) - (k1.NATSRSSMB - k1.NATSBaseMB)
+		rel := kn.ProcRSSMB - k1.ProcRSSMB
+		t.Got = fmt.Sprintf("%+.0f MB (NATS server %+.0f MB: %.0f -> %.0f MB vs %.0f -> %.0f MB; relay peak RSS %+.0f MB: %.0f vs %.0f MB)",
+			nats+rel, nats, kn.NATSBaseMB, kn.NATSRSSMB, k1.NATSBaseMB, k1.NATSRSSMB, rel, kn.ProcRSSMB, k1.ProcRSSMB)
+		t.Status = passMiss(nats+rel <= 100)
+		if r.Options.KeysN < 1_000_000 {
+			t.Note = fmt.Sprintf("%d events, not 1,000,000: not the target's size", r.Options.KeysN)
+		}
+	}
+	r.Targets = append(r.Targets, t)
 	r.Targets = append(r.Targets, r.fanOutTarget(relayA))
 }
 

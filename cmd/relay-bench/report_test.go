@@ -34,7 +34,7 @@ func TestThroughputTargetUsesTheMedianRound(t *testing.T) {
 	r.Results = append(r.Results, &result{Scenario: "f", System: "redis list sequential", PerSecond: 1640, Seconds: 1})
 	r.evaluate()
 
-	require.Len(t, r.Targets, 5)
+	require.Len(t, r.Targets, 6)
 	tp := r.Targets[0]
 	require.Equal(t, "PASS", tp.Status, tp.Got)
 	require.True(t, strings.HasPrefix(tp.Got, "median of 3 rounds 82% (85%, 45%, 82%)"), tp.Got)
@@ -49,6 +49,24 @@ func TestThroughputTargetUsesTheMedianRound(t *testing.T) {
 	round(3, 15000, 20000) // 75%
 	r.evaluate()
 	require.Equal(t, "MISS", r.Targets[0].Status, r.Targets[0].Got)
+}
+
+func TestOrderKeysTarget(t *testing.T) {
+	r := &report{Machine: machine{CPUs: 2}, Options: optsJSON{KeysN: 1_000_000}}
+	r.Results = []*result{
+		{Scenario: "k", System: "relay, one key", NATSBaseMB: 20, NATSRSSMB: 150, ProcRSSMB: 60, Seconds: 1},
+		{Scenario: "k", System: "relay, a key per event", NATSBaseMB: 22, NATSRSSMB: 200, ProcRSSMB: 70, Seconds: 1},
+	}
+	r.evaluate()
+	k := r.Targets[len(r.Targets)-2] // the fan-out target is last
+	require.Equal(t, "order keys", k.Name)
+	require.Equal(t, "PASS", k.Status, k.Got)
+	require.True(t, strings.HasPrefix(k.Got, "+58 MB (NATS server +48 MB"), k.Got)
+
+	r.Results[1].NATSRSSMB = 300 // +148 MB
+	r.Targets = nil
+	r.evaluate()
+	require.Equal(t, "MISS", r.Targets[len(r.Targets)-2].Status)
 }
 
 // TestReportSaysNATSMessagesPerEvent: the CPU table says how many messages

@@ -47,14 +47,18 @@ type result struct {
 	OtherCPU    float64 `json:"other_cpu_seconds"`       // SystemCPU minus relay, sink, bench and redis
 	// NATSMsgs is the messages into and out of the embedded NATS server in
 	// the interval, all connections: what the consumer asks of the server.
-	NATSMsgs    int64    `json:"nats_messages"`
-	VsLoop      float64  `json:"ratio_to_minimal_loop_a,omitempty"`
-	VsRelayA    float64  `json:"ratio_to_relay_a,omitempty"` // (g): deliveries/s over (a)'s median relay rate
-	Rate        float64  `json:"target_rate_per_second,omitempty"`
-	PublishSecs float64  `json:"publish_seconds,omitempty"`
-	PublishRate float64  `json:"publish_rate_per_second,omitempty"`
-	FirstMs     float64  `json:"first_delivery_ms,omitempty"` // from the start of the measured interval
-	Notes       []string `json:"notes,omitempty"`
+	NATSMsgs    int64   `json:"nats_messages"`
+	VsLoop      float64 `json:"ratio_to_minimal_loop_a,omitempty"`
+	VsRelayA    float64 `json:"ratio_to_relay_a,omitempty"` // (g): deliveries/s over (a)'s median relay rate
+	Rate        float64 `json:"target_rate_per_second,omitempty"`
+	PublishSecs float64 `json:"publish_seconds,omitempty"`
+	PublishRate float64 `json:"publish_rate_per_second,omitempty"`
+	FirstMs     float64 `json:"first_delivery_ms,omitempty"` // from the start of the measured interval
+	// NATSBaseMB and NATSRSSMB are the bench process's RSS after a GC (the
+	// embedded NATS server) before and after publishing, in (k).
+	NATSBaseMB float64  `json:"nats_rss_before_mb,omitempty"`
+	NATSRSSMB  float64  `json:"nats_rss_after_mb,omitempty"`
+	Notes      []string `json:"notes,omitempty"`
 }
 
 // cpuMark is the CPU counters at the start of a measured interval.

@@ -154,7 +154,7 @@ func TestPublish(t *testing.T) {
 		require.Equal(t, "customer 42", m.Header.Get(stream.HdrKey))
 		p, err := stream.ParseSubject(m.Subject)
 		require.NoError(t, err)
-		require.Equal(t, stream.KeyToken("customer 42"), p.KeyToken)
+		require.Equal(t, stream.Bucket(stream.KeyToken("customer 42")), p.Bucket)
 
 		code, out, _ = b.cli(t, "", "publish", "--dest", "orders", "--id", "evt-1", "--data", `{"a":1}`)
 		require.Equal(t, 0, code)

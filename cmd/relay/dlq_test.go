@@ -307,7 +307,9 @@ func TestDLQReplayToDest(t *testing.T) {
 	}
 	dlqtWrite(t, b, dlqtLetterFor("a", "a1", "relay.in.a", 1))
 	dlqtWrite(t, b, dlqtLetterFor("b", "b1", "relay.in.b", 2))
-	dlqtWrite(t, b, dlqtLetterFor("a", "a2", "relay.ev.a.7.k1", 3))
+	keyed := dlqtLetterFor("a", "a2", stream.KeyedSubject("a", "k1"), 3)
+	keyed.Key = "k1"
+	dlqtWrite(t, b, keyed)
 
 	nc := b.js.Conn()
 	sub, err := nc.SubscribeSync(stream.InPrefix + ".>")
@@ -344,6 +346,7 @@ func TestDLQReplayToDest(t *testing.T) {
 	}
 	require.Equal(t, "relay.in.other", got["a1"].Subject)
 	require.Equal(t, "relay.in.other.k1", got["a2"].Subject)
+	require.Equal(t, "k1", got["a2"].Header.Get(stream.HdrKey), "the order key goes along")
 	for id, m := range got {
 		require.Equal(t, `{"id":"`+id+`"}`, string(m.Data))
 		require.Equal(t, "t-"+id, m.Header.Get("X-Tenant"), "the event's own headers go along")
@@ -358,7 +361,8 @@ func TestDLQReplayToDest(t *testing.T) {
 	p, err := stream.ParseSubject(m2.Subject)
 	require.NoError(t, err)
 	require.Equal(t, "other", p.Dest)
-	require.Equal(t, "k1", p.KeyToken)
+	require.Equal(t, stream.Bucket("k1"), p.Bucket)
+	require.Equal(t, "k1", m2.Header.Get(stream.HdrKey))
 	require.Equal(t, "a2", m2.Header.Get(stream.HdrEventID))
 
 	require.Equal(t, []string{"b1"}, dlqtList(t, b), "the replayed letters are gone; b's stays")
@@ -674,4 +678,67 @@ func TestLogReplayCLI(t *testing.T) {
 		}
 		require.Equal(t, before, b.lastSeq(t))
 	})
+}
+
+// replay --key reads the key's bucket and takes the events whose
+// Relay-Order-Key is the key (or has its token): not another key of the
+// same bucket, and not an event published without the header. The copies
+// land in the key's bucket with the key.
+func TestLogReplayByKeyCLI(t *testing.T) {
+	b := setup(t)
+	code, _, errs := b.cli(t, "", "dest", "add", "keyd", "--url", "https://example.test", "--no-secret", "--ordered")
+	require.Equal(t, 0, code, errs)
+	// Two keys of one bucket.
+	first := map[int]string{}
+	var k1, k2 string
+	for i := 0; k2 == ""; i++ {
+		k := "k-" + strconv.Itoa(i)
+		if o, ok := first[stream.Bucket(k)]; ok {
+			k1, k2 = o, k
+		} else {
+			first[stream.Bucket(k)] = k
+		}
+	}
+	const hashed = "tenant.7 user" // its token is h-<hex>
+	publish := func(key string) uint64 {
+		t.Helper()
+		code, _, errs := b.cli(t, "", "publish", "--dest", "keyd", "--key", key, "--data", `{"k":"`+key+`"}`)
+		require.Equal(t, 0, code, errs)
+		return b.lastSeq(t)
+	}
+	s1 := publish(k1)
+	publish(k2)
+	sh := publish(hashed)
+	s1b := publish(k1)
+	// A plain NATS publish on k1's subject without Relay-Order-Key.
+	_, err := b.js.Publish(context.Background(), stream.InSubject("keyd", k1), []byte(`{"plain":true}`))
+	require.NoError(t, err)
+	originals := b.lastSeq(t)
+	require.Equal(t, stream.KeyedSubject("keyd", k1), dlqtEvents(t, b, originals).Subject)
+
+	replay := func(key string, want ...uint64) {
+		t.Helper()
+		code, out, errs := b.cli(t, "", "replay", "--dest", "keyd", "--key", key, "--since", "1h", "--dry-run")
+		require.Equal(t, 0, code, errs)
+		require.Equal(t, len(want), strings.Count(out, "would replay event"), "--key %q: %s", key, out)
+		for _, seq := range want {
+			require.Contains(t, out, "(log seq "+dlqtU(seq)+")", "--key %q", key)
+		}
+	}
+	replay(k1, s1, s1b)
+	replay(k2, s1+1)
+	replay(hashed, sh)
+	replay(stream.KeyToken(hashed), sh) // the token names the same key
+	replay("no-such-key")
+
+	code, out, errs := b.cli(t, "", "replay", "--dest", "keyd", "--key", k1, "--since", "1h")
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "replayed 2 events")
+	require.Equal(t, originals+2, b.lastSeq(t))
+	for i, orig := range []uint64{s1, s1b} {
+		cp := dlqtEvents(t, b, originals+uint64(i)+1)
+		require.Equal(t, stream.KeyedSubject("keyd", k1), cp.Subject, "the copy is in the key's bucket")
+		require.Equal(t, k1, cp.Header.Get(stream.HdrKey))
+		require.Equal(t, dlqtEvents(t, b, orig).Data, cp.Data, "in order")
+	}
 }
