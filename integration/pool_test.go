@@ -72,6 +72,15 @@ func TestURLPoolFailsOverAndComesBack(t *testing.T) {
 		ids = append(ids, e.publish("pool", "", fmt.Sprintf(`{"i":%d}`, i)).ID)
 	}
 	eventually(t, time.Minute, func() bool { return len(second.delivered()) == n && e.settled("pool") }, "every event delivered to the second URL")
+	// The outcome is reported after the ack: wait for the last of them.
+	eventually(t, time.Minute, func() bool {
+		for _, id := range ids {
+			if ackedAt(rec, id) < 0 {
+				return false
+			}
+		}
+		return true
+	}, "every delivery's outcome reported")
 	for _, id := range ids {
 		require.Equal(t, 1, ackedAt(rec, id), "event %s delivered by the second URL", id)
 	}
