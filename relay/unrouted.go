@@ -186,7 +186,10 @@ func (c *unroutedCheck) job() leasedJob {
 func (c *unroutedCheck) settle(ctx context.Context, m *jetstream.RawStreamMsg) error {
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
 		err := c.check(ctx, m)
-		if err == nil || ctx.Err() != nil {
+		if err == nil {
+			return nil // settled, also if ctx ended meanwhile: the progress must say so
+		}
+		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		c.log.Warn("cannot check or dead-letter an event for an unknown destination (retrying)", "subject", m.Subject, "seq", m.Sequence, "retry_in", wait, "err", err)
