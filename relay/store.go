@@ -189,10 +189,15 @@ func (s *Store) sealedDest(ctx context.Context) (string, error) {
 	return found, nil
 }
 
-// Add creates d. It fails with ErrExists when the name is taken, and with
-// ErrWouldStoreInClear when the store has no secret key, d has secrets (a
-// signing secret, header values), other destinations' are encrypted, and
-// AllowStoringInClear was not given.
+// Add creates d. It fails with ErrExists when the name is taken, with
+// ErrNoConsumerRoom when d's consumers would not fit under the events
+// stream's consumer limit, and with ErrWouldStoreInClear when the store has
+// no secret key, d has secrets (a signing secret, header values), other
+// destinations' are encrypted, and AllowStoringInClear was not given.
+//
+// The room is counted from the stored destinations: two Adds at the same
+// moment may both take the last room, and then relay logs the consumer it
+// cannot create (and /readyz reports it).
 func (s *Store) Add(ctx context.Context, d Destination) (Destination, error) {
 	d = d.WithDefaults()
 	if err := d.Validate(); err != nil {
@@ -207,10 +212,20 @@ func (s *Store) Add(ctx context.Context, d Destination) (Destination, error) {
 			return Destination{}, fmt.Errorf("%w (%s's are, say)", ErrWouldStoreInClear, other)
 		}
 	}
-	last, err := s.lastSeq(ctx)
+	info, err := s.eventsInfo(ctx)
 	if err != nil {
 		return Destination{}, err
 	}
+	room, exists, err := s.consumerRoom(ctx, info, d.Name)
+	if err != nil {
+		return Destination{}, err
+	}
+	if !exists { // else Create says ErrExists
+		if err := checkRoom(d, room); err != nil {
+			return Destination{}, err
+		}
+	}
+	last := info.State.LastSeq
 	d.StartSeq = last + 1
 	d.Subscriptions = nil
 	d.subscribe(last)
@@ -228,15 +243,24 @@ func (s *Store) Add(ctx context.Context, d Destination) (Destination, error) {
 // lastSeq is the events stream's last sequence: what a destination added
 // or subscribed now does not receive.
 func (s *Store) lastSeq(ctx context.Context) (uint64, error) {
+	info, err := s.eventsInfo(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return info.State.LastSeq, nil
+}
+
+// eventsInfo is the events stream's current state and configuration.
+func (s *Store) eventsInfo(ctx context.Context) (*jetstream.StreamInfo, error) {
 	st, err := s.js.Stream(ctx, stream.EventsStream)
 	if err != nil {
-		return 0, fmt.Errorf("events stream: %w", err)
+		return nil, fmt.Errorf("events stream: %w", err)
 	}
 	info, err := st.Info(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("events stream: %w", err)
+		return nil, fmt.Errorf("events stream: %w", err)
 	}
-	return info.State.LastSeq, nil
+	return info, nil
 }
 
 // Update changes an existing destination with fn, retrying on concurrent
