@@ -46,9 +46,14 @@ type options struct {
 	aRounds      int
 	aLive        bool
 	loopCPUProf  string
+	dests        int
 }
 
-var allScenarios = []string{"a", "b", "c", "d", "e", "f"}
+var allScenarios = []string{"a", "b", "c", "d", "e", "f", "h"}
+
+// defaultScenarios are those run without -scenarios: (h) takes minutes at
+// 10,000 destinations and is run on purpose.
+var defaultScenarios = allScenarios[:6]
 
 // children are the hidden subcommands the bench starts itself as.
 var children = map[string]func(args []string) error{
@@ -90,7 +95,8 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.backlog, "backlog", 1_000_000, "events of scenario (d), published before relay starts")
 	fs.IntVar(&o.failN, "fail-n", 0, "events of scenario (c) (0: min(-n, 20000))")
 	fs.IntVar(&o.redisN, "redis-n", 0, "events of scenario (f) (0: min(-n, 10000))")
-	sc := fs.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios to run: a throughput, b latency, c 10% 503, d backlog, e 100 destinations, f redis list")
+	sc := fs.String("scenarios", strings.Join(defaultScenarios, ","), "comma-separated scenarios to run: a throughput, b latency, c 10% 503, d backlog, e 100 destinations, f redis list, h -dests destinations (relay with its own embedded NATS)")
+	fs.IntVar(&o.dests, "dests", 1000, "destinations of scenario (h)")
 	fs.Float64Var(&o.rate, "rate", 0, "publish rate of scenario (b) per second (0: half of (a)'s relay rate)")
 	fs.DurationVar(&o.duration, "duration", 20*time.Second, "how long scenario (b) publishes")
 	fs.DurationVar(&o.loopDuration, "loop-duration", 0, "how long the minimal loop's reference run of scenario (b) publishes (default: as long as -duration; 0: skip it)")
@@ -136,6 +142,9 @@ func parseFlags(args []string) (options, error) {
 			return o, fmt.Errorf("%s %d: give a count from 1 to 100000000", name, v)
 		}
 	}
+	if o.dests < 1 || o.dests > 100_000 {
+		return o, errNoDests
+	}
 	if o.loopCPUProf != "" && o.loopInBench {
 		return o, errors.New("-loop-cpuprofile profiles the minimal loop's own process; with -loop-in-bench use -cpuprofile (label part=minimal-loop)")
 	}
@@ -172,7 +181,7 @@ func parseFlags(args []string) (options, error) {
 	if len(o.scenarios) == 0 {
 		return o, errors.New("-scenarios: none given")
 	}
-	// Always in the order a..f: (b) and the targets use (a)'s figures.
+	// Always in the order a..h: (b) and the targets use (a)'s figures.
 	slices.SortFunc(o.scenarios, func(a, b string) int { return strings.Compare(a, b) })
 	return o, nil
 }
@@ -207,7 +216,7 @@ func run(o options) error {
 	defer b.close()
 	rep.NATSVersion = natsVersion()
 	steps := map[string]func(context.Context) ([]*result, error){
-		"a": b.scenarioA, "b": b.scenarioB, "c": b.scenarioC, "d": b.scenarioD, "e": b.scenarioE, "f": b.scenarioF,
+		"a": b.scenarioA, "b": b.scenarioB, "c": b.scenarioC, "d": b.scenarioD, "e": b.scenarioE, "f": b.scenarioF, "h": b.scenarioH,
 	}
 	rep.LoadStart = loadAvg()
 	started := time.Now()

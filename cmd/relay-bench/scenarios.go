@@ -43,13 +43,19 @@ type result struct {
 	OtherCPU    float64 `json:"other_cpu_seconds"`       // SystemCPU minus relay, sink, bench and redis
 	// NATSMsgs is the messages into and out of the embedded NATS server in
 	// the interval, all connections: what the consumer asks of the server.
-	NATSMsgs    int64    `json:"nats_messages"`
-	VsLoop      float64  `json:"ratio_to_minimal_loop_a,omitempty"`
-	Rate        float64  `json:"target_rate_per_second,omitempty"`
-	PublishSecs float64  `json:"publish_seconds,omitempty"`
-	PublishRate float64  `json:"publish_rate_per_second,omitempty"`
-	FirstMs     float64  `json:"first_delivery_ms,omitempty"` // from the start of the measured interval
-	Notes       []string `json:"notes,omitempty"`
+	NATSMsgs    int64   `json:"nats_messages"`
+	VsLoop      float64 `json:"ratio_to_minimal_loop_a,omitempty"`
+	Rate        float64 `json:"target_rate_per_second,omitempty"`
+	PublishSecs float64 `json:"publish_seconds,omitempty"`
+	PublishRate float64 `json:"publish_rate_per_second,omitempty"`
+	FirstMs     float64 `json:"first_delivery_ms,omitempty"` // from the start of the measured interval
+	// (h) only: destinations, seconds from start to /readyz 200, RSS then,
+	// and seconds from SIGTERM to exit.
+	Dests      int      `json:"destinations,omitempty"`
+	ReadySecs  float64  `json:"ready_seconds,omitempty"`
+	ReadyRSSMB float64  `json:"ready_rss_mb,omitempty"`
+	StopSecs   float64  `json:"stop_seconds,omitempty"`
+	Notes      []string `json:"notes,omitempty"`
 }
 
 // cpuMark is the CPU counters at the start of a measured interval.
