@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -53,25 +54,82 @@ func streamConsumerLimit(cfg jetstream.StreamConfig) int {
 	return stream.ServerDefaultMaxConsumers
 }
 
+// roomCount is the consumers the stored destinations needed when the
+// destinations bucket was at revision rev: a Store that adds many
+// destinations in a row counts them once, not once per Add.
+type roomCount struct {
+	mu          sync.Mutex
+	rev         uint64
+	dests, used int
+}
+
 // consumerRoom counts the consumers the stored destinations need against
-// the events stream's limit (one read of the destinations bucket). exists
-// reports whether a destination named name is stored.
-func (s *Store) consumerRoom(ctx context.Context, info *jetstream.StreamInfo, name string) (room ConsumerRoom, exists bool, err error) {
-	room = ConsumerRoom{Limit: streamConsumerLimit(info.Config), Reserved: stream.ReservedConsumers}
+// the events stream's limit: one read of the destinations bucket, unless
+// it has not changed since this Store last counted.
+func (s *Store) consumerRoom(ctx context.Context, info *jetstream.StreamInfo) (ConsumerRoom, error) {
+	room := ConsumerRoom{Limit: streamConsumerLimit(info.Config), Reserved: stream.ReservedConsumers}
+	rev, err := s.destsRev(ctx)
+	if err != nil {
+		return room, err
+	}
+	s.rooms.mu.Lock()
+	if rev != 0 && s.rooms.rev == rev {
+		room.Dests, room.Used = s.rooms.dests, s.rooms.used
+		s.rooms.mu.Unlock()
+		return room, nil
+	}
+	s.rooms.mu.Unlock()
+	if err := s.countRoom(ctx, &room); err != nil {
+		return room, err
+	}
+	// Cached only if nothing changed while it counted.
+	if after, err := s.destsRev(ctx); err == nil && after == rev {
+		s.rooms.mu.Lock()
+		s.rooms.rev, s.rooms.dests, s.rooms.used = rev, room.Dests, room.Used
+		s.rooms.mu.Unlock()
+	}
+	return room, nil
+}
+
+// added records in the count that this Store stored a destination needing
+// need consumers at revision rev.
+func (s *Store) added(rev uint64, need int) {
+	s.rooms.mu.Lock()
+	defer s.rooms.mu.Unlock()
+	if s.rooms.rev != 0 && s.rooms.rev == rev-1 {
+		s.rooms.rev, s.rooms.dests, s.rooms.used = rev, s.rooms.dests+1, s.rooms.used+need
+	}
+}
+
+// destsRev is the destinations bucket's last revision.
+func (s *Store) destsRev(ctx context.Context) (uint64, error) {
+	st, err := s.kv.Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("destination bucket: %w", err)
+	}
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok {
+		return 0, nil // never cached
+	}
+	return bs.StreamInfo().State.LastSeq, nil
+}
+
+// countRoom reads every stored destination's layout into room.
+func (s *Store) countRoom(ctx context.Context, room *ConsumerRoom) error {
 	w, err := s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
-		return room, false, fmt.Errorf("read destinations: %w", err)
+		return fmt.Errorf("read destinations: %w", err)
 	}
 	defer func() { _ = w.Stop() }()
 	for {
 		var e jetstream.KeyValueEntry
 		select {
 		case <-ctx.Done():
-			return room, false, fmt.Errorf("read destinations: %w", ctx.Err())
+			return fmt.Errorf("read destinations: %w", ctx.Err())
 		case e = <-w.Updates():
 		}
 		if e == nil {
-			return room, exists, nil
+			return nil
 		}
 		// Only the layout counts; a record that does not parse
 		// counts as one consumer.
@@ -82,7 +140,6 @@ func (s *Store) consumerRoom(ctx context.Context, info *jetstream.StreamInfo, na
 		_ = json.Unmarshal(e.Value(), &d)
 		room.Dests++
 		room.Used += Destination{Ordered: d.Ordered, Partitions: d.Partitions}.consumerCount()
-		exists = exists || e.Key() == name
 	}
 }
 

@@ -120,3 +120,24 @@ func TestRunReportsADestinationOverTheConsumerLimit(t *testing.T) {
 	_, err = js.Consumer(ctx, stream.EventsStream, ConsumerName("late"))
 	require.NoError(t, err)
 }
+
+// A Store counts the destinations once for many Adds, and counts again
+// once another has changed them.
+func TestAddCountsWhatOtherStoresAdded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	js := capacityTestLimit(t, 3)
+	one, err := NewStore(ctx, js)
+	require.NoError(t, err)
+	other, err := NewStore(ctx, js)
+	require.NoError(t, err)
+	for _, name := range []string{"a", "b"} {
+		_, err = one.Add(ctx, Destination{Name: name, URL: "https://example.test/" + name})
+		require.NoError(t, err)
+	}
+	_, err = other.Add(ctx, Destination{Name: "c", URL: "https://example.test/c"})
+	require.NoError(t, err)
+	_, err = one.Add(ctx, Destination{Name: "d", URL: "https://example.test/d"})
+	require.ErrorIs(t, err, ErrNoConsumerRoom, "one sees c")
+	require.ErrorContains(t, err, "3 destinations take 3")
+}

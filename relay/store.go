@@ -39,6 +39,8 @@ type Store struct {
 	allowClear bool
 	// now is the clock (WithClock).
 	now func() time.Time
+	// rooms is the last count of the consumers destinations need.
+	rooms roomCount
 }
 
 // WithClock sets the store's clock: when destinations are created and
@@ -216,14 +218,15 @@ func (s *Store) Add(ctx context.Context, d Destination) (Destination, error) {
 	if err != nil {
 		return Destination{}, err
 	}
-	room, exists, err := s.consumerRoom(ctx, info, d.Name)
+	room, err := s.consumerRoom(ctx, info)
 	if err != nil {
 		return Destination{}, err
 	}
-	if !exists { // else Create says ErrExists
-		if err := checkRoom(d, room); err != nil {
-			return Destination{}, err
+	if err := checkRoom(d, room); err != nil {
+		if _, gerr := s.kv.Get(ctx, d.Name); gerr == nil {
+			return Destination{}, fmt.Errorf("%w: %s (use 'relay dest update')", ErrExists, d.Name)
 		}
+		return Destination{}, err
 	}
 	last := info.State.LastSeq
 	d.StartSeq = last + 1
@@ -231,12 +234,14 @@ func (s *Store) Add(ctx context.Context, d Destination) (Destination, error) {
 	d.subscribe(last)
 	d.Created = s.now().UTC()
 	d.Updated = d.Created
-	if _, err := s.kv.Create(ctx, d.Name, s.encode(d)); err != nil {
+	rev, err := s.kv.Create(ctx, d.Name, s.encode(d))
+	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return Destination{}, fmt.Errorf("%w: %s (use 'relay dest update')", ErrExists, d.Name)
 		}
 		return Destination{}, fmt.Errorf("store destination %s: %w", d.Name, err)
 	}
+	s.added(rev, d.consumerCount())
 	return d, nil
 }
 
