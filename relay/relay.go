@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -162,6 +163,15 @@ type Relay struct {
 
 	mu      sync.Mutex
 	workers map[string]*worker
+	// unserved are the destinations whose consumers the server refused
+	// for the stream's consumer limit, with its answer (under mu).
+	unserved map[string]error
+	// running is set once Run has started a worker for every destination
+	// it could.
+	running atomic.Bool
+	// limitWarn keeps the consumer-limit error to one line per
+	// destination a minute (reconcile retries every reconcileEvery).
+	limitWarn quiet
 
 	breakers breakers
 	pools    *urlPools
@@ -200,21 +210,23 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 		maxMsg = m
 	}
 	return &Relay{
-		maxMsg:   maxMsg,
-		cfg:      cfg,
-		log:      cfg.Logger,
-		store:    st,
-		attempts: kv,
-		ordered:  okv,
-		events:   evs,
-		dlq:      dlq.Writer{JS: cfg.JS},
-		sender:   &Sender{Client: cfg.HTTPClient, Now: cfg.Now},
-		dests:    watch{dests: map[string]Destination{}},
-		workers:  map[string]*worker{},
-		breakers: breakers{probing: map[string]bool{}, failures: map[string]int{}},
-		pools:    newURLPools(cfg.URLCooldown),
-		limits:   limits{byDest: map[string]*limit{}, replicas: 1},
-		parkWarn: quiet{interval: 10 * time.Second},
+		maxMsg:    maxMsg,
+		cfg:       cfg,
+		log:       cfg.Logger,
+		store:     st,
+		attempts:  kv,
+		ordered:   okv,
+		events:    evs,
+		dlq:       dlq.Writer{JS: cfg.JS},
+		sender:    &Sender{Client: cfg.HTTPClient, Now: cfg.Now},
+		dests:     watch{dests: map[string]Destination{}},
+		workers:   map[string]*worker{},
+		unserved:  map[string]error{},
+		limitWarn: quiet{interval: time.Minute},
+		breakers:  breakers{probing: map[string]bool{}, failures: map[string]int{}},
+		pools:     newURLPools(cfg.URLCooldown),
+		limits:    limits{byDest: map[string]*limit{}, replicas: 1},
+		parkWarn:  quiet{interval: 10 * time.Second},
 	}, nil
 }
 
@@ -270,6 +282,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		r.runRegistry(ctx, id)
 	}()
 
+	r.running.Store(true)
 	r.log.Info("relay running", "destinations", len(r.dests.dests))
 	r.signals.running.Signal(struct{}{})
 	// Reconcile now and then too: a consumer that could not be created, or
@@ -418,10 +431,50 @@ func (r *Relay) reconcile(ctx context.Context) {
 			continue
 		}
 		wk, err := r.startWorker(ctx, d)
+		if ConsumerLimitError(err) {
+			r.unserved[name] = err
+			if ok, _ := r.limitWarn.allow(name, time.Now()); ok {
+				r.log.Error("cannot consume for destination: the events stream has reached its consumer limit; its events wait in the log. Raise 'relay run --max-consumers' or remove destinations no longer used",
+					"dest", name, "consumers_needed", d.consumerCount(), "err", err)
+			}
+			continue
+		}
 		if err != nil {
 			r.log.Error("cannot consume for destination; will retry on the next change", "dest", name, "err", err)
 			continue
 		}
+		delete(r.unserved, name)
 		r.workers[name] = wk
 	}
+	for name := range r.unserved {
+		if _, ok := want[name]; !ok {
+			delete(r.unserved, name)
+		}
+	}
+}
+
+// Serving reports, for readiness, whether r consumes for every destination:
+// an error while Run is still starting its workers, or while a destination
+// cannot be consumed because the events stream's consumer limit is reached.
+func (r *Relay) Serving() error {
+	if !r.running.Load() {
+		return errors.New("starting: creating the destinations' consumers")
+	}
+	r.mu.Lock()
+	names := make([]string, 0, len(r.unserved))
+	for name := range r.unserved {
+		names = append(names, name)
+	}
+	r.mu.Unlock()
+	n := len(names)
+	if n == 0 {
+		return nil
+	}
+	slices.Sort(names)
+	more := ""
+	if len(names) > 5 {
+		names, more = names[:5], fmt.Sprintf(" and %d more", len(names)-5)
+	}
+	return fmt.Errorf("%w: %d destinations are not consumed, the events stream has reached its consumer limit (relay run --max-consumers): %s%s",
+		ErrNoConsumerRoom, n, strings.Join(names, ", "), more)
 }

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -41,6 +42,10 @@ type DestStats struct {
 	// gone (a 410 disabled it).
 	State       string    `json:"state"`
 	PausedUntil time.Time `json:"paused_until,omitzero"`
+	// Unconsumed, when set, says why relay does not consume its events:
+	// some of its consumers are missing and the events stream holds all
+	// the consumers its limit allows ('relay run --max-consumers').
+	Unconsumed string `json:"unconsumed,omitempty"`
 	// OldestUndelivered is when the oldest event not yet acknowledged was
 	// published (zero when none; parked events are not counted here).
 	OldestUndelivered time.Time `json:"oldest_undelivered,omitzero"`
@@ -73,6 +78,13 @@ func stats(ctx context.Context, js jetstream.JetStream, sched *schedule.Store, n
 	if err != nil {
 		return nil, err
 	}
+	evs, err := js.Stream(ctx, stream.EventsStream)
+	if err != nil {
+		return nil, err
+	}
+	evInfo := evs.CachedInfo()
+	limit := streamConsumerLimit(evInfo.Config)
+	full := evInfo.State.Consumers >= limit
 	out := make([]DestStats, 0, len(dests))
 	for _, d := range dests {
 		d = d.WithDefaults()
@@ -94,7 +106,11 @@ func stats(ctx context.Context, js jetstream.JetStream, sched *schedule.Store, n
 			c, err := js.Consumer(ctx, stream.EventsStream, name)
 			switch {
 			case errors.Is(err, jetstream.ErrConsumerNotFound):
-				// No relay has run since it was added.
+				// No relay has run since it was added, or the
+				// stream has no room for it.
+				if full && s.Unconsumed == "" {
+					s.Unconsumed = fmt.Sprintf("consumer %s is missing and the events stream holds %d consumers, its limit: raise 'relay run --max-consumers' or remove destinations no longer used", name, evInfo.State.Consumers)
+				}
 				continue
 			case err != nil:
 				return nil, err

@@ -39,6 +39,8 @@ type Store struct {
 	allowClear bool
 	// now is the clock (WithClock).
 	now func() time.Time
+	// rooms is the last count of the consumers destinations need.
+	rooms roomCount
 }
 
 // WithClock sets the store's clock: when destinations are created and
@@ -189,10 +191,15 @@ func (s *Store) sealedDest(ctx context.Context) (string, error) {
 	return found, nil
 }
 
-// Add creates d. It fails with ErrExists when the name is taken, and with
-// ErrWouldStoreInClear when the store has no secret key, d has secrets (a
-// signing secret, header values), other destinations' are encrypted, and
-// AllowStoringInClear was not given.
+// Add creates d. It fails with ErrExists when the name is taken, with
+// ErrNoConsumerRoom when d's consumers would not fit under the events
+// stream's consumer limit, and with ErrWouldStoreInClear when the store has
+// no secret key, d has secrets (a signing secret, header values), other
+// destinations' are encrypted, and AllowStoringInClear was not given.
+//
+// The room is counted from the stored destinations: two Adds at the same
+// moment may both take the last room, and then relay logs the consumer it
+// cannot create (and /readyz reports it).
 func (s *Store) Add(ctx context.Context, d Destination) (Destination, error) {
 	d = d.WithDefaults()
 	if err := d.Validate(); err != nil {
@@ -207,10 +214,21 @@ func (s *Store) Add(ctx context.Context, d Destination) (Destination, error) {
 			return Destination{}, fmt.Errorf("%w (%s's are, say)", ErrWouldStoreInClear, other)
 		}
 	}
-	last, err := s.lastSeq(ctx)
+	info, err := s.eventsInfo(ctx)
 	if err != nil {
 		return Destination{}, err
 	}
+	room, err := s.consumerRoom(ctx, info)
+	if err != nil {
+		return Destination{}, err
+	}
+	if err := checkRoom(d, room); err != nil {
+		if _, gerr := s.kv.Get(ctx, d.Name); gerr == nil {
+			return Destination{}, fmt.Errorf("%w: %s (use 'relay dest update')", ErrExists, d.Name)
+		}
+		return Destination{}, err
+	}
+	last := info.State.LastSeq
 	d.StartSeq = last + 1
 	d.Subscriptions = nil
 	if len(d.Types) > 0 {
@@ -225,12 +243,14 @@ func (s *Store) Add(ctx context.Context, d Destination) (Destination, error) {
 	}
 	d.Created = s.now().UTC()
 	d.Updated = d.Created
-	if _, err := s.kv.Create(ctx, d.Name, s.encode(d)); err != nil {
+	rev, err := s.kv.Create(ctx, d.Name, s.encode(d))
+	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return Destination{}, fmt.Errorf("%w: %s (use 'relay dest update')", ErrExists, d.Name)
 		}
 		return Destination{}, fmt.Errorf("store destination %s: %w", d.Name, err)
 	}
+	s.added(rev, d.consumerCount())
 	return d, nil
 }
 
@@ -247,15 +267,24 @@ func (s *Store) markSubscription(ctx context.Context, dest string) (uint64, erro
 // lastSeq is the events stream's last sequence: what a destination added
 // or subscribed now does not receive.
 func (s *Store) lastSeq(ctx context.Context) (uint64, error) {
+	info, err := s.eventsInfo(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return info.State.LastSeq, nil
+}
+
+// eventsInfo is the events stream's current state and configuration.
+func (s *Store) eventsInfo(ctx context.Context) (*jetstream.StreamInfo, error) {
 	st, err := s.js.Stream(ctx, stream.EventsStream)
 	if err != nil {
-		return 0, fmt.Errorf("events stream: %w", err)
+		return nil, fmt.Errorf("events stream: %w", err)
 	}
 	info, err := st.Info(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("events stream: %w", err)
+		return nil, fmt.Errorf("events stream: %w", err)
 	}
-	return info.State.LastSeq, nil
+	return info, nil
 }
 
 // Update changes an existing destination with fn, retrying on concurrent

@@ -31,7 +31,35 @@ type Config struct {
 	DuplicateWindow time.Duration
 	// MaxMsgSize caps one event (body and headers). Optional, default 1 MiB.
 	MaxMsgSize int32
+	// MaxConsumers caps the consumers of the events stream: relay makes one
+	// per destination, 1 + Partitions per ordered one, and keeps
+	// ReservedConsumers for its own short-lived readers. Set on the stream,
+	// it replaces the server's default limit (1,000 per stream). Each
+	// consumer costs the NATS server memory (about 53 KB) and time at start
+	// and stop (see BENCHMARKS.md). Optional, default DefaultMaxConsumers.
+	MaxConsumers int
 }
+
+// DefaultMaxConsumers is the events stream's consumer limit unless
+// Config.MaxConsumers sets one: twice the server's own default, at about
+// 110 MB of server memory and a graceful stop of the server that stays
+// within a 30-second termination grace period.
+const DefaultMaxConsumers = 2000
+
+// ServerDefaultMaxConsumers is the limit nats-server applies to a stream
+// that sets none (and whose account sets none), unless the server's
+// configuration changes it.
+const ServerDefaultMaxConsumers = 1000
+
+// ReservedConsumers is the room kept on the events stream, beyond the
+// destinations' consumers, for relay's own short-lived readers: each
+// replica's router and unknown-destination check, the router's lag count,
+// and the reads of 'relay replay', 'relay dest heads' and the like.
+const ReservedConsumers = 16
+
+// maxMaxConsumers bounds Config.MaxConsumers: far beyond what one server
+// holds (about 53 KB each).
+const maxMaxConsumers = 1_000_000
 
 // WithDefaults returns cfg with zero fields set to their defaults.
 func (cfg Config) WithDefaults() Config {
@@ -53,6 +81,9 @@ func (cfg Config) WithDefaults() Config {
 	if cfg.MaxMsgSize == 0 {
 		cfg.MaxMsgSize = 1 << 20
 	}
+	if cfg.MaxConsumers == 0 {
+		cfg.MaxConsumers = DefaultMaxConsumers
+	}
 	return cfg
 }
 
@@ -67,6 +98,8 @@ func (cfg Config) Validate() error {
 		return fmt.Errorf("dead-letter retention %s is too short (minimum 1m)", cfg.DLQRetention)
 	case cfg.DuplicateWindow < time.Second || cfg.DuplicateWindow > cfg.EventRetention:
 		return fmt.Errorf("duplicate window %s must be between 1s and the event retention", cfg.DuplicateWindow)
+	case cfg.MaxConsumers <= ReservedConsumers || cfg.MaxConsumers > maxMaxConsumers:
+		return fmt.Errorf("max consumers %d must be between %d (relay keeps %d for its own readers) and %d", cfg.MaxConsumers, ReservedConsumers+1, ReservedConsumers, maxMaxConsumers)
 	}
 	return nil
 }
@@ -91,6 +124,8 @@ func (cfg Config) EventsConfig() jetstream.StreamConfig {
 		Duplicates:  cfg.DuplicateWindow,
 		MaxMsgSize:  cfg.MaxMsgSize,
 		AllowDirect: true,
+
+		MaxConsumers: cfg.MaxConsumers,
 	}
 }
 
@@ -193,7 +228,14 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	upd.Duplicates = want.Duplicates
 	upd.MaxMsgSize = want.MaxMsgSize
 	upd.AllowDirect = want.AllowDirect
+	if want.MaxConsumers > 0 {
+		upd.MaxConsumers = want.MaxConsumers
+	}
 	if _, err := js.UpdateStream(ctx, upd); err != nil {
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeMaximumConsumersLimit {
+			return fmt.Errorf("update stream %s to relay's settings: its consumer limit %d is above what the NATS account allows: lower --max-consumers or raise the account's consumer limit: %w", want.Name, want.MaxConsumers, err)
+		}
 		return fmt.Errorf("update stream %s to relay's settings: %w", want.Name, err)
 	}
 	return nil
@@ -227,5 +269,6 @@ func sameManaged(have, want jetstream.StreamConfig) bool {
 		have.MaxAge == want.MaxAge && have.MaxBytes == want.MaxBytes && have.MaxMsgs == want.MaxMsgs &&
 		have.Discard == want.Discard && have.Replicas == want.Replicas &&
 		have.Duplicates == want.Duplicates && have.MaxMsgSize == want.MaxMsgSize &&
-		have.AllowDirect == want.AllowDirect
+		have.AllowDirect == want.AllowDirect &&
+		(want.MaxConsumers <= 0 || have.MaxConsumers == want.MaxConsumers)
 }

@@ -282,3 +282,36 @@ func TestStartEmbeddedGivesUpWithItsContext(t *testing.T) {
 		t.Fatal("the server given up on did not shut down")
 	}
 }
+
+// The events stream sets its consumer limit: the server's default of 1,000
+// per stream no longer applies, a new limit reaches an existing stream, and
+// the server enforces it.
+func TestEnsureSetsTheEventsStreamsConsumerLimit(t *testing.T) {
+	t.Parallel()
+	js := startJS(t)
+	ctx := context.Background()
+	require.NoError(t, Ensure(ctx, js, Config{}))
+	s, err := js.Stream(ctx, EventsStream)
+	require.NoError(t, err)
+	require.Equal(t, DefaultMaxConsumers, s.CachedInfo().Config.MaxConsumers)
+
+	require.NoError(t, Ensure(ctx, js, Config{MaxConsumers: ReservedConsumers + 3}))
+	s, err = js.Stream(ctx, EventsStream)
+	require.NoError(t, err)
+	require.Equal(t, ReservedConsumers+3, s.CachedInfo().Config.MaxConsumers, "a new limit is applied in place")
+	for i := range ReservedConsumers + 3 {
+		_, err := js.CreateConsumer(ctx, EventsStream, jetstream.ConsumerConfig{Durable: fmt.Sprintf("c%d", i), FilterSubject: InSubject(fmt.Sprintf("d%d", i), "")})
+		require.NoError(t, err)
+	}
+	_, err = js.CreateConsumer(ctx, EventsStream, jetstream.ConsumerConfig{Durable: "one-too-many", FilterSubject: InSubject("x", "")})
+	var apiErr *jetstream.APIError
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, jetstream.JSErrCodeMaximumConsumersLimit, apiErr.ErrorCode)
+}
+
+func TestConfigValidateMaxConsumers(t *testing.T) {
+	t.Parallel()
+	err := Config{MaxConsumers: ReservedConsumers}.WithDefaults().Validate()
+	require.ErrorContains(t, err, "max consumers 16 must be between 17")
+	require.NoError(t, Config{MaxConsumers: ReservedConsumers + 1}.WithDefaults().Validate())
+}

@@ -54,9 +54,14 @@ type options struct {
 	relayProfFor time.Duration
 	keysN        int
 	keysDrain    int
+	dests        int
 }
 
-var allScenarios = []string{"a", "b", "c", "d", "e", "f", "g", "k"}
+var allScenarios = []string{"a", "b", "c", "d", "e", "f", "g", "h", "k"}
+
+// defaultScenarios are those run without -scenarios: (h) takes minutes at
+// 10,000 destinations and is run on purpose.
+var defaultScenarios = []string{"a", "b", "c", "d", "e", "f", "g", "k"}
 
 // children are the hidden subcommands the bench starts itself as.
 var children = map[string]func(args []string) error{
@@ -98,9 +103,10 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.backlog, "backlog", 1_000_000, "events of scenario (d), published before relay starts")
 	fs.IntVar(&o.failN, "fail-n", 0, "events of scenario (c) (0: min(-n, 20000))")
 	fs.IntVar(&o.redisN, "redis-n", 0, "events of scenario (f) (0: min(-n, 10000))")
-	sc := fs.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios to run: a throughput, b latency, c 10% 503, d backlog, e 100 destinations, f redis list, g fan-out, k order keys")
+	sc := fs.String("scenarios", strings.Join(defaultScenarios, ","), "comma-separated scenarios to run: a throughput, b latency, c 10% 503, d backlog, e 100 destinations, f redis list, g fan-out, h -dests destinations (relay with its own embedded NATS), k order keys")
 	fs.IntVar(&o.keysN, "keys-n", 1_000_000, "events of scenario (k), published once with one order key and once with a key each")
 	fs.IntVar(&o.keysDrain, "keys-drain", 20_000, "events of scenario (k) relay delivers while its RSS is measured")
+	fs.IntVar(&o.dests, "dests", 1000, "destinations of scenario (h)")
 	fs.Float64Var(&o.rate, "rate", 0, "publish rate of scenario (b) per second (0: half of (a)'s relay rate)")
 	fs.DurationVar(&o.duration, "duration", 20*time.Second, "how long scenario (b) publishes")
 	fs.DurationVar(&o.loopDuration, "loop-duration", 0, "how long the minimal loop's reference run of scenario (b) publishes (default: as long as -duration; 0: skip it)")
@@ -178,6 +184,9 @@ func parseFlags(args []string) (options, error) {
 	if o.relayProfFor < time.Second || o.relayProfFor > 10*time.Minute {
 		return o, fmt.Errorf("-relay-cpuprofile-for %s: give 1s to 10m", o.relayProfFor)
 	}
+	if o.dests < 1 || o.dests > 100_000 {
+		return o, errNoDests
+	}
 	if o.loopCPUProf != "" && o.loopInBench {
 		return o, errors.New("-loop-cpuprofile profiles the minimal loop's own process; with -loop-in-bench use -cpuprofile (label part=minimal-loop)")
 	}
@@ -214,7 +223,7 @@ func parseFlags(args []string) (options, error) {
 	if len(o.scenarios) == 0 {
 		return o, errors.New("-scenarios: none given")
 	}
-	// Always in the order a..g, k: (b) and the targets use (a)'s figures.
+	// Always in the order a..h, k: (b) and the targets use (a)'s figures.
 	slices.SortFunc(o.scenarios, func(a, b string) int { return strings.Compare(a, b) })
 	return o, nil
 }
@@ -254,7 +263,7 @@ func run(o options) error {
 	defer b.close()
 	rep.NATSVersion = natsVersion()
 	steps := map[string]func(context.Context) ([]*result, error){
-		"a": b.scenarioA, "b": b.scenarioB, "c": b.scenarioC, "d": b.scenarioD, "e": b.scenarioE, "f": b.scenarioF, "g": b.scenarioG, "k": b.scenarioK,
+		"a": b.scenarioA, "b": b.scenarioB, "c": b.scenarioC, "d": b.scenarioD, "e": b.scenarioE, "f": b.scenarioF, "g": b.scenarioG, "h": b.scenarioH, "k": b.scenarioK,
 	}
 	rep.LoadStart = loadAvg()
 	started := time.Now()

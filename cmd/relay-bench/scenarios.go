@@ -56,8 +56,14 @@ type result struct {
 	FirstMs     float64 `json:"first_delivery_ms,omitempty"` // from the start of the measured interval
 	// NATSBaseMB and NATSRSSMB are the bench process's RSS after a GC (the
 	// embedded NATS server) before and after publishing, in (k).
-	NATSBaseMB float64  `json:"nats_rss_before_mb,omitempty"`
-	NATSRSSMB  float64  `json:"nats_rss_after_mb,omitempty"`
+	NATSBaseMB float64 `json:"nats_rss_before_mb,omitempty"`
+	NATSRSSMB  float64 `json:"nats_rss_after_mb,omitempty"`
+	// (h) only: destinations, seconds from start to /readyz 200, RSS then,
+	// and seconds from SIGTERM to exit.
+	Dests      int      `json:"destinations,omitempty"`
+	ReadySecs  float64  `json:"ready_seconds,omitempty"`
+	ReadyRSSMB float64  `json:"ready_rss_mb,omitempty"`
+	StopSecs   float64  `json:"stop_seconds,omitempty"`
 	Notes      []string `json:"notes,omitempty"`
 }
 

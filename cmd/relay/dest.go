@@ -429,6 +429,11 @@ func (o *destAddOpts) Run(ctx context.Context, e *env) error {
 	if errors.Is(err, relay.ErrWouldStoreInClear) {
 		return usagef("%v: give the key (--secret-key, RELAY_SECRET_KEY or --secret-key-file), or add --allow-unencrypted to store them unencrypted", err)
 	}
+	if errors.Is(err, relay.ErrNoConsumerRoom) {
+		// Like a URL the address policy blocks: relay could never
+		// deliver its events, so nothing is stored.
+		return usageError{err.Error()}
+	}
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -45,6 +46,7 @@ hands the rest back to JetStream, and exits 0.`,
 			&cli.Int64Flag{Name: "event-max-bytes", EnvVars: []string{"RELAY_EVENT_MAX_BYTES"}, Value: -1, Usage: "cap of the event log in bytes (-1: none); when full, publishes are refused, undelivered events are never dropped"},
 			&cli.IntFlag{Name: "max-event-size", EnvVars: []string{"RELAY_MAX_EVENT_SIZE"}, Value: 1 << 20, Usage: "largest event accepted, body and headers, in bytes (at most the server's max_payload)"},
 			&cli.DurationFlag{Name: "dlq-retention", EnvVars: []string{"RELAY_DLQ_RETENTION"}, Value: 14 * 24 * time.Hour, Usage: "how long dead letters are kept"},
+			&cli.IntFlag{Name: "max-consumers", EnvVars: []string{"RELAY_MAX_CONSUMERS"}, Value: stream.DefaultMaxConsumers, Usage: fmt.Sprintf("most consumers of the events stream: one per destination, 1 + --partitions per ordered one, and %d kept for relay's own readers; 'relay dest add' refuses a destination that does not fit (each costs the NATS server about 53 KB and time at start and stop)", stream.ReservedConsumers)},
 			&cli.DurationFlag{Name: "duplicate-window", EnvVars: []string{"RELAY_DUPLICATE_WINDOW"}, Value: 2 * time.Minute, Usage: "how long a re-published event id is dropped as a duplicate"},
 			&cli.StringFlag{Name: "redis-url", EnvVars: []string{"RELAY_REDIS_URL"}, Usage: "Redis for long waits: redis://[user:password@]host:port[/db] or rediss:// (TLS); without it every wait stays in JetStream"},
 			&cli.StringFlag{Name: "redis-mode", EnvVars: []string{"RELAY_REDIS_MODE"}, Value: "single", Usage: "single, cluster or sentinel (then --redis-url is read as go-redis's cluster or failover URL)"},
@@ -76,6 +78,7 @@ type runOpts struct {
 	eventRetention                             time.Duration
 	eventMaxBytes                              int64
 	maxEventSize                               int
+	maxConsumers                               int
 	dlqRetention, duplicateWindow              time.Duration
 	redis                                      redisOpts
 	redisReplicas                              int
@@ -101,7 +104,7 @@ func readRun(c *cli.Context) *runOpts {
 		natsURL: c.String("nats-url"), dataDir: c.String("data-dir"), listen: c.String("listen"), serverName: c.String("server-name"),
 		syncAlways: c.Bool("sync-always"), clusterName: c.String("cluster-name"), clusterListen: c.String("cluster-listen"),
 		routes: c.StringSlice("routes"), replicas: c.Int("replicas"), eventRetention: c.Duration("event-retention"),
-		eventMaxBytes: c.Int64("event-max-bytes"), maxEventSize: c.Int("max-event-size"), dlqRetention: c.Duration("dlq-retention"),
+		eventMaxBytes: c.Int64("event-max-bytes"), maxEventSize: c.Int("max-event-size"), maxConsumers: c.Int("max-consumers"), dlqRetention: c.Duration("dlq-retention"),
 		duplicateWindow: c.Duration("duplicate-window"), redis: readRedis(c), redisReplicas: c.Int("redis-replicas"),
 		redisReplicaWait: c.Duration("redis-replica-wait"), parkThreshold: c.Duration("park-threshold"), parkLease: c.Duration("park-lease"),
 		allowNet: c.StringSlice("allow-net"), connectTimeout: c.Duration("connect-timeout"), tlsHandshakeTimeout: c.Duration("tls-handshake-timeout"),
@@ -115,6 +118,9 @@ func readRun(c *cli.Context) *runOpts {
 func (o *runOpts) Validate() (err error) {
 	if dw := o.duplicateWindow; dw < minDuplicateWindow {
 		return usagef("--duplicate-window %s must be at least %s: a replica that takes the unknown-destination check over from a crashed one (after 10s of silence) writes again the dead letters of the last second the crashed one had not recorded, and only the duplicate window drops them", dw, minDuplicateWindow)
+	}
+	if n := o.maxConsumers; n <= stream.ReservedConsumers || n > 1_000_000 {
+		return usagef("--max-consumers %d: give %d to 1000000 (relay keeps %d for its own readers)", n, stream.ReservedConsumers+1, stream.ReservedConsumers)
 	}
 	if o.natsURL == "" {
 		if o.host, o.port, err = splitListen(o.listen); err != nil {
@@ -198,6 +204,7 @@ func (o *runOpts) Run(ctx context.Context, e *env) error {
 		EventRetention:  o.eventRetention,
 		EventMaxBytes:   o.eventMaxBytes,
 		MaxMsgSize:      int32(o.maxEventSize),
+		MaxConsumers:    o.maxConsumers,
 		DLQRetention:    o.dlqRetention,
 		DuplicateWindow: o.duplicateWindow,
 	}); err != nil {
@@ -268,13 +275,23 @@ func (o *runOpts) Run(ctx context.Context, e *env) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg.Metrics = relay.NewMetrics(reg)
 	reg.MustRegister(relay.NewStateCollector(js, cfg.Schedule))
+	// Set once relay.New returned: until then, and until it runs, not
+	// ready.
+	var running atomic.Pointer[relay.Relay]
 	if addr := o.metricsAddr; addr != "" {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			return fmt.Errorf("--metrics-addr %s: %w", addr, err)
 		}
 		srv := &http.Server{Handler: relay.OpsHandler(reg, func(ctx context.Context) error {
-			return relay.Ready(ctx, nc, js, cfg.Schedule)
+			if err := relay.Ready(ctx, nc, js, cfg.Schedule); err != nil {
+				return err
+			}
+			r := running.Load()
+			if r == nil {
+				return errors.New("starting")
+			}
+			return r.Serving()
 		}), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
@@ -284,6 +301,7 @@ func (o *runOpts) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
+	running.Store(r)
 	var wg sync.WaitGroup
 	if promoter != nil {
 		wg.Add(1)

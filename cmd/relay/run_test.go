@@ -1,13 +1,19 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+
+	"github.com/relaydev/relay/stream"
 )
 
 func TestRedisReplicasFlags(t *testing.T) {
@@ -65,4 +71,44 @@ func TestRedisMessagesGoThroughRelaysLog(t *testing.T) {
 		}
 	}
 	require.True(t, sawRedis, "go-redis's messages are in the log at debug level:\n%s", errs)
+}
+
+func TestRunRefusesABadMaxConsumers(t *testing.T) {
+	// Not parallel: urfave/cli v2 mutates package-level help flags on each run.
+	var out, errb bytes.Buffer
+	code := Main([]string{"relay", "run", "--max-consumers", "16", "--data-dir", t.TempDir()}, strings.NewReader(""), &out, &errb)
+	require.Equal(t, 2, code, errb.String())
+	require.Contains(t, errb.String(), "--max-consumers 16: give 17 to 1000000")
+}
+
+// 'relay dest add' refuses, with exit 2, a destination whose consumers do
+// not fit under the events stream's limit, and stores nothing.
+func TestDestAddRefusesWithoutConsumerRoom(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	require.NoError(t, stream.Ensure(ctx, b.js, stream.Config{MaxConsumers: stream.ReservedConsumers + 2}))
+	code, _, errs := b.cli(t, "", "dest", "add", "one", "--url", "https://example.test/one")
+	require.Equal(t, 0, code, errs)
+	code, _, errs = b.cli(t, "", "dest", "add", "two", "--url", "https://example.test/two", "--ordered", "--partitions", "4")
+	require.Equal(t, 2, code, errs)
+	require.Contains(t, errs, "two needs 5 consumers (1 + 4 partitions), and 1 are free")
+	require.Contains(t, errs, "--max-consumers")
+	code, out, _ := b.cli(t, "", "dest", "list")
+	require.Equal(t, 0, code)
+	require.NotContains(t, out, "two")
+
+	// Other consumers took the room 'one' counted on: stats says so.
+	code, out, _ = b.cli(t, "", "stats")
+	require.Equal(t, 0, code)
+	require.NotContains(t, out, "not consumed", "no relay has run yet: nothing is wrong")
+	for i := range stream.ReservedConsumers + 2 {
+		_, err := b.js.CreateConsumer(ctx, stream.EventsStream, jetstream.ConsumerConfig{Durable: fmt.Sprintf("other%d", i), FilterSubject: stream.InSubject(fmt.Sprintf("other%d", i), "")})
+		require.NoError(t, err)
+	}
+	code, out, errs = b.cli(t, "", "stats")
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "one: not consumed, its events wait in the log: consumer relay_one is missing and the events stream holds 18 consumers, its limit")
+	code, out, _ = b.cli(t, "", "stats", "--json")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, `"unconsumed":"consumer relay_one is missing`)
 }

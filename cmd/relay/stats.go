@@ -154,6 +154,9 @@ func (o *statsOpts) print(ctx context.Context, w io.Writer, js jetstream.JetStre
 			rs.Events, rs.Copies, rs.Unsubscribed, lag)
 	}
 	for _, s := range all {
+		if s.Unconsumed != "" {
+			fmt.Fprintf(w, "%s: not consumed, its events wait in the log: %s\n", s.Dest, s.Unconsumed)
+		}
 		if f := s.DeadLetterFailures; f != nil {
 			fmt.Fprintf(w, "%s: %d events could not be dead-lettered and stay in the event log (the last, event %s at seq %d, at %s: %s); 'relay replay --dest %s' delivers them again\n",
 				s.Dest, f.Count, f.LastEventID, f.LastSeq, f.LastAt.Format(time.RFC3339), f.LastError, s.Dest)
