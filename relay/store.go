@@ -264,16 +264,6 @@ func (s *Store) markSubscription(ctx context.Context, dest string) (uint64, erro
 	return ack.Sequence, nil
 }
 
-// lastSeq is the events stream's last sequence: what a destination added
-// or subscribed now does not receive.
-func (s *Store) lastSeq(ctx context.Context) (uint64, error) {
-	info, err := s.eventsInfo(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return info.State.LastSeq, nil
-}
-
 // eventsInfo is the events stream's current state and configuration.
 func (s *Store) eventsInfo(ctx context.Context) (*jetstream.StreamInfo, error) {
 	st, err := s.js.Stream(ctx, stream.EventsStream)
