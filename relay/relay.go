@@ -313,8 +313,14 @@ loop:
 		ws = append(ws, wk)
 	}
 	r.mu.Unlock()
+	// All at once: each lets its in-flight deliveries finish within the
+	// shutdown grace and hands back the rest, so the stop takes one grace,
+	// not one per destination.
 	for _, wk := range ws {
-		wk.stop()
+		wk.cancel()
+	}
+	for _, wk := range ws {
+		<-wk.done
 	}
 	wg.Wait()
 	r.log.Info("relay stopped")
