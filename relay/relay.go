@@ -446,7 +446,7 @@ func (r *Relay) reconcile(ctx context.Context) {
 			continue
 		}
 		if err != nil {
-			r.log.Error("cannot consume for destination; will retry on the next change", "dest", name, "err", err)
+			r.log.Error("cannot consume for destination; retrying every 5s and on its next change", "dest", name, "err", err)
 			continue
 		}
 		delete(r.unserved, name)
