@@ -107,21 +107,7 @@ func RouterLag(ctx context.Context, js jetstream.JetStream) (uint64, error) {
 	if !st.Stream.Equal(s.CachedInfo().Created) {
 		routed = 0
 	}
-	// A consumer's count of what it has to deliver is exact, and costs
-	// the server a walk of the typed subjects' index.
-	cfg := jetstream.ConsumerConfig{Description: "relay router lag", FilterSubject: stream.TypeFilter(">"), AckPolicy: jetstream.AckNonePolicy,
-		MemoryStorage: true, InactiveThreshold: 10 * time.Second, Replicas: 1}
-	if routed > 0 {
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, routed+1
-	}
-	c, err := js.CreateConsumer(ctx, stream.EventsStream, cfg)
-	if err != nil {
-		return 0, fmt.Errorf("count typed events: %w", err)
-	}
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	defer func() { _ = js.DeleteConsumer(dctx, stream.EventsStream, c.CachedInfo().Name) }()
-	return c.CachedInfo().NumPending, nil
+	return pendingAfter(ctx, js, []string{stream.TypeFilter(">")}, routed)
 }
 
 // routerWindow is how many typed events may have copies unconfirmed, and

@@ -65,7 +65,12 @@ func ReadCheckState(ctx context.Context, js jetstream.JetStream) (CheckState, bo
 	return st, err == nil, err
 }
 
-// CheckLag is how many stream sequences of the events stream the
+// checkFilters are the subjects the check reads: every event published
+// for a destination (typed events and subscription marks are the
+// router's).
+var checkFilters = []string{stream.InPrefix + ".*", stream.KeyedPrefix + ".>"}
+
+// CheckLag is how many events published for a destination the
 // unknown-destination check has not gone through yet: all of them when it
 // has never run, or ran on an earlier incarnation of the stream.
 func CheckLag(ctx context.Context, js jetstream.JetStream) (uint64, error) {
@@ -77,12 +82,26 @@ func CheckLag(ctx context.Context, js jetstream.JetStream) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("look up stream %s: %w", stream.EventsStream, err)
 	}
-	info := s.CachedInfo()
-	next := max(st.checkedIn(info.Created)+1, info.State.FirstSeq) // what aged out is not waiting
-	if info.State.Msgs == 0 || next > info.State.LastSeq {
-		return 0, nil
+	return pendingAfter(ctx, js, checkFilters, st.checkedIn(s.CachedInfo().Created))
+}
+
+// pendingAfter counts the events of the events stream on filters stored
+// after sequence after: an ephemeral consumer's count of what it has to
+// deliver is exact (the server walks the subjects' index for it).
+func pendingAfter(ctx context.Context, js jetstream.JetStream, filters []string, after uint64) (uint64, error) {
+	cfg := jetstream.ConsumerConfig{Description: "relay count", FilterSubjects: filters, AckPolicy: jetstream.AckNonePolicy,
+		MemoryStorage: true, InactiveThreshold: 10 * time.Second, Replicas: 1}
+	if after > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, after+1
 	}
-	return info.State.LastSeq - next + 1, nil
+	c, err := js.CreateConsumer(ctx, stream.EventsStream, cfg)
+	if err != nil {
+		return 0, fmt.Errorf("count events of %s: %w", stream.EventsStream, err)
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	defer func() { _ = js.DeleteConsumer(dctx, stream.EventsStream, c.CachedInfo().Name) }()
+	return c.CachedInfo().NumPending, nil
 }
 
 func decodeCheckState(b []byte) (CheckState, error) {
@@ -166,8 +185,7 @@ func (c *unroutedCheck) job() leasedJob {
 		work: func(ctx context.Context) error {
 			return stream.Read(ctx, c.js, stream.EventsStream, stream.ReadOptions{After: done.Load(), HeadersOnly: true, Follow: true,
 				Description: "relay unknown-destination check",
-				// Typed events and subscription marks are the router's.
-				Filters: []string{stream.InPrefix + ".*", stream.KeyedPrefix + ".>"}},
+				Filters:     checkFilters},
 				func(m *jetstream.RawStreamMsg) error {
 					if err := c.settle(ctx, m); err != nil {
 						return err

@@ -269,6 +269,19 @@ func TestCheckLagCountsWhatIsNotReadYet(t *testing.T) {
 	lag, err = CheckLag(ctx, srv.JS)
 	require.NoError(t, err)
 	require.Zero(t, lag)
+
+	// Typed events are the router's: the check does not read them, and
+	// they are no lag of its.
+	_, err = srv.JS.Publish(ctx, stream.TypeSubject("order.created"), []byte(`{}`))
+	require.NoError(t, err)
+	lag, err = CheckLag(ctx, srv.JS)
+	require.NoError(t, err)
+	require.Zero(t, lag, "a typed event after the last event checked")
+	publishGhosts(t, srv.JS, 1)
+	waitCheckState(t, srv.JS, "checked the event after the typed one", func(st CheckState) bool { return st.Checked == 5 })
+	lag, err = CheckLag(ctx, srv.JS)
+	require.NoError(t, err)
+	require.Zero(t, lag)
 }
 
 // A renewal that the server applied but that timed out here leaves the
