@@ -52,7 +52,7 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 		return rec.count(func(o relay.Outcome) bool { return o.Decision.Action != relay.Retry }) == 3 && e.settled("m")
 	}, "all done")
 	lagZero := `
-# HELP relay_unknown_destination_check_lag Stream sequences of the events stream that the check for unknown destinations has not checked yet (it grows while no replica runs the check, or while the check is stuck).
+# HELP relay_unknown_destination_check_lag Events published for a destination that the check for unknown destinations has not gone through yet (it grows while no replica runs the check, or while the check is stuck).
 # TYPE relay_unknown_destination_check_lag gauge
 relay_unknown_destination_check_lag 0
 `

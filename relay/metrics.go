@@ -323,7 +323,7 @@ func NewStateCollector(js jetstream.JetStream, sched *schedule.Store) *StateColl
 		blocked:   d("relay_blocked_partitions", "Partitions of an ordered destination whose head is being retried."),
 		up:        prometheus.NewDesc("relay_state_scrape_ok", "1 when the destination state could be read.", nil, nil),
 		routerLag: prometheus.NewDesc("relay_router_lag", "Typed events the router has not copied to their subscribers yet (it grows while no replica routes, or while routing is stuck).", nil, nil),
-		checkLag:  prometheus.NewDesc("relay_unknown_destination_check_lag", "Stream sequences of the events stream that the check for unknown destinations has not checked yet (it grows while no replica runs the check, or while the check is stuck).", nil, nil),
+		checkLag:  prometheus.NewDesc("relay_unknown_destination_check_lag", "Events published for a destination that the check for unknown destinations has not gone through yet (it grows while no replica runs the check, or while the check is stuck).", nil, nil),
 	}
 }
 
