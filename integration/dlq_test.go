@@ -57,7 +57,11 @@ func TestReplayOfAThousandDeadLettersDeliversEachOnce(t *testing.T) {
 	p := startProc(t, "--nats-url", e.url, "dlq", "replay", "--dest", "bulk")
 	<-p.exited
 	require.NoError(t, p.err, p.output())
-	eventually(t, 60*time.Second, func() bool { return len(s.delivered()) == n && e.settled("bulk") }, "all replayed events delivered")
+	// Two minutes: in 2 of about 12 runs on 1 December the last events came
+	// only after about a minute, as if held until their AckWait (65s) ran
+	// out; that stall is being looked into (see the note), and this
+	// test asserts that each is delivered once, not how soon.
+	eventually(t, 2*time.Minute, func() bool { return len(s.delivered()) == n && e.settled("bulk") }, "all replayed events delivered")
 	for id, c := range s.delivered() {
 		require.True(t, ids[id], "replayed events keep their ids: %s", id)
 		require.Equal(t, 1, c)
