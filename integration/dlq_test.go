@@ -57,10 +57,9 @@ func TestReplayOfAThousandDeadLettersDeliversEachOnce(t *testing.T) {
 	p := startProc(t, "--nats-url", e.url, "dlq", "replay", "--dest", "bulk")
 	<-p.exited
 	require.NoError(t, p.err, p.output())
-	// Two minutes: in 2 of about 12 runs on 1 December the last events came
-	// only after about a minute, as if held until their AckWait (65s) ran
-	// out; that stall is being looked into (see the issue's note), and this
-	// test asserts that each is delivered once, not how soon.
+	// This fails now and then (1 December: about 1 run in 8): 812 of the
+	// 1,000 replayed events delivered, the rest not within two minutes.
+	// Not found yet; see the note on issue 25.
 	eventually(t, 2*time.Minute, func() bool { return len(s.delivered()) == n && e.settled("bulk") }, "all replayed events delivered")
 	for id, c := range s.delivered() {
 		require.True(t, ids[id], "replayed events keep their ids: %s", id)
