@@ -137,8 +137,9 @@ func readWith(ctx context.Context, js jetstream.JetStream, streamName string, o 
 	tick := time.NewTicker(readBeat / 2)
 	defer tick.Stop()
 	var (
-		cseq uint64 // the consumer sequence of the last message read
-		buf  []*nats.Msg
+		cseq    uint64 // the consumer sequence of the last message read
+		awaited uint64 // cseq+1 when a status came while it was delivered but not here
+		buf     []*nats.Msg
 	)
 	for {
 		_ = p.Fill(readAhead, 0, time.Now()) // a failed ask is tried again in a second
@@ -162,13 +163,25 @@ func readWith(ctx context.Context, js jetstream.JetStream, streamName string, o 
 				if o.Follow {
 					continue
 				}
-				// A request expired: done if nothing is left (what
-				// remained was deleted), else go on with a new consumer.
+				// A request ended (expired, or met its max_bytes while
+				// the next one was served). Done if the consumer has
+				// nothing left and everything it delivered was read
+				// (what remained was deleted). Messages delivered after
+				// the status may be behind it in got or still on their
+				// way: go on, unless they were not there at the last
+				// status either (lost: a slow consumer's drop).
 				ci, err := cons.Info(ctx)
-				if err == nil && ci.NumPending == 0 {
+				switch {
+				case err != nil:
+					return fmt.Errorf("%w: %w", errReadGap, err)
+				case ci.Delivered.Consumer <= cseq && ci.NumPending == 0:
 					return nil
+				case ci.Delivered.Consumer > cseq && awaited == cseq+1:
+					return fmt.Errorf("%w: messages %d to %d of its consumer never came", errReadGap, cseq+1, ci.Delivered.Consumer)
+				case ci.Delivered.Consumer > cseq:
+					awaited = cseq + 1
 				}
-				return fmt.Errorf("%w: a request expired with events left (%v)", errReadGap, err)
+				continue
 			case PullUnanswered, PullGone:
 				return fmt.Errorf("%w: %w", errReadGap, err)
 			}

@@ -271,3 +271,38 @@ func TestGetMsg(t *testing.T) {
 	_, err = GetMsg(ctx, js, "NO_SUCH_STREAM", 1, "")
 	require.Error(t, err)
 }
+
+// TestReadReadsPastRequestsEndedByTheirByteLimit: a pull request ends at
+// its max_bytes with a status while the next one is being served; the
+// messages after that status are read too (a Read once returned there,
+// with the rest of the stream already delivered to it, and a dead-letter
+// replay republished 812 of 1,000 letters).
+func TestReadReadsPastRequestsEndedByTheirByteLimit(t *testing.T) {
+	t.Parallel()
+	js := startJS(t)
+	ctx := context.Background()
+	require.NoError(t, Ensure(ctx, js, Config{}))
+	const n = 1000
+	// The first request ends at its max_bytes (twice the maximum payload)
+	// some 30 messages before the last.
+	body := make([]byte, 2*js.Conn().MaxPayload()/(n-30))
+	for range n {
+		_, err := js.PublishAsync(InSubject("a", ""), body)
+		require.NoError(t, err)
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(30 * time.Second):
+		t.Fatal("publishing did not finish")
+	}
+	for round := range 10 {
+		got := 0
+		require.NoError(t, Read(ctx, js, EventsStream, ReadOptions{Filters: []string{InSubject("a", "")}}, func(m *jetstream.RawStreamMsg) error {
+			got++
+			// As a replay does: a publish per message read.
+			_, err := js.Publish(ctx, InSubject("b", ""), nil)
+			return err
+		}))
+		require.Equal(t, n, got, "round %d", round)
+	}
+}
