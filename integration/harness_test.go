@@ -174,13 +174,25 @@ func (e *env) startRelay(mods ...func(*relay.Config)) (*outcomes, func()) {
 }
 
 // settled reports whether dest's consumer has nothing pending and nothing
-// waiting for an ack.
+// waiting for an ack. For a shared destination: the shared consumer (all
+// shared destinations at once) and dest's lane, if it has one.
 func (e *env) settled(dest string) bool {
-	c, err := e.js.Consumer(context.Background(), stream.EventsStream, relay.ConsumerName(dest))
+	ctx := context.Background()
+	name := relay.ConsumerName(dest)
+	if d, err := e.store.Get(ctx, dest); err == nil && d.Shared {
+		if c, err := e.js.Consumer(ctx, stream.EventsStream, relay.LaneConsumerName(dest)); err == nil {
+			info, err := c.Info(ctx)
+			if err != nil || info.NumPending > 0 || info.NumAckPending > 0 {
+				return false
+			}
+		}
+		name = relay.SharedConsumer
+	}
+	c, err := e.js.Consumer(ctx, stream.EventsStream, name)
 	if err != nil {
 		return false
 	}
-	info, err := c.Info(context.Background())
+	info, err := c.Info(ctx)
 	return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.NumRedelivered == 0
 }
 

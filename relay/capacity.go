@@ -35,6 +35,9 @@ func (c ConsumerRoom) Free() int { return max(0, c.Limit-c.Reserved-c.Used) }
 
 // consumerCount is how many consumers d needs (see consumerNames).
 func (d Destination) consumerCount() int {
+	if d.Shared {
+		return 0
+	}
 	if !d.Ordered {
 		return 1
 	}
@@ -136,10 +139,11 @@ func (s *Store) countRoom(ctx context.Context, room *ConsumerRoom) error {
 		var d struct {
 			Ordered    bool `json:"ordered"`
 			Partitions int  `json:"partitions"`
+			Shared     bool `json:"shared"`
 		}
 		_ = json.Unmarshal(e.Value(), &d)
 		room.Dests++
-		room.Used += Destination{Ordered: d.Ordered, Partitions: d.Partitions}.consumerCount()
+		room.Used += Destination{Ordered: d.Ordered, Partitions: d.Partitions, Shared: d.Shared}.consumerCount()
 	}
 }
 

@@ -45,6 +45,9 @@ type consumerSpec struct {
 	ordered bool
 	// partition is the ordered partition's index.
 	partition int
+	// slots, when set, are taken by each attempt, and shared with other
+	// consumers of the destination (see destSlots).
+	slots chan struct{}
 }
 
 // specs lays out d's consumers: one for all its events, or, for an ordered
@@ -196,11 +199,17 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 	for range sp.concurrency {
 		wg.Go(func() {
 			for p := range work {
+				if sp.slots != nil {
+					sp.slots <- struct{}{}
+				}
 				if time.Since(p.since) > restartAfter {
 					// It waited long in the queue: restart its AckWait.
 					_ = p.msg.InProgress()
 				}
 				r.handle(dctx, p.msg, mark)
+				if sp.slots != nil {
+					<-sp.slots
+				}
 				done <- struct{}{}
 			}
 		})

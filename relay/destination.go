@@ -49,6 +49,13 @@ type Destination struct {
 	// publish order. Optional, default false. Fixed once the destination
 	// exists.
 	Ordered bool `json:"ordered,omitempty"`
+	// Shared serves an unordered destination from the shared consumer
+	// (SharedConsumer) instead of a JetStream consumer of its own: a
+	// destination then costs the NATS server nothing, and relay keeps it
+	// from holding back the others (docs/architecture.md, "Many
+	// destinations"). Optional, default false. Fixed once the destination
+	// exists.
+	Shared bool `json:"shared,omitempty"`
 	// Partitions is how many order keys of an ordered destination are
 	// delivered in parallel (keys are hashed into 64 buckets; partition i
 	// takes the buckets b with b mod Partitions == i). Optional, default 8,
@@ -367,6 +374,9 @@ func (d Destination) Validate() error {
 	if d.Concurrency < 1 || d.Concurrency > MaxConcurrency {
 		return fmt.Errorf("concurrency %d must be between 1 and %d", d.Concurrency, MaxConcurrency)
 	}
+	if d.Ordered && d.Shared {
+		return errors.New("an ordered destination has consumers of its own: --shared applies to unordered destinations only")
+	}
 	if !d.Ordered && (d.Partitions != 0 || d.OnFailure != "") {
 		return errors.New("partitions and on-failure apply to ordered destinations only (add --ordered)")
 	}
@@ -483,6 +493,10 @@ func PartitionConsumerName(dest string, i int) string { return fmt.Sprintf("rela
 // consumerNames are all of d's consumers: the one for events without an order
 // key (all events, when d is not ordered), and one per partition.
 func (d Destination) consumerNames() []string {
+	if d.Shared {
+		// Its lane's, which it may have (see SharedConsumer).
+		return []string{LaneConsumerName(d.Name)}
+	}
 	names := []string{ConsumerName(d.Name)}
 	if d.Ordered {
 		for i := range d.Partitions {

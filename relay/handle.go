@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -90,8 +91,9 @@ func (r *Relay) input(ev event, mark *partitionMark) Input {
 		// dropped by the client or cut short by a crash uses none up. A
 		// first delivery has no log to read, unless it brings the event
 		// back from Redis (an operator may have marked it meanwhile) or a
-		// crash brought it back (inRetryAtStart).
-		NeedLog: ev.delivered > 1 || ev.prior > 0 || r.inRetryAtStart(ev),
+		// crash brought it back (inRetryAtStart), or it was moved to its
+		// destination's lane (attempts may have been made before).
+		NeedLog: ev.delivered > 1 || ev.prior > 0 || r.inRetryAtStart(ev) || strings.HasPrefix(ev.subject, stream.LanePrefix+"."),
 	}
 	if mark != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)

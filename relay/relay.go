@@ -70,6 +70,10 @@ type Config struct {
 	// after consecutive failed attempts to it; it doubles with each
 	// consecutive cool-down, up to 8 times. Optional, default 30s.
 	URLCooldown time.Duration
+	// MaxInFlight bounds the attempts one replica makes at once for the
+	// shared destinations, all together (each also by its concurrency):
+	// the shared consumer's workers. Optional, default 1024.
+	MaxInFlight int
 	// OnDelivery, when set, is called after every attempt's decision has been
 	// carried out (for tests and metrics).
 	OnDelivery func(Outcome)
@@ -119,6 +123,9 @@ func (cfg Config) WithDefaults() Config {
 	if cfg.URLCooldown == 0 {
 		cfg.URLCooldown = DefaultURLCooldown
 	}
+	if cfg.MaxInFlight == 0 {
+		cfg.MaxInFlight = 1024
+	}
 	return cfg
 }
 
@@ -132,6 +139,9 @@ func (cfg Config) Validate() error {
 	}
 	if cfg.URLCooldown < 0 {
 		return errors.New("relay: URLCooldown must be >= 0")
+	}
+	if cfg.MaxInFlight < 1 || cfg.MaxInFlight > 100_000 {
+		return errors.New("relay: MaxInFlight must be between 1 and 100000")
 	}
 	if cfg.CheckTakeover < 2*leaseRenew {
 		return fmt.Errorf("relay: CheckTakeover must be at least %s (twice the lease renewal interval)", 2*leaseRenew)
@@ -163,6 +173,17 @@ type Relay struct {
 
 	mu      sync.Mutex
 	workers map[string]*worker
+	// shared works the shared consumer (nil while no destination is
+	// shared).
+	shared *worker
+	// sharedPaused is each shared destination's pause as reconcile last
+	// saw it (under mu).
+	sharedPaused map[string]time.Time
+	// slots bound each shared destination's attempts.
+	slots destSlots
+	// laneWarn keeps "cannot open the lane" to a line per destination a
+	// minute.
+	laneWarn quiet
 	// unserved are the destinations whose consumers the server refused
 	// for the stream's consumer limit, with its answer (under mu).
 	unserved map[string]error
@@ -209,25 +230,29 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 	if m := int(evs.CachedInfo().Config.MaxMsgSize); m > 0 && (maxMsg <= 0 || m < maxMsg) {
 		maxMsg = m
 	}
-	return &Relay{
-		maxMsg:    maxMsg,
-		cfg:       cfg,
-		log:       cfg.Logger,
-		store:     st,
-		attempts:  kv,
-		ordered:   okv,
-		events:    evs,
-		dlq:       dlq.Writer{JS: cfg.JS},
-		sender:    &Sender{Client: cfg.HTTPClient, Now: cfg.Now},
-		dests:     watch{dests: map[string]Destination{}},
-		workers:   map[string]*worker{},
-		unserved:  map[string]error{},
-		limitWarn: quiet{interval: time.Minute},
-		breakers:  breakers{probing: map[string]bool{}, failures: map[string]int{}},
-		pools:     newURLPools(cfg.URLCooldown),
-		limits:    limits{byDest: map[string]*limit{}, replicas: 1},
-		parkWarn:  quiet{interval: 10 * time.Second},
-	}, nil
+	r := &Relay{
+		maxMsg:       maxMsg,
+		cfg:          cfg,
+		log:          cfg.Logger,
+		store:        st,
+		attempts:     kv,
+		ordered:      okv,
+		events:       evs,
+		dlq:          dlq.Writer{JS: cfg.JS},
+		sender:       &Sender{Client: cfg.HTTPClient, Now: cfg.Now},
+		dests:        watch{dests: map[string]Destination{}},
+		workers:      map[string]*worker{},
+		unserved:     map[string]error{},
+		sharedPaused: map[string]time.Time{},
+		limitWarn:    quiet{interval: time.Minute},
+		laneWarn:     quiet{interval: time.Minute},
+		breakers:     breakers{probing: map[string]bool{}, failures: map[string]int{}},
+		pools:        newURLPools(cfg.URLCooldown),
+		limits:       limits{byDest: map[string]*limit{}, replicas: 1},
+		parkWarn:     quiet{interval: 10 * time.Second},
+	}
+	r.slots = destSlots{r: r, m: map[string]chan struct{}{}}
+	return r, nil
 }
 
 // Run delivers until ctx is cancelled, then stops pulling, lets in-flight
@@ -308,9 +333,12 @@ loop:
 		}
 	}
 	r.mu.Lock()
-	ws := make([]*worker, 0, len(r.workers))
+	ws := make([]*worker, 0, len(r.workers)+1)
 	for _, wk := range r.workers {
 		ws = append(ws, wk)
+	}
+	if r.shared != nil {
+		ws = append(ws, r.shared)
 	}
 	r.mu.Unlock()
 	// All at once: each lets its in-flight deliveries finish within the
@@ -421,6 +449,7 @@ func (r *Relay) reconcile(ctx context.Context) {
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.reconcileShared(ctx, want)
 	for name, wk := range r.workers {
 		d, ok := want[name]
 		if !ok || wk.exited() || d.Concurrency != wk.dest.Concurrency || d.AckWait() != wk.dest.AckWait() {
@@ -429,6 +458,16 @@ func (r *Relay) reconcile(ctx context.Context) {
 		}
 	}
 	for name, d := range want {
+		if d.Shared {
+			// The shared consumer's; a pause applies to its lane.
+			if prev, ok := r.sharedPaused[name]; !ok || !prev.Equal(d.PausedUntil) {
+				r.sharedPaused[name] = d.PausedUntil
+				if ok {
+					go r.applyPause(d)
+				}
+			}
+			continue
+		}
 		if wk, ok := r.workers[name]; ok {
 			if !wk.dest.PausedUntil.Equal(d.PausedUntil) {
 				wk.dest = d
@@ -457,6 +496,40 @@ func (r *Relay) reconcile(ctx context.Context) {
 			delete(r.unserved, name)
 		}
 	}
+	for name := range r.sharedPaused {
+		if _, ok := want[name]; !ok {
+			delete(r.sharedPaused, name)
+		}
+	}
+}
+
+// reconcileShared starts the shared loop when a destination in want is
+// shared, and again if it ended (its consumer deleted). Under r.mu.
+func (r *Relay) reconcileShared(ctx context.Context, want map[string]Destination) {
+	if r.shared != nil && !r.shared.exited() {
+		return
+	}
+	var start uint64
+	for _, d := range want {
+		if d.Shared && (start == 0 || d.StartSeq < start) {
+			start = d.StartSeq
+		}
+	}
+	if start == 0 {
+		return
+	}
+	if r.shared != nil {
+		r.shared.stop()
+		r.shared = nil
+	}
+	wk, err := r.startShared(ctx, start)
+	if err != nil {
+		if ok, _ := r.limitWarn.allow(SharedConsumer, time.Now()); ok {
+			r.log.Error("cannot consume for the shared destinations; retrying every 5s", "err", err)
+		}
+		return
+	}
+	r.shared = wk
 }
 
 // Serving reports, for readiness, whether r consumes for every destination:

@@ -230,6 +230,13 @@ func (s *Store) Add(ctx context.Context, d Destination) (Destination, error) {
 	}
 	last := info.State.LastSeq
 	d.StartSeq = last + 1
+	if d.Shared {
+		// The shared consumer must be there before the destination: it
+		// then delivers every event from StartSeq on.
+		if err := ensureShared(ctx, s.js, d.StartSeq); err != nil {
+			return Destination{}, err
+		}
+	}
 	d.Subscriptions = nil
 	if len(d.Types) > 0 {
 		if _, err := s.kv.Get(ctx, d.Name); err == nil {
@@ -300,8 +307,8 @@ func (s *Store) Update(ctx context.Context, name string, fn func(*Destination) e
 		}
 		d.Name = name
 		d = d.WithDefaults()
-		if d.Ordered != before.Ordered || d.Partitions != before.Partitions {
-			return Destination{}, fmt.Errorf("%w: ordering and partitions of %s are fixed; add a new destination with the new layout, send new events there, and remove %s once 'relay stats' shows it drained", ErrLayoutFixed, name, name)
+		if d.Ordered != before.Ordered || d.Partitions != before.Partitions || d.Shared != before.Shared {
+			return Destination{}, fmt.Errorf("%w: ordering, partitions and the shared consumer of %s are fixed; add a new destination with the new layout, send new events there, and remove %s once 'relay stats' shows it drained", ErrLayoutFixed, name, name)
 		}
 		if err := d.Validate(); err != nil {
 			return Destination{}, err

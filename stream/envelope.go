@@ -69,6 +69,7 @@ type Envelope struct {
 //	ReplayedDeadLetter  replay:<Seq of the dead letter>  yes             no: a replay starts again
 //	ReplayedLog         log:<Dest>:<Seq in the log>      yes             no: a replay starts again
 //	Routed              route:<Seq of the typed event>:<Dest>  yes       Relay-Published only
+//	Laned               lane:<Seq on the shared consumer>  yes           yes
 //
 // Every kind carries the event's own headers, the body, Relay-Order-Key
 // when Key is set and Relay-Event-Type when Type is. No other header is
@@ -93,6 +94,12 @@ const (
 	// its type, written by the router; Seq is the typed event's sequence,
 	// so a router that crashed after publishing publishes nothing twice.
 	Routed
+	// Laned is an event of a shared destination moved to the
+	// destination's lane (LaneSubject) because it could not keep up; Seq
+	// is the sequence of the message moved, so a move retried after a
+	// crash publishes nothing twice. It keeps the attempts made, the
+	// origin and the publish time.
+	Laned
 )
 
 // String names k.
@@ -108,6 +115,8 @@ func (k Kind) String() string {
 		return "replayed log"
 	case Routed:
 		return "routed"
+	case Laned:
+		return "laned"
 	}
 	return "kind " + strconv.Itoa(int(k))
 }
@@ -184,6 +193,8 @@ func (e Envelope) MsgID(k Kind) string {
 		return "log:" + e.Dest + ":" + strconv.FormatUint(e.Seq, 10)
 	case Routed:
 		return routedPrefix + strconv.FormatUint(e.Seq, 10) + ":" + e.Dest
+	case Laned:
+		return "lane:" + strconv.FormatUint(e.Seq, 10)
 	}
 	return e.ID
 }
@@ -206,7 +217,7 @@ func (e Envelope) Header(k Kind) nats.Header {
 	if k == Routed && !e.Published.IsZero() {
 		h.Set(HdrPublished, e.Published.UTC().Format(time.RFC3339Nano))
 	}
-	if k == Promoted {
+	if k == Promoted || k == Laned {
 		h.Set(HdrAttempt, strconv.Itoa(e.Attempt))
 		if !e.Published.IsZero() {
 			h.Set(HdrPublished, e.Published.UTC().Format(time.RFC3339Nano))

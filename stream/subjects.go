@@ -28,6 +28,10 @@ const (
 	InPrefix    = "relay.in"
 	KeyedPrefix = "relay.ev"
 	DLQPrefix   = "relay.dlq"
+	// LanePrefix: relay.lane.D holds the events of a shared destination D
+	// that relay moved off the shared consumer while D could not keep up
+	// (see LaneSubject).
+	LanePrefix = "relay.lane"
 
 	// Buckets is the number of hash buckets of order keys. It is part of the
 	// stored subject and must not change for an existing stream.
@@ -89,6 +93,17 @@ func DestFilters(dest string) []string {
 	return []string{InPrefix + "." + dest, KeyedPrefix + "." + dest + ".>"}
 }
 
+// SharedFilters are the filter subjects of the shared consumer: every
+// destination's events as stored (not its lane).
+func SharedFilters() []string {
+	return []string{InPrefix + ".*", KeyedPrefix + ".*.*"}
+}
+
+// LaneSubject is the lane of shared destination dest: its events that
+// relay moved off the shared consumer (a Laned publish) while dest could
+// not keep up, delivered from there by a consumer of dest's own.
+func LaneSubject(dest string) string { return LanePrefix + "." + dest }
+
 // Bucket is the bucket of key token tok: FNV-1a of the token mod Buckets,
 // the hash nats-server's {{partition(Buckets,2)}} computes for the stored
 // subject (TestBucketAgreesWithTheServer holds the two together).
@@ -119,10 +134,12 @@ type Parsed struct {
 	// event (relay.ev.D.B), whose subject keeps only the bucket.
 	KeyToken string
 	Bucket   int // the bucket of a stored keyed event, else -1
+	// Lane: a shared destination's lane (relay.lane.D).
+	Lane bool
 }
 
-// ParseSubject takes apart a stored events subject (relay.in.D or
-// relay.ev.D.B), or an input subject relay.in.D.K.
+// ParseSubject takes apart a stored events subject (relay.in.D,
+// relay.ev.D.B or a lane, relay.lane.D), or an input subject relay.in.D.K.
 func ParseSubject(subj string) (Parsed, error) {
 	// Split into at most 4 tokens without allocating: this runs per event.
 	var tok [4]string
@@ -139,6 +156,8 @@ func ParseSubject(subj string) (Parsed, error) {
 	switch {
 	case n == 3 && tok[0] == "relay" && tok[1] == "in":
 		return Parsed{Dest: tok[2], Bucket: -1}, nil
+	case n == 3 && tok[0] == "relay" && tok[1] == "lane":
+		return Parsed{Dest: tok[2], Bucket: -1, Lane: true}, nil
 	case n == 4 && tok[0] == "relay" && tok[1] == "in":
 		return Parsed{Dest: tok[2], KeyToken: tok[3], Bucket: -1}, nil
 	case n == 4 && tok[0] == "relay" && tok[1] == "ev":

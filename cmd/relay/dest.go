@@ -149,6 +149,7 @@ func destFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "breaker-pause", DefaultText: "30s", Usage: "first pause when the circuit opens; doubles while probes fail, up to --backoff-max"},
 		&cli.StringFlag{Name: "on-gone", DefaultText: "disable", Usage: "what a 410 Gone does: disable (pause until resumed; the event is kept) or dead-letter"},
 		&cli.BoolFlag{Name: "ordered", Usage: "deliver the events of each order key one at a time, in publish order (fixed once added)"},
+		&cli.BoolFlag{Name: "shared", Usage: "unordered: served by relay's shared consumer instead of a JetStream consumer of its own, for thousands of destinations (fixed once added; docs/architecture.md)"},
 		&cli.IntFlag{Name: "partitions", DefaultText: "8", Usage: "ordered: keys delivered in parallel, 1 to 64 (fixed once added)"},
 		&cli.StringFlag{Name: "on-failure", DefaultText: "block", Usage: "ordered: block (retry the head of a key until delivered) or skip (dead-letter it after max attempts, the key continues)"},
 		&cli.StringSliceFlag{Name: "type", Aliases: []string{"t"}, Usage: "event type pattern to subscribe to, such as order.* ('*' one token, '>' the rest; repeatable)"},
@@ -164,6 +165,7 @@ var updateUsage = map[string]string{
 	"no-secret":  "stop signing deliveries",
 	"header":     "NAME=VALUE added to every request (repeatable): replaces all the current headers",
 	"ordered":    "fixed when the destination is added: a different value is refused",
+	"shared":     "fixed when the destination is added: a different value is refused",
 	"partitions": "fixed when the destination is added: a different value is refused",
 	"type":       "event type pattern to subscribe to (repeatable): replaces all the current ones, from the next event published; --type '' subscribes to none",
 	"filter":     "new filter, replacing the current one ('' removes it: every event is delivered)",
@@ -236,6 +238,7 @@ type destSettings struct {
 	breakerPause            *time.Duration
 	onGone                  *string
 	ordered                 *bool
+	shared                  *bool
 	partitions              *int
 	onFailure               *string
 	types                   *[]string
@@ -261,6 +264,7 @@ func readDestSettings(c *cli.Context) destSettings {
 		breakerPause:     setOnly(c, "breaker-pause", c.Duration),
 		onGone:           setOnly(c, "on-gone", c.String),
 		ordered:          setOnly(c, "ordered", c.Bool),
+		shared:           setOnly(c, "shared", c.Bool),
 		partitions:       setOnly(c, "partitions", c.Int),
 		onFailure:        setOnly(c, "on-failure", c.String),
 		types:            setOnly(c, "type", c.StringSlice),
@@ -362,6 +366,7 @@ func (s *destSettings) apply(d *relay.Destination) {
 	}
 	set(&d.OnGone, s.onGone)
 	set(&d.Ordered, s.ordered)
+	set(&d.Shared, s.shared)
 	set(&d.Partitions, s.partitions)
 	set(&d.OnFailure, s.onFailure)
 	set(&d.Types, s.types)
@@ -512,8 +517,11 @@ func (o *destListOpts) Run(ctx context.Context, e *env) error {
 	for _, d := range ds {
 		d = d.WithDefaults()
 		ordered := "no"
-		if d.Ordered {
+		switch {
+		case d.Ordered:
 			ordered = fmt.Sprintf("%d partitions, %s", d.Partitions, d.OnFailure)
+		case d.Shared:
+			ordered = "no (shared)"
 		}
 		types := strings.Join(d.Types, ",")
 		if types == "" {

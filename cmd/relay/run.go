@@ -47,6 +47,7 @@ hands the rest back to JetStream, and exits 0.`,
 			&cli.IntFlag{Name: "max-event-size", EnvVars: []string{"RELAY_MAX_EVENT_SIZE"}, Value: 1 << 20, Usage: "largest event accepted, body and headers, in bytes (at most the server's max_payload)"},
 			&cli.DurationFlag{Name: "dlq-retention", EnvVars: []string{"RELAY_DLQ_RETENTION"}, Value: 14 * 24 * time.Hour, Usage: "how long dead letters are kept"},
 			&cli.IntFlag{Name: "max-consumers", EnvVars: []string{"RELAY_MAX_CONSUMERS"}, Value: stream.DefaultMaxConsumers, Usage: fmt.Sprintf("most consumers of the events stream: one per destination, 1 + --partitions per ordered one, and %d kept for relay's own readers; 'relay dest add' refuses a destination that does not fit (each costs the NATS server about 53 KB and time at start and stop)", stream.ReservedConsumers)},
+			&cli.IntFlag{Name: "max-in-flight", EnvVars: []string{"RELAY_MAX_IN_FLIGHT"}, Value: 1024, Usage: "most attempts this replica makes at once for the shared destinations (dest add --shared), all together; each also stays within its --concurrency"},
 			&cli.DurationFlag{Name: "duplicate-window", EnvVars: []string{"RELAY_DUPLICATE_WINDOW"}, Value: 2 * time.Minute, Usage: "how long a re-published event id is dropped as a duplicate"},
 			&cli.StringFlag{Name: "redis-url", EnvVars: []string{"RELAY_REDIS_URL"}, Usage: "Redis for long waits: redis://[user:password@]host:port[/db] or rediss:// (TLS); without it every wait stays in JetStream"},
 			&cli.StringFlag{Name: "redis-mode", EnvVars: []string{"RELAY_REDIS_MODE"}, Value: "single", Usage: "single, cluster or sentinel (then --redis-url is read as go-redis's cluster or failover URL)"},
@@ -78,7 +79,7 @@ type runOpts struct {
 	eventRetention                             time.Duration
 	eventMaxBytes                              int64
 	maxEventSize                               int
-	maxConsumers                               int
+	maxConsumers, maxInFlight                  int
 	dlqRetention, duplicateWindow              time.Duration
 	redis                                      redisOpts
 	redisReplicas                              int
@@ -104,7 +105,7 @@ func readRun(c *cli.Context) *runOpts {
 		natsURL: c.String("nats-url"), dataDir: c.String("data-dir"), listen: c.String("listen"), serverName: c.String("server-name"),
 		syncAlways: c.Bool("sync-always"), clusterName: c.String("cluster-name"), clusterListen: c.String("cluster-listen"),
 		routes: c.StringSlice("routes"), replicas: c.Int("replicas"), eventRetention: c.Duration("event-retention"),
-		eventMaxBytes: c.Int64("event-max-bytes"), maxEventSize: c.Int("max-event-size"), maxConsumers: c.Int("max-consumers"), dlqRetention: c.Duration("dlq-retention"),
+		eventMaxBytes: c.Int64("event-max-bytes"), maxEventSize: c.Int("max-event-size"), maxConsumers: c.Int("max-consumers"), maxInFlight: c.Int("max-in-flight"), dlqRetention: c.Duration("dlq-retention"),
 		duplicateWindow: c.Duration("duplicate-window"), redis: readRedis(c), redisReplicas: c.Int("redis-replicas"),
 		redisReplicaWait: c.Duration("redis-replica-wait"), parkThreshold: c.Duration("park-threshold"), parkLease: c.Duration("park-lease"),
 		allowNet: c.StringSlice("allow-net"), connectTimeout: c.Duration("connect-timeout"), tlsHandshakeTimeout: c.Duration("tls-handshake-timeout"),
@@ -121,6 +122,9 @@ func (o *runOpts) Validate() (err error) {
 	}
 	if n := o.maxConsumers; n <= stream.ReservedConsumers || n > 1_000_000 {
 		return usagef("--max-consumers %d: give %d to 1000000 (relay keeps %d for its own readers)", n, stream.ReservedConsumers+1, stream.ReservedConsumers)
+	}
+	if n := o.maxInFlight; n < 1 || n > 100_000 {
+		return usagef("--max-in-flight %d: give 1 to 100000", n)
 	}
 	if o.natsURL == "" {
 		if o.host, o.port, err = splitListen(o.listen); err != nil {
@@ -239,7 +243,7 @@ func (o *runOpts) Run(ctx context.Context, e *env) error {
 	if o.skipTLSVerify {
 		log.Warn("TLS certificates of destinations are NOT verified (--dangerously-skip-tls-verify)")
 	}
-	cfg := relay.Config{JS: js, Logger: log, NetPolicy: &policy, SecretKey: key, PreviousSecretKeys: previous, ShutdownGrace: o.shutdownGrace, ParkThreshold: o.parkThreshold,
+	cfg := relay.Config{JS: js, Logger: log, NetPolicy: &policy, SecretKey: key, PreviousSecretKeys: previous, ShutdownGrace: o.shutdownGrace, ParkThreshold: o.parkThreshold, MaxInFlight: o.maxInFlight,
 		HTTPClient: relay.NewHTTPClient(relay.HTTPOptions{
 			Guard:                 relay.NetGuard{Allow: allow},
 			ConnectTimeout:        o.connectTimeout,

@@ -1,0 +1,231 @@
+package integration
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/stream"
+)
+
+// consumerInfo returns the named consumer of the events stream, or nil.
+func (e *env) consumerInfo(name string) *jetstream.ConsumerInfo {
+	e.t.Helper()
+	c, err := e.js.Consumer(context.Background(), stream.EventsStream, name)
+	if err != nil {
+		return nil
+	}
+	info, err := c.Info(context.Background())
+	require.NoError(e.t, err)
+	return info
+}
+
+// consumerNames are the events stream's consumers, sorted.
+func (e *env) consumerNames() []string {
+	e.t.Helper()
+	s, err := e.js.Stream(context.Background(), stream.EventsStream)
+	require.NoError(e.t, err)
+	var names []string
+	l := s.ConsumerNames(context.Background())
+	for n := range l.Name() {
+		if strings.HasPrefix(n, "relay_") { // not relay's short-lived readers
+			names = append(names, n)
+		}
+	}
+	require.NoError(e.t, l.Err())
+	slices.Sort(names)
+	return names
+}
+
+// Shared destinations are served by one consumer; destinations with
+// consumers of their own (unordered and ordered) beside them are served
+// by those, each event once.
+func TestSharedDestinationsDeliverEachEventOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	s := newSink(t, nil)
+	const dests, per = 20, 25
+	var names []string
+	for i := range dests {
+		d := e.addDest(relay.Destination{Name: "s" + string(rune('a'+i)), URL: s.URL, Shared: true})
+		names = append(names, d.Name)
+	}
+	e.addDest(relay.Destination{Name: "own", URL: s.URL})
+	e.addDest(relay.Destination{Name: "ord", URL: s.URL, Ordered: true, Partitions: 2})
+	e.startRelay()
+
+	want := map[string]bool{}
+	for range per {
+		for _, n := range append(names, "own", "ord") {
+			want[e.publish(n, "k1", `{}`).ID] = true
+		}
+	}
+	eventually(t, 60*time.Second, func() bool { return len(s.delivered()) == len(want) }, "every event delivered")
+	for id, n := range s.delivered() {
+		require.True(t, want[id], id)
+		require.Equal(t, 1, n, "delivered once: %s", id)
+	}
+	eventually(t, 10*time.Second, func() bool { return e.settled("sa") && e.settled("own") }, "all acknowledged")
+	require.Equal(t, []string{"relay_Shared", "relay_ord", "relay_ord_P0", "relay_ord_P1", "relay_own"}, e.consumerNames(),
+		"no consumer per shared destination")
+}
+
+// A shared destination that hangs holds at most its queue of the shared
+// consumer's events; the rest of its events go to its lane, and a healthy
+// shared destination gets every event meanwhile.
+func TestSharedHangingDestinationDoesNotHoldBackAHealthyOne(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	hung := newSink(t, func(h hit, w http.ResponseWriter) int {
+		<-release
+		w.WriteHeader(http.StatusOK)
+		return http.StatusOK
+	})
+	t.Cleanup(func() { close(release) })
+	healthy := newSink(t, nil)
+
+	e := setup(t)
+	e.addDest(relay.Destination{Name: "hung", URL: hung.URL, Concurrency: 4, Shared: true})
+	e.addDest(relay.Destination{Name: "healthy", URL: healthy.URL, Concurrency: 8, Shared: true})
+	rec, _ := e.startRelay()
+
+	const stuck = 2000
+	for range stuck {
+		e.publish("hung", "", `{}`)
+	}
+	const n = 300
+	for range n {
+		e.publish("healthy", "", `{}`)
+	}
+	eventually(t, 30*time.Second, func() bool { return len(healthy.delivered()) == n }, "all healthy deliveries")
+	require.Zero(t, rec.count(func(o relay.Outcome) bool { return o.Dest == "hung" }), "no attempt to the hanging destination ended")
+	require.Equal(t, 4, hung.received(), "the hanging destination has exactly its concurrency in flight")
+	// Its events left the shared consumer for its lane: the shared
+	// consumer holds at most the hanging destination's queue.
+	eventually(t, 30*time.Second, func() bool {
+		lane := e.consumerInfo(relay.LaneConsumerName("hung"))
+		shared := e.consumerInfo(relay.SharedConsumer)
+		return lane != nil && shared != nil && shared.NumPending == 0 &&
+			lane.NumPending+uint64(lane.NumAckPending)+uint64(shared.NumAckPending) == stuck
+	}, "the hanging destination's events are in its lane or held by relay")
+	shared := e.consumerInfo(relay.SharedConsumer)
+	require.LessOrEqual(t, shared.NumAckPending, 4*4, "the shared consumer holds at most pullRounds rounds of the hanging destination's concurrency")
+}
+
+// A paused shared destination's events wait in its lane, whose consumer is
+// paused, and are delivered once it is resumed.
+func TestSharedPausedDestinationWaitsInItsLane(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	s := newSink(t, nil)
+	e.addDest(relay.Destination{Name: "p", URL: s.URL, Shared: true})
+	e.addDest(relay.Destination{Name: "q", URL: s.URL, Shared: true})
+	e.startRelay()
+	ctx := context.Background()
+	_, err := e.store.Update(ctx, "p", func(d *relay.Destination) error {
+		d.PausedUntil, d.PauseReason = time.Now().Add(time.Hour), relay.PauseOperator
+		return nil
+	})
+	require.NoError(t, err)
+	// The pause reaches relay through the destinations' watch: an event
+	// published before that may still be delivered, so the test waits for
+	// the lane, which only a paused or slow destination gets.
+	var ids []string
+	eventually(t, 20*time.Second, func() bool {
+		ids = append(ids, e.publish("p", "", `{}`).ID)
+		return e.consumerInfo(relay.LaneConsumerName("p")) != nil
+	}, "p's lane opened")
+	const n = 50
+	for range n {
+		ids = append(ids, e.publish("p", "", `{}`).ID)
+	}
+	idq := e.publish("q", "", `{}`).ID
+	eventually(t, 20*time.Second, func() bool { return s.delivered()[idq] == 1 }, "q is not paused")
+	eventually(t, 20*time.Second, func() bool {
+		lane := e.consumerInfo(relay.LaneConsumerName("p"))
+		return lane.NumPending >= n && lane.Paused
+	}, "p's events wait in its paused lane")
+	before := len(s.delivered())
+
+	_, err = e.store.Update(ctx, "p", func(d *relay.Destination) error {
+		d.PausedUntil, d.PauseReason = time.Time{}, ""
+		return nil
+	})
+	require.NoError(t, err)
+	eventually(t, 30*time.Second, func() bool {
+		for _, id := range ids {
+			if s.delivered()[id] != 1 {
+				return false
+			}
+		}
+		return true
+	}, "every event of p delivered once resumed")
+	require.Greater(t, len(s.delivered()), before)
+	eventually(t, 30*time.Second, func() bool { return e.settled("p") }, "p settled")
+}
+
+// Events of an unknown destination reach the shared consumer too: it acks
+// them, and the unknown-destination check dead-letters them.
+func TestSharedConsumerLeavesUnknownDestinationsToTheCheck(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	s := newSink(t, nil)
+	e.addDest(relay.Destination{Name: "known", URL: s.URL, Shared: true})
+	e.startRelay()
+	require.NoError(t, e.nc.PublishMsg(&nats.Msg{Subject: stream.InSubject("ghost", ""), Data: []byte(`{}`)}))
+	id := e.publish("known", "", `{}`).ID
+	eventually(t, 20*time.Second, func() bool {
+		return len(e.deadLetters("ghost")) == 1 && s.delivered()[id] == 1 && e.settled("known")
+	}, "ghost dead-lettered once, known delivered, the shared consumer settled")
+}
+
+// A relay killed (SIGKILL) while delivering to shared destinations loses
+// no event: another relay delivers what it held once its AckWait is over,
+// and what it had moved to a lane.
+func TestFaultKilledRelayLosesNoSharedEvent(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	slow := newSink(t, func(h hit, w http.ResponseWriter) int {
+		time.Sleep(20 * time.Millisecond) // a destination that takes its time
+		w.WriteHeader(http.StatusOK)
+		return http.StatusOK
+	})
+	fast := newSink(t, nil)
+	e.addDest(relay.Destination{Name: "slow", URL: slow.URL, Concurrency: 2, Shared: true})
+	e.addDest(relay.Destination{Name: "fast", URL: fast.URL, Shared: true})
+	const n = 400
+	want := map[string]bool{}
+	for range n {
+		want[e.publish("slow", "", `{}`).ID] = true
+		want[e.publish("fast", "", `{}`).ID] = true
+	}
+	p1 := faultRun(t, e.url)
+	eventually(t, 30*time.Second, func() bool { return slow.received() >= 20 }, "the first relay is delivering")
+	require.NoError(t, p1.cmd.Process.Signal(syscall.SIGKILL))
+	<-p1.exited
+	faultRun(t, e.url)
+	eventually(t, 2*time.Minute, func() bool {
+		got := 0
+		for id := range want {
+			if slow.delivered()[id] > 0 || fast.delivered()[id] > 0 {
+				got++
+			}
+		}
+		return got == len(want) && e.settled("slow") && e.settled("fast")
+	}, "every event delivered after the kill")
+	for id, c := range slow.delivered() {
+		require.True(t, want[id], id)
+		require.LessOrEqual(t, c, 2, "at most once more than once: %s", id)
+	}
+	require.Empty(t, e.deadLetters("slow"))
+	require.Empty(t, e.deadLetters("fast"))
+}

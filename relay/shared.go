@@ -1,0 +1,791 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaydev/relay/stream"
+)
+
+// The shared consumer.
+//
+// A destination added with Shared has no JetStream consumer of its own: one
+// durable consumer, SharedConsumer, hands out the events of every
+// destination (it filters all of them), and each replica's shared loop
+// sorts them out. It acks at once the events of destinations served by
+// consumers of their own (ordered ones, unordered ones added without
+// Shared) and those that belong to no destination (the unknown-destination
+// check dead-letters them); it queues the others per destination, and a
+// pool of workers shared by all destinations attempts them, never more at
+// once for a destination than its concurrency.
+//
+// Isolation is kept inside relay. A destination's queue holds at most
+// pullRounds rounds of its concurrency. An event that finds its
+// destination's queue full is handed back shortly (a nak with a delay)
+// while the destination keeps up, and moved to the destination's lane when
+// it does not (an attempt or a queued event older than laneSlow) or is
+// paused (its lane's consumer is paused with it): the event
+// is republished to relay.lane.<dest> (a Laned publish, deduplicated by its
+// sequence) and acked once stored. A lane is an ordinary durable consumer of
+// the destination's own, worked as an unshared destination's is, with its
+// own AckWait, MaxAckPending and retries; while it has events, every new
+// event of the destination goes there too, and once it is drained the
+// destination is served from the shared consumer again. A destination that
+// hangs thus holds at most its queue of the shared consumer's events, and
+// costs the others nothing more.
+
+// SharedConsumer is the durable consumer of the events stream that serves
+// every shared destination. Destination names have no upper-case letters:
+// it never collides with a destination's consumer.
+const SharedConsumer = "relay_Shared"
+
+// LaneConsumerName is the durable consumer of shared destination dest's
+// lane.
+func LaneConsumerName(dest string) string { return "relay_" + dest + "_L" }
+
+const (
+	// sharedAckWait is the shared consumer's AckWait. A replica restarts it
+	// (in progress) every sharedAckWait/3 for every event it holds, queued
+	// or being attempted, so that an attempt of any timeout fits, and
+	// after a crash the events it held come back within sharedAckWait.
+	sharedAckWait = 30 * time.Second
+	// sharedMaxAckPending bounds the shared consumer's events handed out
+	// and not acknowledged: held by the replicas, and waiting in JetStream
+	// for a retry (a destination's queue bounds what it holds, and its lane
+	// takes what it cannot take in time).
+	sharedMaxAckPending = 100_000
+	// laneSlow is how long an attempt may run, or an event wait in its
+	// destination's queue, before the destination counts as not keeping
+	// up: the events that then find its queue full go to its lane.
+	laneSlow = time.Second
+	// laneCheckEvery is how often a replica checks whether the lanes it
+	// works are drained.
+	laneCheckEvery = 5 * time.Second
+	// laneMoving bounds the events on their way to a lane at once.
+	laneMoving = 1024
+	// unknownChecks bounds the lookups in the store of destinations this
+	// replica does not know (yet) at once.
+	unknownChecks = 8
+)
+
+// sharedConsumerConfig is the shared consumer's configuration, starting
+// at stream sequence start when it is created.
+func sharedConsumerConfig(start uint64) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:        SharedConsumer,
+		Description:    "relay deliveries to the shared destinations",
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    max(start, 1),
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        sharedAckWait,
+		MaxDeliver:     -1,
+		MaxAckPending:  sharedMaxAckPending,
+		FilterSubjects: stream.SharedFilters(),
+	}
+}
+
+// ensureShared creates the shared consumer, starting at stream sequence
+// start, unless it exists.
+func ensureShared(ctx context.Context, js jetstream.JetStream, start uint64) error {
+	if _, err := js.Consumer(ctx, stream.EventsStream, SharedConsumer); err == nil {
+		return nil
+	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("consumer %s: %w", SharedConsumer, err)
+	}
+	_, err := js.CreateConsumer(ctx, stream.EventsStream, sharedConsumerConfig(start))
+	if err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
+		return fmt.Errorf("create consumer %s: %w", SharedConsumer, err)
+	}
+	return nil
+}
+
+// laneSpec is the consumer of shared destination d's lane.
+func (r *Relay) laneSpec(d Destination) consumerSpec {
+	return consumerSpec{
+		cfg: jetstream.ConsumerConfig{
+			Durable:       LaneConsumerName(d.Name),
+			Description:   "relay deliveries to " + d.Name + " that did not keep up (its lane)",
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       d.AckWait(),
+			MaxDeliver:    -1,
+			MaxAckPending: r.cfg.MaxAckPending,
+			FilterSubject: stream.LaneSubject(d.Name),
+			PauseUntil:    pauseUntil(d, r.cfg.Now()),
+		},
+		concurrency: d.Concurrency,
+	}
+}
+
+// held is an event of the shared consumer held by this replica, queued or
+// being attempted. Its AckWait is restarted by the loop until the worker
+// acts on it: its acks, naks and terms go through held, which then stops
+// the restarts (one after a nak would turn the nak's delay into AckWait).
+type held struct {
+	*stream.PulledMsg
+	dest  string
+	size  int
+	since time.Time // when it came, or its AckWait was last restarted
+	start time.Time // when its attempt began (zero while queued)
+
+	mu   sync.Mutex
+	done bool
+}
+
+func (h *held) settle(f func() error) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.done = true
+	return f()
+}
+
+func (h *held) Ack() error { return h.settle(h.PulledMsg.Ack) }
+func (h *held) DoubleAck(ctx context.Context) error {
+	return h.settle(func() error { return h.PulledMsg.DoubleAck(ctx) })
+}
+func (h *held) Nak() error { return h.settle(h.PulledMsg.Nak) }
+func (h *held) NakWithDelay(d time.Duration) error {
+	return h.settle(func() error { return h.PulledMsg.NakWithDelay(d) })
+}
+func (h *held) Term() error { return h.settle(h.PulledMsg.Term) }
+func (h *held) TermWithReason(reason string) error {
+	return h.settle(func() error { return h.PulledMsg.TermWithReason(reason) })
+}
+func (h *held) HandBack(confirm bool) error {
+	return h.settle(func() error { return h.PulledMsg.HandBack(confirm) })
+}
+
+// ping restarts h's AckWait unless a worker acted on it.
+func (h *held) ping() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.done {
+		_ = h.PulledMsg.InProgress()
+	}
+}
+
+// destQueue is a shared destination's queue in the shared loop.
+type destQueue struct {
+	queue []*held
+	busy  int
+	ready bool // in the loop's ready ring
+	// lane: this replica moves the destination's new events to its lane
+	// and works the lane.
+	lane *worker
+	// seen is when an event of it last came, to forget idle queues.
+	seen time.Time
+}
+
+// sharedLoop is one replica's shared consumer loop (see "The shared
+// consumer").
+type sharedLoop struct {
+	r      *Relay
+	nc     *nats.Conn
+	queues map[string]*destQueue
+	ready  []string
+	held   map[*held]struct{}
+	work   chan *held
+	done   chan *held
+	// moved reports a lane move's end: the event, and whether it is
+	// stored in the lane.
+	moving int
+	moved  chan *held
+	// unknown bounds the store lookups of unknown destinations.
+	unknown chan struct{}
+	avgSize float64
+	// laneCtx ends the lane workers' pull loops.
+	laneCtx context.Context
+	// drained reports lanes found drained.
+	drained chan string
+	checks  bool // a drain check is running
+}
+
+// startShared starts the shared loop on the shared consumer, creating it if
+// it is missing (then from the first event of a shared destination that
+// may not have been delivered: some may be delivered again).
+func (r *Relay) startShared(parent context.Context, start uint64) (*worker, error) {
+	if err := ensureShared(parent, r.cfg.JS, start); err != nil {
+		return nil, err
+	}
+	cons, err := r.cfg.JS.Consumer(parent, stream.EventsStream, SharedConsumer)
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s: %w", SharedConsumer, err)
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
+	wk := &worker{cancel: cancel, done: make(chan struct{}), broken: make(chan struct{})}
+	stopped := make(chan struct{})
+	go func() {
+		select {
+		case <-parent.Done():
+		case <-ctx.Done():
+		}
+		close(stopped)
+	}()
+	go func() {
+		r.consumeShared(cons, stopped)
+		close(wk.broken)
+		cancel()
+		close(wk.done)
+	}()
+	return wk, nil
+}
+
+// consumeShared runs the shared loop until stopped is closed.
+func (r *Relay) consumeShared(cons jetstream.Consumer, stopped <-chan struct{}) {
+	expiry := sharedAckWait / 2
+	hb := pullHeartbeat
+	p, err := stream.NewPuller(r.cfg.JS, stream.EventsStream, SharedConsumer, expiry, hb, queueBytes)
+	if err != nil {
+		r.log.Error("cannot pull the shared consumer", "err", err)
+		return
+	}
+	dctx, dcancel := context.WithCancel(context.Background())
+	defer dcancel()
+	go func() {
+		<-stopped
+		t := time.NewTimer(r.cfg.ShutdownGrace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			dcancel()
+		case <-dctx.Done():
+		}
+	}()
+	laneCtx, laneCancel := context.WithCancel(context.Background())
+	s := &sharedLoop{
+		r:       r,
+		nc:      r.cfg.JS.Conn(),
+		queues:  map[string]*destQueue{},
+		held:    map[*held]struct{}{},
+		work:    make(chan *held),
+		done:    make(chan *held, r.cfg.MaxInFlight),
+		moved:   make(chan *held, laneMoving),
+		unknown: make(chan struct{}, unknownChecks),
+		laneCtx: laneCtx,
+		drained: make(chan string, 16),
+	}
+	var wg sync.WaitGroup
+	for range r.cfg.MaxInFlight {
+		wg.Go(func() {
+			for h := range s.work {
+				r.handle(dctx, h, nil)
+				<-r.slots.of(h.dest)
+				s.done <- h
+			}
+		})
+	}
+	s.resumeLanes()
+
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	lastCheck := time.Now()
+	var buf []*nats.Msg
+	gone := false
+loop:
+	for {
+		queued, busy := s.counts()
+		if err := p.Fill(s.hold(), queued+busy+s.moving, time.Now()); err != nil {
+			r.log.Debug("cannot ask the shared consumer for events; asking again shortly", "err", err)
+		}
+		var out chan *held
+		var next *held
+		var slot chan struct{}
+		for len(s.ready) > 0 && out == nil {
+			name := s.ready[0]
+			slot = s.r.slots.of(name)
+			select {
+			case slot <- struct{}{}:
+				out, next = s.work, s.queues[name].queue[0]
+			default:
+				// Its lane's attempts take its concurrency now: it is
+				// ready again when one of its own ends, or at the tick.
+				s.ready[0] = ""
+				s.ready = s.ready[1:]
+				s.queues[name].ready = false
+			}
+		}
+		sent := false
+		select {
+		case out <- next:
+			sent = true
+			s.dispatched()
+		case h := <-s.done:
+			s.finished(h)
+		case h := <-s.moved:
+			s.moving--
+			_ = h
+		case name := <-s.drained:
+			if name == "" {
+				s.checks = false // the check is over
+			} else {
+				s.closeLane(name)
+			}
+		case <-p.Signal():
+			now := time.Now()
+			got := p.Take(buf)
+			for _, m := range got {
+				st, err := p.Status(m, now)
+				switch st {
+				case stream.PullEvent:
+					s.admit(m, now)
+				case stream.PullBeat, stream.PullReleased:
+				case stream.PullLost:
+					r.log.Debug("shared pull requests lost; asking again", "err", err)
+				case stream.PullRefused:
+					r.log.Warn("shared pull request refused; asking again shortly", "err", err)
+				case stream.PullUnanswered:
+					gone = gone || r.consumerGone(cons)
+				case stream.PullGone:
+					gone = true
+				}
+			}
+			clear(got)
+			buf = got
+			if gone {
+				r.log.Warn("the shared consumer is gone; it is created again")
+				break loop
+			}
+		case now := <-tick.C:
+			if p.Silent(now) {
+				r.log.Debug("no heartbeat from the shared pull requests; asking again")
+			}
+			s.pings(now)
+			for name, q := range s.queues {
+				s.markReady(name, q) // a lane's attempt may have ended
+			}
+			if now.Sub(lastCheck) >= laneCheckEvery {
+				lastCheck = now
+				s.checkLanes(now)
+			}
+		case <-stopped:
+			if out != nil {
+				<-slot
+			}
+			break loop
+		}
+		if out != nil && !sent {
+			<-slot
+		}
+	}
+	go func() {
+		for range s.done {
+		}
+	}()
+	drained := p.Stop(5 * time.Second)
+	var back []*held
+	for _, q := range s.queues {
+		back = append(back, q.queue...)
+		q.queue = nil
+	}
+	for _, m := range drained {
+		if st, _ := p.Status(m, time.Now()); st == stream.PullEvent {
+			back = append(back, &held{PulledMsg: stream.NewPulledMsg(m, s.nc)})
+		}
+	}
+	for i, h := range back {
+		if i < len(back)-1 {
+			_ = h.HandBack(false)
+		}
+	}
+	close(s.work)
+	wg.Wait()
+	close(s.done)
+	// The lanes' workers stop as unshared destinations' do.
+	laneCancel()
+	for _, q := range s.queues {
+		if q.lane != nil {
+			<-q.lane.done
+		}
+	}
+	if len(back) > 0 {
+		if err := back[len(back)-1].HandBack(true); err != nil {
+			r.log.Debug("handing back events not confirmed; they come back after AckWait at the latest", "err", err)
+		}
+	}
+	_ = s.nc.Flush()
+}
+
+// counts are the events queued and being attempted.
+func (s *sharedLoop) counts() (queued, busy int) {
+	for _, q := range s.queues {
+		queued += len(q.queue)
+		busy += q.busy
+	}
+	return queued, busy
+}
+
+// hold is how many events the loop asks to hold: a queue's worth of every
+// destination it has seen lately, at least a round of workers' worth of a
+// destination, at most pullRounds rounds of all the workers.
+func (s *sharedLoop) hold() int {
+	n := 0
+	for name, q := range s.queues {
+		if q.lane != nil {
+			continue
+		}
+		if d, ok := s.r.dests.get(name); ok {
+			n += s.room(d)
+		}
+	}
+	return min(max(n, DefaultConcurrency*pullRounds), s.r.cfg.MaxInFlight*pullRounds)
+}
+
+// room is how many events destination d may hold here, queued and being
+// attempted: pullRounds rounds of its concurrency, the queue beyond one
+// round bounded by queueBytes of events by their average size.
+func (s *sharedLoop) room(d Destination) int {
+	if s.avgSize == 0 {
+		return d.Concurrency * pullRounds
+	}
+	return d.Concurrency + min((pullRounds-1)*d.Concurrency, int(queueBytes/s.avgSize))
+}
+
+// admit sorts out an event the shared consumer handed out.
+func (s *sharedLoop) admit(m *nats.Msg, now time.Time) {
+	r := s.r
+	msg := stream.NewPulledMsg(m, s.nc)
+	size := float64(max(len(m.Data), 1))
+	if s.avgSize == 0 {
+		s.avgSize = size
+	} else {
+		s.avgSize += (size - s.avgSize) / 16
+	}
+	meta, ok := stream.ParseAck(m.Reply)
+	p, err := stream.ParseSubject(m.Subject)
+	if !ok || err != nil {
+		// Not an event the filters select: the worker terminates it as
+		// unreadable.
+		s.enqueue("", &held{PulledMsg: msg, since: now})
+		return
+	}
+	seq := meta.Sequence.Stream
+	d, known := r.dests.get(p.Dest)
+	switch {
+	case !known:
+		s.lookUp(msg, p.Dest, seq)
+		return
+	case !d.Shared || seq < d.StartSeq:
+		// Served by consumers of its own, or published before the
+		// destination existed (the unknown-destination check's).
+		_ = msg.Ack()
+		return
+	}
+	q := s.queue(d.Name, now)
+	switch {
+	case now.Before(d.PausedUntil):
+		// Its lane's consumer is paused with it: its events wait there,
+		// not in the shared consumer.
+		if s.openLane(d, q) {
+			s.toLane(msg, d)
+		} else {
+			_ = msg.NakWithDelay(jitter(min(d.PausedUntil.Sub(now), time.Minute)))
+		}
+	case q.lane != nil:
+		s.toLane(msg, d)
+	case len(q.queue)+q.busy < s.room(d):
+		s.enqueue(d.Name, &held{PulledMsg: msg, dest: d.Name, size: len(m.Data), since: now})
+	case s.slow(q, now) && s.openLane(d, q):
+		s.toLane(msg, d)
+	default:
+		// It keeps up, and a burst filled its queue: back shortly.
+		_ = msg.NakWithDelay(jitter(time.Second))
+	}
+}
+
+func (s *sharedLoop) queue(name string, now time.Time) *destQueue {
+	q := s.queues[name]
+	if q == nil {
+		q = &destQueue{}
+		s.queues[name] = q
+	}
+	q.seen = now
+	return q
+}
+
+// slow reports whether q's destination does not keep up: an attempt, or
+// the event at the head of its queue, older than laneSlow.
+func (s *sharedLoop) slow(q *destQueue, now time.Time) bool {
+	if len(q.queue) > 0 && now.Sub(q.queue[0].since) > laneSlow {
+		return true
+	}
+	for h := range s.held {
+		if h.dest != "" && s.queues[h.dest] == q && !h.start.IsZero() && now.Sub(h.start) > laneSlow {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *sharedLoop) enqueue(name string, h *held) {
+	q := s.queue(name, h.since)
+	q.queue = append(q.queue, h)
+	s.held[h] = struct{}{}
+	s.markReady(name, q)
+}
+
+// markReady puts q in the ready ring if it has an event and room for an
+// attempt.
+func (s *sharedLoop) markReady(name string, q *destQueue) {
+	if q.ready || len(q.queue) == 0 {
+		return
+	}
+	if sl := s.r.slots.of(name); len(sl) >= cap(sl) {
+		return
+	}
+	q.ready = true
+	s.ready = append(s.ready, name)
+}
+
+// dispatched: the head of the first ready queue went to a worker.
+func (s *sharedLoop) dispatched() {
+	name := s.ready[0]
+	s.ready[0] = ""
+	s.ready = s.ready[1:]
+	q := s.queues[name]
+	h := q.queue[0]
+	q.queue[0] = nil
+	q.queue = q.queue[1:]
+	h.start = time.Now()
+	q.busy++
+	q.ready = false
+	s.markReady(name, q) // to the back of the ring: destinations take turns
+}
+
+// finished: a worker is done with h.
+func (s *sharedLoop) finished(h *held) {
+	delete(s.held, h)
+	q := s.queues[h.dest]
+	if q == nil {
+		return
+	}
+	q.busy--
+	s.markReady(h.dest, q)
+}
+
+// pings restarts the AckWait of every event held for a third of it.
+func (s *sharedLoop) pings(now time.Time) {
+	for h := range s.held {
+		if now.Sub(h.since) > sharedAckWait/3 {
+			h.ping()
+			h.since = now
+		}
+	}
+	// Forget queues idle for a while (not those with a lane).
+	for name, q := range s.queues {
+		if len(q.queue) == 0 && q.busy == 0 && q.lane == nil && now.Sub(q.seen) > time.Minute {
+			delete(s.queues, name)
+		}
+	}
+}
+
+// lookUp settles an event of a destination this replica does not know: it
+// waits if the store has the destination (this replica has not applied it
+// yet), and is acked if not (the unknown-destination check dead-letters
+// it, by the same rule).
+func (s *sharedLoop) lookUp(msg *stream.PulledMsg, dest string, seq uint64) {
+	select {
+	case s.unknown <- struct{}{}:
+	default:
+		_ = msg.NakWithDelay(jitter(2 * time.Second))
+		return
+	}
+	go func() {
+		defer func() { <-s.unknown }()
+		ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+		defer cancel()
+		ok, err := s.r.exists(ctx, dest, seq)
+		if err != nil || ok {
+			_ = msg.NakWithDelay(jitter(2 * time.Second))
+			return
+		}
+		_ = msg.Ack()
+	}()
+}
+
+// toLane moves msg to d's lane: republished, then acked once stored.
+func (s *sharedLoop) toLane(msg *stream.PulledMsg, d Destination) {
+	if s.moving >= laneMoving {
+		_ = msg.NakWithDelay(jitter(time.Second))
+		return
+	}
+	meta, _ := stream.ParseAck(msg.Reply())
+	e, err := stream.Decode(msg.Subject(), meta.Sequence.Stream, meta.Timestamp, msg.Headers(), msg.Data())
+	if err != nil {
+		_ = msg.NakWithDelay(jitter(time.Second))
+		return
+	}
+	s.moving++
+	h := &held{PulledMsg: msg, dest: d.Name}
+	f, err := s.r.cfg.JS.PublishMsgAsync(e.Msg(stream.Laned, stream.LaneSubject(d.Name)), jetstream.WithExpectStream(stream.EventsStream))
+	if err != nil {
+		_ = msg.NakWithDelay(jitter(time.Second))
+		s.moved <- h
+		return
+	}
+	go func() {
+		select {
+		case <-f.Ok():
+			_ = msg.Ack()
+		case err := <-f.Err():
+			s.r.log.Debug("cannot move an event to its destination's lane; it comes back", "dest", d.Name, "err", err)
+			_ = msg.NakWithDelay(jitter(time.Second))
+		}
+		s.moved <- h
+	}()
+}
+
+// openLane starts working d's lane on this replica, and reports whether it
+// is worked.
+func (s *sharedLoop) openLane(d Destination, q *destQueue) bool {
+	if q.lane != nil {
+		return true
+	}
+	wk, err := s.r.startLane(s.laneCtx, d)
+	if err != nil {
+		if ok, _ := s.r.laneWarn.allow(d.Name, time.Now()); ok {
+			s.r.log.Warn("cannot open the destination's lane; its events wait in the shared consumer", "dest", d.Name, "err", err)
+		}
+		return false
+	}
+	s.r.log.Info("destination paused or not keeping up: its new events go to its lane until it is drained", "dest", d.Name)
+	q.lane = wk
+	return true
+}
+
+// closeLane stops working name's lane: it was found drained.
+func (s *sharedLoop) closeLane(name string) {
+	q := s.queues[name]
+	if q == nil || q.lane == nil {
+		return
+	}
+	if d, ok := s.r.dests.get(name); s.slow(q, time.Now()) || ok && time.Now().Before(d.PausedUntil) {
+		return
+	}
+	q.lane.stop()
+	q.lane = nil
+	s.r.log.Info("destination keeps up again: served from the shared consumer", "dest", name)
+}
+
+// checkLanes looks, off the loop, for lanes drained: nothing pending or
+// in flight in the lane's consumer.
+func (s *sharedLoop) checkLanes(now time.Time) {
+	if s.checks {
+		return
+	}
+	var names []string
+	for name, q := range s.queues {
+		if q.lane != nil && !s.slow(q, now) && s.moving == 0 {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	s.checks = true
+	go func() {
+		defer func() { s.drained <- "" }()
+		for _, name := range names {
+			ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+			c, err := s.r.cfg.JS.Consumer(ctx, stream.EventsStream, LaneConsumerName(name))
+			cancel()
+			if err != nil {
+				continue
+			}
+			if info := c.CachedInfo(); info.NumPending == 0 && info.NumAckPending == 0 {
+				s.drained <- name
+			}
+		}
+	}()
+}
+
+// resumeLanes works the lanes left with events by an earlier run.
+func (s *sharedLoop) resumeLanes() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lister := s.r.events.ListConsumers(ctx)
+	var names []string
+	for info := range lister.Info() {
+		name, ok := strings.CutSuffix(info.Name, "_L")
+		name, ok2 := strings.CutPrefix(name, "relay_")
+		if ok && ok2 && (info.NumPending > 0 || info.NumAckPending > 0) {
+			names = append(names, name)
+		}
+	}
+	if err := lister.Err(); err != nil {
+		s.r.log.Warn("cannot list the lanes left by an earlier run; they are worked once their destination falls behind again", "err", err)
+	}
+	now := time.Now()
+	for _, name := range names {
+		if d, ok := s.r.dests.get(name); ok && d.Shared {
+			s.openLane(d, s.queue(name, now))
+		}
+	}
+}
+
+// destSlots hold a slot per attempt in flight to a shared destination,
+// whether it came from the shared consumer or its lane: together they stay
+// within its concurrency.
+type destSlots struct {
+	r  *Relay
+	mu sync.Mutex
+	m  map[string]chan struct{}
+}
+
+// of is dest's slots: a channel with room for its concurrency.
+func (ds *destSlots) of(dest string) chan struct{} {
+	n := DefaultConcurrency
+	if d, ok := ds.r.dests.get(dest); ok {
+		n = d.Concurrency
+	}
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	sl := ds.m[dest]
+	if sl == nil || cap(sl) != n {
+		// A new concurrency: attempts in flight give back their slot
+		// to the old channel.
+		sl = make(chan struct{}, n)
+		ds.m[dest] = sl
+	}
+	return sl
+}
+
+// startLane starts the pull loop of d's lane.
+func (r *Relay) startLane(parent context.Context, d Destination) (*worker, error) {
+	sp := r.laneSpec(d)
+	sp.slots = r.slots.of(d.Name)
+	c, err := r.cfg.JS.CreateOrUpdateConsumer(parent, stream.EventsStream, sp.cfg)
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s: %w", sp.cfg.Durable, err)
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
+	wk := &worker{dest: d, cancel: cancel, done: make(chan struct{}), broken: make(chan struct{})}
+	stopped := make(chan struct{})
+	go func() {
+		select {
+		case <-parent.Done():
+		case <-ctx.Done():
+		}
+		close(stopped)
+	}()
+	go func() {
+		r.consume(c, d, sp, stopped)
+		close(wk.broken)
+		cancel()
+		close(wk.done)
+	}()
+	return wk, nil
+}
+
+// jitter is d plus up to a tenth of it, at random: events handed back
+// together do not all come back at once.
+func jitter(d time.Duration) time.Duration {
+	return d + rand.N(d/10+1)
+}
