@@ -32,6 +32,9 @@ import (
 func (b *bench) scenarioH(ctx context.Context) ([]*result, error) {
 	n, nd := b.opts.n, b.opts.dests
 	r := &result{Scenario: "h", Title: strconv.Itoa(nd) + " destinations", System: "relay", Events: n, LatencyKind: "queue"}
+	if b.opts.shared {
+		r.Title += ", shared"
+	}
 	dir := filepath.Join(b.tmp, "h-data")
 	natsAddr, err := freeAddr()
 	if err != nil {
@@ -104,7 +107,7 @@ func (b *bench) scenarioH(ctx context.Context) ([]*result, error) {
 				}
 				t0 := time.Now()
 				actx, cancel := context.WithTimeout(ctx, time.Minute)
-				_, err := st.Add(actx, relay.Destination{Name: dests[i], URL: b.sinkURL(dests[i]), Secret: relay.GenerateSecret()})
+				_, err := st.Add(actx, relay.Destination{Name: dests[i], URL: b.sinkURL(dests[i]), Secret: relay.GenerateSecret(), Shared: b.opts.shared})
 				cancel()
 				if err != nil {
 					errs <- fmt.Errorf("add destination %s: %w", dests[i], err)
@@ -127,6 +130,9 @@ func (b *bench) scenarioH(ctx context.Context) ([]*result, error) {
 		s, err := js.Stream(ctx, stream.EventsStream)
 		if err != nil {
 			return false, err
+		}
+		if b.opts.shared {
+			return true, nil // no consumer of their own
 		}
 		return s.CachedInfo().State.Consumers >= nd, nil
 	}); err != nil {
@@ -194,7 +200,7 @@ func (b *bench) scenarioH(ctx context.Context) ([]*result, error) {
 	stopSecs := time.Since(t0).Seconds()
 	r.Dests, r.ReadySecs, r.StopSecs, r.ReadyRSSMB = nd, readySecs, stopSecs, float64(rssReady)/1024
 	r.Notes = append(r.Notes,
-		fmt.Sprintf("relay run with its embedded NATS server, --max-consumers %d; events published to the destinations directly, round-robin, while relay ran", nd+2*stream.ReservedConsumers),
+		fmt.Sprintf("relay run with its embedded NATS server, --max-consumers %d, destinations shared: %v; events published to the destinations directly, round-robin, while relay ran", nd+2*stream.ReservedConsumers, b.opts.shared),
 		fmt.Sprintf("ready %.1fs after start (%s), RSS at ready %.0f MB, peak %.0f MB (relay and its NATS server, one process)", readySecs, logSpans(p.logPath), r.ReadyRSSMB, r.ProcRSSMB),
 		fmt.Sprintf("graceful stop (SIGTERM to exit) %.1fs; the first relay, which created the consumers, stopped in %.1fs", stopSecs, firstStop),
 		fmt.Sprintf("%d destinations added in %.1fs, one at a time; the last 100 took %.1f ms each", nd, addSecs, float64(lastAdds.Load())/100/1e6),
