@@ -158,7 +158,7 @@ func checkRoom(d Destination, room ConsumerRoom) error {
 		what = fmt.Sprintf("%d consumers (1 + %d partitions)", need, d.Partitions)
 	}
 	return fmt.Errorf("%w: %s needs %s, and %d are free: of the events stream's limit of %d, %d destinations take %d and relay keeps %d for its own readers; "+
-		"start 'relay run' with a higher --max-consumers (each consumer costs the NATS server about 53 KB), remove destinations no longer used, or give an ordered destination fewer --partitions",
+		"add an unordered destination with --shared (served by relay's shared consumer: none of its own), start 'relay run' with a higher --max-consumers (each consumer costs the NATS server about 53 KB), remove destinations no longer used, or give an ordered destination fewer --partitions",
 		ErrNoConsumerRoom, d.Name, what, room.Free(), room.Limit, room.Dests, room.Used, room.Reserved)
 }
 

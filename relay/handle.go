@@ -172,7 +172,7 @@ func (r *Relay) execute(msg jetstream.Msg, ev *event, mark *partitionMark, in In
 	r.affect(in.Dest, dec, in.Probing, ev.id)
 	out.Err = r.act(msg, *ev, in.Attempt, mark, &out)
 	r.logOutcome(out)
-	r.cfg.Metrics.observe(out, in.Ordered, ev.published, r.cfg.Now())
+	r.cfg.Metrics.observe(out, in.Ordered, in.Dest.Shared, ev.published, r.cfg.Now())
 	if r.cfg.OnDelivery != nil {
 		r.cfg.OnDelivery(out)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/relaydev/relay/schedule"
+	"github.com/relaydev/relay/stream"
 )
 
 // Metrics are the Prometheus metrics of one relay process. A nil *Metrics
@@ -244,24 +245,37 @@ func (f inFlight) done() {
 	}
 }
 
-// observe records one acted-on attempt.
-func (m *Metrics) observe(o Outcome, ordered bool, published time.Time, now time.Time) {
+// SharedHistograms is the dest label of the histograms of every shared
+// destination together: relay_attempt_duration_seconds,
+// relay_delivery_attempts and relay_delivery_latency_seconds. A
+// deployment with thousands of destinations would otherwise export
+// thousands of histograms (and hold them: about 6 KB each); their
+// counters and gauges keep the destination's name.
+const SharedHistograms = "(shared)"
+
+// observe records one acted-on attempt. shared: the destination is shared
+// (see SharedHistograms).
+func (m *Metrics) observe(o Outcome, ordered, shared bool, published time.Time, now time.Time) {
 	if m == nil || o.Err != nil {
 		return
 	}
 	dm := m.forDest(o.Dest)
+	hist := o.Dest
+	if shared {
+		hist = SharedHistograms
+	}
 	if o.Result.Attempted() {
 		u := urlIndex(o.Result)
 		um := dm.byURL[u].get(func() *urlMetrics { return &urlMetrics{} })
 		m.response(um, o.Dest, urlLabels[u], o.Result)
-		um.attemptDuration.get(func() prometheus.Observer { return m.attemptDuration.WithLabelValues(o.Dest, urlLabels[u]) }).Observe(o.Result.Duration.Seconds())
+		um.attemptDuration.get(func() prometheus.Observer { return m.attemptDuration.WithLabelValues(hist, urlLabels[u]) }).Observe(o.Result.Duration.Seconds())
 	}
 	switch o.Decision.Action {
 	case Ack:
 		m.outcome(dm, o.Dest, outDelivered)
-		dm.attempts.get(func() prometheus.Observer { return m.attempts.WithLabelValues(o.Dest) }).Observe(float64(o.Attempt))
+		dm.attempts.get(func() prometheus.Observer { return m.attempts.WithLabelValues(hist) }).Observe(float64(o.Attempt))
 		if !published.IsZero() {
-			dm.latency.get(func() prometheus.Observer { return m.latency.WithLabelValues(o.Dest) }).Observe(now.Sub(published).Seconds())
+			dm.latency.get(func() prometheus.Observer { return m.latency.WithLabelValues(hist) }).Observe(now.Sub(published).Seconds())
 		}
 	case Retry, Park:
 		if ordered {
@@ -304,6 +318,7 @@ type StateCollector struct {
 
 	backlog, unacked, retrying, parked, dead, oldest, paused, blocked, up *prometheus.Desc
 	checkLag, routerLag                                                   *prometheus.Desc
+	sharedBacklog, sharedUnacked                                          *prometheus.Desc
 }
 
 // NewStateCollector returns a collector of destination state.
@@ -313,23 +328,25 @@ func NewStateCollector(js jetstream.JetStream, sched *schedule.Store) *StateColl
 	}
 	return &StateCollector{
 		JS: js, Schedule: sched, Timeout: 5 * time.Second, now: time.Now,
-		backlog:   d("relay_backlog", "Events not yet handed to a relay."),
-		unacked:   d("relay_unacked", "Events handed out and not acknowledged: in flight or waiting in JetStream for a retry."),
-		retrying:  d("relay_retrying", "Unacknowledged events delivered more than once."),
-		parked:    d("relay_parked", "Events waiting in Redis for a later attempt."),
-		dead:      d("relay_dead_letters", "Dead letters kept."),
-		oldest:    d("relay_oldest_undelivered_age_seconds", "Age of the oldest event not yet delivered (0 when none)."),
-		paused:    d("relay_destination_paused", "1 when the destination is paused (operator, circuit breaker, Retry-After or 410 Gone)."),
-		blocked:   d("relay_blocked_partitions", "Partitions of an ordered destination whose head is being retried."),
-		up:        prometheus.NewDesc("relay_state_scrape_ok", "1 when the destination state could be read.", nil, nil),
-		routerLag: prometheus.NewDesc("relay_router_lag", "Typed events the router has not copied to their subscribers yet (it grows while no replica routes, or while routing is stuck).", nil, nil),
-		checkLag:  prometheus.NewDesc("relay_unknown_destination_check_lag", "Events published for a destination that the check for unknown destinations has not gone through yet (it grows while no replica runs the check, or while the check is stuck).", nil, nil),
+		backlog:       d("relay_backlog", "Events not yet handed to a relay."),
+		unacked:       d("relay_unacked", "Events handed out and not acknowledged: in flight or waiting in JetStream for a retry."),
+		retrying:      d("relay_retrying", "Unacknowledged events delivered more than once."),
+		parked:        d("relay_parked", "Events waiting in Redis for a later attempt."),
+		dead:          d("relay_dead_letters", "Dead letters kept."),
+		oldest:        d("relay_oldest_undelivered_age_seconds", "Age of the oldest event not yet delivered (0 when none)."),
+		paused:        d("relay_destination_paused", "1 when the destination is paused (operator, circuit breaker, Retry-After or 410 Gone)."),
+		blocked:       d("relay_blocked_partitions", "Partitions of an ordered destination whose head is being retried."),
+		up:            prometheus.NewDesc("relay_state_scrape_ok", "1 when the destination state could be read.", nil, nil),
+		routerLag:     prometheus.NewDesc("relay_router_lag", "Typed events the router has not copied to their subscribers yet (it grows while no replica routes, or while routing is stuck).", nil, nil),
+		sharedBacklog: prometheus.NewDesc("relay_shared_backlog", "Events the shared consumer has not handed to a relay yet, of every destination (those of destinations with consumers of their own are acknowledged at once).", nil, nil),
+		sharedUnacked: prometheus.NewDesc("relay_shared_unacked", "Events of shared destinations handed out by the shared consumer and not acknowledged: queued or in flight in a relay, or waiting in JetStream for a retry.", nil, nil),
+		checkLag:      prometheus.NewDesc("relay_unknown_destination_check_lag", "Events published for a destination that the check for unknown destinations has not gone through yet (it grows while no replica runs the check, or while the check is stuck).", nil, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *StateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.backlog, c.unacked, c.retrying, c.parked, c.dead, c.oldest, c.paused, c.blocked, c.up, c.checkLag, c.routerLag} {
+	for _, d := range []*prometheus.Desc{c.backlog, c.unacked, c.retrying, c.parked, c.dead, c.oldest, c.paused, c.blocked, c.up, c.checkLag, c.routerLag, c.sharedBacklog, c.sharedUnacked} {
 		ch <- d
 	}
 }
@@ -350,6 +367,11 @@ func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
 	if lag, err := CheckLag(ctx, c.JS); err == nil {
 		ch <- prometheus.MustNewConstMetric(c.checkLag, prometheus.GaugeValue, float64(lag))
+	}
+	if cons, err := c.JS.Consumer(ctx, stream.EventsStream, SharedConsumer); err == nil {
+		info := cons.CachedInfo()
+		ch <- prometheus.MustNewConstMetric(c.sharedBacklog, prometheus.GaugeValue, float64(info.NumPending))
+		ch <- prometheus.MustNewConstMetric(c.sharedUnacked, prometheus.GaugeValue, float64(info.NumAckPending))
 	}
 	if _, routed, err := ReadRouterState(ctx, c.JS); err == nil && routed {
 		if lag, err := RouterLag(ctx, c.JS); err == nil {

@@ -176,7 +176,9 @@ func (h *held) ping() {
 type destQueue struct {
 	queue []*held
 	busy  int
-	ready bool // in the loop's ready ring
+	// inFlight are its events being attempted from the shared consumer.
+	inFlight map[*held]struct{}
+	ready    bool // in the loop's ready ring
 	// lane: this replica moves the destination's new events to its lane
 	// and works the lane.
 	lane *worker
@@ -201,6 +203,9 @@ type sharedLoop struct {
 	// unknown bounds the store lookups of unknown destinations.
 	unknown chan struct{}
 	avgSize float64
+	// queued and busy count the events queued and being attempted, over
+	// all destinations; holding is what hold last counted.
+	queued, busy, holding int
 	// laneCtx ends the lane workers' pull loops.
 	laneCtx context.Context
 	// drained reports lanes found drained.
@@ -289,10 +294,10 @@ func (r *Relay) consumeShared(cons jetstream.Consumer, stopped <-chan struct{}) 
 	lastCheck := time.Now()
 	var buf []*nats.Msg
 	gone := false
+	s.holding = s.hold()
 loop:
 	for {
-		queued, busy := s.counts()
-		if err := p.Fill(s.hold(), queued+busy+s.moving, time.Now()); err != nil {
+		if err := p.Fill(s.holding, s.queued+s.busy+s.moving, time.Now()); err != nil {
 			r.log.Debug("cannot ask the shared consumer for events; asking again shortly", "err", err)
 		}
 		var out chan *held
@@ -358,6 +363,7 @@ loop:
 				r.log.Debug("no heartbeat from the shared pull requests; asking again")
 			}
 			s.pings(now)
+			s.holding = s.hold()
 			for name, q := range s.queues {
 				s.markReady(name, q) // a lane's attempt may have ended
 			}
@@ -383,6 +389,7 @@ loop:
 	var back []*held
 	for _, q := range s.queues {
 		back = append(back, q.queue...)
+		s.queued -= len(q.queue)
 		q.queue = nil
 	}
 	for _, m := range drained {
@@ -413,18 +420,10 @@ loop:
 	_ = s.nc.Flush()
 }
 
-// counts are the events queued and being attempted.
-func (s *sharedLoop) counts() (queued, busy int) {
-	for _, q := range s.queues {
-		queued += len(q.queue)
-		busy += q.busy
-	}
-	return queued, busy
-}
-
 // hold is how many events the loop asks to hold: a queue's worth of every
 // destination it has seen lately, at least a round of workers' worth of a
-// destination, at most pullRounds rounds of all the workers.
+// destination, at most pullRounds rounds of all the workers. It goes over
+// every queue: the loop counts it once a second.
 func (s *sharedLoop) hold() int {
 	n := 0
 	for name, q := range s.queues {
@@ -516,8 +515,8 @@ func (s *sharedLoop) slow(q *destQueue, now time.Time) bool {
 	if len(q.queue) > 0 && now.Sub(q.queue[0].since) > laneSlow {
 		return true
 	}
-	for h := range s.held {
-		if h.dest != "" && s.queues[h.dest] == q && !h.start.IsZero() && now.Sub(h.start) > laneSlow {
+	for h := range q.inFlight {
+		if now.Sub(h.start) > laneSlow {
 			return true
 		}
 	}
@@ -527,6 +526,7 @@ func (s *sharedLoop) slow(q *destQueue, now time.Time) bool {
 func (s *sharedLoop) enqueue(name string, h *held) {
 	q := s.queue(name, h.since)
 	q.queue = append(q.queue, h)
+	s.queued++
 	s.held[h] = struct{}{}
 	s.markReady(name, q)
 }
@@ -555,6 +555,12 @@ func (s *sharedLoop) dispatched() {
 	q.queue = q.queue[1:]
 	h.start = time.Now()
 	q.busy++
+	if q.inFlight == nil {
+		q.inFlight = map[*held]struct{}{}
+	}
+	q.inFlight[h] = struct{}{}
+	s.queued--
+	s.busy++
 	q.ready = false
 	s.markReady(name, q) // to the back of the ring: destinations take turns
 }
@@ -562,10 +568,12 @@ func (s *sharedLoop) dispatched() {
 // finished: a worker is done with h.
 func (s *sharedLoop) finished(h *held) {
 	delete(s.held, h)
+	s.busy--
 	q := s.queues[h.dest]
 	if q == nil {
 		return
 	}
+	delete(q.inFlight, h)
 	q.busy--
 	s.markReady(h.dest, q)
 }

@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -49,6 +48,14 @@ type DestStats struct {
 	// OldestUndelivered is when the oldest event not yet acknowledged was
 	// published (zero when none; parked events are not counted here).
 	OldestUndelivered time.Time `json:"oldest_undelivered,omitzero"`
+	// Shared: the destination is served by the shared consumer. Its
+	// Backlog counts its events waiting in its lane, and those the shared
+	// consumer has not handed out yet while there are at most 100 shared
+	// destinations (relay_shared_backlog has them all together); InFlight
+	// and Retrying count its lane's only (the shared consumer's are not told apart by
+	// destination: relay_in_flight on each replica's /metrics counts its
+	// attempts in progress).
+	Shared bool `json:"shared,omitempty"`
 }
 
 // Stats reads the state of every destination. sched may be nil.
@@ -85,6 +92,23 @@ func stats(ctx context.Context, js jetstream.JetStream, sched *schedule.Store, n
 	evInfo := evs.CachedInfo()
 	limit := streamConsumerLimit(evInfo.Config)
 	full := evInfo.State.Consumers >= limit
+	// Every consumer's state in one listing, not one request per
+	// destination.
+	infos := map[string]*jetstream.ConsumerInfo{}
+	lister := evs.ListConsumers(ctx)
+	for info := range lister.Info() {
+		infos[info.Name] = info
+	}
+	if err := lister.Err(); err != nil {
+		return nil, err
+	}
+	shared := infos[SharedConsumer]
+	nShared := 0
+	for _, d := range dests {
+		if d.Shared {
+			nShared++
+		}
+	}
 	out := make([]DestStats, 0, len(dests))
 	for _, d := range dests {
 		d = d.WithDefaults()
@@ -102,21 +126,36 @@ func stats(ctx context.Context, js jetstream.JetStream, sched *schedule.Store, n
 		if d.Ordered {
 			s.Partitions = d.Partitions
 		}
+		if d.Shared {
+			s.Shared = true
+			// Counted per destination while they are few: one
+			// short-lived consumer each.
+			if shared != nil && shared.NumPending > 0 && nShared <= maxSharedCounts {
+				after := max(shared.Delivered.Stream, d.StartSeq-1)
+				n, err := pendingAfter(ctx, js, stream.DestFilters(d.Name), after)
+				if err != nil {
+					return nil, err
+				}
+				s.Backlog += n
+				if n > 0 {
+					floor, pending = after, true
+				}
+			}
+		}
 		for i, name := range d.consumerNames() {
-			c, err := js.Consumer(ctx, stream.EventsStream, name)
+			info := infos[name]
 			switch {
-			case errors.Is(err, jetstream.ErrConsumerNotFound):
+			case info == nil && d.Shared:
+				continue // no lane: it always kept up
+			case info == nil:
 				// No relay has run since it was added, or the
 				// stream has no room for it.
 				if full && s.Unconsumed == "" {
 					s.Unconsumed = fmt.Sprintf("consumer %s is missing and the events stream holds %d consumers, its limit: raise 'relay run --max-consumers' or remove destinations no longer used", name, evInfo.State.Consumers)
 				}
 				continue
-			case err != nil:
-				return nil, err
 			}
-			info := c.CachedInfo()
-			if info.NumPending > 0 || info.NumAckPending > 0 {
+			if !d.Shared && (info.NumPending > 0 || info.NumAckPending > 0) {
 				if !pending || info.AckFloor.Stream < floor {
 					floor = max(info.AckFloor.Stream, d.StartSeq-1)
 				}
@@ -132,6 +171,13 @@ func stats(ctx context.Context, js jetstream.JetStream, sched *schedule.Store, n
 		if pending {
 			s.OldestUndelivered = oldestAfter(ctx, js, d.Name, floor)
 		}
+		if d.Shared {
+			// Its lane's, which may hold older ones (by when they
+			// were moved there).
+			if t := oldestInLane(ctx, js, d.Name); !t.IsZero() && (s.OldestUndelivered.IsZero() || t.Before(s.OldestUndelivered)) {
+				s.OldestUndelivered = t
+			}
+		}
 		if sched != nil {
 			ps, err := sched.Stats(ctx, d.Name)
 			if err != nil {
@@ -142,6 +188,32 @@ func stats(ctx context.Context, js jetstream.JetStream, sched *schedule.Store, n
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// maxSharedCounts is the most shared destinations whose backlog in the
+// shared consumer Stats counts one by one.
+const maxSharedCounts = 100
+
+// oldestInLane returns the time the oldest event in dest's lane was stored
+// there (moved), zero if none.
+func oldestInLane(ctx context.Context, js jetstream.JetStream, dest string) time.Time {
+	c, err := js.Consumer(ctx, stream.EventsStream, LaneConsumerName(dest))
+	if err != nil {
+		return time.Time{}
+	}
+	info := c.CachedInfo()
+	if info.NumPending == 0 && info.NumAckPending == 0 {
+		return time.Time{}
+	}
+	st, err := js.Stream(ctx, stream.EventsStream)
+	if err != nil {
+		return time.Time{}
+	}
+	m, err := st.GetMsg(ctx, info.AckFloor.Stream+1, jetstream.WithGetMsgSubject(stream.LaneSubject(dest)))
+	if err != nil {
+		return time.Time{}
+	}
+	return m.Time
 }
 
 // oldestAfter returns the publish time of dest's first event after seq.

@@ -495,6 +495,20 @@ func (s *Store) Pending(ctx context.Context, name string) (uint64, error) {
 		return 0, err
 	}
 	var n uint64
+	if d.Shared {
+		// Those of its events after the shared consumer's ack floor (some
+		// of them may be acked already).
+		c, err := s.js.Consumer(ctx, stream.EventsStream, SharedConsumer)
+		switch {
+		case err == nil:
+			n, err = pendingAfter(ctx, s.js, stream.DestFilters(name), max(c.CachedInfo().AckFloor.Stream, d.StartSeq-1))
+			if err != nil {
+				return 0, err
+			}
+		case !errors.Is(err, jetstream.ErrConsumerNotFound):
+			return 0, err
+		}
+	}
 	for _, cn := range d.WithDefaults().consumerNames() {
 		c, err := s.js.Consumer(ctx, stream.EventsStream, cn)
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {

@@ -177,7 +177,11 @@ func (b *bench) scenarioH(ctx context.Context) ([]*result, error) {
 	}
 	m, start0 := b.mark(), time.Now()
 	cpu0, _ := p.sample()
-	pd, err := pub.backlog(ctx, dests, "h-", n, b.opts.window)
+	subjects := make([]string, len(dests))
+	for i, d := range dests {
+		subjects[i] = stream.InSubject(d, "")
+	}
+	pd, err := pub.backlog(ctx, subjects, "h-", n, b.opts.window)
 	if err != nil {
 		return nil, err
 	}

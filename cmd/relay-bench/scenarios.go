@@ -569,7 +569,7 @@ func (b *bench) scenarioG(ctx context.Context) ([]*result, error) {
 			// Each subscriber its own URL path at the sink, which counts
 			// deliveries per (destination, webhook-id).
 			dests[i] = run + "-" + strconv.Itoa(i)
-			if err := b.addDest(ctx, relay.Destination{Name: dests[i], Types: []string{run + ".*"}}); err != nil {
+			if err := b.addDest(ctx, relay.Destination{Name: dests[i], Types: []string{run + ".*"}, Shared: b.opts.shared}); err != nil {
 				return nil, err
 			}
 		}
