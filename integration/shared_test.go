@@ -230,3 +230,58 @@ func TestFaultKilledRelayLosesNoSharedEvent(t *testing.T) {
 	require.Empty(t, e.deadLetters("slow"))
 	require.Empty(t, e.deadLetters("fast"))
 }
+
+// Retries and dead letters of shared destinations work as for the others:
+// a first attempt answered 500 is retried (a nak with a delay in the
+// shared consumer), and an event that always fails is dead-lettered with
+// every attempt in its history. Two relays serve them together, each
+// event once.
+func TestSharedDestinationsRetryAndDeadLetterWithTwoReplicas(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	flaky := newSink(t, func(h hit, w http.ResponseWriter) int {
+		if h.N == 1 {
+			w.WriteHeader(http.StatusInternalServerError)
+			return http.StatusInternalServerError
+		}
+		w.WriteHeader(http.StatusOK)
+		return http.StatusOK
+	})
+	broken := newSink(t, func(h hit, w http.ResponseWriter) int {
+		w.WriteHeader(http.StatusInternalServerError)
+		return http.StatusInternalServerError
+	})
+	// Every first attempt fails: no circuit breaker, which would
+	// pause it.
+	e.addDest(relay.Destination{Name: "flaky", URL: flaky.URL, Retry: fast(5), BreakerThreshold: -1, Shared: true})
+	e.addDest(relay.Destination{Name: "broken", URL: broken.URL, Retry: fast(3), Shared: true})
+	rec1, _ := e.startRelay()
+	rec2, _ := e.startRelay()
+
+	const n = 100
+	want := map[string]bool{}
+	for range n {
+		want[e.publish("flaky", "", `{}`).ID] = true
+	}
+	const m = 5
+	for range m {
+		e.publish("broken", "", `{}`)
+	}
+	eventually(t, 60*time.Second, func() bool {
+		return len(flaky.delivered()) == n && len(e.deadLetters("broken")) == m && e.settled("flaky")
+	}, "flaky's events delivered after a retry, broken's dead-lettered")
+	for id, c := range flaky.delivered() {
+		require.True(t, want[id], id)
+		require.Equal(t, 1, c, "delivered once: %s", id)
+	}
+	require.Equal(t, 2*n, flaky.received(), "each event: one 500, one 200")
+	for _, l := range e.deadLetters("broken") {
+		require.Equal(t, 3, l.Attempts)
+		require.Len(t, l.History, 3)
+	}
+	both := func(rec *outcomes) int {
+		return rec.count(func(o relay.Outcome) bool { return o.Dest == "flaky" && o.Decision.Action == relay.Ack })
+	}
+	require.Equal(t, n, both(rec1)+both(rec2), "each delivery acked by one replica")
+	t.Logf("replica 1 delivered %d, replica 2 %d", both(rec1), both(rec2))
+}
