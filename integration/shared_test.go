@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -284,4 +285,88 @@ func TestSharedDestinationsRetryAndDeadLetterWithTwoReplicas(t *testing.T) {
 	}
 	require.Equal(t, n, both(rec1)+both(rec2), "each delivery acked by one replica")
 	t.Logf("replica 1 delivered %d, replica 2 %d", both(rec1), both(rec2))
+}
+
+// subjectCount is how many messages the events stream holds on subject.
+func (e *env) subjectCount(subject string) uint64 {
+	e.t.Helper()
+	s, err := e.js.Stream(context.Background(), stream.EventsStream)
+	require.NoError(e.t, err)
+	info, err := s.Info(context.Background(), jetstream.WithSubjectFilter(subject))
+	require.NoError(e.t, err)
+	return info.State.Subjects[subject]
+}
+
+// A typed event reaches shared subscribers through one fan-out message,
+// not a copy each: those that take it are delivered from it, a failed
+// attempt is split off to its destination with its wait and attempt count,
+// and a paused subscriber's share is split off to wait in its lane. A
+// subscriber with a consumer of its own still gets a copy. Each gets each
+// event once, with the same webhook-id and type.
+func TestFanOutToSharedSubscribers(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	sinks := map[string]*sink{}
+	for _, n := range []string{"s1", "s2", "s3", "later", "own"} {
+		sinks[n] = newSink(t, nil)
+	}
+	flaky := newSink(t, func(h hit, w http.ResponseWriter) int {
+		if h.N == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return http.StatusServiceUnavailable
+		}
+		w.WriteHeader(http.StatusOK)
+		return http.StatusOK
+	})
+	types := []string{"order.*"}
+	for _, n := range []string{"s1", "s2", "s3"} {
+		e.addDest(relay.Destination{Name: n, URL: sinks[n].URL, Types: types, Shared: true})
+	}
+	e.addDest(relay.Destination{Name: "flaky", URL: flaky.URL, Types: types, Retry: fast(5), BreakerThreshold: -1, Shared: true})
+	e.addDest(relay.Destination{Name: "later", URL: sinks["later"].URL, Types: types, Shared: true,
+		PausedUntil: time.Now().Add(time.Hour), PauseReason: relay.PauseOperator})
+	e.addDest(relay.Destination{Name: "own", URL: sinks["own"].URL, Types: types})
+	e.startRelay()
+
+	const n = 50
+	ids := map[string]bool{}
+	for i := range n {
+		ids[e.publishType("order.created", "", fmt.Sprintf(`{"i":%d}`, i)).ID] = true
+	}
+	perPath := func(name string) map[string]int { return sinks[strings.TrimPrefix(name, "/")].delivered() }
+	eventually(t, 60*time.Second, func() bool {
+		return len(perPath("/s1")) == n && len(perPath("/s2")) == n && len(perPath("/s3")) == n &&
+			len(perPath("/own")) == n && len(flaky.delivered()) == n
+	}, "every subscriber but the paused one has every event")
+	for _, p := range []string{"/s1", "/s2", "/s3", "/own"} {
+		for id, c := range perPath(p) {
+			require.True(t, ids[id], id)
+			require.Equal(t, 1, c, "%s got %s once", p, id)
+		}
+	}
+	require.Equal(t, 2*n, flaky.received(), "one 503 and one 200 each")
+	require.Empty(t, perPath("/later"), "paused")
+	for _, h := range sinks["s1"].all() {
+		require.Equal(t, "order.created", h.Header.Get("Relay-Event-Type"))
+	}
+
+	// The shared subscribers' events came in fan-out messages; only the
+	// failed attempts and the paused destination's shares were split off.
+	require.Zero(t, e.subjectCount(stream.InSubject("s1", "")))
+	require.Equal(t, uint64(n), e.subjectCount(stream.InSubject("flaky", "")), "each retry split off")
+	require.Equal(t, uint64(n), e.subjectCount(stream.InSubject("later", "")), "the paused destination's shares split off")
+	require.Equal(t, uint64(n), e.subjectCount(stream.InSubject("own", "")), "a copy for the destination with its own consumer")
+	require.Equal(t, uint64(n), e.subjectCount(stream.FanSubject), "one fan-out message per event")
+
+	_, err := e.store.Update(context.Background(), "later", func(d *relay.Destination) error {
+		d.PausedUntil, d.PauseReason = time.Time{}, ""
+		return nil
+	})
+	require.NoError(t, err)
+	eventually(t, 30*time.Second, func() bool { return len(perPath("/later")) == n }, "the paused subscriber gets every event once resumed")
+	for id, c := range perPath("/later") {
+		require.True(t, ids[id], id)
+		require.Equal(t, 1, c)
+	}
+	eventually(t, 30*time.Second, func() bool { return e.settled("s1") && e.settled("later") }, "settled")
 }

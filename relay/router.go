@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaydev/relay/dlq"
@@ -197,10 +200,18 @@ func (r *Relay) runRouter(ctx context.Context, id string) {
 
 // routed is one typed event's copies waiting for their confirmations.
 type routed struct {
-	seq    uint64
-	copies []jetstream.PubAckFuture
+	seq   uint64
+	pubs  []routedPub
+	dests []string // every subscriber
+	ev    stream.Envelope
+}
+
+// routedPub is one publish of a typed event's routing: a copy for one
+// destination, or a fan-out message for shared ones (fanned).
+type routedPub struct {
+	f      jetstream.PubAckFuture
 	dests  []string
-	ev     stream.Envelope
+	fanned bool
 }
 
 // job is routing as a leased job: its lease value is a RouterState.
@@ -251,7 +262,7 @@ func (ro *router) job() leasedJob {
 				defer mu.Unlock()
 				st.Routed = p.seq
 				st.Events++
-				st.Copies += uint64(len(p.copies))
+				st.Copies += uint64(len(p.dests))
 				if len(p.dests) == 0 {
 					st.Unsubscribed++
 				}
@@ -278,7 +289,7 @@ func (ro *router) route(ctx context.Context, from uint64, done func(routed)) err
 				failed = err
 				stop()
 				for p := range pending { // drain: the read stops at once
-					ro.window.release(len(p.copies))
+					ro.window.release(len(p.pubs))
 				}
 				return
 			}
@@ -299,7 +310,7 @@ func (ro *router) route(ctx context.Context, from uint64, done func(routed)) err
 			case pending <- p:
 				return nil
 			case <-ctx.Done():
-				ro.window.release(len(p.copies))
+				ro.window.release(len(p.pubs))
 				return ctx.Err()
 			}
 		})
@@ -396,45 +407,96 @@ func (ro *router) copy(ctx context.Context, m *jetstream.RawStreamMsg) (routed, 
 		ro.r.cfg.Metrics.routedNone()
 		return p, nil
 	}
-	if err := ro.window.acquire(ctx, len(p.dests)); err != nil {
+	// Shared destinations get one fan-out message for up to
+	// stream.FanChunk of them, which the shared consumer delivers to each;
+	// the others a copy each.
+	var own, shared []string
+	for _, name := range p.dests {
+		if d, ok := ro.r.dests.get(name); ok && d.Shared {
+			shared = append(shared, name)
+		} else {
+			own = append(own, name)
+		}
+	}
+	npubs := len(own) + (len(shared)+stream.FanChunk-1)/stream.FanChunk
+	if err := ro.window.acquire(ctx, npubs); err != nil {
 		return p, err
 	}
-	for _, d := range p.dests {
+	fail := func(what string, err error) (routed, error) {
+		// Not confirmed: routing starts again from before this event.
+		ro.window.release(npubs)
+		return p, fmt.Errorf("copy typed event %d for %s: %w", m.Sequence, what, err)
+	}
+	for _, d := range own {
 		c := ev
 		c.Dest = d
-		msg := c.Msg(stream.Routed, stream.InSubject(d, ev.Key))
-		f, err := ro.pub.PublishMsgAsync(msg)
+		f, err := ro.pub.PublishMsgAsync(c.Msg(stream.Routed, stream.InSubject(d, ev.Key)))
 		if err != nil {
-			// Not confirmed: routing starts again from before this event.
-			ro.window.release(len(p.dests))
-			return p, fmt.Errorf("copy typed event %d for %s: %w", m.Sequence, d, err)
+			return fail(d, err)
 		}
-		p.copies = append(p.copies, f)
+		p.pubs = append(p.pubs, routedPub{f: f, dests: []string{d}})
 	}
-	ro.r.cfg.Metrics.routedCopies(len(p.copies))
+	for chunk := range slices.Chunk(shared, stream.FanChunk) {
+		f, err := ro.pub.PublishMsgAsync(fanMsg(ev, chunk))
+		if err != nil {
+			return fail(strings.Join(chunk, ","), err)
+		}
+		p.pubs = append(p.pubs, routedPub{f: f, dests: chunk, fanned: true})
+	}
+	ro.r.cfg.Metrics.routedCopies(len(p.dests))
 	return p, nil
+}
+
+// fanMsg is typed event ev's fan-out message to the shared destinations
+// dests.
+func fanMsg(ev stream.Envelope, dests []string) *nats.Msg {
+	c := ev
+	c.Dest = dests[0]
+	m := c.Msg(stream.Fanned, stream.FanSubject)
+	m.Header.Set(stream.HdrFanDests, strings.Join(dests, ","))
+	return m
 }
 
 // confirm waits for p's copies to be stored. A copy refused for good (too
 // large once relay's headers are added) is dead-lettered for its
-// destination; any other failure is returned.
+// destination (a fan-out message refused so is sent as a copy for each);
+// any other failure is returned.
 func (ro *router) confirm(ctx context.Context, p routed) error {
-	defer ro.window.release(len(p.copies))
-	for i, f := range p.copies {
+	defer ro.window.release(len(p.pubs))
+	for _, pub := range p.pubs {
 		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			var api *jetstream.APIError
-			if errors.As(err, &api) && api.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum {
-				ro.deadLetterTooLarge(ctx, p, p.dests[i], err)
+		case <-pub.f.Ok():
+		case err := <-pub.f.Err():
+			if !tooLarge(err) {
+				return fmt.Errorf("copy typed event %d for %s: %w", p.seq, strings.Join(pub.dests, ","), err)
+			}
+			if !pub.fanned {
+				ro.deadLetterTooLarge(ctx, p, pub.dests[0], err)
 				continue
 			}
-			return fmt.Errorf("copy typed event %d for %s: %w", p.seq, p.dests[i], err)
+			for _, d := range pub.dests {
+				c := p.ev
+				c.Dest = d
+				_, err := ro.pub.PublishMsg(ctx, c.Msg(stream.Routed, stream.InSubject(d, p.ev.Key)))
+				switch {
+				case tooLarge(err):
+					ro.deadLetterTooLarge(ctx, p, d, err)
+				case err != nil:
+					return fmt.Errorf("copy typed event %d for %s: %w", p.seq, d, err)
+				}
+			}
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
 	return nil
+}
+
+// tooLarge reports whether err is the events stream's refusal of a message
+// over its size limit.
+func tooLarge(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && api.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum
 }
 
 // deadLetterTooLarge dead-letters the copy of p for dest, which the events

@@ -130,11 +130,13 @@ func (r *Relay) laneSpec(d Destination) consumerSpec {
 // acts on it: its acks, naks and terms go through held, which then stops
 // the restarts (one after a nak would turn the nak's delay into AckWait).
 type held struct {
-	*stream.PulledMsg
+	pulled
 	dest  string
 	size  int
 	since time.Time // when it came, or its AckWait was last restarted
 	start time.Time // when its attempt began (zero while queued)
+	// slot is the destination's slot its attempt took (see destSlots).
+	slot chan struct{}
 
 	mu   sync.Mutex
 	done bool
@@ -147,20 +149,27 @@ func (h *held) settle(f func() error) error {
 	return f()
 }
 
-func (h *held) Ack() error { return h.settle(h.PulledMsg.Ack) }
+// pulled is a message the shared loop holds: a *stream.PulledMsg, or one
+// destination's share of a fan-out message (fanDelivery).
+type pulled interface {
+	jetstream.Msg
+	HandBack(confirm bool) error
+}
+
+func (h *held) Ack() error { return h.settle(h.pulled.Ack) }
 func (h *held) DoubleAck(ctx context.Context) error {
-	return h.settle(func() error { return h.PulledMsg.DoubleAck(ctx) })
+	return h.settle(func() error { return h.pulled.DoubleAck(ctx) })
 }
-func (h *held) Nak() error { return h.settle(h.PulledMsg.Nak) }
+func (h *held) Nak() error { return h.settle(h.pulled.Nak) }
 func (h *held) NakWithDelay(d time.Duration) error {
-	return h.settle(func() error { return h.PulledMsg.NakWithDelay(d) })
+	return h.settle(func() error { return h.pulled.NakWithDelay(d) })
 }
-func (h *held) Term() error { return h.settle(h.PulledMsg.Term) }
+func (h *held) Term() error { return h.settle(h.pulled.Term) }
 func (h *held) TermWithReason(reason string) error {
-	return h.settle(func() error { return h.PulledMsg.TermWithReason(reason) })
+	return h.settle(func() error { return h.pulled.TermWithReason(reason) })
 }
 func (h *held) HandBack(confirm bool) error {
-	return h.settle(func() error { return h.PulledMsg.HandBack(confirm) })
+	return h.settle(func() error { return h.pulled.HandBack(confirm) })
 }
 
 // ping restarts h's AckWait unless a worker acted on it.
@@ -168,7 +177,7 @@ func (h *held) ping() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.done {
-		_ = h.PulledMsg.InProgress()
+		_ = h.pulled.InProgress()
 	}
 }
 
@@ -182,6 +191,10 @@ type destQueue struct {
 	// lane: this replica moves the destination's new events to its lane
 	// and works the lane.
 	lane *worker
+	// moving counts its events on their way to its lane; lastMoved is
+	// when one last got there.
+	moving    int
+	lastMoved time.Time
 	// seen is when an event of it last came, to forget idle queues.
 	seen time.Time
 }
@@ -200,16 +213,22 @@ type sharedLoop struct {
 	// stored in the lane.
 	moving int
 	moved  chan *held
+	// splits counts fan-out shares being split off (see fanParent).
+	splits sync.WaitGroup
 	// unknown bounds the store lookups of unknown destinations.
 	unknown chan struct{}
 	avgSize float64
+	// avgShares is the moving average of the deliveries a message brings:
+	// 1 for an event, the destinations named for a fan-out message.
+	avgShares float64
 	// queued and busy count the events queued and being attempted, over
 	// all destinations; holding is what hold last counted.
 	queued, busy, holding int
 	// laneCtx ends the lane workers' pull loops.
 	laneCtx context.Context
-	// drained reports lanes found drained.
-	drained chan string
+	// drained reports lanes found drained by a check begun at the time
+	// given (the empty name: the check is over).
+	drained chan laneDrained
 	checks  bool // a drain check is running
 }
 
@@ -275,14 +294,14 @@ func (r *Relay) consumeShared(cons jetstream.Consumer, stopped <-chan struct{}) 
 		moved:   make(chan *held, laneMoving),
 		unknown: make(chan struct{}, unknownChecks),
 		laneCtx: laneCtx,
-		drained: make(chan string, 16),
+		drained: make(chan laneDrained, 16),
 	}
 	var wg sync.WaitGroup
 	for range r.cfg.MaxInFlight {
 		wg.Go(func() {
 			for h := range s.work {
 				r.handle(dctx, h, nil)
-				<-r.slots.of(h.dest)
+				<-h.slot
 				s.done <- h
 			}
 		})
@@ -297,7 +316,10 @@ func (r *Relay) consumeShared(cons jetstream.Consumer, stopped <-chan struct{}) 
 	s.holding = s.hold()
 loop:
 	for {
-		if err := p.Fill(s.holding, s.queued+s.busy+s.moving, time.Now()); err != nil {
+		// hold and what is held count deliveries; the puller asks for
+		// messages.
+		per := max(s.avgShares, 1)
+		if err := p.Fill(max(int(float64(s.holding)/per), 1), int(float64(s.queued+s.busy+s.moving)/per), time.Now()); err != nil {
 			r.log.Debug("cannot ask the shared consumer for events; asking again shortly", "err", err)
 		}
 		var out chan *held
@@ -309,6 +331,7 @@ loop:
 			select {
 			case slot <- struct{}{}:
 				out, next = s.work, s.queues[name].queue[0]
+				next.slot = slot
 			default:
 				// Its lane's attempts take its concurrency now: it is
 				// ready again when one of its own ends, or at the tick.
@@ -326,12 +349,15 @@ loop:
 			s.finished(h)
 		case h := <-s.moved:
 			s.moving--
-			_ = h
-		case name := <-s.drained:
-			if name == "" {
+			if q := s.queues[h.dest]; q != nil {
+				q.moving--
+				q.lastMoved = time.Now()
+			}
+		case d := <-s.drained:
+			if d.name == "" {
 				s.checks = false // the check is over
 			} else {
-				s.closeLane(name)
+				s.closeLane(d)
 			}
 		case <-p.Signal():
 			now := time.Now()
@@ -356,6 +382,9 @@ loop:
 			buf = got
 			if gone {
 				r.log.Warn("the shared consumer is gone; it is created again")
+				if out != nil {
+					<-slot
+				}
 				break loop
 			}
 		case now := <-tick.C:
@@ -394,7 +423,7 @@ loop:
 	}
 	for _, m := range drained {
 		if st, _ := p.Status(m, time.Now()); st == stream.PullEvent {
-			back = append(back, &held{PulledMsg: stream.NewPulledMsg(m, s.nc)})
+			back = append(back, &held{pulled: stream.NewPulledMsg(m, s.nc)})
 		}
 	}
 	for i, h := range back {
@@ -416,6 +445,17 @@ loop:
 		if err := back[len(back)-1].HandBack(true); err != nil {
 			r.log.Debug("handing back events not confirmed; they come back after AckWait at the latest", "err", err)
 		}
+	}
+	// Fan-out shares split off are confirmed, and their messages acked.
+	split := make(chan struct{})
+	go func() {
+		s.splits.Wait()
+		close(split)
+	}()
+	select {
+	case <-split:
+	case <-time.After(5 * time.Second):
+		r.log.Warn("fan-out shares not confirmed split off within 5s; their fan-out messages come back, and the shares delivered already are delivered again")
 	}
 	_ = s.nc.Flush()
 }
@@ -458,11 +498,24 @@ func (s *sharedLoop) admit(m *nats.Msg, now time.Time) {
 		s.avgSize += (size - s.avgSize) / 16
 	}
 	meta, ok := stream.ParseAck(m.Reply)
+	fan := ok && m.Subject == stream.FanSubject
+	shares := 1
+	if fan {
+		shares = s.admitFan(msg, meta, now)
+	}
+	if s.avgShares == 0 {
+		s.avgShares = float64(shares)
+	} else {
+		s.avgShares += (float64(shares) - s.avgShares) / 16
+	}
+	if fan {
+		return
+	}
 	p, err := stream.ParseSubject(m.Subject)
 	if !ok || err != nil {
 		// Not an event the filters select: the worker terminates it as
 		// unreadable.
-		s.enqueue("", &held{PulledMsg: msg, since: now})
+		s.enqueue("", &held{pulled: msg, since: now})
 		return
 	}
 	seq := meta.Sequence.Stream
@@ -477,6 +530,13 @@ func (s *sharedLoop) admit(m *nats.Msg, now time.Time) {
 		_ = msg.Ack()
 		return
 	}
+	if nb := m.Header.Get(stream.HdrNotBefore); nb != "" {
+		// A retry split off a fan-out message: not before its wait.
+		if t, err := time.Parse(time.RFC3339Nano, nb); err == nil && now.Before(t) {
+			_ = msg.NakWithDelay(t.Sub(now))
+			return
+		}
+	}
 	q := s.queue(d.Name, now)
 	switch {
 	case now.Before(d.PausedUntil):
@@ -490,7 +550,7 @@ func (s *sharedLoop) admit(m *nats.Msg, now time.Time) {
 	case q.lane != nil:
 		s.toLane(msg, d)
 	case len(q.queue)+q.busy < s.room(d):
-		s.enqueue(d.Name, &held{PulledMsg: msg, dest: d.Name, size: len(m.Data), since: now})
+		s.enqueue(d.Name, &held{pulled: msg, dest: d.Name, size: len(m.Data), since: now})
 	case s.slow(q, now) && s.openLane(d, q):
 		s.toLane(msg, d)
 	default:
@@ -631,7 +691,8 @@ func (s *sharedLoop) toLane(msg *stream.PulledMsg, d Destination) {
 		return
 	}
 	s.moving++
-	h := &held{PulledMsg: msg, dest: d.Name}
+	s.queue(d.Name, time.Now()).moving++
+	h := &held{pulled: msg, dest: d.Name}
 	f, err := s.r.cfg.JS.PublishMsgAsync(e.Msg(stream.Laned, stream.LaneSubject(d.Name)), jetstream.WithExpectStream(stream.EventsStream))
 	if err != nil {
 		_ = msg.NakWithDelay(jitter(time.Second))
@@ -668,18 +729,28 @@ func (s *sharedLoop) openLane(d Destination, q *destQueue) bool {
 	return true
 }
 
-// closeLane stops working name's lane: it was found drained.
-func (s *sharedLoop) closeLane(name string) {
-	q := s.queues[name]
-	if q == nil || q.lane == nil {
+// laneDrained: a check begun at since found name's lane drained.
+type laneDrained struct {
+	name  string
+	since time.Time
+}
+
+// closeLane stops working a lane found drained, unless events were moved
+// there since the check began (it may not have counted them), or the
+// destination is paused or still behind. The lane's pull loop stops on
+// its own: an event another replica moved there meanwhile is handed back,
+// to that replica's.
+func (s *sharedLoop) closeLane(ld laneDrained) {
+	q := s.queues[ld.name]
+	if q == nil || q.lane == nil || q.moving > 0 || !q.lastMoved.Before(ld.since) {
 		return
 	}
-	if d, ok := s.r.dests.get(name); s.slow(q, time.Now()) || ok && time.Now().Before(d.PausedUntil) {
+	if d, ok := s.r.dests.get(ld.name); s.slow(q, time.Now()) || ok && time.Now().Before(d.PausedUntil) {
 		return
 	}
-	q.lane.stop()
+	go q.lane.stop()
 	q.lane = nil
-	s.r.log.Info("destination keeps up again: served from the shared consumer", "dest", name)
+	s.r.log.Info("destination keeps up again: served from the shared consumer", "dest", ld.name)
 }
 
 // checkLanes looks, off the loop, for lanes drained: nothing pending or
@@ -690,7 +761,7 @@ func (s *sharedLoop) checkLanes(now time.Time) {
 	}
 	var names []string
 	for name, q := range s.queues {
-		if q.lane != nil && !s.slow(q, now) && s.moving == 0 {
+		if q.lane != nil && q.moving == 0 && !s.slow(q, now) {
 			names = append(names, name)
 		}
 	}
@@ -698,8 +769,15 @@ func (s *sharedLoop) checkLanes(now time.Time) {
 		return
 	}
 	s.checks = true
+	since := time.Now()
+	report := func(d laneDrained) {
+		select {
+		case s.drained <- d:
+		case <-s.laneCtx.Done():
+		}
+	}
 	go func() {
-		defer func() { s.drained <- "" }()
+		defer report(laneDrained{})
 		for _, name := range names {
 			ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 			c, err := s.r.cfg.JS.Consumer(ctx, stream.EventsStream, LaneConsumerName(name))
@@ -708,7 +786,7 @@ func (s *sharedLoop) checkLanes(now time.Time) {
 				continue
 			}
 			if info := c.CachedInfo(); info.NumPending == 0 && info.NumAckPending == 0 {
-				s.drained <- name
+				report(laneDrained{name: name, since: since})
 			}
 		}
 	}()

@@ -53,6 +53,9 @@ type Envelope struct {
 	Subject string
 	Seq     uint64
 	Stored  time.Time
+	// NotBefore, on a Split publish, is when its delivery may be attempted
+	// (Relay-Not-Before): a retry's wait.
+	NotBefore time.Time
 	// Copied reports a message relay republished (it carries
 	// Relay-Event-Id: a retry from Redis, a replay), not one a producer
 	// published. A typed event's copy for a destination (Routed) is that
@@ -70,6 +73,8 @@ type Envelope struct {
 //	ReplayedLog         log:<Dest>:<Seq in the log>      yes             no: a replay starts again
 //	Routed              route:<Seq of the typed event>:<Dest>  yes       Relay-Published only
 //	Laned               lane:<Seq on the shared consumer>  yes           yes
+//	Fanned              fan:<Origin>:<Dest>              yes             Relay-Published, -Origin-Seq
+//	Split               route:<Origin>:<Dest>            yes             yes, and Relay-Not-Before when set
 //
 // Every kind carries the event's own headers, the body, Relay-Order-Key
 // when Key is set and Relay-Event-Type when Type is. No other header is
@@ -100,6 +105,19 @@ const (
 	// crash publishes nothing twice. It keeps the attempts made, the
 	// origin and the publish time.
 	Laned
+	// Fanned is a typed event's fan-out to shared destinations (on
+	// FanSubject, the destinations in Relay-Fan-Dests, set by the caller):
+	// Origin is the typed event's sequence and Dest the first destination
+	// named, so a router that crashed after publishing publishes nothing
+	// twice.
+	Fanned
+	// Split is one destination's share of a Fanned message, published to
+	// the destination as a copy of its own when the shared loop cannot
+	// deliver it from the fan-out (the destination is paused, behind, or
+	// the attempt must wait): its dedup id is the Routed copy's the
+	// router would have written (Origin is the typed event's sequence),
+	// and it keeps the attempts made and the wait (NotBefore).
+	Split
 )
 
 // String names k.
@@ -117,6 +135,10 @@ func (k Kind) String() string {
 		return "routed"
 	case Laned:
 		return "laned"
+	case Fanned:
+		return "fanned"
+	case Split:
+		return "split"
 	}
 	return "kind " + strconv.Itoa(int(k))
 }
@@ -134,9 +156,12 @@ const maxAttempt = 1_000_000
 // is read as 0; Origin defaults to seq and Published to stored. It fails
 // only when subject is not an event subject.
 func Decode(subject string, seq uint64, stored time.Time, h nats.Header, body []byte) (Envelope, error) {
-	p, err := ParseSubject(subject)
-	if err != nil {
-		return Envelope{}, err
+	var p Parsed
+	var err error
+	if subject != FanSubject { // a fan-out message has no destination of its own
+		if p, err = ParseSubject(subject); err != nil {
+			return Envelope{}, err
+		}
 	}
 	e := Envelope{Dest: p.Dest, Subject: subject, Seq: seq, Stored: stored, Headers: h, Body: body, Origin: seq, Published: stored}
 	if id := h.Get(HdrEventID); id != "" {
@@ -160,6 +185,11 @@ func Decode(subject string, seq uint64, stored time.Time, h nats.Header, body []
 	if s := h.Get(HdrOrigin); s != "" {
 		if n, err := strconv.ParseUint(s, 10, 64); err == nil && n > 0 {
 			e.Origin = n
+		}
+	}
+	if s := h.Get(HdrNotBefore); s != "" {
+		if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+			e.NotBefore = t
 		}
 	}
 	return e, nil
@@ -195,6 +225,10 @@ func (e Envelope) MsgID(k Kind) string {
 		return routedPrefix + strconv.FormatUint(e.Seq, 10) + ":" + e.Dest
 	case Laned:
 		return "lane:" + strconv.FormatUint(e.Seq, 10)
+	case Fanned:
+		return "fan:" + strconv.FormatUint(e.Origin, 10) + ":" + e.Dest
+	case Split:
+		return routedPrefix + strconv.FormatUint(e.Origin, 10) + ":" + e.Dest
 	}
 	return e.ID
 }
@@ -214,8 +248,23 @@ func (e Envelope) Header(k Kind) nats.Header {
 		return h
 	}
 	h.Set(HdrEventID, e.ID)
-	if k == Routed && !e.Published.IsZero() {
+	if (k == Routed || k == Fanned) && !e.Published.IsZero() {
 		h.Set(HdrPublished, e.Published.UTC().Format(time.RFC3339Nano))
+	}
+	if k == Fanned {
+		h.Set(HdrOrigin, strconv.FormatUint(e.Origin, 10))
+	}
+	if k == Split {
+		if e.Attempt > 0 {
+			h.Set(HdrAttempt, strconv.Itoa(e.Attempt))
+		}
+		if !e.Published.IsZero() {
+			h.Set(HdrPublished, e.Published.UTC().Format(time.RFC3339Nano))
+		}
+		h.Set(HdrOrigin, strconv.FormatUint(e.Origin, 10))
+		if !e.NotBefore.IsZero() {
+			h.Set(HdrNotBefore, e.NotBefore.UTC().Format(time.RFC3339Nano))
+		}
 	}
 	if k == Promoted || k == Laned {
 		h.Set(HdrAttempt, strconv.Itoa(e.Attempt))

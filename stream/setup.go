@@ -108,8 +108,8 @@ func (cfg Config) Validate() error {
 func (cfg Config) EventsConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        EventsStream,
-		Description: "relay events: relay.in.<dest>[.<key>] in, stored as relay.in.<dest> or relay.ev.<dest>.<bucket>; typed events relay.type.<type>; subscription marks relay.sub.<dest>; lanes relay.lane.<dest>",
-		Subjects:    []string{InPrefix + ".*", InPrefix + ".*.*", TypePrefix + ".>", SubPrefix + ".*", LanePrefix + ".*"},
+		Description: "relay events: relay.in.<dest>[.<key>] in, stored as relay.in.<dest> or relay.ev.<dest>.<bucket>; typed events relay.type.<type>; subscription marks relay.sub.<dest>; lanes relay.lane.<dest>; fan-out to shared destinations relay.fan",
+		Subjects:    []string{InPrefix + ".*", InPrefix + ".*.*", TypePrefix + ".>", SubPrefix + ".*", LanePrefix + ".*", FanSubject},
 		SubjectTransform: &jetstream.SubjectTransformConfig{
 			Source:      InPrefix + ".*.*",
 			Destination: fmt.Sprintf("%s.{{wildcard(1)}}.{{partition(%d,2)}}", KeyedPrefix, Buckets),

@@ -32,6 +32,12 @@ const (
 	// that relay moved off the shared consumer while D could not keep up
 	// (see LaneSubject).
 	LanePrefix = "relay.lane"
+	// FanSubject holds a typed event's fan-out to shared destinations: one
+	// message (a Fanned publish) for up to FanChunk of them, which the
+	// shared consumer delivers to each (see Fanned).
+	FanSubject = "relay.fan"
+	// FanChunk is the most destinations one fan-out message names.
+	FanChunk = 100
 
 	// Buckets is the number of hash buckets of order keys. It is part of the
 	// stored subject and must not change for an existing stream.
@@ -96,7 +102,7 @@ func DestFilters(dest string) []string {
 // SharedFilters are the filter subjects of the shared consumer: every
 // destination's events as stored (not its lane).
 func SharedFilters() []string {
-	return []string{InPrefix + ".*", KeyedPrefix + ".*.*"}
+	return []string{InPrefix + ".*", KeyedPrefix + ".*.*", FanSubject}
 }
 
 // LaneSubject is the lane of shared destination dest: its events that
@@ -220,6 +226,8 @@ const (
 	HdrType      = "Relay-Event-Type" // the event's type, on the copies of a typed event
 	HdrPublished = "Relay-Published"  // RFC 3339 time the producer published the event, carried on republish
 	HdrOrigin    = "Relay-Origin-Seq" // stream sequence of the message a republished event first came in as
+	HdrFanDests  = "Relay-Fan-Dests"  // the shared destinations a fan-out message is for, comma-separated
+	HdrNotBefore = "Relay-Not-Before" // RFC 3339 time before which a Split copy is not attempted
 
 	// Dead-letter headers.
 	HdrFirst      = "Relay-First-Attempt" // RFC 3339 time of the first attempt

@@ -574,7 +574,13 @@ func (b *bench) scenarioG(ctx context.Context) ([]*result, error) {
 			}
 		}
 		typed := []string{stream.TypeSubject(run + ".created")}
-		w := workload{dests: dests, deliveries: events * subs, copies: events * subs, publish: func(ctx context.Context) error {
+		// Shared subscribers get one fan-out message per stream.FanChunk
+		// of them, not a copy each.
+		copies := events * subs
+		if b.opts.shared {
+			copies = events * ((subs + stream.FanChunk - 1) / stream.FanChunk)
+		}
+		w := workload{dests: dests, deliveries: events * subs, copies: copies, publish: func(ctx context.Context) error {
 			return b.publishTo(ctx, r, typed, run+"-", events)
 		}}
 		if err := b.relayRunWork(ctx, r, w, false); err != nil {
