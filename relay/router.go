@@ -31,7 +31,9 @@ import (
 // the event's id (webhook-id is the same for every destination), its type
 // and publish time, and the dedup id route:<seq>:<dest>, so that the
 // copies a crashed router had published are stored once when its successor
-// publishes them again from the sequence the lease recorded.
+// publishes them again from the sequence the lease recorded. Shared
+// destinations get no copy: one fan-out message names up to
+// stream.FanChunk of them (see fan.go).
 //
 // A change of a destination's subscriptions is marked in the events stream
 // (relay.sub.<dest>): the router reads the marks among the typed events, and
