@@ -274,7 +274,7 @@ func (r *report) fanOutTarget(relayA float64) target {
 		return t
 	}
 	ratio := g.PerSecond / relayA
-	t.Got = fmt.Sprintf("%.0f deliveries/s (%d events x 10) vs %.0f/s (median of (a)) = %.0f%%", g.PerSecond, g.Events, relayA, 100*ratio)
+	t.Got = fmt.Sprintf("%s: %.0f deliveries/s (%d events x 10) vs %.0f/s (median of (a)) = %.0f%%", g.Title, g.PerSecond, g.Events, relayA, 100*ratio)
 	t.Status = passMiss(ratio >= 0.8)
 	return t
 }
@@ -306,7 +306,7 @@ func (x *result) label() string {
 	case x.Scenario == "d":
 		return fmt.Sprintf("(d) backlog %d: %s", x.Events, x.System)
 	case x.Scenario == "g":
-		return fmt.Sprintf("(g) fan-out to %d: %s", x.Subscribers, x.System)
+		return fmt.Sprintf("(g) %s to %d: %s", x.Title, x.Subscribers, x.System)
 	}
 	if x.Round > 0 {
 		return fmt.Sprintf("(%s) %s %d: %s", x.Scenario, x.Title, x.Round, x.System)

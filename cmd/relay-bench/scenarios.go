@@ -564,6 +564,9 @@ func (b *bench) scenarioG(ctx context.Context) ([]*result, error) {
 		events := b.opts.gDeliveries / subs
 		run := "g" + strconv.Itoa(subs)
 		r := &result{Scenario: "g", Title: "fan-out", System: "relay", Subscribers: subs, Events: events, LatencyKind: "queue"}
+		if b.opts.shared {
+			r.Title = "fan-out (shared)"
+		}
 		dests := make([]string, subs)
 		for i := range dests {
 			// Each subscriber its own URL path at the sink, which counts
