@@ -203,7 +203,8 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 					sp.slots <- struct{}{}
 				}
 				if time.Since(p.since) > restartAfter {
-					// It waited long in the queue: restart its AckWait.
+					// It waited long in the queue (or for a slot):
+					// restart its AckWait.
 					_ = p.msg.InProgress()
 				}
 				r.handle(dctx, p.msg, mark)

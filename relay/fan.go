@@ -119,7 +119,13 @@ func (f *fanDelivery) Term() error                        { return f.done() }
 func (f *fanDelivery) TermWithReason(string) error        { return f.done() }
 func (f *fanDelivery) Nak() error                         { return f.splitOff(0) }
 func (f *fanDelivery) NakWithDelay(d time.Duration) error { return f.splitOff(d) }
-func (f *fanDelivery) HandBack(bool) error                { return f.splitOff(0) }
+
+// HandBack is a stop handing back a share still queued, never attempted
+// here: split off as it came, without reading its attempt log.
+func (f *fanDelivery) HandBack(bool) error {
+	f.once.Do(func() { f.parent.split(f.dest, 0, time.Time{}) })
+	return nil
+}
 
 // splitOff splits the share off, to be attempted after delay, with the
 // attempts its attempt log counts.
@@ -152,7 +158,7 @@ func (s *sharedLoop) admitFan(msg *stream.PulledMsg, meta jetstream.MsgMetadata,
 		_ = msg.Term()
 		return 1
 	}
-	p := &fanParent{msg: msg, ev: ev, js: s.r.cfg.JS, r: s.r, left: len(dests), splits: &s.splits}
+	p := &fanParent{msg: msg, ev: ev, js: s.pub, r: s.r, left: len(dests), splits: &s.splits}
 	for _, name := range dests {
 		d, known := s.r.dests.get(name)
 		if meta.NumDelivered > 1 || !known || !d.Shared || now.Before(d.PausedUntil) {
@@ -161,9 +167,13 @@ func (s *sharedLoop) admitFan(msg *stream.PulledMsg, meta jetstream.MsgMetadata,
 		}
 		q := s.queue(name, now)
 		// A share over the destination's room waits in its queue while
-		// it keeps up (the puller asks for no more than the rooms
-		// hold), and goes to its lane, split off, once it does not.
-		if q.lane != nil || len(q.queue)+q.busy >= s.room(d) && s.slow(q, now) && s.openLane(d, q) {
+		// it keeps up, up to twice the room (the puller asks for no more
+		// than the rooms hold, in shares, but a fan-out message may name
+		// some destinations more than others); beyond, or once the
+		// destination does not keep up, it is split off (and goes to its
+		// lane, or waits in the shared consumer).
+		full := len(q.queue)+q.busy >= s.room(d)
+		if q.lane != nil || full && s.slow(q, now) && s.openLane(d, q) || len(q.queue)+q.busy >= 2*s.room(d) {
 			p.split(name, 0, time.Time{})
 			continue
 		}

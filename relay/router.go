@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -187,12 +189,7 @@ type router struct {
 func (r *Relay) runRouter(ctx context.Context, id string) {
 	ro := &router{js: r.cfg.JS, r: r, id: id, log: r.log, now: r.cfg.Now}
 	var err error
-	opt := jetstream.WithPublishAsyncMaxPending(routerMaxPending)
-	if o := r.cfg.JS.Options(); o.Domain != "" {
-		ro.pub, err = jetstream.NewWithDomain(r.cfg.JS.Conn(), o.Domain, opt)
-	} else {
-		ro.pub, err = jetstream.NewWithAPIPrefix(r.cfg.JS.Conn(), stream.APIPrefix(r.cfg.JS), opt)
-	}
+	ro.pub, err = newPublisher(r.cfg.JS)
 	if err != nil {
 		r.log.Error("router not started: typed events are not copied to their subscribers", "err", err)
 		return
@@ -438,6 +435,9 @@ func (ro *router) copy(ctx context.Context, m *jetstream.RawStreamMsg) (routed, 
 		}
 		p.pubs = append(p.pubs, routedPub{f: f, dests: []string{d}})
 	}
+	// Sorted, so that routing the event again (after a failed publish, or
+	// by another replica) makes the same chunks, with the same dedup ids.
+	slices.Sort(shared)
 	for chunk := range slices.Chunk(shared, stream.FanChunk) {
 		f, err := ro.pub.PublishMsgAsync(fanMsg(ev, chunk))
 		if err != nil {
@@ -450,10 +450,16 @@ func (ro *router) copy(ctx context.Context, m *jetstream.RawStreamMsg) (routed, 
 }
 
 // fanMsg is typed event ev's fan-out message to the shared destinations
-// dests.
+// dests. Its dedup id names them all (a hash): the same event routed again
+// to other destinations is not dropped as a duplicate.
 func fanMsg(ev stream.Envelope, dests []string) *nats.Msg {
 	c := ev
-	c.Dest = dests[0]
+	h := fnv.New64a()
+	for _, d := range dests {
+		h.Write([]byte(d))
+		h.Write([]byte{','})
+	}
+	c.Dest = strconv.FormatUint(h.Sum64(), 36)
 	m := c.Msg(stream.Fanned, stream.FanSubject)
 	m.Header.Set(stream.HdrFanDests, strings.Join(dests, ","))
 	return m

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -69,6 +70,9 @@ const (
 	// laneCheckEvery is how often a replica checks whether the lanes it
 	// works are drained.
 	laneCheckEvery = 5 * time.Second
+	// laneResumeEvery is how often a replica looks for lanes with events
+	// that no replica may be working (one that stopped while behind).
+	laneResumeEvery = 30 * time.Second
 	// laneMoving bounds the events on their way to a lane at once.
 	laneMoving = 1024
 	// unknownChecks bounds the lookups in the store of destinations this
@@ -95,7 +99,16 @@ func sharedConsumerConfig(start uint64) jetstream.ConsumerConfig {
 // ensureShared creates the shared consumer, starting at stream sequence
 // start, unless it exists.
 func ensureShared(ctx context.Context, js jetstream.JetStream, start uint64) error {
-	if _, err := js.Consumer(ctx, stream.EventsStream, SharedConsumer); err == nil {
+	if c, err := js.Consumer(ctx, stream.EventsStream, SharedConsumer); err == nil {
+		// One made by an earlier relay may filter fewer subjects (it
+		// had no fan-out messages): it takes them on from now.
+		cfg := c.CachedInfo().Config
+		if want := stream.SharedFilters(); !slices.Equal(cfg.FilterSubjects, want) {
+			cfg.FilterSubjects, cfg.FilterSubject = want, ""
+			if _, err := js.UpdateConsumer(ctx, stream.EventsStream, cfg); err != nil {
+				return fmt.Errorf("update consumer %s: %w", SharedConsumer, err)
+			}
+		}
 		return nil
 	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return fmt.Errorf("consumer %s: %w", SharedConsumer, err)
@@ -134,6 +147,7 @@ type held struct {
 	dest  string
 	size  int
 	since time.Time // when it came, or its AckWait was last restarted
+	came  time.Time // when it came
 	start time.Time // when its attempt began (zero while queued)
 	// slot is the destination's slot its attempt took (see destSlots).
 	slot chan struct{}
@@ -144,8 +158,9 @@ type held struct {
 
 func (h *held) settle(f func() error) error {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	h.done = true
+	h.mu.Unlock()
+	// A ping that took the lock before is on its way before this.
 	return f()
 }
 
@@ -202,7 +217,9 @@ type destQueue struct {
 // sharedLoop is one replica's shared consumer loop (see "The shared
 // consumer").
 type sharedLoop struct {
-	r      *Relay
+	r *Relay
+	// pub publishes lane moves and fan-out splits, asynchronously.
+	pub    jetstream.JetStream
 	nc     *nats.Conn
 	queues map[string]*destQueue
 	ready  []string
@@ -283,9 +300,15 @@ func (r *Relay) consumeShared(cons jetstream.Consumer, stopped <-chan struct{}) 
 		case <-dctx.Done():
 		}
 	}()
+	pub, err := newPublisher(r.cfg.JS)
+	if err != nil {
+		r.log.Error("cannot publish for the shared consumer", "err", err)
+		return
+	}
 	laneCtx, laneCancel := context.WithCancel(context.Background())
 	s := &sharedLoop{
 		r:       r,
+		pub:     pub,
 		nc:      r.cfg.JS.Conn(),
 		queues:  map[string]*destQueue{},
 		held:    map[*held]struct{}{},
@@ -301,6 +324,11 @@ func (r *Relay) consumeShared(cons jetstream.Consumer, stopped <-chan struct{}) 
 		wg.Go(func() {
 			for h := range s.work {
 				r.handle(dctx, h, nil)
+				if fd, ok := h.pulled.(*fanDelivery); ok {
+					// Left without an outcome (Decide's Leave): JetStream
+					// would hand the whole fan-out message out again.
+					_ = fd.splitOff(0)
+				}
 				<-h.slot
 				s.done <- h
 			}
@@ -310,7 +338,7 @@ func (r *Relay) consumeShared(cons jetstream.Consumer, stopped <-chan struct{}) 
 
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	lastCheck := time.Now()
+	lastCheck, lastResume := time.Now(), time.Now()
 	var buf []*nats.Msg
 	gone := false
 	s.holding = s.hold()
@@ -399,6 +427,10 @@ loop:
 			if now.Sub(lastCheck) >= laneCheckEvery {
 				lastCheck = now
 				s.checkLanes(now)
+			}
+			if now.Sub(lastResume) >= laneResumeEvery {
+				lastResume = now
+				s.resumeLanes() // those another replica left with events
 			}
 		case <-stopped:
 			if out != nil {
@@ -572,7 +604,7 @@ func (s *sharedLoop) queue(name string, now time.Time) *destQueue {
 // slow reports whether q's destination does not keep up: an attempt, or
 // the event at the head of its queue, older than laneSlow.
 func (s *sharedLoop) slow(q *destQueue, now time.Time) bool {
-	if len(q.queue) > 0 && now.Sub(q.queue[0].since) > laneSlow {
+	if len(q.queue) > 0 && now.Sub(q.queue[0].came) > laneSlow {
 		return true
 	}
 	for h := range q.inFlight {
@@ -584,6 +616,7 @@ func (s *sharedLoop) slow(q *destQueue, now time.Time) bool {
 }
 
 func (s *sharedLoop) enqueue(name string, h *held) {
+	h.came = h.since
 	q := s.queue(name, h.since)
 	q.queue = append(q.queue, h)
 	s.queued++
@@ -693,7 +726,7 @@ func (s *sharedLoop) toLane(msg *stream.PulledMsg, d Destination) {
 	s.moving++
 	s.queue(d.Name, time.Now()).moving++
 	h := &held{pulled: msg, dest: d.Name}
-	f, err := s.r.cfg.JS.PublishMsgAsync(e.Msg(stream.Laned, stream.LaneSubject(d.Name)), jetstream.WithExpectStream(stream.EventsStream))
+	f, err := s.pub.PublishMsgAsync(e.Msg(stream.Laned, stream.LaneSubject(d.Name)), jetstream.WithExpectStream(stream.EventsStream))
 	if err != nil {
 		_ = msg.NakWithDelay(jitter(time.Second))
 		s.moved <- h
@@ -811,7 +844,9 @@ func (s *sharedLoop) resumeLanes() {
 	now := time.Now()
 	for _, name := range names {
 		if d, ok := s.r.dests.get(name); ok && d.Shared {
-			s.openLane(d, s.queue(name, now))
+			if q := s.queue(name, now); q.lane == nil {
+				s.openLane(d, q)
+			}
 		}
 	}
 }
@@ -874,4 +909,14 @@ func (r *Relay) startLane(parent context.Context, d Destination) (*worker, error
 // together do not all come back at once.
 func jitter(d time.Duration) time.Duration {
 	return d + rand.N(d/10+1)
+}
+
+// newPublisher is js with room for many asynchronous publishes, each
+// failed after 30s without its acknowledgement.
+func newPublisher(js jetstream.JetStream) (jetstream.JetStream, error) {
+	opts := []jetstream.JetStreamOpt{jetstream.WithPublishAsyncMaxPending(routerMaxPending), jetstream.WithPublishAsyncTimeout(30 * time.Second)}
+	if o := js.Options(); o.Domain != "" {
+		return jetstream.NewWithDomain(js.Conn(), o.Domain, opts...)
+	}
+	return jetstream.NewWithAPIPrefix(js.Conn(), stream.APIPrefix(js), opts...)
 }

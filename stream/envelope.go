@@ -107,9 +107,9 @@ const (
 	Laned
 	// Fanned is a typed event's fan-out to shared destinations (on
 	// FanSubject, the destinations in Relay-Fan-Dests, set by the caller):
-	// Origin is the typed event's sequence and Dest the first destination
-	// named, so a router that crashed after publishing publishes nothing
-	// twice.
+	// Origin is the typed event's sequence and Dest a name for the set of
+	// destinations (the router's: a hash of them), so a router that
+	// crashed after publishing publishes nothing twice.
 	Fanned
 	// Split is one destination's share of a Fanned message, published to
 	// the destination as a copy of its own when the shared loop cannot
