@@ -184,6 +184,8 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		// tells which events came back only because their acks were lost.
 		// A mark older than the event retention covers no stored event.
 		{Bucket: OrderedBucket, Description: "relay: last event settled per ordered partition", History: 1, TTL: cfg.EventRetention, Storage: jetstream.FileStorage, Replicas: cfg.Replicas},
+		// The HTTP API's keys: a hash of each, never the key.
+		{Bucket: KeysBucket, Description: "relay API keys (hashes)", History: 1, Storage: jetstream.FileStorage, Replicas: cfg.Replicas},
 	}
 	for _, kc := range kvs {
 		if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {

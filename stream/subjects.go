@@ -53,6 +53,7 @@ const (
 	ReplicasBucket = "relay_replicas"
 	StateBucket    = "relay_state"
 	OrderedBucket  = "relay_ordered"
+	KeysBucket     = "relay_api_keys"
 )
 
 var destNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)

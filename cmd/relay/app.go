@@ -76,6 +76,7 @@ func App(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			dlqCommand(),
 			replayCommand(),
 			statsCommand(),
+			apiKeyCommand(),
 			sinkCommand(),
 			docsCommand(),
 		}, ""),
