@@ -49,6 +49,10 @@ type Published struct {
 // does not exist.
 var ErrUnknownDestination = errors.New("unknown destination")
 
+// ErrEventTooLarge is returned when an event with its headers is larger
+// than the events stream or the NATS server accepts.
+var ErrEventTooLarge = errors.New("event too large")
+
 // Producer publishes events, checking first that their destination exists.
 type Producer struct {
 	js      jetstream.JetStream
@@ -139,10 +143,10 @@ func (p *Producer) Publish(ctx context.Context, ev Event) (Published, error) {
 		}
 	}
 	if p.maxSize > 0 && size > p.maxSize {
-		return Published{}, fmt.Errorf("event is %d bytes with its headers; the events stream accepts at most %d (relay run --max-event-size); nothing was published", size, p.maxSize)
+		return Published{}, fmt.Errorf("%w: it is %d bytes with its headers; the events stream accepts at most %d (relay run --max-event-size); nothing was published", ErrEventTooLarge, size, p.maxSize)
 	}
 	if max := p.js.Conn().MaxPayload(); size > max {
-		return Published{}, fmt.Errorf("event is %d bytes with its headers; the NATS server accepts at most %d (its max_payload); nothing was published", size, max)
+		return Published{}, fmt.Errorf("%w: it is %d bytes with its headers; the NATS server accepts at most %d (its max_payload); nothing was published", ErrEventTooLarge, size, max)
 	}
 	ack, err := p.js.PublishMsg(ctx, m)
 	if err != nil {

@@ -1,0 +1,227 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/legacy"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/streamtest"
+)
+
+// apiEnv is a real NATS server with relay's streams, the API over it, and
+// keys of each scope.
+type apiEnv struct {
+	t       *testing.T
+	srv     streamtest.Server
+	url     string
+	router  routers.Router
+	publish string
+	read    string
+	admin   string
+}
+
+func startAPI(t *testing.T) *apiEnv {
+	t.Helper()
+	srv := streamtest.Start(t)
+	ctx := context.Background()
+	keys, err := OpenKeys(ctx, srv.JS)
+	require.NoError(t, err)
+	prod, err := relay.NewProducer(ctx, srv.JS)
+	require.NoError(t, err)
+	h := NewServer(Config{JS: srv.JS, Keys: keys, Producer: prod, MaxBody: 64 << 10, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	hs := httptest.NewServer(h)
+	t.Cleanup(hs.Close)
+
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(OpenAPI)
+	require.NoError(t, err)
+	require.NoError(t, doc.Validate(loader.Context), "the OpenAPI document is valid")
+	router, err := legacy.NewRouter(doc)
+	require.NoError(t, err)
+
+	e := &apiEnv{t: t, srv: srv, url: hs.URL, router: router}
+	e.publish, _, err = keys.Create(ctx, "pub", ScopePublish)
+	require.NoError(t, err)
+	e.read, _, err = keys.Create(ctx, "reader", ScopeRead)
+	require.NoError(t, err)
+	e.admin, _, err = keys.Create(ctx, "ops", ScopeAdmin)
+	require.NoError(t, err)
+	return e
+}
+
+// do sends a request and checks it, and the response, against the OpenAPI
+// document: a handler that drifts from it fails here.
+func (e *apiEnv) do(method, path, key, contentType string, body []byte, hdr ...string) (int, map[string]any) {
+	e.t.Helper()
+	req, err := http.NewRequest(method, e.url+path, bytes.NewReader(body))
+	require.NoError(e.t, err)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(e.t, err)
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	require.NoError(e.t, err)
+
+	route, params, err := e.router.FindRoute(req)
+	if err == nil {
+		in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route,
+			Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, ExcludeRequestBody: true}}
+		out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: resp.StatusCode, Header: resp.Header,
+			Options: &openapi3filter.Options{IncludeResponseStatus: true}}
+		out.SetBodyBytes(got)
+		require.NoError(e.t, openapi3filter.ValidateResponse(context.Background(), out), "%s %s answered %d %s, not as the document says", method, path, resp.StatusCode, got)
+	}
+	var m map[string]any
+	if len(got) > 0 && path != "/v1/openapi.json" {
+		require.NoError(e.t, json.Unmarshal(got, &m), "%s", got)
+	}
+	if resp.StatusCode >= 400 {
+		require.Equal(e.t, "application/problem+json", resp.Header.Get("Content-Type"))
+		require.NotEmpty(e.t, m["detail"])
+	}
+	return resp.StatusCode, m
+}
+
+func TestPublishOverHTTP(t *testing.T) {
+	t.Parallel()
+	e := startAPI(t)
+	ctx := context.Background()
+	_, err := mustStore(t, e).Add(ctx, relay.Destination{Name: "orders", URL: "https://example.com/hooks"})
+	require.NoError(t, err)
+
+	code, m := e.do("POST", "/v1/events", e.publish, "application/json", []byte(`{"dest":"orders","key":"c1","data":{"amount":5}}`), "Idempotency-Key", "evt-1")
+	require.Equal(t, http.StatusAccepted, code, m)
+	require.Equal(t, "evt-1", m["id"])
+	require.Equal(t, false, m["duplicate"])
+	seq := uint64(m["seq"].(float64))
+
+	// Stored as the event, with its key and id.
+	s, err := e.srv.JS.Stream(ctx, stream.EventsStream)
+	require.NoError(t, err)
+	raw, err := s.GetMsg(ctx, seq)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"amount":5}`, string(raw.Data))
+	require.Equal(t, "evt-1", raw.Header.Get(stream.HdrMsgID))
+	require.Equal(t, "c1", raw.Header.Get(stream.HdrKey))
+
+	// The same Idempotency-Key again: nothing new stored.
+	code, m = e.do("POST", "/v1/events", e.admin, "application/json", []byte(`{"dest":"orders","data":{"amount":5}}`), "Idempotency-Key", "evt-1")
+	require.Equal(t, http.StatusAccepted, code, m)
+	require.Equal(t, true, m["duplicate"])
+	require.Equal(t, float64(seq), m["seq"])
+
+	// By type, no subscriber: stored (counted by the router, not an error).
+	code, m = e.do("POST", "/v1/events", e.publish, "application/json", []byte(`{"type":"order.created","data":"text is JSON too"}`))
+	require.Equal(t, http.StatusAccepted, code, m)
+}
+
+func TestPublishOverHTTPRefusesBadRequests(t *testing.T) {
+	t.Parallel()
+	e := startAPI(t)
+	_, err := mustStore(t, e).Add(context.Background(), relay.Destination{Name: "orders", URL: "https://example.com/hooks"})
+	require.NoError(t, err)
+	big := `{"dest":"orders","data":"` + strings.Repeat("x", 70<<10) + `"}`
+	for _, tc := range []struct {
+		name, key, ct, body string
+		hdr                 []string
+		status              int
+		field, detail       string
+	}{
+		{"no key", "", "application/json", `{"dest":"orders","data":1}`, nil, 401, "", "an API key is required"},
+		{"wrong key", e.publish + "x", "application/json", `{"dest":"orders","data":1}`, nil, 401, "", "invalid API key"},
+		{"read key", e.read, "application/json", `{"dest":"orders","data":1}`, nil, 403, "", `the key "reader" has scope read; this needs publish or admin`},
+		{"not JSON", e.publish, "text/plain", `hello`, nil, 415, "", "send the body as application/json"},
+		{"bad JSON", e.publish, "application/json", `{"dest":`, nil, 400, "", "the body is not a valid request"},
+		{"unknown field", e.publish, "application/json", `{"dest":"orders","data":1,"destination":"x"}`, nil, 400, "destination", `unknown field "destination"`},
+		{"wrong type", e.publish, "application/json", `{"dest":7,"data":1}`, nil, 400, "dest", "cannot unmarshal number"},
+		{"two values", e.publish, "application/json", `{"dest":"orders","data":1} {}`, nil, 400, "", "more than one JSON value"},
+		{"no data", e.publish, "application/json", `{"dest":"orders"}`, nil, 422, "data", "data is required"},
+		{"neither", e.publish, "application/json", `{"data":1}`, nil, 422, "dest", "give dest"},
+		{"both", e.publish, "application/json", `{"dest":"orders","type":"a.b","data":1}`, nil, 422, "type", "not both"},
+		{"bad dest", e.publish, "application/json", `{"dest":"Orders!","data":1}`, nil, 422, "dest", ""},
+		{"bad type", e.publish, "application/json", `{"type":"relay.x","data":1}`, nil, 422, "type", ""},
+		{"ids differ", e.publish, "application/json", `{"dest":"orders","id":"a","data":1}`, []string{"Idempotency-Key", "b"}, 422, "id", "differ"},
+		{"unknown dest", e.publish, "application/json", `{"dest":"nobody","data":1}`, nil, 404, "dest", "unknown destination"},
+		{"too large", e.publish, "application/json", big, nil, 413, "", "larger than 65536 bytes"},
+	} {
+		code, m := e.do("POST", "/v1/events", tc.key, tc.ct, []byte(tc.body), tc.hdr...)
+		require.Equal(t, tc.status, code, "%s: %v", tc.name, m)
+		require.Equal(t, float64(tc.status), m["status"], tc.name)
+		if tc.field != "" {
+			require.Equal(t, tc.field, m["field"], tc.name)
+		}
+		require.Contains(t, m["detail"], tc.detail, tc.name)
+	}
+	code, m := e.do("GET", "/v1/nothing", e.admin, "", nil)
+	require.Equal(t, 404, code)
+	require.Contains(t, m["detail"], "no such resource: GET /v1/nothing")
+	code, _ = e.do("DELETE", "/v1/events", e.admin, "", nil)
+	require.Equal(t, 405, code, "a known path, another method")
+}
+
+func TestStatsOverHTTPAndTheDocument(t *testing.T) {
+	t.Parallel()
+	e := startAPI(t)
+	_, err := mustStore(t, e).Add(context.Background(), relay.Destination{Name: "orders", URL: "https://example.com/hooks"})
+	require.NoError(t, err)
+	code, m := e.do("GET", "/v1/stats", e.read, "", nil)
+	require.Equal(t, 200, code, m)
+	ds := m["destinations"].([]any)
+	require.Len(t, ds, 1)
+	require.Equal(t, "orders", ds[0].(map[string]any)["dest"])
+	code, _ = e.do("GET", "/v1/stats", e.publish, "", nil)
+	require.Equal(t, 403, code, "publish may only publish")
+
+	// The document is served as kept in the repository, without a key.
+	resp, err := http.Get(e.url + "/v1/openapi.json")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, 200, resp.StatusCode)
+	require.Equal(t, OpenAPI, got)
+}
+
+func TestFailedKeysAreLimitedPerAddress(t *testing.T) {
+	t.Parallel()
+	e := startAPI(t)
+	throttled := 0
+	for range 30 {
+		code, _ := e.do("GET", "/v1/stats", "relay_0000000000000000_nope", "", nil)
+		if code == 429 {
+			throttled++
+		} else {
+			require.Equal(t, 401, code)
+		}
+	}
+	require.Positive(t, throttled, "after the burst of failed attempts, 429")
+}
+
+func mustStore(t *testing.T, e *apiEnv) *relay.Store {
+	t.Helper()
+	st, err := relay.NewStore(context.Background(), e.srv.JS)
+	require.NoError(t, err)
+	return st
+}
