@@ -26,7 +26,8 @@ build: ## Build bin/relay
 .PHONY: run
 run: build ## Run relay with an embedded NATS server on 127.0.0.1:4222 (data in ./relay-data)
 	@echo "quickstart: deliveries to loopback (127.0.0.0/8, ::1) are allowed so 'relay sink' works; production relays refuse them"
-	./$(BIN) run --allow-net 127.0.0.0/8 --allow-net ::1
+	@echo "the HTTP API: http://127.0.0.1:8088/v1 (create a key: bin/relay api-key create --name me --scope admin)"
+	./$(BIN) run --allow-net 127.0.0.0/8 --allow-net ::1 --api-addr 127.0.0.1:8088
 
 .PHONY: deps
 deps: ## Install what the tests need that Go does not fetch (redis-server from Debian)

@@ -71,3 +71,17 @@ func TestAPIKeyBadInputExits2(t *testing.T) {
 		require.Contains(t, errb.String(), tc.want, tc.args)
 	}
 }
+
+func TestRunRefusesAnOpenAPIWithoutKeys(t *testing.T) {
+	b := setup(t)
+	code, _, errs := b.cli(t, "", "run", "--api-addr", "0.0.0.0:0", "--metrics-addr", "")
+	require.Equal(t, 2, code, errs)
+	require.Contains(t, errs, "is not a loopback address and no API key exists: create one first")
+}
+
+func TestRunAPITLSFlagsGoTogether(t *testing.T) {
+	var out, errb strings.Builder
+	code := Main([]string{"relay", "run", "--api-addr", "127.0.0.1:0", "--api-tls-cert", "c.pem", "--data-dir", t.TempDir()}, strings.NewReader(""), &out, &errb)
+	require.Equal(t, 2, code, errb.String())
+	require.Contains(t, errb.String(), "--api-tls-cert and --api-tls-key go together")
+}

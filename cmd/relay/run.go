@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v2"
 
+	"github.com/relaydev/relay/api"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/stream"
@@ -60,6 +62,9 @@ hands the rest back to JetStream, and exits 0.`,
 			&cli.DurationFlag{Name: "tls-handshake-timeout", EnvVars: []string{"RELAY_TLS_HANDSHAKE_TIMEOUT"}, Value: 10 * time.Second, Usage: "TLS handshake timeout of a delivery"},
 			&cli.DurationFlag{Name: "response-header-timeout", EnvVars: []string{"RELAY_RESPONSE_HEADER_TIMEOUT"}, Usage: "wait for response headers (0: only the destination's total timeout)"},
 			&cli.BoolFlag{Name: "dangerously-skip-tls-verify", EnvVars: []string{"RELAY_DANGEROUSLY_SKIP_TLS_VERIFY"}, Usage: "do not verify destinations' TLS certificates (anyone on the path can read and forge deliveries)"},
+			&cli.StringFlag{Name: "api-addr", EnvVars: []string{"RELAY_API_ADDR"}, Usage: "serve the HTTP API (/v1, docs/api.md) here (empty: off); on a non-loopback address only once an API key exists ('relay api-key create')"},
+			&cli.StringFlag{Name: "api-tls-cert", EnvVars: []string{"RELAY_API_TLS_CERT"}, Usage: "serve the HTTP API over TLS with this certificate (PEM file; with --api-tls-key)", TakesFile: true},
+			&cli.StringFlag{Name: "api-tls-key", EnvVars: []string{"RELAY_API_TLS_KEY"}, Usage: "the private key of --api-tls-cert (PEM file)", TakesFile: true},
 			&cli.StringFlag{Name: "metrics-addr", EnvVars: []string{"RELAY_METRICS_ADDR"}, Value: "127.0.0.1:9464", Usage: "serve /metrics, /healthz and /readyz here (empty: off)"},
 			&cli.Int64Flag{Name: "gc-heap-floor", EnvVars: []string{"RELAY_GC_HEAP_FLOOR"}, Value: 32 << 20, Usage: "heap size in bytes at which Go's garbage collector runs while relay's live heap is small, for less CPU spent collecting (at most 40 MiB, or 11 times the live heap; 0: Go's default pace; not applied when GOGC is set)"},
 			&cli.DurationFlag{Name: "shutdown-grace", EnvVars: []string{"RELAY_SHUTDOWN_GRACE"}, Value: 10 * time.Second, Usage: "how long in-flight deliveries may finish after SIGTERM"},
@@ -89,6 +94,7 @@ type runOpts struct {
 	responseHeaderTimeout                      time.Duration
 	skipTLSVerify                              bool
 	metricsAddr                                string
+	apiAddr, apiTLSCert, apiTLSKey             string
 	gcHeapFloor                                int64
 	shutdownGrace                              time.Duration
 
@@ -110,7 +116,7 @@ func readRun(c *cli.Context) *runOpts {
 		redisReplicaWait: c.Duration("redis-replica-wait"), parkThreshold: c.Duration("park-threshold"), parkLease: c.Duration("park-lease"),
 		allowNet: c.StringSlice("allow-net"), connectTimeout: c.Duration("connect-timeout"), tlsHandshakeTimeout: c.Duration("tls-handshake-timeout"),
 		responseHeaderTimeout: c.Duration("response-header-timeout"), skipTLSVerify: c.Bool("dangerously-skip-tls-verify"),
-		metricsAddr: c.String("metrics-addr"), gcHeapFloor: c.Int64("gc-heap-floor"), shutdownGrace: c.Duration("shutdown-grace"),
+		metricsAddr: c.String("metrics-addr"), apiAddr: c.String("api-addr"), apiTLSCert: c.String("api-tls-cert"), apiTLSKey: c.String("api-tls-key"), gcHeapFloor: c.Int64("gc-heap-floor"), shutdownGrace: c.Duration("shutdown-grace"),
 	}
 }
 
@@ -122,6 +128,12 @@ func (o *runOpts) Validate() (err error) {
 	}
 	if n := o.maxConsumers; n <= stream.ReservedConsumers || n > 1_000_000 {
 		return usagef("--max-consumers %d: give %d to 1000000 (relay keeps %d for its own readers)", n, stream.ReservedConsumers+1, stream.ReservedConsumers)
+	}
+	if (o.apiTLSCert == "") != (o.apiTLSKey == "") {
+		return usagef("--api-tls-cert and --api-tls-key go together: give both, or neither")
+	}
+	if o.apiTLSCert != "" && o.apiAddr == "" {
+		return usagef("--api-tls-cert needs --api-addr")
 	}
 	if n := o.maxInFlight; n < 1 || n > 100_000 {
 		return usagef("--max-in-flight %d: give 1 to 100000", n)
@@ -301,6 +313,13 @@ func (o *runOpts) Run(ctx context.Context, e *env) error {
 		defer srv.Close()
 		log.Info("serving /metrics, /healthz and /readyz", "addr", ln.Addr().String())
 	}
+	if o.apiAddr != "" {
+		stop, err := o.serveAPI(setupCtx, js, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	r, err := relay.New(setupCtx, cfg)
 	if err != nil {
 		return err
@@ -424,4 +443,54 @@ type redisLog struct{ log *slog.Logger }
 
 func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
 	l.log.DebugContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
+}
+
+// serveAPI serves the HTTP API on --api-addr until stop is called. It
+// refuses a non-loopback address while no API key exists: the API would
+// be open to the network with no way in but to create a key.
+func (o *runOpts) serveAPI(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (stop func(), err error) {
+	keys, err := api.OpenKeys(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", o.apiAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--api-addr %s: %w", o.apiAddr, err)
+	}
+	if ap, perr := netip.ParseAddrPort(ln.Addr().String()); perr != nil || !ap.Addr().IsLoopback() {
+		all, err := keys.List(ctx)
+		if err != nil {
+			ln.Close()
+			return nil, err
+		}
+		if len(all) == 0 {
+			ln.Close()
+			return nil, usagef("--api-addr %s is not a loopback address and no API key exists: create one first ('relay api-key create --name N --scope admin'), or serve the API on 127.0.0.1", o.apiAddr)
+		}
+	}
+	prod, err := relay.NewProducer(ctx, js)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	srv := &http.Server{Handler: api.NewServer(api.Config{JS: js, Keys: keys, Producer: prod, Logger: log}), ReadHeaderTimeout: 10 * time.Second}
+	scheme := "http"
+	if o.apiTLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(o.apiTLSCert, o.apiTLSKey)
+		if err != nil {
+			ln.Close()
+			return nil, usagef("--api-tls-cert/--api-tls-key: %v", err)
+		}
+		scheme = "https"
+		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		go func() { _ = srv.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { _ = srv.Serve(ln) }()
+	}
+	log.Info("serving the HTTP API", "url", scheme+"://"+ln.Addr().String()+"/v1", "document", scheme+"://"+ln.Addr().String()+"/v1/openapi.json")
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}, nil
 }
