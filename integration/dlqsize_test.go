@@ -141,10 +141,15 @@ func TestDeadLetterThatCannotBeStoredIsReportedNotRetried(t *testing.T) {
 	e.addDest(relay.Destination{Name: "nodlq", URL: s.URL})
 	rec, _ := e.startRelay()
 	res := e.publish("nodlq", "", `{"x":1}`)
-	eventually(t, 30*time.Second, func() bool { return e.settled("nodlq") && s.len() == 1 }, "the event given up after its attempt")
-	require.Equal(t, 1, rec.count(func(o relay.Outcome) bool {
-		return o.Decision.Action == relay.DeadLetter && errors.Is(o.Err, dlq.ErrPermanent)
-	}))
+	// The outcome is recorded after the ack that settles the consumer:
+	// wait for both.
+	givenUp := func() int {
+		return rec.count(func(o relay.Outcome) bool {
+			return o.Decision.Action == relay.DeadLetter && errors.Is(o.Err, dlq.ErrPermanent)
+		})
+	}
+	eventually(t, 30*time.Second, func() bool { return e.settled("nodlq") && s.len() == 1 && givenUp() > 0 }, "the event given up after its attempt")
+	require.Equal(t, 1, givenUp())
 	stats, err := relay.Stats(ctx, e.js, nil)
 	require.NoError(t, err)
 	require.Len(t, stats, 1)
