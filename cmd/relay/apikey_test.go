@@ -11,8 +11,9 @@ import (
 	"github.com/relaydev/relay/api"
 )
 
+// Not parallel, as every test of Main: urfave/cli v2 mutates package-level
+// help flags on each run.
 func TestAPIKeyCreateListRevoke(t *testing.T) {
-	t.Parallel()
 	b := setup(t)
 	code, out, errs := b.cli(t, "", "api-key", "create", "--name", "ci", "--scope", "publish")
 	require.Equal(t, 0, code, errs)
@@ -52,7 +53,6 @@ func TestAPIKeyCreateListRevoke(t *testing.T) {
 }
 
 func TestAPIKeyBadInputExits2(t *testing.T) {
-	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		want string
