@@ -26,19 +26,27 @@ build: ## Build bin/relay
 .PHONY: run
 run: build ## Run relay with an embedded NATS server on 127.0.0.1:4222 (data in ./relay-data)
 	@echo "quickstart: deliveries to loopback (127.0.0.0/8, ::1) are allowed so 'relay sink' works; production relays refuse them"
-	@echo "the HTTP API: http://127.0.0.1:8088/v1 (create a key: bin/relay api-key create --name me --scope admin)"
+	@echo "the HTTP API: http://127.0.0.1:8088/v1, the dashboard: http://127.0.0.1:8088/ui/ (create a key to sign in: bin/relay api-key create --name me --scope admin)"
 	./$(BIN) run --allow-net 127.0.0.0/8 --allow-net ::1 --api-addr 127.0.0.1:8088
 
 .PHONY: deps
-deps: ## Install what the tests need that Go does not fetch (redis-server from Debian)
-	@command -v redis-server >/dev/null 2>&1 || { \
-		echo "installing redis-server (Debian package)"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
+deps: ## Install what the tests need that Go does not fetch (redis-server and chromium, from Debian)
+	@missing=""; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing$$missing (Debian packages)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
 
 .PHONY: test
 test: deps ## Run every test but the fault-injection suite, with the race detector
 	$(GO) vet ./...
 	@$(call GOTEST,-race -count=1 -timeout 15m -skip '^TestFault' ./...)
+
+.PHONY: screenshots
+screenshots: deps ## Write a PNG of each dashboard page to docs/images (the browser tests, in Debian's chromium)
+	RELAY_SCREENSHOTS=$(CURDIR)/docs/images $(GO) test -count=1 -run 'Test' ./ui
 
 .PHONY: test-faults
 test-faults: deps ## Run the fault-injection suite (real processes killed, stopped, cut off), with the race detector
@@ -61,7 +69,7 @@ FUZZTIME ?= 20000x
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME (default 20000x, a count of executions, as CI does)
-	@for pkg in ./relay ./stream ./dlq; do \
+	@for pkg in ./relay ./stream ./dlq ./api; do \
 		for f in $$($(GO) test $$pkg -list '^Fuzz' | grep '^Fuzz'); do \
 			echo "fuzz $$pkg $$f ($(FUZZTIME))"; \
 			$(GO) test $$pkg -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || exit 1; \

@@ -1,4 +1,5 @@
-// Package api is relay's HTTP API: its keys, for now (see docs/api.md).
+// Package api is relay's HTTP API: its keys, and the server of its
+// resources under /v1 (see docs/api.md).
 package api
 
 import (
@@ -32,9 +33,13 @@ const (
 	ScopeAdmin   Scope = "admin"
 )
 
+// scopeAny is what a request every valid key may make needs (GET
+// /v1/key).
+const scopeAny Scope = ""
+
 // Allows reports whether a key of scope s may do what needs scope need.
 func (s Scope) Allows(need Scope) bool {
-	return s == ScopeAdmin || s == need
+	return s == ScopeAdmin || s == need || need == scopeAny
 }
 
 // ParseScope reads a scope.
@@ -188,7 +193,9 @@ func (k *Keys) Revoke(ctx context.Context, name string) (Key, error) {
 }
 
 // Verify returns the record of key, or ErrBadKey. The secret is compared
-// with the stored hash in constant time.
+// with the stored hash in constant time. When the key's id names a stored
+// key but its secret is wrong, the error comes with that key's id and
+// name, for the log.
 func (k *Keys) Verify(ctx context.Context, key string) (Key, error) {
 	rest, ok := strings.CutPrefix(key, keyPrefix)
 	id, secret, ok2 := strings.Cut(rest, "_")
@@ -203,7 +210,9 @@ func (k *Keys) Verify(ctx context.Context, key string) (Key, error) {
 		return Key{}, err
 	}
 	if subtle.ConstantTimeCompare([]byte(hashSecret(secret)), []byte(rec.Hash)) != 1 {
-		return Key{}, ErrBadKey
+		// The id names a key, the secret is wrong: the name is returned
+		// with the error, for the log (never the key).
+		return Key{ID: rec.ID, Name: rec.Name}, ErrBadKey
 	}
 	rec.Hash = ""
 	return rec, nil

@@ -19,8 +19,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/time/rate"
 
+	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/relay"
-	"github.com/relaydev/relay/stream"
 )
 
 // OpenAPI is the API's OpenAPI 3.1 document, served at /v1/openapi.json;
@@ -31,14 +31,25 @@ var OpenAPI []byte
 
 // Config configures the API server.
 type Config struct {
+	// JS, Keys and Producer are required.
 	JS       jetstream.JetStream
 	Keys     *Keys
 	Producer *relay.Producer
-	Logger   *slog.Logger
+	// Dests is the destination store, opened with relay's secret key (if
+	// it has one) so that the secrets it stores are sealed like the
+	// CLI's. Optional: without it the destination resources answer 503.
+	Dests *relay.Store
+	// DeadLetters is the dead-letter store. Optional: without it the
+	// dead-letter resources answer 503.
+	DeadLetters *dlq.Store
+	Logger      *slog.Logger
 	// MaxBody is the largest request body accepted, in bytes. Optional,
 	// default 1 MiB + 64 KiB (an event of relay run's default
 	// --max-event-size, and its JSON around it).
 	MaxBody int64
+	// MaxBatchBody is the largest body of POST /v1/events:batch, in
+	// bytes. Optional, default 8 MiB.
+	MaxBatchBody int64
 	// FailedAuthRate and FailedAuthBurst bound the requests with a wrong
 	// key per client address: beyond, 429 until the bucket refills.
 	// Optional, default 1 a second with a burst of 10.
@@ -66,23 +77,64 @@ func NewServer(cfg Config) *Server {
 	if cfg.FailedAuthRate == 0 {
 		cfg.FailedAuthRate, cfg.FailedAuthBurst = 1, 10
 	}
+	if cfg.MaxBatchBody == 0 {
+		cfg.MaxBatchBody = 8 << 20
+	}
 	s := &Server{cfg: cfg, mux: http.NewServeMux(), failed: map[string]*rate.Limiter{}}
 	s.mux.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(OpenAPI)
 	})
-	s.mux.Handle("POST /v1/events", s.auth(ScopePublish, s.publish))
-	s.mux.Handle("GET /v1/stats", s.auth(ScopeRead, s.stats))
-	allowed := map[string]string{"/v1/openapi.json": "GET", "/v1/events": "POST", "/v1/stats": "GET"}
-	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		if allow, ok := allowed[r.URL.Path]; ok {
-			w.Header().Set("Allow", allow)
-			problem(w, http.StatusMethodNotAllowed, "", fmt.Sprintf("%s %s: use %s (see /v1/openapi.json)", r.Method, r.URL.Path, allow))
-			return
-		}
-		problem(w, http.StatusNotFound, "", fmt.Sprintf("no such resource: %s %s (see /v1/openapi.json)", r.Method, r.URL.Path))
-	})
+	for _, rt := range []struct {
+		pattern string
+		scope   Scope
+		h       http.HandlerFunc
+	}{
+		{"POST /v1/events", ScopePublish, s.publish},
+		{"POST /v1/events:batch", ScopePublish, s.publishBatch},
+		{"GET /v1/stats", ScopeRead, s.stats},
+		{"GET /v1/key", scopeAny, s.whoami},
+		{"GET /v1/destinations/{name}/retrying", ScopeRead, s.listRetrying},
+		{"POST /v1/destinations/{name}/retrying/{id}/skip", ScopeAdmin, s.skipRetrying},
+		{"GET /v1/attempts", ScopeRead, s.attempts},
+		{"GET /v1/events/{id}", ScopeRead, s.event},
+		{"GET /v1/destinations", ScopeRead, s.listDests},
+		{"POST /v1/destinations", ScopeAdmin, s.createDest},
+		{"GET /v1/destinations/{name}", ScopeRead, s.getDest},
+		{"PATCH /v1/destinations/{name}", ScopeAdmin, s.updateDest},
+		{"DELETE /v1/destinations/{name}", ScopeAdmin, s.removeDest},
+		{"POST /v1/destinations/{name}/pause", ScopeAdmin, s.pauseDest},
+		{"POST /v1/destinations/{name}/resume", ScopeAdmin, s.resumeDest},
+		{"POST /v1/destinations/{name}/rotate-secret", ScopeAdmin, s.rotateSecret},
+		{"GET /v1/dead-letters", ScopeRead, s.listLetters},
+		{"GET /v1/dead-letters/{seq}", ScopeRead, s.getLetter},
+		{"POST /v1/dead-letters/replay", ScopeAdmin, s.replayLetters},
+		{"POST /v1/dead-letters/purge", ScopeAdmin, s.purgeLetters},
+	} {
+		s.mux.Handle(rt.pattern, s.auth(rt.scope, rt.h))
+	}
+	s.mux.HandleFunc("/", s.notFound)
 	return s
+}
+
+// notFound answers a request no route takes: 405 with the methods the
+// path has, when it has some, else 404.
+func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPatch, http.MethodDelete} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := s.mux.Handler(probe); pattern != "" && pattern != "/" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		a := strings.Join(allow, ", ")
+		w.Header().Set("Allow", a)
+		problem(w, http.StatusMethodNotAllowed, "", fmt.Sprintf("%s %s: use %s (see /v1/openapi.json)", r.Method, r.URL.Path, a))
+		return
+	}
+	problem(w, http.StatusNotFound, "", fmt.Sprintf("no such resource: %s %s (see /v1/openapi.json)", r.Method, r.URL.Path))
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
@@ -139,7 +191,11 @@ func (s *Server) auth(need Scope, h http.HandlerFunc) http.Handler {
 		switch {
 		case errors.Is(err, ErrBadKey):
 			s.fail(addr)
-			s.cfg.Logger.Warn("API request with an invalid key", "client", addr, "method", r.Method, "path", r.URL.Path)
+			attrs := []any{"client", addr, "method", r.Method, "path", r.URL.Path}
+			if key.Name != "" {
+				attrs = append(attrs, "key", key.Name) // its id is right, its secret wrong
+			}
+			s.cfg.Logger.Warn("API request with an invalid key", attrs...)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="relay", error="invalid_token"`)
 			problem(w, http.StatusUnauthorized, "", "invalid API key")
 			return
@@ -149,12 +205,20 @@ func (s *Server) auth(need Scope, h http.HandlerFunc) http.Handler {
 		}
 		if !key.Scope.Allows(need) {
 			s.cfg.Logger.Warn("API request beyond its key's scope", "key", key.Name, "scope", key.Scope, "client", addr, "method", r.Method, "path", r.URL.Path)
-			problem(w, http.StatusForbidden, "", fmt.Sprintf("the key %q has scope %s; this needs %s or admin", key.Name, key.Scope, need))
+			needs := string(need)
+			if need != ScopeAdmin {
+				needs += " or admin"
+			}
+			problem(w, http.StatusForbidden, "", fmt.Sprintf("the key %q has scope %s; this needs %s", key.Name, key.Scope, needs))
 			return
 		}
-		h(w, r)
+		h(w, r.WithContext(context.WithValue(r.Context(), keyOfRequest{}, key)))
 	})
 }
+
+// keyOfRequest is the context key of the request's API key (a Key,
+// without its hash), set by auth.
+type keyOfRequest struct{}
 
 // throttled reports whether addr used up its failed attempts.
 func (s *Server) throttled(addr string) bool {
@@ -183,16 +247,21 @@ func (s *Server) fail(addr string) {
 // MaxBody bytes, no unknown field, nothing after the value. It writes the
 // problem and returns false when the body is not that.
 func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	return s.readJSONUpTo(w, r, s.cfg.MaxBody, v)
+}
+
+// readJSONUpTo is readJSON with a body of at most limit bytes.
+func (s *Server) readJSONUpTo(w http.ResponseWriter, r *http.Request, limit int64, v any) bool {
 	ct, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || ct != "application/json" {
 		problem(w, http.StatusUnsupportedMediaType, "", fmt.Sprintf("send the body as application/json, not %q", r.Header.Get("Content-Type")))
 		return false
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge):
-		problem(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("the body is larger than %d bytes", s.cfg.MaxBody))
+		problem(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("the body is larger than %d bytes", limit))
 		return false
 	case err != nil:
 		problem(w, http.StatusBadRequest, "", "cannot read the body: "+err.Error())
@@ -216,72 +285,6 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 		return false
 	}
 	return true
-}
-
-// newEvent is POST /v1/events's body.
-type newEvent struct {
-	Dest    string            `json:"dest"`
-	Type    string            `json:"type"`
-	Key     string            `json:"key"`
-	ID      string            `json:"id"`
-	Headers map[string]string `json:"headers"`
-	Data    json.RawMessage   `json:"data"`
-}
-
-func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
-	var ev newEvent
-	if !s.readJSON(w, r, &ev) {
-		return
-	}
-	if idem := r.Header.Get("Idempotency-Key"); idem != "" {
-		if ev.ID != "" && ev.ID != idem {
-			problem(w, http.StatusUnprocessableEntity, "id", fmt.Sprintf("the body's id %q and the Idempotency-Key %q differ: give one, or the same", ev.ID, idem))
-			return
-		}
-		ev.ID = idem
-	}
-	switch {
-	case len(ev.Data) == 0:
-		problem(w, http.StatusUnprocessableEntity, "data", "data is required: the body to POST to the destination (any JSON value)")
-		return
-	case ev.Dest == "" && ev.Type == "":
-		problem(w, http.StatusUnprocessableEntity, "dest", "give dest (one destination) or type (every destination subscribed to it)")
-		return
-	case ev.Dest != "" && ev.Type != "":
-		problem(w, http.StatusUnprocessableEntity, "type", "give dest or type, not both")
-		return
-	}
-	for _, c := range []struct {
-		field, value string
-		check        func(string) error
-	}{{"dest", ev.Dest, stream.ValidateDestName}, {"type", ev.Type, stream.ValidateEventType}, {"id", ev.ID, relay.ValidateEventID}} {
-		if c.value == "" {
-			continue
-		}
-		if err := c.check(c.value); err != nil {
-			problem(w, http.StatusUnprocessableEntity, c.field, err.Error())
-			return
-		}
-	}
-	for k, v := range ev.Headers {
-		if err := relay.ValidateEventHeader(k, v); err != nil {
-			problem(w, http.StatusUnprocessableEntity, "headers", err.Error())
-			return
-		}
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
-	defer cancel()
-	res, err := s.cfg.Producer.Publish(ctx, relay.Event{Dest: ev.Dest, Type: ev.Type, Key: ev.Key, ID: ev.ID, Headers: ev.Headers, Data: ev.Data})
-	switch {
-	case errors.Is(err, relay.ErrUnknownDestination):
-		problem(w, http.StatusNotFound, "dest", err.Error())
-	case errors.Is(err, relay.ErrEventTooLarge):
-		problem(w, http.StatusRequestEntityTooLarge, "data", err.Error())
-	case err != nil:
-		problem(w, http.StatusServiceUnavailable, "", "the event was not stored: "+err.Error())
-	default:
-		writeJSON(w, http.StatusAccepted, map[string]any{"id": res.ID, "seq": res.Seq, "duplicate": res.Duplicate})
-	}
 }
 
 func (s *Server) stats(w http.ResponseWriter, r *http.Request) {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -16,7 +17,9 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/legacy"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/streamtest"
@@ -32,9 +35,17 @@ type apiEnv struct {
 	publish string
 	read    string
 	admin   string
+	// logs is what the server logged.
+	logs *lockedWriter
 }
 
 func startAPI(t *testing.T) *apiEnv {
+	t.Helper()
+	return startTracedAPI(t, nil)
+}
+
+// startTracedAPI is startAPI with a producer that traces with tp.
+func startTracedAPI(t *testing.T, tp trace.TracerProvider) *apiEnv {
 	t.Helper()
 	srv := streamtest.Start(t)
 	ctx := context.Background()
@@ -42,7 +53,14 @@ func startAPI(t *testing.T) *apiEnv {
 	require.NoError(t, err)
 	prod, err := relay.NewProducer(ctx, srv.JS)
 	require.NoError(t, err)
-	h := NewServer(Config{JS: srv.JS, Keys: keys, Producer: prod, MaxBody: 64 << 10, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	prod.TraceWith(tp)
+	dests, err := relay.NewStore(ctx, srv.JS)
+	require.NoError(t, err)
+	letters, err := dlq.Open(ctx, srv.JS)
+	require.NoError(t, err)
+	logs := &lockedWriter{w: &bytes.Buffer{}, mu: &sync.Mutex{}}
+	h := NewServer(Config{JS: srv.JS, Keys: keys, Producer: prod, Dests: dests, DeadLetters: letters, MaxBody: 64 << 10, MaxBatchBody: 256 << 10,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
 
@@ -50,10 +68,12 @@ func startAPI(t *testing.T) *apiEnv {
 	doc, err := loader.LoadFromData(OpenAPI)
 	require.NoError(t, err)
 	require.NoError(t, doc.Validate(loader.Context), "the OpenAPI document is valid")
+	// The document's server is "/": routes are found relative to this one.
+	doc.Servers = openapi3.Servers{{URL: hs.URL}}
 	router, err := legacy.NewRouter(doc)
 	require.NoError(t, err)
 
-	e := &apiEnv{t: t, srv: srv, url: hs.URL, router: router}
+	e := &apiEnv{t: t, srv: srv, url: hs.URL, router: router, logs: logs}
 	e.publish, _, err = keys.Create(ctx, "pub", ScopePublish)
 	require.NoError(t, err)
 	e.read, _, err = keys.Create(ctx, "reader", ScopeRead)
@@ -86,12 +106,16 @@ func (e *apiEnv) do(method, path, key, contentType string, body []byte, hdr ...s
 
 	route, params, err := e.router.FindRoute(req)
 	if err == nil {
+		exercised(route.Operation.OperationID)
 		in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route,
 			Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, ExcludeRequestBody: true}}
 		out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: resp.StatusCode, Header: resp.Header,
 			Options: &openapi3filter.Options{IncludeResponseStatus: true}}
 		out.SetBodyBytes(got)
 		require.NoError(e.t, openapi3filter.ValidateResponse(context.Background(), out), "%s %s answered %d %s, not as the document says", method, path, resp.StatusCode, got)
+	} else {
+		require.Contains(e.t, []int{http.StatusNotFound, http.StatusMethodNotAllowed}, resp.StatusCode,
+			"%s %s is in no operation of the document (%v), yet answered %d %s", method, path, err, resp.StatusCode, got)
 	}
 	var m map[string]any
 	if len(got) > 0 && path != "/v1/openapi.json" {
@@ -195,6 +219,8 @@ func TestStatsOverHTTPAndTheDocument(t *testing.T) {
 	require.Equal(t, 403, code, "publish may only publish")
 
 	// The document is served as kept in the repository, without a key.
+	code, _ = e.do("GET", "/v1/openapi.json", "", "", nil)
+	require.Equal(t, 200, code)
 	resp, err := http.Get(e.url + "/v1/openapi.json")
 	require.NoError(t, err)
 	defer resp.Body.Close()
@@ -224,4 +250,47 @@ func mustStore(t *testing.T, e *apiEnv) *relay.Store {
 	st, err := relay.NewStore(context.Background(), e.srv.JS)
 	require.NoError(t, err)
 	return st
+}
+
+// A revoked key, or a key whose secret is wrong, is refused (401) and
+// changes nothing; the log names the key whose id was given, never the key.
+func TestRevokedAndWrongKeysChangeNothing(t *testing.T) {
+	t.Parallel()
+	e := startAPI(t)
+	ctx := context.Background()
+	keys, err := OpenKeys(ctx, e.srv.JS)
+	require.NoError(t, err)
+	doomed, _, err := keys.Create(ctx, "doomed", ScopeAdmin)
+	require.NoError(t, err)
+	_, err = keys.Revoke(ctx, "doomed")
+	require.NoError(t, err)
+	body := []byte(`{"name":"sneaky","url":"https://example.com/x","no_secret":true}`)
+	code, _ := e.do("POST", "/v1/destinations", doomed, "application/json", body)
+	require.Equal(t, 401, code, "a revoked key")
+	wrong := e.admin[:len(e.admin)-4] + "AAAA"
+	code, _ = e.do("POST", "/v1/destinations", wrong, "application/json", body)
+	require.Equal(t, 401, code, "the right id, a wrong secret")
+	_, err = mustStore(t, e).Get(ctx, "sneaky")
+	require.ErrorIs(t, err, relay.ErrNotFound, "nothing was created")
+	out := e.logs.String()
+	require.Contains(t, out, "key=ops", "the key whose secret was wrong is named")
+	require.NotContains(t, out, e.admin[len("relay_0123456789abcdef_"):], "never the key")
+	require.NotContains(t, out, "AAAA")
+}
+
+type lockedWriter struct {
+	w  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.String()
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

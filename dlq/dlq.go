@@ -14,6 +14,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relaydev/relay/internal/failpoint"
 	"github.com/relaydev/relay/stream"
@@ -61,7 +64,8 @@ type Letter struct {
 	LastError  string `json:"last_error,omitempty"`
 	// Note is an operator's reason for giving up on the event (reason
 	// skipped), or what the reason alone does not say (the header of an
-	// invalid_event, why the filter failed for filter_error).
+	// invalid_event, why the filter failed for filter_error, why the body
+	// template failed for template_error).
 	Note string `json:"note,omitempty"`
 	// First and Last are the first and last attempt times (zero if none).
 	First time.Time `json:"first_attempt,omitzero"`
@@ -204,6 +208,11 @@ func Encode(l Letter, limit int) (*nats.Msg, error) {
 	if l.Key != "" {
 		h.Set(stream.HdrKey, l.Key)
 	}
+	if t := l.Headers.Get(stream.HdrType); t != "" {
+		// A typed event's type, as delivered (Relay-Event-Type): operator
+		// events' dead letters are told apart by it.
+		h.Set(stream.HdrType, t)
+	}
 	h.Set(stream.HdrOrigSubj, l.Subject)
 	h.Set(stream.HdrOrigSeq, strconv.FormatUint(l.StreamSeq, 10))
 	h.Set(stream.HdrDeadAt, l.DeadAt.UTC().Format(time.RFC3339Nano))
@@ -338,6 +347,28 @@ func OneLine(s string, limit int) string {
 type Store struct {
 	js jetstream.JetStream
 	st jetstream.Stream
+	// tracer makes the replays' spans (nil: no tracing).
+	tracer trace.Tracer
+}
+
+// SpanReplay is the span of a dead letter replayed.
+const SpanReplay = "relay.replay"
+
+// tracerName is the instrumentation scope of relay's spans (relay.TracerName).
+const tracerName = "github.com/relaydev/relay"
+
+// WithTracerProvider returns a Store whose replays are traced with tp: a
+// span (SpanReplay) per dead letter replayed, a child of ctx's span, or
+// where ctx has none, of the span whose context the letter carries (its
+// dead-letter write's); the replayed event carries the replay's context.
+// nil traces nothing.
+func (s *Store) WithTracerProvider(tp trace.TracerProvider) *Store {
+	c := *s
+	c.tracer = nil
+	if tp != nil {
+		c.tracer = tp.Tracer(tracerName)
+	}
+	return &c
 }
 
 // Open opens the dead-letter stream (stream.Ensure creates it).
@@ -360,6 +391,9 @@ type Filter struct {
 	Since, Until time.Time
 	// Seqs selects these dead-letter sequences only.
 	Seqs []uint64
+	// After selects the letters stored after this dead-letter sequence
+	// (a cursor: the last letter of the page before).
+	After uint64
 }
 
 // Match reports whether l passes f (Seqs aside).
@@ -377,15 +411,29 @@ func (f Filter) Match(l Letter) bool {
 		return false
 	case !f.Until.IsZero() && !l.DeadAt.Before(f.Until):
 		return false
+	case f.After > 0 && l.Seq <= f.After:
+		return false
 	}
 	return true
 }
 
-// Get reads one dead letter.
+// ErrLetterNotFound is returned for a sequence that holds no dead letter.
+var ErrLetterNotFound = errors.New("no such dead letter")
+
+// notFoundError is ErrLetterNotFound for the sequence it is.
+type notFoundError uint64
+
+func (e notFoundError) Error() string {
+	return fmt.Sprintf("no dead letter with sequence %d (replayed, purged or expired?)", uint64(e))
+}
+
+func (e notFoundError) Is(target error) bool { return target == ErrLetterNotFound }
+
+// Get reads one dead letter; ErrLetterNotFound if there is none at seq.
 func (s *Store) Get(ctx context.Context, seq uint64) (Letter, error) {
 	m, err := s.st.GetMsg(ctx, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return Letter{}, fmt.Errorf("no dead letter with sequence %d (replayed, purged or expired?)", seq)
+		return Letter{}, notFoundError(seq)
 	}
 	if err != nil {
 		return Letter{}, err
@@ -467,7 +515,7 @@ func (s *Store) Each(ctx context.Context, f Filter, fn func(Letter) error) error
 	if !f.Since.IsZero() {
 		since = f.Since.Add(-time.Minute)
 	}
-	return stream.Read(ctx, s.js, stream.DLQStream, stream.ReadOptions{Filters: filters, Since: since}, func(m *jetstream.RawStreamMsg) error {
+	return stream.Read(ctx, s.js, stream.DLQStream, stream.ReadOptions{Filters: filters, After: f.After, Since: since}, func(m *jetstream.RawStreamMsg) error {
 		l := decodeStored(m)
 		if !f.Match(l) {
 			return nil
@@ -518,14 +566,14 @@ func isNoSuchMsg(err error) bool {
 // and deletes it from the dead-letter stream once the publish is confirmed.
 // Replaying the same letter twice within the duplicate window publishes once.
 // toDest, when not empty, sends it to another destination.
-func (s *Store) Replay(ctx context.Context, l Letter, toDest string) (*jetstream.PubAck, error) {
+func (s *Store) Replay(ctx context.Context, l Letter, toDest string) (_ *jetstream.PubAck, err error) {
 	if l.Malformed != "" {
 		return nil, fmt.Errorf("dead letter %d is malformed (%s): it %w; see 'relay dlq show %d', remove it with 'relay dlq purge --seq %d'", l.Seq, l.Malformed, ErrNotReplayable, l.Seq, l.Seq)
 	}
 	if l.Reason == ReasonCorruptParkedEntry {
 		return nil, fmt.Errorf("dead letter %d holds a parked entry relay could not use (%s): it %w; its body is the entry as stored ('relay dlq show %d')", l.Seq, l.LastError, ErrNotReplayable, l.Seq)
 	}
-	l, err := s.Resolve(ctx, l)
+	l, err = s.Resolve(ctx, l)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
@@ -537,6 +585,22 @@ func (s *Store) Replay(ctx context.Context, l Letter, toDest string) (*jetstream
 		p.Dest = toDest
 	}
 	env := stream.Envelope{ID: l.EventID, Dest: p.Dest, Key: l.Key, Seq: l.Seq, Headers: l.Headers, Body: l.Body}
+	if s.tracer != nil {
+		if !trace.SpanContextFromContext(ctx).IsValid() {
+			ctx = stream.ExtractTrace(ctx, l.Headers)
+		}
+		var span trace.Span
+		ctx, span = s.tracer.Start(ctx, SpanReplay, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
+			attribute.String("relay.destination", p.Dest), attribute.String("relay.event_id", l.EventID),
+			attribute.Int64("relay.dead_letter_seq", int64(l.Seq)), attribute.String("relay.reason", l.Reason)))
+		defer func() {
+			if err != nil {
+				span.SetStatus(codes.Error, err.Error())
+			}
+			span.End()
+		}()
+		env.Headers = stream.WithTrace(ctx, env.Headers)
+	}
 	ack, err := s.js.PublishMsg(ctx, env.Msg(stream.ReplayedDeadLetter, p.InputSubject(env.Key)))
 	if err != nil {
 		return nil, fmt.Errorf("replay dead letter %d: publish: %w", l.Seq, err)

@@ -12,7 +12,7 @@ import (
 	"github.com/relaydev/relay/relay"
 )
 
-var apiURLRE = regexp.MustCompile(`msg="serving the HTTP API" url=(\S+)`)
+var apiURLRE = regexp.MustCompile(`msg="serving the HTTP API and the dashboard" url=(\S+)`)
 
 // An event published over HTTP to 'relay run --api-addr' is delivered.
 func TestEventPublishedOverHTTPIsDelivered(t *testing.T) {
@@ -46,4 +46,11 @@ func TestEventPublishedOverHTTPIsDelivered(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, resp.StatusCode)
 	eventually(t, 20*time.Second, func() bool { return s.delivered()["evt-http-1"] == 1 }, "delivered")
 	require.JSONEq(t, `{"via":"http"}`, s.all()[0].Body)
+
+	// The dashboard is served beside it, with its content security policy.
+	resp, err = http.Get(strings.TrimSuffix(base, "/v1") + "/ui/login")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, resp.Header.Get("Content-Security-Policy"), "script-src 'self'")
 }

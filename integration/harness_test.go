@@ -230,9 +230,13 @@ func deadLettersIn(t testing.TB, js jetstream.JetStream, dest string) []dlq.Lett
 	return ls
 }
 
-// eventually polls cond until it holds or timeout passes.
+// eventually polls cond until it holds or timeout passes. The timeout is
+// at least minEventually: it bounds a wait for what must happen, not how
+// fast (no test asserts speed), and a machine busy with the whole suite,
+// browsers included, can take that long for what takes a second alone.
 func eventually(t testing.TB, timeout time.Duration, cond func() bool, format string, args ...any) {
 	t.Helper()
+	timeout = max(timeout, minEventually)
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
@@ -241,6 +245,9 @@ func eventually(t testing.TB, timeout time.Duration, cond func() bool, format st
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// minEventually is eventually's shortest timeout.
+const minEventually = 30 * time.Second
 
 // hit is one request a sink received.
 type hit struct {

@@ -2,12 +2,16 @@ package relay
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // benchMsg is just enough of a jetstream.Msg for eventOf.
@@ -78,6 +82,85 @@ func BenchmarkCheckRouted(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := c.check(ctx, m); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// ackedMsg is a benchMsg whose ack succeeds.
+type ackedMsg struct{ benchMsg }
+
+func (ackedMsg) Ack() error { return nil }
+
+// answer204 answers every request 204 without a network.
+type answer204 struct{}
+
+func (answer204) RoundTrip(*http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: http.StatusNoContent, Header: http.Header{}, Body: http.NoBody}, nil
+}
+
+// BenchmarkAttempt is one event's first attempt through handle, delivered
+// (the hot path: decode, decide, sign, send, ack), without a network:
+// with tracing off (Config.TracerProvider nil) and on (every span sampled,
+// none exported). Off allocates nothing for tracing: its allocations are
+// those of the request and the event.
+func BenchmarkAttempt(b *testing.B) {
+	m := ackedMsg{benchMsg{
+		subject: "relay.in.orders",
+		hdr:     nats.Header{"Nats-Msg-Id": {"evt_06h2rcpt1p0j6zbfdgx7z5g334"}, "Content-Type": {"application/json"}, "Traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}},
+		reply:   "$JS.ACK._.ACCHASH.RELAY_EVENTS.relay_orders.1.123456.120000.1764500000123456789.42.tok",
+		data:    []byte(`{"id":1}`),
+	}}
+	d := Destination{Name: "orders", URL: "https://hooks.example.com/in", Secret: GenerateSecret()}.WithDefaults()
+	for _, tc := range []struct {
+		name string
+		tp   trace.TracerProvider
+	}{{"tracing=off", nil}, {"tracing=on", sdktrace.NewTracerProvider()}} {
+		b.Run(tc.name, func(b *testing.B) {
+			cfg := Config{TracerProvider: tc.tp, Logger: slog.New(slog.DiscardHandler)}.WithDefaults()
+			r := &Relay{
+				cfg: cfg, log: cfg.Logger, tracer: tracerOf(cfg.TracerProvider),
+				sender:   &Sender{Client: &http.Client{Transport: answer204{}}, Now: time.Now},
+				dests:    watch{dests: map[string]Destination{"orders": d}},
+				breakers: breakers{probing: map[string]bool{}, failures: map[string]int{}},
+				pools:    newURLPools(cfg.URLCooldown),
+				limits:   limits{byDest: map[string]*limit{}, replicas: 1},
+			}
+			var outcomes int
+			r.cfg.OnDelivery = func(o Outcome) {
+				if o.Decision.Action == Ack {
+					outcomes++
+				}
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				r.handle(ctx, m, nil)
+			}
+			if outcomes != b.N {
+				b.Fatalf("%d of %d attempts delivered", outcomes, b.N)
+			}
+		})
+	}
+}
+
+// BenchmarkTemplateRender renders the shipped Slack template over an
+// operator event's body: the cost a templated destination adds to each
+// attempt.
+func BenchmarkTemplateRender(b *testing.B) {
+	src, err := os.ReadFile("../docs/templates/slack.tmpl")
+	if err != nil {
+		b.Fatal(err)
+	}
+	tmpl, err := CompileBodyTemplate(string(src))
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := []byte(`{"dest":"orders","at":"2026-12-02T01:02:03Z","paused_until":"2026-12-02T02:02:03Z","trips":1,"threshold":5}`)
+	ev := NewTemplateEvent("relay.destination.breaker_opened:orders:1:1", OpBreakerOpened, "", "slack", time.Now(), body, nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := tmpl.Render(ev); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -57,29 +58,36 @@ func (b *breakers) succeeded(dest string) {
 
 // affect applies what an attempt's decision says about destination d: the
 // circuit breaker's count, a pause the destination asked for, or its
-// disabling after a 410. probing says the attempt was the circuit's probe.
-func (r *Relay) affect(d Destination, dec Decision, probing bool, eventID string) {
+// disabling after a 410. probing says the attempt was the circuit's probe;
+// emit, that a change it makes may be told in an operator event (not when
+// the attempt delivered one: no feedback loop).
+func (r *Relay) affect(d Destination, dec Decision, probing bool, eventID string, emit bool) {
 	switch dec.Effect {
 	case Healthy:
 		r.breakers.succeeded(d.Name)
 		if d.PauseReason == PauseCircuitOpen {
-			r.closeCircuit(d.Name)
+			r.closeCircuit(d.Name, emit)
 		}
 	case Failing:
 		if probing || r.breakers.failed(d.Name, d.BreakerThreshold) {
-			r.openCircuit(d.Name)
+			r.openCircuit(d.Name, emit)
 		}
 	case PauseRequested:
 		r.pause(d, r.cfg.Now().Add(dec.Pause), PauseRetryAfter)
 	case Disabled:
-		r.pause(d, Forever, PauseGone)
+		if r.pause(d, Forever, PauseGone) && emit {
+			now := r.cfg.Now()
+			r.emitOp(OpEvent{Type: OpDisabled, ID: opID(OpDisabled, d.Name, PauseGone, millis(now)),
+				Data: disabled{Dest: d.Name, At: now.UTC(), Reason: PauseGone, EventID: eventID}})
+		}
 		r.log.Error("destination answered 410 Gone: disabled until 'relay dest resume'", "dest", d.Name, "event_id", eventID)
 	}
 }
 
 // openCircuit pauses a destination for its breaker pause, doubled for each
-// consecutive opening.
-func (r *Relay) openCircuit(name string) {
+// consecutive opening; with emit, the replica that opens it says so in an
+// operator event.
+func (r *Relay) openCircuit(name string, emit bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 	defer cancel()
 	now := r.cfg.Now()
@@ -105,9 +113,13 @@ func (r *Relay) openCircuit(name string) {
 	}
 	r.cfg.Metrics.paused(name, PauseCircuitOpen)
 	r.log.Warn("circuit open: destination paused after consecutive failures", "dest", name, "until", d.PausedUntil, "trips", d.BreakerTrips)
+	if emit {
+		r.emitOp(OpEvent{Type: OpBreakerOpened, ID: opID(OpBreakerOpened, name, strconv.Itoa(d.BreakerTrips), millis(d.PausedUntil)),
+			Data: breakerOpened{Dest: name, At: now.UTC(), PausedUntil: d.PausedUntil.UTC(), Trips: d.BreakerTrips, Threshold: d.BreakerThreshold}})
+	}
 }
 
-func (r *Relay) closeCircuit(name string) {
+func (r *Relay) closeCircuit(name string, emit bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 	defer cancel()
 	_, err := r.store.Update(ctx, name, func(d *Destination) error {
@@ -119,13 +131,18 @@ func (r *Relay) closeCircuit(name string) {
 	})
 	if err == nil {
 		r.log.Info("circuit closed: the probe succeeded", "dest", name)
+		if emit {
+			now := r.cfg.Now()
+			r.emitOp(OpEvent{Type: OpBreakerClosed, ID: opID(OpBreakerClosed, name, millis(now)), Data: breakerClosed{Dest: name, At: now.UTC()}})
+		}
 	} else if !errors.Is(err, errNoChange) {
 		r.log.Error("cannot close the circuit", "dest", name, "err", err)
 	}
 }
 
-// pause pauses d until until for reason, unless it is paused longer already.
-func (r *Relay) pause(d Destination, until time.Time, reason string) {
+// pause pauses d until until for reason, unless it is paused longer
+// already; it reports whether it did.
+func (r *Relay) pause(d Destination, until time.Time, reason string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 	defer cancel()
 	_, err := r.store.Update(ctx, d.Name, func(d *Destination) error {
@@ -138,9 +155,12 @@ func (r *Relay) pause(d Destination, until time.Time, reason string) {
 	if err == nil {
 		r.cfg.Metrics.paused(d.Name, reason)
 		r.log.Warn("destination paused", "dest", d.Name, "reason", reason, "until", until)
-	} else if !errors.Is(err, errNoChange) {
+		return true
+	}
+	if !errors.Is(err, errNoChange) {
 		r.log.Error("cannot pause destination", "dest", d.Name, "err", err)
 	}
+	return false
 }
 
 var errNoChange = errors.New("no change")

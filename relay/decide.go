@@ -61,6 +61,10 @@ type Input struct {
 	CanPark       bool
 	ParkThreshold time.Duration
 
+	// TemplateErr: rendering the destination's body template for the
+	// attempt failed; it says why. No request was made.
+	TemplateErr string
+
 	// Sent: the attempt was made, and Result is what it came back with.
 	// Cancelled: a shutdown cut it short. Late: it ended after the event's
 	// AckWait, when JetStream has handed the event to another worker.
@@ -72,9 +76,10 @@ type Input struct {
 	Rand *rand.Rand
 }
 
-// filterErrorWait is how long the head of a blocked ordered key waits before
-// its filter is evaluated again, after it failed.
-const filterErrorWait = 30 * time.Second
+// configErrorWait is how long the head of a blocked ordered key waits before
+// its filter is evaluated, or its body template rendered, again after it
+// failed.
+const configErrorWait = 30 * time.Second
 
 // Effect is what an attempt's outcome says about its destination, for the
 // circuit breaker and pauses.
@@ -129,7 +134,7 @@ func Decide(in Input) Decision {
 		case in.Ordered && in.Dest.OnFailure == OnFailureBlock:
 			// The head of a blocked key waits for the filter to be
 			// fixed: nothing overtakes it.
-			return Decision{Action: HandBack, Delay: filterErrorWait}
+			return Decision{Action: HandBack, Delay: configErrorWait}
 		}
 		return Decision{Action: DeadLetter, Reason: ReasonFilterError, Note: in.FilterErr}
 	}
@@ -167,6 +172,12 @@ func Decide(in Input) Decision {
 			// A previous run gave up and crashed before the event was
 			// terminated (or the policy changed): do not send again.
 			return Decision{Action: DeadLetter, Reason: ReasonMaxAttempts}
+		case in.TemplateErr != "" && in.Ordered && in.Dest.OnFailure == OnFailureBlock:
+			// As for a failed filter: the key waits for the template to
+			// be fixed, nothing overtakes its head.
+			return Decision{Action: HandBack, Delay: configErrorWait}
+		case in.TemplateErr != "":
+			return Decision{Action: DeadLetter, Reason: ReasonTemplateError, Note: in.TemplateErr}
 		}
 		return Decision{Action: Send}
 	}

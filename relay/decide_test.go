@@ -59,6 +59,10 @@ func TestDecideOutcomes(t *testing.T) {
 		{"unknown destination", Input{Now: now, Attempt: 1}, Decision{Action: DeadLetter, Reason: ReasonUnknownDestination}},
 		{"attempts used up before", with(func(in *Input) { in.Attempt = 4 }), Decision{Action: DeadLetter, Reason: ReasonMaxAttempts}},
 		{"blocked ordered key: attempts never run out", with(func(in *Input) { in.Attempt, in.Ordered, in.Dest.OnFailure = 4, true, OnFailureBlock }), Decision{Action: Send}},
+		{"body template failed", with(func(in *Input) { in.TemplateErr = `map has no entry for key "reason"` }), Decision{Action: DeadLetter, Reason: ReasonTemplateError, Note: `map has no entry for key "reason"`}},
+		{"body template failed, head of a blocked key", with(func(in *Input) { in.TemplateErr, in.Ordered, in.Dest.OnFailure = "x", true, OnFailureBlock }), Decision{Action: HandBack, Delay: 30 * time.Second}},
+		{"body template failed, head of a skipping key", with(func(in *Input) { in.TemplateErr, in.Ordered, in.Dest.OnFailure = "x", true, OnFailureSkip }), Decision{Action: DeadLetter, Reason: ReasonTemplateError, Note: "x"}},
+		{"body template failed, skipped by an operator", with(func(in *Input) { in.TemplateErr, in.Skip = "x", "wrong payload" }), Decision{Action: DeadLetter, Reason: ReasonSkipped}},
 		{"ready", ready(), Decision{Action: Send}},
 
 		// After the attempt.

@@ -88,6 +88,17 @@ type Destination struct {
 	// filter is Filter compiled, set where relay delivers (once per
 	// version of the destination).
 	filter *Filter
+	// BodyTemplate reshapes what the destination receives: a Go
+	// text/template over the event (see CompileBodyTemplate and
+	// TemplateEvent) whose output is the body sent, and signed, instead of
+	// the event's. Optional: without it the event's body is sent as is.
+	BodyTemplate string `json:"body_template,omitempty"`
+	// BodyContentType is the Content-Type of the rendered body. Optional,
+	// with a BodyTemplate only; default application/json.
+	BodyContentType string `json:"body_content_type,omitempty"`
+	// bodyTemplate is BodyTemplate compiled, set where relay delivers (once
+	// per version of the destination).
+	bodyTemplate *BodyTemplate
 	// PausedUntil pauses deliveries while it is in the future; PauseReason
 	// says why: operator, circuit_open, retry_after or gone. Set by
 	// 'relay dest pause', the circuit breaker, Retry-After and 410 Gone.
@@ -222,6 +233,9 @@ func (d Destination) WithDefaults() Destination {
 	if d.Ordered && d.OnFailure == "" {
 		d.OnFailure = OnFailureBlock
 	}
+	if d.BodyTemplate != "" && d.BodyContentType == "" {
+		d.BodyContentType = DefaultBodyContentType
+	}
 	d.Retry = d.Retry.WithDefaults()
 	return d
 }
@@ -342,68 +356,86 @@ func RedactURL(u string) string {
 	return p.String()
 }
 
-// Validate reports the first thing wrong with d (after WithDefaults).
+// Validate reports the first thing wrong with d (after WithDefaults), as a
+// *SettingError naming the setting at fault.
 func (d Destination) Validate() error {
 	if err := stream.ValidateDestName(d.Name); err != nil {
-		return err
+		return settingErr("name", err)
 	}
 	if err := d.validatePool(); err != nil {
 		return err
 	}
 	for _, sec := range []string{d.Secret, d.PrevSecret} {
 		if isSealed(sec) {
-			return ErrSealed
+			return settingErr("secret", ErrSealed)
 		}
 		if sec != "" {
 			if _, err := decodeSecret(sec); err != nil {
-				return err
+				return settingErr("secret", err)
 			}
 		}
 	}
 	for k, v := range d.Headers {
 		if isSealed(v) {
-			return fmt.Errorf("header %s: %w", k, ErrSealed)
+			return settingErr("header", fmt.Errorf("header %s: %w", k, ErrSealed))
 		}
 		if err := ValidateHeader(k, v); err != nil {
-			return err
+			return settingErr("header", err)
 		}
 	}
 	if d.Timeout < Duration(100*time.Millisecond) || d.Timeout > Duration(10*time.Minute) {
-		return fmt.Errorf("timeout %s must be between 100ms and 10m", time.Duration(d.Timeout))
+		return settingErr("timeout", fmt.Errorf("timeout %s must be between 100ms and 10m", time.Duration(d.Timeout)))
 	}
 	if d.Concurrency < 1 || d.Concurrency > MaxConcurrency {
-		return fmt.Errorf("concurrency %d must be between 1 and %d", d.Concurrency, MaxConcurrency)
+		return settingErr("concurrency", fmt.Errorf("concurrency %d must be between 1 and %d", d.Concurrency, MaxConcurrency))
 	}
 	if d.Ordered && d.Shared {
-		return errors.New("an ordered destination has consumers of its own: --shared applies to unordered destinations only")
+		return settingErr("shared", errors.New("an ordered destination has consumers of its own: --shared applies to unordered destinations only"))
 	}
 	if !d.Ordered && (d.Partitions != 0 || d.OnFailure != "") {
-		return errors.New("partitions and on-failure apply to ordered destinations only (add --ordered)")
+		setting := "partitions"
+		if d.Partitions == 0 {
+			setting = "on-failure"
+		}
+		return settingErr(setting, errors.New("partitions and on-failure apply to ordered destinations only (add --ordered)"))
 	}
 	if d.RateLimit < 0 || d.RateLimit > 1e6 {
-		return fmt.Errorf("rate limit %g must be between 0 (none) and 1000000 per second", d.RateLimit)
+		return settingErr("rate-limit", fmt.Errorf("rate limit %g must be between 0 (none) and 1000000 per second", d.RateLimit))
 	}
 	if d.BreakerThreshold < -1 || d.BreakerThreshold > 1_000_000 {
-		return fmt.Errorf("breaker threshold %d must be -1 (never) or a count of consecutive failures", d.BreakerThreshold)
+		return settingErr("breaker-threshold", fmt.Errorf("breaker threshold %d must be -1 (never) or a count of consecutive failures", d.BreakerThreshold))
 	}
 	if d.BreakerPause < Duration(time.Second) {
-		return fmt.Errorf("breaker pause %s must be at least 1s", time.Duration(d.BreakerPause))
+		return settingErr("breaker-pause", fmt.Errorf("breaker pause %s must be at least 1s", time.Duration(d.BreakerPause)))
 	}
 	if d.OnGone != OnGoneDisable && d.OnGone != OnGoneDeadLetter {
-		return fmt.Errorf("on-gone %q: use %q or %q", d.OnGone, OnGoneDisable, OnGoneDeadLetter)
+		return settingErr("on-gone", fmt.Errorf("on-gone %q: use %q or %q", d.OnGone, OnGoneDisable, OnGoneDeadLetter))
 	}
 	if d.Ordered && (d.Partitions < 1 || d.Partitions > stream.Buckets) {
-		return fmt.Errorf("partitions %d must be between 1 and %d", d.Partitions, stream.Buckets)
+		return settingErr("partitions", fmt.Errorf("partitions %d must be between 1 and %d", d.Partitions, stream.Buckets))
 	}
 	if d.Ordered && d.OnFailure != OnFailureBlock && d.OnFailure != OnFailureSkip {
-		return fmt.Errorf("on-failure %q: use %q or %q", d.OnFailure, OnFailureBlock, OnFailureSkip)
+		return settingErr("on-failure", fmt.Errorf("on-failure %q: use %q or %q", d.OnFailure, OnFailureBlock, OnFailureSkip))
 	}
 	if err := validateTypes(d.Types); err != nil {
-		return err
+		return settingErr("type", err)
 	}
 	if d.Filter != "" {
 		if _, err := CompileFilter(d.Filter); err != nil {
-			return err
+			return settingErr("filter", err)
+		}
+	}
+	if d.BodyTemplate != "" {
+		if _, err := CompileBodyTemplate(d.BodyTemplate); err != nil {
+			return settingErr("body-template", err)
+		}
+	}
+	if d.BodyContentType != "" {
+		if d.BodyTemplate == "" {
+			return settingErr("body-content-type", errors.New("a body content type is that of a rendered body: it applies with a body template only"))
+		}
+		if err := ValidateContentType(d.BodyContentType); err != nil {
+			return settingErr("body-content-type", err)
 		}
 	}
 	return d.Retry.Validate()
@@ -411,6 +443,17 @@ func (d Destination) Validate() error {
 
 // validatePool reports what is wrong with d's URL pool and its strategy.
 func (d Destination) validatePool() error {
+	if err := d.validateURLs(); err != nil {
+		return settingErr("url", err)
+	}
+	if d.URLStrategy != URLFailover && d.URLStrategy != URLRoundRobin {
+		return settingErr("url-strategy", fmt.Errorf("url-strategy %q: use %q or %q", d.URLStrategy, URLFailover, URLRoundRobin))
+	}
+	return nil
+}
+
+// validateURLs reports what is wrong with d's URL pool.
+func (d Destination) validateURLs() error {
 	if len(d.URLs) == 0 {
 		if err := ValidateURL(d.URL); err != nil {
 			return err
@@ -435,9 +478,6 @@ func (d Destination) validatePool() error {
 			}
 			seen[u] = i
 		}
-	}
-	if d.URLStrategy != URLFailover && d.URLStrategy != URLRoundRobin {
-		return fmt.Errorf("url-strategy %q: use %q or %q", d.URLStrategy, URLFailover, URLRoundRobin)
 	}
 	return nil
 }

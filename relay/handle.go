@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/schedule"
@@ -25,13 +26,14 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, mark *partitionMa
 	ev, err := eventOf(msg)
 	if err != nil {
 		r.log.Error("cannot read event; terminating it", "subject", msg.Subject(), "err", err)
-		r.execute(msg, &ev, mark, Input{Unreadable: true}, Decide(Input{Unreadable: true}))
+		r.execute(context.Background(), msg, &ev, mark, Input{Unreadable: true}, Decide(Input{Unreadable: true}))
 		return
 	}
 	in := r.input(ev, mark)
 	if in.Probing {
 		defer r.breakers.endProbe(in.Dest.Name)
 	}
+	var span trace.Span // the attempt's, when relay traces
 	for {
 		dec := Decide(in)
 		switch dec.Action {
@@ -41,17 +43,52 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, mark *partitionMa
 		case ReadLog:
 			r.readLogInto(&in, &ev)
 		case Send:
+			d, err := r.delivery(in.Dest, ev)
+			if err != nil {
+				// Decided on next: no request is made.
+				in.TemplateErr = err.Error()
+				continue
+			}
+			if r.tracer != nil {
+				_, span = r.startSpan(ctx, ev, SpanAttempt, trace.SpanKindClient, attrAttempt.Int(in.Attempt))
+				d.Trace = span.SpanContext()
+			}
 			inf := r.cfg.Metrics.attemptStarted(in.Dest.Name)
-			res := r.send(ctx, in.Dest, Delivery{ID: ev.id, Type: ev.hdr.Get(stream.HdrType), Body: ev.body, Headers: eventHeaders(ev.hdr)})
+			res := r.send(ctx, in.Dest, d)
 			inf.done()
 			in.Sent, in.Result = true, res
 			in.Cancelled = ctx.Err() != nil
 			in.Late = res.Duration > in.Dest.AckWait()-time.Second
 		default:
-			r.execute(msg, &ev, mark, in, dec)
+			if span == nil {
+				r.execute(context.Background(), msg, &ev, mark, in, dec)
+				return
+			}
+			// What the attempt leads to (a park, a dead letter) is
+			// part of its span.
+			out := r.execute(trace.ContextWithSpan(context.Background(), span), msg, &ev, mark, in, dec)
+			endAttempt(span, in.Dest, out)
 			return
 		}
 	}
+}
+
+// delivery is the request of an attempt to deliver ev to d: the event's
+// body, or what d's body template renders for it. A template that fails
+// returns why (its first line), and logs it.
+func (r *Relay) delivery(d Destination, ev event) (Delivery, error) {
+	dl := Delivery{ID: ev.id, Type: ev.hdr.Get(stream.HdrType), Body: ev.body, Headers: eventHeaders(ev.hdr)}
+	if d.bodyTemplate == nil {
+		return dl, nil
+	}
+	body, err := d.bodyTemplate.Render(NewTemplateEvent(dl.ID, dl.Type, ev.key, ev.dest, ev.published, ev.body, dl.Headers))
+	if err != nil {
+		msg, _, _ := strings.Cut(err.Error(), "\n")
+		r.log.Warn("body template failed on the event (fix the template with 'relay dest update --body-template', then replay its dead letter)", "dest", ev.dest, "event_id", ev.id, "err", msg)
+		return dl, errors.New(msg)
+	}
+	dl.Body, dl.ContentType = body, d.BodyContentType
+	return dl, nil
 }
 
 // send makes one attempt to deliver ev to d, at the URL of d's pool that
@@ -138,44 +175,47 @@ func (r *Relay) readLogInto(in *Input, ev *event) {
 }
 
 // execute carries out dec, an outcome of Decide for ev's delivery as in
-// describes it.
-func (r *Relay) execute(msg jetstream.Msg, ev *event, mark *partitionMark, in Input, dec Decision) {
+// describes it, and returns what became of it. ctx carries the attempt's
+// span, if any, for the spans of what it leads to; it is not cancelled.
+func (r *Relay) execute(ctx context.Context, msg jetstream.Msg, ev *event, mark *partitionMark, in Input, dec Decision) Outcome {
+	out := Outcome{Dest: ev.dest, EventID: ev.id, Seq: ev.seq, Attempt: in.Attempt, Decision: dec, note: in.Skip}
+	if in.Sent {
+		out.Result = in.Result
+	}
 	switch dec.Action {
 	case Terminate:
 		_ = msg.TermWithReason(dec.Reason)
-		return
+		return out
 	case HandBack:
 		if in.Sent {
 			r.log.Info("attempt cancelled by shutdown", "dest", ev.dest, "event_id", ev.id, "attempt", in.Attempt)
 		}
 		r.handBack(msg, dec.Delay)
-		return
+		return out
 	case AckSettled:
 		why := "the head of an ordered key settled before its ack was lost (a crash of the NATS server's process)"
 		if in.LogRead {
 			why = "the event was parked in Redis before its ack was lost (a crash of the NATS server's process, or a lost ack); its copy carries on"
 		}
 		r.ackSettled(msg, *ev, why)
-		return
+		return out
 	case Leave:
 		r.log.Warn("attempt finished after AckWait; leaving the event to its redelivery", "dest", ev.dest, "event_id", ev.id, "duration", in.Result.Duration)
-		return
-	}
-	out := Outcome{Dest: ev.dest, EventID: ev.id, Seq: ev.seq, Attempt: in.Attempt, Decision: dec, note: in.Skip}
-	if in.Sent {
-		out.Result = in.Result
+		return out
 	}
 	// Before act: the breaker counts failures in the order responses came
 	// back. After act, a failure's bookkeeping (its history in the attempt
 	// log) delays it, and failures held up together by a slow write would
 	// arrive back to back, "consecutive".
-	r.affect(in.Dest, dec, in.Probing, ev.id)
-	out.Err = r.act(msg, *ev, in.Attempt, mark, &out)
+	r.affect(in.Dest, dec, in.Probing, ev.id, !IsOpEvent(ev.hdr.Get(stream.HdrType)))
+	out.Err = r.act(ctx, msg, *ev, in.Attempt, mark, &out)
 	r.logOutcome(out)
+	r.recordOutcome(ev, in.Dest, &out, in.Sent)
 	r.cfg.Metrics.observe(out, in.Ordered, in.Dest.Shared, ev.published, r.cfg.Now())
 	if r.cfg.OnDelivery != nil {
 		r.cfg.OnDelivery(out)
 	}
+	return out
 }
 
 // waitRate waits for d's rate limit to allow an attempt, and returns how
@@ -219,8 +259,9 @@ const ackTimeout = 10 * time.Second
 
 // act carries out the decision for attempt number attempt of ev. mark is set
 // when ev heads an ordered key: its acks are confirmed, after the mark
-// recorded it settled, and its long waits are not parked in Redis.
-func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, mark *partitionMark, out *Outcome) error {
+// recorded it settled, and its long waits are not parked in Redis. ctx
+// carries the attempt's span, if any; act bounds its waits itself.
+func (r *Relay) act(ctx context.Context, msg jetstream.Msg, ev event, attempt int, mark *partitionMark, out *Outcome) error {
 	ordered := mark != nil
 	if (out.Decision.Action == Ack || out.Decision.Action == AckFiltered) && attempt == 1 && !ordered {
 		// The hot path. The ack is not confirmed: confirming would cost a
@@ -228,7 +269,7 @@ func (r *Relay) act(msg jetstream.Msg, ev event, attempt int, mark *partitionMar
 		// the event comes back (a duplicate), confirmed or not.
 		return msg.Ack()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
 	defer cancel()
 	switch out.Decision.Action {
 	case Ack, AckFiltered:
@@ -302,8 +343,17 @@ func (r *Relay) deadLetter(ctx context.Context, msg jetstream.Msg, ev event, att
 }
 
 // writeDeadLetter writes ev's dead letter, with its history, and waits for
-// JetStream to confirm it. It does not touch the original.
-func (r *Relay) writeDeadLetter(ctx context.Context, ev event, attempt int, out *Outcome) error {
+// JetStream to confirm it. It does not touch the original. When relay
+// traces, the letter carries the context of its span (a child of ctx's, or
+// of the event's traceparent), so that a replay continues the trace.
+func (r *Relay) writeDeadLetter(ctx context.Context, ev event, attempt int, out *Outcome) (err error) {
+	hdr := ev.hdr
+	if r.tracer != nil {
+		var span trace.Span
+		ctx, span = r.startSpan(ctx, ev, SpanDeadLetter, trace.SpanKindProducer, attrReason.String(out.Decision.Reason), attrAttempt.Int(max(attempt, 0)))
+		defer func() { endSpan(span, err) }()
+		hdr = stream.WithTrace(ctx, ev.hdr)
+	}
 	hist := r.history(ctx, ev)
 	made := attempt - 1 // attempts made before this one
 	if out.Result.Attempted() {
@@ -323,20 +373,29 @@ func (r *Relay) writeDeadLetter(ctx context.Context, ev event, attempt int, out 
 		Subject:   ev.subject,
 		StreamSeq: ev.seq,
 		History:   hist,
-		Headers:   ev.hdr,
+		Headers:   hdr,
 		Body:      ev.body,
 	}
 	if n := len(hist); n > 0 {
 		l.First, l.Last = hist[0].At, hist[n-1].At
 		l.LastStatus, l.LastError = hist[n-1].Status, hist[n-1].Error
 	}
-	_, err := r.dlq.Write(ctx, l)
+	_, err = r.dlq.Write(ctx, l)
 	return err
 }
 
 // park moves ev to the Redis schedule and acks it once Redis confirmed.
 // It reports whether the event was parked (then it must not also be nak'd).
-func (r *Relay) park(ctx context.Context, msg jetstream.Msg, ev event, attempt int, delay time.Duration) (bool, error) {
+// When relay traces, the parked entry carries the context of the park's
+// span (a child of ctx's), so that its promotion continues the trace.
+func (r *Relay) park(ctx context.Context, msg jetstream.Msg, ev event, attempt int, delay time.Duration) (_ bool, err error) {
+	hdr := ev.hdr
+	if r.tracer != nil {
+		var span trace.Span
+		ctx, span = r.startSpan(ctx, ev, SpanPark, trace.SpanKindProducer, attrAttempt.Int(attempt), attrRetryIn.Int64(delay.Milliseconds()))
+		defer func() { endSpan(span, err) }()
+		hdr = stream.WithTrace(ctx, ev.hdr)
+	}
 	if err := r.republishable(ev); err != nil {
 		return false, err
 	}
@@ -349,7 +408,7 @@ func (r *Relay) park(ctx context.Context, msg jetstream.Msg, ev event, attempt i
 		Subject:   p.InputSubject(ev.key),
 		EventID:   ev.id,
 		Attempts:  attempt,
-		Headers:   ev.hdr,
+		Headers:   hdr,
 		Body:      ev.body,
 		Due:       r.cfg.Now().Add(delay),
 		Published: ev.published,
@@ -383,6 +442,9 @@ const republishHeaders = 256
 // it waits in JetStream.
 func (r *Relay) republishable(ev event) error {
 	size := len(ev.body) + 2*len(ev.id) + republishHeaders
+	if r.tracer != nil {
+		size += traceRoom
+	}
 	for k, vs := range ev.hdr {
 		for _, v := range vs {
 			size += len(k) + len(v) + 4 // "K: V\r\n"

@@ -32,6 +32,9 @@ type Metrics struct {
 	checkRead prometheus.Counter
 	// The router's typed events without a subscriber, and copies.
 	routedUnsubscribed, routedCopyCount prometheus.Counter
+	// The delivery log's records lost: not written (the writer's queue
+	// full) or refused by JetStream.
+	logDropped, logFailed, logIndexFailed prometheus.Counter
 
 	// byDest caches each destination's series (*destMetrics): looking a
 	// series up by its labels hashes them, six times per attempt otherwise.
@@ -101,9 +104,41 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "relay_typed_event_copies_total",
 		Help: "Copies of typed events this process's router published, one per subscribed destination.",
 	})
+	m.logDropped = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "relay_attempt_log_dropped_total",
+		Help: "Delivery-log records this process dropped because its writer fell behind (deliveries never wait for the log).",
+	})
+	m.logFailed = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "relay_attempt_log_write_failures_total",
+		Help: "Delivery-log records JetStream did not store (their batch timed out or failed).",
+	})
+	m.logIndexFailed = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "relay_attempt_log_index_failures_total",
+		Help: "Batches of the delivery log's index JetStream did not store: the records are kept, but 'relay events show' does not find them.",
+	})
+	reg.MustRegister(m.logDropped, m.logFailed, m.logIndexFailed)
 	reg.MustRegister(m.deliveries, m.attempts, m.responses, m.attemptDuration, m.latency, m.inFlight, m.parkFailures, m.pauses, m.settled, m.deadLetterFails, m.filtered, m.checkRead,
 		m.routedUnsubscribed, m.routedCopyCount)
 	return m
+}
+
+// logLost counts n delivery-log records lost: dropped before they were
+// written, or not stored.
+func (m *Metrics) logLost(n int, dropped bool) {
+	switch {
+	case m == nil:
+	case dropped:
+		m.logDropped.Add(float64(n))
+	default:
+		m.logFailed.Add(float64(n))
+	}
+}
+
+// logIndexLost counts a batch of the delivery log's index not stored.
+func (m *Metrics) logIndexLost() {
+	if m != nil {
+		m.logIndexFailed.Inc()
+	}
 }
 
 // deadLetterFailed counts an event of dest whose dead letter could not be

@@ -25,6 +25,11 @@ type Result struct {
 	Blocked bool
 	// Snippet is the start of the response body, for the failure history.
 	Snippet string
+	// Body is the start of the response body and Headers the response
+	// headers (name, value, name, value...) that the delivery log keeps
+	// (Sender.KeepBody, Sender.KeepHeaders).
+	Body    []byte
+	Headers []string
 	// Duration is how long the attempt took.
 	Duration time.Duration
 	// URL is the index, in the destination's pool, of the URL attempted;
@@ -128,11 +133,15 @@ const (
 	// type error, its memory budget used up); the letter's note is why.
 	// Fix the filter and replay the letter.
 	ReasonFilterError = "filter_error"
+	// ReasonTemplateError: the destination's body template failed on the
+	// event (a missing key, a value of the wrong type, a limit); the
+	// letter's note is why. Fix the template and replay the letter.
+	ReasonTemplateError = "template_error"
 )
 
 // Reasons returns all the reasons an event is dead-lettered for.
 func Reasons() []string {
-	return []string{ReasonMaxAttempts, ReasonPermanentStatus, ReasonRedirect, ReasonUnknownDestination, ReasonBlockedAddress, ReasonSkipped, ReasonInvalidEvent, ReasonCorruptParkedEntry, ReasonFilterError}
+	return []string{ReasonMaxAttempts, ReasonPermanentStatus, ReasonRedirect, ReasonUnknownDestination, ReasonBlockedAddress, ReasonSkipped, ReasonInvalidEvent, ReasonCorruptParkedEntry, ReasonFilterError, ReasonTemplateError}
 }
 
 // Decision is what Decide chose for a delivery.

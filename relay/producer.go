@@ -13,6 +13,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relaydev/relay/stream"
 )
@@ -63,6 +65,23 @@ type Producer struct {
 
 	mu    sync.Mutex
 	known map[string]time.Time // destination -> when it was last seen to exist
+
+	pubOnce sync.Once
+	pub     jetstream.JetStream // publisher()
+	pubErr  error
+
+	// tracer makes the publish spans (nil: no tracing).
+	tracer trace.Tracer
+}
+
+// TraceWith makes p trace its publishes with tp: a span (SpanPublish) per
+// event, a child of ctx's span, or where ctx has none, of the event's own
+// traceparent header; the event carries the span's context in its
+// traceparent and tracestate headers, and relay's spans of its delivery
+// continue it. Call it before p publishes; nil (the default) traces
+// nothing.
+func (p *Producer) TraceWith(tp trace.TracerProvider) {
+	p.tracer = tracerOf(tp)
 }
 
 // NewProducer returns a producer publishing through js.
@@ -95,33 +114,69 @@ func ValidateEventID(id string) error {
 
 // Publish stores ev in the event stream and returns once JetStream confirmed.
 func (p *Producer) Publish(ctx context.Context, ev Event) (Published, error) {
+	m, span, err := p.prepare(ctx, &ev)
+	if err != nil {
+		return Published{}, err
+	}
+	ack, err := p.js.PublishMsg(ctx, m)
+	if err != nil {
+		err = publishErr(m, err)
+		endPublish(span, nil, err)
+		return Published{}, err
+	}
+	endPublish(span, ack, nil)
+	return Published{ID: ev.ID, Stream: ack.Stream, Seq: ack.Sequence, Duplicate: ack.Duplicate}, nil
+}
+
+// endPublish ends a publish's span (if there is one) with JetStream's
+// answer: ack, or err.
+func endPublish(span trace.Span, ack *jetstream.PubAck, err error) {
+	if span == nil {
+		return
+	}
+	if ack != nil {
+		span.SetAttributes(attrSeq.Int64(int64(ack.Sequence)), attrDup.Bool(ack.Duplicate))
+	}
+	endSpan(span, err)
+}
+
+func publishErr(m *nats.Msg, err error) error {
+	if errors.Is(err, jetstream.ErrNoStreamResponse) {
+		return fmt.Errorf("publish to %s: no stream answered (are relay's streams set up? is the key a single subject token?): %w", m.Subject, err)
+	}
+	return fmt.Errorf("publish to %s: %w", m.Subject, err)
+}
+
+// prepare checks ev, gives it an id if it has none, and returns its
+// message, and when p traces, the publish's span (the caller ends it).
+func (p *Producer) prepare(ctx context.Context, ev *Event) (_ *nats.Msg, span trace.Span, err error) {
 	switch {
 	case ev.Dest != "" && ev.Type != "":
-		return Published{}, errors.New("an event goes to one destination or by its type, not both: give Dest or Type")
+		return nil, nil, errors.New("an event goes to one destination or by its type, not both: give Dest or Type")
 	case ev.Type != "":
 		if err := stream.ValidateEventType(ev.Type); err != nil {
-			return Published{}, err
+			return nil, nil, err
 		}
 	default:
 		if err := stream.ValidateDestName(ev.Dest); err != nil {
-			return Published{}, err
+			return nil, nil, err
 		}
 	}
 	if ev.ID == "" {
 		ev.ID = NewEventID()
 	}
 	if err := ValidateEventID(ev.ID); err != nil {
-		return Published{}, err
+		return nil, nil, err
 	}
 	if ev.Type == "" {
 		if err := p.checkDest(ctx, ev.Dest); err != nil {
-			return Published{}, err
+			return nil, nil, err
 		}
 	}
 	env := stream.Envelope{ID: ev.ID, Dest: ev.Dest, Key: ev.Key, Headers: make(nats.Header, len(ev.Headers)), Body: ev.Data}
 	for k, v := range ev.Headers {
 		if err := ValidateEventHeader(k, v); err != nil {
-			return Published{}, err
+			return nil, nil, err
 		}
 		env.Headers.Set(k, v)
 	}
@@ -130,6 +185,25 @@ func (p *Producer) Publish(ctx context.Context, ev Event) (Published, error) {
 		// The key travels in Relay-Order-Key only: the router puts it in
 		// each copy's subject.
 		subject = stream.TypeSubject(ev.Type)
+	}
+	if p.tracer != nil {
+		if !trace.SpanContextFromContext(ctx).IsValid() {
+			ctx = stream.ExtractTrace(ctx, env.Headers)
+		}
+		attrs := []attribute.KeyValue{attrEventID.String(ev.ID), attrSubject.String(subject), attribute.String("messaging.system", "nats"), attribute.String("messaging.operation.type", "send")}
+		if ev.Type != "" {
+			attrs = append(attrs, attrType.String(ev.Type))
+		} else {
+			attrs = append(attrs, attrDest.String(ev.Dest))
+		}
+		ctx, span = p.tracer.Start(ctx, SpanPublish, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+		defer func() {
+			if err != nil {
+				endSpan(span, err)
+				span = nil
+			}
+		}()
+		env.Headers = stream.WithTrace(ctx, env.Headers)
 	}
 	m := env.Msg(stream.Produced, subject)
 	size := int64(len(m.Data) + len(m.Subject))
@@ -143,19 +217,124 @@ func (p *Producer) Publish(ctx context.Context, ev Event) (Published, error) {
 		}
 	}
 	if p.maxSize > 0 && size > p.maxSize {
-		return Published{}, fmt.Errorf("%w: it is %d bytes with its headers; the events stream accepts at most %d (relay run --max-event-size); nothing was published", ErrEventTooLarge, size, p.maxSize)
+		return nil, nil, fmt.Errorf("%w: it is %d bytes with its headers; the events stream accepts at most %d (relay run --max-event-size); nothing was published", ErrEventTooLarge, size, p.maxSize)
 	}
 	if max := p.js.Conn().MaxPayload(); size > max {
-		return Published{}, fmt.Errorf("%w: it is %d bytes with its headers; the NATS server accepts at most %d (its max_payload); nothing was published", ErrEventTooLarge, size, max)
+		return nil, nil, fmt.Errorf("%w: it is %d bytes with its headers; the NATS server accepts at most %d (its max_payload); nothing was published", ErrEventTooLarge, size, max)
 	}
-	ack, err := p.js.PublishMsg(ctx, m)
-	if err != nil {
-		if errors.Is(err, jetstream.ErrNoStreamResponse) {
-			return Published{}, fmt.Errorf("publish to %s: no stream answered (are relay's streams set up? is the key a single subject token?): %w", m.Subject, err)
+	return m, span, nil
+}
+
+// BatchError says which event of a batch PublishBatch refused, and why;
+// it published none.
+type BatchError struct {
+	Index int
+	Err   error
+}
+
+func (e *BatchError) Error() string { return fmt.Sprintf("event %d of the batch: %v", e.Index, e.Err) }
+
+func (e *BatchError) Unwrap() error { return e.Err }
+
+// BatchResult is the outcome of one event of a batch: Published, or Err
+// when JetStream did not confirm it stored the event (it may have: publish
+// it again with the same ID, a duplicate within the window stores nothing).
+type BatchResult struct {
+	Published
+	Err error
+}
+
+// PublishBatch checks every event as Publish does; if one fails it returns
+// a *BatchError and publishes none. Otherwise it publishes them all at once,
+// in order (events of one order key keep it), and returns each one's
+// outcome once JetStream answered for all, or ctx ended.
+func (p *Producer) PublishBatch(ctx context.Context, evs []Event) ([]BatchResult, error) {
+	msgs := make([]*nats.Msg, len(evs))
+	var spans []trace.Span // when p traces, each event's publish
+	if p.tracer != nil {
+		spans = make([]trace.Span, len(evs))
+	}
+	endAll := func(err error) {
+		for _, s := range spans {
+			if s != nil {
+				endSpan(s, err)
+			}
 		}
-		return Published{}, fmt.Errorf("publish to %s: %w", m.Subject, err)
 	}
-	return Published{ID: ev.ID, Stream: ack.Stream, Seq: ack.Sequence, Duplicate: ack.Duplicate}, nil
+	for i := range evs {
+		m, span, err := p.prepare(ctx, &evs[i])
+		if err != nil {
+			endAll(errors.New("not published: another event of the batch was refused"))
+			return nil, &BatchError{Index: i, Err: err}
+		}
+		msgs[i] = m
+		if spans != nil {
+			spans[i] = span
+		}
+	}
+	pub, err := p.publisher()
+	if err != nil {
+		endAll(err)
+		return nil, err
+	}
+	out := make([]BatchResult, len(evs))
+	futures := make([]jetstream.PubAckFuture, len(evs))
+	for i, m := range msgs {
+		out[i].ID = evs[i].ID
+		if futures[i], err = pub.PublishMsgAsync(m); err != nil {
+			out[i].Err = publishErr(m, err)
+		}
+	}
+	for i, f := range futures {
+		if f == nil {
+			if spans != nil {
+				endPublish(spans[i], nil, out[i].Err)
+			}
+			continue
+		}
+		ack, err := settle(ctx, f)
+		switch {
+		case errors.Is(err, errNotConfirmed):
+			out[i].Err = fmt.Errorf("publish to %s: %w (%w): it may be stored", msgs[i].Subject, err, ctx.Err())
+		case err != nil:
+			out[i].Err = publishErr(msgs[i], err)
+		default:
+			out[i].Stream, out[i].Seq, out[i].Duplicate = ack.Stream, ack.Sequence, ack.Duplicate
+		}
+		if spans != nil {
+			endPublish(spans[i], ack, out[i].Err)
+		}
+	}
+	return out, nil
+}
+
+var errNotConfirmed = errors.New("not confirmed")
+
+// settle waits for f's answer until ctx ends; an answer there by then wins
+// over the end of ctx.
+func settle(ctx context.Context, f jetstream.PubAckFuture) (*jetstream.PubAck, error) {
+	select {
+	case ack := <-f.Ok():
+		return ack, nil
+	case err := <-f.Err():
+		return nil, err
+	case <-ctx.Done():
+	}
+	select {
+	case ack := <-f.Ok():
+		return ack, nil
+	case err := <-f.Err():
+		return nil, err
+	default:
+		return nil, errNotConfirmed
+	}
+}
+
+// publisher is the producer's JetStream context for asynchronous
+// publishes, made once.
+func (p *Producer) publisher() (jetstream.JetStream, error) {
+	p.pubOnce.Do(func() { p.pub, p.pubErr = newPublisher(p.js) })
+	return p.pub, p.pubErr
 }
 
 // TypedOverhead is how many bytes a copy of a typed event may have more

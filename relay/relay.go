@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/schedule"
@@ -74,9 +75,34 @@ type Config struct {
 	// shared destinations, all together (each also by its concurrency):
 	// the shared consumer's workers. Optional, default 1024.
 	MaxInFlight int
+	// NoAttemptLog turns the delivery log off: no record of attempts
+	// (stream.LogStream). Optional, default on.
+	NoAttemptLog bool
+	// LogResponseBytes is how much of each response body the delivery log
+	// keeps. Optional, default 1024; negative: none.
+	LogResponseBytes int
+	// NoOperatorEvents turns operator events off (relay.destination.*,
+	// relay.dead_letters: see opevents.go). Optional, default on.
+	NoOperatorEvents bool
+	// AlertBacklogAge is the age of a destination's oldest undelivered
+	// event past which relay.destination.backlog_stale is emitted; 0: never.
+	AlertBacklogAge time.Duration
+	// AlertDeadLetters is how many dead letters of a destination in a
+	// minute make a relay.dead_letters event; 0: never.
+	AlertDeadLetters int
+	// alertWindow is the dead-letter alert's window and opsEvery how
+	// often backlogs are looked at (tests shorten them). Default a minute
+	// and opsEvery.
+	alertWindow, opsEvery time.Duration
 	// OnDelivery, when set, is called after every attempt's decision has been
 	// carried out (for tests and metrics).
 	OnDelivery func(Outcome)
+	// TracerProvider makes relay's spans: each attempt, park and dead
+	// letter, continuing the trace of the event's traceparent header; the
+	// attempt's context is sent to the destination as traceparent (see
+	// docs/operations.md#tracing). Optional: nil traces nothing, at no
+	// cost per event.
+	TracerProvider trace.TracerProvider
 }
 
 // Outcome describes one processed attempt, after relay acted on it.
@@ -126,6 +152,15 @@ func (cfg Config) WithDefaults() Config {
 	if cfg.MaxInFlight == 0 {
 		cfg.MaxInFlight = 1024
 	}
+	if cfg.alertWindow == 0 {
+		cfg.alertWindow = time.Minute
+	}
+	if cfg.opsEvery == 0 {
+		cfg.opsEvery = opsEvery
+	}
+	if cfg.LogResponseBytes == 0 {
+		cfg.LogResponseBytes = DefaultLogResponseBytes
+	}
 	return cfg
 }
 
@@ -143,11 +178,18 @@ func (cfg Config) Validate() error {
 	if cfg.MaxInFlight < 1 || cfg.MaxInFlight > 100_000 {
 		return errors.New("relay: MaxInFlight must be between 1 and 100000")
 	}
+	if cfg.LogResponseBytes > 64<<10 {
+		return errors.New("relay: LogResponseBytes must be at most 65536")
+	}
 	if cfg.CheckTakeover < 2*leaseRenew {
 		return fmt.Errorf("relay: CheckTakeover must be at least %s (twice the lease renewal interval)", 2*leaseRenew)
 	}
 	return nil
 }
+
+// DefaultLogResponseBytes is how much of a response body the delivery log
+// keeps unless Config.LogResponseBytes says otherwise.
+const DefaultLogResponseBytes = 1024
 
 // ConsumerName is the durable consumer of destination dest.
 func ConsumerName(dest string) string { return "relay_" + dest }
@@ -161,7 +203,11 @@ type Relay struct {
 	events   jetstream.Stream
 	dlq      dlq.Writer
 	sender   *Sender
-	dests    watch
+	// tracer makes relay's spans (nil: no tracing).
+	tracer trace.Tracer
+	// logw writes the delivery log (nil: off).
+	logw  *logWriter
+	dests watch
 	// ordered holds the partition marks of ordered destinations.
 	ordered jetstream.KeyValue
 	// maxMsg is the largest message the events stream takes from relay:
@@ -202,6 +248,9 @@ type Relay struct {
 	parkWarn quiet
 
 	signals testSignals
+	// opsLooks counts the operator-events job's looks at the backlogs
+	// (for tests).
+	opsLooks atomic.Int64
 }
 
 // New prepares a relay runner.
@@ -239,7 +288,7 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 		ordered:      okv,
 		events:       evs,
 		dlq:          dlq.Writer{JS: cfg.JS},
-		sender:       &Sender{Client: cfg.HTTPClient, Now: cfg.Now},
+		sender:       &Sender{Client: cfg.HTTPClient, Now: cfg.Now, KeepBody: max(cfg.LogResponseBytes, 0), KeepHeaders: !cfg.NoAttemptLog},
 		dests:        watch{dests: map[string]Destination{}},
 		workers:      map[string]*worker{},
 		unserved:     map[string]error{},
@@ -250,8 +299,19 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 		pools:        newURLPools(cfg.URLCooldown),
 		limits:       limits{byDest: map[string]*limit{}, replicas: 1},
 		parkWarn:     quiet{interval: 10 * time.Second},
+		tracer:       tracerOf(cfg.TracerProvider),
 	}
 	r.slots = destSlots{r: r, m: map[string]chan struct{}{}}
+	if !cfg.NoAttemptLog {
+		if _, err := cfg.JS.Stream(ctx, stream.LogStream); err != nil {
+			return nil, fmt.Errorf("open stream %s: %w", stream.LogStream, err)
+		}
+		if r.logw, err = newLogWriter(cfg.JS.Conn(), cfg.Logger, cfg.Metrics, cfg.Now); err != nil {
+			return nil, err
+		}
+	} else {
+		r.sender.KeepBody = 0
+	}
 	return r, nil
 }
 
@@ -289,14 +349,22 @@ func (r *Relay) Run(ctx context.Context) error {
 		// attempted again: a duplicate, as before this relay knew better.
 		r.log.Warn("cannot list the events in retry; an event parked just before a crash of the NATS server may be delivered twice", "err", err)
 	}
+	if r.logw != nil {
+		go r.logw.run()
+		defer r.logw.close(logFinish + time.Second)
+	}
 	r.reconcile(ctx)
 
 	id := replicaID()
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
 	go func() {
 		defer wg.Done()
 		r.runUnrouted(ctx, id)
+	}()
+	go func() {
+		defer wg.Done()
+		r.runOps(ctx, id)
 	}()
 	go func() {
 		defer wg.Done()
@@ -396,6 +464,9 @@ func (r *Relay) apply(e jetstream.KeyValueEntry, live bool) {
 	if d.Filter != "" {
 		// Compiled once per version; Validate compiled it already.
 		d.filter, _ = CompileFilter(d.Filter)
+	}
+	if d.BodyTemplate != "" {
+		d.bodyTemplate, _ = CompileBodyTemplate(d.BodyTemplate)
 	}
 	r.dests.dests[e.Key()] = d
 	switch {

@@ -62,19 +62,20 @@ func (p RetryPolicy) WithDefaults() RetryPolicy {
 	return p
 }
 
-// Validate reports a policy that cannot work.
+// Validate reports a policy that cannot work, as a *SettingError naming
+// the setting at fault.
 func (p RetryPolicy) Validate() error {
 	switch {
 	case p.Base < Duration(10*time.Millisecond):
-		return fmt.Errorf("retry base %s must be at least 10ms", time.Duration(p.Base))
+		return settingErr("backoff-base", fmt.Errorf("retry base %s must be at least 10ms", time.Duration(p.Base)))
 	case p.Max < p.Base:
-		return fmt.Errorf("maximum backoff %s must not be below the base %s", time.Duration(p.Max), time.Duration(p.Base))
+		return settingErr("backoff-max", fmt.Errorf("maximum backoff %s must not be below the base %s", time.Duration(p.Max), time.Duration(p.Base)))
 	case p.Max > Duration(7*24*time.Hour):
-		return fmt.Errorf("maximum backoff %s exceeds 7 days", time.Duration(p.Max))
+		return settingErr("backoff-max", fmt.Errorf("maximum backoff %s exceeds 7 days", time.Duration(p.Max)))
 	case p.Jitter < 0 || p.Jitter > 0.5:
-		return fmt.Errorf("jitter %.2f must be between 0 and 0.5", p.Jitter)
+		return settingErr("jitter", fmt.Errorf("jitter %.2f must be between 0 and 0.5", p.Jitter))
 	case p.MaxAttempts < 1 || p.MaxAttempts > maxAllowedAttempts:
-		return fmt.Errorf("max attempts %d must be between 1 and %d", p.MaxAttempts, maxAllowedAttempts)
+		return settingErr("max-attempts", fmt.Errorf("max attempts %d must be between 1 and %d", p.MaxAttempts, maxAllowedAttempts))
 	}
 	return nil
 }

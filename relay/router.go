@@ -292,6 +292,7 @@ func (ro *router) route(ctx context.Context, from uint64, done func(routed)) err
 				}
 				return
 			}
+			ro.r.recordRouting(p)
 			done(p)
 		}
 	}()

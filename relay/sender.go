@@ -16,6 +16,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/relaydev/relay/stream"
 )
 
@@ -39,8 +42,14 @@ var eventTypeHeader = http.CanonicalHeaderKey(stream.HdrType)
 type Delivery struct {
 	ID      string      // webhook-id: the event id
 	Type    string      // Relay-Event-Type: the event's type, if it has one
-	Body    []byte      // the event body, sent as is
+	Body    []byte      // the body sent (and signed): the event's, or its template's rendering
 	Headers http.Header // the event's own headers to pass on
+	// Trace, when valid, is the attempt's span context: sent as
+	// traceparent and tracestate, in place of the event's own.
+	Trace trace.SpanContext
+	// ContentType is the body's Content-Type; "": the event's own, else
+	// application/json.
+	ContentType string
 }
 
 // Validate reports why ev cannot become a valid request, as an
@@ -95,7 +104,16 @@ type Sender struct {
 	// attempt by the destination's timeout.
 	Client *http.Client
 	Now    func() time.Time
+	// KeepBody is how much of each response body Result.Body keeps (for
+	// the delivery log), 0 none; KeepHeaders keeps the response headers
+	// LoggedResponseHeaders names in Result.Headers.
+	KeepBody    int
+	KeepHeaders bool
 }
+
+// LoggedResponseHeaders are the response headers the delivery log keeps:
+// those that tell what the destination made of a request.
+var LoggedResponseHeaders = []string{"Content-Type", "Content-Length", "Location", "Retry-After", "Request-Id", "X-Request-Id", "X-Correlation-Id"}
 
 func (s *Sender) transport() http.RoundTripper {
 	if s.Client != nil && s.Client.Transport != nil {
@@ -175,8 +193,9 @@ func (s *Sender) Send(ctx context.Context, d Destination, ev Delivery) Result {
 		}
 		return Result{Err: fmt.Errorf("build request: %w", err)}
 	}
+	traced := ev.Trace.IsValid()
 	for k, vs := range ev.Headers {
-		if relaySets(k) {
+		if relaySets(k) || traced && stream.IsTraceHeader(k) {
 			continue // never let an event override what relay sets
 		}
 		for _, v := range vs {
@@ -186,9 +205,12 @@ func (s *Sender) Send(ctx context.Context, d Destination, ev Delivery) Result {
 	for k, v := range d.Headers {
 		req.Header.Set(k, v)
 	}
-	ct := ""
+	if traced {
+		stream.InjectTrace(trace.ContextWithSpanContext(ctx, ev.Trace), propagation.HeaderCarrier(req.Header))
+	}
+	ct := ev.ContentType
 	for k, vs := range ev.Headers {
-		if strings.EqualFold(k, "Content-Type") && len(vs) > 0 {
+		if ct == "" && strings.EqualFold(k, "Content-Type") && len(vs) > 0 {
 			ct = vs[0]
 		}
 	}
@@ -230,16 +252,33 @@ func (s *Sender) Send(ctx context.Context, d Destination, ev Delivery) Result {
 		err = &url.Error{Op: "Post", URL: RedactURL(d.URL), Err: err}
 		return Result{Err: transportError(err, d), Blocked: errors.As(err, &be), Duration: s.Now().Sub(now)}
 	}
-	var body []byte
+	var body, kept []byte
 	var rerr error
 	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
-		// Read (to keep the connection) but do not keep a 2xx's body.
-		_, rerr = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBody))
+		// Read (to keep the connection) but keep no more of a 2xx's
+		// body than the log asks for.
+		if s.KeepBody > 0 && resp.ContentLength != 0 {
+			kept, rerr = io.ReadAll(io.LimitReader(resp.Body, int64(s.KeepBody)))
+		}
+		if rerr == nil {
+			_, rerr = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBody))
+		}
 	} else {
 		body, rerr = io.ReadAll(io.LimitReader(resp.Body, maxResponseBody))
+		kept = body[:min(len(body), max(s.KeepBody, 0))]
 	}
 	resp.Body.Close()
 	res := Result{Status: resp.StatusCode, Duration: s.Now().Sub(now)}
+	if len(kept) > 0 {
+		res.Body = kept
+	}
+	if s.KeepHeaders {
+		for _, k := range LoggedResponseHeaders {
+			if v := resp.Header[k]; len(v) > 0 {
+				res.Headers = append(res.Headers, k, v[0])
+			}
+		}
+	}
 	if rerr != nil {
 		// The response did not finish within the timeout (a slow drip) or
 		// the connection broke: the destination did not answer in full,

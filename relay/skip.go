@@ -256,7 +256,7 @@ func (s *Store) SkipEvent(ctx context.Context, name, id, why string) (Retrying, 
 		return Retrying{}, err
 	}
 	if d.Ordered {
-		return Retrying{}, fmt.Errorf("destination %s is ordered: its events in retry are the heads of their partitions ('relay dest heads %s', 'relay dest skip-head')", name, name)
+		return Retrying{}, &kindError{msg: fmt.Sprintf("destination %s is ordered: its events in retry are the heads of their partitions ('relay dest heads %s', 'relay dest skip-head')", name, name), kind: ErrOrdered}
 	}
 	l, err := s.markSkip(ctx, historyKey(event{dest: name, id: id}), func(l *attemptLog) error {
 		info, _ := parseAckReply(l.Reply)
@@ -305,3 +305,16 @@ func (s *Store) nakIfWaiting(ctx context.Context, name string, i int, reply stri
 	defer cancel()
 	return nc.FlushWithContext(fctx)
 }
+
+// ErrOrdered: the operation is not for an ordered destination.
+var ErrOrdered = errors.New("the destination is ordered")
+
+// kindError is an error whose text says it all and which is, for
+// errors.Is, one of relay's sentinel errors.
+type kindError struct {
+	msg  string
+	kind error
+}
+
+func (e *kindError) Error() string { return e.msg }
+func (e *kindError) Unwrap() error { return e.kind }

@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/failpoint"
@@ -37,7 +40,18 @@ type Promoter struct {
 	Now func() time.Time
 	// Logger. Optional, default slog.Default().
 	Logger *slog.Logger
+	// TracerProvider makes a span (SpanPromote) per entry republished, a
+	// child of the span whose context the entry carries (the park's), and
+	// the republished event carries its context. Optional: nil traces
+	// nothing.
+	TracerProvider trace.TracerProvider
 }
+
+// SpanPromote is the span of a parked event republished when due.
+const SpanPromote = "relay.promote"
+
+// tracerName is the instrumentation scope of relay's spans (relay.TracerName).
+const tracerName = "github.com/relaydev/relay"
 
 // WithDefaults returns p with zero fields set to their defaults.
 func (p Promoter) WithDefaults() Promoter {
@@ -124,6 +138,25 @@ func (p Promoter) promoteDest(ctx context.Context, dest string) (int, error) {
 	}
 	failpoint.Inject("promote-after-claim")
 	futures := make([]jetstream.PubAckFuture, len(claimed))
+	spans := p.startSpans(ctx, claimed)
+	defer func() { // those the answers below did not end
+		for _, s := range spans {
+			if s != nil {
+				s.SetStatus(codes.Error, "no answer to the publish")
+				s.End()
+			}
+		}
+	}()
+	end := func(i int, err error) {
+		if spans == nil {
+			return
+		}
+		if err != nil {
+			spans[i].SetStatus(codes.Error, err.Error())
+		}
+		spans[i].End()
+		spans[i] = nil
+	}
 	var errs []error
 	var aside []string // entries moved to the dead letters
 	for i, c := range claimed {
@@ -135,8 +168,13 @@ func (p Promoter) promoteDest(ctx context.Context, dest string) (int, error) {
 			}
 			continue
 		}
-		f, err := p.JS.PublishMsgAsync(c.Entry.Envelope().Msg(stream.Promoted, c.Entry.Subject))
+		e := c.Entry
+		if spans != nil {
+			e.Headers = stream.WithTrace(trace.ContextWithSpan(ctx, spans[i]), e.Headers)
+		}
+		f, err := p.JS.PublishMsgAsync(e.Envelope().Msg(stream.Promoted, e.Subject))
 		if err != nil {
+			end(i, err)
 			errs = append(errs, err)
 			continue
 		}
@@ -152,8 +190,10 @@ wait:
 		}
 		select {
 		case <-f.Ok():
+			end(i, nil)
 			done = append(done, claimed[i].Member)
 		case err := <-f.Err():
+			end(i, err)
 			errs = append(errs, err)
 		case <-timeout.C:
 			errs = append(errs, errors.New("timed out waiting for publish acks"))
@@ -169,6 +209,29 @@ wait:
 		errs = append(errs, fmt.Errorf("remove %d republished entries (they are republished again after the lease and dropped as duplicates): %w", len(done), err))
 	}
 	return len(done), errors.Join(errs...)
+}
+
+// startSpans starts, when p traces, the span of each entry of claimed that
+// may be republished, a child of the context the entry carries; nil when p
+// does not trace.
+func (p Promoter) startSpans(ctx context.Context, claimed []Claimed) []trace.Span {
+	if p.TracerProvider == nil {
+		return nil
+	}
+	tracer := p.TracerProvider.Tracer(tracerName)
+	spans := make([]trace.Span, len(claimed))
+	for i, c := range claimed {
+		if c.Err != nil {
+			continue
+		}
+		e := c.Entry
+		_, spans[i] = tracer.Start(stream.ExtractTrace(ctx, e.Headers), SpanPromote, trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(
+				attribute.String("relay.destination", e.Dest), attribute.String("relay.event_id", e.EventID),
+				attribute.Int("relay.attempts_made", e.Attempts), attribute.String("messaging.destination.name", e.Subject),
+				attribute.Int64("relay.late_ms", p.Now().Sub(e.Due).Milliseconds())))
+	}
+	return spans
 }
 
 // setAside moves a claimed entry that must not be republished (c.Err) to

@@ -32,6 +32,9 @@ type EmbeddedConfig struct {
 	// MaxMemory caps JetStream's memory storage. Optional, default 256 MiB
 	// (relay stores on disk; without a cap the server reserves 75% of RAM).
 	MaxMemory int64
+	// MaxStore caps JetStream's file storage. Optional, default what the
+	// server takes from the data directory's free space.
+	MaxStore int64
 	// Name is the server's name, unique in a cluster. Optional, default
 	// "relay-embedded".
 	Name string
@@ -97,6 +100,7 @@ func startEmbedded(ctx context.Context, cfg EmbeddedConfig, timing startTiming) 
 		JetStream:          true,
 		StoreDir:           filepath.Join(cfg.DataDir, "jetstream"),
 		JetStreamMaxMemory: cfg.MaxMemory,
+		JetStreamMaxStore:  cfg.MaxStore,
 		SyncAlways:         cfg.SyncAlways,
 		NoSigs:             true,
 		Username:           cfg.User,

@@ -26,6 +26,14 @@ type Config struct {
 	EventMaxBytes int64
 	// DLQRetention is how long dead letters are kept. Optional, default 14 days.
 	DLQRetention time.Duration
+	// LogRetention is how long the delivery log keeps an attempt's record.
+	// Optional, default 7 days.
+	LogRetention time.Duration
+	// LogMaxBytes caps the delivery log: when full, the oldest records go
+	// first. Optional: by default 1 GiB, or as much of it as the NATS
+	// server's storage allows (halved until the server accepts it, down to
+	// 16 MiB); a size given is taken or refused.
+	LogMaxBytes int64
 	// DuplicateWindow is how long JetStream remembers event ids to drop
 	// re-publishes. Optional, default 2 minutes.
 	DuplicateWindow time.Duration
@@ -75,6 +83,12 @@ func (cfg Config) WithDefaults() Config {
 	if cfg.DLQRetention == 0 {
 		cfg.DLQRetention = 14 * 24 * time.Hour
 	}
+	if cfg.LogRetention == 0 {
+		cfg.LogRetention = 7 * 24 * time.Hour
+	}
+	if cfg.LogMaxBytes == 0 {
+		cfg.LogMaxBytes = DefaultLogMaxBytes
+	}
 	if cfg.DuplicateWindow == 0 {
 		cfg.DuplicateWindow = 2 * time.Minute
 	}
@@ -96,6 +110,10 @@ func (cfg Config) Validate() error {
 		return fmt.Errorf("event retention %s is too short (minimum 1m)", cfg.EventRetention)
 	case cfg.DLQRetention < time.Minute:
 		return fmt.Errorf("dead-letter retention %s is too short (minimum 1m)", cfg.DLQRetention)
+	case cfg.LogRetention < time.Minute:
+		return fmt.Errorf("attempt retention %s is too short (minimum 1m)", cfg.LogRetention)
+	case cfg.LogMaxBytes < 1<<20:
+		return fmt.Errorf("attempt log size %d bytes is too small (minimum 1 MiB)", cfg.LogMaxBytes)
 	case cfg.DuplicateWindow < time.Second || cfg.DuplicateWindow > cfg.EventRetention:
 		return fmt.Errorf("duplicate window %s must be between 1s and the event retention", cfg.DuplicateWindow)
 	case cfg.MaxConsumers <= ReservedConsumers || cfg.MaxConsumers > maxMaxConsumers:
@@ -149,6 +167,64 @@ func (cfg Config) DLQConfig() jetstream.StreamConfig {
 	}
 }
 
+// DefaultLogMaxBytes is the delivery log's size unless Config.LogMaxBytes
+// sets one (or the server's storage is smaller).
+const DefaultLogMaxBytes = 1 << 30
+
+// minLogMaxBytes is the smallest size the delivery log is shrunk to
+// to fit the server's storage.
+const minLogMaxBytes = 1 << 20
+
+// errInsufficientStorage is JetStream's error code for a stream whose
+// limits exceed the storage the server or account has left.
+const errInsufficientStorage = 10047
+
+// ensureLog is ensureStream for the delivery log. With its size not given,
+// a server whose storage is too small for it gets a smaller log: the size
+// is halved until the server takes it, and the log then takes a quarter of
+// that (at least minLogMaxBytes), so that it does not crowd out the events
+// on a small disk.
+func ensureLog(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig, given bool) error {
+	shrunk := false
+	for {
+		err := ensureStream(ctx, js, sc)
+		var apiErr *jetstream.APIError
+		switch {
+		case err == nil && shrunk:
+			sc.MaxBytes = max(sc.MaxBytes/4, minLogMaxBytes)
+			return ensureStream(ctx, js, sc)
+		case err == nil || !errors.As(err, &apiErr) || apiErr.ErrorCode != errInsufficientStorage:
+			return err
+		case given:
+			return fmt.Errorf("the delivery log's size, %d bytes (--attempt-max-bytes), is more than the NATS server's storage allows: give less: %w", sc.MaxBytes, err)
+		case sc.MaxBytes/2 < minLogMaxBytes:
+			return fmt.Errorf("the NATS server's storage cannot take even a %d-byte delivery log: %w", sc.MaxBytes, err)
+		}
+		sc.MaxBytes /= 2
+		shrunk = true
+	}
+}
+
+// LogConfig is the delivery log's definition (see LogStream).
+func (cfg Config) LogConfig() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        LogStream,
+		Description: "relay delivery log: batches of records of attempts on relay.log.<dest>.<class>, their event ids on relay.logidx.<bucket>",
+		Subjects:    []string{LogPrefix + ".*.*", LogIndexPrefix + ".*"},
+		Retention:   jetstream.LimitsPolicy,
+		MaxAge:      cfg.LogRetention,
+		MaxBytes:    cfg.LogMaxBytes,
+		MaxMsgs:     -1,
+		// A full log drops its oldest records: the log never refuses one.
+		Discard:     jetstream.DiscardOld,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		Duplicates:  time.Second, // records carry no dedup id
+		MaxMsgSize:  1 << 20,     // a batch of records
+		AllowDirect: true,
+	}
+}
+
 // ErrIncompatible marks a stream that exists with settings relay cannot change
 // in place; retrying does not help.
 var ErrIncompatible = errors.New("incompatible stream")
@@ -158,6 +234,7 @@ var ErrIncompatible = errors.New("incompatible stream")
 // change JetStream cannot apply in place is returned as an error naming the
 // setting.
 func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
+	given := cfg.LogMaxBytes != 0
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -166,6 +243,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		if err := ensureStream(ctx, js, sc); err != nil {
 			return err
 		}
+	}
+	if err := ensureLog(ctx, js, cfg.LogConfig(), given); err != nil {
+		return err
 	}
 	kvs := []jetstream.KeyValueConfig{
 		{Bucket: DestBucket, Description: "relay destinations", History: 5, Storage: jetstream.FileStorage, Replicas: cfg.Replicas},

@@ -315,3 +315,28 @@ func TestConfigValidateMaxConsumers(t *testing.T) {
 	require.ErrorContains(t, err, "max consumers 16 must be between 17")
 	require.NoError(t, Config{MaxConsumers: ReservedConsumers + 1}.WithDefaults().Validate())
 }
+
+// On a server whose storage is smaller than the delivery log's default,
+// the log is made smaller (a quarter of what the server takes) rather than
+// refusing to start; a size given that does not fit is refused, saying so.
+func TestEnsureFitsTheDeliveryLogToTheServersStorage(t *testing.T) {
+	s, err := StartEmbedded(EmbeddedConfig{DataDir: t.TempDir(), Port: -1, MaxStore: 64 << 20})
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	nc, err := nats.Connect(s.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	err = Ensure(ctx, js, Config{LogMaxBytes: 1 << 30})
+	require.ErrorContains(t, err, "--attempt-max-bytes")
+	require.NoError(t, Ensure(ctx, js, Config{}))
+	ls, err := js.Stream(ctx, LogStream)
+	require.NoError(t, err)
+	got := ls.CachedInfo().Config.MaxBytes
+	require.Less(t, got, int64(64<<20), "within the server's storage")
+	require.GreaterOrEqual(t, got, int64(minLogMaxBytes))
+	require.NoError(t, Ensure(ctx, js, Config{}), "again: the same")
+}

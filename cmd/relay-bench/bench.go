@@ -50,7 +50,10 @@ type bench struct {
 
 	// figures later scenarios compare with
 	relayRateA float64
-	loopRateA  float64
+	// relayArgs are added to 'relay run' (scenario l turns the delivery
+	// log off with them).
+	relayArgs []string
+	loopRateA float64
 }
 
 func newBench(ctx context.Context, o options) (b *bench, err error) {
@@ -370,6 +373,7 @@ func (b *bench) startRelay(name string) (*proc, error) {
 		return nil, err
 	}
 	args := []string{"--nats-url", b.natsURL, "--log-level", "warn", "run", "--allow-net", "127.0.0.0/8", "--metrics-addr", addr}
+	args = append(args, b.relayArgs...)
 	p, _, err := startProc("relay ("+name+")", filepath.Join(b.logDir, "relay-"+name+".log"), childEnv(), false, b.opts.relay, args...)
 	if p != nil {
 		p.metrics = addr

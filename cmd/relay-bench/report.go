@@ -258,6 +258,41 @@ func (r *report) evaluate() {
 	}
 	r.Targets = append(r.Targets, t)
 	r.Targets = append(r.Targets, r.fanOutTarget(relayA))
+	r.Targets = append(r.Targets, r.logTargets()...)
+}
+
+// logTargets judge (l): the delivery log costs at most 10% of
+// deliveries/s (medians of the rounds, log on over log off), and relay's
+// peak RSS does not grow with the records written (the 4x backlog's peak
+// within 10% of the largest peak of the rounds with the log on).
+func (r *report) logTargets() []target {
+	cost := target{Name: "delivery log cost", Want: "(l) log on >= 90% of log off, deliveries/s", Status: "n/a", Got: "(l) not run"}
+	mem := target{Name: "delivery log memory", Want: "(l) peak RSS with 4x the records <= 1.1x that with 1x", Status: "n/a", Got: "(l) not run"}
+	var ons, offs []float64
+	peak := 0.0
+	var big *result
+	for _, x := range r.Results {
+		switch {
+		case x.Scenario != "l":
+		case x.System == "relay, log on":
+			ons = append(ons, x.PerSecond)
+			peak = max(peak, x.ProcRSSMB)
+		case x.System == "relay, log off":
+			offs = append(offs, x.PerSecond)
+		case x.System == "relay, log on, 4x backlog":
+			big = x
+		}
+	}
+	if len(ons) > 0 && len(offs) > 0 {
+		on, off := median(ons), median(offs)
+		cost.Got = fmt.Sprintf("medians of %d rounds %.0f/s on vs %.0f/s off = %.0f%%", len(ons), on, off, 100*on/off)
+		cost.Status = passMiss(on >= 0.9*off)
+	}
+	if big != nil && peak > 0 {
+		mem.Got = fmt.Sprintf("%.0f MB with %d records vs %.0f MB with %d", big.ProcRSSMB, big.Events, peak, big.Events/4)
+		mem.Status = passMiss(big.ProcRSSMB <= 1.1*peak)
+	}
+	return []target{cost, mem}
 }
 
 // fanOutTarget judges (g) with 10 subscribers: deliveries/s at least 80% of

@@ -34,7 +34,7 @@ func TestThroughputTargetUsesTheMedianRound(t *testing.T) {
 	r.Results = append(r.Results, &result{Scenario: "f", System: "redis list sequential", PerSecond: 1640, Seconds: 1})
 	r.evaluate()
 
-	require.Len(t, r.Targets, 6)
+	require.Len(t, r.Targets, 8)
 	tp := r.Targets[0]
 	require.Equal(t, "PASS", tp.Status, tp.Got)
 	require.True(t, strings.HasPrefix(tp.Got, "median of 3 rounds 82% (85%, 45%, 82%)"), tp.Got)
@@ -58,7 +58,7 @@ func TestOrderKeysTarget(t *testing.T) {
 		{Scenario: "k", System: "relay, a key per event", NATSBaseMB: 22, NATSRSSMB: 200, ProcRSSMB: 70, Seconds: 1},
 	}
 	r.evaluate()
-	k := r.Targets[len(r.Targets)-2] // the fan-out target is last
+	k := targetNamed(r, "order keys")
 	require.Equal(t, "order keys", k.Name)
 	require.Equal(t, "PASS", k.Status, k.Got)
 	require.True(t, strings.HasPrefix(k.Got, "+58 MB (NATS server +48 MB"), k.Got)
@@ -66,7 +66,7 @@ func TestOrderKeysTarget(t *testing.T) {
 	r.Results[1].NATSRSSMB = 300 // +148 MB
 	r.Targets = nil
 	r.evaluate()
-	require.Equal(t, "MISS", r.Targets[len(r.Targets)-2].Status)
+	require.Equal(t, "MISS", targetNamed(r, "order keys").Status)
 }
 
 // TestReportSaysNATSMessagesPerEvent: the CPU table says how many messages
@@ -110,7 +110,7 @@ func TestFanOutTargetComparesDeliveriesWithRelayA(t *testing.T) {
 			&result{Scenario: "g", System: "relay", Subscribers: 10, Events: 5_000, PerSecond: tc.g10, Seconds: 1},
 			&result{Scenario: "g", System: "relay", Subscribers: 100, Events: 500, PerSecond: 1_000, Seconds: 1})
 		r.evaluate()
-		g := r.Targets[len(r.Targets)-1]
+		g := targetNamed(r, "fan-out")
 		require.Equal(t, "fan-out", g.Name)
 		require.Equal(t, tc.status, g.Status, g.Got)
 		require.Contains(t, g.Got, "(5000 events x 10) vs 20000/s (median of (a))")
@@ -119,5 +119,32 @@ func TestFanOutTargetComparesDeliveriesWithRelayA(t *testing.T) {
 	r := &report{Machine: machine{CPUs: 2}}
 	r.Results = append(r.Results, &result{Scenario: "g", System: "relay", Subscribers: 10, PerSecond: 16_000, Seconds: 1})
 	r.evaluate()
-	require.Equal(t, "n/a", r.Targets[len(r.Targets)-1].Status, "no (a) to compare with")
+	require.Equal(t, "n/a", targetNamed(r, "fan-out").Status, "no (a) to compare with")
+}
+
+func TestDeliveryLogTargets(t *testing.T) {
+	r := &report{Machine: machine{CPUs: 2}}
+	r.Results = []*result{
+		{Scenario: "l", System: "relay, log off", Round: 1, PerSecond: 10000, Seconds: 1},
+		{Scenario: "l", System: "relay, log on", Round: 1, PerSecond: 9200, ProcRSSMB: 60, Seconds: 1},
+		{Scenario: "l", System: "relay, log off", Round: 2, PerSecond: 10000, Seconds: 1},
+		{Scenario: "l", System: "relay, log on", Round: 2, PerSecond: 8000, ProcRSSMB: 62, Seconds: 1},
+		{Scenario: "l", System: "relay, log on", Round: 3, PerSecond: 9100, ProcRSSMB: 58, Seconds: 1},
+		{Scenario: "l", System: "relay, log off", Round: 3, PerSecond: 10000, Seconds: 1},
+		{Scenario: "l", System: "relay, log on, 4x backlog", Events: 200000, PerSecond: 9000, ProcRSSMB: 70, Seconds: 1},
+	}
+	lt := r.logTargets()
+	require.Equal(t, "PASS", lt[0].Status, lt[0].Got)
+	require.Contains(t, lt[0].Got, "9100/s on vs 10000/s off = 91%")
+	require.Equal(t, "MISS", lt[1].Status, "70 MB is more than 1.1 x 62 MB: %s", lt[1].Got)
+}
+
+// targetNamed is r's target called name.
+func targetNamed(r *report, name string) target {
+	for _, t := range r.Targets {
+		if t.Name == name {
+			return t
+		}
+	}
+	return target{}
 }

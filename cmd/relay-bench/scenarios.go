@@ -709,3 +709,53 @@ func (b *bench) redeliveries(ctx context.Context, dests []string, n int) string 
 	}
 	return fmt.Sprintf("JetStream handed relay %d deliveries for %d expected: %d redeliveries (naks or AckWait expiries)", delivered, n, delivered-uint64(n))
 }
+
+// scenarioL: the delivery log's cost. Scenario (a)'s backlog drained by
+// relay with the log off (--attempt-log=false) and on, in -a-rounds rounds
+// alternating which goes first; then, with the log on, a backlog four
+// times as large, whose peak RSS tells whether relay's memory grows with
+// the records it writes.
+func (b *bench) scenarioL(ctx context.Context) ([]*result, error) {
+	n := b.opts.n
+	var out []*result
+	defer func() { b.relayArgs = nil }()
+	for k := 1; k <= b.opts.aRounds; k++ {
+		off := &result{Scenario: "l", Title: "delivery log", System: "relay, log off", Round: k, Events: n, LatencyKind: "queue"}
+		on := &result{Scenario: "l", Title: "delivery log", System: "relay, log on", Round: k, Events: n, LatencyKind: "queue"}
+		run := func(r *result, logOn bool) error {
+			dest := "l" + strconv.Itoa(k) + "off"
+			b.relayArgs = []string{"--attempt-log=false"}
+			if logOn {
+				dest, b.relayArgs = "l"+strconv.Itoa(k)+"on", nil
+			}
+			if err := b.addDest(ctx, relay.Destination{Name: dest}); err != nil {
+				return err
+			}
+			if err := b.relayRun(ctx, r, []string{dest}, n, false); err != nil {
+				return fmt.Errorf("(l) %s, round %d: %w", r.System, k, err)
+			}
+			logf("  %s: %d delivered in %.2fs = %.0f/s, peak RSS %.0f MB", r.System, r.Delivered, r.Seconds, r.PerSecond, r.ProcRSSMB)
+			return nil
+		}
+		first, second := off, on
+		if k%2 == 0 {
+			first, second = on, off
+		}
+		if err := run(first, first == on); err != nil {
+			return nil, err
+		}
+		if err := run(second, second == on); err != nil {
+			return nil, err
+		}
+		out = append(out, off, on)
+	}
+	big := &result{Scenario: "l", Title: "delivery log", System: "relay, log on, 4x backlog", Events: 4 * n, LatencyKind: "queue"}
+	b.relayArgs = nil
+	if err := b.addDest(ctx, relay.Destination{Name: "lbig"}); err != nil {
+		return nil, err
+	}
+	if err := b.relayRun(ctx, big, []string{"lbig"}, 4*n, false); err != nil {
+		return nil, fmt.Errorf("(l) 4x backlog: %w", err)
+	}
+	return append(out, big), nil
+}

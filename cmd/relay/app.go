@@ -76,6 +76,8 @@ func App(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			dlqCommand(),
 			replayCommand(),
 			statsCommand(),
+			attemptsCommand(),
+			eventsCommand(),
 			apiKeyCommand(),
 			sinkCommand(),
 			docsCommand(),

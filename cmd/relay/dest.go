@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -14,7 +15,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/relaydev/relay/relay"
-	"github.com/relaydev/relay/stream"
 )
 
 func destCommand() *cli.Command {
@@ -154,21 +154,24 @@ func destFlags() []cli.Flag {
 		&cli.StringFlag{Name: "on-failure", DefaultText: "block", Usage: "ordered: block (retry the head of a key until delivered) or skip (dead-letter it after max attempts, the key continues)"},
 		&cli.StringSliceFlag{Name: "type", Aliases: []string{"t"}, Usage: "event type pattern to subscribe to, such as order.* ('*' one token, '>' the rest; repeatable)"},
 		&cli.StringFlag{Name: "filter", DefaultText: "none", Usage: "deliver only the events this expression is true for, e.g. 'data.amount > 100 && headers[\"X-Region\"] == \"eu\"' (see docs/routing.md); the others are acknowledged without an attempt"},
+		&cli.StringFlag{Name: "body-template", DefaultText: "none: the event's body", Usage: "`FILE` holding a Go text/template over the event (.Type, .ID, .Time, .Data, .Body, .Headers) whose output is the body sent and signed, e.g. docs/templates/slack.tmpl (see docs/templates.md)"},
+		&cli.StringFlag{Name: "body-content-type", DefaultText: "application/json", Usage: "Content-Type of the body --body-template renders"},
 	}
 }
 
 // updateUsage are the texts of the flags of 'dest update' that differ from
 // add's.
 var updateUsage = map[string]string{
-	"url":        "new http(s) URL that receives a POST per attempt; repeat it for a pool: replaces the whole pool",
-	"secret":     "new signing secret (whsec_<base64>), replacing the current one at once ('relay dest rotate-secret' rotates with an overlap)",
-	"no-secret":  "stop signing deliveries",
-	"header":     "NAME=VALUE added to every request (repeatable): replaces all the current headers",
-	"ordered":    "fixed when the destination is added: a different value is refused",
-	"shared":     "fixed when the destination is added: a different value is refused",
-	"partitions": "fixed when the destination is added: a different value is refused",
-	"type":       "event type pattern to subscribe to (repeatable): replaces all the current ones, from the next event published; --type '' subscribes to none",
-	"filter":     "new filter, replacing the current one ('' removes it: every event is delivered)",
+	"url":           "new http(s) URL that receives a POST per attempt; repeat it for a pool: replaces the whole pool",
+	"secret":        "new signing secret (whsec_<base64>), replacing the current one at once ('relay dest rotate-secret' rotates with an overlap)",
+	"no-secret":     "stop signing deliveries",
+	"header":        "NAME=VALUE added to every request (repeatable): replaces all the current headers",
+	"ordered":       "fixed when the destination is added: a different value is refused",
+	"shared":        "fixed when the destination is added: a different value is refused",
+	"partitions":    "fixed when the destination is added: a different value is refused",
+	"type":          "event type pattern to subscribe to (repeatable): replaces all the current ones, from the next event published; --type '' subscribes to none",
+	"filter":        "new filter, replacing the current one ('' removes it: every event is delivered)",
+	"body-template": "`FILE` holding a new body template, replacing the current one ('' removes it, and its content type: the event's body is sent)",
 }
 
 // updateFlags are the flags of 'dest update': add's, with its own texts and
@@ -220,55 +223,44 @@ func (u *urlsValue) Set(v string) error {
 
 func (u *urlsValue) String() string { return strings.Join(*u, " ") }
 
-// destSettings are the destination flags of add and update; a nil field
-// was not given.
+// destSettings are the destination flags of add and update.
 type destSettings struct {
-	urls                    []string // nil: not given
-	urlStrategy             *string
-	secret                  *string
-	noSecret                bool
-	header                  *[]string
-	timeout                 *time.Duration
-	maxAttempts             *int
-	backoffBase, backoffMax *time.Duration
-	jitter                  *float64
-	concurrency             *int
-	rateLimit               *float64
-	breakerThreshold        *int
-	breakerPause            *time.Duration
-	onGone                  *string
-	ordered                 *bool
-	shared                  *bool
-	partitions              *int
-	onFailure               *string
-	types                   *[]string
-	filter                  *string
-	headers                 map[string]string // Validate: --header parsed
+	relay.DestinationSettings
+	secret   *string // --secret
+	noSecret bool
+	header   *[]string // --header NAME=VALUE, parsed by Validate
+	// bodyTemplate is the file of --body-template, read by Validate
+	// ("": no template).
+	bodyTemplate *string
 }
 
 func readDestSettings(c *cli.Context) destSettings {
 	return destSettings{
-		urls:             urlsOf(c),
-		urlStrategy:      setOnly(c, "url-strategy", c.String),
-		secret:           setOnly(c, "secret", c.String),
-		noSecret:         c.Bool("no-secret"),
-		header:           setOnly(c, "header", c.StringSlice),
-		timeout:          setOnly(c, "timeout", c.Duration),
-		maxAttempts:      setOnly(c, "max-attempts", c.Int),
-		backoffBase:      setOnly(c, "backoff-base", c.Duration),
-		backoffMax:       setOnly(c, "backoff-max", c.Duration),
-		jitter:           setOnly(c, "jitter", c.Float64),
-		concurrency:      setOnly(c, "concurrency", c.Int),
-		rateLimit:        setOnly(c, "rate-limit", c.Float64),
-		breakerThreshold: setOnly(c, "breaker-threshold", c.Int),
-		breakerPause:     setOnly(c, "breaker-pause", c.Duration),
-		onGone:           setOnly(c, "on-gone", c.String),
-		ordered:          setOnly(c, "ordered", c.Bool),
-		shared:           setOnly(c, "shared", c.Bool),
-		partitions:       setOnly(c, "partitions", c.Int),
-		onFailure:        setOnly(c, "on-failure", c.String),
-		types:            setOnly(c, "type", c.StringSlice),
-		filter:           setOnly(c, "filter", c.String),
+		DestinationSettings: relay.DestinationSettings{
+			URLs:             urlsOf(c),
+			URLStrategy:      setOnly(c, "url-strategy", c.String),
+			Timeout:          setOnly(c, "timeout", c.Duration),
+			MaxAttempts:      setOnly(c, "max-attempts", c.Int),
+			BackoffBase:      setOnly(c, "backoff-base", c.Duration),
+			BackoffMax:       setOnly(c, "backoff-max", c.Duration),
+			Jitter:           setOnly(c, "jitter", c.Float64),
+			Concurrency:      setOnly(c, "concurrency", c.Int),
+			RateLimit:        setOnly(c, "rate-limit", c.Float64),
+			BreakerThreshold: setOnly(c, "breaker-threshold", c.Int),
+			BreakerPause:     setOnly(c, "breaker-pause", c.Duration),
+			OnGone:           setOnly(c, "on-gone", c.String),
+			Ordered:          setOnly(c, "ordered", c.Bool),
+			Shared:           setOnly(c, "shared", c.Bool),
+			Partitions:       setOnly(c, "partitions", c.Int),
+			OnFailure:        setOnly(c, "on-failure", c.String),
+			Types:            setOnly(c, "type", c.StringSlice),
+			Filter:           setOnly(c, "filter", c.String),
+			BodyContentType:  setOnly(c, "body-content-type", c.String),
+		},
+		bodyTemplate: setOnly(c, "body-template", c.String),
+		secret:       setOnly(c, "secret", c.String),
+		noSecret:     c.Bool("no-secret"),
+		header:       setOnly(c, "header", c.StringSlice),
 	}
 }
 
@@ -284,100 +276,50 @@ func urlsOf(c *cli.Context) []string {
 	return slices.Clone(*u)
 }
 
-// Validate checks what the destination's own Validate cannot: the flags
-// that exclude each other, --header and --max-attempts.
+// Validate checks the flags that exclude each other and parses --header,
+// then the settings as relay does (relay.DestinationSettings.Validate).
 func (s *destSettings) Validate() error {
 	if s.secret != nil && s.noSecret {
 		return usagef("--secret and --no-secret exclude each other")
 	}
-	if s.types != nil {
-		var types []string
-		for _, t := range *s.types {
-			if t == "" {
-				continue // --type '': none
-			}
-			if err := stream.ValidateTypePattern(t); err != nil {
-				return usagef("--type: %v", err)
-			}
-			if slices.Contains(types, t) {
-				return usagef("--type %s given twice", t)
-			}
-			types = append(types, t)
-		}
-		if len(types) > relay.MaxTypes {
-			return usagef("--type given %d times: a destination subscribes to at most %d patterns", len(types), relay.MaxTypes)
-		}
-		*s.types = types
+	if s.noSecret {
+		none := ""
+		s.Secret = &none
+	} else {
+		s.Secret = s.secret
 	}
 	if s.header != nil {
 		h, err := parseKV("header", *s.header)
 		if err != nil {
 			return err
 		}
-		s.headers = h
+		s.Headers = &h
 	}
-	// 0 in a stored destination means the default: refused here, not
-	// silently stored as 15.
-	if s.maxAttempts != nil && *s.maxAttempts < 1 {
-		return usagef("--max-attempts %d: give 1 or more (1: no retries)", *s.maxAttempts)
-	}
-	if s.filter != nil {
-		if strings.TrimSpace(*s.filter) == "" {
-			*s.filter = "" // no filter
-		} else if _, err := relay.CompileFilter(*s.filter); err != nil {
-			return usagef("--filter: %v", err)
+	if s.bodyTemplate != nil {
+		src := ""
+		if *s.bodyTemplate != "" {
+			b, err := os.ReadFile(*s.bodyTemplate)
+			if err != nil {
+				return usagef("--body-template: %v", err)
+			}
+			src = string(b)
+			if strings.TrimSpace(src) == "" {
+				return usagef("--body-template: %s is empty (--body-template '' removes a template)", *s.bodyTemplate)
+			}
 		}
+		s.BodyTemplate = &src
 	}
-	return nil
+	return flagError(s.DestinationSettings.Validate())
 }
 
-// apply copies the settings given onto d.
-func (s *destSettings) apply(d *relay.Destination) {
-	if s.urls != nil {
-		d.SetPool(s.urls)
+// flagError is err, a usage error naming the flag when it is a
+// *relay.SettingError.
+func flagError(err error) error {
+	var se *relay.SettingError
+	if errors.As(err, &se) {
+		return usageError{se.Text(func(s string) string { return "--" + s })}
 	}
-	set(&d.URLStrategy, s.urlStrategy)
-	set(&d.Secret, s.secret)
-	if s.noSecret {
-		d.Secret = ""
-	}
-	if s.header != nil {
-		d.Headers = s.headers
-	}
-	if s.timeout != nil {
-		d.Timeout = relay.Duration(*s.timeout)
-	}
-	set(&d.Retry.MaxAttempts, s.maxAttempts)
-	if s.backoffBase != nil {
-		d.Retry.Base = relay.Duration(*s.backoffBase)
-	}
-	if s.backoffMax != nil {
-		d.Retry.Max = relay.Duration(*s.backoffMax)
-	}
-	if s.jitter != nil {
-		d.Retry.Jitter = *s.jitter
-		d.Retry.NoJitter = d.Retry.Jitter == 0
-	}
-	set(&d.Concurrency, s.concurrency)
-	set(&d.RateLimit, s.rateLimit)
-	set(&d.BreakerThreshold, s.breakerThreshold)
-	if s.breakerPause != nil {
-		d.BreakerPause = relay.Duration(*s.breakerPause)
-	}
-	set(&d.OnGone, s.onGone)
-	set(&d.Ordered, s.ordered)
-	set(&d.Shared, s.shared)
-	set(&d.Partitions, s.partitions)
-	set(&d.OnFailure, s.onFailure)
-	set(&d.Types, s.types)
-	set(&d.Filter, s.filter)
-}
-
-// set copies *v to *dst if v is not nil.
-func set[T any](dst *T, v *T) {
-	if v != nil {
-		*dst = *v
-	}
+	return err
 }
 
 // destAddOpts are the options of 'relay dest add'.
@@ -386,7 +328,8 @@ type destAddOpts struct {
 	settings         destSettings
 	allowUnencrypted bool
 
-	dest relay.Destination // Validate: the destination to add, without a generated secret
+	dest      relay.Destination // Validate: the destination to add
+	generated bool              // Validate: its secret was generated
 }
 
 func readDestAdd(c *cli.Context) *destAddOpts {
@@ -398,15 +341,13 @@ func (o *destAddOpts) Validate() error {
 	if err != nil {
 		return err
 	}
-	if len(o.settings.urls) == 0 {
+	if len(o.settings.URLs) == 0 {
 		return o.missing("url")
 	}
 	if err := o.settings.Validate(); err != nil {
 		return err
 	}
-	o.dest = relay.Destination{Name: name}
-	o.settings.apply(&o.dest)
-	if err := o.dest.WithDefaults().Validate(); err != nil {
+	if o.dest, o.generated, err = o.settings.NewDestination(name); err != nil {
 		return usageError{err.Error()}
 	}
 	return nil
@@ -414,10 +355,6 @@ func (o *destAddOpts) Validate() error {
 
 func (o *destAddOpts) Run(ctx context.Context, e *env) error {
 	d := o.dest
-	generated := o.settings.secret == nil && !o.settings.noSecret
-	if generated {
-		d.Secret = relay.GenerateSecret()
-	}
 	var opts []relay.StoreOption
 	if o.allowUnencrypted {
 		opts = append(opts, relay.AllowStoringInClear())
@@ -443,7 +380,7 @@ func (o *destAddOpts) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	fmt.Fprintf(e.out, "added destination %s -> %s\n", d.Name, poolText(d))
-	if generated {
+	if o.generated {
 		fmt.Fprintf(e.out, "signing secret (shown once, give it to the receiver): %s\n", d.Secret)
 	}
 	return nil
@@ -474,17 +411,19 @@ func (o *destUpdateOpts) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer cl.close()
-	if o.settings.urls != nil {
-		if err := checkNetPolicy(ctx, cl.js, o.settings.urls); err != nil {
+	if o.settings.URLs != nil {
+		if err := checkNetPolicy(ctx, cl.js, o.settings.URLs); err != nil {
 			return err
 		}
 	}
 	d, err := st.Update(ctx, o.name, func(d *relay.Destination) error {
-		o.settings.apply(d)
+		o.settings.Apply(d)
 		return nil
 	})
 	if err != nil {
-		return err
+		// A setting the destination as changed refuses (--body-content-type
+		// without a template, say) is a usage error, as in add.
+		return flagError(err)
 	}
 	fmt.Fprintf(e.out, "updated destination %s -> %s\n", d.Name, poolText(d))
 	return nil
@@ -571,17 +510,7 @@ func (o *destRemoveOpts) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer cl.close()
-	if _, err := st.Get(ctx, o.name); err != nil {
-		return err
-	}
-	n, err := st.Pending(ctx, o.name)
-	if err != nil {
-		return err
-	}
-	if n > 0 && !o.force {
-		return fmt.Errorf("destination %s still has %d undelivered events; they stay in the event log but will not be delivered: rerun with --force to remove it anyway", o.name, n)
-	}
-	if err := st.Remove(ctx, o.name); err != nil {
+	if err := st.RemoveIdle(ctx, o.name, o.force); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.out, "removed destination %s\n", o.name)

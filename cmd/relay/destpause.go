@@ -51,20 +51,12 @@ func (o *pauseOpts) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer cl.close()
-	d, err := st.Update(ctx, name, func(d *relay.Destination) error {
-		if o.pause {
-			d.PausedUntil, d.PauseReason = until, relay.PauseOperator
-		} else {
-			d.PausedUntil, d.PauseReason, d.BreakerTrips = time.Time{}, "", 0
-		}
-		return nil
-	})
-	if err != nil {
-		return err
+	if o.pause {
+		_, err = st.Pause(ctx, name, until)
+	} else {
+		_, err = st.Resume(ctx, name)
 	}
-	// Pause the consumers now too, so nothing more is handed out even
-	// before the running relays notice.
-	if err := st.ApplyPause(ctx, d); err != nil {
+	if err != nil {
 		return err
 	}
 	switch {
@@ -112,14 +104,7 @@ func (o *rotateSecretOpts) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer cl.close()
-	d, err := st.Update(ctx, name, func(d *relay.Destination) error {
-		d.PrevSecret, d.PrevSecretUntil = "", time.Time{}
-		if o.overlap > 0 && d.Secret != "" {
-			d.PrevSecret, d.PrevSecretUntil = d.Secret, time.Now().Add(o.overlap).UTC()
-		}
-		d.Secret = next
-		return nil
-	})
+	d, err := st.RotateSecret(ctx, name, next, o.overlap)
 	if err != nil {
 		return err
 	}

@@ -335,7 +335,7 @@ func TestDLQReplayToDest(t *testing.T) {
 	require.Contains(t, out, "replayed 2 dead letters")
 	require.Contains(t, out, "replayed dead letter 1 (event a1) to other")
 	require.Contains(t, out, "replayed dead letter 3 (event a2) to other")
-	require.Equal(t, before+2, b.lastSeq(t))
+	require.Equal(t, before+2+1, b.lastSeq(t), "the two, and relay.replay.finished")
 
 	// As published.
 	got := map[string]*nats.Msg{}
@@ -388,7 +388,7 @@ func TestDLQReplayRate(t *testing.T) {
 	require.Equal(t, 0, code, errs)
 	require.Contains(t, out, "replayed 5 dead letters")
 	require.GreaterOrEqual(t, took, 400*time.Millisecond, "5 letters at 10/s wait 4 intervals of 100ms")
-	require.Equal(t, before+5, b.lastSeq(t))
+	require.Equal(t, before+5+1, b.lastSeq(t), "the five, and relay.replay.finished")
 	require.Empty(t, dlqtList(t, b))
 }
 
@@ -403,12 +403,12 @@ func TestDLQReplaySameSelectionTwice(t *testing.T) {
 	require.Equal(t, 0, code, errs)
 	require.Contains(t, out, "replayed 2 dead letters")
 	require.NotContains(t, out, "already replayed")
-	require.Equal(t, before+2, b.lastSeq(t))
+	require.Equal(t, before+2+1, b.lastSeq(t), "the two, and relay.replay.finished")
 
 	code, out, errs = b.cli(t, "", "dlq", "replay", "--dest", "a")
 	require.Equal(t, 0, code, errs)
 	require.Contains(t, out, "replayed 0 dead letters")
-	require.Equal(t, before+2, b.lastSeq(t), "the second run publishes nothing")
+	require.Equal(t, before+2+1, b.lastSeq(t), "the second run publishes nothing (nor a relay.replay.finished)")
 	require.Equal(t, []string{"b1"}, dlqtList(t, b))
 }
 
@@ -635,7 +635,7 @@ func TestLogReplayCLI(t *testing.T) {
 	require.Equal(t, 0, code, errs)
 	require.Contains(t, out, "replayed 3 events")
 	require.NotContains(t, out, "not published again")
-	require.Equal(t, originals+3, b.lastSeq(t))
+	require.Equal(t, originals+3+1, b.lastSeq(t), "the three, and relay.replay.finished")
 	for i, id := range ids {
 		orig := dlqtEvents(t, b, start+uint64(i)+1)
 		cp := dlqtEvents(t, b, originals+uint64(i)+1)
@@ -734,7 +734,7 @@ func TestLogReplayByKeyCLI(t *testing.T) {
 	code, out, errs := b.cli(t, "", "replay", "--dest", "keyd", "--key", k1, "--since", "1h")
 	require.Equal(t, 0, code, errs)
 	require.Contains(t, out, "replayed 2 events")
-	require.Equal(t, originals+2, b.lastSeq(t))
+	require.Equal(t, originals+2+1, b.lastSeq(t), "the two, and relay.replay.finished")
 	for i, orig := range []uint64{s1, s1b} {
 		cp := dlqtEvents(t, b, originals+uint64(i)+1)
 		require.Equal(t, stream.KeyedSubject("keyd", k1), cp.Subject, "the copy is in the key's bucket")

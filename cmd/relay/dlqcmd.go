@@ -54,6 +54,7 @@ within the duplicate window.`,
 					&cli.StringFlag{Name: "to-dest", Usage: "send them to this destination instead"},
 					&cli.BoolFlag{Name: "dry-run", Usage: "print what would be replayed; change nothing"},
 					&cli.StringFlag{Name: "rate", Usage: "at most N per second (e.g. 50 or 50/s), to spare a destination that just came back"},
+					otelFlag(),
 				),
 				Action: action(readDLQReplay),
 			},
@@ -264,10 +265,8 @@ func (o *dlqPurgeOpts) Run(ctx context.Context, e *env) error {
 			return errors.New("not confirmed; nothing was deleted")
 		}
 	}
-	for i, l := range ls {
-		if err := st.Delete(ctx, l.Seq); err != nil {
-			return fmt.Errorf("%w (deleted %d of %d before this)", err, i, len(ls))
-		}
+	if _, err := st.DeleteAll(ctx, ls); err != nil {
+		return err
 	}
 	fmt.Fprintf(e.out, "purged %d dead letters\n", len(ls))
 	return nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,24 +11,29 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/relay"
 )
 
 // dlqReplayOpts are the options of 'relay dlq replay'.
 type dlqReplayOpts struct {
 	selectionOpts
-	toDest string
-	dryRun bool
-	rate   string
+	toDest  string
+	dryRun  bool
+	rate    string
+	tracing tracingOpts
 
 	interval time.Duration // Validate: between replays (0: no limit)
 }
 
 func readDLQReplay(c *cli.Context) *dlqReplayOpts {
-	return &dlqReplayOpts{selectionOpts: readSelection(c, "replay"), toDest: c.String("to-dest"), dryRun: c.Bool("dry-run"), rate: c.String("rate")}
+	return &dlqReplayOpts{selectionOpts: readSelection(c, "replay"), toDest: c.String("to-dest"), dryRun: c.Bool("dry-run"), rate: c.String("rate"), tracing: readTracing(c)}
 }
 
 func (o *dlqReplayOpts) Validate() (err error) {
 	if err := o.selectionOpts.Validate(); err != nil {
+		return err
+	}
+	if err := o.tracing.Validate(); err != nil {
 		return err
 	}
 	o.interval, err = parseRate(o.rate)
@@ -40,6 +46,18 @@ func (o *dlqReplayOpts) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer cl.close()
+	if !o.dryRun {
+		log, err := e.logger()
+		if err != nil {
+			return err
+		}
+		tp, stopTracing, err := o.tracing.start(ctx, log)
+		if err != nil {
+			return err
+		}
+		defer stopTracing() // the replays' spans exported before exit
+		st = st.WithTracerProvider(tp)
+	}
 	to := o.toDest
 	if to != "" {
 		ds, err := cl.dests(ctx)
@@ -50,69 +68,67 @@ func (o *dlqReplayOpts) Run(ctx context.Context, e *env) error {
 			return fmt.Errorf("--to-dest: %w", err)
 		}
 	}
-	ls, err := st.List(ctx, o.filter, 0)
-	if err != nil {
-		return err
-	}
 	w := e.out
+	opts := dlq.ReplayOptions{ToDest: to, DryRun: o.dryRun, Interval: o.interval}
 	if o.dryRun {
 		n := 0
-		for _, l := range ls {
-			if why := notReplayable(l); why != "" {
-				fmt.Fprintf(w, "would skip dead letter %d: %s\n", l.Seq, why)
-				continue
-			}
-			dest := l.Dest
-			if to != "" {
-				dest = to
+		err := st.ReplayEach(ctx, o.filter, opts, func(_, _ int, s dlq.ReplayStep) error {
+			l := s.Letter
+			if s.Skipped != "" {
+				fmt.Fprintf(w, "would skip dead letter %d: %s\n", l.Seq, oneLine(s.Skipped))
+				return nil
 			}
 			n++
-			fmt.Fprintf(w, "would replay dead letter %d (event %s, %s) to %s\n", l.Seq, oneLine(l.EventID), oneLine(l.Reason), dest)
+			fmt.Fprintf(w, "would replay dead letter %d (event %s, %s) to %s\n", l.Seq, oneLine(l.EventID), oneLine(l.Reason), s.Dest)
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 		fmt.Fprintf(w, "dry run: %d dead letters would be replayed; nothing was changed\n", n)
 		return nil
 	}
-	prog := newProgress(w, len(ls))
-	var tick *time.Ticker
-	if o.interval > 0 {
-		tick = time.NewTicker(o.interval)
-		defer tick.Stop()
-	}
-	n, dups := 0, 0
+	var prog *progress
+	n, dups, total := 0, 0, 0
 	var skipped []string
-	for i, l := range ls {
-		if why := notReplayable(l); why != "" {
+	err = st.ReplayEach(ctx, o.filter, opts, func(_, all int, s dlq.ReplayStep) error {
+		l := s.Letter
+		if prog == nil {
+			prog, total = newProgress(w, all), all
+		}
+		switch {
+		case s.Skipped != "":
 			// It can never be replayed: say so, and go on with the others.
 			skipped = append(skipped, strconv.FormatUint(l.Seq, 10))
-			prog.step(fmt.Sprintf("skipped dead letter %d: %s", l.Seq, why))
-			continue
-		}
-		if tick != nil && i > 0 {
-			select {
-			case <-tick.C:
-			case <-ctx.Done():
-				prog.end()
-				return fmt.Errorf("interrupted after %d of %d; re-running is safe", n, len(ls))
-			}
-		}
-		ack, err := st.Replay(ctx, l, to)
-		if err != nil {
-			prog.end()
-			return fmt.Errorf("%w (replayed %d of %d before this; re-running is safe)", err, n, len(ls))
+			prog.step(fmt.Sprintf("skipped dead letter %d: %s", l.Seq, oneLine(s.Skipped)))
+			return nil
+		case s.Err != nil:
+			return fmt.Errorf("%w (replayed %d of %d before this; re-running is safe)", s.Err, n, all)
 		}
 		n++
 		note := ""
-		if ack.Duplicate {
+		if s.Ack.Duplicate {
 			dups++
 			note = " (already replayed before: not published again)"
 		}
-		dest := l.Dest
-		if to != "" {
-			dest = to
-		}
-		prog.step(fmt.Sprintf("replayed dead letter %d (event %s) to %s as event seq %d%s", l.Seq, oneLine(l.EventID), dest, ack.Sequence, note))
+		prog.step(fmt.Sprintf("replayed dead letter %d (event %s) to %s as event seq %d%s", l.Seq, oneLine(l.EventID), s.Dest, s.Ack.Sequence, note))
+		return nil
+	})
+	if prog != nil {
+		prog.end()
 	}
-	prog.end()
+	if errors.Is(err, dlq.ErrInterrupted) {
+		return fmt.Errorf("interrupted after %d of %d; re-running is safe", n, total)
+	}
+	if err != nil {
+		return err
+	}
+	if n == dups {
+		// Nothing published: nothing to tell.
+	} else if err := relay.PublishOpEvent(ctx, cl.js, relay.OpEvent{Type: relay.OpReplayFinished, ID: relay.NewReplayID(), Data: relay.ReplayFinished{
+		At: time.Now().UTC(), By: "relay dlq replay", Dest: o.filter.Dest, ToDest: opts.ToDest, Matched: total, Replayed: n, Duplicates: dups, Skipped: len(skipped)}}); err != nil {
+		fmt.Fprintf(e.errOut, "warning: cannot publish relay.replay.finished: %v\n", err)
+	}
 	fmt.Fprintf(w, "replayed %d dead letters", n)
 	if dups > 0 {
 		fmt.Fprintf(w, " (%d had been replayed before and were not published again)", dups)
@@ -122,15 +138,4 @@ func (o *dlqReplayOpts) Run(ctx context.Context, e *env) error {
 		fmt.Fprintf(w, "skipped %d that cannot be replayed (see 'relay dlq show SEQ'; 'relay dlq purge --seq SEQ' removes one): %s\n", len(skipped), strings.Join(skipped, ", "))
 	}
 	return nil
-}
-
-// notReplayable says why l can never be replayed ("" if it can).
-func notReplayable(l dlq.Letter) string {
-	switch {
-	case l.Malformed != "":
-		return "malformed: " + oneLine(l.Malformed)
-	case l.Reason == dlq.ReasonCorruptParkedEntry:
-		return "a parked entry relay could not use (" + oneLine(l.LastError) + ")"
-	}
-	return ""
 }

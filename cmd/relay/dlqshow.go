@@ -76,23 +76,12 @@ func statusText(l dlq.Letter) string {
 // could not be read, if it could not.
 func showLetter(w io.Writer, asJSON bool, l dlq.Letter, missing error) error {
 	if asJSON {
-		type out struct {
-			dlq.Letter
-			Body       json.RawMessage `json:"body,omitempty"`
-			BodyBase64 string          `json:"body_base64,omitempty"`
-		}
 		// A JSON body as JSON; text as a string, and as base64 too (the
 		// exact bytes); anything else as base64 only.
-		o := out{Letter: l}
-		switch {
-		case json.Valid(l.Body):
-			o.Body = l.Body
-		case utf8.Valid(l.Body):
-			o.Body, _ = json.Marshal(string(l.Body))
-			o.BodyBase64 = base64.StdEncoding.EncodeToString(l.Body)
-		default:
-			o.BodyBase64 = base64.StdEncoding.EncodeToString(l.Body)
-		}
+		o := struct {
+			dlq.Letter
+			dlq.Body
+		}{l, dlq.BodyOf(l.Body)}
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(o)

@@ -33,6 +33,7 @@ Publishing the same --id again within the duplicate window stores nothing new.`,
 			&cli.StringFlag{Name: "data", Usage: "the body"},
 			&cli.StringFlag{Name: "file", Usage: "read the body from this file", TakesFile: true},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
+			otelFlag(),
 		},
 		Action: action(readPublish),
 	}
@@ -46,19 +47,23 @@ type publishOpts struct {
 	header     []string
 	data, file *string
 	json       bool
+	tracing    tracingOpts
 
 	headers map[string]string // Validate: --header parsed
 }
 
 func readPublish(c *cli.Context) *publishOpts {
 	return &publishOpts{cmdLine: readCmdLine(c), dest: setOnly(c, "dest", c.String), typ: setOnly(c, "type", c.String), key: c.String("key"), id: c.String("id"),
-		header: c.StringSlice("header"), data: setOnly(c, "data", c.String), file: setOnly(c, "file", c.String), json: c.Bool("json")}
+		header: c.StringSlice("header"), data: setOnly(c, "data", c.String), file: setOnly(c, "file", c.String), json: c.Bool("json"), tracing: readTracing(c)}
 }
 
 // stdin reports whether the body comes from standard input ("-").
 func (o *publishOpts) stdin() bool { return len(o.args) > 0 && o.args[0] == "-" }
 
 func (o *publishOpts) Validate() error {
+	if err := o.tracing.Validate(); err != nil {
+		return err
+	}
 	switch {
 	case o.dest != nil && o.typ != nil:
 		return usagef("give --dest or --type, not both")
@@ -128,6 +133,16 @@ func (o *publishOpts) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
+	log, err := e.logger()
+	if err != nil {
+		return err
+	}
+	tp, stopTracing, err := o.tracing.start(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing() // the publish's span exported before exit
+	p.TraceWith(tp)
 	ev := relay.Event{Key: o.key, ID: o.id, Headers: o.headers, Data: body}
 	if o.typ != nil {
 		ev.Type = *o.typ

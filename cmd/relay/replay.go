@@ -97,6 +97,7 @@ func (o *replayOpts) Run(ctx context.Context, e *env) error {
 		defer tick.Stop()
 	}
 	prog := newProgress(w, 0)
+	dups := 0
 	n, err := relay.ReplayLog(ctx, cl.js, relay.LogReplay{
 		Dest: *o.dest, ToDest: o.toDest, Key: o.key, Type: o.typ, Since: o.from, Until: o.to,
 	}, dry, func(ev relay.ReplayedEvent) error {
@@ -104,6 +105,7 @@ func (o *replayOpts) Run(ctx context.Context, e *env) error {
 		case dry:
 			fmt.Fprintf(w, "would replay event %s (log seq %d)\n", ev.ID, ev.Seq)
 		case ev.Duplicate:
+			dups++
 			prog.step(fmt.Sprintf("event %s (log seq %d) was replayed moments ago: not published again", ev.ID, ev.Seq))
 		default:
 			prog.step(fmt.Sprintf("replayed event %s (log seq %d) as seq %d", ev.ID, ev.Seq, ev.NewSeq))
@@ -124,6 +126,12 @@ func (o *replayOpts) Run(ctx context.Context, e *env) error {
 	if dry {
 		fmt.Fprintf(w, "dry run: %d events would be replayed; nothing was changed\n", n)
 		return nil
+	}
+	if n == dups {
+		// Nothing published: nothing to tell.
+	} else if err := relay.PublishOpEvent(ctx, cl.js, relay.OpEvent{Type: relay.OpReplayFinished, ID: relay.NewReplayID(), Data: relay.ReplayFinished{
+		At: time.Now().UTC(), By: "relay replay", Dest: *o.dest, ToDest: o.toDest, Matched: n, Replayed: n, Duplicates: dups}}); err != nil {
+		fmt.Fprintf(e.errOut, "warning: cannot publish relay.replay.finished: %v\n", err)
 	}
 	fmt.Fprintf(w, "replayed %d events\n", n)
 	return nil

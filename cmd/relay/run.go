@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -20,11 +21,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v2"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relaydev/relay/api"
+	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/ui"
 )
 
 func runCommand() *cli.Command {
@@ -49,6 +53,13 @@ hands the rest back to JetStream, and exits 0.`,
 			&cli.IntFlag{Name: "max-event-size", EnvVars: []string{"RELAY_MAX_EVENT_SIZE"}, Value: 1 << 20, Usage: "largest event accepted, body and headers, in bytes (at most the server's max_payload)"},
 			&cli.DurationFlag{Name: "dlq-retention", EnvVars: []string{"RELAY_DLQ_RETENTION"}, Value: 14 * 24 * time.Hour, Usage: "how long dead letters are kept"},
 			&cli.IntFlag{Name: "max-consumers", EnvVars: []string{"RELAY_MAX_CONSUMERS"}, Value: stream.DefaultMaxConsumers, Usage: fmt.Sprintf("most consumers of the events stream: one per destination, 1 + --partitions per ordered one, and %d kept for relay's own readers; 'relay dest add' refuses a destination that does not fit (each costs the NATS server about 53 KB and time at start and stop)", stream.ReservedConsumers)},
+			&cli.BoolFlag{Name: "attempt-log", EnvVars: []string{"RELAY_ATTEMPT_LOG"}, Value: true, Usage: "record every attempt in the delivery log ('relay attempts', 'relay events show'); --attempt-log=false: none"},
+			&cli.DurationFlag{Name: "attempt-retention", EnvVars: []string{"RELAY_ATTEMPT_RETENTION"}, Value: 7 * 24 * time.Hour, Usage: "how long the delivery log keeps an attempt's record"},
+			&cli.Int64Flag{Name: "attempt-max-bytes", EnvVars: []string{"RELAY_ATTEMPT_MAX_BYTES"}, Value: stream.DefaultLogMaxBytes, Usage: "cap of the delivery log in bytes; when full, the oldest records go first (not given: 1 GiB, or less if the NATS server's storage is smaller)"},
+			&cli.IntFlag{Name: "log-response-bytes", EnvVars: []string{"RELAY_LOG_RESPONSE_BYTES"}, Value: relay.DefaultLogResponseBytes, Usage: "how much of each response body the delivery log keeps (0: none, at most 65536)"},
+			&cli.BoolFlag{Name: "operator-events", EnvVars: []string{"RELAY_OPERATOR_EVENTS"}, Value: true, Usage: "publish operator events (relay.destination.breaker_opened, relay.dead_letters, ...: docs/operator-events.md); subscribe a destination with --type 'relay.>'"},
+			&cli.DurationFlag{Name: "alert-backlog-age", EnvVars: []string{"RELAY_ALERT_BACKLOG_AGE"}, Value: 5 * time.Minute, Usage: "emit relay.destination.backlog_stale when a destination's oldest undelivered event is older than this (0: never)"},
+			&cli.IntFlag{Name: "alert-dead-letters", EnvVars: []string{"RELAY_ALERT_DEAD_LETTERS"}, Value: 1, Usage: "emit relay.dead_letters for a destination with at least this many dead letters in a minute (0: never)"},
 			&cli.IntFlag{Name: "max-in-flight", EnvVars: []string{"RELAY_MAX_IN_FLIGHT"}, Value: 1024, Usage: "most attempts this replica makes at once for the shared destinations (dest add --shared), all together; each also stays within its --concurrency"},
 			&cli.DurationFlag{Name: "duplicate-window", EnvVars: []string{"RELAY_DUPLICATE_WINDOW"}, Value: 2 * time.Minute, Usage: "how long a re-published event id is dropped as a duplicate"},
 			&cli.StringFlag{Name: "redis-url", EnvVars: []string{"RELAY_REDIS_URL"}, Usage: "Redis for long waits: redis://[user:password@]host:port[/db] or rediss:// (TLS); without it every wait stays in JetStream"},
@@ -68,6 +79,7 @@ hands the rest back to JetStream, and exits 0.`,
 			&cli.StringFlag{Name: "metrics-addr", EnvVars: []string{"RELAY_METRICS_ADDR"}, Value: "127.0.0.1:9464", Usage: "serve /metrics, /healthz and /readyz here (empty: off)"},
 			&cli.Int64Flag{Name: "gc-heap-floor", EnvVars: []string{"RELAY_GC_HEAP_FLOOR"}, Value: 32 << 20, Usage: "heap size in bytes at which Go's garbage collector runs while relay's live heap is small, for less CPU spent collecting (at most 40 MiB, or 11 times the live heap; 0: Go's default pace; not applied when GOGC is set)"},
 			&cli.DurationFlag{Name: "shutdown-grace", EnvVars: []string{"RELAY_SHUTDOWN_GRACE"}, Value: 10 * time.Second, Usage: "how long in-flight deliveries may finish after SIGTERM"},
+			otelFlag(),
 		},
 		Action: action(readRun),
 	}
@@ -85,6 +97,13 @@ type runOpts struct {
 	eventMaxBytes                              int64
 	maxEventSize                               int
 	maxConsumers, maxInFlight                  int
+	attemptLog, operatorEvents                 bool
+	alertBacklogAge                            time.Duration
+	alertDeadLetters                           int
+	attemptRetention                           time.Duration
+	attemptMaxBytes                            int64
+	attemptMaxBytesGiven                       int64 // 0 unless --attempt-max-bytes was given: then the server's storage may shrink it
+	logResponseBytes                           int
 	dlqRetention, duplicateWindow              time.Duration
 	redis                                      redisOpts
 	redisReplicas                              int
@@ -97,6 +116,7 @@ type runOpts struct {
 	apiAddr, apiTLSCert, apiTLSKey             string
 	gcHeapFloor                                int64
 	shutdownGrace                              time.Duration
+	tracing                                    tracingOpts
 
 	// Validate fills these in.
 	host, clusterHost  string
@@ -112,11 +132,14 @@ func readRun(c *cli.Context) *runOpts {
 		syncAlways: c.Bool("sync-always"), clusterName: c.String("cluster-name"), clusterListen: c.String("cluster-listen"),
 		routes: c.StringSlice("routes"), replicas: c.Int("replicas"), eventRetention: c.Duration("event-retention"),
 		eventMaxBytes: c.Int64("event-max-bytes"), maxEventSize: c.Int("max-event-size"), maxConsumers: c.Int("max-consumers"), maxInFlight: c.Int("max-in-flight"), dlqRetention: c.Duration("dlq-retention"),
+		operatorEvents: c.Bool("operator-events"), alertBacklogAge: c.Duration("alert-backlog-age"), alertDeadLetters: c.Int("alert-dead-letters"),
+		attemptLog: c.Bool("attempt-log"), attemptRetention: c.Duration("attempt-retention"), attemptMaxBytes: c.Int64("attempt-max-bytes"), attemptMaxBytesGiven: givenInt64(c, "attempt-max-bytes"), logResponseBytes: c.Int("log-response-bytes"),
 		duplicateWindow: c.Duration("duplicate-window"), redis: readRedis(c), redisReplicas: c.Int("redis-replicas"),
 		redisReplicaWait: c.Duration("redis-replica-wait"), parkThreshold: c.Duration("park-threshold"), parkLease: c.Duration("park-lease"),
 		allowNet: c.StringSlice("allow-net"), connectTimeout: c.Duration("connect-timeout"), tlsHandshakeTimeout: c.Duration("tls-handshake-timeout"),
 		responseHeaderTimeout: c.Duration("response-header-timeout"), skipTLSVerify: c.Bool("dangerously-skip-tls-verify"),
 		metricsAddr: c.String("metrics-addr"), apiAddr: c.String("api-addr"), apiTLSCert: c.String("api-tls-cert"), apiTLSKey: c.String("api-tls-key"), gcHeapFloor: c.Int64("gc-heap-floor"), shutdownGrace: c.Duration("shutdown-grace"),
+		tracing: readTracing(c),
 	}
 }
 
@@ -129,11 +152,29 @@ func (o *runOpts) Validate() (err error) {
 	if n := o.maxConsumers; n <= stream.ReservedConsumers || n > 1_000_000 {
 		return usagef("--max-consumers %d: give %d to 1000000 (relay keeps %d for its own readers)", n, stream.ReservedConsumers+1, stream.ReservedConsumers)
 	}
+	if err := o.tracing.Validate(); err != nil {
+		return err
+	}
 	if (o.apiTLSCert == "") != (o.apiTLSKey == "") {
 		return usagef("--api-tls-cert and --api-tls-key go together: give both, or neither")
 	}
 	if o.apiTLSCert != "" && o.apiAddr == "" {
 		return usagef("--api-tls-cert needs --api-addr")
+	}
+	if o.alertBacklogAge < 0 {
+		return usagef("--alert-backlog-age %s: give a duration, or 0 for never", o.alertBacklogAge)
+	}
+	if o.alertDeadLetters < 0 {
+		return usagef("--alert-dead-letters %d: give a count, or 0 for never", o.alertDeadLetters)
+	}
+	if n := o.logResponseBytes; n < 0 || n > 64<<10 {
+		return usagef("--log-response-bytes %d: give 0 to 65536", n)
+	}
+	if o.attemptRetention < time.Minute {
+		return usagef("--attempt-retention %s: give at least 1m", o.attemptRetention)
+	}
+	if o.attemptMaxBytes < 1<<20 {
+		return usagef("--attempt-max-bytes %d: give at least 1048576 (1 MiB)", o.attemptMaxBytes)
 	}
 	if n := o.maxInFlight; n < 1 || n > 100_000 {
 		return usagef("--max-in-flight %d: give 1 to 100000", n)
@@ -182,6 +223,11 @@ func (o *runOpts) Run(ctx context.Context, e *env) error {
 	if floor != nil {
 		defer floor.stop()
 	}
+	tp, stopTracing, err := o.tracing.start(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing() // last: after relay stopped, its spans flushed
 
 	url := o.natsURL
 	if url == "" {
@@ -219,12 +265,21 @@ func (o *runOpts) Run(ctx context.Context, e *env) error {
 		Replicas:        o.replicas,
 		EventRetention:  o.eventRetention,
 		EventMaxBytes:   o.eventMaxBytes,
+		LogRetention:    o.attemptRetention,
+		LogMaxBytes:     o.attemptMaxBytesGiven,
 		MaxMsgSize:      int32(o.maxEventSize),
 		MaxConsumers:    o.maxConsumers,
 		DLQRetention:    o.dlqRetention,
 		DuplicateWindow: o.duplicateWindow,
 	}); err != nil {
 		return fmt.Errorf("set up streams: %w", err)
+	}
+	if o.attemptMaxBytesGiven == 0 && o.attemptLog {
+		if ls, err := js.Stream(setupCtx, stream.LogStream); err == nil {
+			if got := ls.CachedInfo().Config.MaxBytes; got > 0 && got < stream.DefaultLogMaxBytes {
+				log.Warn("the delivery log is smaller than its default: the NATS server's storage is small (give --attempt-max-bytes to choose)", "max_bytes", got, "default", int64(stream.DefaultLogMaxBytes))
+			}
+		}
 	}
 	key, previous, err := e.global.secretKeys()
 	if err != nil {
@@ -256,6 +311,8 @@ func (o *runOpts) Run(ctx context.Context, e *env) error {
 		log.Warn("TLS certificates of destinations are NOT verified (--dangerously-skip-tls-verify)")
 	}
 	cfg := relay.Config{JS: js, Logger: log, NetPolicy: &policy, SecretKey: key, PreviousSecretKeys: previous, ShutdownGrace: o.shutdownGrace, ParkThreshold: o.parkThreshold, MaxInFlight: o.maxInFlight,
+		NoAttemptLog: !o.attemptLog, NoOperatorEvents: !o.operatorEvents, AlertBacklogAge: o.alertBacklogAge, AlertDeadLetters: o.alertDeadLetters, LogResponseBytes: cmp.Or(o.logResponseBytes, -1),
+		TracerProvider: tp,
 		HTTPClient: relay.NewHTTPClient(relay.HTTPOptions{
 			Guard:                 relay.NetGuard{Allow: allow},
 			ConnectTimeout:        o.connectTimeout,
@@ -282,7 +339,7 @@ func (o *runOpts) Run(ctx context.Context, e *env) error {
 			}
 		}
 		cfg.Schedule = st
-		promoter = &schedule.Promoter{Store: st, JS: js, Lease: o.parkLease, Logger: log}
+		promoter = &schedule.Promoter{Store: st, JS: js, Lease: o.parkLease, Logger: log, TracerProvider: tp}
 		log.Info("long waits are parked in Redis", "threshold", cfg.ParkThreshold, "replicas_confirming", replicas)
 	} else {
 		log.Info("no --redis-url: every retry wait is a delayed nak in JetStream, and each waiting event holds one of its destination's 10000 ack-pending slots")
@@ -314,7 +371,7 @@ func (o *runOpts) Run(ctx context.Context, e *env) error {
 		log.Info("serving /metrics, /healthz and /readyz", "addr", ln.Addr().String())
 	}
 	if o.apiAddr != "" {
-		stop, err := o.serveAPI(setupCtx, js, log)
+		stop, err := o.serveAPI(setupCtx, js, log, tp, relay.WithSecretKey(key, previous...))
 		if err != nil {
 			return err
 		}
@@ -445,10 +502,11 @@ func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
 	l.log.DebugContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
 }
 
-// serveAPI serves the HTTP API on --api-addr until stop is called. It
-// refuses a non-loopback address while no API key exists: the API would
-// be open to the network with no way in but to create a key.
-func (o *runOpts) serveAPI(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (stop func(), err error) {
+// serveAPI serves the HTTP API on --api-addr until stop is called; its
+// destination store is opened with secretKey, as relay's. It refuses a
+// non-loopback address while no API key exists: the API would be open to
+// the network with no way in but to create a key.
+func (o *runOpts) serveAPI(ctx context.Context, js jetstream.JetStream, log *slog.Logger, tp trace.TracerProvider, secretKey relay.StoreOption) (stop func(), err error) {
 	keys, err := api.OpenKeys(ctx, js)
 	if err != nil {
 		return nil, err
@@ -473,7 +531,28 @@ func (o *runOpts) serveAPI(ctx context.Context, js jetstream.JetStream, log *slo
 		ln.Close()
 		return nil, err
 	}
-	srv := &http.Server{Handler: api.NewServer(api.Config{JS: js, Keys: keys, Producer: prod, Logger: log}), ReadHeaderTimeout: 10 * time.Second}
+	prod.TraceWith(tp)
+	dests, err := relay.NewStore(ctx, js, secretKey)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	letters, err := dlq.Open(ctx, js)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	apiSrv := api.NewServer(api.Config{JS: js, Keys: keys, Producer: prod, Dests: dests, DeadLetters: letters.WithTracerProvider(tp), Logger: log})
+	dash, err := ui.New(ctx, ui.Config{API: apiSrv, JS: js, Secure: o.apiTLSCert != "", Logger: log})
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/ui/", dash)
+	mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
+	mux.Handle("/", apiSrv)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	scheme := "http"
 	if o.apiTLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(o.apiTLSCert, o.apiTLSKey)
@@ -487,10 +566,19 @@ func (o *runOpts) serveAPI(ctx context.Context, js jetstream.JetStream, log *slo
 	} else {
 		go func() { _ = srv.Serve(ln) }()
 	}
-	log.Info("serving the HTTP API", "url", scheme+"://"+ln.Addr().String()+"/v1", "document", scheme+"://"+ln.Addr().String()+"/v1/openapi.json")
+	log.Info("serving the HTTP API and the dashboard", "url", scheme+"://"+ln.Addr().String()+"/v1", "document", scheme+"://"+ln.Addr().String()+"/v1/openapi.json", "dashboard", scheme+"://"+ln.Addr().String()+"/ui/")
 	return func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}, nil
+}
+
+// givenInt64 is the value of flag name when it was given (on the command
+// line or in its environment variable), else 0.
+func givenInt64(c *cli.Context, name string) int64 {
+	if c.IsSet(name) {
+		return c.Int64(name)
+	}
+	return 0
 }

@@ -1,0 +1,126 @@
+package client
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestDestinations(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+
+	// Created with the defaults of 'relay dest add' and a generated
+	// secret, answered once.
+	d, err := e.admin.CreateDestination(ctx, NewDestination{Name: "orders", DestinationSettings: DestinationSettings{
+		URL: new(e.sink.URL + "/orders?token=s3cret"), Headers: map[string]string{"Authorization": "Bearer s3cret"},
+		Types: []string{"order.*"}, Filter: new("data.n > 0"), MaxAttempts: new(5), Timeout: new(Duration(5 * time.Second)),
+	}})
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(d.Secret, "whsec_"), d.Secret)
+	require.True(t, d.Signed)
+	require.Equal(t, e.sink.URL+"/orders?token=xxxxx", d.URL, "query values redacted")
+	require.Equal(t, []string{"Authorization"}, d.HeaderNames)
+	require.Equal(t, Duration(5*time.Second), d.Timeout)
+	require.Equal(t, 5, d.MaxAttempts)
+	require.Equal(t, 16, d.Concurrency, "the default")
+	require.Equal(t, "failover", d.URLStrategy)
+	require.Equal(t, "active", d.State)
+	require.Equal(t, []string{"order.*"}, d.Types)
+	require.Equal(t, "data.n > 0", d.Filter)
+	require.False(t, d.Created.IsZero())
+
+	pool, err := e.admin.CreateDestination(ctx, NewDestination{Name: "audit", DestinationSettings: DestinationSettings{
+		URLs: []string{e.sink.URL + "/a", e.sink.URL + "/b"}, URLStrategy: new("round-robin"), NoSecret: true,
+		Ordered: new(true), Partitions: new(4), OnFailure: new("skip"), Jitter: new(0.0), BackoffMax: new(Duration(10 * time.Minute)),
+	}})
+	require.NoError(t, err)
+	require.Empty(t, pool.Secret, "no secret: none generated")
+	require.False(t, pool.Signed)
+	require.Equal(t, []string{e.sink.URL + "/a", e.sink.URL + "/b"}, pool.URLs)
+	require.True(t, pool.Ordered)
+	require.Equal(t, 4, pool.Partitions)
+	require.Equal(t, "skip", pool.OnFailure)
+	require.Zero(t, pool.Jitter)
+	require.Equal(t, Duration(10*time.Minute), pool.BackoffMax)
+
+	all, err := e.read.Destinations(ctx)
+	require.NoError(t, err)
+	require.Len(t, all, 2)
+	require.Equal(t, "audit", all[0].Name, "sorted by name")
+	got, err := e.read.Destination(ctx, "orders")
+	require.NoError(t, err)
+	require.Empty(t, got.Secret, "a secret is never answered again")
+	d.Secret = ""
+	require.Equal(t, d, got)
+
+	// Only the settings given change; an empty list or map clears one.
+	up, err := e.admin.UpdateDestination(ctx, "orders", DestinationSettings{MaxAttempts: new(7), Types: []string{}, Headers: map[string]string{}})
+	require.NoError(t, err)
+	require.Equal(t, 7, up.MaxAttempts)
+	require.Empty(t, up.Types)
+	require.Empty(t, up.HeaderNames)
+	require.Equal(t, "data.n > 0", up.Filter, "kept")
+	require.Equal(t, Duration(5*time.Second), up.Timeout, "kept")
+	_, err = e.admin.UpdateDestination(ctx, "audit", DestinationSettings{Partitions: new(8)})
+	require.True(t, IsConflict(err), "the layout is fixed: %v", err)
+
+	p, err := e.admin.PauseDestination(ctx, "orders", PauseFor(time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, "operator", p.State)
+	require.WithinDuration(t, time.Now().Add(time.Hour), p.PausedUntil, time.Minute)
+	p, err = e.admin.PauseDestination(ctx, "orders")
+	require.NoError(t, err)
+	require.Equal(t, "operator", p.State)
+	require.True(t, p.PausedUntil.IsZero(), "paused until resumed")
+	stats, err := e.read.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "orders", stats[1].Dest)
+	require.Equal(t, "operator", stats[1].State)
+	r, err := e.admin.ResumeDestination(ctx, "orders")
+	require.NoError(t, err)
+	require.Equal(t, "active", r.State)
+
+	rot, err := e.admin.RotateSecret(ctx, "orders")
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(rot.Secret, "whsec_"))
+	require.WithinDuration(t, time.Now().Add(24*time.Hour), rot.PreviousSecretUntil, time.Minute, "the old one signs for the default overlap")
+	rot, err = e.admin.RotateSecret(ctx, "orders", UseSecret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"), Overlap(0))
+	require.NoError(t, err)
+	require.Empty(t, rot.Secret, "the secret given is not answered")
+	require.True(t, rot.PreviousSecretUntil.IsZero(), "no overlap")
+
+	require.NoError(t, e.admin.DeleteDestination(ctx, "audit"))
+	_, err = e.read.Destination(ctx, "audit")
+	require.True(t, IsNotFound(err), "%v", err)
+}
+
+// A destination whose events wait is removed only with Force.
+func TestDeleteDestinationWithEventsWaiting(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	e.addDest("orders", func(d *NewDestination) {
+		d.URL = new(e.sink.URL + "/down")
+		d.BackoffBase, d.BackoffMax = new(Duration(time.Hour)), new(Duration(time.Hour))
+	})
+	_, err := e.publish.Publish(ctx, NewEvent{Dest: "orders", Data: 1})
+	require.NoError(t, err)
+	// It failed once, and waits an hour for its next attempt.
+	e.waitAttempts(AttemptQuery{Dest: "orders", Status: "503"}, 1)
+
+	err = e.admin.DeleteDestination(ctx, "orders")
+	var pe *Error
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, 409, pe.Status)
+	require.Contains(t, pe.Detail, "force=true")
+	require.True(t, IsConflict(err))
+	require.NoError(t, e.admin.DeleteDestination(ctx, "orders", Force()))
+	all, err := e.read.Destinations(ctx)
+	require.NoError(t, err)
+	require.Empty(t, all)
+}

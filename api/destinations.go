@@ -1,0 +1,511 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/stream"
+)
+
+// destView is a destination as the API shows it: every setting, never a
+// secret or a configured header's value (their names only), URLs redacted
+// as 'relay dest list' shows them.
+type destView struct {
+	Name                string     `json:"name"`
+	URL                 string     `json:"url"`
+	URLs                []string   `json:"urls"`
+	URLStrategy         string     `json:"url_strategy"`
+	Signed              bool       `json:"signed"`
+	PreviousSecretUntil *time.Time `json:"previous_secret_until,omitempty"`
+	HeaderNames         []string   `json:"header_names"`
+	Timeout             string     `json:"timeout"`
+	MaxAttempts         int        `json:"max_attempts"`
+	BackoffBase         string     `json:"backoff_base"`
+	BackoffMax          string     `json:"backoff_max"`
+	Jitter              float64    `json:"jitter"`
+	Concurrency         int        `json:"concurrency"`
+	RateLimit           float64    `json:"rate_limit"`
+	BreakerThreshold    int        `json:"breaker_threshold"`
+	BreakerPause        string     `json:"breaker_pause"`
+	OnGone              string     `json:"on_gone"`
+	Ordered             bool       `json:"ordered"`
+	Partitions          int        `json:"partitions,omitempty"`
+	OnFailure           string     `json:"on_failure,omitempty"`
+	Shared              bool       `json:"shared"`
+	Types               []string   `json:"types"`
+	Filter              string     `json:"filter,omitempty"`
+	BodyTemplate        string     `json:"body_template,omitempty"`
+	BodyContentType     string     `json:"body_content_type,omitempty"`
+	State               string     `json:"state"`
+	PausedUntil         *time.Time `json:"paused_until,omitempty"`
+	Created             time.Time  `json:"created"`
+	Updated             time.Time  `json:"updated"`
+	// Secret is the signing secret relay generated, in the answer that
+	// created it only (create, rotate-secret).
+	Secret string `json:"secret,omitempty"`
+}
+
+func viewOf(d relay.Destination, now time.Time) destView {
+	d = d.WithDefaults()
+	r := d.Redacted()
+	v := destView{
+		Name: d.Name, URL: r.URL, URLs: r.Pool(), URLStrategy: d.URLStrategy, Signed: d.Secret != "",
+		HeaderNames: []string{}, Timeout: time.Duration(d.Timeout).String(),
+		MaxAttempts: d.Retry.MaxAttempts, BackoffBase: time.Duration(d.Retry.Base).String(), BackoffMax: time.Duration(d.Retry.Max).String(), Jitter: d.Retry.Jitter,
+		Concurrency: d.Concurrency, RateLimit: d.RateLimit, BreakerThreshold: d.BreakerThreshold, BreakerPause: time.Duration(d.BreakerPause).String(),
+		OnGone: d.OnGone, Ordered: d.Ordered, Partitions: d.Partitions, OnFailure: d.OnFailure, Shared: d.Shared,
+		Types: append([]string{}, d.Types...), Filter: d.Filter,
+		BodyTemplate: d.BodyTemplate, BodyContentType: d.BodyContentType, State: d.State(now), Created: d.Created, Updated: d.Updated,
+	}
+	if d.PrevSecret != "" && now.Before(d.PrevSecretUntil) {
+		v.PreviousSecretUntil = &d.PrevSecretUntil
+	}
+	for k := range d.Headers {
+		v.HeaderNames = append(v.HeaderNames, k)
+	}
+	slices.Sort(v.HeaderNames)
+	if now.Before(d.PausedUntil) && !d.PausedUntil.Equal(relay.Forever) {
+		v.PausedUntil = &d.PausedUntil
+	}
+	return v
+}
+
+// destChange is the body of POST /v1/destinations (with a name) and of
+// PATCH /v1/destinations/{name} (without): the settings of 'relay dest add'
+// and 'update', named as their flags with '_' for '-'. A field left out is
+// not given.
+type destChange struct {
+	Name             string             `json:"name"` // POST only
+	URL              *string            `json:"url"`
+	URLs             []string           `json:"urls"`
+	URLStrategy      *string            `json:"url_strategy"`
+	Secret           *string            `json:"secret"`
+	NoSecret         bool               `json:"no_secret"`
+	Headers          *map[string]string `json:"headers"`
+	Timeout          *string            `json:"timeout"`
+	MaxAttempts      *int               `json:"max_attempts"`
+	BackoffBase      *string            `json:"backoff_base"`
+	BackoffMax       *string            `json:"backoff_max"`
+	Jitter           *float64           `json:"jitter"`
+	Concurrency      *int               `json:"concurrency"`
+	RateLimit        *float64           `json:"rate_limit"`
+	BreakerThreshold *int               `json:"breaker_threshold"`
+	BreakerPause     *string            `json:"breaker_pause"`
+	OnGone           *string            `json:"on_gone"`
+	Ordered          *bool              `json:"ordered"`
+	Shared           *bool              `json:"shared"`
+	Partitions       *int               `json:"partitions"`
+	OnFailure        *string            `json:"on_failure"`
+	Types            *[]string          `json:"types"`
+	Filter           *string            `json:"filter"`
+	BodyTemplate     *string            `json:"body_template"`
+	BodyContentType  *string            `json:"body_content_type"`
+}
+
+// fieldError is a request field that is wrong.
+type fieldError struct {
+	field string
+	err   error
+}
+
+func (e *fieldError) Error() string { return e.err.Error() }
+
+// settings are c as relay takes them.
+func (c destChange) settings() (relay.DestinationSettings, error) {
+	s := relay.DestinationSettings{
+		URLStrategy: c.URLStrategy, Headers: c.Headers, MaxAttempts: c.MaxAttempts, Jitter: c.Jitter,
+		Concurrency: c.Concurrency, RateLimit: c.RateLimit, BreakerThreshold: c.BreakerThreshold, OnGone: c.OnGone,
+		Ordered: c.Ordered, Shared: c.Shared, Partitions: c.Partitions, OnFailure: c.OnFailure, Types: c.Types, Filter: c.Filter,
+		BodyTemplate: c.BodyTemplate, BodyContentType: c.BodyContentType,
+	}
+	switch {
+	case c.URL != nil && c.URLs != nil:
+		return s, &fieldError{"urls", errors.New("give url (one URL) or urls (a pool), not both")}
+	case c.URL != nil:
+		s.URLs = []string{*c.URL}
+	case c.URLs != nil:
+		if len(c.URLs) == 0 {
+			return s, &fieldError{"urls", errors.New("urls holds one URL or more")}
+		}
+		s.URLs = c.URLs
+	}
+	switch {
+	case c.Secret != nil && c.NoSecret:
+		return s, &fieldError{"no_secret", errors.New("secret and no_secret exclude each other")}
+	case c.Secret != nil && *c.Secret == "":
+		return s, &fieldError{"secret", errors.New(`secret is "": give no_secret: true for unsigned deliveries, or leave secret out to have one generated`)}
+	case c.NoSecret:
+		s.Secret = new("")
+	default:
+		s.Secret = c.Secret
+	}
+	for _, d := range []struct {
+		field string
+		v     *string
+		dst   **time.Duration
+	}{{"timeout", c.Timeout, &s.Timeout}, {"backoff_base", c.BackoffBase, &s.BackoffBase}, {"backoff_max", c.BackoffMax, &s.BackoffMax}, {"breaker_pause", c.BreakerPause, &s.BreakerPause}} {
+		if d.v == nil {
+			continue
+		}
+		v, err := time.ParseDuration(*d.v)
+		if err != nil {
+			return s, &fieldError{d.field, fmt.Errorf("%s %q: give a duration such as 30s, 1m30s or 2h", d.field, *d.v)}
+		}
+		*d.dst = &v
+	}
+	return s, s.Validate()
+}
+
+// fieldOf is the request field of a destination setting as relay names it
+// (its flag's name).
+func fieldOf(c *destChange) func(setting string) string {
+	return func(setting string) string {
+		switch setting {
+		case "header":
+			return "headers"
+		case "type":
+			return "types"
+		case "url":
+			if c != nil && c.URLs != nil {
+				return "urls"
+			}
+			return "url"
+		}
+		return strings.ReplaceAll(setting, "-", "_")
+	}
+}
+
+// destProblem answers err, from a change of a destination whose body was
+// c (nil: none).
+func destProblem(w http.ResponseWriter, c *destChange, err error) {
+	var (
+		fe *fieldError
+		se *relay.SettingError
+		be *relay.BlockedURLError
+		pe *relay.PendingError
+	)
+	switch {
+	case errors.As(err, &fe):
+		problem(w, http.StatusUnprocessableEntity, fe.field, fe.Error())
+	case errors.Is(err, relay.ErrSealed):
+		problem(w, http.StatusServiceUnavailable, "", "cannot change the destination: "+err.Error())
+	case errors.As(err, &se):
+		problem(w, http.StatusUnprocessableEntity, fieldOf(c)(se.Setting), se.Text(fieldOf(c)))
+	case errors.As(err, &be):
+		problem(w, http.StatusUnprocessableEntity, fieldOf(c)("url"), be.Error())
+	case errors.Is(err, relay.ErrNotFound):
+		problem(w, http.StatusNotFound, "", err.Error())
+	case errors.Is(err, relay.ErrExists):
+		problem(w, http.StatusConflict, "name", err.Error())
+	case errors.Is(err, relay.ErrLayoutFixed):
+		field := ""
+		switch {
+		case c == nil:
+		case c.Ordered != nil:
+			field = "ordered"
+		case c.Shared != nil:
+			field = "shared"
+		case c.Partitions != nil:
+			field = "partitions"
+		}
+		problem(w, http.StatusConflict, field, err.Error())
+	case errors.As(err, &pe):
+		problem(w, http.StatusConflict, "", fmt.Sprintf("destination %s still has %d undelivered events; they stay in the event log but will not be delivered: add ?force=true to remove it anyway", pe.Dest, pe.Pending))
+	case errors.Is(err, relay.ErrNoConsumerRoom), errors.Is(err, relay.ErrWouldStoreInClear):
+		problem(w, http.StatusConflict, "", err.Error())
+	default:
+		problem(w, http.StatusServiceUnavailable, "", "cannot reach relay's destinations now: "+err.Error())
+	}
+}
+
+// dests is the destination store, or false after answering 503.
+func (s *Server) dests(w http.ResponseWriter) (*relay.Store, bool) {
+	if s.cfg.Dests == nil {
+		problem(w, http.StatusServiceUnavailable, "", "this server does not serve destinations (no store configured)")
+		return nil, false
+	}
+	return s.cfg.Dests, true
+}
+
+// destName is the request's {name}, or false after answering 404.
+func destName(w http.ResponseWriter, r *http.Request) (string, bool) {
+	name := r.PathValue("name")
+	if err := stream.ValidateDestName(name); err != nil {
+		problem(w, http.StatusNotFound, "", fmt.Sprintf("%v: %s", relay.ErrNotFound, name))
+		return "", false
+	}
+	return name, true
+}
+
+func (s *Server) listDests(w http.ResponseWriter, r *http.Request) {
+	st, ok := s.dests(w)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	ds, err := st.List(ctx)
+	if err != nil {
+		destProblem(w, nil, err)
+		return
+	}
+	now := time.Now()
+	out := make([]destView, len(ds))
+	for i, d := range ds {
+		out[i] = viewOf(d, now)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"destinations": out})
+}
+
+func (s *Server) getDest(w http.ResponseWriter, r *http.Request) {
+	st, ok := s.dests(w)
+	if !ok {
+		return
+	}
+	name, ok := destName(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	d, err := st.Get(ctx, name)
+	if err != nil {
+		destProblem(w, nil, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, viewOf(d, time.Now()))
+}
+
+// createDest adds a destination as 'relay dest add' does: the same
+// defaults, checks and generated secret (answered once).
+func (s *Server) createDest(w http.ResponseWriter, r *http.Request) {
+	st, ok := s.dests(w)
+	if !ok {
+		return
+	}
+	var body destChange
+	if !s.readJSON(w, r, &body) {
+		return
+	}
+	if err := stream.ValidateDestName(body.Name); err != nil {
+		problem(w, http.StatusUnprocessableEntity, "name", err.Error())
+		return
+	}
+	if body.URL == nil && body.URLs == nil {
+		problem(w, http.StatusUnprocessableEntity, "url", "url is required: the http(s) URL that receives a POST per attempt (or urls, a pool)")
+		return
+	}
+	set, err := body.settings()
+	if err != nil {
+		destProblem(w, &body, err)
+		return
+	}
+	d, generated, err := set.NewDestination(body.Name)
+	if err != nil {
+		destProblem(w, &body, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	if err := relay.CheckPool(ctx, s.cfg.JS, d.Pool()); err != nil {
+		destProblem(w, &body, err)
+		return
+	}
+	if d, err = st.Add(ctx, d); err != nil {
+		destProblem(w, &body, err)
+		return
+	}
+	v := viewOf(d, time.Now())
+	if generated {
+		v.Secret = d.Secret
+	}
+	w.Header().Set("Location", "/v1/destinations/"+d.Name)
+	writeJSON(w, http.StatusCreated, v)
+}
+
+// updateDest changes the settings given, as 'relay dest update' does.
+func (s *Server) updateDest(w http.ResponseWriter, r *http.Request) {
+	st, ok := s.dests(w)
+	if !ok {
+		return
+	}
+	name, ok := destName(w, r)
+	if !ok {
+		return
+	}
+	var body destChange
+	if !s.readJSON(w, r, &body) {
+		return
+	}
+	if body.Name != "" {
+		problem(w, http.StatusBadRequest, "name", "a destination's name does not change: add one with the new name, and remove this one once it drained")
+		return
+	}
+	set, err := body.settings()
+	if err != nil {
+		destProblem(w, &body, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	if set.URLs != nil {
+		if err := relay.CheckPool(ctx, s.cfg.JS, set.URLs); err != nil {
+			destProblem(w, &body, err)
+			return
+		}
+	}
+	d, err := st.Update(ctx, name, func(d *relay.Destination) error {
+		set.Apply(d)
+		return nil
+	})
+	if err != nil {
+		destProblem(w, &body, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, viewOf(d, time.Now()))
+}
+
+// removeDest removes a destination as 'relay dest rm' does: refused (409)
+// while events wait for its delivery, unless ?force=true.
+func (s *Server) removeDest(w http.ResponseWriter, r *http.Request) {
+	st, ok := s.dests(w)
+	if !ok {
+		return
+	}
+	name, ok := destName(w, r)
+	if !ok {
+		return
+	}
+	force := false
+	switch v := r.URL.Query().Get("force"); v {
+	case "", "false":
+	case "true":
+		force = true
+	default:
+		problem(w, http.StatusBadRequest, "force", fmt.Sprintf("force %q: give true or false", v))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	if err := st.RemoveIdle(ctx, name, force); err != nil {
+		destProblem(w, nil, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// readOptionalJSON is readJSON for a body that may be left out (empty,
+// whatever its content type): false after answering a problem.
+func (s *Server) readOptionalJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	if r.ContentLength == 0 {
+		return true
+	}
+	return s.readJSON(w, r, v)
+}
+
+// pauseDest pauses deliveries, until resumed or for the body's "for".
+func (s *Server) pauseDest(w http.ResponseWriter, r *http.Request) {
+	st, ok := s.dests(w)
+	if !ok {
+		return
+	}
+	name, ok := destName(w, r)
+	if !ok {
+		return
+	}
+	var body struct {
+		For *string `json:"for"`
+	}
+	if !s.readOptionalJSON(w, r, &body) {
+		return
+	}
+	until := relay.Forever
+	if body.For != nil {
+		d, err := time.ParseDuration(*body.For)
+		if err != nil || d <= 0 {
+			problem(w, http.StatusUnprocessableEntity, "for", fmt.Sprintf("for %q: give a positive duration such as 10m or 2h, or leave it out to pause until resumed", *body.For))
+			return
+		}
+		until = time.Now().Add(d).UTC()
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	d, err := st.Pause(ctx, name, until)
+	if err != nil {
+		destProblem(w, nil, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, viewOf(d, time.Now()))
+}
+
+// resumeDest resumes a paused, circuit-broken or disabled destination.
+func (s *Server) resumeDest(w http.ResponseWriter, r *http.Request) {
+	st, ok := s.dests(w)
+	if !ok {
+		return
+	}
+	name, ok := destName(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	d, err := st.Resume(ctx, name)
+	if err != nil {
+		destProblem(w, nil, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, viewOf(d, time.Now()))
+}
+
+// rotateSecret gives a destination a new signing secret, generated (and
+// answered, once) unless the body gives one; the old one signs too during
+// the overlap (default 24h), as 'relay dest rotate-secret' does.
+func (s *Server) rotateSecret(w http.ResponseWriter, r *http.Request) {
+	st, ok := s.dests(w)
+	if !ok {
+		return
+	}
+	name, ok := destName(w, r)
+	if !ok {
+		return
+	}
+	var body struct {
+		Overlap *string `json:"overlap"`
+		Secret  string  `json:"secret"`
+	}
+	if !s.readOptionalJSON(w, r, &body) {
+		return
+	}
+	overlap := 24 * time.Hour
+	if body.Overlap != nil {
+		d, err := time.ParseDuration(*body.Overlap)
+		if err != nil || d < 0 {
+			problem(w, http.StatusUnprocessableEntity, "overlap", fmt.Sprintf("overlap %q: give a duration such as 24h, or 0s to stop signing with the old secret at once", *body.Overlap))
+			return
+		}
+		overlap = d
+	}
+	next, generated := body.Secret, body.Secret == ""
+	if generated {
+		next = relay.GenerateSecret()
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	d, err := st.RotateSecret(ctx, name, next, overlap)
+	if err != nil {
+		destProblem(w, nil, err)
+		return
+	}
+	v := viewOf(d, time.Now())
+	if generated {
+		v.Secret = next
+	}
+	writeJSON(w, http.StatusOK, v)
+}

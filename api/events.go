@@ -1,0 +1,183 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/stream"
+)
+
+// newEvent is POST /v1/events's body, and each event of a batch.
+type newEvent struct {
+	Dest    string            `json:"dest"`
+	Type    string            `json:"type"`
+	Key     string            `json:"key"`
+	ID      string            `json:"id"`
+	Headers map[string]string `json:"headers"`
+	Data    json.RawMessage   `json:"data"`
+}
+
+// check reports the first thing wrong with ev, and the field at fault.
+func (ev newEvent) check() (field string, err error) {
+	switch {
+	case len(ev.Data) == 0:
+		return "data", errors.New("data is required: the body to POST to the destination (any JSON value)")
+	case ev.Dest == "" && ev.Type == "":
+		return "dest", errors.New("give dest (one destination) or type (every destination subscribed to it)")
+	case ev.Dest != "" && ev.Type != "":
+		return "type", errors.New("give dest or type, not both")
+	}
+	for _, c := range []struct {
+		field, value string
+		check        func(string) error
+	}{{"dest", ev.Dest, stream.ValidateDestName}, {"type", ev.Type, stream.ValidateEventType}, {"id", ev.ID, relay.ValidateEventID}} {
+		if c.value == "" {
+			continue
+		}
+		if err := c.check(c.value); err != nil {
+			return c.field, err
+		}
+	}
+	for k, v := range ev.Headers {
+		if err := relay.ValidateEventHeader(k, v); err != nil {
+			return "headers", err
+		}
+	}
+	return "", nil
+}
+
+func (ev newEvent) event() relay.Event {
+	return relay.Event{Dest: ev.Dest, Type: ev.Type, Key: ev.Key, ID: ev.ID, Headers: ev.Headers, Data: ev.Data}
+}
+
+// publishProblem answers an event the producer refused, whose fields are
+// named with prefix.
+func publishProblem(w http.ResponseWriter, prefix string, err error) {
+	switch {
+	case errors.Is(err, relay.ErrUnknownDestination):
+		problem(w, http.StatusNotFound, prefix+"dest", err.Error())
+	case errors.Is(err, relay.ErrEventTooLarge):
+		problem(w, http.StatusRequestEntityTooLarge, prefix+"data", err.Error())
+	default:
+		problem(w, http.StatusServiceUnavailable, "", "the event was not stored: "+err.Error())
+	}
+}
+
+func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
+	var ev newEvent
+	if !s.readJSON(w, r, &ev) {
+		return
+	}
+	if idem := r.Header.Get("Idempotency-Key"); idem != "" {
+		if ev.ID != "" && ev.ID != idem {
+			problem(w, http.StatusUnprocessableEntity, "id", fmt.Sprintf("the body's id %q and the Idempotency-Key %q differ: give one, or the same", ev.ID, idem))
+			return
+		}
+		ev.ID = idem
+	}
+	if field, err := ev.check(); err != nil {
+		problem(w, http.StatusUnprocessableEntity, field, err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(requestTrace(r), 10*time.Second)
+	defer cancel()
+	res, err := s.cfg.Producer.Publish(ctx, ev.event())
+	if err != nil {
+		publishProblem(w, "", err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, published{ID: res.ID, Seq: res.Seq, Duplicate: res.Duplicate})
+}
+
+// published is the answer for a stored event.
+type published struct {
+	ID        string `json:"id"`
+	Seq       uint64 `json:"seq"`
+	Duplicate bool   `json:"duplicate"`
+}
+
+// MaxBatch is the most events of one POST /v1/events:batch.
+const MaxBatch = 1000
+
+// batchResult is one event's outcome in a batch's answer: published, or
+// Error.
+type batchResult struct {
+	ID        string       `json:"id"`
+	Seq       uint64       `json:"seq,omitempty"`
+	Duplicate *bool        `json:"duplicate,omitempty"`
+	Error     *resultError `json:"error,omitempty"`
+}
+
+// resultError is why one item of a request failed.
+type resultError struct {
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+}
+
+// publishBatch publishes up to MaxBatch events. Every event is checked
+// before any is published: one refused refuses the batch (its field says
+// which, events[3].dest), and nothing is stored. Then all are published at
+// once, in order, and the answer (202, whatever became of them) has each
+// one's outcome, in order: stored (id, seq, duplicate) or its own error,
+// with its id, so that it can be published again safely.
+func (s *Server) publishBatch(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Events []newEvent `json:"events"`
+	}
+	if !s.readJSONUpTo(w, r, s.cfg.MaxBatchBody, &body) {
+		return
+	}
+	if n := len(body.Events); n == 0 || n > MaxBatch {
+		problem(w, http.StatusUnprocessableEntity, "events", fmt.Sprintf("give 1 to %d events; got %d", MaxBatch, n))
+		return
+	}
+	evs := make([]relay.Event, len(body.Events))
+	for i, ev := range body.Events {
+		if field, err := ev.check(); err != nil {
+			problem(w, http.StatusUnprocessableEntity, fmt.Sprintf("events[%d].%s", i, field), fmt.Sprintf("event %d: %v; nothing was published", i, err))
+			return
+		}
+		evs[i] = ev.event()
+	}
+	ctx, cancel := context.WithTimeout(requestTrace(r), 30*time.Second)
+	defer cancel()
+	res, err := s.cfg.Producer.PublishBatch(ctx, evs)
+	var be *relay.BatchError
+	if errors.As(err, &be) {
+		publishProblem(w, fmt.Sprintf("events[%d].", be.Index), fmt.Errorf("%w; nothing was published", be))
+		return
+	}
+	if err != nil {
+		problem(w, http.StatusServiceUnavailable, "", "no event was stored: "+err.Error())
+		return
+	}
+	out := make([]batchResult, len(res))
+	stored := 0
+	for i, r := range res {
+		out[i].ID = r.ID
+		if r.Err != nil {
+			out[i].Error = &resultError{Status: http.StatusServiceUnavailable, Detail: "not stored: " + r.Err.Error() + "; publish it again with the same id (a duplicate stores nothing)"}
+			continue
+		}
+		stored++
+		out[i].Seq, out[i].Duplicate = r.Seq, &r.Duplicate
+	}
+	writeJSON(w, http.StatusAccepted, map[string]any{"results": out, "stored": stored, "failed": len(res) - stored})
+}
+
+// requestTrace is r's context with the trace context of its traceparent
+// and tracestate headers, if it has a valid one: a producer that traces
+// (relay.Producer.TraceWith) continues it in each event's publish span.
+func requestTrace(r *http.Request) context.Context {
+	if r.Header.Get("Traceparent") == "" {
+		return r.Context()
+	}
+	return propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+}

@@ -1,0 +1,119 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/relaydev/relay/relay"
+)
+
+// queryParams checks that q holds no parameter but those allowed, each
+// once; it writes the problem and returns false otherwise.
+func queryParams(w http.ResponseWriter, q url.Values, allowed ...string) bool {
+	for k, vs := range q {
+		known := false
+		for _, a := range allowed {
+			known = known || a == k
+		}
+		switch {
+		case !known:
+			problem(w, http.StatusBadRequest, k, fmt.Sprintf("unknown query parameter %q (known: %v)", k, allowed))
+			return false
+		case len(vs) > 1:
+			problem(w, http.StatusBadRequest, k, fmt.Sprintf("query parameter %q given %d times: give it once", k, len(vs)))
+			return false
+		}
+	}
+	return true
+}
+
+// queryTime reads the RFC 3339 time of query parameter name (zero when
+// absent).
+func queryTime(q url.Values, name string) (time.Time, error) {
+	v := q.Get(name)
+	if v == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is not an RFC 3339 time (2026-01-02T15:04:05Z)", v)
+	}
+	return t, nil
+}
+
+// attempts answers GET /v1/attempts: the delivery log, newest first.
+func (s *Server) attempts(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if !queryParams(w, q, "dest", "event", "status", "since", "until", "limit", "cursor") {
+		return
+	}
+	aq := relay.AttemptQuery{Dest: q.Get("dest"), EventID: q.Get("event"), Status: q.Get("status")}
+	var err error
+	if aq.Since, err = queryTime(q, "since"); err != nil {
+		problem(w, http.StatusBadRequest, "since", err.Error())
+		return
+	}
+	if aq.Until, err = queryTime(q, "until"); err != nil {
+		problem(w, http.StatusBadRequest, "until", err.Error())
+		return
+	}
+	if v := q.Get("limit"); v != "" {
+		if aq.Limit, err = strconv.Atoi(v); err != nil || aq.Limit < 1 {
+			problem(w, http.StatusBadRequest, "limit", fmt.Sprintf("%q: give a number from 1 to %d", v, relay.MaxAttemptLimit))
+			return
+		}
+	}
+	if v := q.Get("cursor"); v != "" {
+		if aq.Before, err = strconv.ParseUint(v, 10, 64); err != nil || aq.Before == 0 {
+			problem(w, http.StatusBadRequest, "cursor", fmt.Sprintf("%q: give the next value of an earlier page", v))
+			return
+		}
+	}
+	if err := aq.Validate(); err != nil {
+		var qe *relay.QueryError
+		if errors.As(err, &qe) {
+			problem(w, http.StatusBadRequest, qe.Field, qe.Err.Error())
+			return
+		}
+		problem(w, http.StatusBadRequest, "", err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	page, err := relay.ReadAttempts(ctx, s.cfg.JS, aq)
+	if err != nil {
+		problem(w, http.StatusServiceUnavailable, "", "cannot read the delivery log now: "+err.Error())
+		return
+	}
+	out := map[string]any{"attempts": page.Attempts}
+	if page.Next != 0 {
+		out["next"] = strconv.FormatUint(page.Next, 10)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// event answers GET /v1/events/{id}: the event and where its delivery to
+// each destination stands.
+func (s *Server) event(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := relay.ValidateEventID(id); err != nil {
+		problem(w, http.StatusBadRequest, "id", err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	v, err := relay.LookupEvent(ctx, s.cfg.JS, id)
+	switch {
+	case errors.Is(err, relay.ErrEventNotFound):
+		problem(w, http.StatusNotFound, "id", fmt.Sprintf("event %q: %v (not attempted yet, or recorded longer ago than the log keeps)", id, err))
+	case err != nil:
+		problem(w, http.StatusServiceUnavailable, "", "cannot read the delivery log now: "+err.Error())
+	default:
+		writeJSON(w, http.StatusOK, v)
+	}
+}

@@ -1,0 +1,446 @@
+package relay
+
+import (
+	"cmp"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaydev/relay/stream"
+)
+
+// AttemptRecord is one record of the delivery log (stream.LogStream): an
+// attempt to deliver an event to a destination, whatever came of it, or an
+// event settled without one (filtered out, dead-lettered at once). A typed
+// event's routing is a record too (Outcome "routed", Dest empty, Dests
+// its subscribers).
+type AttemptRecord struct {
+	// Seq is the record's sequence in the log: the cursor of a listing.
+	// Set when read.
+	Seq uint64 `json:"seq,omitempty"`
+	// EventID, Type and Key are the event's.
+	EventID string `json:"event_id"`
+	Type    string `json:"type,omitempty"`
+	Key     string `json:"key,omitempty"`
+	Dest    string `json:"dest,omitempty"`
+	// Attempt is the attempt's number, 0 when none was made.
+	Attempt int `json:"attempt"`
+	// Outcome is what relay did after it: delivered, retry, dead_letter,
+	// filtered (the destination's filter turned the event down) or routed.
+	Outcome string `json:"outcome"`
+	// Reason is a dead letter's reason; RetryInMS a retry's wait, Parked
+	// whether it waits in Redis.
+	Reason    string `json:"reason,omitempty"`
+	RetryInMS int64  `json:"retry_in_ms,omitempty"`
+	Parked    bool   `json:"parked,omitempty"`
+	// At is when the attempt started (or the outcome, without one).
+	At time.Time `json:"at"`
+	// DurationMS is how long the attempt took, in milliseconds.
+	DurationMS float64 `json:"duration_ms"`
+	// URL is the URL attempted, its credentials and query values redacted.
+	URL string `json:"url,omitempty"`
+	// Class is the status class (stream.LogClass): 2xx... 5xx, error (no
+	// response), none (no attempt).
+	Class  string `json:"class"`
+	Status int    `json:"status,omitempty"`
+	Error  string `json:"error,omitempty"`
+	// ResponseHeaders are the response's headers of LoggedResponseHeaders;
+	// ResponseBody the start of its body (invalid UTF-8 replaced).
+	ResponseHeaders map[string]string `json:"response_headers,omitempty"`
+	ResponseBody    string            `json:"response_body,omitempty"`
+	// EventSeq is where the event is stored in the events stream: the
+	// message it first came in as.
+	EventSeq uint64 `json:"event_seq,omitempty"`
+	// Dests are a routing record's subscribers (at most maxRoutedDests;
+	// DestsMore counts the others).
+	Dests     []string `json:"dests,omitempty"`
+	DestsMore int      `json:"dests_more,omitempty"`
+}
+
+// Outcomes of AttemptRecord besides Action.String's.
+const outcomeRouted = "routed"
+
+// maxRoutedDests bounds the subscribers a routing record names.
+const maxRoutedDests = 1000
+
+// logQueue is how many records a writer holds before it drops new ones:
+// deliveries never wait for the log.
+const logQueue = 16384
+
+// logFlush is how often the writer publishes the batches it gathered (a
+// record reaches the log within about that, and its index entry one flush
+// after its batch is stored); logBatchBytes caps a batch.
+const (
+	logFlush      = 100 * time.Millisecond
+	logBatchBytes = 256 << 10
+)
+
+// logWriter writes the delivery log, off the delivery path: records queue,
+// and one goroutine encodes them into batches, a batch per destination and
+// status class (stream.LogSubject), which it publishes every logFlush or
+// when full, each acknowledged by JetStream asynchronously. Once a batch is
+// stored, its records' event ids go to the index (stream.LogIndexSubject)
+// with the batch's sequence. A message costs the NATS server about as much
+// as a small record's whole delivery (measured): batching is what keeps the
+// log's cost to a few per cent of throughput.
+type logWriter struct {
+	js      jetstream.JetStream
+	log     *slog.Logger
+	metrics *Metrics
+	q       chan AttemptRecord
+	done    chan struct{}
+	// redacted caches RedactURL per URL (few distinct URLs, one per
+	// attempt).
+	redacted map[string]string
+	// warn keeps "cannot write the delivery log" to a line a minute.
+	warn quiet
+	now  func() time.Time
+
+	// Owned by run.
+	batches map[string]*logBatch // by subject, gathering
+	next    uint64               // the order of the next batch
+	stored  []pendingBatch       // published, the acknowledgement awaited
+	index   map[string]*logBatch // index entries by subject, gathering
+	indexed []pendingBatch       // index batches published
+}
+
+// logBatch is a message being gathered: lines of JSON, and for a batch of
+// records, each record's event id.
+type logBatch struct {
+	subject string
+	buf     []byte
+	ids     []string
+	// order is when its first record came, among the batches gathered:
+	// batches are published in that order, so that the log's order is the
+	// records' to within a flush.
+	order uint64
+}
+
+// pendingBatch is a published batch whose acknowledgement is awaited.
+type pendingBatch struct {
+	f   jetstream.PubAckFuture
+	ids []string // its records' event ids (nil for an index batch)
+	n   int      // its lines
+}
+
+// newLogWriter returns a writer of the delivery log on nc; Relay.Run runs
+// it.
+func newLogWriter(nc *nats.Conn, log *slog.Logger, m *Metrics, now func() time.Time) (*logWriter, error) {
+	w := &logWriter{log: log, metrics: m, q: make(chan AttemptRecord, logQueue), done: make(chan struct{}), redacted: map[string]string{}, now: now,
+		batches: map[string]*logBatch{}, index: map[string]*logBatch{}}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096), jetstream.WithPublishAsyncTimeout(10*time.Second))
+	if err != nil {
+		return nil, err
+	}
+	w.js = js
+	return w, nil
+}
+
+// add queues rec; it never waits.
+func (w *logWriter) add(rec AttemptRecord) {
+	select {
+	case w.q <- rec:
+	default:
+		w.lost(1, true, nil)
+	}
+}
+
+// lost counts n records lost: dropped before they were written, or not
+// stored.
+func (w *logWriter) lost(n int, dropped bool, err error) {
+	w.metrics.logLost(n, dropped)
+	if ok, held := w.warn.allow("", w.now()); ok {
+		if dropped {
+			w.log.Warn("delivery log falling behind: records dropped (relay_attempt_log_dropped_total counts them)", "also_since_last_warning", held)
+		} else {
+			w.log.Warn("cannot write the delivery log: records lost (relay_attempt_log_write_failures_total counts them)", "err", err, "also_since_last_warning", held)
+		}
+	}
+}
+
+func (w *logWriter) run() {
+	defer close(w.done)
+	tick := time.NewTicker(logFlush)
+	defer tick.Stop()
+	for {
+		select {
+		case rec, ok := <-w.q:
+			if !ok {
+				w.finish()
+				return
+			}
+			w.gather(&rec)
+		case <-tick.C:
+			w.flush()
+		}
+	}
+}
+
+// gather adds rec to its batch, and publishes the batch when full.
+func (w *logWriter) gather(rec *AttemptRecord) {
+	if rec.URL != "" {
+		u, ok := w.redacted[rec.URL]
+		if !ok {
+			if len(w.redacted) > 10000 {
+				clear(w.redacted)
+			}
+			u = RedactURL(rec.URL)
+			w.redacted[rec.URL] = u
+		}
+		rec.URL = u
+	}
+	dest := rec.Dest
+	if rec.Outcome == outcomeRouted {
+		dest = stream.LogRoute
+	}
+	subject := stream.LogSubject(dest, rec.Class)
+	b := w.batches[subject]
+	if b == nil {
+		w.next++
+		b = &logBatch{subject: subject, order: w.next}
+		w.batches[subject] = b
+	}
+	b.buf = rec.appendJSON(b.buf)
+	b.buf = append(b.buf, '\n')
+	b.ids = append(b.ids, rec.EventID)
+	if len(b.ids) >= stream.LogBatchMax || len(b.buf) >= logBatchBytes {
+		w.publish(b)
+		delete(w.batches, subject)
+	}
+}
+
+// publish publishes batch b of records, its acknowledgement awaited.
+func (w *logWriter) publish(b *logBatch) {
+	f, err := w.js.PublishMsgAsync(&nats.Msg{Subject: b.subject, Data: b.buf})
+	if err != nil {
+		w.lost(len(b.ids), false, err)
+		return
+	}
+	w.stored = append(w.stored, pendingBatch{f: f, ids: b.ids, n: len(b.ids)})
+}
+
+// flush publishes what was gathered, and indexes the batches stored since
+// the last flush.
+func (w *logWriter) flush() {
+	w.publishGathered()
+	w.collect(time.Time{})
+	for subject, b := range w.index {
+		f, err := w.js.PublishMsgAsync(&nats.Msg{Subject: subject, Data: b.buf})
+		if err != nil {
+			w.metrics.logIndexLost()
+		} else {
+			w.indexed = append(w.indexed, pendingBatch{f: f, n: len(b.ids)})
+		}
+		delete(w.index, subject)
+	}
+	w.collectIndexed(time.Time{})
+}
+
+// publishGathered publishes the batches gathered, in the order their first
+// records came.
+func (w *logWriter) publishGathered() {
+	bs := slices.SortedFunc(maps.Values(w.batches), func(a, b *logBatch) int { return cmp.Compare(a.order, b.order) })
+	for _, b := range bs {
+		w.publish(b)
+	}
+	clear(w.batches)
+}
+
+// collect takes the acknowledgements that came (until deadline, when it
+// is set, all of them): a stored batch's ids go to the index; a batch not
+// stored is counted lost.
+func (w *logWriter) collect(deadline time.Time) {
+	keep := w.stored[:0]
+	for _, p := range w.stored {
+		ack, err, ok := awaitAck(p.f, deadline)
+		switch {
+		case !ok:
+			keep = append(keep, p)
+		case err != nil:
+			w.lost(p.n, false, err)
+		default:
+			w.indexBatch(ack.Sequence, p.ids)
+		}
+	}
+	clear(w.stored[len(keep):])
+	w.stored = keep
+}
+
+// awaitAck is f's outcome, if it came: at once when deadline is zero,
+// else by deadline.
+func awaitAck(f jetstream.PubAckFuture, deadline time.Time) (*jetstream.PubAck, error, bool) {
+	if deadline.IsZero() {
+		select {
+		case ack := <-f.Ok():
+			return ack, nil, true
+		case err := <-f.Err():
+			return nil, err, true
+		default:
+			return nil, nil, false
+		}
+	}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case ack := <-f.Ok():
+		return ack, nil, true
+	case err := <-f.Err():
+		return nil, err, true
+	case <-t.C:
+		return nil, nil, false
+	}
+}
+
+// indexBatch adds the ids of the batch stored at seq to the index, once
+// each.
+func (w *logWriter) indexBatch(seq uint64, ids []string) {
+	for i, id := range ids {
+		if slices.Contains(ids[:i], id) {
+			continue
+		}
+		subject := stream.LogIndexSubject(stream.EventBucket(id))
+		b := w.index[subject]
+		if b == nil {
+			b = &logBatch{subject: subject}
+			w.index[subject] = b
+		}
+		b.buf = append(b.buf, `{"id":`...)
+		b.buf = appendString(b.buf, id)
+		b.buf = append(b.buf, `,"seq":`...)
+		b.buf = strconv.AppendUint(b.buf, seq, 10)
+		b.buf = append(b.buf, "}\n"...)
+		b.ids = append(b.ids, id)
+	}
+}
+
+// collectIndexed counts the index batches not stored (until deadline,
+// when it is set, all of them).
+func (w *logWriter) collectIndexed(deadline time.Time) {
+	keep := w.indexed[:0]
+	for _, p := range w.indexed {
+		_, err, ok := awaitAck(p.f, deadline)
+		switch {
+		case !ok:
+			keep = append(keep, p)
+		case err != nil:
+			w.metrics.logIndexLost()
+		}
+	}
+	clear(w.indexed[len(keep):])
+	w.indexed = keep
+}
+
+// finish writes everything within logFinish: the batches gathered, then,
+// once they are stored, their index.
+func (w *logWriter) finish() {
+	deadline := time.Now().Add(logFinish)
+	w.publishGathered()
+	w.collect(deadline)
+	w.flush()
+	w.collectIndexed(deadline)
+}
+
+// logFinish bounds finish; close waits a little longer.
+const logFinish = 4 * time.Second
+
+// close writes what is queued and waits up to timeout for JetStream to
+// confirm it.
+func (w *logWriter) close(timeout time.Duration) {
+	close(w.q)
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-w.done:
+	case <-t.C:
+	}
+}
+
+// recordOutcome adds out, the outcome of ev's delivery, to the delivery
+// log (when relay keeps one): an attempt whatever came of it, or an event
+// settled without one.
+func (r *Relay) recordOutcome(ev *event, d Destination, out *Outcome, sent bool) {
+	if r.logw == nil {
+		return
+	}
+	switch out.Decision.Action {
+	case Ack, Retry, Park, DeadLetter, AckFiltered:
+	default:
+		return
+	}
+	if out.Err != nil && out.Decision.Action != DeadLetter {
+		// Not carried out: the event comes back and the log records what
+		// happens then. (A dead letter that failed for good is recorded.)
+		return
+	}
+	res := out.Result
+	rec := AttemptRecord{
+		EventID:  ev.id,
+		Type:     ev.hdr.Get(stream.HdrType),
+		Key:      ev.key,
+		Dest:     ev.dest,
+		Outcome:  out.Decision.Action.String(),
+		At:       r.cfg.Now().UTC(),
+		Class:    stream.LogClass(sent, res.Status),
+		Status:   res.Status,
+		EventSeq: ev.origin,
+	}
+	if sent {
+		rec.Attempt = out.Attempt
+		rec.At = rec.At.Add(-res.Duration)
+		rec.DurationMS = float64(res.Duration.Microseconds()) / 1000
+		rec.URL = d.URL
+		if res.Pooled {
+			if pool := d.Pool(); res.URL < len(pool) {
+				rec.URL = pool[res.URL]
+			}
+		}
+	}
+	switch {
+	case res.Err != nil:
+		rec.Error = res.Err.Error()
+	case res.Snippet != "" && len(res.Body) == 0:
+		rec.Error = res.Snippet
+	}
+	if len(res.Headers) > 0 {
+		rec.ResponseHeaders = make(map[string]string, len(res.Headers)/2)
+		for i := 0; i+1 < len(res.Headers); i += 2 {
+			rec.ResponseHeaders[res.Headers[i]] = res.Headers[i+1]
+		}
+	}
+	if len(res.Body) > 0 {
+		rec.ResponseBody = strings.ToValidUTF8(string(res.Body), string(utf8.RuneError))
+	}
+	switch out.Decision.Action {
+	case Retry, Park:
+		rec.RetryInMS, rec.Parked = out.Decision.Delay.Milliseconds(), out.Parked
+	case DeadLetter:
+		rec.Reason = out.Decision.Reason
+		if out.Err != nil {
+			rec.Reason = ReasonDeadLetterFailed
+		}
+	}
+	r.logw.add(rec)
+}
+
+// recordRouting adds a typed event's routing, confirmed, to the delivery
+// log.
+func (r *Relay) recordRouting(p routed) {
+	if r.logw == nil || p.ev.ID == "" {
+		return // off, or not a typed event
+	}
+	ev, dests := p.ev, p.dests
+	rec := AttemptRecord{EventID: ev.ID, Type: ev.Type, Key: ev.Key, Outcome: outcomeRouted, At: ev.Stored.UTC(), Class: stream.ClassNone, EventSeq: ev.Seq}
+	if len(dests) > maxRoutedDests {
+		rec.DestsMore = len(dests) - maxRoutedDests
+		dests = dests[:maxRoutedDests]
+	}
+	rec.Dests = dests
+	r.logw.add(rec)
+}

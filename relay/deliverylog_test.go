@@ -1,0 +1,283 @@
+package relay
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/streamtest"
+)
+
+// logFixture is a relay with the delivery log on, delivering to a sink
+// whose answer each test sets per destination (the path is the
+// destination's name).
+type logFixture struct {
+	t    *testing.T
+	srv  streamtest.Server
+	sink *httptest.Server
+	prod *Producer
+	st   *Store
+
+	mu       sync.Mutex
+	settled  map[string]int // outcomes by event id
+	stop     func()         // stops the relay (once; the test's end does too)
+	r        *Relay
+	answer   func(dest string, n int) (int, string)
+	received map[string]int // requests by destination
+	hits     map[string][]sinkHit
+}
+
+// sinkHit is a request the sink received.
+type sinkHit struct {
+	ID, Type, Body string
+}
+
+func startLogFixture(t *testing.T, cfg Config) *logFixture {
+	t.Helper()
+	f := &logFixture{t: t, srv: streamtest.Start(t), settled: map[string]int{}, received: map[string]int{}, hits: map[string][]sinkHit{}}
+	f.sink = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		dest := strings.TrimPrefix(r.URL.Path, "/")
+		reqBody, _ := io.ReadAll(r.Body)
+		f.mu.Lock()
+		f.received[dest]++
+		f.hits[dest] = append(f.hits[dest], sinkHit{ID: r.Header.Get("webhook-id"), Type: r.Header.Get("Relay-Event-Type"), Body: string(reqBody)})
+		n := f.received[dest]
+		answer := f.answer
+		f.mu.Unlock()
+		status, body := answer(dest, n)
+		w.Header().Set("X-Request-Id", "req-"+dest)
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(status)
+		_, _ = w.Write([]byte(body))
+	}))
+	t.Cleanup(f.sink.Close)
+	ctx := context.Background()
+	var err error
+	f.st, err = NewStore(ctx, f.srv.JS)
+	require.NoError(t, err)
+	f.prod, err = NewProducer(ctx, f.srv.JS)
+	require.NoError(t, err)
+	cfg.JS = f.srv.JS
+	cfg.HTTPClient = NewHTTPClient(HTTPOptions{Guard: NetGuard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
+	cfg.OnDelivery = func(o Outcome) {
+		f.mu.Lock()
+		f.settled[o.EventID]++
+		f.mu.Unlock()
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	r, err := New(ctx, cfg)
+	require.NoError(t, err)
+	f.r = r
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	var once sync.Once
+	f.stop = func() {
+		once.Do(func() {
+			cancel()
+			require.NoError(t, <-done)
+		})
+	}
+	t.Cleanup(f.stop)
+	return f
+}
+
+func (f *logFixture) addDest(d Destination) {
+	f.t.Helper()
+	d.URL = f.sink.URL + "/" + d.Name
+	if d.Retry == (RetryPolicy{}) {
+		d.Retry = RetryPolicy{Base: Duration(50 * time.Millisecond), Max: Duration(100 * time.Millisecond), MaxAttempts: 3}
+	}
+	_, err := f.st.Add(context.Background(), d)
+	require.NoError(f.t, err)
+}
+
+// waitLog waits until the delivery log answers q with n records.
+func (f *logFixture) waitLog(q AttemptQuery, n int) []AttemptRecord {
+	f.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		page, err := ReadAttempts(context.Background(), f.srv.JS, q)
+		require.NoError(f.t, err)
+		if len(page.Attempts) >= n {
+			require.Len(f.t, page.Attempts, n, "no more records than attempts")
+			return page.Attempts
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("the delivery log has %d records for %+v, want %d: %+v", len(page.Attempts), q, n, page.Attempts)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestDeliveryLogRecordsEveryOutcome: a delivery, a retry then a
+// delivery, a dead letter after a permanent status, and a filtered event
+// are each in the log, with what the destination answered, and an
+// event's lookup tells each destination's state.
+func TestDeliveryLogRecordsEveryOutcome(t *testing.T) {
+	f := startLogFixture(t, Config{})
+	f.answer = func(dest string, n int) (int, string) {
+		switch {
+		case dest == "flaky" && n == 1:
+			return 503, "try later"
+		case dest == "gone":
+			return 400, "bad request: " + strings.Repeat("x", 2000)
+		}
+		return 200, `{"received":true}`
+	}
+	for _, d := range []Destination{
+		{Name: "ok", Types: []string{"order.created"}},
+		{Name: "flaky", Types: []string{"order.created"}},
+		{Name: "gone"},
+		{Name: "picky", Types: []string{"order.created"}, Filter: `data.total > 100`},
+	} {
+		f.addDest(d)
+	}
+	ctx := context.Background()
+	t0 := time.Now()
+	_, err := f.prod.Publish(ctx, Event{Type: "order.created", ID: "evt_typed", Key: "cust-1", Data: []byte(`{"total":5}`)})
+	require.NoError(t, err)
+	_, err = f.prod.Publish(ctx, Event{Dest: "gone", ID: "evt_gone", Data: []byte(`{}`)})
+	require.NoError(t, err)
+
+	ok := f.waitLog(AttemptQuery{Dest: "ok"}, 1)[0]
+	require.Equal(t, "evt_typed", ok.EventID)
+	require.Equal(t, "order.created", ok.Type)
+	require.Equal(t, "cust-1", ok.Key)
+	require.Equal(t, 1, ok.Attempt)
+	require.Equal(t, StateDelivered, stateOf(ok.Outcome))
+	require.Equal(t, 200, ok.Status)
+	require.Equal(t, stream.Class2xx, ok.Class)
+	require.Equal(t, `{"received":true}`, ok.ResponseBody)
+	require.Equal(t, "req-ok", ok.ResponseHeaders["X-Request-Id"])
+	require.Equal(t, f.sink.URL+"/ok", ok.URL)
+	require.NotZero(t, ok.Seq)
+
+	flaky := f.waitLog(AttemptQuery{Dest: "flaky"}, 2)
+	require.Equal(t, []int{2, 1}, []int{flaky[0].Attempt, flaky[1].Attempt}, "newest first")
+	require.Equal(t, "retry", flaky[1].Outcome)
+	require.Equal(t, 503, flaky[1].Status)
+	require.Equal(t, "try later", flaky[1].ResponseBody)
+	require.Positive(t, flaky[1].RetryInMS)
+	require.Equal(t, "delivered", flaky[0].Outcome)
+
+	gone := f.waitLog(AttemptQuery{Dest: "gone"}, 1)[0]
+	require.Equal(t, "dead_letter", gone.Outcome)
+	require.Equal(t, ReasonPermanentStatus, gone.Reason)
+	require.Len(t, gone.ResponseBody, DefaultLogResponseBytes, "the body is kept up to the limit")
+
+	picky := f.waitLog(AttemptQuery{Dest: "picky"}, 1)[0]
+	require.Equal(t, "filtered", picky.Outcome)
+	require.Equal(t, stream.ClassNone, picky.Class)
+	require.Zero(t, picky.Attempt)
+
+	// Filters.
+	require.Len(t, f.waitLog(AttemptQuery{Status: "5xx"}, 1), 1)
+	require.Len(t, f.waitLog(AttemptQuery{Status: "503"}, 1), 1)
+	require.Len(t, f.waitLog(AttemptQuery{Status: "4xx"}, 1), 1)
+	require.Len(t, f.waitLog(AttemptQuery{EventID: "evt_typed"}, 4), 4)
+	require.Len(t, f.waitLog(AttemptQuery{EventID: "evt_typed", Dest: "flaky", Status: "2xx"}, 1), 1)
+	all := f.waitLog(AttemptQuery{}, 5)
+	require.Len(t, f.waitLog(AttemptQuery{Since: t0}, 5), 5)
+	require.Len(t, f.waitLog(AttemptQuery{Since: t0, Until: time.Now()}, 5), 5)
+	none, err := ReadAttempts(ctx, f.srv.JS, AttemptQuery{Until: t0})
+	require.NoError(t, err)
+	require.Empty(t, none.Attempts)
+	none, err = ReadAttempts(ctx, f.srv.JS, AttemptQuery{Since: time.Now()})
+	require.NoError(t, err)
+	require.Empty(t, none.Attempts)
+
+	// Pages: two at a time, newest first, each record once.
+	var seen []uint64
+	q := AttemptQuery{Limit: 2}
+	for {
+		page, err := ReadAttempts(ctx, f.srv.JS, q)
+		require.NoError(t, err)
+		for _, a := range page.Attempts {
+			seen = append(seen, a.Seq)
+		}
+		if page.Next == 0 {
+			break
+		}
+		q.Before = page.Next
+	}
+	want := make([]uint64, len(all))
+	for i, a := range all {
+		want[i] = a.Seq
+	}
+	require.Equal(t, want, seen)
+
+	v, err := LookupEvent(ctx, f.srv.JS, "evt_typed")
+	require.NoError(t, err)
+	require.True(t, v.Stored)
+	require.Equal(t, `{"total":5}`, string(v.Body))
+	require.Equal(t, "order.created", v.Type)
+	require.ElementsMatch(t, []string{"ok", "flaky", "picky"}, v.RoutedTo)
+	states := map[string]string{}
+	for _, d := range v.Destinations {
+		states[d.Dest] = d.State
+	}
+	require.Equal(t, map[string]string{"ok": StateDelivered, "flaky": StateDelivered, "picky": StateFilteredOut}, states)
+
+	v, err = LookupEvent(ctx, f.srv.JS, "evt_gone")
+	require.NoError(t, err)
+	require.Equal(t, StateDead, v.Destinations[0].State)
+	_, err = LookupEvent(ctx, f.srv.JS, "evt_nobody")
+	require.ErrorIs(t, err, ErrEventNotFound)
+}
+
+// TestDeliveryLogOffRecordsNothing: with the log off, nothing is written
+// and no response body is kept.
+func TestDeliveryLogOffRecordsNothing(t *testing.T) {
+	f := startLogFixture(t, Config{NoAttemptLog: true})
+	f.answer = func(string, int) (int, string) { return 200, "ok" }
+	f.addDest(Destination{Name: "ok"})
+	_, err := f.prod.Publish(context.Background(), Event{Dest: "ok", ID: "evt_1", Data: []byte(`{}`)})
+	require.NoError(t, err)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		f.mu.Lock()
+		n := f.settled["evt_1"]
+		f.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		require.False(t, time.Now().After(deadline), "not delivered")
+		time.Sleep(10 * time.Millisecond)
+	}
+	s, err := f.srv.JS.Stream(context.Background(), stream.LogStream)
+	require.NoError(t, err)
+	info, err := s.Info(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, info.State.Msgs)
+}
+
+func TestAttemptQueryValidate(t *testing.T) {
+	for _, c := range []struct {
+		q     AttemptQuery
+		field string
+	}{
+		{AttemptQuery{Status: "6xx"}, "status"},
+		{AttemptQuery{Status: "99"}, "status"},
+		{AttemptQuery{Dest: "Bad Name"}, "dest"},
+		{AttemptQuery{Limit: MaxAttemptLimit + 1}, "limit"},
+		{AttemptQuery{Since: time.Unix(100, 0), Until: time.Unix(50, 0)}, "until"},
+	} {
+		var qe *QueryError
+		require.ErrorAs(t, c.q.Validate(), &qe, "%+v", c.q)
+		require.Equal(t, c.field, qe.Field)
+	}
+	for _, s := range []string{"", "2xx", "5XX", "error", "none", "503", "200"} {
+		require.NoError(t, AttemptQuery{Status: s}.Validate(), s)
+	}
+}

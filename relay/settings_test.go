@@ -1,0 +1,68 @@
+package relay
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Every error of a destination's settings names the setting at fault, so
+// that the CLI and the HTTP API can point at their flag or field.
+func TestSettingErrorsNameTheSetting(t *testing.T) {
+	t.Parallel()
+	ptr := func(v any) DestinationSettings {
+		var s DestinationSettings
+		switch v := v.(type) {
+		case time.Duration:
+			s.Timeout = &v
+		case int:
+			s.MaxAttempts = &v
+		case []string:
+			s.Types = &v
+		case string:
+			s.Filter = &v
+		}
+		return s
+	}
+	flag := func(s string) string { return "--" + s }
+	for _, tc := range []struct {
+		name     string
+		settings DestinationSettings
+		setting  string
+		flagText string
+	}{
+		{"timeout", ptr(time.Millisecond), "timeout", "timeout 1ms must be between 100ms and 10m"},
+		{"max attempts", ptr(0), "max-attempts", "--max-attempts 0: give 1 or more (1: no retries)"},
+		{"too many attempts", ptr(5000), "max-attempts", "max attempts 5000 must be between 1 and 1000"},
+		{"type twice", ptr([]string{"a", "a"}), "type", "--type a given twice"},
+		{"bad type", ptr([]string{"a b"}), "type", `--type: invalid event type pattern "a b"`},
+		{"bad filter", ptr("data.amount >"), "filter", "--filter: filter does not compile"},
+		{"bad url", DestinationSettings{URLs: []string{"ftp://x"}}, "url", `URL "ftp://x": scheme must be http or https`},
+		{"bad secret", DestinationSettings{Secret: new("nope")}, "secret", "secret must be in the Standard Webhooks format"},
+		{"no partitions unordered", DestinationSettings{Partitions: new(4)}, "partitions", "partitions and on-failure apply to ordered destinations only"},
+		{"backoff", DestinationSettings{BackoffBase: new(time.Minute), BackoffMax: new(time.Second)}, "backoff-max", "maximum backoff 1s must not be below the base"},
+	} {
+		s := tc.settings
+		if s.URLs == nil {
+			s.URLs = []string{"https://example.com/hook"}
+		}
+		_, _, err := s.NewDestination("orders")
+		var se *SettingError
+		require.True(t, errors.As(err, &se), "%s: %v", tc.name, err)
+		require.Equal(t, tc.setting, se.Setting, tc.name)
+		require.True(t, strings.HasPrefix(se.Text(flag), tc.flagText), "%s: %q", tc.name, se.Text(flag))
+	}
+
+	d, generated, err := DestinationSettings{URLs: []string{"https://a.example/h", "https://b.example/h"}, Types: &[]string{"", "order.*"}}.NewDestination("orders")
+	require.NoError(t, err)
+	require.True(t, generated, "no secret given: one is generated")
+	require.NotEmpty(t, d.Secret)
+	require.Equal(t, []string{"order.*"}, d.Types, "'' subscribes to none")
+	require.Equal(t, "https://a.example/h", d.URL)
+	_, generated, err = DestinationSettings{URLs: []string{"https://a.example/h"}, Secret: new("")}.NewDestination("orders")
+	require.NoError(t, err)
+	require.False(t, generated, "an empty secret: unsigned")
+}

@@ -1,0 +1,628 @@
+package ui
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/relaydev/relay/api/client"
+)
+
+func (u *UI) loginPage(w http.ResponseWriter, r *http.Request) {
+	if _, _, ok := u.sessions.open(r); ok {
+		http.Redirect(w, r, "/ui/", http.StatusSeeOther)
+		return
+	}
+	u.render(w, r, http.StatusOK, "login", user{}, map[string]any{})
+}
+
+// login checks the key with the API (GET /v1/key) and starts a session.
+func (u *UI) login(w http.ResponseWriter, r *http.Request) {
+	key := strings.TrimSpace(r.PostFormValue("key"))
+	if key == "" {
+		u.render(w, r, http.StatusOK, "login", user{}, map[string]any{"Error": "Paste an API key (relay api-key create)."})
+		return
+	}
+	k, err := u.apiFor(r, key).Key(r.Context())
+	if err != nil {
+		msg := "That API key is not valid."
+		switch statusOf(err) {
+		case http.StatusTooManyRequests:
+			msg = "Too many wrong keys from this address: wait a little and try again."
+		case http.StatusUnauthorized:
+		default:
+			msg = "Cannot check the key now: " + err.Error()
+		}
+		// 200: the sign-in form again, with why (a browser reports a page
+		// loaded with an error status as a console error).
+		u.render(w, r, http.StatusOK, "login", user{}, map[string]any{"Error": msg})
+		return
+	}
+	u.sessions.start(w, key)
+	u.cfg.Logger.Info("dashboard: signed in", "key", k.Name, "scope", k.Scope, "client", r.RemoteAddr)
+	http.Redirect(w, r, "/ui/", http.StatusSeeOther)
+}
+
+func (u *UI) logout(w http.ResponseWriter, r *http.Request, _ user) {
+	u.sessions.end(w)
+	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
+}
+
+// rateWindow is how far back the overview counts attempts for its rates;
+// at most rateRecords records are read (the window is then what they
+// cover).
+const (
+	rateWindow  = 30 * time.Second
+	rateRecords = 3000
+)
+
+// destRow is a destination's line of the overview.
+type destRow struct {
+	client.DestStats
+	Health     string // healthy, retrying, breaker open, paused, disabled, waiting
+	PerSecond  float64
+	Success    float64 // of the attempts in the window, 0..1; -1 without any
+	Attempts   int
+	OldestAge  time.Duration
+	HasOldest  bool
+	DeadLetter map[string]int // by reason, of the sample read
+}
+
+type overviewData struct {
+	Rows                          []destRow
+	Backlog, Retrying, Dead       uint64
+	PerSecond, Success            float64
+	Attempts                      int
+	Window                        time.Duration
+	Reasons                       []reasonCount
+	LettersSampled, LettersCapped int
+}
+
+type reasonCount struct {
+	Dest, Reason string
+	N            int
+}
+
+func health(s client.DestStats) string {
+	switch s.State {
+	case "circuit_open":
+		return "breaker open"
+	case "operator":
+		return "paused"
+	case "retry_after":
+		return "paused (Retry-After)"
+	case "gone":
+		return "disabled"
+	case "probing":
+		return "probing"
+	}
+	if s.Unconsumed != "" {
+		return "not consumed"
+	}
+	if s.Retrying > 0 {
+		return "retrying"
+	}
+	return "healthy"
+}
+
+// overviewOf reads what the overview shows: every destination's stats, the
+// attempts of the last rateWindow (for rates and success ratios), and a
+// sample of the dead letters (for their reasons).
+func (u *UI) overviewOf(r *http.Request, usr user) (overviewData, error) {
+	api := u.apiFor(r, usr.key)
+	stats, err := api.Stats(r.Context())
+	if err != nil {
+		return overviewData{}, err
+	}
+	now := u.cfg.Now()
+	d := overviewData{Window: rateWindow}
+	since := now.Add(-rateWindow)
+	type counts struct{ attempts, ok, delivered int }
+	byDest := map[string]*counts{}
+	q := client.AttemptQuery{Since: since, Limit: 1000}
+	read := 0
+	for read < rateRecords {
+		p, err := api.Attempts(r.Context(), q)
+		if err != nil {
+			return overviewData{}, err
+		}
+		for _, a := range p.Attempts {
+			c := byDest[a.Dest]
+			if c == nil {
+				c = &counts{}
+				byDest[a.Dest] = c
+			}
+			if a.Attempt > 0 {
+				c.attempts++
+				if a.Class == "2xx" {
+					c.ok++
+				}
+			}
+			if a.Outcome == "delivered" {
+				c.delivered++
+			}
+			since = a.At // newest first: the window shrinks to what was read
+		}
+		read += len(p.Attempts)
+		if p.Next == "" {
+			since = now.Add(-rateWindow)
+			break
+		}
+		q.Cursor = p.Next
+	}
+	if span := now.Sub(since); span > time.Second && span < rateWindow {
+		d.Window = span
+	}
+	var allAttempts, allOK, allDelivered int
+	for _, s := range stats {
+		row := destRow{DestStats: s, Health: health(s), Success: -1}
+		if c := byDest[s.Dest]; c != nil {
+			row.PerSecond = float64(c.delivered) / d.Window.Seconds()
+			row.Attempts = c.attempts
+			if c.attempts > 0 {
+				row.Success = float64(c.ok) / float64(c.attempts)
+			}
+			allAttempts, allOK, allDelivered = allAttempts+c.attempts, allOK+c.ok, allDelivered+c.delivered
+		}
+		if !s.OldestUndelivered.IsZero() {
+			row.OldestAge, row.HasOldest = now.Sub(s.OldestUndelivered), true
+		}
+		d.Backlog += s.Backlog
+		d.Retrying += uint64(s.Retrying)
+		d.Dead += s.DeadLetters
+		d.Rows = append(d.Rows, row)
+	}
+	d.Attempts = allAttempts
+	d.PerSecond = float64(allDelivered) / d.Window.Seconds()
+	d.Success = -1
+	if allAttempts > 0 {
+		d.Success = float64(allOK) / float64(allAttempts)
+	}
+	if d.Dead > 0 {
+		lp, err := api.DeadLetters(r.Context(), client.DeadLetterQuery{Limit: 1000})
+		if err != nil {
+			return overviewData{}, err
+		}
+		n := map[[2]string]int{}
+		for _, l := range lp.DeadLetters {
+			n[[2]string{l.Dest, l.Reason}]++
+		}
+		for k, c := range n {
+			d.Reasons = append(d.Reasons, reasonCount{Dest: k[0], Reason: k[1], N: c})
+		}
+		slices.SortFunc(d.Reasons, func(a, b reasonCount) int {
+			return cmpOr(strings.Compare(a.Dest, b.Dest), strings.Compare(a.Reason, b.Reason))
+		})
+		d.LettersSampled = len(lp.DeadLetters)
+		if lp.NextAfter != 0 {
+			d.LettersCapped = len(lp.DeadLetters)
+		}
+	}
+	return d, nil
+}
+
+func cmpOr(a, b int) int {
+	if a != 0 {
+		return a
+	}
+	return b
+}
+
+func (u *UI) overview(w http.ResponseWriter, r *http.Request, usr user) {
+	d, err := u.overviewOf(r, usr)
+	if err != nil {
+		u.fail(w, r, usr, err)
+		return
+	}
+	u.render(w, r, http.StatusOK, "overview", usr, d)
+}
+
+// overviewLive is the overview's live part, which the page fetches every
+// Refresh.
+func (u *UI) overviewLive(w http.ResponseWriter, r *http.Request, usr user) {
+	d, err := u.overviewOf(r, usr)
+	if err != nil {
+		u.fail(w, r, usr, err)
+		return
+	}
+	u.render(w, r, http.StatusOK, "overview", usr, d)
+}
+
+type destPageData struct {
+	Dest     client.Destination
+	Stats    *client.DestStats
+	Health   string
+	Attempts []client.AttemptRecord
+	Retrying []client.Retrying
+	// RetryingErr says why events in retry could not be listed.
+	RetryingErr string
+	Notice      string
+	Secret      string
+}
+
+func (u *UI) destData(r *http.Request, usr user, name string) (destPageData, error) {
+	var d destPageData
+	api := u.apiFor(r, usr.key)
+	var err error
+	if d.Dest, err = api.Destination(r.Context(), name); err != nil {
+		return d, err
+	}
+	stats, err := api.Stats(r.Context())
+	if err != nil {
+		return d, err
+	}
+	for i := range stats {
+		if stats[i].Dest == name {
+			d.Stats = &stats[i]
+			d.Health = health(*d.Stats)
+		}
+	}
+	p, err := api.Attempts(r.Context(), client.AttemptQuery{Dest: name, Limit: 20})
+	if err != nil {
+		return d, err
+	}
+	d.Attempts = p.Attempts
+	if !d.Dest.Ordered {
+		if d.Retrying, err = api.Retrying(r.Context(), name, 50); err != nil {
+			d.RetryingErr = err.Error()
+		}
+	}
+	return d, nil
+}
+
+func (u *UI) destPage(w http.ResponseWriter, r *http.Request, usr user) {
+	d, err := u.destData(r, usr, r.PathValue("name"))
+	if err != nil {
+		u.fail(w, r, usr, err)
+		return
+	}
+	u.render(w, r, http.StatusOK, "destination", usr, d)
+}
+
+// destAction pauses, resumes or rotates the secret of a destination.
+func (u *UI) destAction(w http.ResponseWriter, r *http.Request, usr user) {
+	name, action := r.PathValue("name"), r.PathValue("action")
+	if !slices.Contains([]string{"pause", "resume", "rotate-secret"}, action) {
+		http.Error(w, "no such action: "+action, http.StatusNotFound)
+		return
+	}
+	api := u.apiFor(r, usr.key)
+	var out client.Destination
+	var err error
+	switch action {
+	case "pause":
+		out, err = api.PauseDestination(r.Context(), name)
+	case "resume":
+		out, err = api.ResumeDestination(r.Context(), name)
+	default:
+		out, err = api.RotateSecret(r.Context(), name)
+	}
+	if err != nil {
+		u.fail(w, r, usr, err)
+		return
+	}
+	d, err := u.destData(r, usr, name)
+	if err != nil {
+		u.fail(w, r, usr, err)
+		return
+	}
+	switch action {
+	case "pause":
+		d.Notice = "Paused: no attempt is made until it is resumed."
+	case "resume":
+		d.Notice = "Resumed."
+	case "rotate-secret":
+		d.Notice = "New signing secret: it is shown once. The previous one keeps signing during the overlap."
+		d.Secret = out.Secret
+	}
+	u.render(w, r, http.StatusOK, "destination", usr, d)
+}
+
+// skip gives up on an event in retry.
+func (u *UI) skip(w http.ResponseWriter, r *http.Request, usr user) {
+	name, id := r.PathValue("name"), r.PathValue("id")
+	if _, err := u.apiFor(r, usr.key).SkipRetrying(r.Context(), name, id, strings.TrimSpace(r.PostFormValue("reason"))); err != nil {
+		u.fail(w, r, usr, err)
+		return
+	}
+	d, err := u.destData(r, usr, name)
+	if err != nil {
+		u.fail(w, r, usr, err)
+		return
+	}
+	d.Notice = fmt.Sprintf("Event %s is skipped: it is dead-lettered (reason skipped) at its next delivery.", id)
+	u.render(w, r, http.StatusOK, "destination", usr, d)
+}
+
+// letterFilter is the dead-letter page's filter, as the form has it.
+type letterFilter struct {
+	Dest, Reason, Status, Since, Until string
+}
+
+func filterOf(v url.Values) letterFilter {
+	return letterFilter{Dest: strings.TrimSpace(v.Get("dest")), Reason: strings.TrimSpace(v.Get("reason")),
+		Status: strings.TrimSpace(v.Get("status")), Since: strings.TrimSpace(v.Get("since")), Until: strings.TrimSpace(v.Get("until"))}
+}
+
+// selection is the filter as the API takes it; the times are the page's
+// datetime-local fields (UTC), or RFC 3339.
+func (f letterFilter) selection() (client.LetterSelection, error) {
+	sel := client.LetterSelection{Dest: f.Dest, Reason: f.Reason, Status: f.Status}
+	var err error
+	if f.Since != "" {
+		if sel.Since, err = parseWhen(f.Since); err != nil {
+			return sel, fmt.Errorf("since: %w", err)
+		}
+	}
+	if f.Until != "" {
+		if sel.Until, err = parseWhen(f.Until); err != nil {
+			return sel, fmt.Errorf("until: %w", err)
+		}
+	}
+	return sel, nil
+}
+
+// query is the filter as the page's query string.
+func (f letterFilter) query() string {
+	q := url.Values{}
+	for k, v := range map[string]string{"dest": f.Dest, "reason": f.Reason, "status": f.Status, "since": f.Since, "until": f.Until} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	return q.Encode()
+}
+
+func parseWhen(v string) (time.Time, error) {
+	for _, layout := range []string{time.RFC3339, "2006-01-02T15:04", "2006-01-02T15:04:05", "2006-01-02"} {
+		if t, err := time.ParseInLocation(layout, v, time.UTC); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%q is not a time (2026-01-02T15:04, UTC)", v)
+}
+
+type lettersData struct {
+	Filter    letterFilter
+	Letters   []client.DeadLetter
+	NextAfter uint64
+	Query     string // the filter, for the next page's link
+	Error     string
+	// Confirm is set when a replay or purge waits for confirmation.
+	Confirm *confirmation
+	Replay  *client.ReplayResult
+	Purge   *client.PurgeResult
+}
+
+type confirmation struct {
+	Action  string // replay or purge
+	Matched int
+	Seqs    []uint64
+	All     bool
+}
+
+// lettersData reads the page of dead letters f selects, after sequence
+// after. A filter the API refuses is shown on the page, not as a failure.
+func (u *UI) lettersData(r *http.Request, usr user, f letterFilter, after uint64) (lettersData, error) {
+	d := lettersData{Filter: f, Query: f.query()}
+	sel, err := f.selection()
+	if err != nil {
+		d.Error = err.Error()
+		return d, nil
+	}
+	p, err := u.apiFor(r, usr.key).DeadLetters(r.Context(), client.DeadLetterQuery{
+		Dest: sel.Dest, Reason: sel.Reason, Status: sel.Status, Since: sel.Since, Until: sel.Until, Limit: 100, After: after})
+	if st := statusOf(err); st == http.StatusBadRequest || st == http.StatusUnprocessableEntity || st == http.StatusNotFound {
+		d.Error = err.Error()
+		return d, nil
+	}
+	if err != nil {
+		return d, err
+	}
+	d.Letters, d.NextAfter = p.DeadLetters, p.NextAfter
+	return d, nil
+}
+
+func (u *UI) letters(w http.ResponseWriter, r *http.Request, usr user) {
+	after, _ := strconv.ParseUint(r.URL.Query().Get("after"), 10, 64)
+	d, err := u.lettersData(r, usr, filterOf(r.URL.Query()), after)
+	if err != nil {
+		u.fail(w, r, usr, err)
+		return
+	}
+	u.render(w, r, http.StatusOK, "dead-letters", usr, d)
+}
+
+// letterAction replays or purges dead letters: the ones selected, or all
+// that match the filter. The first request is a dry run whose count the
+// page shows with a button to confirm; the confirmed one acts.
+func (u *UI) letterAction(w http.ResponseWriter, r *http.Request, usr user) {
+	action := r.PathValue("action")
+	if action != "replay" && action != "purge" {
+		http.Error(w, "no such action: "+action, http.StatusNotFound)
+		return
+	}
+	_ = r.ParseForm()
+	f := filterOf(r.PostForm)
+	d, err := u.lettersData(r, usr, f, 0)
+	if err != nil {
+		u.fail(w, r, usr, err)
+		return
+	}
+	refuse := func(msg string) {
+		d.Error = msg
+		u.render(w, r, http.StatusOK, "dead-letters", usr, d)
+	}
+	var sel client.LetterSelection
+	all := r.PostFormValue("all") == "1"
+	var seqs []uint64
+	for _, v := range r.PostForm["seq"] {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || n == 0 {
+			refuse(fmt.Sprintf("%q is not a dead letter's sequence", v))
+			return
+		}
+		seqs = append(seqs, n)
+	}
+	switch {
+	case all:
+		if sel, err = f.selection(); err != nil {
+			refuse(err.Error())
+			return
+		}
+		sel.All = true
+	case len(seqs) > 0:
+		sel.Seqs = seqs
+	default:
+		refuse("Select dead letters first, or choose all that match the filter.")
+		return
+	}
+	confirmed := r.PostFormValue("confirm") == "1"
+	sel.DryRun = !confirmed
+	api := u.apiFor(r, usr.key)
+	matched := 0
+	if action == "replay" {
+		res, err := api.ReplayDeadLetters(r.Context(), client.ReplaySelection{LetterSelection: sel})
+		if err != nil {
+			u.fail(w, r, usr, err)
+			return
+		}
+		matched, d.Replay = res.Matched, &res
+	} else {
+		res, err := api.PurgeDeadLetters(r.Context(), sel)
+		if err != nil {
+			u.fail(w, r, usr, err)
+			return
+		}
+		matched, d.Purge = res.Matched, &res
+	}
+	if !confirmed {
+		d.Replay, d.Purge = nil, nil
+		d.Confirm = &confirmation{Action: action, Matched: matched, Seqs: seqs, All: all}
+		u.render(w, r, http.StatusOK, "dead-letters", usr, d)
+		return
+	}
+	// The list after the change, with what was done.
+	fresh, err := u.lettersData(r, usr, f, 0)
+	if err != nil {
+		u.fail(w, r, usr, err)
+		return
+	}
+	fresh.Replay, fresh.Purge = d.Replay, d.Purge
+	u.render(w, r, http.StatusOK, "dead-letters", usr, fresh)
+}
+
+// bodyView is a body as the page shows it: JSON indented, text as it is,
+// anything else as a hex dump.
+type bodyView struct {
+	Kind string // json, text, binary, none
+	Text string
+	Size int
+}
+
+// viewBody shows a body the API answered: JSON as itself (raw), text as a
+// JSON string (raw, with its bytes in b64) or as text, anything else in
+// b64 only.
+func viewBody(raw json.RawMessage, b64 []byte, text string) bodyView {
+	if text != "" {
+		return bodyView{Kind: "text", Text: text, Size: len(text)}
+	}
+	if len(raw) > 0 {
+		var s string
+		if raw[0] == '"' && json.Unmarshal(raw, &s) == nil && utf8.ValidString(s) {
+			return bodyView{Kind: "text", Text: s, Size: len(s)}
+		}
+		var out bytes.Buffer
+		if json.Indent(&out, raw, "", "  ") == nil {
+			return bodyView{Kind: "json", Text: out.String(), Size: len(raw)}
+		}
+	}
+	if len(b64) > 0 {
+		return bodyView{Kind: "binary", Text: hex.Dump(b64), Size: len(b64)}
+	}
+	return bodyView{Kind: "none"}
+}
+
+func (u *UI) letter(w http.ResponseWriter, r *http.Request, usr user) {
+	seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
+	if err != nil || seq == 0 {
+		u.render(w, r, http.StatusNotFound, "error", usr, map[string]any{"Status": 404, "Error": fmt.Sprintf("%q is not a dead letter's sequence", r.PathValue("seq"))})
+		return
+	}
+	l, err := u.apiFor(r, usr.key).DeadLetter(r.Context(), seq)
+	if err != nil {
+		u.fail(w, r, usr, err)
+		return
+	}
+	u.render(w, r, http.StatusOK, "dead-letter", usr, map[string]any{"Letter": l, "Body": viewBody(l.BodyJSON, l.BodyBase64, "")})
+}
+
+func (u *UI) eventPage(w http.ResponseWriter, r *http.Request, usr user) {
+	id := strings.TrimSpace(r.URL.Query().Get("id"))
+	data := map[string]any{"ID": id}
+	if id != "" {
+		ev, err := u.apiFor(r, usr.key).Event(r.Context(), id)
+		switch st := statusOf(err); {
+		case err == nil:
+			data["Event"] = ev
+			data["Body"] = viewBody(ev.BodyJSON, ev.BodyBase64, ev.BodyText)
+		case st == http.StatusNotFound || st == http.StatusBadRequest:
+			var e *client.Error
+			errors.As(err, &e)
+			data["Error"] = e.Detail
+		default:
+			u.fail(w, r, usr, err)
+			return
+		}
+	}
+	u.render(w, r, http.StatusOK, "event", usr, data)
+}
+
+func (u *UI) sendPage(w http.ResponseWriter, r *http.Request, usr user) {
+	ds, err := u.apiFor(r, usr.key).Destinations(r.Context())
+	if err != nil && statusOf(err) != http.StatusForbidden {
+		u.fail(w, r, usr, err)
+		return
+	}
+	u.render(w, r, http.StatusOK, "send", usr, map[string]any{"Dests": ds, "Data": "{\n  \"test\": true\n}"})
+}
+
+// send publishes a test event through the API.
+func (u *UI) send(w http.ResponseWriter, r *http.Request, usr user) {
+	to, target := r.PostFormValue("to"), strings.TrimSpace(r.PostFormValue("target"))
+	data := strings.TrimSpace(r.PostFormValue("data"))
+	form := map[string]any{"To": to, "Target": target, "Data": data, "Key": r.PostFormValue("key")}
+	ev := client.NewEvent{Key: strings.TrimSpace(r.PostFormValue("key"))}
+	if to == "type" {
+		ev.Type = target
+	} else {
+		ev.Dest = target
+	}
+	if !json.Valid([]byte(data)) {
+		form["Error"] = "The body must be JSON (it is sent as the event's data)."
+		u.render(w, r, http.StatusOK, "send", usr, form)
+		return
+	}
+	ev.Data = json.RawMessage(data)
+	res, err := u.apiFor(r, usr.key).Publish(r.Context(), ev)
+	if st := statusOf(err); st != 0 && st < 500 {
+		form["Error"] = err.Error()
+		u.render(w, r, http.StatusOK, "send", usr, form)
+		return
+	}
+	if err != nil {
+		u.fail(w, r, usr, err)
+		return
+	}
+	form["Sent"] = res
+	u.render(w, r, http.StatusOK, "send", usr, form)
+}

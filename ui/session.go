@@ -1,0 +1,139 @@
+package ui
+
+import (
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaydev/relay/stream"
+)
+
+// sessionSecretKey is the key, in the relay_state bucket, of the secret
+// that seals the dashboard's session cookies: one for every replica, so
+// that a session opened on one is good on the others.
+const sessionSecretKey = "ui-session-secret"
+
+// loadSecret returns the session secret, creating it if none exists.
+func loadSecret(ctx context.Context, js jetstream.JetStream) ([]byte, error) {
+	kv, err := js.KeyValue(ctx, stream.StateBucket)
+	if err != nil {
+		return nil, fmt.Errorf("open bucket %s: %w", stream.StateBucket, err)
+	}
+	for range 3 {
+		e, err := kv.Get(ctx, sessionSecretKey)
+		if err == nil && len(e.Value()) == 32 {
+			return e.Value(), nil
+		}
+		if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, fmt.Errorf("read the dashboard's session secret: %w", err)
+		}
+		secret := make([]byte, 32)
+		_, _ = rand.Read(secret)
+		if _, err := kv.Create(ctx, sessionSecretKey, secret); err == nil {
+			return secret, nil
+		} else if !errors.Is(err, jetstream.ErrKeyExists) {
+			return nil, fmt.Errorf("store the dashboard's session secret: %w", err)
+		}
+		// Another replica created it first: read theirs.
+	}
+	return nil, errors.New("cannot agree on the dashboard's session secret with the other replicas")
+}
+
+// session is what a session cookie holds, sealed: the API key the user
+// signed in with, and when the session ends.
+type session struct {
+	Key     string    `json:"k"`
+	Expires time.Time `json:"e"`
+}
+
+// sessions seals and opens session cookies with AES-GCM, and derives each
+// session's CSRF token.
+type sessions struct {
+	aead   cipher.AEAD
+	mac    []byte
+	ttl    time.Duration
+	secure bool
+	now    func() time.Time
+}
+
+func newSessions(secret []byte, ttl time.Duration, secure bool, now func() time.Time) (*sessions, error) {
+	enc := sha256.Sum256(append([]byte("relay ui session: "), secret...))
+	block, err := aes.NewCipher(enc[:])
+	if err != nil {
+		return nil, err
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, err
+	}
+	mac := sha256.Sum256(append([]byte("relay ui csrf: "), secret...))
+	return &sessions{aead: aead, mac: mac[:], ttl: ttl, secure: secure, now: now}, nil
+}
+
+const cookieName = "relay_session"
+
+// open returns the session of r's cookie, if it has a valid one that has
+// not ended, and the cookie's value.
+func (s *sessions) open(r *http.Request) (session, string, bool) {
+	c, err := r.Cookie(cookieName)
+	if err != nil {
+		return session{}, "", false
+	}
+	b, err := base64.RawURLEncoding.DecodeString(c.Value)
+	n := s.aead.NonceSize()
+	if err != nil || len(b) < n {
+		return session{}, "", false
+	}
+	plain, err := s.aead.Open(nil, b[:n], b[n:], []byte(cookieName))
+	if err != nil {
+		return session{}, "", false
+	}
+	var ss session
+	if json.Unmarshal(plain, &ss) != nil || ss.Key == "" || !s.now().Before(ss.Expires) {
+		return session{}, "", false
+	}
+	return ss, c.Value, true
+}
+
+// start sets a session cookie for key on w.
+func (s *sessions) start(w http.ResponseWriter, key string) {
+	ss := session{Key: key, Expires: s.now().Add(s.ttl)}
+	plain, _ := json.Marshal(ss)
+	nonce := make([]byte, s.aead.NonceSize())
+	_, _ = rand.Read(nonce)
+	sealed := s.aead.Seal(nonce, nonce, plain, []byte(cookieName))
+	http.SetCookie(w, &http.Cookie{
+		Name: cookieName, Value: base64.RawURLEncoding.EncodeToString(sealed), Path: "/ui",
+		Expires: ss.Expires, HttpOnly: true, Secure: s.secure, SameSite: http.SameSiteStrictMode,
+	})
+}
+
+// end removes the session cookie.
+func (s *sessions) end(w http.ResponseWriter) {
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/ui", MaxAge: -1, HttpOnly: true, Secure: s.secure, SameSite: http.SameSiteStrictMode})
+}
+
+// csrf is the CSRF token of the session whose cookie value is cookie: a
+// MAC of it, which a page from another site cannot know.
+func (s *sessions) csrf(cookie string) string {
+	m := hmac.New(sha256.New, s.mac)
+	m.Write([]byte(cookie))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// csrfOK reports whether token is the CSRF token of cookie.
+func (s *sessions) csrfOK(cookie, token string) bool {
+	return token != "" && subtle.ConstantTimeCompare([]byte(s.csrf(cookie)), []byte(token)) == 1
+}
