@@ -871,3 +871,41 @@ func (e *env) countAcks(dest string, count func(kind string) bool) *atomic.Int64
 	require.NoError(e.t, e.nc.Flush())
 	return &n
 }
+
+// TestMaxInFlightBoundsAllDestinationsTogether: a replica makes at most
+// MaxInFlight attempts at once, whatever the number of destinations and
+// their concurrency, shared or with consumers of their own; when places
+// free up, the waiting events are delivered, each once.
+func TestMaxInFlightBoundsAllDestinationsTogether(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	s, arrived, release := gatedSink(t, 0)
+	names := []string{"own1", "own2", "own3", "shared1"}
+	for _, n := range names {
+		e.addDest(relay.Destination{Name: n, URL: s.URL, Concurrency: 4, Shared: n == "shared1"})
+	}
+	e.startRelay(func(c *relay.Config) { c.MaxInFlight = 5 })
+	const per = 6
+	for range per {
+		for _, n := range names {
+			e.publish(n, "", `{}`)
+		}
+	}
+	// 16 could be attempted by the destinations' concurrency; 5 are.
+	eventually(t, 20*time.Second, func() bool { return arrived.Load() == 5 }, "five attempts held by the sink, %d so far", arrived.Load())
+	// Every event has reached relay (queued behind the five), and none
+	// more has reached the sink.
+	eventually(t, 20*time.Second, func() bool {
+		n := 0
+		for _, d := range names[:3] {
+			n += e.ackPending(d)
+		}
+		return n == 3*per
+	}, "the events of the destinations with consumers of their own handed to relay")
+	require.Equal(t, int32(5), arrived.Load(), "still five attempts in flight")
+	release()
+	eventually(t, 30*time.Second, func() bool { return len(s.delivered()) == len(names)*per }, "all delivered, %d so far", len(s.delivered()))
+	for id, n := range s.delivered() {
+		require.Equal(t, 1, n, "event %s", id)
+	}
+}

@@ -202,12 +202,14 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 				if sp.slots != nil {
 					sp.slots <- struct{}{}
 				}
+				r.inFlight <- struct{}{}
 				if time.Since(p.since) > restartAfter {
 					// It waited long in the queue (or for a slot):
 					// restart its AckWait.
 					_ = p.msg.InProgress()
 				}
 				r.handle(dctx, p.msg, mark)
+				<-r.inFlight
 				if sp.slots != nil {
 					<-sp.slots
 				}

@@ -71,9 +71,11 @@ type Config struct {
 	// after consecutive failed attempts to it; it doubles with each
 	// consecutive cool-down, up to 8 times. Optional, default 30s.
 	URLCooldown time.Duration
-	// MaxInFlight bounds the attempts one replica makes at once for the
-	// shared destinations, all together (each also by its concurrency):
-	// the shared consumer's workers. Optional, default 1024.
+	// MaxInFlight bounds the attempts one replica makes at once, all
+	// destinations together (each also by its concurrency), so that the
+	// goroutines, sockets and response buffers of a replica stay bounded
+	// however many destinations it serves. It is also the shared
+	// consumer's pool of workers. Optional, default 1024.
 	MaxInFlight int
 	// NoAttemptLog turns the delivery log off: no record of attempts
 	// (stream.LogStream). Optional, default on.
@@ -227,6 +229,9 @@ type Relay struct {
 	sharedPaused map[string]time.Time
 	// slots bound each shared destination's attempts.
 	slots destSlots
+	// inFlight bounds all attempts of the replica (MaxInFlight): each
+	// takes a place before it starts.
+	inFlight chan struct{}
 	// laneWarn keeps "cannot open the lane" to a line per destination a
 	// minute.
 	laneWarn quiet
@@ -302,6 +307,7 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 		tracer:       tracerOf(cfg.TracerProvider),
 	}
 	r.slots = destSlots{r: r, m: map[string]chan struct{}{}}
+	r.inFlight = make(chan struct{}, cfg.MaxInFlight)
 	if !cfg.NoAttemptLog {
 		if _, err := cfg.JS.Stream(ctx, stream.LogStream); err != nil {
 			return nil, fmt.Errorf("open stream %s: %w", stream.LogStream, err)

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -148,7 +149,9 @@ type held struct {
 	size  int
 	since time.Time // when it came, or its AckWait was last restarted
 	came  time.Time // when it came
-	start time.Time // when its attempt began (zero while queued)
+	// began is when its attempt began, in Unix nanoseconds: once a
+	// worker has it and the replica's MaxInFlight has room (0 before).
+	began atomic.Int64
 	// slot is the destination's slot its attempt took (see destSlots).
 	slot chan struct{}
 
@@ -323,7 +326,10 @@ func (r *Relay) consumeShared(cons jetstream.Consumer, stopped <-chan struct{}) 
 	for range r.cfg.MaxInFlight {
 		wg.Go(func() {
 			for h := range s.work {
+				r.inFlight <- struct{}{}
+				h.began.Store(time.Now().UnixNano())
 				r.handle(dctx, h, nil)
+				<-r.inFlight
 				if fd, ok := h.pulled.(*fanDelivery); ok {
 					// Left without an outcome (Decide's Leave): JetStream
 					// would hand the whole fan-out message out again.
@@ -608,7 +614,9 @@ func (s *sharedLoop) slow(q *destQueue, now time.Time) bool {
 		return true
 	}
 	for h := range q.inFlight {
-		if now.Sub(h.start) > laneSlow {
+		// Waiting for room among the replica's attempts is not the
+		// destination's slowness.
+		if b := h.began.Load(); b != 0 && now.Sub(time.Unix(0, b)) > laneSlow {
 			return true
 		}
 	}
@@ -646,7 +654,6 @@ func (s *sharedLoop) dispatched() {
 	h := q.queue[0]
 	q.queue[0] = nil
 	q.queue = q.queue[1:]
-	h.start = time.Now()
 	q.busy++
 	if q.inFlight == nil {
 		q.inFlight = map[*held]struct{}{}

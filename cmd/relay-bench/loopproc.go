@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/relaydev/relay/stream"
 )
 
 // loopRunner is a running minimal loop, in the bench process or in its own.
@@ -59,11 +61,23 @@ func runLoopProc(args []string) error {
 	dest := fs.String("dest", "", "destination whose subjects to consume")
 	workers := fs.Int("workers", 64, "worker goroutines")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process to this file")
+	embeddedDir := fs.String("embedded-dir", "", "instead of -nats-url: start an embedded NATS server on this data directory, as relay run does")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *natsURL == "" || *url == "" || *dest == "" || *workers < 1 {
-		return errors.New("-nats-url, -url, -dest and -workers >= 1 are required")
+	if (*natsURL == "") == (*embeddedDir == "") || *url == "" || *dest == "" || *workers < 1 {
+		return errors.New("-nats-url or -embedded-dir, -url, -dest and -workers >= 1 are required")
+	}
+	if *embeddedDir != "" {
+		s, err := stream.StartEmbedded(stream.EmbeddedConfig{DataDir: *embeddedDir, Port: -1})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			s.Shutdown()
+			s.WaitForShutdown()
+		}()
+		*natsURL = s.ClientURL()
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)

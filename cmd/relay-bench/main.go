@@ -58,11 +58,11 @@ type options struct {
 	shared       bool
 }
 
-var allScenarios = []string{"a", "b", "c", "d", "e", "f", "g", "h", "k", "l"}
+var allScenarios = []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "k", "l"}
 
 // defaultScenarios are those run without -scenarios: (h) takes minutes at
 // 10,000 destinations and is run on purpose.
-var defaultScenarios = []string{"a", "b", "c", "d", "e", "f", "g", "k", "l"}
+var defaultScenarios = []string{"a", "i", "b", "c", "d", "e", "f", "g", "k", "l"}
 
 // children are the hidden subcommands the bench starts itself as.
 var children = map[string]func(args []string) error{
@@ -104,7 +104,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.backlog, "backlog", 1_000_000, "events of scenario (d), published before relay starts")
 	fs.IntVar(&o.failN, "fail-n", 0, "events of scenario (c) (0: min(-n, 20000))")
 	fs.IntVar(&o.redisN, "redis-n", 0, "events of scenario (f) (0: min(-n, 10000))")
-	sc := fs.String("scenarios", strings.Join(defaultScenarios, ","), "comma-separated scenarios to run: a throughput, b latency, c 10% 503, d backlog, e 100 destinations, f redis list, g fan-out, h -dests destinations (relay with its own embedded NATS), k order keys, l the delivery log's cost")
+	sc := fs.String("scenarios", strings.Join(defaultScenarios, ","), "comma-separated scenarios to run: a throughput, b latency, c 10% 503, d backlog, e 100 destinations, f redis list, g fan-out, h -dests destinations (relay with its own embedded NATS), i the default deployment (relay run and the loop, each with its own embedded NATS, timed from process start), k order keys, l the delivery log's cost")
 	fs.IntVar(&o.keysN, "keys-n", 1_000_000, "events of scenario (k), published once with one order key and once with a key each")
 	fs.IntVar(&o.keysDrain, "keys-drain", 20_000, "events of scenario (k) relay delivers while its RSS is measured")
 	fs.IntVar(&o.dests, "dests", 1000, "destinations of scenario (h)")
@@ -265,7 +265,7 @@ func run(o options) error {
 	defer b.close()
 	rep.NATSVersion = natsVersion()
 	steps := map[string]func(context.Context) ([]*result, error){
-		"a": b.scenarioA, "b": b.scenarioB, "c": b.scenarioC, "d": b.scenarioD, "e": b.scenarioE, "f": b.scenarioF, "g": b.scenarioG, "h": b.scenarioH, "k": b.scenarioK, "l": b.scenarioL,
+		"a": b.scenarioA, "b": b.scenarioB, "c": b.scenarioC, "d": b.scenarioD, "e": b.scenarioE, "f": b.scenarioF, "g": b.scenarioG, "h": b.scenarioH, "i": b.scenarioI, "k": b.scenarioK, "l": b.scenarioL,
 	}
 	rep.LoadStart = loadAvg()
 	started := time.Now()

@@ -17,38 +17,74 @@ func TestMedian(t *testing.T) {
 	require.Equal(t, []float64{3, 1, 2}, v, "the input is left as it was")
 }
 
-// TestThroughputTargetUsesTheMedianRound: with rounds of (a), the 80%
-// target is judged on the median of the per-round ratios, and the Redis
-// comparison on the median relay rate, so one disturbed round does not
-// decide either.
+// TestThroughputTargetUsesTheMedianRound: with rounds of (a), the 95%
+// target and the CPU target are judged on the medians of the per-round
+// ratios, so one disturbed round does not decide either.
 func TestThroughputTargetUsesTheMedianRound(t *testing.T) {
 	r := &report{Machine: machine{CPUs: 2}}
-	round := func(k int, relay, loop float64) {
+	round := func(k int, relay, loop, relayCPU, loopCPU float64) {
 		r.Results = append(r.Results,
-			&result{Scenario: "a", System: "relay", Round: k, PerSecond: relay, VsLoop: relay / loop, Seconds: 1},
-			&result{Scenario: "a", System: "minimal loop", Round: k, PerSecond: loop, Seconds: 1})
+			&result{Scenario: "a", System: "relay", Round: k, PerSecond: relay, VsLoop: relay / loop, ProcCPUPer1: relayCPU, Seconds: 1},
+			&result{Scenario: "a", System: "minimal loop", Round: k, PerSecond: loop, ProcCPUPer1: loopCPU, Seconds: 1})
 	}
-	round(1, 17000, 20000) // 85%
-	round(2, 9000, 20000)  // 45%: a disturbed round
-	round(3, 16400, 20000) // 82%
-	r.Results = append(r.Results, &result{Scenario: "f", System: "redis list sequential", PerSecond: 1640, Seconds: 1})
+	round(1, 19800, 20000, 0.100, 0.100) // 99%, 1.00x
+	round(2, 9000, 20000, 0.200, 0.100)  // 45%, 2.00x: a disturbed round
+	round(3, 19400, 20000, 0.104, 0.100) // 97%, 1.04x
 	r.evaluate()
 
-	require.Len(t, r.Targets, 8)
-	tp := r.Targets[0]
+	tp := targetNamed(r, "throughput")
 	require.Equal(t, "PASS", tp.Status, tp.Got)
-	require.True(t, strings.HasPrefix(tp.Got, "median of 3 rounds 82% (85%, 45%, 82%)"), tp.Got)
-	f := r.Targets[3]
-	require.Equal(t, "PASS", f.Status, f.Got)
-	require.Contains(t, f.Got, "16400/s (median of (a)) vs 1640/s = 10.0x")
+	require.True(t, strings.HasPrefix(tp.Got, "median of 3 rounds 97% (99%, 45%, 97%)"), tp.Got)
+	cpu := targetNamed(r, "CPU per delivery")
+	require.Equal(t, "PASS", cpu.Status, cpu.Got)
+	require.True(t, strings.HasPrefix(cpu.Got, "median of 3 rounds 1.04x (1.00x, 2.00x, 1.04x)"), cpu.Got)
 
-	// The same rounds with the disturbed one the median: a miss.
+	// The same rounds with the disturbed one the median: misses.
 	r = &report{Machine: machine{CPUs: 2}}
-	round(1, 17000, 20000)
-	round(2, 9000, 20000)
-	round(3, 15000, 20000) // 75%
+	round(1, 19800, 20000, 0.100, 0.100)
+	round(2, 9000, 20000, 0.200, 0.100)
+	round(3, 18000, 20000, 0.110, 0.100) // 90%, 1.10x
 	r.evaluate()
-	require.Equal(t, "MISS", r.Targets[0].Status, r.Targets[0].Got)
+	require.Equal(t, "MISS", targetNamed(r, "throughput").Status)
+	require.Equal(t, "MISS", targetNamed(r, "CPU per delivery").Status)
+}
+
+// TestDeploymentAndManyDestinationTargets: (i) is judged on the median of
+// its rounds' ratios to its own loop, (e) against (a)'s median relay rate.
+func TestDeploymentAndManyDestinationTargets(t *testing.T) {
+	r := &report{Machine: machine{CPUs: 2}}
+	for k, ratio := range []float64{0.95, 0.80, 0.91} {
+		r.Results = append(r.Results,
+			&result{Scenario: "a", System: "relay", Round: k + 1, PerSecond: 10000, VsLoop: 1, Seconds: 1},
+			&result{Scenario: "i", System: "relay", Round: k + 1, VsLoop: ratio, ProcRSSMB: 80, Seconds: 1})
+	}
+	r.Results = append(r.Results, &result{Scenario: "e", System: "relay", PerSecond: 8900, Seconds: 1})
+	r.evaluate()
+	dep := targetNamed(r, "default deployment")
+	require.Equal(t, "PASS", dep.Status, dep.Got)
+	require.Contains(t, dep.Got, "median of 3 rounds 91% (95%, 80%, 91%)")
+	e := targetNamed(r, "100 destinations")
+	require.Equal(t, "MISS", e.Status, e.Got)
+	require.Contains(t, e.Got, "8900/s vs 10000/s (median of (a)) = 89%")
+}
+
+// TestLatencyTargetsPairEachRateWithTheLoop: each rate of (b) compares
+// relay's p99 with the loop's at that rate.
+func TestLatencyTargetsPairEachRateWithTheLoop(t *testing.T) {
+	r := &report{Machine: machine{CPUs: 2}}
+	r.Results = []*result{
+		{Scenario: "b", Title: "latency at 5,000/s", System: "minimal loop", Rate: 5000, P99ms: 10, Seconds: 1},
+		{Scenario: "b", Title: "latency at 5,000/s", System: "relay", Rate: 5000, P99ms: 10.9, Seconds: 1},
+		{Scenario: "b", Title: "latency at 50% of the loop's max", System: "minimal loop", Rate: 10000, P99ms: 20, Seconds: 1},
+		{Scenario: "b", Title: "latency at 50% of the loop's max", System: "relay", Rate: 10000, P99ms: 22.5, Seconds: 1},
+	}
+	r.evaluate()
+	at5k := targetNamed(r, "latency at 5,000/s")
+	require.Equal(t, "PASS", at5k.Status, at5k.Got)
+	require.Contains(t, at5k.Got, "1.09x")
+	half := targetNamed(r, "latency at 50% of the loop's max")
+	require.Equal(t, "MISS", half.Status, half.Got)
+	require.Contains(t, half.Want, "10000/s")
 }
 
 func TestOrderKeysTarget(t *testing.T) {

@@ -392,59 +392,79 @@ func (b *bench) loopRun(ctx context.Context, r *result, dest string, n int, live
 	return l.stop()
 }
 
-// scenarioB: publish-to-delivery latency at a fixed rate, half of (a)'s.
+// scenarioB: publish-to-delivery latency at fixed rates, relay against
+// the minimal loop at the same rate: 5,000/s and half of the loop's (a)
+// rate (its median), or only -rate when given.
 func (b *bench) scenarioB(ctx context.Context) ([]*result, error) {
-	rate := b.opts.rate
-	note := ""
-	if rate == 0 {
-		if b.relayRateA > 0 {
-			rate = b.relayRateA / 2
-			note = "rate: 50% of (a)'s relay rate (the median of its rounds)"
-		} else {
-			rate = 1000
-			note = "rate: 1000/s, because (a) did not run (set -rate to choose)"
-		}
+	type step struct {
+		rate        float64
+		title, note string
+	}
+	var steps []step
+	switch {
+	case b.opts.rate > 0:
+		steps = []step{{b.opts.rate, "latency at -rate", ""}}
+	case b.loopRateA > 0:
+		steps = []step{{5000, "latency at 5,000/s", ""}, {b.loopRateA / 2, "latency at 50% of the loop's max", "rate: 50% of (a)'s minimal-loop rate (the median of its rounds)"}}
+	default:
+		steps = []step{{5000, "latency at 5,000/s", ""}}
 	}
 	var out []*result
+	for i, st := range steps {
+		dest, loopDest := "b", "loopb"
+		if i > 0 {
+			dest, loopDest = "b"+strconv.Itoa(i+1), "loopb"+strconv.Itoa(i+1)
+		}
+		rs, err := b.latencyAt(ctx, st.rate, st.title, st.note, dest, loopDest)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rs...)
+	}
+	return out, nil
+}
 
+// latencyAt measures the minimal loop on loopDest and then relay on dest,
+// each publishing at rate.
+func (b *bench) latencyAt(ctx context.Context, rate float64, title, note, dest, loopDest string) ([]*result, error) {
+	var out []*result
 	// The minimal loop at the same rate first, so that relay's
 	// unknown-destination check has read the loop's events (in relay's
 	// warm-up) before relay's measurement starts.
 	if b.opts.loopDuration > 0 {
-		l := &result{Scenario: "b", Title: "latency", System: "minimal loop", Rate: rate, LatencyKind: "publish-to-delivery"}
-		if err := b.addPausedDest(ctx, "loopb"); err != nil {
+		l := &result{Scenario: "b", Title: title, System: "minimal loop", Rate: rate, LatencyKind: "publish-to-delivery"}
+		if err := b.addPausedDest(ctx, loopDest); err != nil {
 			return nil, err
 		}
-		lr, lp, err := b.startLoopRunner(ctx, "loopb")
+		lr, lp, err := b.startLoopRunner(ctx, loopDest)
 		if err != nil {
 			return nil, err
 		}
-		err = b.atRateMeasured(ctx, l, "loopb", rate, b.opts.loopDuration, lp)
+		err = b.atRateMeasured(ctx, l, loopDest, rate, b.opts.loopDuration, lp)
 		if serr := lr.stop(); err == nil {
 			err = serr
 		}
 		if err != nil {
-			return nil, fmt.Errorf("(b) minimal loop: %w", err)
+			return nil, fmt.Errorf("(b) minimal loop at %.0f/s: %w", rate, err)
 		}
-		l.Notes = append(l.Notes, fmt.Sprintf("ran %s, for reference", b.opts.loopDuration))
 		out = append(out, l)
 		logf("  minimal loop at %.0f/s: p50 %.2fms p99 %.2fms max %.2fms", rate, l.P50ms, l.P99ms, l.Maxms)
 	}
 
-	r := &result{Scenario: "b", Title: "latency", System: "relay", Rate: rate, LatencyKind: "publish-to-delivery"}
+	r := &result{Scenario: "b", Title: title, System: "relay", Rate: rate, LatencyKind: "publish-to-delivery"}
 	if note != "" {
 		r.Notes = append(r.Notes, note)
 	}
-	if err := b.addDest(ctx, relay.Destination{Name: "b"}); err != nil {
+	if err := b.addDest(ctx, relay.Destination{Name: dest}); err != nil {
 		return nil, err
 	}
-	p, err := b.startRelay("b")
+	p, err := b.startRelay(dest)
 	if err != nil {
 		return nil, err
 	}
 	defer p.stop(20 * time.Second)
-	if err := b.atRateMeasured(ctx, r, "b", rate, b.opts.duration, p); err != nil {
-		return nil, fmt.Errorf("(b) relay: %w", err)
+	if err := b.atRateMeasured(ctx, r, dest, rate, b.opts.duration, p); err != nil {
+		return nil, fmt.Errorf("(b) relay at %.0f/s: %w", rate, err)
 	}
 	r.Notes = append(r.Notes, b.relayNotes(ctx, p)...)
 	if err := p.stop(20 * time.Second); err != nil {

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/stream"
+)
+
+// scenarioI: the default deployment, (a'). 'relay run' with its own
+// embedded NATS server (what make run starts: --api-addr on loopback, the
+// delivery log, operator events) against the minimal loop with an embedded
+// server of its own, each on a data directory already holding n events for
+// it, each timed from its process's start to the sink's last 2xx: start-up,
+// store recovery and relay's unknown-destination check included. Rounds
+// alternate which goes first, as in (a).
+func (b *bench) scenarioI(ctx context.Context) ([]*result, error) {
+	n := b.opts.n
+	var out, relays, loops []*result
+	for k := 1; k <= b.opts.aRounds; k++ {
+		r := &result{Scenario: "i", Title: "default deployment", System: "relay", Round: k, Events: n, LatencyKind: "queue"}
+		l := &result{Scenario: "i", Title: "default deployment", System: "minimal loop", Round: k, Events: n, LatencyKind: "queue"}
+		runRelay := func() error {
+			if err := b.deployRun(ctx, r, "i"+strconv.Itoa(k), false); err != nil {
+				return fmt.Errorf("(i) relay, round %d: %w", k, err)
+			}
+			logf("  relay: %d delivered in %.2fs = %.0f/s, peak RSS %.1f MB", r.Delivered, r.Seconds, r.PerSecond, r.ProcRSSMB)
+			return nil
+		}
+		runLoop := func() error {
+			if err := b.deployRun(ctx, l, "iloop"+strconv.Itoa(k), true); err != nil {
+				return fmt.Errorf("(i) minimal loop, round %d: %w", k, err)
+			}
+			logf("  minimal loop: %d delivered in %.2fs = %.0f/s, peak RSS %.1f MB", l.Delivered, l.Seconds, l.PerSecond, l.ProcRSSMB)
+			return nil
+		}
+		first, second := runRelay, runLoop
+		if k%2 == 0 {
+			first, second = runLoop, runRelay
+		}
+		if err := first(); err != nil {
+			return nil, err
+		}
+		if err := second(); err != nil {
+			return nil, err
+		}
+		r.VsLoop = r.PerSecond / l.PerSecond
+		relays, loops = append(relays, r), append(loops, l)
+		out = append(out, r, l)
+	}
+	return out, nil
+}
+
+// deployRun prepares a data directory holding n events for dest (with an
+// embedded server in the bench process, stopped before the measurement),
+// then starts relay, or the minimal loop with -loop, on that directory with
+// its own embedded server, and times it from its start to the sink's n-th
+// delivery. The bench's own NATS server takes no part.
+func (b *bench) deployRun(ctx context.Context, r *result, dest string, loop bool) error {
+	n := b.opts.n
+	dir := filepath.Join(b.tmp, "deploy-"+dest)
+	if err := b.prepareDeployData(ctx, r, dir, dest, n); err != nil {
+		return fmt.Errorf("preparing the data directory: %w", err)
+	}
+	natsAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	if err := b.sinkReset(ctx); err != nil {
+		return err
+	}
+	m := b.mark()
+	start := time.Now()
+	var p *proc
+	if loop {
+		// Ready once it consumes: its start-up is timed all the same.
+		p, err = startReady(ctx, "minimal loop ("+dest+")", filepath.Join(b.logDir, "loop-"+dest+".log"),
+			"loop", "-embedded-dir", dir, "-url", b.sinkURL(dest), "-dest", dest, "-workers", strconv.Itoa(b.opts.loopWorkers))
+	} else {
+		var metrics, api string
+		if metrics, err = freeAddr(); err == nil {
+			api, err = freeAddr()
+		}
+		if err != nil {
+			return err
+		}
+		// As make run starts it, with a metrics port for the notes.
+		args := []string{"--log-level", "warn", "run", "--data-dir", dir, "--listen", natsAddr,
+			"--allow-net", "127.0.0.0/8", "--api-addr", api, "--metrics-addr", metrics}
+		p, _, err = startProc("relay ("+dest+")", filepath.Join(b.logDir, "relay-"+dest+".log"), childEnv(), false, b.opts.relay, args...)
+		if p != nil {
+			p.metrics = metrics
+		}
+	}
+	if err != nil {
+		return err
+	}
+	defer p.stop(45 * time.Second)
+	first, err := b.waitDelivered(ctx, int64(n), p, limitFor(n))
+	if err != nil {
+		return err
+	}
+	el := time.Since(start)
+	r.procFigures(p, 0)
+	if err := b.finish(ctx, r, m, start, first, el); err != nil {
+		return err
+	}
+	r.VsLoop = 0 // set by the scenario, against its own loop
+	r.Notes = append(r.Notes, "timed from process start: its embedded server's start and store recovery included; its RSS is its server's too")
+	if !loop {
+		r.Notes = append(r.Notes, b.relayNotes(ctx, p)...)
+		if note := logErrors(p.logPath); note != "" {
+			r.Notes = append(r.Notes, note)
+		}
+	}
+	if err := p.stop(45 * time.Second); err != nil {
+		r.Notes = append(r.Notes, err.Error())
+	}
+	return nil
+}
+
+// prepareDeployData starts an embedded server on dir, sets relay's streams
+// up as 'relay run' does, adds dest (to the sink, with the bench's
+// concurrency and a signing secret) and publishes n events to it, then
+// stops the server.
+func (b *bench) prepareDeployData(ctx context.Context, r *result, dir, dest string, n int) error {
+	s, err := stream.StartEmbeddedContext(ctx, stream.EmbeddedConfig{DataDir: dir, Port: -1})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	}()
+	nc, err := nats.Connect(s.ClientURL(), nats.Name("relay-bench (i) setup"))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	if err := stream.Ensure(ctx, js, stream.Config{}); err != nil {
+		return err
+	}
+	st, err := relay.NewStore(ctx, js, relay.AllowStoringInClear())
+	if err != nil {
+		return err
+	}
+	if _, err := st.Add(ctx, relay.Destination{Name: dest, URL: b.sinkURL(dest), Concurrency: b.opts.concurrency, Secret: relay.GenerateSecret()}); err != nil {
+		return fmt.Errorf("add destination %s: %w", dest, err)
+	}
+	pub, err := newPublisher(nc)
+	if err != nil {
+		return err
+	}
+	logf("  %s: publishing %d events into a new data directory", dest, n)
+	pd, err := pub.backlog(ctx, []string{stream.InSubject(dest, "")}, dest+"-", n, b.opts.window)
+	if err != nil {
+		return err
+	}
+	r.PublishSecs, r.PublishRate = pd.Seconds(), float64(n)/pd.Seconds()
+	return nc.Drain()
+}
