@@ -374,6 +374,7 @@ func (b *bench) startRelay(name string) (*proc, error) {
 	}
 	args := []string{"--nats-url", b.natsURL, "--log-level", "warn", "run", "--allow-net", "127.0.0.0/8", "--metrics-addr", addr}
 	args = append(args, b.relayArgs...)
+	args = append(args, b.opts.relayExtra...)
 	p, _, err := startProc("relay ("+name+")", filepath.Join(b.logDir, "relay-"+name+".log"), childEnv(), false, b.opts.relay, args...)
 	if p != nil {
 		p.metrics = addr

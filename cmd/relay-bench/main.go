@@ -56,6 +56,7 @@ type options struct {
 	keysDrain    int
 	dests        int
 	shared       bool
+	relayExtra   []string
 }
 
 var allScenarios = []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "k", "l"}
@@ -108,6 +109,10 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.keysN, "keys-n", 1_000_000, "events of scenario (k), published once with one order key and once with a key each")
 	fs.IntVar(&o.keysDrain, "keys-drain", 20_000, "events of scenario (k) relay delivers while its RSS is measured")
 	fs.IntVar(&o.dests, "dests", 1000, "destinations of scenario (h)")
+	fs.Func("relay-arg", "an argument added to every 'relay run' of the bench, after the bench's own (repeatable: -relay-arg=--max-in-flight=256)", func(v string) error {
+		o.relayExtra = append(o.relayExtra, v)
+		return nil
+	})
 	fs.BoolVar(&o.shared, "shared", false, "scenarios (g) and (h): add the destinations shared (dest add --shared), served by relay's shared consumer")
 	fs.Float64Var(&o.rate, "rate", 0, "publish rate of scenario (b) per second (0: half of (a)'s relay rate)")
 	fs.DurationVar(&o.duration, "duration", 20*time.Second, "how long scenario (b) publishes")
