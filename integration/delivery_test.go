@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -903,6 +904,53 @@ func TestMaxInFlightBoundsAllDestinationsTogether(t *testing.T) {
 		return n == 3*per
 	}, "the events of the destinations with consumers of their own handed to relay")
 	require.Equal(t, int32(5), arrived.Load(), "still five attempts in flight")
+	release()
+	eventually(t, 30*time.Second, func() bool { return len(s.delivered()) == len(names)*per }, "all delivered, %d so far", len(s.delivered()))
+	for id, n := range s.delivered() {
+		require.Equal(t, 1, n, "event %s", id)
+	}
+}
+
+// TestQueuesShareTheReplicasRoom: beyond its first round of attempts, a
+// destination's queue takes an equal share of 3 x MaxInFlight events, so
+// what a replica holds stays bounded however many destinations it serves.
+// Three destinations of concurrency 4 under MaxInFlight 4 hold 4 + 4 each
+// (3 x 4 / 3 queued beyond the first round), not 4 + 12.
+func TestQueuesShareTheReplicasRoom(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	s, arrived, release := gatedSink(t, 0)
+	names := []string{"q1", "q2", "q3"}
+	for _, n := range names {
+		e.addDest(relay.Destination{Name: n, URL: s.URL, Concurrency: 4})
+	}
+	e.startRelay(func(c *relay.Config) { c.MaxInFlight = 4 })
+	// Every destination's pull loop runs (it asks for events) before any
+	// event comes: the first to come would otherwise take a larger share.
+	eventually(t, 20*time.Second, func() bool {
+		for _, n := range names {
+			if c := e.consumerInfo(relay.ConsumerName(n)); c == nil || c.NumWaiting == 0 {
+				return false
+			}
+		}
+		return true
+	}, "every destination asking for events")
+	const per = 20
+	for range per {
+		for _, n := range names {
+			e.publish(n, "", `{}`)
+		}
+	}
+	held := func() []int {
+		var out []int
+		for _, n := range names {
+			out = append(out, e.ackPending(n))
+		}
+		return out
+	}
+	eventually(t, 20*time.Second, func() bool {
+		return arrived.Load() == 4 && slices.Equal(held(), []int{8, 8, 8})
+	}, "8 events held per destination (%v), 4 attempts at the sink (%d)", held(), arrived.Load())
 	release()
 	eventually(t, 30*time.Second, func() bool { return len(s.delivered()) == len(names)*per }, "all delivered, %d so far", len(s.delivered()))
 	for id, n := range s.delivered() {

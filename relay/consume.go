@@ -224,11 +224,19 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 	// events, by the average size of those that came; until one has come,
 	// a round.
 	var avgSize float64
+	if !sp.ordered {
+		r.queues.Add(1)
+		defer r.queues.Add(-1)
+	}
 	hold := func() int {
 		if sp.ordered || avgSize == 0 {
 			return sp.concurrency
 		}
-		return sp.concurrency + min((pullRounds-1)*sp.concurrency, int(queueBytes/avgSize))
+		// The queues of all destinations together hold at most
+		// pullRounds-1 rounds of the replica's MaxInFlight beyond their
+		// first round, each an equal share.
+		share := (pullRounds - 1) * r.cfg.MaxInFlight / int(max(r.queues.Load(), 1))
+		return sp.concurrency + min((pullRounds-1)*sp.concurrency, int(queueBytes/avgSize), share)
 	}
 	nc := r.cfg.JS.Conn()
 	tick := time.NewTicker(max(hb/2, 100*time.Millisecond))

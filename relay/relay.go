@@ -232,6 +232,10 @@ type Relay struct {
 	// inFlight bounds all attempts of the replica (MaxInFlight): each
 	// takes a place before it starts.
 	inFlight chan struct{}
+	// queues counts the running pull loops with a queue (unordered
+	// consumers of their own and lanes), which share MaxInFlight's
+	// queue room.
+	queues atomic.Int64
 	// laneWarn keeps "cannot open the lane" to a line per destination a
 	// minute.
 	laneWarn quiet
