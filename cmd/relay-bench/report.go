@@ -205,13 +205,17 @@ func (r *report) evaluate() {
 	}
 	r.Targets = append(r.Targets, t)
 
-	e := r.find("e", "relay")
-	t = target{Name: "100 destinations", Want: "(e) deliveries/s >= 90% of (a)'s relay rate", Status: "n/a", Got: "(a) or (e) not run"}
-	if e != nil && relayA > 0 {
-		t.Got = fmt.Sprintf("%.0f/s vs %.0f/s (median of (a)) = %.0f%%, peak RSS %.0f MB", e.PerSecond, relayA, 100*e.PerSecond/relayA, e.ProcRSSMB)
-		t.Status = passMiss(e.PerSecond >= 0.9*relayA)
+	for _, x := range r.Results {
+		if x.Scenario != "e" {
+			continue
+		}
+		t := target{Name: x.Title, Want: "(e) " + x.Title + ": deliveries/s >= 90% of (a)'s relay rate", Status: "n/a", Got: "(a) not run"}
+		if relayA > 0 {
+			t.Got = fmt.Sprintf("%.0f/s vs %.0f/s (median of (a)) = %.0f%%, peak RSS %.0f MB", x.PerSecond, relayA, 100*x.PerSecond/relayA, x.ProcRSSMB)
+			t.Status = passMiss(x.PerSecond >= 0.9*relayA)
+		}
+		r.Targets = append(r.Targets, t)
 	}
-	r.Targets = append(r.Targets, t)
 
 	k1, kn := r.find("k", "relay, one key"), r.find("k", "relay, a key per event")
 	t = target{Name: "order keys", Want: "a key per event costs NATS + relay <= 100 MB more than one key (k)", Status: "n/a", Got: "(k) not run"}

@@ -58,12 +58,12 @@ func TestDeploymentAndManyDestinationTargets(t *testing.T) {
 			&result{Scenario: "a", System: "relay", Round: k + 1, PerSecond: 10000, VsLoop: 1, Seconds: 1},
 			&result{Scenario: "i", System: "relay", Round: k + 1, VsLoop: ratio, ProcRSSMB: 80, Seconds: 1})
 	}
-	r.Results = append(r.Results, &result{Scenario: "e", System: "relay", PerSecond: 8900, Seconds: 1})
+	r.Results = append(r.Results, &result{Scenario: "e", Title: "100 destinations, shared", System: "relay", PerSecond: 8900, Seconds: 1})
 	r.evaluate()
 	dep := targetNamed(r, "default deployment")
 	require.Equal(t, "PASS", dep.Status, dep.Got)
 	require.Contains(t, dep.Got, "median of 3 rounds 91% (95%, 80%, 91%)")
-	e := targetNamed(r, "100 destinations")
+	e := targetNamed(r, "100 destinations, shared")
 	require.Equal(t, "MISS", e.Status, e.Got)
 	require.Contains(t, e.Got, "8900/s vs 10000/s (median of (a)) = 89%")
 }

@@ -551,12 +551,30 @@ func (b *bench) scenarioD(ctx context.Context) ([]*result, error) {
 
 // scenarioE: 100 destinations on the same sink, events round-robin.
 func (b *bench) scenarioE(ctx context.Context) ([]*result, error) {
+	var out []*result
+	for _, shared := range []bool{false, true} {
+		r, err := b.manyDests(ctx, shared)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// manyDests is one run of (e): 100 destinations, each with a consumer of
+// its own, or shared (served by the shared consumer).
+func (b *bench) manyDests(ctx context.Context, shared bool) (*result, error) {
 	n := b.opts.n
-	r := &result{Scenario: "e", Title: "100 destinations", System: "relay", Events: n, LatencyKind: "queue"}
+	r := &result{Scenario: "e", Title: "100 destinations, a consumer each", System: "relay", Events: n, LatencyKind: "queue"}
+	prefix := "e"
+	if shared {
+		r.Title, prefix = "100 destinations, shared", "es"
+	}
 	dests := make([]string, 100)
 	for i := range dests {
-		dests[i] = "e" + strconv.Itoa(i)
-		if err := b.addDest(ctx, relay.Destination{Name: dests[i]}); err != nil {
+		dests[i] = prefix + strconv.Itoa(i)
+		if err := b.addDest(ctx, relay.Destination{Name: dests[i], Shared: shared}); err != nil {
 			return nil, err
 		}
 	}
@@ -568,8 +586,8 @@ func (b *bench) scenarioE(ctx context.Context) ([]*result, error) {
 		return nil, err
 	}
 	r.Notes = append(r.Notes, perDest(st, dests, 0))
-	logf("  relay: %d delivered in %.2fs = %.0f/s", r.Delivered, r.Seconds, r.PerSecond)
-	return []*result{r}, nil
+	logf("  relay (%s): %d delivered in %.2fs = %.0f/s", r.Title, r.Delivered, r.Seconds, r.PerSecond)
+	return r, nil
 }
 
 // scenarioG: fan-out. For each of -g-subscribers, that many destinations
