@@ -81,8 +81,11 @@ func (b *bench) deployRun(ctx context.Context, r *result, dest string, loop bool
 	var p *proc
 	if loop {
 		// Ready once it consumes: its start-up is timed all the same.
-		p, err = startReady(ctx, "minimal loop ("+dest+")", filepath.Join(b.logDir, "loop-"+dest+".log"),
-			"loop", "-embedded-dir", dir, "-url", b.sinkURL(dest), "-dest", dest, "-workers", strconv.Itoa(b.opts.loopWorkers))
+		args := []string{"loop", "-embedded-dir", dir, "-url", b.sinkURL(dest), "-dest", dest, "-workers", strconv.Itoa(b.opts.loopWorkers)}
+		if b.opts.loopCPUProf != "" {
+			args = append(args, "-cpuprofile", b.opts.loopCPUProf+"."+dest)
+		}
+		p, err = startReady(ctx, "minimal loop ("+dest+")", filepath.Join(b.logDir, "loop-"+dest+".log"), args...)
 	} else {
 		var metrics, api string
 		if metrics, err = freeAddr(); err == nil {
@@ -103,6 +106,10 @@ func (b *bench) deployRun(ctx context.Context, r *result, dest string, loop bool
 		return err
 	}
 	defer p.stop(45 * time.Second)
+	var profiled <-chan string
+	if !loop {
+		profiled = b.profileRelay(ctx, p, dest)
+	}
 	first, err := b.waitDelivered(ctx, int64(n), p, limitFor(n))
 	if err != nil {
 		return err
@@ -118,6 +125,9 @@ func (b *bench) deployRun(ctx context.Context, r *result, dest string, loop bool
 		r.Notes = append(r.Notes, b.relayNotes(ctx, p)...)
 		if note := logErrors(p.logPath); note != "" {
 			r.Notes = append(r.Notes, note)
+		}
+		if profiled != nil {
+			r.Notes = append(r.Notes, <-profiled)
 		}
 	}
 	if err := p.stop(45 * time.Second); err != nil {
