@@ -18,10 +18,12 @@ import (
 func TestPublishTargets(t *testing.T) {
 	r := &report{Machine: machine{CPUs: 2}}
 	round := func(k int, direct, single, batch float64) {
+		// CPU per event: direct 0.02 ms (bench 0.9 s, relay 0.1 s for
+		// 50,000), single 0.2 ms, batch 0.04 ms.
 		r.Results = append(r.Results,
-			&result{Scenario: "p", System: pDirect, Round: k, PerSecond: direct, Seconds: 1},
-			&result{Scenario: "p", System: pSingle, Round: k, PerSecond: single, VsDirect: single / direct, Seconds: 1},
-			&result{Scenario: "p", System: pBatch, Round: k, PerSecond: batch, VsDirect: batch / direct, Seconds: 1})
+			&result{Scenario: "p", System: pDirect, Round: k, Events: 50000, PerSecond: direct, Seconds: 1, BenchCPU: 0.9, ProcCPU: 0.1},
+			&result{Scenario: "p", System: pSingle, Round: k, Events: 50000, PerSecond: single, VsDirect: single / direct, Seconds: 1, BenchCPU: 5, ProcCPU: 5},
+			&result{Scenario: "p", System: pBatch, Round: k, Events: 50000, PerSecond: batch, VsDirect: batch / direct, Seconds: 1, BenchCPU: 1, ProcCPU: 1})
 	}
 	round(1, 20000, 11000, 19000) // 55%, 95%
 	round(2, 20000, 4000, 10000)  // 20%, 50%: a disturbed round
@@ -32,6 +34,8 @@ func TestPublishTargets(t *testing.T) {
 	require.Equal(t, "median of 3 rounds 50% (55%, 20%, 50%); medians 9000/s vs 20000/s", single.Got)
 	require.Equal(t, "MISS", batch.Status, "the median ratio is 89%%: %s", batch.Got)
 	require.True(t, strings.HasPrefix(batch.Got, "median of 3 rounds 89% (95%, 50%, 89%)"), batch.Got)
+	require.Equal(t, "in CPU per event (relay+sink+bench), direct over this: 10%, median of 3 rounds", single.Note)
+	require.Equal(t, "in CPU per event (relay+sink+bench), direct over this: 50%, median of 3 rounds", batch.Note)
 
 	r = &report{Machine: machine{CPUs: 2}}
 	r.evaluate()
