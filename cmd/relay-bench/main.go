@@ -25,6 +25,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/relaydev/relay/api"
 )
 
 type options struct {
@@ -57,13 +59,17 @@ type options struct {
 	dests        int
 	shared       bool
 	relayExtra   []string
+	pN           int
+	pClients     int
+	pBatch       int
+	pBClients    int
 }
 
-var allScenarios = []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "k", "l"}
+var allScenarios = []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "k", "l", "p"}
 
 // defaultScenarios are those run without -scenarios: (h) takes minutes at
 // 10,000 destinations and is run on purpose.
-var defaultScenarios = []string{"a", "i", "b", "c", "d", "e", "f", "g", "k", "l"}
+var defaultScenarios = []string{"a", "i", "b", "c", "d", "e", "f", "g", "k", "l", "p"}
 
 // children are the hidden subcommands the bench starts itself as.
 var children = map[string]func(args []string) error{
@@ -105,9 +111,13 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.backlog, "backlog", 1_000_000, "events of scenario (d), published before relay starts")
 	fs.IntVar(&o.failN, "fail-n", 0, "events of scenario (c) (0: min(-n, 20000))")
 	fs.IntVar(&o.redisN, "redis-n", 0, "events of scenario (f) (0: min(-n, 10000))")
-	sc := fs.String("scenarios", strings.Join(defaultScenarios, ","), "comma-separated scenarios to run: a throughput, b latency, c 10% 503, d backlog, e 100 destinations, f redis list, g fan-out, h -dests destinations (relay with its own embedded NATS), i the default deployment (relay run and the loop, each with its own embedded NATS, timed from process start), k order keys, l the delivery log's cost")
+	sc := fs.String("scenarios", strings.Join(defaultScenarios, ","), "comma-separated scenarios to run: a throughput, b latency, c 10% 503, d backlog, e 100 destinations, f redis list, g fan-out, h -dests destinations (relay with its own embedded NATS), i the default deployment (relay run and the loop, each with its own embedded NATS, timed from process start), k order keys, l the delivery log's cost, p publishing over the HTTP API")
 	fs.IntVar(&o.keysN, "keys-n", 1_000_000, "events of scenario (k), published once with one order key and once with a key each")
 	fs.IntVar(&o.keysDrain, "keys-drain", 20_000, "events of scenario (k) relay delivers while its RSS is measured")
+	fs.IntVar(&o.pN, "p-n", 0, "events of scenario (p) per mode and round (0: -n)")
+	fs.IntVar(&o.pClients, "p-clients", 64, "scenario (p): client goroutines sending POST /v1/events, one event per request")
+	fs.IntVar(&o.pBatch, "p-batch", 100, "scenario (p): events per POST /v1/events:batch (1 to 1000)")
+	fs.IntVar(&o.pBClients, "p-batch-clients", 8, "scenario (p): client goroutines sending POST /v1/events:batch")
 	fs.IntVar(&o.dests, "dests", 1000, "destinations of scenario (h)")
 	fs.Func("relay-arg", "an argument added to every 'relay run' of the bench, after the bench's own (repeatable: -relay-arg=--max-in-flight=256)", func(v string) error {
 		o.relayExtra = append(o.relayExtra, v)
@@ -122,7 +132,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.loopWorkers, "loop-workers", 64, "worker goroutines of the minimal loop")
 	fs.IntVar(&o.window, "window", 20_000, "unacknowledged async publishes at most while publishing a backlog")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (embedded NATS, publisher; with -loop-in-bench also the minimal loop, whose goroutines carry the label part=minimal-loop) to this file")
-	fs.IntVar(&o.aRounds, "a-rounds", 3, "rounds of scenario (a), each relay and the minimal loop; the targets use the median")
+	fs.IntVar(&o.aRounds, "a-rounds", 3, "rounds of scenario (a), each relay and the minimal loop (and of (l) and (p)); the targets use the median")
 	fs.BoolVar(&o.aLive, "a-live", false, "in (a), start relay and the minimal loop first and publish while they run, instead of publishing the backlog before they start")
 	fs.StringVar(&o.loopCPUProf, "loop-cpuprofile", "", "write a CPU profile of each minimal-loop process to this file, suffixed with .<destination>")
 	gSubs := fs.String("g-subscribers", "1,10,100", "scenario (g): the subscriber counts to measure, comma-separated, each a run of its own")
@@ -158,7 +168,10 @@ func parseFlags(args []string) (options, error) {
 	if o.redisN == 0 {
 		o.redisN = min(o.n, 10_000)
 	}
-	for name, v := range map[string]int{"-n": o.n, "-backlog": o.backlog, "-fail-n": o.failN, "-redis-n": o.redisN, "-keys-n": o.keysN, "-keys-drain": o.keysDrain, "-window": o.window, "-loop-workers": o.loopWorkers} {
+	if o.pN == 0 {
+		o.pN = o.n
+	}
+	for name, v := range map[string]int{"-n": o.n, "-backlog": o.backlog, "-fail-n": o.failN, "-redis-n": o.redisN, "-keys-n": o.keysN, "-keys-drain": o.keysDrain, "-window": o.window, "-loop-workers": o.loopWorkers, "-p-n": o.pN} {
 		if v < 1 || v > 100_000_000 {
 			return o, fmt.Errorf("%s %d: give a count from 1 to 100000000", name, v)
 		}
@@ -196,6 +209,15 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.loopCPUProf != "" && o.loopInBench {
 		return o, errors.New("-loop-cpuprofile profiles the minimal loop's own process; with -loop-in-bench use -cpuprofile (label part=minimal-loop)")
+	}
+	if o.pClients < 1 || o.pClients > 1024 {
+		return o, fmt.Errorf("-p-clients %d: give 1 to 1024", o.pClients)
+	}
+	if o.pBClients < 1 || o.pBClients > 1024 {
+		return o, fmt.Errorf("-p-batch-clients %d: give 1 to 1024", o.pBClients)
+	}
+	if o.pBatch < 1 || o.pBatch > api.MaxBatch {
+		return o, fmt.Errorf("-p-batch %d: give 1 to %d", o.pBatch, api.MaxBatch)
 	}
 	if o.aRounds < 1 || o.aRounds > 20 {
 		return o, fmt.Errorf("-a-rounds %d: give 1 to 20", o.aRounds)
@@ -270,7 +292,7 @@ func run(o options) error {
 	defer b.close()
 	rep.NATSVersion = natsVersion()
 	steps := map[string]func(context.Context) ([]*result, error){
-		"a": b.scenarioA, "b": b.scenarioB, "c": b.scenarioC, "d": b.scenarioD, "e": b.scenarioE, "f": b.scenarioF, "g": b.scenarioG, "h": b.scenarioH, "i": b.scenarioI, "k": b.scenarioK, "l": b.scenarioL,
+		"a": b.scenarioA, "b": b.scenarioB, "c": b.scenarioC, "d": b.scenarioD, "e": b.scenarioE, "f": b.scenarioF, "g": b.scenarioG, "h": b.scenarioH, "i": b.scenarioI, "k": b.scenarioK, "l": b.scenarioL, "p": b.scenarioP,
 	}
 	rep.LoadStart = loadAvg()
 	started := time.Now()

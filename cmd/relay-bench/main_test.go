@@ -73,3 +73,31 @@ func TestFanOutFlags(t *testing.T) {
 		require.ErrorContains(t, err, tc.want, "%q", tc.args)
 	}
 }
+
+func TestPublishFlags(t *testing.T) {
+	exe, err := os.Executable()
+	require.NoError(t, err)
+
+	o, err := parseFlags([]string{"-relay", exe, "-n", "3000"})
+	require.NoError(t, err)
+	require.Contains(t, o.scenarios, "p")
+	require.Equal(t, []int{3000, 64, 100, 8}, []int{o.pN, o.pClients, o.pBatch, o.pBClients}, "-p-n defaults to -n")
+
+	o, err = parseFlags([]string{"-relay", exe, "-p-n", "10", "-p-batch", "1000"})
+	require.NoError(t, err)
+	require.Equal(t, []int{10, 1000}, []int{o.pN, o.pBatch})
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-p-batch", "1001"}, "-p-batch 1001: give 1 to 1000"},
+		{[]string{"-p-batch", "0"}, "-p-batch 0: give 1 to 1000"},
+		{[]string{"-p-clients", "0"}, "-p-clients 0"},
+		{[]string{"-p-batch-clients", "2000"}, "-p-batch-clients 2000"},
+		{[]string{"-p-n", "-1"}, "-p-n -1"},
+	} {
+		_, err := parseFlags(append([]string{"-relay", exe}, tc.args...))
+		require.ErrorContains(t, err, tc.want, "%q", tc.args)
+	}
+}

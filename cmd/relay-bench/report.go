@@ -79,6 +79,10 @@ type optsJSON struct {
 	RelayProf    bool    `json:"relay_cpu_profiled,omitempty"` // profiling adds to relay's CPU
 	KeysN        int     `json:"keys_n"`
 	KeysDrain    int     `json:"keys_drain"`
+	PN           int     `json:"p_n"`
+	PClients     int     `json:"p_clients"`
+	PBatch       int     `json:"p_batch"`
+	PBClients    int     `json:"p_batch_clients"`
 }
 
 func newReport(o options) *report {
@@ -94,7 +98,8 @@ func newReport(o options) *report {
 		Options: optsJSON{N: o.n, Backlog: o.backlog, FailN: o.failN, RedisN: o.redisN, Scenarios: strings.Join(o.scenarios, ","),
 			Rate: o.rate, Duration: o.duration.String(), LoopDuration: o.loopDuration.String(), Tick: o.tick.String(), Concurrency: o.concurrency,
 			LoopWorkers: o.loopWorkers, LoopInBench: o.loopInBench, SharedNATS: o.sharedNATS, ARounds: o.aRounds, ALive: o.aLive, LoopCPUProf: o.loopCPUProf != "", Window: o.window,
-			GSubscribers: o.gSubscribers, GDeliveries: o.gDeliveries, RelayProf: o.relayProf != "", KeysN: o.keysN, KeysDrain: o.keysDrain},
+			GSubscribers: o.gSubscribers, GDeliveries: o.gDeliveries, RelayProf: o.relayProf != "", KeysN: o.keysN, KeysDrain: o.keysDrain,
+			PN: o.pN, PClients: o.pClients, PBatch: o.pBatch, PBClients: o.pBClients},
 	}
 	if bi, err := buildinfo.ReadFile(o.relay); err == nil {
 		r.RelayBuild = bi.GoVersion
@@ -232,6 +237,7 @@ func (r *report) evaluate() {
 	r.Targets = append(r.Targets, t)
 	r.Targets = append(r.Targets, r.fanOutTarget(relayA))
 	r.Targets = append(r.Targets, r.logTargets()...)
+	r.Targets = append(r.Targets, r.publishTargets()...)
 }
 
 // throughputTargets judge (a): relay's deliveries/s at least 95% of the
