@@ -177,9 +177,10 @@ func (r Result) Retryable() bool {
 // invalid returns the reason the event could not become a request, if that
 // is why the attempt failed.
 func (r Result) invalid() *InvalidEventError {
-	var ie *InvalidEventError
-	if r.Status == 0 && r.Err != nil && errors.As(r.Err, &ie) {
-		return ie
+	if r.Status == 0 && r.Err != nil {
+		if ie, ok := errors.AsType[*InvalidEventError](r.Err); ok {
+			return ie
+		}
 	}
 	return nil
 }
