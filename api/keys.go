@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -87,7 +88,17 @@ var (
 type Keys struct {
 	kv  jetstream.KeyValue
 	now func() time.Time
+
+	mu    sync.Mutex
+	cache map[string]cachedKey // by id
 }
+
+type cachedKey struct {
+	rec Key
+	at  time.Time
+}
+
+const keyCacheFor = time.Second
 
 // OpenKeys opens the key store ('relay run' creates the bucket).
 func OpenKeys(ctx context.Context, js jetstream.JetStream) (*Keys, error) {
@@ -95,7 +106,7 @@ func OpenKeys(ctx context.Context, js jetstream.JetStream) (*Keys, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open API key bucket %s (has relay set up the streams? run 'relay run' once): %w", stream.KeysBucket, err)
 	}
-	return &Keys{kv: kv, now: time.Now}, nil
+	return &Keys{kv: kv, now: time.Now, cache: map[string]cachedKey{}}, nil
 }
 
 // Create makes a key named name with scope, stores its hash, and returns
@@ -186,6 +197,9 @@ func (k *Keys) Revoke(ctx context.Context, name string) (Key, error) {
 	if i < 0 {
 		return Key{}, fmt.Errorf("%w: %s", ErrKeyNotFound, name)
 	}
+	k.mu.Lock()
+	delete(k.cache, all[i].ID)
+	k.mu.Unlock()
 	if err := k.kv.Purge(ctx, all[i].ID); err != nil {
 		return Key{}, fmt.Errorf("revoke API key %s: %w", name, err)
 	}
@@ -202,12 +216,25 @@ func (k *Keys) Verify(ctx context.Context, key string) (Key, error) {
 	if !ok || !ok2 || !idRE.MatchString(id) || secret == "" {
 		return Key{}, ErrBadKey
 	}
-	rec, err := k.get(ctx, id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Key{}, ErrBadKey
-	}
-	if err != nil {
-		return Key{}, err
+	k.mu.Lock()
+	c, ok := k.cache[id]
+	k.mu.Unlock()
+	rec := c.rec
+	if !ok || k.now().Sub(c.at) >= keyCacheFor {
+		var err error
+		rec, err = k.get(ctx, id)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			k.mu.Lock()
+			delete(k.cache, id)
+			k.mu.Unlock()
+			return Key{}, ErrBadKey
+		}
+		if err != nil {
+			return Key{}, err
+		}
+		k.mu.Lock()
+		k.cache[id] = cachedKey{rec: rec, at: k.now()}
+		k.mu.Unlock()
 	}
 	if subtle.ConstantTimeCompare([]byte(hashSecret(secret)), []byte(rec.Hash)) != 1 {
 		// The id names a key, the secret is wrong: the name is returned
