@@ -47,6 +47,9 @@ type bench struct {
 	settles int    // settle runs so far, to name their logs
 	servers int    // embedded servers started so far, to name their directories
 	natsDir string // the current server's data directory
+	// cluster is scenario (r)'s NATS cluster while (r) runs: the CPU and
+	// message figures are then its nodes'.
+	cluster *natsCluster
 
 	// figures later scenarios compare with
 	relayRateA float64
@@ -216,8 +219,17 @@ func (b *bench) sinkCount(ctx context.Context) (delivered, requests int64, err e
 }
 
 func (b *bench) sinkStats(ctx context.Context) (sinkStats, error) {
+	return b.sinkStatsWith(ctx, "")
+}
+
+// sinkStatsWith is sinkStats with a query: "bins=1" adds the histogram.
+func (b *bench) sinkStatsWith(ctx context.Context, query string) (sinkStats, error) {
 	var st sinkStats
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+b.sink.addr+"/stats", nil)
+	url := "http://" + b.sink.addr + "/stats"
+	if query != "" {
+		url += "?" + query
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	resp, err := b.hc.Do(req)
 	if err != nil {
 		return st, fmt.Errorf("ask the sink for stats: %w", err)
@@ -605,7 +617,9 @@ func (b *bench) startLoop(ctx context.Context, dest string, workers int) (l *loo
 // ack it on 2xx. It runs in the bench process, or in a process of its own
 // (relay-bench loop, see runLoopProc).
 func startLoop(ctx context.Context, natsURL, url, dest string, workers int) (*loop, error) {
-	nc, err := nats.Connect(natsURL, nats.Name("relay-bench minimal loop"))
+	// Reconnecting as relay does (stream.Connect), to another node of
+	// scenario (r)'s cluster when one goes.
+	nc, err := nats.Connect(natsURL, nats.Name("relay-bench minimal loop"), nats.MaxReconnects(-1), nats.ReconnectWait(500*time.Millisecond))
 	if err != nil {
 		return nil, err
 	}
