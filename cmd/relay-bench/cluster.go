@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,12 +14,14 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -45,6 +48,7 @@ type natsNode struct {
 	statsAddr string   // its /varz and /healthz (see runNATSNode)
 	p         *proc    // the running process; guarded by natsCluster.mu
 	starts    int
+	logs      []string // the log of each start
 }
 
 // natsCluster is the three nodes, started and stopped by the bench.
@@ -114,7 +118,8 @@ func (c *natsCluster) launch(i int) (io.Reader, error) {
 		logName = fmt.Sprintf("nats-%s-restart%d.log", n.name, n.starts)
 	}
 	n.starts++
-	p, stdout, err := startChild("NATS node "+n.name, filepath.Join(c.logDir, logName), n.args...)
+	n.logs = append(n.logs, filepath.Join(c.logDir, logName))
+	p, stdout, err := startChild("NATS node "+n.name, n.logs[len(n.logs)-1], n.args...)
 	if err != nil {
 		return nil, err
 	}
@@ -232,25 +237,13 @@ func (c *natsCluster) cpu() float64 {
 	return sum
 }
 
-// peakRSSMB is the largest peak RSS of the running nodes.
-func (c *natsCluster) peakRSSMB() float64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var hwm int64
-	for _, n := range c.nodes {
-		if n.p != nil && !n.p.exited() {
-			_, h := n.p.sample()
-			hwm = max(hwm, h)
-		}
-	}
-	return float64(hwm) / 1024
-}
-
 // nodeStats is what a node's /varz answers.
 type nodeStats struct {
 	InMsgs     int64  `json:"in_msgs"`
 	OutMsgs    int64  `json:"out_msgs"`
 	MetaLeader string `json:"meta_leader"`
+	// Clients are the names of the client connections to this node.
+	Clients []string `json:"clients"`
 }
 
 func (c *natsCluster) varz(ctx context.Context, i int) (nodeStats, error) {
@@ -293,6 +286,60 @@ func (c *natsCluster) metaLeader(ctx context.Context) string {
 		}
 	}
 	return ""
+}
+
+// placement says which clients are connected to which node: a delivery
+// or an ack between a client and a consumer leader on another node crosses
+// a route, which the NATS figures include.
+func (c *natsCluster) placement(ctx context.Context) string {
+	var parts []string
+	for i, n := range c.nodes {
+		st, err := c.varz(ctx, i)
+		if err != nil {
+			parts = append(parts, n.name+": ?")
+			continue
+		}
+		parts = append(parts, n.name+": "+cmp.Or(strings.Join(st.Clients, ", "), "none"))
+	}
+	return "clients by node: " + strings.Join(parts, "; ")
+}
+
+// logs are the log files of every node's every start.
+func (c *natsCluster) logs() []string {
+	var out []string
+	for _, n := range c.nodes {
+		out = append(out, n.logs...)
+	}
+	return out
+}
+
+// nodeLogLayout is the time at the start of a node's log lines
+// (log.LstdFlags|log.Lmicroseconds, local time).
+const nodeLogLayout = "2006/01/02 15:04:05.000000"
+
+// firstLogAfter is the time of the earliest line of the logs at paths
+// that contains needle and was written after after.
+func firstLogAfter(paths []string, needle string, after time.Time) (time.Time, bool) {
+	var first time.Time
+	for _, path := range paths {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(b)) {
+			if len(line) < len(nodeLogLayout) || !strings.Contains(line, needle) {
+				continue
+			}
+			t, err := time.ParseInLocation(nodeLogLayout, line[:len(nodeLogLayout)], time.Local)
+			if err != nil || !t.After(after) {
+				continue
+			}
+			if first.IsZero() || t.Before(first) {
+				first = t
+			}
+		}
+	}
+	return first, !first.IsZero()
 }
 
 // healthy reports whether every node runs and its /healthz answers 200:
@@ -394,6 +441,12 @@ func runNATSNode(args []string) error {
 		st := nodeStats{InMsgs: v.InMsgs, OutMsgs: v.OutMsgs}
 		if v.JetStream.Meta != nil {
 			st.MetaLeader = v.JetStream.Meta.Leader
+		}
+		if cz, err := s.Connz(&server.ConnzOptions{Limit: 1000}); err == nil {
+			for _, ci := range cz.Conns {
+				st.Clients = append(st.Clients, cmp.Or(ci.Name, "(unnamed)"))
+			}
+			slices.Sort(st.Clients)
 		}
 		_ = json.NewEncoder(w).Encode(st)
 	})

@@ -461,6 +461,7 @@ func (r *report) clusterText(w io.Writer) {
 	table(w, rows)
 	fmt.Fprintf(w, "\n(CPU s/1k: relay's processes, both replicas summed, or the loop's; NATS s/1k: the three nodes, or with R1 the bench\n")
 	fmt.Fprintf(w, "process that embeds the server. x R1: deliveries/s over R1's. Longest gap: the longest time without a new delivery;\n")
+	fmt.Fprintf(w, "new leader: from the kill to the events stream's new leader, from the nodes' logs;\n")
 	fmt.Fprintf(w, "below half: the 100 ms periods after the kill with fewer deliveries than half the publish rate; recovered: from\n")
 	fmt.Fprintf(w, "the first of those until the start of a second whose every 100 ms had half or more; drained: from the end of\n")
 	fmt.Fprintf(w, "publishing until the sink had every event.)\n")
@@ -477,7 +478,7 @@ func (r *report) clusterRows() [][]string {
 		return nil
 	}
 	per1k := func(cpu float64, x *result) float64 { return cpu / float64(x.Delivered) * 1000 }
-	rows := [][]string{{"", "deliveries/s", "x R1", "CPU s/1k", "NATS s/1k", "p50 ms", "p99 ms", "@ rate/s", "restart: lost", "dups", "longest gap ms", "below half ms", "recovered ms", "drained s"}}
+	rows := [][]string{{"", "deliveries/s", "x R1", "CPU s/1k", "NATS s/1k", "p50 ms", "p99 ms", "@ rate/s", "restart: lost", "dups", "longest gap ms", "new leader s", "below half ms", "recovered ms", "drained s"}}
 	var r1 = map[string]float64{}
 	for _, sys := range []string{"relay", "minimal loop"} {
 		var rates, cpus, nats []float64
@@ -488,7 +489,7 @@ func (r *report) clusterRows() [][]string {
 				nats = append(nats, per1k(x.BenchCPU, x))
 			}
 		}
-		row := []string{sys + ", R1", "-", "", "-", "-", "-", "-", "-", "", "", "", "", "", ""}
+		row := []string{sys + ", R1", "-", "", "-", "-", "-", "-", "-", "", "", "", "", "", "", ""}
 		if len(rates) > 0 {
 			r1[sys] = median(rates)
 			row[1], row[3], row[4] = f0(r1[sys]), strconv.FormatFloat(median(cpus), 'f', 3, 64), strconv.FormatFloat(median(nats), 'f', 3, 64)
@@ -502,7 +503,7 @@ func (r *report) clusterRows() [][]string {
 	}
 	found := false
 	for _, sys := range []string{"relay, 2 replicas", "minimal loop"} {
-		row := []string{sys + ", R3", "-", "", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-"}
+		row := []string{sys + ", R3", "-", "", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-"}
 		if x := find("cluster throughput", sys); x != nil && x.Delivered > 0 {
 			found = true
 			row[1], row[3], row[4] = f0(x.PerSecond), strconv.FormatFloat(per1k(x.ProcCPU, x), 'f', 3, 64), strconv.FormatFloat(per1k(x.NodesCPU, x), 'f', 3, 64)
@@ -522,12 +523,13 @@ func (r *report) clusterRows() [][]string {
 			found = true
 			f := x.Restart
 			row[8], row[9], row[10] = strconv.FormatInt(f.Lost, 10), strconv.FormatInt(x.Duplicates, 10), f0(f.MaxGapMs)
-			row[11], row[12], row[13] = f0(f.Dip.BelowHalfMs), f0(f.Dip.LastsMs), f1(f.AllDeliveredSecs)
+			row[11] = orDash(f.ElectedSecs >= 0, f1(f.ElectedSecs))
+			row[12], row[13], row[14] = f0(f.Dip.BelowHalfMs), f0(f.Dip.LastsMs), f1(f.AllDeliveredSecs)
 			switch {
 			case f.Dip.StartMs < 0:
-				row[12] = "no dip"
+				row[13] = "no dip"
 			case f.Dip.LastsMs < 0:
-				row[12] = "not before the end"
+				row[13] = "not before the end"
 			}
 		}
 		rows = append(rows, row)

@@ -179,7 +179,7 @@ func (b *bench) clusterRelay(ctx context.Context, c *natsCluster, n int) ([]*res
 	if note := b.redeliveries(ctx, []string{dest}, n); note != "" {
 		tp.Notes = append(tp.Notes, note)
 	}
-	tp.Notes = append(tp.Notes, b.consumerNote(ctx, sys.consumer))
+	tp.Notes = append(tp.Notes, b.consumerNote(ctx, sys.consumer), c.placement(ctx))
 	logf("  relay (2 replicas): %d delivered in %.2fs = %.0f/s", tp.Delivered, tp.Seconds, tp.PerSecond)
 
 	rate := tp.PerSecond / 2
@@ -210,7 +210,7 @@ func (b *bench) clusterRelay(ctx context.Context, c *natsCluster, n int) ([]*res
 // with one loop process.
 func (b *bench) clusterLoop(ctx context.Context, c *natsCluster, n int, rate float64) ([]*result, error) {
 	tp := &result{Scenario: "r", Title: "cluster throughput", System: "minimal loop", Events: n, LatencyKind: "queue"}
-	if err := b.loopRun(ctx, tp, "rloop", n, false); err != nil {
+	if err := b.clusterLoopThroughput(ctx, c, tp, "rloop", n); err != nil {
 		return nil, fmt.Errorf("(r) minimal loop throughput: %w", err)
 	}
 	logf("  minimal loop: %d delivered in %.2fs = %.0f/s", tp.Delivered, tp.Seconds, tp.PerSecond)
@@ -240,6 +240,39 @@ func (b *bench) clusterLoop(ctx context.Context, c *natsCluster, n int, rate flo
 		kill.Notes = append(kill.Notes, err.Error())
 	}
 	return []*result{tp, lat, kill}, nil
+}
+
+// clusterLoopThroughput is loopRun (not live) for (r): it also notes,
+// before the loop stops and deletes its consumer, where the consumer's
+// leader is and which node each client is connected to.
+func (b *bench) clusterLoopThroughput(ctx context.Context, c *natsCluster, r *result, dest string, n int) error {
+	if err := b.addPausedDest(ctx, dest); err != nil {
+		return err
+	}
+	if err := b.publishFor(ctx, r, []string{dest}, n); err != nil {
+		return err
+	}
+	if err := b.sinkReset(ctx); err != nil {
+		return err
+	}
+	m, start := b.mark(), time.Now()
+	l, lp, err := b.startLoopRunner(ctx, dest)
+	if err != nil {
+		return err
+	}
+	first, err := b.waitDelivered(ctx, int64(n), lp, limitFor(n))
+	el := time.Since(start)
+	if err == nil {
+		if lp != nil {
+			r.procFigures(lp, 0)
+		}
+		err = b.finish(ctx, r, m, start, first, el)
+		r.Notes = append(r.Notes, b.consumerNote(ctx, "bench_"+dest), c.placement(ctx))
+	}
+	if serr := l.stop(); err == nil {
+		err = serr
+	}
+	return err
 }
 
 // rKillAfter is when the node-restart run kills a node, after it began
@@ -345,7 +378,7 @@ func (b *bench) clusterAtRate(ctx context.Context, c *natsCluster, r *result, sy
 	ns := func(t time.Time) int64 { return t.UnixNano() }
 	binOf := func(t time.Time) int { return int((ns(t) - st.BinsStartNs) / int64(binWidth)) }
 	f := &restartFigures{
-		Node: rr.node, Led: rr.led,
+		Node: rr.node, Led: rr.led, Clients: rr.clients, ElectedSecs: -1,
 		KillAtSecs:  rr.killAt.Sub(start).Seconds(),
 		DownSecs:    rr.restartAt.Sub(rr.killAt).Seconds(),
 		ReadySecs:   rr.readyAt.Sub(rr.restartAt).Seconds(),
@@ -354,6 +387,9 @@ func (b *bench) clusterAtRate(ctx context.Context, c *natsCluster, r *result, sy
 		MaxGapMs:         st.MaxGapMs,
 		AllDeliveredSecs: (el - dur).Seconds(),
 		Dip:              dipOf(st.Bins, rate*binWidth.Seconds(), binOf(rr.killAt), binOf(start.Add(dur))),
+	}
+	if t, ok := firstLogAfter(c.logs(), "new stream leader for '$G > "+stream.EventsStream+"'", rr.killAt); ok {
+		f.ElectedSecs = t.Sub(rr.killAt).Seconds()
 	}
 	if st.MaxGapEndNs > 0 {
 		f.MaxGapEndSecs = float64(st.MaxGapEndNs-ns(rr.killAt)) / 1e9
@@ -371,6 +407,7 @@ func (b *bench) clusterAtRate(ctx context.Context, c *natsCluster, r *result, sy
 type restartRun struct {
 	node                       string
 	led                        []string
+	clients                    []string // connected to the node when it was killed
 	killAt, restartAt, readyAt time.Time
 	err                        error
 }
@@ -396,7 +433,10 @@ func (b *bench) restartLeader(ctx context.Context, c *natsCluster, sys clusterSy
 		return rr
 	}
 	rr.node, rr.led = leader, led
-	logf("  SIGKILL NATS node %s (leader of %s)", leader, strings.Join(led, ", "))
+	if st, err := c.varz(ctx, i); err == nil {
+		rr.clients = st.Clients
+	}
+	logf("  SIGKILL NATS node %s (leader of %s; clients %s)", leader, strings.Join(led, ", "), strings.Join(rr.clients, ", "))
 	rr.killAt = time.Now()
 	if err := c.kill(i, false); err != nil {
 		rr.err = err
@@ -547,14 +587,18 @@ func (b *bench) waitCount(ctx context.Context, want int64, ps []*proc, limit tim
 
 // restartFigures are what a node restart did to a system in (r).
 type restartFigures struct {
-	Node          string   `json:"node"` // the node killed: the events stream's leader
-	Led           []string `json:"led"`  // what it led when killed
-	KillAtSecs    float64  `json:"kill_at_seconds"`
-	DownSecs      float64  `json:"down_seconds"`  // SIGKILL to its new start
-	ReadySecs     float64  `json:"ready_seconds"` // start to healthy (caught up)
-	Republished   int64    `json:"republished"`   // publishes repeated for want of a PubAck
-	PubDuplicates int64    `json:"publish_duplicates"`
-	Lost          int64    `json:"lost"` // acknowledged, not delivered
+	Node    string   `json:"node"`    // the node killed: the events stream's leader
+	Led     []string `json:"led"`     // what it led when killed
+	Clients []string `json:"clients"` // the client connections it had then, by name
+	// ElectedSecs: from the kill to the events stream's new leader (from
+	// the nodes' logs); -1 if not found.
+	ElectedSecs   float64 `json:"stream_leader_elected_seconds"`
+	KillAtSecs    float64 `json:"kill_at_seconds"`
+	DownSecs      float64 `json:"down_seconds"`  // SIGKILL to its new start
+	ReadySecs     float64 `json:"ready_seconds"` // start to healthy (caught up)
+	Republished   int64   `json:"republished"`   // publishes repeated for want of a PubAck
+	PubDuplicates int64   `json:"publish_duplicates"`
+	Lost          int64   `json:"lost"` // acknowledged, not delivered
 	// MaxGapMs is the longest time without a new delivery, and
 	// MaxGapEndSecs when it ended, from the kill.
 	MaxGapMs         float64    `json:"max_gap_ms"`
@@ -564,12 +608,19 @@ type restartFigures struct {
 }
 
 func (f *restartFigures) String() string {
-	s := fmt.Sprintf("SIGKILL of node %s (leader of %s) %.1fs in, started again %.1fs later, healthy %.1fs after that; "+
-		"%d publishes repeated for want of a PubAck (%d dropped by JetStream as duplicates); lost %d; "+
+	clients := "none"
+	if len(f.Clients) > 0 {
+		clients = strings.Join(f.Clients, ", ")
+	}
+	elected := "not found in the nodes' logs"
+	if f.ElectedSecs >= 0 {
+		elected = fmt.Sprintf("%.1fs after the kill", f.ElectedSecs)
+	}
+	return fmt.Sprintf("SIGKILL of node %s (leader of %s; its clients: %s) %.1fs in, started again %.1fs later, healthy %.1fs after that; "+
+		"the events stream's new leader elected %s; %d publishes repeated for want of a PubAck (%d dropped by JetStream as duplicates); lost %d; "+
 		"longest time without a new delivery %.0f ms, ending %.1fs after the kill; %s; all delivered %.1fs after publishing ended",
-		f.Node, strings.Join(f.Led, ", "), f.KillAtSecs, f.DownSecs, f.ReadySecs, f.Republished, f.PubDuplicates, f.Lost,
+		f.Node, strings.Join(f.Led, ", "), clients, f.KillAtSecs, f.DownSecs, f.ReadySecs, elected, f.Republished, f.PubDuplicates, f.Lost,
 		f.MaxGapMs, f.MaxGapEndSecs, f.Dip, f.AllDeliveredSecs)
-	return s
 }
 
 // dipFigures describe the delivery rate after a node's loss, from the

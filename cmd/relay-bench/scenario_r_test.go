@@ -180,17 +180,44 @@ func TestClusterBesideR1(t *testing.T) {
 		&result{Scenario: "r", Title: "cluster throughput", System: "relay, 2 replicas", PerSecond: 4000, Delivered: 1000, ProcCPU: 0.2, NodesCPU: 0.4, Seconds: 1},
 		&result{Scenario: "r", Title: "cluster latency", System: "relay, 2 replicas", Rate: 2000, P50ms: 3, P99ms: 20.5, Seconds: 1},
 		&result{Scenario: "r", Title: "cluster node restart", System: "relay, 2 replicas", Rate: 2000, Duplicates: 7, Seconds: 1,
-			Restart: &restartFigures{MaxGapMs: 2345, AllDeliveredSecs: 1.25, Dip: dipFigures{StartMs: 100, LastsMs: 2600, BelowHalfMs: 2700}}},
+			Restart: &restartFigures{MaxGapMs: 2345, ElectedSecs: 2.25, AllDeliveredSecs: 1.25, Dip: dipFigures{StartMs: 100, LastsMs: 2600, BelowHalfMs: 2700}}},
 		&result{Scenario: "r", Title: "cluster throughput", System: "minimal loop", PerSecond: 4500, Delivered: 1000, ProcCPU: 0.1, NodesCPU: 0.3, Seconds: 1},
 		&result{Scenario: "r", Title: "cluster node restart", System: "minimal loop", Rate: 2000, Seconds: 1,
-			Restart: &restartFigures{Lost: 0, MaxGapMs: 900, Dip: dipFigures{StartMs: -1, LastsMs: 0}}},
+			Restart: &restartFigures{Lost: 0, MaxGapMs: 900, ElectedSecs: -1, Dip: dipFigures{StartMs: -1, LastsMs: 0}}},
 	)
 	rows := r.clusterRows()
-	require.Equal(t, []string{"relay, R1", "10000", "", "0.100", "0.050", "1.50", "9.25", "5000", "", "", "", "", "", ""}, rows[1])
-	require.Equal(t, []string{"minimal loop, R1", "9000", "", "0.080", "0.050", "-", "-", "-", "", "", "", "", "", ""}, rows[2])
-	require.Equal(t, []string{"relay, 2 replicas, R3", "4000", "0.40", "0.200", "0.400", "3.00", "20.50", "2000", "0", "7", "2345", "2700", "2600", "1.2"}, rows[3])
-	require.Equal(t, []string{"minimal loop, R3", "4500", "0.50", "0.100", "0.300", "-", "-", "-", "0", "0", "900", "0", "no dip", "0.0"}, rows[4])
+	require.Equal(t, []string{"relay, R1", "10000", "", "0.100", "0.050", "1.50", "9.25", "5000", "", "", "", "", "", "", ""}, rows[1])
+	require.Equal(t, []string{"minimal loop, R1", "9000", "", "0.080", "0.050", "-", "-", "-", "", "", "", "", "", "", ""}, rows[2])
+	require.Equal(t, []string{"relay, 2 replicas, R3", "4000", "0.40", "0.200", "0.400", "3.00", "20.50", "2000", "0", "7", "2345", "2.2", "2700", "2600", "1.2"}, rows[3])
+	require.Equal(t, []string{"minimal loop, R3", "4500", "0.50", "0.100", "0.300", "-", "-", "-", "0", "0", "900", "-", "0", "no dip", "0.0"}, rows[4])
 	var buf bytes.Buffer
 	r.clusterText(&buf)
 	require.Contains(t, buf.String(), "SIGKILLed 4s into the run and started again 3s later, -r-duration 15s in all")
+}
+
+// TestFirstLogAfter finds, in the nodes' logs, when the events stream's new
+// leader was elected after a kill: the earliest such line after it, in any
+// log.
+func TestFirstLogAfter(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, lines ...string) string {
+		path := dir + "/" + name
+		require.NoError(t, os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644))
+		return path
+	}
+	const needle = "new stream leader for '$G > RELAY_EVENTS'"
+	a := write("nats-r0.log",
+		"2026/12/02 03:11:03.799074 nats: JetStream cluster new stream leader for '$G > RELAY_EVENTS'",
+		"2026/12/02 03:11:38.792826 nats: JetStream cluster new stream leader for '$G > RELAY_EVENTS'")
+	b := write("nats-r1.log",
+		"short",
+		"2026/12/02 03:11:36.328076 nats: JetStream cluster new stream leader for '$G > KV_relay_destinations'",
+		"2026/12/02 03:11:37.500000 nats: JetStream cluster new stream leader for '$G > RELAY_EVENTS'")
+	kill := time.Date(2026, 12, 2, 3, 11, 32, 0, time.Local)
+	got, ok := firstLogAfter([]string{a, b, dir + "/missing.log"}, needle, kill)
+	require.True(t, ok)
+	require.Equal(t, time.Date(2026, 12, 2, 3, 11, 37, 500_000_000, time.Local), got)
+
+	_, ok = firstLogAfter([]string{a, b}, needle, kill.Add(time.Minute))
+	require.False(t, ok, "nothing after")
 }
