@@ -170,7 +170,9 @@ func (c *natsCluster) kill(i int, term bool) error {
 	if p == nil || p.exited() {
 		return fmt.Errorf("NATS node %s is not running", c.nodes[i].name)
 	}
+	c.mu.Lock()
 	cpu, _ := p.sample()
+	c.mu.Unlock()
 	var err error
 	if term {
 		err = p.stop(30 * time.Second)
