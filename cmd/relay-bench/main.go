@@ -63,12 +63,16 @@ type options struct {
 	pClients     int
 	pBatch       int
 	pBClients    int
+	rN           int
+	rDuration    time.Duration
+	rDown        time.Duration
 }
 
-var allScenarios = []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "k", "l", "p"}
+var allScenarios = []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "k", "l", "p", "r"}
 
 // defaultScenarios are those run without -scenarios: (h) takes minutes at
-// 10,000 destinations and is run on purpose.
+// 10,000 destinations and (r) several at its default size; they are run on
+// purpose.
 var defaultScenarios = []string{"a", "i", "b", "c", "d", "e", "f", "g", "k", "l", "p"}
 
 // children are the hidden subcommands the bench starts itself as.
@@ -76,6 +80,7 @@ var children = map[string]func(args []string) error{
 	"sink":         runSink,
 	"loop":         runLoopProc,
 	"redis-sender": runRedisSender,
+	"nats-node":    runNATSNode,
 }
 
 func main() {
@@ -111,7 +116,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.backlog, "backlog", 1_000_000, "events of scenario (d), published before relay starts")
 	fs.IntVar(&o.failN, "fail-n", 0, "events of scenario (c) (0: min(-n, 20000))")
 	fs.IntVar(&o.redisN, "redis-n", 0, "events of scenario (f) (0: min(-n, 10000))")
-	sc := fs.String("scenarios", strings.Join(defaultScenarios, ","), "comma-separated scenarios to run: a throughput, b latency, c 10% 503, d backlog, e 100 destinations, f redis list, g fan-out, h -dests destinations (relay with its own embedded NATS), i the default deployment (relay run and the loop, each with its own embedded NATS, timed from process start), k order keys, l the delivery log's cost, p publishing over the HTTP API")
+	sc := fs.String("scenarios", strings.Join(defaultScenarios, ","), "comma-separated scenarios to run: a throughput, b latency, c 10% 503, d backlog, e 100 destinations, f redis list, g fan-out, h -dests destinations (relay with its own embedded NATS), i the default deployment (relay run and the loop, each with its own embedded NATS, timed from process start), k order keys, l the delivery log's cost, p publishing over the HTTP API, r a 3-node NATS cluster (R3) with two relay replicas")
 	fs.IntVar(&o.keysN, "keys-n", 1_000_000, "events of scenario (k), published once with one order key and once with a key each")
 	fs.IntVar(&o.keysDrain, "keys-drain", 20_000, "events of scenario (k) relay delivers while its RSS is measured")
 	fs.IntVar(&o.pN, "p-n", 0, "events of scenario (p) per mode and round (0: -n)")
@@ -123,6 +128,9 @@ func parseFlags(args []string) (options, error) {
 		o.relayExtra = append(o.relayExtra, v)
 		return nil
 	})
+	fs.IntVar(&o.rN, "r-n", 50_000, "events of scenario (r)'s throughput runs, published to the cluster before relay or the minimal loop starts")
+	fs.DurationVar(&o.rDuration, "r-duration", 15*time.Second, "how long scenario (r) publishes at 50% of its relay rate, for the latency run and again for the node-restart run")
+	fs.DurationVar(&o.rDown, "r-down", 3*time.Second, "scenario (r): how long the killed node (the events stream's leader, SIGKILLed 4s into the node-restart run) stays down")
 	fs.BoolVar(&o.shared, "shared", false, "scenarios (g) and (h): add the destinations shared (dest add --shared), served by relay's shared consumer")
 	fs.Float64Var(&o.rate, "rate", 0, "publish rate of scenario (b) per second (0: half of (a)'s relay rate)")
 	fs.DurationVar(&o.duration, "duration", 20*time.Second, "how long scenario (b) publishes")
@@ -171,7 +179,7 @@ func parseFlags(args []string) (options, error) {
 	if o.pN == 0 {
 		o.pN = o.n
 	}
-	for name, v := range map[string]int{"-n": o.n, "-backlog": o.backlog, "-fail-n": o.failN, "-redis-n": o.redisN, "-keys-n": o.keysN, "-keys-drain": o.keysDrain, "-window": o.window, "-loop-workers": o.loopWorkers, "-p-n": o.pN} {
+	for name, v := range map[string]int{"-n": o.n, "-backlog": o.backlog, "-fail-n": o.failN, "-redis-n": o.redisN, "-keys-n": o.keysN, "-keys-drain": o.keysDrain, "-window": o.window, "-loop-workers": o.loopWorkers, "-p-n": o.pN, "-r-n": o.rN} {
 		if v < 1 || v > 100_000_000 {
 			return o, fmt.Errorf("%s %d: give a count from 1 to 100000000", name, v)
 		}
@@ -234,6 +242,12 @@ func parseFlags(args []string) (options, error) {
 	if o.tick < 100*time.Microsecond || o.tick > time.Second {
 		return o, fmt.Errorf("-tick %s: give 100µs to 1s", o.tick)
 	}
+	if o.rDown < time.Second || o.rDown > time.Minute {
+		return o, fmt.Errorf("-r-down %s: give 1s to 1m", o.rDown)
+	}
+	if minDur := rKillAfter + o.rDown + 3*time.Second; o.rDuration < minDur || o.rDuration > time.Hour {
+		return o, fmt.Errorf("-r-duration %s: give %s (the kill at %s, -r-down, then 3s) to 1h", o.rDuration, minDur, rKillAfter)
+	}
 	if o.loopDuration < 0 || o.loopDuration > time.Hour {
 		return o, fmt.Errorf("-loop-duration %s: give 0 to 1h", o.loopDuration)
 	}
@@ -252,7 +266,8 @@ func parseFlags(args []string) (options, error) {
 	if len(o.scenarios) == 0 {
 		return o, errors.New("-scenarios: none given")
 	}
-	// Always in the order a..h, k: (b) and the targets use (a)'s figures.
+	// Always in the order a..h, k, l, r: (b), (r) and the targets use (a)'s
+	// figures.
 	slices.SortFunc(o.scenarios, func(a, b string) int { return strings.Compare(a, b) })
 	return o, nil
 }
@@ -293,6 +308,7 @@ func run(o options) error {
 	rep.NATSVersion = natsVersion()
 	steps := map[string]func(context.Context) ([]*result, error){
 		"a": b.scenarioA, "b": b.scenarioB, "c": b.scenarioC, "d": b.scenarioD, "e": b.scenarioE, "f": b.scenarioF, "g": b.scenarioG, "h": b.scenarioH, "i": b.scenarioI, "k": b.scenarioK, "l": b.scenarioL, "p": b.scenarioP,
+		"r": b.scenarioR,
 	}
 	rep.LoadStart = loadAvg()
 	started := time.Now()

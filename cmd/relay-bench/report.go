@@ -83,6 +83,9 @@ type optsJSON struct {
 	PClients     int     `json:"p_clients"`
 	PBatch       int     `json:"p_batch"`
 	PBClients    int     `json:"p_batch_clients"`
+	RN           int     `json:"r_n"`
+	RDuration    string  `json:"r_duration"`
+	RDown        string  `json:"r_down"`
 }
 
 func newReport(o options) *report {
@@ -99,7 +102,8 @@ func newReport(o options) *report {
 			Rate: o.rate, Duration: o.duration.String(), LoopDuration: o.loopDuration.String(), Tick: o.tick.String(), Concurrency: o.concurrency,
 			LoopWorkers: o.loopWorkers, LoopInBench: o.loopInBench, SharedNATS: o.sharedNATS, ARounds: o.aRounds, ALive: o.aLive, LoopCPUProf: o.loopCPUProf != "", Window: o.window,
 			GSubscribers: o.gSubscribers, GDeliveries: o.gDeliveries, RelayProf: o.relayProf != "", KeysN: o.keysN, KeysDrain: o.keysDrain,
-			PN: o.pN, PClients: o.pClients, PBatch: o.pBatch, PBClients: o.pBClients},
+			PN: o.pN, PClients: o.pClients, PBatch: o.pBatch, PBClients: o.pBClients,
+			RN: o.rN, RDuration: o.rDuration.String(), RDown: o.rDown.String()},
 	}
 	if bi, err := buildinfo.ReadFile(o.relay); err == nil {
 		r.RelayBuild = bi.GoVersion
@@ -190,7 +194,7 @@ func passMiss(ok bool) string {
 // that other processes on the machine disturbed.
 func (r *report) evaluate() {
 	for _, x := range r.Results {
-		x.OtherCPU = max(x.SystemCPU-x.ProcCPU-x.SinkCPU-x.BenchCPU-x.RedisCPU, 0)
+		x.OtherCPU = max(x.SystemCPU-x.ProcCPU-x.SinkCPU-x.BenchCPU-x.RedisCPU-x.NodesCPU, 0)
 		if share := x.OtherCPU / (x.Seconds * float64(r.Machine.CPUs)); share > 0.10 {
 			x.Notes = append(x.Notes, fmt.Sprintf("DISTURBED: other processes used %.0f%% of the machine's CPU during this measurement", 100*share))
 		}
@@ -423,6 +427,8 @@ func (x *result) label() string {
 		return fmt.Sprintf("(d) backlog %d: %s", x.Events, x.System)
 	case x.Scenario == "g":
 		return fmt.Sprintf("(g) %s to %d: %s", x.Title, x.Subscribers, x.System)
+	case x.Scenario == "r" && x.Rate > 0:
+		return fmt.Sprintf("(r) %s @ %.0f/s: %s", x.Title, x.Rate, x.System)
 	}
 	if x.Round > 0 {
 		return fmt.Sprintf("(%s) %s %d: %s", x.Scenario, x.Title, x.Round, x.System)
@@ -484,12 +490,12 @@ func (r *report) text(w io.Writer) {
 	fmt.Fprintf(w, "minimal loop unless -loop-in-bench, the Redis-list sender); for (b), CPU during the measured window only.\n")
 	fmt.Fprintf(w, "Sink connections: TCP connections the sink accepted in the interval ((b) reuses those of its warm-up).\n\n")
 
-	rows = [][]string{{"CPU seconds in the measured interval", "relay/baseline", "sink", "bench+NATS", "redis", "other processes", "machine busy %", "NATS msgs/delivery", "relay+sink+NATS s/1k", "first delivery ms", "sink connections", "publish/s before"}}
+	rows = [][]string{{"CPU seconds in the measured interval", "relay/baseline", "sink", "bench+NATS", "redis", "other processes", "machine busy %", "NATS msgs/delivery", "relay+sink+NATS s/1k", "first delivery ms", "sink connections", "publish/s before", "NATS nodes"}}
 	for _, x := range r.Results {
 		busy := 100 * x.SystemCPU / (x.Seconds * float64(r.Machine.CPUs))
 		rows = append(rows, []string{x.label(), orDash(x.ProcCPU > 0, f2(x.ProcCPU)), f2(x.SinkCPU), f2(x.BenchCPU),
 			orDash(x.Scenario == "f", f2(x.RedisCPU)), f2(x.OtherCPU), f0(busy), orDash(x.NATSMsgs > 0 && x.Delivered > 0, f2(float64(x.NATSMsgs)/float64(x.Delivered))),
-			orDash(x.Delivered > 0, strconv.FormatFloat((x.ProcCPU+x.SinkCPU+x.BenchCPU+x.RedisCPU)/float64(x.Delivered)*1000, 'f', 3, 64)), orDash(x.FirstMs > 0, f0(x.FirstMs)), orDash(x.Scenario != "b", strconv.FormatInt(x.Conns, 10)), orDash(x.PublishRate > 0, f0(x.PublishRate))})
+			orDash(x.Delivered > 0, strconv.FormatFloat((x.ProcCPU+x.SinkCPU+x.BenchCPU+x.RedisCPU+x.NodesCPU)/float64(x.Delivered)*1000, 'f', 3, 64)), orDash(x.FirstMs > 0, f0(x.FirstMs)), orDash(x.Scenario != "b", strconv.FormatInt(x.Conns, 10)), orDash(x.PublishRate > 0, f0(x.PublishRate)), orDash(x.Scenario == "r", f2(x.NodesCPU))})
 	}
 	table(w, rows)
 	fmt.Fprintf(w, "\n(bench+NATS is the bench process: the embedded NATS server, the sink polling, and the minimal loop with -loop-in-bench.\n")
@@ -498,7 +504,10 @@ func (r *report) text(w io.Writer) {
 	fmt.Fprintf(w, "NATS msgs/delivery: messages into and out of the embedded server in the interval, all connections, per delivery:\n")
 	fmt.Fprintf(w, "the events and their acks, publishes and their acks when publishing is in the interval ((g): the router's copies),\n")
 	fmt.Fprintf(w, "pull requests, and the rest. relay+sink+NATS s/1k: the CPU of the columns before other processes, per 1,000\n")
-	fmt.Fprintf(w, "deliveries: on a CPU-bound machine, what sets the rate; less disturbed by other work than deliveries/s.)\n")
+	fmt.Fprintf(w, "deliveries: on a CPU-bound machine, what sets the rate; less disturbed by other work than deliveries/s.\n")
+	fmt.Fprintf(w, "In (r), NATS is the three nodes' processes (the last column, also taken out of other processes and counted in\n")
+	fmt.Fprintf(w, "relay+sink+NATS; msgs/delivery counts their routes too), and bench+NATS is the bench process alone.)\n")
+	r.clusterText(w)
 	var notes []string
 	for _, x := range r.Results {
 		for _, n := range x.Notes {
@@ -518,6 +527,98 @@ func (r *report) text(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+// clusterText prints (r) beside the figures of one server (R1): (a)'s
+// medians and (b), when they ran.
+func (r *report) clusterText(w io.Writer) {
+	rows := r.clusterRows()
+	if rows == nil {
+		return
+	}
+	fmt.Fprintf(w, "\n(r) a 3-node NATS cluster (three relay-bench nats-node processes, file storage, R3 streams and consumers),\n")
+	fmt.Fprintf(w, "relay as two replicas (run --replicas 3), beside one server (R1: (a)'s medians, (b)); for a node restart, the\n")
+	fmt.Fprintf(w, "events stream's leader SIGKILLed %s into the run and started again %s later, -r-duration %s in all:\n\n", rKillAfter, r.Options.RDown, r.Options.RDuration)
+	table(w, rows)
+	fmt.Fprintf(w, "\n(CPU s/1k: relay's processes, both replicas summed, or the loop's; NATS s/1k: the three nodes, or with R1 the bench\n")
+	fmt.Fprintf(w, "process that embeds the server. x R1: deliveries/s over R1's. Longest gap: the longest time without a new delivery;\n")
+	fmt.Fprintf(w, "new leader: from the kill to the events stream's new leader, from the nodes' logs;\n")
+	fmt.Fprintf(w, "below half: the 100 ms periods after the kill with fewer deliveries than half the publish rate; recovered: from\n")
+	fmt.Fprintf(w, "the first of those until the start of a second whose every 100 ms had half or more; drained: from the end of\n")
+	fmt.Fprintf(w, "publishing until the sink had every event.)\n")
+}
+
+// clusterRows are clusterText's table, nil without (r).
+func (r *report) clusterRows() [][]string {
+	find := func(title, system string) *result {
+		for _, x := range r.Results {
+			if x.Scenario == "r" && x.Title == title && x.System == system {
+				return x
+			}
+		}
+		return nil
+	}
+	per1k := func(cpu float64, x *result) float64 { return cpu / float64(x.Delivered) * 1000 }
+	rows := [][]string{{"", "deliveries/s", "x R1", "CPU s/1k", "NATS s/1k", "p50 ms", "p99 ms", "@ rate/s", "restart: lost", "dups", "longest gap ms", "new leader s", "below half ms", "recovered ms", "drained s"}}
+	var r1 = map[string]float64{}
+	for _, sys := range []string{"relay", "minimal loop"} {
+		var rates, cpus, nats []float64
+		for _, x := range r.Results {
+			if x.Scenario == "a" && x.System == sys && x.Delivered > 0 {
+				rates = append(rates, x.PerSecond)
+				cpus = append(cpus, per1k(x.ProcCPU, x))
+				nats = append(nats, per1k(x.BenchCPU, x))
+			}
+		}
+		row := []string{sys + ", R1", "-", "", "-", "-", "-", "-", "-", "", "", "", "", "", "", ""}
+		if len(rates) > 0 {
+			r1[sys] = median(rates)
+			row[1], row[3], row[4] = f0(r1[sys]), strconv.FormatFloat(median(cpus), 'f', 3, 64), strconv.FormatFloat(median(nats), 'f', 3, 64)
+		}
+		if b := r.find("b", sys); b != nil {
+			row[5], row[6], row[7] = f2(b.P50ms), f2(b.P99ms), f0(b.Rate)
+		}
+		if len(rates) > 0 || r.find("b", sys) != nil {
+			rows = append(rows, row)
+		}
+	}
+	found := false
+	for _, sys := range []string{"relay, 2 replicas", "minimal loop"} {
+		row := []string{sys + ", R3", "-", "", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-"}
+		if x := find("cluster throughput", sys); x != nil && x.Delivered > 0 {
+			found = true
+			row[1], row[3], row[4] = f0(x.PerSecond), strconv.FormatFloat(per1k(x.ProcCPU, x), 'f', 3, 64), strconv.FormatFloat(per1k(x.NodesCPU, x), 'f', 3, 64)
+			base := r1["relay"]
+			if sys == "minimal loop" {
+				base = r1[sys]
+			}
+			if base > 0 {
+				row[2] = fmt.Sprintf("%.2f", x.PerSecond/base)
+			}
+		}
+		if x := find("cluster latency", sys); x != nil {
+			found = true
+			row[5], row[6], row[7] = f2(x.P50ms), f2(x.P99ms), f0(x.Rate)
+		}
+		if x := find("cluster node restart", sys); x != nil && x.Restart != nil {
+			found = true
+			f := x.Restart
+			row[8], row[9], row[10] = strconv.FormatInt(f.Lost, 10), strconv.FormatInt(x.Duplicates, 10), f0(f.MaxGapMs)
+			row[11] = orDash(f.ElectedSecs >= 0, f1(f.ElectedSecs))
+			row[12], row[13], row[14] = f0(f.Dip.BelowHalfMs), f0(f.Dip.LastsMs), f1(f.AllDeliveredSecs)
+			switch {
+			case f.Dip.StartMs < 0:
+				row[13] = "no dip"
+			case f.Dip.LastsMs < 0:
+				row[13] = "not before the end"
+			}
+		}
+		rows = append(rows, row)
+	}
+	if !found {
+		return nil
+	}
+	return rows
 }
 
 // table prints rows with the first column left-aligned and the others

@@ -44,9 +44,10 @@ type result struct {
 	BenchCPU    float64 `json:"bench_process_cpu_seconds"` // embedded NATS + publisher (+ minimal loop with -loop-in-bench)
 	RedisCPU    float64 `json:"redis_cpu_seconds,omitempty"`
 	SystemCPU   float64 `json:"system_busy_cpu_seconds"` // all processes, from /proc/stat
-	OtherCPU    float64 `json:"other_cpu_seconds"`       // SystemCPU minus relay, sink, bench and redis
+	OtherCPU    float64 `json:"other_cpu_seconds"`       // SystemCPU minus relay, sink, bench, redis and the NATS nodes
 	// NATSMsgs is the messages into and out of the embedded NATS server in
 	// the interval, all connections: what the consumer asks of the server.
+	// In (r), of the three nodes, routes included (none for a node restart).
 	NATSMsgs    int64   `json:"nats_messages"`
 	VsLoop      float64 `json:"ratio_to_minimal_loop_a,omitempty"`
 	VsRelayA    float64 `json:"ratio_to_relay_a,omitempty"` // (g): deliveries/s over (a)'s median relay rate
@@ -66,21 +67,34 @@ type result struct {
 	ReadyRSSMB float64  `json:"ready_rss_mb,omitempty"`
 	StopSecs   float64  `json:"stop_seconds,omitempty"`
 	Notes      []string `json:"notes,omitempty"`
+
+	// (r): the CPU of the cluster's three nodes, and what a node restart
+	// did.
+	NodesCPU float64         `json:"nats_nodes_cpu_seconds,omitempty"`
+	Restart  *restartFigures `json:"restart,omitempty"`
 }
 
 // cpuMark is the CPU counters at the start of a measured interval.
 type cpuMark struct {
-	bench, sink, system float64
-	natsMsgs            int64
+	bench, sink, system, nodes float64
+	natsMsgs                   int64
 }
 
 func (b *bench) mark() cpuMark {
 	s, _ := b.sink.sample()
-	return cpuMark{bench: selfCPU(), sink: s, system: systemBusy(), natsMsgs: b.natsMsgs()}
+	m := cpuMark{bench: selfCPU(), sink: s, system: systemBusy(), natsMsgs: b.natsMsgs()}
+	if b.cluster != nil {
+		m.nodes = b.cluster.cpu()
+	}
+	return m
 }
 
-// natsMsgs is the messages the embedded server has received and sent.
+// natsMsgs is the messages the embedded server (or (r)'s cluster) has
+// received and sent.
 func (b *bench) natsMsgs() int64 {
+	if b.cluster != nil {
+		return b.cluster.msgs()
+	}
 	if b.ns == nil {
 		return 0
 	}
@@ -100,6 +114,9 @@ func (b *bench) finish(ctx context.Context, r *result, m cpuMark, start, first t
 	r.SinkCPU = s - m.sink
 	r.SystemCPU = systemBusy() - m.system
 	r.NATSMsgs = b.natsMsgs() - m.natsMsgs
+	if b.cluster != nil {
+		r.NodesCPU = b.cluster.cpu() - m.nodes
+	}
 	st, err := b.sinkStats(ctx)
 	if err != nil {
 		return err

@@ -33,7 +33,8 @@ import (
 //	                         hash of webhook-id and the request's attempt
 //	                         number, so the choice is deterministic)
 //	GET  /count              "delivered requests" since the last reset
-//	GET  /stats              sinkStats as JSON
+//	GET  /stats[?bins=1]     sinkStats as JSON; with bins=1 also the new
+//	                         deliveries per 100 ms since the reset
 //	POST /reset              forget everything
 //
 // A body is expected to start with {"ts":<unix nanoseconds of the publish>;
@@ -56,7 +57,23 @@ type sinkStats struct {
 	Conns      int64            `json:"connections"` // TCP connections accepted
 	Late       lateSpells       `json:"late"`        // answers over lateAfter
 	ByDest     map[string]int64 `json:"by_dest"`     // Delivered, per destination
+	// MaxGapMs is the longest time between two new deliveries (a second
+	// 2xx for a pair does not count), and MaxGapEndNs when the one that
+	// ended it arrived (Unix ns; 0 without two deliveries).
+	MaxGapMs    float64 `json:"max_gap_ms"`
+	MaxGapEndNs int64   `json:"max_gap_end_unix_ns,omitempty"`
+	// With ?bins=1: new deliveries per binWidth since the reset, the first
+	// bin starting at BinsStartNs (Unix ns).
+	Bins        []int64 `json:"per_100ms,omitempty"`
+	BinsStartNs int64   `json:"bins_start_unix_ns,omitempty"`
 }
+
+// binWidth is the width of the sink's delivery histogram (GET /stats?bins=1),
+// and maxBins bounds it: an hour.
+const (
+	binWidth = 100 * time.Millisecond
+	maxBins  = 36_000
+)
 
 type idState struct {
 	requests  uint32
@@ -74,10 +91,15 @@ type sinkServer struct {
 	ids        map[uint64]idState // FNV-64a of destination, NUL, webhook-id
 	lat        []int64            // nanoseconds, 2xx answers only
 	pub        []int64            // the publish time of each lat, Unix ns
+	resetAt    int64              // Unix ns of the last reset (or the start)
+	bins       []int64            // new deliveries per binWidth since resetAt
+	lastNew    int64              // Unix ns of the last new delivery
+	maxGap     int64              // the longest time between two new deliveries
+	maxGapEnd  int64
 }
 
 func newSinkServer() *sinkServer {
-	return &sinkServer{byDest: map[string]int64{}, ids: map[uint64]idState{}, lat: make([]int64, 0, 1<<16), pub: make([]int64, 0, 1<<16)}
+	return &sinkServer{byDest: map[string]int64{}, ids: map[uint64]idState{}, lat: make([]int64, 0, 1<<16), pub: make([]int64, 0, 1<<16), resetAt: time.Now().UnixNano()}
 }
 
 var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
@@ -95,13 +117,14 @@ func (s *sinkServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "%d %d\n", d, n)
 	case r.URL.Path == "/stats" && r.Method == http.MethodGet:
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(s.stats())
+		_ = json.NewEncoder(w).Encode(s.stats(r.URL.Query().Get("bins") == "1"))
 	case r.URL.Path == "/reset" && r.Method == http.MethodPost:
 		s.mu.Lock()
 		s.requests, s.delivered, s.duplicates, s.failed = 0, 0, 0, 0
 		s.byDest = map[string]int64{}
 		s.ids = map[uint64]idState{}
 		s.lat, s.pub = s.lat[:0], s.pub[:0]
+		s.resetAt, s.bins, s.lastNew, s.maxGap, s.maxGapEnd = time.Now().UnixNano(), s.bins[:0], 0, 0, 0
 		s.conns.Store(0)
 		s.mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
@@ -160,6 +183,7 @@ func (s *sinkServer) deliver(w http.ResponseWriter, r *http.Request, dest string
 			st.delivered = true
 			s.delivered++
 			s.byDest[dest]++
+			s.newDelivery(now)
 		}
 		if ts > 0 {
 			s.lat = append(s.lat, now-ts)
@@ -171,6 +195,21 @@ func (s *sinkServer) deliver(w http.ResponseWriter, r *http.Request, dest string
 	s.ids[key] = st
 	s.mu.Unlock()
 	w.WriteHeader(status)
+}
+
+// newDelivery records the arrival of a new delivery at now (Unix ns) in the
+// histogram and the longest gap. Called with s.mu held.
+func (s *sinkServer) newDelivery(now int64) {
+	if i := (now - s.resetAt) / int64(binWidth); i >= 0 && i < maxBins {
+		for int64(len(s.bins)) <= i {
+			s.bins = append(s.bins, 0)
+		}
+		s.bins[i]++
+	}
+	if s.lastNew != 0 && now-s.lastNew > s.maxGap {
+		s.maxGap, s.maxGapEnd = now-s.lastNew, now
+	}
+	s.lastNew = now
 }
 
 // deliveryKey identifies a delivery: one destination's copy of an event.
@@ -207,9 +246,13 @@ func parseTS(b []byte) int64 {
 	return v
 }
 
-func (s *sinkServer) stats() sinkStats {
+func (s *sinkServer) stats(bins bool) sinkStats {
 	s.mu.Lock()
-	st := sinkStats{Delivered: s.delivered, Requests: s.requests, Duplicates: s.duplicates, Failed: s.failed, Conns: s.conns.Load(), ByDest: make(map[string]int64, len(s.byDest))}
+	st := sinkStats{Delivered: s.delivered, Requests: s.requests, Duplicates: s.duplicates, Failed: s.failed, Conns: s.conns.Load(), ByDest: make(map[string]int64, len(s.byDest)),
+		MaxGapMs: ms(s.maxGap), MaxGapEndNs: s.maxGapEnd}
+	if bins {
+		st.Bins, st.BinsStartNs = slices.Clone(s.bins), s.resetAt
+	}
 	for k, v := range s.byDest {
 		st.ByDest[k] = v
 	}
