@@ -109,6 +109,15 @@ type logWriter struct {
 	stored  []pendingBatch       // published, the acknowledgement awaited
 	index   map[string]*logBatch // index entries by subject, gathering
 	indexed []pendingBatch       // index batches published
+	// retrying are batches not stored, to publish again at the next
+	// flush, and retryBytes their size.
+	retrying   []*logBatch
+	retryBytes int
+	// batchID and batches give each batch of records its Nats-Msg-Id;
+	// finishing: retry no more.
+	batchID   string
+	batchSeq  uint64
+	finishing bool
 }
 
 // logBatch is a message being gathered: lines of JSON, and for a batch of
@@ -121,20 +130,33 @@ type logBatch struct {
 	// batches are published in that order, so that the log's order is the
 	// records' to within a flush.
 	order uint64
+	// msgID is its Nats-Msg-Id and first when it was first published.
+	msgID string
+	first time.Time
 }
 
 // pendingBatch is a published batch whose acknowledgement is awaited.
 type pendingBatch struct {
-	f   jetstream.PubAckFuture
-	ids []string // its records' event ids (nil for an index batch)
-	n   int      // its lines
+	f jetstream.PubAckFuture
+	b *logBatch // a batch of records (nil for an index batch)
+	n int       // its lines
 }
+
+// logRetryFor is how long a batch of records the log could not store (the
+// server unreachable, a node of the cluster restarting) is published again,
+// at each flush, before its records are counted lost; logRetryBytes bounds
+// the batches kept for that. Each batch has its own Nats-Msg-Id, so one
+// stored whose acknowledgement was lost is stored once.
+const (
+	logRetryFor   = time.Minute
+	logRetryBytes = 16 << 20
+)
 
 // newLogWriter returns a writer of the delivery log on nc; Relay.Run runs
 // it.
 func newLogWriter(nc *nats.Conn, log *slog.Logger, m *Metrics, now func() time.Time) (*logWriter, error) {
 	w := &logWriter{log: log, metrics: m, q: make(chan AttemptRecord, logQueue), done: make(chan struct{}), redacted: map[string]string{}, now: now,
-		batches: map[string]*logBatch{}, index: map[string]*logBatch{}}
+		batches: map[string]*logBatch{}, index: map[string]*logBatch{}, batchID: "log-" + NewEventID()[4:] + "-"}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096), jetstream.WithPublishAsyncTimeout(10*time.Second))
 	if err != nil {
 		return nil, err
@@ -218,17 +240,48 @@ func (w *logWriter) gather(rec *AttemptRecord) {
 
 // publish publishes batch b of records, its acknowledgement awaited.
 func (w *logWriter) publish(b *logBatch) {
-	f, err := w.js.PublishMsgAsync(&nats.Msg{Subject: b.subject, Data: b.buf})
+	if b.msgID == "" {
+		w.batchSeq++
+		b.msgID = w.batchID + strconv.FormatUint(w.batchSeq, 36)
+		b.first = w.now()
+	}
+	f, err := w.js.PublishMsgAsync(&nats.Msg{Subject: b.subject, Data: b.buf, Header: nats.Header{jetstream.MsgIDHeader: []string{b.msgID}}})
 	if err != nil {
+		w.retry(b, err)
+		return
+	}
+	w.stored = append(w.stored, pendingBatch{f: f, b: b, n: len(b.ids)})
+}
+
+// retry keeps b, which was not stored because of err, to be published
+// again at the next flush, for logRetryFor from its first try and while
+// the batches kept stay within logRetryBytes; past that (or while the
+// writer finishes) its records are lost.
+func (w *logWriter) retry(b *logBatch, err error) {
+	if w.finishing || w.now().Sub(b.first) >= logRetryFor || w.retryBytes+len(b.buf) > logRetryBytes {
 		w.lost(len(b.ids), false, err)
 		return
 	}
-	w.stored = append(w.stored, pendingBatch{f: f, ids: b.ids, n: len(b.ids)})
+	if len(w.retrying) == 0 {
+		w.log.Debug("delivery log: a batch was not stored; trying again", "err", err)
+	}
+	w.retrying = append(w.retrying, b)
+	w.retryBytes += len(b.buf)
+}
+
+// publishRetrying publishes again the batches not stored.
+func (w *logWriter) publishRetrying() {
+	bs := w.retrying
+	w.retrying, w.retryBytes = nil, 0
+	for _, b := range bs {
+		w.publish(b)
+	}
 }
 
 // flush publishes what was gathered, and indexes the batches stored since
 // the last flush.
 func (w *logWriter) flush() {
+	w.publishRetrying()
 	w.publishGathered()
 	w.collect(time.Time{})
 	for subject, b := range w.index {
@@ -264,9 +317,11 @@ func (w *logWriter) collect(deadline time.Time) {
 		case !ok:
 			keep = append(keep, p)
 		case err != nil:
-			w.lost(p.n, false, err)
+			w.retry(p.b, err)
 		default:
-			w.indexBatch(ack.Sequence, p.ids)
+			// A batch stored before, whose acknowledgement was lost, is
+			// acknowledged again as a duplicate, with its sequence.
+			w.indexBatch(ack.Sequence, p.b.ids)
 		}
 	}
 	clear(w.stored[len(keep):])
@@ -341,6 +396,8 @@ func (w *logWriter) collectIndexed(deadline time.Time) {
 // once they are stored, their index.
 func (w *logWriter) finish() {
 	deadline := time.Now().Add(logFinish)
+	w.publishRetrying()
+	w.finishing = true
 	w.publishGathered()
 	w.collect(deadline)
 	w.flush()

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -280,4 +281,48 @@ func TestAttemptQueryValidate(t *testing.T) {
 	for _, s := range []string{"", "2xx", "5XX", "error", "none", "503", "200"} {
 		require.NoError(t, AttemptQuery{Status: s}.Validate(), s)
 	}
+}
+
+// TestDeliveryLogKeepsBatchesThatWereNotStored: while the log cannot be
+// written (here its stream is gone; a restarting node or a disconnect
+// does the same), the writer keeps its batches and publishes them again
+// at each flush; once the log takes them, every record is there once,
+// and found by its event id.
+func TestDeliveryLogKeepsBatchesThatWereNotStored(t *testing.T) {
+	t.Parallel()
+	srv := streamtest.Start(t)
+	ctx := context.Background()
+	require.NoError(t, srv.JS.DeleteStream(ctx, stream.LogStream))
+	var out lockedBuffer
+	logger := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	w, err := newLogWriter(srv.JS.Conn(), logger, nil, time.Now)
+	require.NoError(t, err)
+	go w.run()
+	t.Cleanup(func() { w.close(10 * time.Second) })
+
+	ids := []string{"evt_a", "evt_b", "evt_c"}
+	for i, id := range ids {
+		w.add(AttemptRecord{EventID: id, Dest: "d" + strconv.Itoa(i%2), Attempt: 1, Outcome: "delivered", At: time.Now().UTC(), Class: "2xx", Status: 204})
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(out.String(), "trying again") {
+		require.False(t, time.Now().After(deadline), "the writer never tried again: %s", out.String())
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.NotContains(t, out.String(), "records lost")
+
+	require.NoError(t, stream.Ensure(ctx, srv.JS, stream.Config{}))
+	for _, id := range ids {
+		for {
+			page, err := ReadAttempts(ctx, srv.JS, AttemptQuery{EventID: id})
+			if err == nil && len(page.Attempts) > 0 {
+				require.Len(t, page.Attempts, 1, "%s recorded once", id)
+				require.Equal(t, 204, page.Attempts[0].Status)
+				break
+			}
+			require.False(t, time.Now().After(deadline), "%s not in the log: %v", id, err)
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	require.NotContains(t, out.String(), "records lost")
 }

@@ -219,7 +219,9 @@ func (cfg Config) LogConfig() jetstream.StreamConfig {
 		Discard:     jetstream.DiscardOld,
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
-		Duplicates:  time.Second, // records carry no dedup id
+		// A batch's writer publishes it again for up to a minute (and
+		// 10s to an answer) while it is not stored, with its own id.
+		Duplicates:  2 * time.Minute,
 		MaxMsgSize:  1 << 20,     // a batch of records
 		AllowDirect: true,
 	}
