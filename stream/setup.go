@@ -216,13 +216,13 @@ func (cfg Config) LogConfig() jetstream.StreamConfig {
 		MaxBytes:    cfg.LogMaxBytes,
 		MaxMsgs:     -1,
 		// A full log drops its oldest records: the log never refuses one.
-		Discard:     jetstream.DiscardOld,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
+		Discard:  jetstream.DiscardOld,
+		Storage:  jetstream.FileStorage,
+		Replicas: cfg.Replicas,
 		// A batch's writer publishes it again for up to a minute (and
 		// 10s to an answer) while it is not stored, with its own id.
 		Duplicates:  2 * time.Minute,
-		MaxMsgSize:  1 << 20,     // a batch of records
+		MaxMsgSize:  1 << 20, // a batch of records
 		AllowDirect: true,
 	}
 }
