@@ -30,6 +30,9 @@ type Metrics struct {
 	filtered        *prometheus.CounterVec
 	// The unknown-destination check's events.
 	checkRead prometheus.Counter
+	// checkListed counts the stream sequences the check settled from the
+	// list of the stream's subjects.
+	checkListed prometheus.Counter
 	// The router's typed events without a subscriber, and copies.
 	routedUnsubscribed, routedCopyCount prometheus.Counter
 	// The delivery log's records lost: not written (the writer's queue
@@ -94,7 +97,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.checkRead = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "relay_unknown_destination_check_events_total",
-		Help: "Events this process's unknown-destination check went through (it reads their headers).",
+		Help: "Events whose headers this process's unknown-destination check read: those of destinations it did not know to route them, or all with more than 20,000 event subjects.",
+	})
+	m.checkListed = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "relay_unknown_destination_check_listed_total",
+		Help: "Stream sequences this process's unknown-destination check settled from the list of the stream's subjects, without reading their events.",
 	})
 	m.routedUnsubscribed = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "relay_typed_events_unsubscribed_total",
@@ -117,7 +124,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Batches of the delivery log's index JetStream did not store: the records are kept, but 'relay events show' does not find them.",
 	})
 	reg.MustRegister(m.logDropped, m.logFailed, m.logIndexFailed)
-	reg.MustRegister(m.deliveries, m.attempts, m.responses, m.attemptDuration, m.latency, m.inFlight, m.parkFailures, m.pauses, m.settled, m.deadLetterFails, m.filtered, m.checkRead,
+	reg.MustRegister(m.deliveries, m.attempts, m.responses, m.attemptDuration, m.latency, m.inFlight, m.parkFailures, m.pauses, m.settled, m.deadLetterFails, m.filtered, m.checkRead, m.checkListed,
 		m.routedUnsubscribed, m.routedCopyCount)
 	return m
 }
@@ -154,6 +161,14 @@ func (m *Metrics) deadLetterFailed(dest string) {
 func (m *Metrics) checkedRead() {
 	if m != nil {
 		m.checkRead.Inc()
+	}
+}
+
+// checkedListed counts n stream sequences the check settled from the
+// list of the stream's subjects.
+func (m *Metrics) checkedListed(n uint64) {
+	if m != nil {
+		m.checkListed.Add(float64(n))
 	}
 }
 

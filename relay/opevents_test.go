@@ -185,6 +185,19 @@ func TestBacklogStaleIsToldOnce(t *testing.T) {
 	f.addDest(Destination{Name: "crm"})
 	_, err := f.st.Pause(context.Background(), "crm", Forever)
 	require.NoError(t, err)
+	// Published once relay paused its consumer: before that, relay may
+	// have taken it (in flight, not in the backlog).
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := f.srv.JS.Consumer(context.Background(), stream.EventsStream, ConsumerName("crm"))
+		if err == nil {
+			if info, err := c.Info(context.Background()); err == nil && info.Paused {
+				break
+			}
+		}
+		require.False(t, time.Now().After(deadline), "relay never paused crm's consumer")
+		time.Sleep(10 * time.Millisecond)
+	}
 	_, err = f.prod.Publish(context.Background(), Event{Dest: "crm", Data: []byte(`{}`)})
 	require.NoError(t, err)
 	stale := f.opHits("ops", OpBacklogStale, 1)[0]
@@ -196,7 +209,7 @@ func TestBacklogStaleIsToldOnce(t *testing.T) {
 	// Five more looks while the backlog stays stale: the episode is told
 	// once.
 	looked := f.r.opsLooks.Load()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline = time.Now().Add(30 * time.Second)
 	for f.r.opsLooks.Load() < looked+5 {
 		require.False(t, time.Now().After(deadline), "the job stopped looking")
 		time.Sleep(20 * time.Millisecond)

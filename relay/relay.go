@@ -96,6 +96,8 @@ type Config struct {
 	// often backlogs are looked at (tests shorten them). Default a minute
 	// and opsEvery.
 	alertWindow, opsEvery time.Duration
+	// checkListMax replaces checkListMax (tests).
+	checkListMax int
 	// OnDelivery, when set, is called after every attempt's decision has been
 	// carried out (for tests and metrics).
 	OnDelivery func(Outcome)

@@ -149,6 +149,8 @@ type unroutedCheck struct {
 	id      string // this replica
 	log     *slog.Logger
 	metrics *Metrics
+	// listMax replaces checkListMax (tests).
+	listMax int
 }
 
 // job is the check as a leased job: its lease value is a CheckState.
@@ -183,19 +185,118 @@ func (c *unroutedCheck) job() leasedJob {
 			return CheckState{Holder: holder, Checked: done.Load(), Stream: created}.encode()
 		},
 		work: func(ctx context.Context) error {
-			return stream.Read(ctx, c.js, stream.EventsStream, stream.ReadOptions{After: done.Load(), HeadersOnly: true, Follow: true,
-				Description: "relay unknown-destination check",
-				Filters:     checkFilters},
-				func(m *jetstream.RawStreamMsg) error {
-					if err := c.settle(ctx, m); err != nil {
-						return err
-					}
-					c.metrics.checkedRead()
-					done.Store(m.Sequence)
-					return nil
-				})
+			return c.rounds(ctx, &done)
 		},
 	}
+}
+
+// checkListMax is the most subjects the check lists in a round; a stream
+// with more is checked by reading every event's headers.
+const checkListMax = 20000
+
+// checkEvery is the pause between the check's rounds: an event of an
+// unknown destination is dead-lettered within about this.
+const checkEvery = 500 * time.Millisecond
+
+// rounds runs the check in rounds until ctx ends, done being the sequence
+// up to which every event is checked. Each round takes the events stored
+// since the last one, up to the stream's last sequence when it began. It
+// lists the stream's event subjects (one per destination, one per
+// destination and order-key bucket) and reads the events of only those
+// subjects whose destination this replica does not know to route all of
+// them: in the common case, no event is read at all, where reading each
+// event's headers cost the NATS server as much again as delivering it
+// (docs/performance.md). With more than checkListMax subjects, it reads
+// every event's headers.
+func (c *unroutedCheck) rounds(ctx context.Context, done *atomic.Uint64) error {
+	s, err := c.js.Stream(ctx, stream.EventsStream)
+	if err != nil {
+		return fmt.Errorf("look up stream %s: %w", stream.EventsStream, err)
+	}
+	for {
+		if err := c.round(ctx, s, done); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(checkEvery):
+		}
+	}
+}
+
+// round checks the events stored after done up to the stream's last
+// sequence now.
+func (c *unroutedCheck) round(ctx context.Context, s jetstream.Stream, done *atomic.Uint64) error {
+	info, err := s.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("look up stream %s: %w", stream.EventsStream, err)
+	}
+	after, last := done.Load(), info.State.LastSeq
+	if last <= after {
+		return nil
+	}
+	filters, listed := checkFilters, false
+	listMax := c.listMax
+	if listMax == 0 {
+		listMax = checkListMax
+	}
+	if info.State.NumSubjects <= uint64(listMax) {
+		// Every event stored up to last is on a subject listed now: the
+		// list is taken after last.
+		suspect, err := c.suspects(ctx, s, after+1)
+		if err != nil {
+			return err
+		}
+		if len(suspect) == 0 {
+			c.metrics.checkedListed(last - after)
+			done.Store(last)
+			return nil
+		}
+		filters, listed = suspect, true
+	}
+	err = stream.Read(ctx, c.js, stream.EventsStream, stream.ReadOptions{After: after, HeadersOnly: true,
+		Description: "relay unknown-destination check", Filters: filters},
+		func(m *jetstream.RawStreamMsg) error {
+			if m.Sequence > last {
+				return stream.ErrStop
+			}
+			if err := c.settle(ctx, m); err != nil {
+				return err
+			}
+			c.metrics.checkedRead()
+			done.Store(m.Sequence)
+			return nil
+		})
+	if err != nil {
+		return err
+	}
+	if listed {
+		c.metrics.checkedListed(last - after)
+	}
+	done.Store(last)
+	return nil
+}
+
+// suspects lists the event subjects of s whose destination this replica
+// does not know to route every event stored from seq on: a destination it
+// has not heard of (unknown, removed, or added a moment ago), or one
+// created after seq. Their events are read and settled one by one.
+func (c *unroutedCheck) suspects(ctx context.Context, s jetstream.Stream, seq uint64) ([]string, error) {
+	var out []string
+	for _, f := range []string{stream.InPrefix + ".*", stream.KeyedPrefix + ".>"} {
+		info, err := s.Info(ctx, jetstream.WithSubjectFilter(f))
+		if err != nil {
+			return nil, fmt.Errorf("list the subjects of %s: %w", stream.EventsStream, err)
+		}
+		for subj := range info.State.Subjects {
+			p, err := stream.ParseSubject(subj)
+			if err != nil || !c.dests.routes(p.Dest, seq) {
+				out = append(out, subj)
+			}
+		}
+	}
+	return out, nil
 }
 
 // settle returns once m is for a destination that exists, or is
@@ -240,7 +341,7 @@ func (c *unroutedCheck) check(ctx context.Context, m *jetstream.RawStreamMsg) er
 
 // runUnrouted takes part in the unknown-destination check until ctx ends.
 func (r *Relay) runUnrouted(ctx context.Context, id string) {
-	c := &unroutedCheck{js: r.cfg.JS, dests: r, letters: r, id: id, log: r.log, metrics: r.cfg.Metrics}
+	c := &unroutedCheck{js: r.cfg.JS, dests: r, letters: r, id: id, log: r.log, metrics: r.cfg.Metrics, listMax: r.cfg.checkListMax}
 	runLeased(ctx, r.cfg.JS, id, r.cfg.CheckTakeover, r.cfg.Now, r.log, c.job())
 }
 
