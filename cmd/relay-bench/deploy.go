@@ -41,14 +41,7 @@ func (b *bench) scenarioI(ctx context.Context) ([]*result, error) {
 			logf("  minimal loop: %d delivered in %.2fs = %.0f/s, peak RSS %.1f MB", l.Delivered, l.Seconds, l.PerSecond, l.ProcRSSMB)
 			return nil
 		}
-		first, second := runRelay, runLoop
-		if k%2 == 0 {
-			first, second = runLoop, runRelay
-		}
-		if err := first(); err != nil {
-			return nil, err
-		}
-		if err := second(); err != nil {
+		if err := inTurn(k, runRelay, runLoop); err != nil {
 			return nil, err
 		}
 		r.VsLoop = r.PerSecond / l.PerSecond

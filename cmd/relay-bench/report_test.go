@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -183,4 +184,17 @@ func targetNamed(r *report, name string) target {
 		}
 	}
 	return target{}
+}
+
+func TestInTurnAlternatesTheOrder(t *testing.T) {
+	var got []string
+	step := func(s string) func() error { return func() error { got = append(got, s); return nil } }
+	for k := 1; k <= 3; k++ {
+		require.NoError(t, inTurn(k, step("relay"), step("loop")))
+	}
+	require.Equal(t, []string{"relay", "loop", "loop", "relay", "relay", "loop"}, got)
+	boom := errors.New("boom")
+	got = nil
+	require.ErrorIs(t, inTurn(1, func() error { return boom }, step("loop")), boom)
+	require.Empty(t, got, "stops at the first error")
 }

@@ -324,14 +324,7 @@ func (b *bench) scenarioA(ctx context.Context) ([]*result, error) {
 			logf("  minimal loop: %d delivered in %.2fs = %.0f/s", l.Delivered, l.Seconds, l.PerSecond)
 			return nil
 		}
-		first, second := runRelay, runLoop
-		if k%2 == 0 {
-			first, second = runLoop, runRelay
-		}
-		if err := first(); err != nil {
-			return nil, err
-		}
-		if err := second(); err != nil {
+		if err := inTurn(k, runRelay, runLoop); err != nil {
 			return nil, err
 		}
 		r.VsLoop = r.PerSecond / l.PerSecond
@@ -341,6 +334,22 @@ func (b *bench) scenarioA(ctx context.Context) ([]*result, error) {
 	b.relayRateA = medianRate(relays)
 	b.loopRateA = medianRate(loops)
 	return out, nil
+}
+
+// inTurn runs steps in order in odd rounds and in reverse in even ones, so
+// that neither side of a comparison always runs first (on a cold or a warm
+// machine). It stops at the first error.
+func inTurn(round int, steps ...func() error) error {
+	steps = slices.Clone(steps)
+	if round%2 == 0 {
+		slices.Reverse(steps)
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // medianRate is the median deliveries/s of rs (the lower middle one of an
