@@ -23,7 +23,7 @@ import (
 // alternate which goes first, as in (a).
 func (b *bench) scenarioI(ctx context.Context) ([]*result, error) {
 	n := b.opts.n
-	var out, relays, loops []*result
+	var out []*result
 	for k := 1; k <= b.opts.aRounds; k++ {
 		r := &result{Scenario: "i", Title: "default deployment", System: "relay", Round: k, Events: n, LatencyKind: "queue"}
 		l := &result{Scenario: "i", Title: "default deployment", System: "minimal loop", Round: k, Events: n, LatencyKind: "queue"}
@@ -45,7 +45,6 @@ func (b *bench) scenarioI(ctx context.Context) ([]*result, error) {
 			return nil, err
 		}
 		r.VsLoop = r.PerSecond / l.PerSecond
-		relays, loops = append(relays, r), append(loops, l)
 		out = append(out, r, l)
 	}
 	return out, nil
