@@ -65,7 +65,7 @@ func TestSoak(t *testing.T) {
 	start := time.Now()
 	var baseline int
 	// After warm-up: relay's heap first grows to its floor (--gc-heap-floor,
-	// 32 MiB), which takes about half a minute at this rate.
+	// 24 MiB), which takes about half a minute at this rate.
 	warmUp := max(30*time.Second, d/3)
 	lastRestart := start
 	for time.Since(start) < d {
