@@ -72,6 +72,7 @@ type optsJSON struct {
 	SharedNATS   bool    `json:"shared_nats"`
 	ARounds      int     `json:"a_rounds"`
 	ALive        bool    `json:"a_live"`
+	AA           bool    `json:"aa,omitempty"`                // relay's rows of (a) and (b) are the minimal loop
 	LoopCPUProf  bool    `json:"loop_cpu_profiled,omitempty"` // profiling adds to the loop's CPU
 	Window       int     `json:"window"`
 	GSubscribers []int   `json:"g_subscribers"`
@@ -100,7 +101,7 @@ func newReport(o options) *report {
 			" (environment without RELAY_* variables)",
 		Options: optsJSON{N: o.n, Backlog: o.backlog, FailN: o.failN, RedisN: o.redisN, Scenarios: strings.Join(o.scenarios, ","),
 			Rate: o.rate, Duration: o.duration.String(), LoopDuration: o.loopDuration.String(), Tick: o.tick.String(), Concurrency: o.concurrency,
-			LoopWorkers: o.loopWorkers, LoopInBench: o.loopInBench, SharedNATS: o.sharedNATS, ARounds: o.aRounds, ALive: o.aLive, LoopCPUProf: o.loopCPUProf != "", Window: o.window,
+			LoopWorkers: o.loopWorkers, LoopInBench: o.loopInBench, SharedNATS: o.sharedNATS, ARounds: o.aRounds, ALive: o.aLive, AA: o.aa, LoopCPUProf: o.loopCPUProf != "", Window: o.window,
 			GSubscribers: o.gSubscribers, GDeliveries: o.gDeliveries, RelayProf: o.relayProf != "", KeysN: o.keysN, KeysDrain: o.keysDrain,
 			PN: o.pN, PClients: o.pClients, PBatch: o.pBatch, PBClients: o.pBClients,
 			RN: o.rN, RDuration: o.rDuration.String(), RDown: o.rDown.String()},
@@ -467,6 +468,10 @@ func (r *report) text(w io.Writer) {
 	fmt.Fprintf(w, "setup:    1 KiB JSON events; relay destinations with concurrency %d and a signing secret; minimal loop with %d workers, %s;\n", r.Options.Concurrency, r.Options.LoopWorkers, where)
 	fmt.Fprintf(w, "          relay, NATS, the sink and the publisher share the machine's %d CPUs; all traffic on 127.0.0.1\n", m.CPUs)
 	fmt.Fprintf(w, "run time: %.0fs; load average at start %s, at end %s\n\n", r.Seconds, r.LoadStart, r.LoadEnd)
+	if r.Options.AA {
+		fmt.Fprintf(w, "A/A CHECK (-aa): every row of (a) and (b) named relay is the minimal loop run again in relay's place;\n")
+		fmt.Fprintf(w, "their ratios and targets measure the bench's spread on this machine, not relay\n\n")
+	}
 
 	rows := [][]string{{"scenario", "events", "requests", "dups", "seconds", "deliveries/s", "p50 ms", "p99 ms", "max ms", "CPU s/1k", "RSS MB", "vs loop (a)", "vs relay (a)"}}
 	for _, x := range r.Results {

@@ -198,3 +198,18 @@ func TestInTurnAlternatesTheOrder(t *testing.T) {
 	require.ErrorIs(t, inTurn(1, func() error { return boom }, step("loop")), boom)
 	require.Empty(t, got, "stops at the first error")
 }
+
+// TestAAReportSaysItsRelayRowsAreTheLoop: an -aa report says at its top
+// that its relay rows of (a) and (b) are the minimal loop, and a report
+// of relay does not.
+func TestAAReportSaysItsRelayRowsAreTheLoop(t *testing.T) {
+	var b strings.Builder
+	r := &report{Machine: machine{CPUs: 2}, Options: optsJSON{AA: true}}
+	r.text(&b)
+	require.Contains(t, b.String(), "A/A CHECK (-aa)")
+
+	b.Reset()
+	r = &report{Machine: machine{CPUs: 2}}
+	r.text(&b)
+	require.NotContains(t, b.String(), "A/A")
+}
