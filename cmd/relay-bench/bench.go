@@ -33,8 +33,9 @@ import (
 // process, the destination store and the publisher.
 type bench struct {
 	opts    options
-	tmp     string // removed at the end
-	logDir  string // <out>/logs, kept
+	rep     *report // counts the dead letters of each server before it goes
+	tmp     string  // removed at the end
+	logDir  string  // <out>/logs, kept
 	ns      *server.Server
 	natsURL string
 	nc      *nats.Conn
@@ -160,6 +161,20 @@ func (b *bench) stopNATS() {
 func (b *bench) restartNATS(ctx context.Context) error {
 	b.stopNATS()
 	return b.startNATS(ctx)
+}
+
+// freshNATS gives the next measurement a new server with no data (its dead
+// letters counted first), unless all runs share one (-shared-nats).
+func (b *bench) freshNATS(ctx context.Context) error {
+	if b.opts.sharedNATS {
+		return nil
+	}
+	if b.rep != nil {
+		if err := b.checkDLQ(ctx, b.rep); err != nil {
+			return err
+		}
+	}
+	return b.restartNATS(ctx)
 }
 
 func (b *bench) sinkURL(dest string) string { return "http://" + b.sink.addr + "/d/" + dest }

@@ -307,6 +307,7 @@ func run(o options) error {
 		return err
 	}
 	defer b.close()
+	b.rep = rep
 	rep.NATSVersion = natsVersion()
 	steps := map[string]func(context.Context) ([]*result, error){
 		"a": b.scenarioA, "b": b.scenarioB, "c": b.scenarioC, "d": b.scenarioD, "e": b.scenarioE, "f": b.scenarioF, "g": b.scenarioG, "h": b.scenarioH, "i": b.scenarioI, "k": b.scenarioK, "l": b.scenarioL, "p": b.scenarioP,
