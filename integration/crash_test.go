@@ -114,7 +114,7 @@ func (p *proc) count(substr string) int {
 func TestFaultCrashOfEmbeddedNATSDeliversNoParkedEventTwice(t *testing.T) {
 	t.Parallel()
 	rs := redistest.Start(t, redistest.Options{})
-	er := startEmbeddedRelay(t, "--redis-url", rs.URL(), "--park-threshold", "500ms")
+	er := startEmbeddedRelay(t, "--redis-url", rs.URL(), "--park-threshold", "500ms", "--ack-wait", "7s")
 	s := newSink(t, func(h hit, w http.ResponseWriter) int {
 		if h.N == 1 {
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -122,7 +122,7 @@ func TestFaultCrashOfEmbeddedNATSDeliversNoParkedEventTwice(t *testing.T) {
 		}
 		return faultOK(w)
 	})
-	// AckWait is 2*timeout+5s = 7s; the first retry waits 1s: parked.
+	// AckWait is 7s (--ack-wait); the first retry waits 1s: parked.
 	_, err := er.store.Add(context.Background(), relay.Destination{Name: "crashpark", URL: s.URL, Timeout: relay.Duration(time.Second),
 		Retry: relay.RetryPolicy{Base: relay.Duration(time.Second), Max: relay.Duration(2 * time.Second), NoJitter: true, MaxAttempts: 5}})
 	require.NoError(t, err)
@@ -156,7 +156,7 @@ func TestFaultCrashOfEmbeddedNATSDeliversNoParkedEventTwice(t *testing.T) {
 // server lost the acks of the last of them.
 func TestFaultCrashOfEmbeddedNATSKeepsOrder(t *testing.T) {
 	t.Parallel()
-	er := startEmbeddedRelay(t)
+	er := startEmbeddedRelay(t, "--ack-wait", "7s") // a head in flight at the crash comes back within 7s
 	var mu sync.Mutex
 	var got []int
 	s := newSink(t, func(h hit, w http.ResponseWriter) int {

@@ -493,20 +493,20 @@ func TestPullRequestsBoundTheirBytes(t *testing.T) {
 
 // TestEventsThatWaitedInRelaysQueueGetAnInProgressAck: relay asks
 // JetStream for more events than it has workers. An event that waited in
-// relay's queue for more than half the destination's timeout (at least a
-// second) gets an in-progress ack, which restarts its AckWait.
+// relay's queue for a third of AckWait gets an in-progress ack, which
+// restarts its AckWait; so does one being attempted that long.
 func TestEventsThatWaitedInRelaysQueueGetAnInProgressAck(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	s, arrived, release := gatedSink(t, 0)
-	// A 4s timeout: waits over 2s are restarted.
-	e.addDest(relay.Destination{Name: "buf", URL: s.URL, Concurrency: 2, Timeout: relay.Duration(4 * time.Second)})
+	e.addDest(relay.Destination{Name: "buf", URL: s.URL, Concurrency: 2, Timeout: relay.Duration(10 * time.Second)})
+	// AckWait 6s: events held over 2s are restarted.
 	const restartAfter = 2 * time.Second
 
 	// What relay says about each event, by stream sequence.
 	acks := e.watchAcks("buf")
 
-	e.startRelay()
+	e.startRelay(func(c *relay.Config) { c.AckWait = 3 * restartAfter })
 	var seqs []uint64
 	for range 4 {
 		seqs = append(seqs, e.publish("buf", "", `{}`).Seq)
@@ -520,7 +520,9 @@ func TestEventsThatWaitedInRelaysQueueGetAnInProgressAck(t *testing.T) {
 	// first two is allowed: a loaded machine may take long to start).
 	var early []*nats.Msg
 	handedOut := time.Now()
-	for hold := handedOut.Add(restartAfter + 200*time.Millisecond); time.Now().Before(hold); {
+	// The pull loop looks every 750ms (half its heartbeat): hold a second
+	// past restartAfter.
+	for hold := handedOut.Add(restartAfter + time.Second); time.Now().Before(hold); {
 		select {
 		case m := <-acks:
 			require.Equal(t, "+WPI", string(m.Data), "relay acked before any attempt ended: %s", m.Subject)
@@ -562,14 +564,10 @@ func TestEventsThatWaitedInRelaysQueueGetAnInProgressAck(t *testing.T) {
 			}
 		}
 	}, "all four acked: %v", said)
-	for _, seq := range seqs[:2] {
-		// The first two went to a worker at once (an in-progress ack only
-		// if the machine was slow to start relay's pulls).
-		require.Contains(t, [][]string{{"+ACK"}, {"+WPI", "+ACK"}}, said[seq], "event at %d", seq)
-	}
-	for _, seq := range seqs[2:] {
-		// It waited for a worker: one in-progress ack or more (one per
-		// restartAfter it waited), then its ack.
+	for _, seq := range seqs {
+		// The first two were attempted, the others waited for a worker,
+		// all for over restartAfter: one in-progress ack or more (one per
+		// restartAfter), then its ack.
 		l := said[seq]
 		require.GreaterOrEqual(t, len(l), 2, "event at %d: %v", seq, l)
 		require.Equal(t, "+ACK", l[len(l)-1], "event at %d: %v", seq, l)
@@ -580,9 +578,8 @@ func TestEventsThatWaitedInRelaysQueueGetAnInProgressAck(t *testing.T) {
 }
 
 // TestQueuedEventsKeepTheirAckWait: an event queued in relay gets an
-// in-progress ack each time it has waited half the destination's timeout
-// (at least a second), not only once, so a queue of several slow rounds
-// does not outlast its AckWait.
+// in-progress ack each time it has waited a third of AckWait, not only
+// once, so a queue of several slow rounds does not outlast its AckWait.
 func TestQueuedEventsKeepTheirAckWait(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -601,7 +598,8 @@ func TestQueuedEventsKeepTheirAckWait(t *testing.T) {
 	for range 4 {
 		last = e.publish("slowq", "", `{}`).Seq
 	}
-	e.startRelay()
+	// AckWait 3s: an in-progress ack every second.
+	e.startRelay(func(c *relay.Config) { c.AckWait = 3 * time.Second })
 	// The last event waits about three rounds (4.5s) in the queue.
 	var said []string
 	seqOf := func(m *nats.Msg) uint64 {
@@ -629,6 +627,64 @@ func TestQueuedEventsKeepTheirAckWait(t *testing.T) {
 	}
 }
 
+// TestLongAttemptsKeepTheirAckWait: an attempt that takes longer than
+// AckWait (the destination's timeout allows it) gets in-progress acks while
+// it runs, so JetStream does not hand the event out again meanwhile; and
+// its failure counts as any other (a retry), not as an attempt that came
+// too late.
+func TestLongAttemptsKeepTheirAckWait(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	const ackWait = 3 * time.Second
+	s := newSink(t, func(h hit, w http.ResponseWriter) int {
+		if h.N > 1 {
+			w.WriteHeader(http.StatusNoContent)
+			return http.StatusNoContent
+		}
+		// Past AckWait, well within the timeout.
+		select {
+		case <-time.After(2 * ackWait):
+		case <-h.Ctx.Done():
+			return 0
+		}
+		w.WriteHeader(http.StatusInternalServerError)
+		return http.StatusInternalServerError
+	})
+	e.addDest(relay.Destination{Name: "long", URL: s.URL, Concurrency: 4, Timeout: relay.Duration(20 * time.Second),
+		Retry: relay.RetryPolicy{Base: relay.Duration(100 * time.Millisecond), NoJitter: true, MaxAttempts: 5}})
+	acks := e.watchAcks("long")
+	rec, _ := e.startRelay(func(c *relay.Config) { c.AckWait = ackWait })
+	res := e.publish("long", "", `{}`)
+
+	var said []string
+	deadline := time.After(30 * time.Second)
+	for len(said) == 0 || said[len(said)-1] != "+ACK" {
+		select {
+		case m := <-acks:
+			seq, err := ackSubjectSeq(m.Subject)
+			require.NoError(t, err)
+			if seq == res.Seq {
+				said = append(said, string(m.Data))
+			}
+		case <-deadline:
+			t.Fatalf("the event was not acked: %v", said)
+		}
+	}
+	// Two in-progress acks or more during the 6s attempt, then the nak of
+	// its failure, then the retry's ack.
+	require.GreaterOrEqual(t, len(said), 4, "%v", said)
+	require.True(t, strings.HasPrefix(said[len(said)-2], "-NAK"), "the failure is nak'd for a retry: %v", said)
+	for _, k := range said[:len(said)-2] {
+		require.Equal(t, "+WPI", k, "%v", said)
+	}
+	require.Equal(t, 2, s.received(), "one long attempt and its retry, no copy handed out meanwhile")
+	require.Equal(t, 1, s.delivered()[res.ID])
+	require.Equal(t, 1, rec.count(func(o relay.Outcome) bool {
+		return o.Attempt == 1 && o.Result.Status == http.StatusInternalServerError && o.Decision.Action == relay.Retry
+	}),
+		"the long attempt's failure was recorded and retried")
+}
+
 // ackSubjectSeq reads the stream sequence from an ack subject:
 // $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>..., or with a domain
 // and account hash after ACK.
@@ -652,7 +708,7 @@ func TestStoppingRelayHandsItsBufferBack(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	s, arrived, release := gatedSink(t, 2)
-	// AckWait 65s: longer than the test waits.
+	// AckWait 30s: longer than the test waits.
 	e.addDest(relay.Destination{Name: "hb", URL: s.URL, Concurrency: 2, Timeout: relay.Duration(30 * time.Second)})
 	acks := e.watchAcks("hb")
 
@@ -754,7 +810,7 @@ func TestEventWithAStatusHeaderAndNoBodyIsDelivered(t *testing.T) {
 	m.Header.Set(stream.HdrEventID, "evt_status")
 	_, err := e.js.PublishMsg(context.Background(), m)
 	require.NoError(t, err)
-	// Well within its AckWait (25s).
+	// Well within its AckWait (30s).
 	eventually(t, 10*time.Second, func() bool { return s.delivered()["evt_status"] == 1 && e.settled("st") },
 		"the event delivered and acked")
 	require.Empty(t, s.all()[0].Body)

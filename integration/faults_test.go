@@ -207,11 +207,11 @@ func TestFaultSigstopLongerThanAckWait(t *testing.T) {
 		return faultOK(w)
 	})
 	t.Cleanup(releaseA) // before the sink's Close, which waits for the handler
-	d := e.addDest(relay.Destination{Name: "stalled", URL: s.URL, Timeout: relay.Duration(time.Second),
+	e.addDest(relay.Destination{Name: "stalled", URL: s.URL, Timeout: relay.Duration(time.Second),
 		Retry: relay.RetryPolicy{Base: relay.Duration(100 * time.Millisecond), MaxAttempts: 5}})
-	ackWait := d.WithDefaults().AckWait()
+	const ackWait = 7 * time.Second // --ack-wait, for a shorter test than the default 30s
 
-	a := faultRun(t, e.url)
+	a := faultRun(t, e.url, "--ack-wait", ackWait.String())
 	res := e.publish("stalled", "", `{"stalled":true}`)
 	var firstAt time.Time
 	select {
@@ -223,7 +223,7 @@ func TestFaultSigstopLongerThanAckWait(t *testing.T) {
 	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) }) // runs before startProc's kill
 
-	b := faultRun(t, e.url)
+	b := faultRun(t, e.url, "--ack-wait", ackWait.String())
 	eventually(t, 3*ackWait, func() bool { return s.delivered()[res.ID] >= 1 && e.settled("stalled") },
 		"relay B delivers the redelivery")
 	var secondAt time.Time
@@ -574,15 +574,15 @@ func TestFaultNetworkCutLongerThanAckWait(t *testing.T) {
 		}
 		return faultOK(w)
 	})
-	d := e.addDest(relay.Destination{Name: "cut", URL: s.URL, Timeout: relay.Duration(time.Second)})
-	ackWait := d.WithDefaults().AckWait()
+	e.addDest(relay.Destination{Name: "cut", URL: s.URL, Timeout: relay.Duration(time.Second)})
+	const ackWait = 7 * time.Second // --ack-wait
 	published := map[string]string{}
 	pub := func(i int) {
 		b := fmt.Sprintf(`{"n":%d}`, i)
 		published[e.publish("cut", "", b).ID] = b
 	}
 
-	a := faultRun(t, px.url())
+	a := faultRun(t, px.url(), "--ack-wait", ackWait.String())
 	eventually(t, 10*time.Second, func() bool { return faultReadyz(t, a) == http.StatusOK }, "relay A is ready")
 	pub(0)
 	var firstAt time.Time
@@ -596,7 +596,7 @@ func TestFaultNetworkCutLongerThanAckWait(t *testing.T) {
 	close(isCut) // the 200 goes out; A's ack cannot
 	eventually(t, 10*time.Second, func() bool { return faultReadyz(t, a) == http.StatusServiceUnavailable }, "relay A sees the cut")
 
-	b := faultRun(t, e.url)
+	b := faultRun(t, e.url, "--ack-wait", ackWait.String())
 	eventually(t, 3*ackWait, func() bool { return len(s.all()) == 2 && e.settled("cut") }, "relay B delivers the redelivery")
 	hs := s.all()
 	require.Equal(t, hs[0].ID, hs[1].ID, "same webhook-id on the redelivery")

@@ -30,10 +30,10 @@ func TestKilledRelayLosesNothing(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 		return http.StatusOK
 	})
-	// AckWait is 2*timeout+5s = 7s.
 	e.addDest(relay.Destination{Name: "crash", URL: s.URL, Timeout: relay.Duration(time.Second)})
 
-	p1 := startProc(t, "--nats-url", e.url, "run")
+	// AckWait 7s: the killed relay's event comes back within the test's wait.
+	p1 := startProc(t, "--nats-url", e.url, "run", "--ack-wait", "7s")
 	eventually(t, 10*time.Second, func() bool { return p1.logged("relay running") }, "first relay up")
 	res := e.publish("crash", "", `{"order":42}`)
 	var id string
@@ -46,7 +46,7 @@ func TestKilledRelayLosesNothing(t *testing.T) {
 	require.NoError(t, p1.cmd.Process.Signal(syscall.SIGKILL))
 	<-p1.exited
 
-	p2 := startProc(t, "--nats-url", e.url, "run")
+	p2 := startProc(t, "--nats-url", e.url, "run", "--ack-wait", "7s")
 	eventually(t, 30*time.Second, func() bool { return s.delivered()[res.ID] == 1 }, "the second relay delivers the event")
 	eventually(t, 10*time.Second, func() bool { return p2.logged("outcome=delivered") }, "the second relay logs the delivery")
 	require.Equal(t, 2, s.received(), "one interrupted attempt, one delivery")

@@ -36,18 +36,17 @@ func dialEnv(t *testing.T, url string) *env {
 // Ctrl-C of 'relay run' with its embedded server, then 'relay run' again on
 // the same data directory: the events relay held but had not attempted
 // (handed back on the stop) are delivered at once after the restart, not
-// once their AckWait (here over 10 minutes) has run out, and every event is
+// once their AckWait (here 10 minutes) has run out, and every event is
 // delivered exactly once.
 func TestEmbeddedRestartDeliversHandedBackEventsAtOnce(t *testing.T) {
 	t.Parallel()
 	dir, port := t.TempDir(), streamtest.Port(t)
-	args := []string{"run", "--data-dir", dir, "--listen", fmt.Sprintf("127.0.0.1:%d", port)}
+	args := []string{"run", "--data-dir", dir, "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--ack-wait", "10m"}
 	p1 := startProc(t, args...)
 	eventually(t, time.Minute, func() bool { return p1.logged("relay running") }, "relay up:\n%s", p1.output())
 	e := dialEnv(t, fmt.Sprintf("nats://127.0.0.1:%d", port))
 
 	s, arrived, release := gatedSink(t, 4)
-	// AckWait is 2 timeouts + 5s: 10m5s.
 	e.addDest(relay.Destination{Name: "hb", URL: s.URL, Concurrency: 4, Timeout: relay.Duration(5 * time.Minute)})
 	acks := e.watchAcks("hb")
 	const n = 40

@@ -169,11 +169,11 @@ func TestPromoterKilledMidPromotion(t *testing.T) {
 				w.WriteHeader(http.StatusOK)
 				return http.StatusOK
 			})
-			// A 1s timeout makes AckWait 7s: what the killed relay had already
+			// AckWait 7s (--ack-wait): what the killed relay had already
 			// pulled comes back quickly.
 			e.addDest(relay.Destination{Name: "fp", URL: s.URL, Timeout: relay.Duration(time.Second), Retry: relay.RetryPolicy{
 				Base: relay.Duration(time.Second), Max: relay.Duration(10 * time.Second), NoJitter: true, MaxAttempts: 5}})
-			args := []string{"--nats-url", e.url, "run", "--redis-url", r.URL(), "--park-threshold", "500ms", "--park-lease", "2s"}
+			args := []string{"--nats-url", e.url, "run", "--redis-url", r.URL(), "--park-threshold", "500ms", "--park-lease", "2s", "--ack-wait", "7s"}
 
 			p1 := startProcEnv(t, []string{"RELAY_FAILPOINT=" + point}, args...)
 			res := e.publish("fp", "", `{"fp":1}`)

@@ -59,7 +59,7 @@ func (r *Relay) specs(d Destination) []consumerSpec {
 		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:   d.StartSeq,
 		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       d.AckWait(),
+		AckWait:       r.cfg.AckWait,
 		MaxDeliver:    -1,
 		MaxAckPending: r.cfg.MaxAckPending,
 	}
@@ -181,16 +181,9 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 
 	// A fixed pool of workers takes events from the queue: no goroutine
 	// (and no stack growth) per event.
-	type pulled struct {
-		msg *stream.PulledMsg
-		// since is when the event arrived, or its AckWait was last
-		// restarted.
-		since time.Time
-	}
-	work := make(chan pulled)
-	done := make(chan struct{}, sp.concurrency)
+	work := make(chan *pinged)
+	done := make(chan *pinged, sp.concurrency)
 	var wg sync.WaitGroup
-	restartAfter := d.longWait()
 	var mark *partitionMark
 	if sp.ordered {
 		mark = newPartitionMark(r.ordered, r.cfg.JS.Conn(), d.Name, sp.partition)
@@ -203,17 +196,12 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 					sp.slots <- struct{}{}
 				}
 				r.inFlight <- struct{}{}
-				if time.Since(p.since) > restartAfter {
-					// It waited long in the queue (or for a slot):
-					// restart its AckWait.
-					_ = p.msg.InProgress()
-				}
-				r.handle(dctx, p.msg, mark)
+				r.handle(dctx, p, mark)
 				<-r.inFlight
 				if sp.slots != nil {
 					<-sp.slots
 				}
-				done <- struct{}{}
+				done <- p
 			}
 		})
 	}
@@ -240,30 +228,33 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 	}
 	nc := r.cfg.JS.Conn()
 	tick := time.NewTicker(max(hb/2, 100*time.Millisecond))
+	every := r.cfg.AckWait / 3 // how often a held event's AckWait is restarted
 	defer tick.Stop()
 	var (
-		queue []pulled
-		busy  int
-		buf   []*nats.Msg
+		queue []*pinged
+		// busy are the events the workers have: their AckWait is
+		// restarted as the queue's is, until each is done.
+		busy = make(map[*pinged]struct{}, sp.concurrency)
+		buf  []*nats.Msg
 	)
 	gone := false
 loop:
 	for {
-		if err := p.Fill(hold(), len(queue)+busy, time.Now()); err != nil {
+		if err := p.Fill(hold(), len(queue)+len(busy), time.Now()); err != nil {
 			r.log.Debug("cannot ask for events; asking again shortly", "dest", d.Name, "err", err)
 		}
-		var out chan pulled
-		var head pulled
+		var out chan *pinged
+		var head *pinged
 		if len(queue) > 0 {
 			out, head = work, queue[0]
 		}
 		select {
 		case out <- head:
-			queue[0] = pulled{}
+			queue[0] = nil
 			queue = queue[1:]
-			busy++
-		case <-done:
-			busy--
+			busy[head] = struct{}{}
+		case h := <-done:
+			delete(busy, h)
 		case <-p.Signal():
 			now := time.Now()
 			got := p.Take(buf)
@@ -271,7 +262,7 @@ loop:
 				st, err := p.Status(m, now)
 				switch st {
 				case stream.PullEvent:
-					queue = append(queue, pulled{stream.NewPulledMsg(m, nc), now})
+					queue = append(queue, &pinged{pulled: stream.NewPulledMsg(m, nc), last: now})
 					size := float64(max(len(m.Data), 1))
 					if avgSize == 0 {
 						avgSize = size
@@ -300,10 +291,14 @@ loop:
 			if p.Silent(now) {
 				r.log.Debug("no heartbeat from the pull requests; asking again", "dest", d.Name)
 			}
-			for i := range queue {
-				if now.Sub(queue[i].since) > restartAfter {
-					_ = queue[i].msg.InProgress()
-					queue[i].since = now
+			for _, h := range queue {
+				if now.Sub(h.last) >= every {
+					h.ping(now)
+				}
+			}
+			for h := range busy {
+				if now.Sub(h.last) >= every {
+					h.ping(now)
 				}
 			}
 		case <-stopped:
@@ -320,9 +315,9 @@ loop:
 	// AckWait. First stop asking (and let what was on its way arrive), so
 	// that what is handed back is not handed to this replica again.
 	drained := p.Stop(5 * time.Second)
-	back := make([]*stream.PulledMsg, 0, len(queue)+len(drained))
+	back := make([]pulled, 0, len(queue)+len(drained))
 	for _, q := range queue {
-		back = append(back, q.msg)
+		back = append(back, q)
 	}
 	for _, m := range drained {
 		if st, _ := p.Status(m, time.Now()); st == stream.PullEvent {

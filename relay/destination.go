@@ -482,17 +482,8 @@ func (d Destination) validateURLs() error {
 	return nil
 }
 
-// AckWait is how long JetStream waits for this destination's ack before it
-// hands the event to another worker: longer than an attempt can take plus
-// the waits before it that relay does not restart AckWait for (longWait).
-func (d Destination) AckWait() time.Duration {
-	return 2*time.Duration(d.Timeout) + 5*time.Second
-}
-
-// longWait is the longest an event waits in relay, before its attempt,
-// without its AckWait restarted: half a timeout, at least 1s. Two such
-// waits (in the prefetch buffer, for the rate limit) and the attempt fit in
-// AckWait.
+// longWait is the longest a worker waits for the destination's rate limit
+// before it hands the event back instead: half a timeout, at least 1s.
 func (d Destination) longWait() time.Duration {
 	return max(time.Second, time.Duration(d.Timeout)/2)
 }

@@ -351,16 +351,6 @@ func TestDestinationJSONRoundTrip(t *testing.T) {
 	require.Equal(t, Duration(3*time.Second), numeric.Retry.Base)
 }
 
-func TestDestinationAckWait(t *testing.T) {
-	t.Parallel()
-	for _, timeout := range []time.Duration{100 * time.Millisecond, time.Second, 30 * time.Second, 10 * time.Minute} {
-		d := Destination{Timeout: Duration(timeout)}
-		require.Greater(t, d.AckWait(), timeout, "timeout %s", timeout)
-		require.Greater(t, d.AckWait(), 2*timeout, "an attempt plus a wait in the buffer must fit: timeout %s", timeout)
-	}
-	require.Greater(t, destTestGood().WithDefaults().AckWait(), DefaultTimeout)
-}
-
 func TestRedactURL(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{

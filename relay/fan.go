@@ -178,7 +178,7 @@ func (s *sharedLoop) admitFan(msg *stream.PulledMsg, meta jetstream.MsgMetadata,
 			continue
 		}
 		fd := &fanDelivery{parent: p, dest: name, subject: stream.InSubject(name, "")}
-		s.enqueue(name, &held{pulled: fd, dest: name, size: len(msg.Data()), since: now})
+		s.enqueue(name, &held{pinged: pinged{pulled: fd, last: now}, dest: name, size: len(msg.Data())})
 	}
 	return len(dests)
 }

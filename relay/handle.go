@@ -58,7 +58,7 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, mark *partitionMa
 			inf.done()
 			in.Sent, in.Result = true, res
 			in.Cancelled = ctx.Err() != nil
-			in.Late = res.Duration > in.Dest.AckWait()-time.Second
+			in.Late = late(msg, res, r.cfg.AckWait)
 		default:
 			if span == nil {
 				r.execute(context.Background(), msg, &ev, mark, in, dec)
@@ -222,9 +222,9 @@ func (r *Relay) execute(ctx context.Context, msg jetstream.Msg, ev *event, mark 
 // long to hand the event back for when it does not (0: go on). A wait
 // longer than half d's timeout (at least 1s) is not made: the event goes
 // back to JetStream until the limit allows it, without using an attempt.
-// Waiting for a low limit while holding the event would outlast its
-// AckWait (2 × timeout + 5s covers a wait of a timeout before the attempt),
-// and JetStream would hand it out again meanwhile: a duplicate delivery.
+// Its AckWait is restarted while the worker waits (see pinged), but a
+// worker that waits holds its place among the destination's concurrency
+// and the replica's --max-in-flight.
 func (r *Relay) waitRate(ctx context.Context, lim *limit, d Destination, ordered bool) time.Duration {
 	if lim == nil {
 		return 0
@@ -527,4 +527,15 @@ func (r *Relay) logOutcome(o Outcome) {
 		attrs = append(attrs, "act_error", o.Err.Error())
 	}
 	r.log.Log(context.Background(), level, "attempt", attrs...)
+}
+
+// late reports whether JetStream may have handed msg to another worker
+// while this attempt ran: it heard nothing of the event for AckWait (the
+// process was stopped, or paused as long). An event relay pings knows how
+// long that was; for another, the attempt's duration stands in.
+func late(msg jetstream.Msg, res Result, ackWait time.Duration) bool {
+	if p, ok := msg.(interface{ unheard(time.Time) time.Duration }); ok {
+		return p.unheard(time.Now()) > ackWait-time.Second
+	}
+	return res.Duration > ackWait-time.Second
 }

@@ -77,6 +77,13 @@ type Config struct {
 	// however many destinations it serves. It is also the shared
 	// consumer's pool of workers. Optional, default 1024.
 	MaxInFlight int
+	// AckWait is how long JetStream waits for the ack of an event handed to
+	// a replica before it hands the event to another: how soon the events
+	// of a replica that died (or stopped, or lost its connection) are
+	// delivered by the others. A replica restarts it every third of it for
+	// every event it holds, so an attempt may take longer. Optional, default
+	// 30s (DefaultAckWait); 3s to 10m.
+	AckWait time.Duration
 	// NoAttemptLog turns the delivery log off: no record of attempts
 	// (stream.LogStream). Optional, default on.
 	NoAttemptLog bool
@@ -156,6 +163,9 @@ func (cfg Config) WithDefaults() Config {
 	if cfg.MaxInFlight == 0 {
 		cfg.MaxInFlight = 1024
 	}
+	if cfg.AckWait == 0 {
+		cfg.AckWait = DefaultAckWait
+	}
 	if cfg.alertWindow == 0 {
 		cfg.alertWindow = time.Minute
 	}
@@ -181,6 +191,9 @@ func (cfg Config) Validate() error {
 	}
 	if cfg.MaxInFlight < 1 || cfg.MaxInFlight > 100_000 {
 		return errors.New("relay: MaxInFlight must be between 1 and 100000")
+	}
+	if cfg.AckWait < 3*time.Second || cfg.AckWait > 10*time.Minute {
+		return fmt.Errorf("relay: AckWait %s must be between 3s and 10m", cfg.AckWait)
 	}
 	if cfg.LogResponseBytes > 64<<10 {
 		return errors.New("relay: LogResponseBytes must be at most 65536")
@@ -535,7 +548,7 @@ func (r *Relay) reconcile(ctx context.Context) {
 	r.reconcileShared(ctx, want)
 	for name, wk := range r.workers {
 		d, ok := want[name]
-		if !ok || wk.exited() || d.Concurrency != wk.dest.Concurrency || d.AckWait() != wk.dest.AckWait() {
+		if !ok || wk.exited() || d.Concurrency != wk.dest.Concurrency {
 			wk.stop()
 			delete(r.workers, name)
 		}

@@ -54,11 +54,6 @@ const SharedConsumer = "relay_Shared"
 func LaneConsumerName(dest string) string { return "relay_" + dest + "_L" }
 
 const (
-	// sharedAckWait is the shared consumer's AckWait. A replica restarts it
-	// (in progress) every sharedAckWait/3 for every event it holds, queued
-	// or being attempted, so that an attempt of any timeout fits, and
-	// after a crash the events it held come back within sharedAckWait.
-	sharedAckWait = 30 * time.Second
 	// sharedMaxAckPending bounds the shared consumer's events handed out
 	// and not acknowledged: held by the replicas, and waiting in JetStream
 	// for a retry (a destination's queue bounds what it holds, and its lane
@@ -83,14 +78,14 @@ const (
 
 // sharedConsumerConfig is the shared consumer's configuration, starting
 // at stream sequence start when it is created.
-func sharedConsumerConfig(start uint64) jetstream.ConsumerConfig {
+func sharedConsumerConfig(start uint64, ackWait time.Duration) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable:        SharedConsumer,
 		Description:    "relay deliveries to the shared destinations",
 		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:    max(start, 1),
 		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        sharedAckWait,
+		AckWait:        ackWait,
 		MaxDeliver:     -1,
 		MaxAckPending:  sharedMaxAckPending,
 		FilterSubjects: stream.SharedFilters(),
@@ -98,14 +93,20 @@ func sharedConsumerConfig(start uint64) jetstream.ConsumerConfig {
 }
 
 // ensureShared creates the shared consumer, starting at stream sequence
-// start, unless it exists.
-func ensureShared(ctx context.Context, js jetstream.JetStream, start uint64) error {
+// start, unless it exists. A replica gives its AckWait, which an existing
+// consumer takes on; 0 (relay dest add) keeps an existing consumer's, and
+// creates one with DefaultAckWait.
+func ensureShared(ctx context.Context, js jetstream.JetStream, start uint64, ackWait time.Duration) error {
 	if c, err := js.Consumer(ctx, stream.EventsStream, SharedConsumer); err == nil {
 		// One made by an earlier relay may filter fewer subjects (it
 		// had no fan-out messages): it takes them on from now.
 		cfg := c.CachedInfo().Config
-		if want := stream.SharedFilters(); !slices.Equal(cfg.FilterSubjects, want) {
+		want := stream.SharedFilters()
+		if !slices.Equal(cfg.FilterSubjects, want) || ackWait != 0 && cfg.AckWait != ackWait {
 			cfg.FilterSubjects, cfg.FilterSubject = want, ""
+			if ackWait != 0 {
+				cfg.AckWait = ackWait
+			}
 			if _, err := js.UpdateConsumer(ctx, stream.EventsStream, cfg); err != nil {
 				return fmt.Errorf("update consumer %s: %w", SharedConsumer, err)
 			}
@@ -114,7 +115,10 @@ func ensureShared(ctx context.Context, js jetstream.JetStream, start uint64) err
 	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return fmt.Errorf("consumer %s: %w", SharedConsumer, err)
 	}
-	_, err := js.CreateConsumer(ctx, stream.EventsStream, sharedConsumerConfig(start))
+	if ackWait == 0 {
+		ackWait = DefaultAckWait
+	}
+	_, err := js.CreateConsumer(ctx, stream.EventsStream, sharedConsumerConfig(start, ackWait))
 	if err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
 		return fmt.Errorf("create consumer %s: %w", SharedConsumer, err)
 	}
@@ -129,7 +133,7 @@ func (r *Relay) laneSpec(d Destination) consumerSpec {
 			Description:   "relay deliveries to " + d.Name + " that did not keep up (its lane)",
 			DeliverPolicy: jetstream.DeliverAllPolicy,
 			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       d.AckWait(),
+			AckWait:       r.cfg.AckWait,
 			MaxDeliver:    -1,
 			MaxAckPending: r.cfg.MaxAckPending,
 			FilterSubject: stream.LaneSubject(d.Name),
@@ -140,63 +144,24 @@ func (r *Relay) laneSpec(d Destination) consumerSpec {
 }
 
 // held is an event of the shared consumer held by this replica, queued or
-// being attempted. Its AckWait is restarted by the loop until the worker
-// acts on it: its acks, naks and terms go through held, which then stops
-// the restarts (one after a nak would turn the nak's delay into AckWait).
+// being attempted (pinged until a worker acts on it).
 type held struct {
-	pulled
-	dest  string
-	size  int
-	since time.Time // when it came, or its AckWait was last restarted
-	came  time.Time // when it came
+	pinged
+	dest string
+	size int
+	came time.Time // when it came
 	// began is when its attempt began, in Unix nanoseconds: once a
 	// worker has it and the replica's MaxInFlight has room (0 before).
 	began atomic.Int64
 	// slot is the destination's slot its attempt took (see destSlots).
 	slot chan struct{}
-
-	mu   sync.Mutex
-	done bool
 }
 
-func (h *held) settle(f func() error) error {
-	h.mu.Lock()
-	h.done = true
-	h.mu.Unlock()
-	// A ping that took the lock before is on its way before this.
-	return f()
-}
-
-// pulled is a message the shared loop holds: a *stream.PulledMsg, or one
+// pulled is a message a pull loop holds: a *stream.PulledMsg, or one
 // destination's share of a fan-out message (fanDelivery).
 type pulled interface {
 	jetstream.Msg
 	HandBack(confirm bool) error
-}
-
-func (h *held) Ack() error { return h.settle(h.pulled.Ack) }
-func (h *held) DoubleAck(ctx context.Context) error {
-	return h.settle(func() error { return h.pulled.DoubleAck(ctx) })
-}
-func (h *held) Nak() error { return h.settle(h.pulled.Nak) }
-func (h *held) NakWithDelay(d time.Duration) error {
-	return h.settle(func() error { return h.pulled.NakWithDelay(d) })
-}
-func (h *held) Term() error { return h.settle(h.pulled.Term) }
-func (h *held) TermWithReason(reason string) error {
-	return h.settle(func() error { return h.pulled.TermWithReason(reason) })
-}
-func (h *held) HandBack(confirm bool) error {
-	return h.settle(func() error { return h.pulled.HandBack(confirm) })
-}
-
-// ping restarts h's AckWait unless a worker acted on it.
-func (h *held) ping() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !h.done {
-		_ = h.pulled.InProgress()
-	}
 }
 
 // destQueue is a shared destination's queue in the shared loop.
@@ -256,7 +221,7 @@ type sharedLoop struct {
 // it is missing (then from the first event of a shared destination that
 // may not have been delivered: some may be delivered again).
 func (r *Relay) startShared(parent context.Context, start uint64) (*worker, error) {
-	if err := ensureShared(parent, r.cfg.JS, start); err != nil {
+	if err := ensureShared(parent, r.cfg.JS, start, r.cfg.AckWait); err != nil {
 		return nil, err
 	}
 	cons, err := r.cfg.JS.Consumer(parent, stream.EventsStream, SharedConsumer)
@@ -284,7 +249,7 @@ func (r *Relay) startShared(parent context.Context, start uint64) (*worker, erro
 
 // consumeShared runs the shared loop until stopped is closed.
 func (r *Relay) consumeShared(cons jetstream.Consumer, stopped <-chan struct{}) {
-	expiry := sharedAckWait / 2
+	expiry := r.cfg.AckWait / 2
 	hb := pullHeartbeat
 	p, err := stream.NewPuller(r.cfg.JS, stream.EventsStream, SharedConsumer, expiry, hb, queueBytes)
 	if err != nil {
@@ -461,7 +426,7 @@ loop:
 	}
 	for _, m := range drained {
 		if st, _ := p.Status(m, time.Now()); st == stream.PullEvent {
-			back = append(back, &held{pulled: stream.NewPulledMsg(m, s.nc)})
+			back = append(back, &held{pinged: pinged{pulled: stream.NewPulledMsg(m, s.nc)}})
 		}
 	}
 	for i, h := range back {
@@ -553,7 +518,7 @@ func (s *sharedLoop) admit(m *nats.Msg, now time.Time) {
 	if !ok || err != nil {
 		// Not an event the filters select: the worker terminates it as
 		// unreadable.
-		s.enqueue("", &held{pulled: msg, since: now})
+		s.enqueue("", &held{pinged: pinged{pulled: msg, last: now}})
 		return
 	}
 	seq := meta.Sequence.Stream
@@ -588,7 +553,7 @@ func (s *sharedLoop) admit(m *nats.Msg, now time.Time) {
 	case q.lane != nil:
 		s.toLane(msg, d)
 	case len(q.queue)+q.busy < s.room(d):
-		s.enqueue(d.Name, &held{pulled: msg, dest: d.Name, size: len(m.Data), since: now})
+		s.enqueue(d.Name, &held{pinged: pinged{pulled: msg, last: now}, dest: d.Name, size: len(m.Data)})
 	case s.slow(q, now) && s.openLane(d, q):
 		s.toLane(msg, d)
 	default:
@@ -624,8 +589,8 @@ func (s *sharedLoop) slow(q *destQueue, now time.Time) bool {
 }
 
 func (s *sharedLoop) enqueue(name string, h *held) {
-	h.came = h.since
-	q := s.queue(name, h.since)
+	h.came = h.last
+	q := s.queue(name, h.last)
 	q.queue = append(q.queue, h)
 	s.queued++
 	s.held[h] = struct{}{}
@@ -681,9 +646,8 @@ func (s *sharedLoop) finished(h *held) {
 // pings restarts the AckWait of every event held for a third of it.
 func (s *sharedLoop) pings(now time.Time) {
 	for h := range s.held {
-		if now.Sub(h.since) > sharedAckWait/3 {
-			h.ping()
-			h.since = now
+		if now.Sub(h.last) >= s.r.cfg.AckWait/3 {
+			h.ping(now)
 		}
 	}
 	// Forget queues idle for a while (not those with a lane).
@@ -732,7 +696,7 @@ func (s *sharedLoop) toLane(msg *stream.PulledMsg, d Destination) {
 	}
 	s.moving++
 	s.queue(d.Name, time.Now()).moving++
-	h := &held{pulled: msg, dest: d.Name}
+	h := &held{pinged: pinged{pulled: msg}, dest: d.Name}
 	f, err := s.pub.PublishMsgAsync(e.Msg(stream.Laned, stream.LaneSubject(d.Name)), jetstream.WithExpectStream(stream.EventsStream))
 	if err != nil {
 		_ = msg.NakWithDelay(jitter(time.Second))

@@ -233,7 +233,7 @@ func (s *Store) Add(ctx context.Context, d Destination) (Destination, error) {
 	if d.Shared {
 		// The shared consumer must be there before the destination: it
 		// then delivers every event from StartSeq on.
-		if err := ensureShared(ctx, s.js, d.StartSeq); err != nil {
+		if err := ensureShared(ctx, s.js, d.StartSeq, 0); err != nil {
 			return Destination{}, err
 		}
 	}

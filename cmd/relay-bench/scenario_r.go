@@ -341,7 +341,7 @@ func (b *bench) clusterAtRate(ctx context.Context, c *natsCluster, r *result, sy
 	var delivered int64
 	if restart {
 		// Events the lost node had handed out come back after their
-		// AckWait (relay: 2 x the destination's timeout + 5s): no stall
+		// AckWait (30s for relay and the loop): no stall
 		// limit here, only a bound; what is still missing then is lost.
 		delivered, err = b.waitCount(ctx, int64(published), sys.procs, 3*time.Minute)
 	} else {

@@ -400,6 +400,8 @@ func TestBadInputIsAUsageErrorBeforeConnecting(t *testing.T) {
 		{[]string{"stats", "--redis-url", "redis://127.0.0.1:1", "--redis-mode", "bad"}, `--redis-mode "bad"`},
 		{[]string{"run", "--allow-net", "bad"}, `--allow-net "bad"`},
 		{[]string{"run", "--redis-url", "redis://127.0.0.1:1", "--park-lease", "5m"}, "--park-lease 5m0s must be shorter"},
+		{[]string{"run", "--ack-wait", "1s"}, "--ack-wait 1s: give 3s to 10m"},
+		{[]string{"run", "--ack-wait", "1h"}, "--ack-wait 1h0m0s: give 3s to 10m"},
 		{[]string{"publish", "--type", "order.*", "--data", "{}"}, `invalid event type "order.*"`},
 		{[]string{"publish", "--type", "relay.destination.disabled", "--data", "{}"}, "relay's own"},
 		{[]string{"publish", "--type", "a", "--dest", "d", "--data", "{}"}, "give --dest or --type, not both"},

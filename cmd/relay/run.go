@@ -60,6 +60,7 @@ hands the rest back to JetStream, and exits 0.`,
 			&cli.BoolFlag{Name: "operator-events", EnvVars: []string{"RELAY_OPERATOR_EVENTS"}, Value: true, Usage: "publish operator events (relay.destination.breaker_opened, relay.dead_letters, ...: docs/operator-events.md); subscribe a destination with --type 'relay.>'"},
 			&cli.DurationFlag{Name: "alert-backlog-age", EnvVars: []string{"RELAY_ALERT_BACKLOG_AGE"}, Value: 5 * time.Minute, Usage: "emit relay.destination.backlog_stale when a destination's oldest undelivered event is older than this (0: never)"},
 			&cli.IntFlag{Name: "alert-dead-letters", EnvVars: []string{"RELAY_ALERT_DEAD_LETTERS"}, Value: 1, Usage: "emit relay.dead_letters for a destination with at least this many dead letters in a minute (0: never)"},
+			&cli.DurationFlag{Name: "ack-wait", EnvVars: []string{"RELAY_ACK_WAIT"}, Value: relay.DefaultAckWait, Usage: "how long NATS waits for the ack of an event handed to a replica before it hands it to another: how soon another replica delivers the events of one that died, stopped or lost its connection (3s to 10m; a replica restarts it every third of it while it holds an event, so attempts may take longer; give every replica the same)"},
 			&cli.IntFlag{Name: "max-in-flight", EnvVars: []string{"RELAY_MAX_IN_FLIGHT"}, Value: 1024, Usage: "most attempts this replica makes at once, all destinations together (each also stays within its --concurrency): bounds its goroutines, sockets and memory however many destinations there are"},
 			&cli.DurationFlag{Name: "duplicate-window", EnvVars: []string{"RELAY_DUPLICATE_WINDOW"}, Value: 2 * time.Minute, Usage: "how long a re-published event id is dropped as a duplicate"},
 			&cli.StringFlag{Name: "redis-url", EnvVars: []string{"RELAY_REDIS_URL"}, Usage: "Redis for long waits: redis://[user:password@]host:port[/db] or rediss:// (TLS); without it every wait stays in JetStream"},
@@ -115,7 +116,7 @@ type runOpts struct {
 	metricsAddr                                string
 	apiAddr, apiTLSCert, apiTLSKey             string
 	gcHeapFloor                                int64
-	shutdownGrace                              time.Duration
+	shutdownGrace, ackWait                     time.Duration
 	tracing                                    tracingOpts
 
 	// Validate fills these in.
@@ -138,7 +139,7 @@ func readRun(c *cli.Context) *runOpts {
 		redisReplicaWait: c.Duration("redis-replica-wait"), parkThreshold: c.Duration("park-threshold"), parkLease: c.Duration("park-lease"),
 		allowNet: c.StringSlice("allow-net"), connectTimeout: c.Duration("connect-timeout"), tlsHandshakeTimeout: c.Duration("tls-handshake-timeout"),
 		responseHeaderTimeout: c.Duration("response-header-timeout"), skipTLSVerify: c.Bool("dangerously-skip-tls-verify"),
-		metricsAddr: c.String("metrics-addr"), apiAddr: c.String("api-addr"), apiTLSCert: c.String("api-tls-cert"), apiTLSKey: c.String("api-tls-key"), gcHeapFloor: c.Int64("gc-heap-floor"), shutdownGrace: c.Duration("shutdown-grace"),
+		metricsAddr: c.String("metrics-addr"), apiAddr: c.String("api-addr"), apiTLSCert: c.String("api-tls-cert"), apiTLSKey: c.String("api-tls-key"), gcHeapFloor: c.Int64("gc-heap-floor"), shutdownGrace: c.Duration("shutdown-grace"), ackWait: c.Duration("ack-wait"),
 		tracing: readTracing(c),
 	}
 }
@@ -175,6 +176,9 @@ func (o *runOpts) Validate() (err error) {
 	}
 	if o.attemptMaxBytes < 1<<20 {
 		return usagef("--attempt-max-bytes %d: give at least 1048576 (1 MiB)", o.attemptMaxBytes)
+	}
+	if o.ackWait < 3*time.Second || o.ackWait > 10*time.Minute {
+		return usagef("--ack-wait %s: give 3s to 10m", o.ackWait)
 	}
 	if n := o.maxInFlight; n < 1 || n > 100_000 {
 		return usagef("--max-in-flight %d: give 1 to 100000", n)
@@ -310,7 +314,7 @@ func (o *runOpts) Run(ctx context.Context, e *env) error {
 	if o.skipTLSVerify {
 		log.Warn("TLS certificates of destinations are NOT verified (--dangerously-skip-tls-verify)")
 	}
-	cfg := relay.Config{JS: js, Logger: log, NetPolicy: &policy, SecretKey: key, PreviousSecretKeys: previous, ShutdownGrace: o.shutdownGrace, ParkThreshold: o.parkThreshold, MaxInFlight: o.maxInFlight,
+	cfg := relay.Config{JS: js, Logger: log, NetPolicy: &policy, SecretKey: key, PreviousSecretKeys: previous, ShutdownGrace: o.shutdownGrace, ParkThreshold: o.parkThreshold, MaxInFlight: o.maxInFlight, AckWait: o.ackWait,
 		NoAttemptLog: !o.attemptLog, NoOperatorEvents: !o.operatorEvents, AlertBacklogAge: o.alertBacklogAge, AlertDeadLetters: o.alertDeadLetters, LogResponseBytes: cmp.Or(o.logResponseBytes, -1),
 		TracerProvider: tp,
 		HTTPClient: relay.NewHTTPClient(relay.HTTPOptions{

@@ -1,0 +1,81 @@
+package relay
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// DefaultAckWait is Config.AckWait's default: the AckWait of relay's
+// consumers. A replica restarts it (an in-progress ack) every third of it
+// for every event it holds, queued or being attempted, so that an attempt
+// of any timeout, and a wait for the destination's rate limit, fit in it;
+// and an event held by a replica that died or stopped (kill -9, SIGSTOP, a
+// network cut) goes to another within AckWait, whatever the destination's
+// timeout. A third leaves room for a ping late by a few seconds (a busy
+// machine, a reconnect).
+const DefaultAckWait = 30 * time.Second
+
+// pinged is an event a replica holds, queued or being attempted. The pull
+// loop that took it restarts its AckWait (ping) until the worker acts on
+// it: its acks, naks, terms and hand-backs go through pinged, which then
+// stops the pings (one after a nak would turn the nak's delay into
+// AckWait).
+type pinged struct {
+	pulled
+
+	mu   sync.Mutex
+	done bool
+	// last is when it came or was last pinged; only the pull loop writes
+	// it (under mu).
+	last time.Time
+	// gap is the longest time it went without a ping, between two pings
+	// (or its arrival and the first).
+	gap time.Duration
+}
+
+func (p *pinged) settle(f func() error) error {
+	p.mu.Lock()
+	p.done = true
+	p.mu.Unlock()
+	// A ping that took the lock before is on its way before this.
+	return f()
+}
+
+func (p *pinged) Ack() error { return p.settle(p.pulled.Ack) }
+func (p *pinged) DoubleAck(ctx context.Context) error {
+	return p.settle(func() error { return p.pulled.DoubleAck(ctx) })
+}
+func (p *pinged) Nak() error { return p.settle(p.pulled.Nak) }
+func (p *pinged) NakWithDelay(d time.Duration) error {
+	return p.settle(func() error { return p.pulled.NakWithDelay(d) })
+}
+func (p *pinged) Term() error { return p.settle(p.pulled.Term) }
+func (p *pinged) TermWithReason(reason string) error {
+	return p.settle(func() error { return p.pulled.TermWithReason(reason) })
+}
+func (p *pinged) HandBack(confirm bool) error {
+	return p.settle(func() error { return p.pulled.HandBack(confirm) })
+}
+
+// ping restarts the event's AckWait at now, unless a worker acted on it.
+func (p *pinged) ping(now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done {
+		return
+	}
+	_ = p.pulled.InProgress()
+	p.gap = max(p.gap, now.Sub(p.last))
+	p.last = now
+}
+
+// unheard is the longest the server went without hearing of the event
+// while this replica held it, until now: when that reaches AckWait, the
+// server may have handed it to another worker (the process was stopped,
+// or paused as long).
+func (p *pinged) unheard(now time.Time) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return max(p.gap, now.Sub(p.last))
+}
