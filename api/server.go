@@ -267,6 +267,9 @@ func (s *Server) readJSONUpTo(w http.ResponseWriter, r *http.Request, limit int6
 		problem(w, http.StatusBadRequest, "", "cannot read the body: "+err.Error())
 		return false
 	}
+	if f, ok := v.(fastDecoder); ok && f.fastDecode(body) {
+		return true
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
