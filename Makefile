@@ -95,7 +95,7 @@ docs: ## Regenerate docs/cli.md from the CLI definition (TestCLIDocsUpToDate fai
 .PHONY: bench
 bench: build deps ## End-to-end benchmark (report in bench-results/, see BENCHMARKS.md), then the Go micro-benchmarks
 	$(GO) run ./cmd/relay-bench -relay $(BIN) -out bench-results -shared
-	$(GO) test -run '^$$' -bench . -benchmem ./relay
+	$(GO) test -run '^$$' -bench . -benchmem ./relay ./api
 
 .PHONY: clean
 clean: ## Remove bin/ (not relay-data/)
