@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"mime"
 	"net"
@@ -257,7 +256,14 @@ func (s *Server) readJSONUpTo(w http.ResponseWriter, r *http.Request, limit int6
 		problem(w, http.StatusUnsupportedMediaType, "", fmt.Sprintf("send the body as application/json, not %q", r.Header.Get("Content-Type")))
 		return false
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	// Read into a buffer of the announced length: io.ReadAll would grow
+	// one step by step, copying a large batch several times.
+	var buf bytes.Buffer
+	if n := r.ContentLength; n > 0 && n <= limit {
+		buf.Grow(int(n) + bytes.MinRead)
+	}
+	_, err = buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
+	body := buf.Bytes()
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge):
