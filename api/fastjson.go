@@ -24,59 +24,27 @@ const maxFastDepth = 1000
 // The events' data are slices of body.
 func fastBatch(body []byte) ([]newEvent, bool) {
 	p := fastParser{b: body}
-	p.ws()
-	if !p.eat('{') {
-		return nil, false
-	}
-	p.ws()
 	var evs []newEvent
 	seen := false
-	if !p.eat('}') {
-		for {
-			k, ok := p.plainBytes()
-			if !ok || string(k) != "events" || seen {
-				return nil, false
-			}
-			seen = true
-			p.ws()
-			if !p.eat(':') {
-				return nil, false
-			}
-			p.ws()
-			if !p.eat('[') {
-				return nil, false
-			}
-			p.ws()
-			evs = make([]newEvent, 0, 16)
-			if !p.eat(']') {
-				for {
-					var ev newEvent
-					if !p.event(&ev) {
-						return nil, false
-					}
-					evs = append(evs, ev)
-					p.ws()
-					if p.eat(']') {
-						break
-					}
-					if !p.eat(',') {
-						return nil, false
-					}
-					p.ws()
-				}
-			}
-			p.ws()
-			if p.eat('}') {
-				break
-			}
-			return nil, false // a second field: "events" twice, or unknown
-		}
-	}
 	p.ws()
-	if p.i != len(p.b) {
-		return nil, false
-	}
-	return evs, true
+	ok := p.list('{', '}', func() bool {
+		k, ok := p.key()
+		if !ok || string(k) != "events" || seen {
+			return false // unknown, or twice
+		}
+		seen = true
+		evs = make([]newEvent, 0, 16)
+		return p.list('[', ']', func() bool {
+			var ev newEvent
+			if !p.event(&ev) {
+				return false
+			}
+			evs = append(evs, ev)
+			return true
+		})
+	})
+	p.ws()
+	return evs, ok && p.i == len(p.b)
 }
 
 // fastEvent reads a single event's body, or reports false.
@@ -84,11 +52,9 @@ func fastEvent(body []byte) (newEvent, bool) {
 	p := fastParser{b: body}
 	var ev newEvent
 	p.ws()
-	if !p.event(&ev) {
-		return newEvent{}, false
-	}
+	ok := p.event(&ev)
 	p.ws()
-	return ev, p.i == len(p.b)
+	return ev, ok && p.i == len(p.b)
 }
 
 type fastParser struct {
@@ -115,26 +81,60 @@ func (p *fastParser) eat(c byte) bool {
 	return false
 }
 
-// event reads an event object at p.i.
-func (p *fastParser) event(ev *newEvent) bool {
-	if !p.eat('{') {
+func (p *fastParser) peek() byte {
+	if p.i < len(p.b) {
+		return p.b[p.i]
+	}
+	return 0
+}
+
+// list reads an object or an array at p.i, from its open byte to its close
+// byte, calling item at each member.
+func (p *fastParser) list(open, close byte, item func() bool) bool {
+	if !p.eat(open) {
 		return false
 	}
 	p.ws()
-	if p.eat('}') {
+	if p.eat(close) {
 		return true
 	}
-	var seen [6]bool
 	for {
-		k, ok := p.plainBytes()
+		if !item() {
+			return false
+		}
+		p.ws()
+		if p.eat(close) {
+			return true
+		}
+		if !p.eat(',') {
+			return false
+		}
+		p.ws()
+	}
+}
+
+// key reads a plain member name and its colon.
+func (p *fastParser) key() ([]byte, bool) {
+	k, ok := p.plainBytes()
+	if !ok {
+		return nil, false
+	}
+	p.ws()
+	if !p.eat(':') {
+		return nil, false
+	}
+	p.ws()
+	return k, true
+}
+
+// event reads an event object at p.i.
+func (p *fastParser) event(ev *newEvent) bool {
+	var seen [6]bool
+	return p.list('{', '}', func() bool {
+		k, ok := p.key()
 		if !ok {
 			return false
 		}
-		p.ws()
-		if !p.eat(':') {
-			return false
-		}
-		p.ws()
 		f := -1
 		switch string(k) {
 		case "dest":
@@ -151,91 +151,52 @@ func (p *fastParser) event(ev *newEvent) bool {
 			f = 5
 		}
 		if f < 0 || seen[f] {
-			return false
+			return false // unknown, or twice
 		}
 		seen[f] = true
 		switch f {
 		case 4:
-			if ev.Headers, ok = p.headers(); !ok {
-				return false
-			}
+			ev.Headers, ok = p.headers()
+			return ok
 		case 5:
 			start := p.i
 			if p.peek() == 'n' || !p.skipValue(0) {
 				return false // null data: encoding/json's own answer
 			}
 			ev.Data = json.RawMessage(p.b[start:p.i])
-		default:
-			s, ok := p.plainString()
-			if !ok {
-				return false
-			}
-			switch f {
-			case 0:
-				ev.Dest = s
-			case 1:
-				ev.Type = s
-			case 2:
-				ev.Key = s
-			case 3:
-				ev.ID = s
-			}
-		}
-		p.ws()
-		if p.eat('}') {
 			return true
 		}
-		if !p.eat(',') {
-			return false
+		s, ok := p.plainString()
+		switch f {
+		case 0:
+			ev.Dest = s
+		case 1:
+			ev.Type = s
+		case 2:
+			ev.Key = s
+		case 3:
+			ev.ID = s
 		}
-		p.ws()
-	}
-}
-
-func (p *fastParser) peek() byte {
-	if p.i < len(p.b) {
-		return p.b[p.i]
-	}
-	return 0
+		return ok
+	})
 }
 
 // headers reads an object of plain strings.
 func (p *fastParser) headers() (map[string]string, bool) {
-	if !p.eat('{') {
-		return nil, false
-	}
 	h := map[string]string{}
-	p.ws()
-	if p.eat('}') {
-		return h, true
-	}
-	for {
-		k, ok := p.plainString()
+	ok := p.list('{', '}', func() bool {
+		k, ok := p.key()
 		if !ok {
-			return nil, false
+			return false
 		}
-		if _, dup := h[k]; dup {
-			return nil, false
+		if _, dup := h[string(k)]; dup {
+			return false
 		}
-		p.ws()
-		if !p.eat(':') {
-			return nil, false
-		}
-		p.ws()
 		v, ok := p.plainString()
-		if !ok {
-			return nil, false
-		}
-		h[k] = v
-		p.ws()
-		if p.eat('}') {
-			return h, true
-		}
-		if !p.eat(',') {
-			return nil, false
-		}
-		p.ws()
-	}
+		h[string(k)] = v
+		return ok
+	})
+	return h, ok
 }
 
 // plainString reads a string without escapes, of well-formed UTF-8 (where
@@ -279,12 +240,7 @@ func (p *fastParser) skipValue(depth int) bool {
 	}
 	switch c := p.b[p.i]; {
 	case c == '{':
-		p.i++
-		p.ws()
-		if p.eat('}') {
-			return true
-		}
-		for {
+		return p.list('{', '}', func() bool {
 			if !p.skipString() {
 				return false
 			}
@@ -293,37 +249,10 @@ func (p *fastParser) skipValue(depth int) bool {
 				return false
 			}
 			p.ws()
-			if !p.skipValue(depth + 1) {
-				return false
-			}
-			p.ws()
-			if p.eat('}') {
-				return true
-			}
-			if !p.eat(',') {
-				return false
-			}
-			p.ws()
-		}
+			return p.skipValue(depth + 1)
+		})
 	case c == '[':
-		p.i++
-		p.ws()
-		if p.eat(']') {
-			return true
-		}
-		for {
-			if !p.skipValue(depth + 1) {
-				return false
-			}
-			p.ws()
-			if p.eat(']') {
-				return true
-			}
-			if !p.eat(',') {
-				return false
-			}
-			p.ws()
-		}
+		return p.list('[', ']', func() bool { return p.skipValue(depth + 1) })
 	case c == '"':
 		return p.skipString()
 	case c == 't':
