@@ -48,8 +48,12 @@ type result struct {
 	// NATSMsgs is the messages into and out of the embedded NATS server in
 	// the interval, all connections: what the consumer asks of the server.
 	// In (r), of the three nodes, routes included (none for a node restart).
-	NATSMsgs    int64   `json:"nats_messages"`
-	VsLoop      float64 `json:"ratio_to_minimal_loop_a,omitempty"`
+	NATSMsgs int64   `json:"nats_messages"`
+	VsLoop   float64 `json:"ratio_to_minimal_loop_a,omitempty"`
+	// RefRate, in (e): relay's deliveries/s to one destination in the runs
+	// just before and after (their mean), the same events on the same
+	// machine minutes closer than (a).
+	RefRate     float64 `json:"reference_rate,omitempty"`
 	VsRelayA    float64 `json:"ratio_to_relay_a,omitempty"` // (g): deliveries/s over (a)'s median relay rate
 	VsDirect    float64 `json:"ratio_to_direct,omitempty"`  // (p): events/s over direct JetStream publishing's in the same round
 	Rate        float64 `json:"target_rate_per_second,omitempty"`
@@ -615,17 +619,54 @@ func (b *bench) scenarioD(ctx context.Context) ([]*result, error) {
 }
 
 // scenarioE: 100 destinations on the same sink, events round-robin.
+//
+// Each run of 100 destinations is judged against relay with one
+// destination, the same events, in the runs just before and after it: the
+// machine's speed drifts by 10-30% over the minutes between (a) and (e)
+// (the micro-benchmarks of one make bench, minutes apart, moved that much).
 func (b *bench) scenarioE(ctx context.Context) ([]*result, error) {
 	var out []*result
-	for _, shared := range []bool{false, true} {
+	ref := func(k int) (*result, error) {
+		r := &result{Scenario: "e", Title: refTitle, System: "relay", Round: k, Events: b.opts.n, LatencyKind: "queue"}
+		if err := b.freshNATS(ctx); err != nil {
+			return nil, err
+		}
+		dest := "eref" + strconv.Itoa(k)
+		if err := b.addDest(ctx, relay.Destination{Name: dest}); err != nil {
+			return nil, err
+		}
+		if err := b.relayDrain(ctx, r, []string{dest}, b.opts.n); err != nil {
+			return nil, fmt.Errorf("(e) reference: %w", err)
+		}
+		logf("  relay (%s): %d delivered in %.2fs = %.0f/s", r.Title, r.Delivered, r.Seconds, r.PerSecond)
+		out = append(out, r)
+		return r, nil
+	}
+	before, err := ref(1)
+	if err != nil {
+		return nil, err
+	}
+	for k, shared := range []bool{false, true} {
+		if err := b.freshNATS(ctx); err != nil {
+			return nil, err
+		}
 		r, err := b.manyDests(ctx, shared)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, r)
+		after, err := ref(k + 2)
+		if err != nil {
+			return nil, err
+		}
+		r.RefRate = (before.PerSecond + after.PerSecond) / 2
+		before = after
 	}
 	return out, nil
 }
+
+// refTitle is the title of (e)'s runs of one destination.
+const refTitle = "1 destination (reference)"
 
 // manyDests is one run of (e): 100 destinations, each with a consumer of
 // its own, or shared (served by the shared consumer).
