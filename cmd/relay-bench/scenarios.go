@@ -867,6 +867,11 @@ func (b *bench) scenarioL(ctx context.Context) ([]*result, error) {
 		off := &result{Scenario: "l", Title: "delivery log", System: "relay, log off", Round: k, Events: n, LatencyKind: "queue"}
 		on := &result{Scenario: "l", Title: "delivery log", System: "relay, log on", Round: k, Events: n, LatencyKind: "queue"}
 		run := func(r *result, logOn bool) error {
+			// A new server for each run, as in (a): the log's records
+			// of one run are not in the next one's server.
+			if err := b.freshNATS(ctx); err != nil {
+				return err
+			}
 			dest := "l" + strconv.Itoa(k) + "off"
 			b.relayArgs = []string{"--attempt-log=false"}
 			if logOn {
@@ -895,6 +900,9 @@ func (b *bench) scenarioL(ctx context.Context) ([]*result, error) {
 	}
 	big := &result{Scenario: "l", Title: "delivery log", System: "relay, log on, 4x backlog", Events: 4 * n, LatencyKind: "queue"}
 	b.relayArgs = nil
+	if err := b.freshNATS(ctx); err != nil {
+		return nil, err
+	}
 	if err := b.addDest(ctx, relay.Destination{Name: "lbig"}); err != nil {
 		return nil, err
 	}
