@@ -28,7 +28,8 @@ func (b *bench) scenarioI(ctx context.Context) ([]*result, error) {
 		r := &result{Scenario: "i", Title: "default deployment", System: "relay", Round: k, Events: n, LatencyKind: "queue"}
 		l := &result{Scenario: "i", Title: "default deployment", System: "minimal loop", Round: k, Events: n, LatencyKind: "queue"}
 		runRelay := func() error {
-			if err := b.deployRun(ctx, r, "i"+strconv.Itoa(k), false); err != nil {
+			// -aa: the loop with its own server in relay's place too.
+			if err := b.deployRun(ctx, r, "i"+strconv.Itoa(k), b.opts.aa); err != nil {
 				return fmt.Errorf("(i) relay, round %d: %w", k, err)
 			}
 			logf("  relay: %d delivered in %.2fs = %.0f/s, peak RSS %.1f MB", r.Delivered, r.Seconds, r.PerSecond, r.ProcRSSMB)

@@ -142,7 +142,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.window, "window", 20_000, "unacknowledged async publishes at most while publishing a backlog")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (embedded NATS, publisher; with -loop-in-bench also the minimal loop, whose goroutines carry the label part=minimal-loop) to this file")
 	fs.IntVar(&o.aRounds, "a-rounds", 3, "rounds of scenario (a), each relay and the minimal loop (and of (l) and (p)); the targets use the median")
-	fs.BoolVar(&o.aa, "aa", false, "an A/A check of the bench itself: in (a) and (b), run the minimal loop again in relay's place, so that the ratios show how far two runs of the same program move apart on this machine (the report's relay rows of (a) and (b) are then the minimal loop)")
+	fs.BoolVar(&o.aa, "aa", false, "an A/A check of the bench itself: in (a), (b) and (i), run the minimal loop again in relay's place, so that the ratios show how far two runs of the same program move apart on this machine (the report's relay rows of those scenarios are then the minimal loop)")
 	fs.BoolVar(&o.aLive, "a-live", false, "in (a), start relay and the minimal loop first and publish while they run, instead of publishing the backlog before they start")
 	fs.StringVar(&o.loopCPUProf, "loop-cpuprofile", "", "write a CPU profile of each minimal-loop process to this file, suffixed with .<destination>")
 	gSubs := fs.String("g-subscribers", "1,10,100", "scenario (g): the subscriber counts to measure, comma-separated, each a run of its own")

@@ -72,7 +72,7 @@ type optsJSON struct {
 	SharedNATS   bool    `json:"shared_nats"`
 	ARounds      int     `json:"a_rounds"`
 	ALive        bool    `json:"a_live"`
-	AA           bool    `json:"aa,omitempty"`                // relay's rows of (a) and (b) are the minimal loop
+	AA           bool    `json:"aa,omitempty"`                // relay's rows of (a), (b) and (i) are the minimal loop
 	LoopCPUProf  bool    `json:"loop_cpu_profiled,omitempty"` // profiling adds to the loop's CPU
 	Window       int     `json:"window"`
 	GSubscribers []int   `json:"g_subscribers"`
@@ -472,7 +472,7 @@ func (r *report) text(w io.Writer) {
 	fmt.Fprintf(w, "          relay, NATS, the sink and the publisher share the machine's %d CPUs; all traffic on 127.0.0.1\n", m.CPUs)
 	fmt.Fprintf(w, "run time: %.0fs; load average at start %s, at end %s\n\n", r.Seconds, r.LoadStart, r.LoadEnd)
 	if r.Options.AA {
-		fmt.Fprintf(w, "A/A CHECK (-aa): every row of (a) and (b) named relay is the minimal loop run again in relay's place;\n")
+		fmt.Fprintf(w, "A/A CHECK (-aa): every row of (a), (b) and (i) named relay is the minimal loop run again in relay's place;\n")
 		fmt.Fprintf(w, "their ratios and targets measure the bench's spread on this machine, not relay\n\n")
 	}
 
