@@ -25,7 +25,8 @@ func TestFaultClusterBouncedRepeatedly(t *testing.T) {
 		Retry: relay.RetryPolicy{Base: relay.Duration(50 * time.Millisecond), Max: relay.Duration(500 * time.Millisecond), MaxAttempts: 20}})
 	require.NoError(t, err)
 	for range 2 {
-		p := startProc(t, "--nats-url", c.urls(), "run", "--replicas", "3")
+		// AckWait 6s, as in TestClusterNodeRestartKeepsOrderAndLosesNothing.
+		p := startProc(t, "--nats-url", c.urls(), "run", "--replicas", "3", "--ack-wait", "6s")
 		eventually(t, 30*time.Second, func() bool { return p.logged("relay running") }, "replica up")
 	}
 

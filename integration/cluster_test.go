@@ -123,7 +123,8 @@ func TestClusterNodeRestartKeepsOrderAndLosesNothing(t *testing.T) {
 		Retry: relay.RetryPolicy{Base: relay.Duration(20 * time.Millisecond), Max: relay.Duration(200 * time.Millisecond), MaxAttempts: 10}})
 	require.NoError(t, err)
 	for range 2 {
-		p := startProc(t, "--nats-url", c.urls(), "run", "--replicas", "3")
+		// AckWait 6s: heads whose acks the restart lost come back soon.
+		p := startProc(t, "--nats-url", c.urls(), "run", "--replicas", "3", "--ack-wait", "6s")
 		eventually(t, 30*time.Second, func() bool { return p.logged("relay running") }, "replica up")
 	}
 

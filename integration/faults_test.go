@@ -139,7 +139,9 @@ func faultKillAfter2xx(t *testing.T, e *env, d relay.Destination, key string) (*
 	})
 	d.URL = s.URL
 	e.addDest(d)
-	p1 := faultRun(t, e.url)
+	// AckWait 7s: an event whose ack the kill took comes back well within
+	// the callers' waits.
+	p1 := faultRun(t, e.url, "--ack-wait", "7s")
 	res := e.publish(d.Name, key, `{"order":1}`)
 	select {
 	case <-answered:
@@ -149,7 +151,7 @@ func faultKillAfter2xx(t *testing.T, e *env, d relay.Destination, key string) (*
 	require.NoError(t, p1.cmd.Process.Signal(syscall.SIGKILL))
 	<-p1.exited
 	logged := p1.logged("outcome=delivered") // its log is complete now
-	faultRun(t, e.url)
+	faultRun(t, e.url, "--ack-wait", "7s")
 	return s, res, logged
 }
 
@@ -160,7 +162,7 @@ func faultKillAfter2xx(t *testing.T, e *env, d relay.Destination, key string) (*
 func TestFaultKillAfter2xxBeforeAck(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	// AckWait is 2*timeout+5s = 7s.
+	// AckWait is 7s (faultKillAfter2xx).
 	s, res, loggedFirst := faultKillAfter2xx(t, e, relay.Destination{Name: "kill2xx", Timeout: relay.Duration(time.Second)}, "")
 	// A logged delivery means the ack was handed to the NATS client, not
 	// that it reached the server (acks of unordered first attempts are not

@@ -131,7 +131,8 @@ func runOrdering(t *testing.T, killOne bool) {
 		Retry: relay.RetryPolicy{Base: relay.Duration(20 * time.Millisecond), Max: relay.Duration(200 * time.Millisecond), MaxAttempts: 10}})
 	var replicas []*proc
 	for range 3 {
-		p := startProc(t, "--nats-url", e.url, "run")
+		// AckWait 6s: the heads a killed replica held come back soon.
+		p := startProc(t, "--nats-url", e.url, "run", "--ack-wait", "6s")
 		replicas = append(replicas, p)
 	}
 	for _, p := range replicas {
