@@ -685,6 +685,58 @@ func TestLongAttemptsKeepTheirAckWait(t *testing.T) {
 		"the long attempt's failure was recorded and retried")
 }
 
+// TestStoppingReplicaKeepsItsAttemptsAckWait: a replica told to stop
+// finishes its attempts in flight (its ShutdownGrace) and keeps restarting
+// their AckWait until they end, so that JetStream does not hand their
+// events to another replica meanwhile: the destination gets each event
+// once. The same for a shared destination, whose consumer also works at an
+// AckWait under 8s (the server refuses a pull request whose heartbeat is
+// over half its expiry).
+func TestStoppingReplicaKeepsItsAttemptsAckWait(t *testing.T) {
+	t.Parallel()
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shared=%v", shared), func(t *testing.T) {
+			t.Parallel()
+			e := setup(t)
+			const ackWait = 3 * time.Second
+			arrived := make(chan struct{}, 1)
+			s := newSink(t, func(h hit, w http.ResponseWriter) int {
+				if h.N == 1 {
+					arrived <- struct{}{}
+					// Past AckWait, well within the timeout and the grace.
+					select {
+					case <-time.After(2 * ackWait):
+					case <-h.Ctx.Done():
+						return 0
+					}
+				}
+				w.WriteHeader(http.StatusNoContent)
+				return http.StatusNoContent
+			})
+			e.addDest(relay.Destination{Name: "slow", URL: s.URL, Concurrency: 4, Shared: shared,
+				Timeout: relay.Duration(20 * time.Second)})
+			mod := func(c *relay.Config) {
+				c.AckWait = ackWait
+				c.ShutdownGrace = 30 * time.Second
+			}
+			_, stopA := e.startRelay(mod)
+			res := e.publish("slow", "", `{}`)
+			select {
+			case <-arrived:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the event was not attempted")
+			}
+			// A second replica, free to take the event should JetStream
+			// hand it out again; then the first is told to stop mid-attempt.
+			e.startRelay(mod)
+			stopA()
+			eventually(t, 20*time.Second, func() bool { return e.settled("slow") }, "the event settled")
+			require.Equal(t, 1, s.received(), "one attempt: the event was not handed to the second replica while the first attempted it")
+			require.Equal(t, 1, s.delivered()[res.ID])
+		})
+	}
+}
+
 // ackSubjectSeq reads the stream sequence from an ack subject:
 // $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>..., or with a domain
 // and account hash after ACK.

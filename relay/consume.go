@@ -305,9 +305,26 @@ loop:
 			break loop
 		}
 	}
-	// Workers still finishing an attempt report it; nobody counts now.
+	// Workers still finishing an attempt report it, and until then their
+	// events' AckWait is restarted (a stop's grace, a slow destination), so
+	// that no other replica is handed them meanwhile.
+	pinging := make(chan struct{})
 	go func() {
-		for range done {
+		defer close(pinging)
+		for {
+			select {
+			case h, ok := <-done:
+				if !ok {
+					return
+				}
+				delete(busy, h)
+			case now := <-tick.C:
+				for h := range busy {
+					if now.Sub(h.last) >= every {
+						h.ping(now)
+					}
+				}
+			}
 		}
 	}()
 	// Hand back what is queued and what was on its way: another replica,
@@ -336,6 +353,7 @@ loop:
 	close(work)
 	wg.Wait()
 	close(done)
+	<-pinging
 	if len(back) > 0 {
 		if err := back[len(back)-1].HandBack(true); err != nil {
 			r.log.Debug("handing back events not confirmed; they come back after AckWait at the latest", "dest", d.Name, "err", err)
@@ -346,9 +364,10 @@ loop:
 }
 
 // consumerGone reports whether cons no longer exists on the server. It
-// holds up the pull loop for at most 2s, well within AckWait.
+// holds up the pull loop (and its pings) for at most a sixth of AckWait,
+// 2s at most; an answer too late counts as "not gone" (asked again later).
 func (r *Relay) consumerGone(cons jetstream.Consumer) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), min(2*time.Second, r.cfg.AckWait/6))
 	defer cancel()
 	_, err := cons.Info(ctx)
 	return errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted)

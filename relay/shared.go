@@ -250,7 +250,9 @@ func (r *Relay) startShared(parent context.Context, start uint64) (*worker, erro
 // consumeShared runs the shared loop until stopped is closed.
 func (r *Relay) consumeShared(cons jetstream.Consumer, stopped <-chan struct{}) {
 	expiry := r.cfg.AckWait / 2
-	hb := pullHeartbeat
+	// The server refuses a pull request whose heartbeat is over half its
+	// expiry (at an AckWait under 8s).
+	hb := min(pullHeartbeat, expiry/2)
 	p, err := stream.NewPuller(r.cfg.JS, stream.EventsStream, SharedConsumer, expiry, hb, queueBytes)
 	if err != nil {
 		r.log.Error("cannot pull the shared consumer", "err", err)
@@ -297,8 +299,9 @@ func (r *Relay) consumeShared(cons jetstream.Consumer, stopped <-chan struct{}) 
 				<-r.inFlight
 				if fd, ok := h.pulled.(*fanDelivery); ok {
 					// Left without an outcome (Decide's Leave): JetStream
-					// would hand the whole fan-out message out again.
-					_ = fd.splitOff(0)
+					// would hand the whole fan-out message out again. Through
+					// settle: no ping of the parent may follow its nak.
+					_ = h.settle(func() error { return fd.splitOff(0) })
 				}
 				<-h.slot
 				s.done <- h
@@ -413,8 +416,26 @@ loop:
 			<-slot
 		}
 	}
+	// Attempts still running (a stop's grace, a slow destination) keep
+	// their AckWait restarted until they end, so that no other replica is
+	// handed their events meanwhile.
+	pinging := make(chan struct{})
 	go func() {
-		for range s.done {
+		defer close(pinging)
+		for {
+			select {
+			case h, ok := <-s.done:
+				if !ok {
+					return
+				}
+				delete(s.held, h)
+			case now := <-tick.C:
+				for h := range s.held {
+					if now.Sub(h.last) >= s.r.cfg.AckWait/3 {
+						h.ping(now)
+					}
+				}
+			}
 		}
 	}()
 	drained := p.Stop(5 * time.Second)
@@ -437,6 +458,7 @@ loop:
 	close(s.work)
 	wg.Wait()
 	close(s.done)
+	<-pinging
 	// The lanes' workers stop as unshared destinations' do.
 	laneCancel()
 	for _, q := range s.queues {
