@@ -737,6 +737,80 @@ func TestStoppingReplicaKeepsItsAttemptsAckWait(t *testing.T) {
 	}
 }
 
+// TestReplicaPingsByTheShortestLiveAckWait: a replica that learns of a
+// live replica with a shorter AckWait (which would have set it on the
+// consumers) warns and restarts the AckWait of the events it holds by that
+// one, not its own: an attempt of 6s, with a replica of 3s live, gets
+// in-progress acks every second or so, not none (a third of 30s).
+func TestReplicaPingsByTheShortestLiveAckWait(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	// The other replica, announced as relay announces itself, while the
+	// test runs (the bucket forgets a record after 15s).
+	kv, err := e.js.KeyValue(context.Background(), stream.ReplicasBucket)
+	require.NoError(t, err)
+	announce := func() error {
+		_, err := kv.Put(context.Background(), "r-other", []byte(`{"at":"`+time.Now().UTC().Format(time.RFC3339Nano)+`","ack_wait":3000000000}`))
+		return err
+	}
+	require.NoError(t, announce())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		t := time.NewTicker(2 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				_ = announce()
+			}
+		}
+	}()
+
+	s := newSink(t, func(h hit, w http.ResponseWriter) int {
+		select {
+		case <-time.After(6 * time.Second):
+		case <-h.Ctx.Done():
+			return 0
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return http.StatusNoContent
+	})
+	e.addDest(relay.Destination{Name: "mixed", URL: s.URL, Timeout: relay.Duration(20 * time.Second)})
+	acks := e.watchAcks("mixed")
+	var logs lockedBuffer
+	e.startRelay(func(c *relay.Config) {
+		c.AckWait = 30 * time.Second
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	eventually(t, 20*time.Second, func() bool { return strings.Contains(logs.String(), "another --ack-wait") },
+		"the replica warns of the other's AckWait: %s", logs.String())
+	require.Contains(t, logs.String(), "its_ack_wait=3s")
+	res := e.publish("mixed", "", `{}`)
+
+	var said []string
+	deadline := time.After(30 * time.Second)
+	for len(said) == 0 || said[len(said)-1] != "+ACK" {
+		select {
+		case m := <-acks:
+			seq, err := ackSubjectSeq(m.Subject)
+			require.NoError(t, err)
+			if seq == res.Seq {
+				said = append(said, string(m.Data))
+			}
+		case <-deadline:
+			t.Fatalf("the event was not acked: %v", said)
+		}
+	}
+	require.GreaterOrEqual(t, len(said), 3, "two in-progress acks or more during the 6s attempt: %v", said)
+	for _, k := range said[:len(said)-1] {
+		require.Equal(t, "+WPI", k, "%v", said)
+	}
+	require.Equal(t, 1, s.received())
+}
+
 // ackSubjectSeq reads the stream sequence from an ack subject:
 // $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>..., or with a domain
 // and account hash after ACK.

@@ -228,7 +228,6 @@ func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec,
 	}
 	nc := r.cfg.JS.Conn()
 	tick := time.NewTicker(max(hb/2, 100*time.Millisecond))
-	every := r.cfg.AckWait / 3 // how often a held event's AckWait is restarted
 	defer tick.Stop()
 	var (
 		queue []*pinged
@@ -291,6 +290,7 @@ loop:
 			if p.Silent(now) {
 				r.log.Debug("no heartbeat from the pull requests; asking again", "dest", d.Name)
 			}
+			every := r.ackWaitNow() / 3 // how often a held event's AckWait is restarted
 			for _, h := range queue {
 				if now.Sub(h.last) >= every {
 					h.ping(now)
@@ -320,7 +320,7 @@ loop:
 				delete(busy, h)
 			case now := <-tick.C:
 				for h := range busy {
-					if now.Sub(h.last) >= every {
+					if now.Sub(h.last) >= r.ackWaitNow()/3 {
 						h.ping(now)
 					}
 				}
@@ -367,7 +367,7 @@ loop:
 // holds up the pull loop (and its pings) for at most a sixth of AckWait,
 // 2s at most; an answer too late counts as "not gone" (asked again later).
 func (r *Relay) consumerGone(cons jetstream.Consumer) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), min(2*time.Second, r.cfg.AckWait/6))
+	ctx, cancel := context.WithTimeout(context.Background(), min(2*time.Second, r.ackWaitNow()/6))
 	defer cancel()
 	_, err := cons.Info(ctx)
 	return errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted)

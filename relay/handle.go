@@ -58,7 +58,7 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, mark *partitionMa
 			inf.done()
 			in.Sent, in.Result = true, res
 			in.Cancelled = ctx.Err() != nil
-			in.Late = late(msg, res, r.cfg.AckWait)
+			in.Late = late(msg, res, r.ackWaitNow())
 		default:
 			if span == nil {
 				r.execute(context.Background(), msg, &ev, mark, in, dec)

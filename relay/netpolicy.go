@@ -70,6 +70,9 @@ type replicaRecord struct {
 	// NetPolicy is absent for a relay that announces none (Config.NetPolicy
 	// nil).
 	NetPolicy *NetPolicy `json:"allow_net,omitempty"`
+	// AckWait is the replica's Config.AckWait (absent before relay
+	// announced it).
+	AckWait time.Duration `json:"ack_wait,omitempty"`
 }
 
 // NetPolicyKey is the key of the StateBucket entry holding the policy the

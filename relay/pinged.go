@@ -16,6 +16,13 @@ import (
 // machine, a reconnect).
 const DefaultAckWait = 30 * time.Second
 
+// ackWaitNow is the AckWait held events go by: this replica's, or a
+// shorter one of a live replica, which may have set it on the consumers
+// (replicas should all run with the same; see runRegistry).
+func (r *Relay) ackWaitNow() time.Duration {
+	return time.Duration(r.ackWait.Load())
+}
+
 // pinged is an event a replica holds, queued or being attempted. The pull
 // loop that took it restarts its AckWait (ping) until the worker acts on
 // it: its acks, naks, terms and hand-backs go through pinged, which then

@@ -247,6 +247,10 @@ type Relay struct {
 	// inFlight bounds all attempts of the replica (MaxInFlight): each
 	// takes a place before it starts.
 	inFlight chan struct{}
+	// ackWait is the shortest AckWait of this replica and the live ones
+	// it knows of (see runRegistry): held events are pinged by it, and an
+	// attempt is late by it.
+	ackWait atomic.Int64
 	// queues counts the running pull loops with a queue (unordered
 	// consumers of their own and lanes), which share MaxInFlight's
 	// queue room.
@@ -327,6 +331,7 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 	}
 	r.slots = destSlots{r: r, m: map[string]chan struct{}{}}
 	r.inFlight = make(chan struct{}, cfg.MaxInFlight)
+	r.ackWait.Store(int64(cfg.AckWait))
 	if !cfg.NoAttemptLog {
 		if _, err := cfg.JS.Stream(ctx, stream.LogStream); err != nil {
 			return nil, fmt.Errorf("open stream %s: %w", stream.LogStream, err)

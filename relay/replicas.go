@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/relaydev/relay/stream"
 )
 
@@ -26,15 +28,19 @@ func (r *Relay) runRegistry(ctx context.Context, id string) {
 	l := &lease{kv: kv, key: id, id: id, now: r.cfg.Now,
 		holder: func([]byte) (string, error) { return id, nil }} // a key of its own
 	record := func() []byte {
-		rec, _ := json.Marshal(replicaRecord{At: r.cfg.Now().UTC(), NetPolicy: r.cfg.NetPolicy})
+		rec, _ := json.Marshal(replicaRecord{At: r.cfg.Now().UTC(), NetPolicy: r.cfg.NetPolicy, AckWait: r.cfg.AckWait})
 		return rec
 	}
+	warned := map[string]bool{}
 	count := func(ctx context.Context) error {
-		if keys, err := kv.Keys(ctx); err == nil {
-			r.limits.mu.Lock()
-			r.limits.replicas = max(len(keys), 1)
-			r.limits.mu.Unlock()
+		keys, err := kv.Keys(ctx)
+		if err != nil {
+			return nil
 		}
+		r.limits.mu.Lock()
+		r.limits.replicas = max(len(keys), 1)
+		r.limits.mu.Unlock()
+		r.ackWait.Store(int64(r.shortestAckWait(ctx, kv, id, keys, warned)))
 		return nil
 	}
 	for ctx.Err() == nil {
@@ -52,6 +58,37 @@ func (r *Relay) runRegistry(ctx context.Context, id string) {
 	dctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	_ = kv.Delete(dctx, id)
 	cancel()
+}
+
+// shortestAckWait returns the shortest AckWait of this replica and the
+// live ones listed in keys. Replicas should all run with the same: each
+// sets its own on the consumers it starts, so with different ones the
+// consumers have the last one's, and a replica pinging its events at a
+// third of a longer one would have them handed out again mid-attempt.
+// Going by the shortest, the pings stay within whichever the consumers
+// have. It warns once per replica that runs with another.
+func (r *Relay) shortestAckWait(ctx context.Context, kv jetstream.KeyValue, self string, keys []string, warned map[string]bool) time.Duration {
+	shortest := r.cfg.AckWait
+	for _, k := range keys {
+		if k == self {
+			continue
+		}
+		e, err := kv.Get(ctx, k)
+		if err != nil {
+			continue // gone since it was listed
+		}
+		var rec replicaRecord
+		if json.Unmarshal(e.Value(), &rec) != nil || rec.AckWait <= 0 || rec.AckWait == r.cfg.AckWait {
+			continue
+		}
+		shortest = min(shortest, rec.AckWait)
+		if !warned[k] {
+			warned[k] = true
+			r.log.Warn("a live replica runs with another --ack-wait: give every replica the same; until then this one restarts the AckWait of the events it holds by the shorter, and an event may be delivered twice while the consumers change",
+				"replica", k, "its_ack_wait", rec.AckWait, "ack_wait", r.cfg.AckWait)
+		}
+	}
+	return shortest
 }
 
 // replicaID names this process in the replicas bucket.

@@ -431,7 +431,7 @@ loop:
 				delete(s.held, h)
 			case now := <-tick.C:
 				for h := range s.held {
-					if now.Sub(h.last) >= s.r.cfg.AckWait/3 {
+					if now.Sub(h.last) >= s.r.ackWaitNow()/3 {
 						h.ping(now)
 					}
 				}
@@ -668,7 +668,7 @@ func (s *sharedLoop) finished(h *held) {
 // pings restarts the AckWait of every event held for a third of it.
 func (s *sharedLoop) pings(now time.Time) {
 	for h := range s.held {
-		if now.Sub(h.last) >= s.r.cfg.AckWait/3 {
+		if now.Sub(h.last) >= s.r.ackWaitNow()/3 {
 			h.ping(now)
 		}
 	}
