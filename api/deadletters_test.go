@@ -173,7 +173,7 @@ func TestDeadLettersReplay(t *testing.T) {
 		{"publish key", e.publish, "application/json", `{"all":true}`, 403, "", "this needs admin"},
 		{"not JSON", e.admin, "text/plain", `all`, 415, "", "application/json"},
 		{"unknown field", e.admin, "application/json", `{"everything":true}`, 400, "everything", "unknown field"},
-		{"wrong type", e.admin, "application/json", `{"seqs":"1"}`, 400, "seqs", "cannot unmarshal"},
+		{"wrong type", e.admin, "application/json", `{"seqs":"1"}`, 400, "seqs", "seqs must be an array, not a JSON string"},
 		{"nothing said", e.admin, "application/json", `{}`, 422, "seqs", "say what to replay: seqs, filters such as dest, or all: true"},
 		{"seqs and all", e.admin, "application/json", fmt.Sprintf(`{"seqs":[%d],"all":true}`, a1), 422, "all", "exclude each other"},
 		{"seq 0", e.admin, "application/json", `{"seqs":[0]}`, 422, "seqs", "start at 1"},

@@ -13,7 +13,7 @@ import (
 func slowDecode(body []byte, v any) bool {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	return dec.Decode(v) == nil && !dec.More()
+	return dec.Decode(v) == nil && len(bytes.TrimLeft(body[dec.InputOffset():], jsonSpace)) == 0
 }
 
 // checkFastMatchesSlow: whatever body the fast path accepts, encoding/json
@@ -39,6 +39,8 @@ var fastSeeds = []string{
 	`{"events":[{"dest":"orders","key":"k1","id":"evt_1","headers":{"X-A":"b"},"data":{"n":1,"s":"a\"b\\c\u00e9","f":-1.5e+3,"t":true,"z":null,"a":[1,[2],{}]}}]}`,
 	` {"events" : [ {"type":"order.created","data":"text"} , {"dest":"d","data":[]} ] } ` + "\n",
 	`{"dest":"orders","data":{"x":"ünïcode"}}`,
+	`{"dest":"orders","data":1}}`,
+	`{"events":[{"dest":"orders","data":1}]}]`,
 	`{"events":[]}`,
 	`{}`,
 	`{"events":[{}]}`,

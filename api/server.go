@@ -7,10 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"mime"
 	"net"
 	"net/http"
+	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -49,6 +52,9 @@ type Config struct {
 	// MaxBatchBody is the largest body of POST /v1/events:batch, in
 	// bytes. Optional, default 8 MiB.
 	MaxBatchBody int64
+	// BodyTimeout bounds the reading of a request body, from the end of
+	// its headers: a client that stalls gets 408. Optional, default 1m.
+	BodyTimeout time.Duration
 	// FailedAuthRate and FailedAuthBurst bound the requests with a wrong
 	// key per client address: beyond, 429 until the bucket refills.
 	// Optional, default 1 a second with a burst of 10.
@@ -72,6 +78,9 @@ func NewServer(cfg Config) *Server {
 	}
 	if cfg.MaxBody == 0 {
 		cfg.MaxBody = 1<<20 + 64<<10
+	}
+	if cfg.BodyTimeout == 0 {
+		cfg.BodyTimeout = time.Minute
 	}
 	if cfg.FailedAuthRate == 0 {
 		cfg.FailedAuthRate, cfg.FailedAuthBurst = 1, 10
@@ -256,11 +265,24 @@ func (s *Server) readJSONUpTo(w http.ResponseWriter, r *http.Request, limit int6
 		problem(w, http.StatusUnsupportedMediaType, "", fmt.Sprintf("send the body as application/json, not %q", r.Header.Get("Content-Type")))
 		return false
 	}
-	// Read into a buffer of the announced length: io.ReadAll would grow
-	// one step by step, copying a large batch several times.
+	// A client that stalls in its body does not hold the connection (and
+	// the buffer) for ever. Not every connection supports it (HTTP/2 in
+	// tests); the error is then ignored.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
+	stalled := false
+	defer func() {
+		if !stalled { // else the server would wait for the rest of it
+			_ = rc.SetReadDeadline(time.Time{})
+		}
+	}()
+	// Read into a buffer of the announced length, up to preallocMax:
+	// io.ReadAll would grow one step by step, copying a large batch
+	// several times; beyond preallocMax the buffer grows as bytes come, so
+	// an announced length alone reserves little.
 	var buf bytes.Buffer
 	if n := r.ContentLength; n > 0 && n <= limit {
-		buf.Grow(int(n) + bytes.MinRead)
+		buf.Grow(int(min(n, preallocMax)) + bytes.MinRead)
 	}
 	_, err = buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
 	body := buf.Bytes()
@@ -269,6 +291,11 @@ func (s *Server) readJSONUpTo(w http.ResponseWriter, r *http.Request, limit int6
 	case errors.As(err, &tooLarge):
 		problem(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("the body is larger than %d bytes", limit))
 		return false
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		stalled = true
+		w.Header().Set("Connection", "close")
+		problem(w, http.StatusRequestTimeout, "", fmt.Sprintf("the body did not arrive within %s (%d bytes came)", s.cfg.BodyTimeout, len(body)))
+		return false
 	case err != nil:
 		problem(w, http.StatusBadRequest, "", "cannot read the body: "+err.Error())
 		return false
@@ -276,24 +303,71 @@ func (s *Server) readJSONUpTo(w http.ResponseWriter, r *http.Request, limit int6
 	if f, ok := v.(fastDecoder); ok && f.fastDecode(body) {
 		return true
 	}
+	if len(bytes.TrimLeft(body, jsonSpace)) == 0 {
+		problem(w, http.StatusBadRequest, "", "the body is empty: send a JSON object")
+		return false
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		field := ""
+		field, detail := "", err.Error()
 		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
+		var se *json.SyntaxError
+		switch {
+		case errors.As(err, &te):
 			field = te.Field
-		} else if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			field = strings.Trim(f, `"`)
+			detail = fmt.Sprintf("%s must be %s, not a JSON %s", te.Field, jsonKind(te.Type), te.Value)
+		case errors.As(err, &se):
+			detail = fmt.Sprintf("%s (at byte %d)", strings.TrimPrefix(se.Error(), "json: "), se.Offset)
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			detail = "it ends before its JSON value does"
+		default:
+			if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+				field = strings.Trim(f, `"`)
+				detail = fmt.Sprintf("unknown field %q", field)
+			}
 		}
-		problem(w, http.StatusBadRequest, field, "the body is not a valid request: "+err.Error())
+		problem(w, http.StatusBadRequest, field, "the body is not a valid request: "+detail)
 		return false
 	}
-	if dec.More() {
-		problem(w, http.StatusBadRequest, "", "the body has more than one JSON value")
+	// Nothing but white space after the value (Decoder.More would let a
+	// stray '}' or ']' pass).
+	if rest := bytes.TrimLeft(body[dec.InputOffset():], jsonSpace); len(rest) > 0 {
+		problem(w, http.StatusBadRequest, "", fmt.Sprintf("the body has more after its JSON value, at byte %d", len(body)-len(rest)+1))
 		return false
 	}
 	return true
+}
+
+// preallocMax is the most readJSON reserves for a body before it comes.
+const preallocMax = 256 << 10
+
+// jsonSpace is what JSON counts as white space.
+const jsonSpace = " \t\r\n"
+
+// jsonKind names what a field of Go type t takes, in JSON's words.
+func jsonKind(t reflect.Type) string {
+	if t == nil {
+		return "another type"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Pointer:
+		return jsonKind(t.Elem())
+	}
+	return "another type"
 }
 
 func (s *Server) stats(w http.ResponseWriter, r *http.Request) {

@@ -1,16 +1,21 @@
 package api
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -60,7 +65,8 @@ func startTracedAPI(t *testing.T, tp trace.TracerProvider) *apiEnv {
 	require.NoError(t, err)
 	logs := &lockedWriter{w: &bytes.Buffer{}, mu: &sync.Mutex{}}
 	h := NewServer(Config{JS: srv.JS, Keys: keys, Producer: prod, Dests: dests, DeadLetters: letters, MaxBody: 64 << 10, MaxBatchBody: 256 << 10,
-		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+		BodyTimeout: testBodyTimeout,
+		Logger:      slog.New(slog.NewTextHandler(logs, nil))})
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
 
@@ -177,10 +183,14 @@ func TestPublishOverHTTPRefusesBadRequests(t *testing.T) {
 		{"wrong key", e.publish + "x", "application/json", `{"dest":"orders","data":1}`, nil, 401, "", "invalid API key"},
 		{"read key", e.read, "application/json", `{"dest":"orders","data":1}`, nil, 403, "", `the key "reader" has scope read; this needs publish or admin`},
 		{"not JSON", e.publish, "text/plain", `hello`, nil, 415, "", "send the body as application/json"},
-		{"bad JSON", e.publish, "application/json", `{"dest":`, nil, 400, "", "the body is not a valid request"},
+		{"bad JSON", e.publish, "application/json", `{"dest":`, nil, 400, "", "the body is not a valid request: it ends before its JSON value does"},
+		{"syntax", e.publish, "application/json", `{"dest" "orders"}`, nil, 400, "", "after object key (at byte 9)"},
+		{"empty", e.publish, "application/json", ` `, nil, 400, "", "the body is empty: send a JSON object"},
 		{"unknown field", e.publish, "application/json", `{"dest":"orders","data":1,"destination":"x"}`, nil, 400, "destination", `unknown field "destination"`},
-		{"wrong type", e.publish, "application/json", `{"dest":7,"data":1}`, nil, 400, "dest", "cannot unmarshal number"},
-		{"two values", e.publish, "application/json", `{"dest":"orders","data":1} {}`, nil, 400, "", "more than one JSON value"},
+		{"wrong type", e.publish, "application/json", `{"dest":7,"data":1}`, nil, 400, "dest", "dest must be a string, not a JSON number"},
+		{"two values", e.publish, "application/json", `{"dest":"orders","data":1} {}`, nil, 400, "", "more after its JSON value, at byte 28"},
+		{"stray brace", e.publish, "application/json", `{"dest":"orders","data":1}}`, nil, 400, "", "more after its JSON value, at byte 27"},
+		{"stray bracket", e.publish, "application/json", "{\"dest\":\"orders\",\"data\":1}\n]", nil, 400, "", "more after its JSON value, at byte 28"},
 		{"no data", e.publish, "application/json", `{"dest":"orders"}`, nil, 422, "data", "data is required"},
 		{"neither", e.publish, "application/json", `{"data":1}`, nil, 422, "dest", "give dest"},
 		{"both", e.publish, "application/json", `{"dest":"orders","type":"a.b","data":1}`, nil, 422, "type", "not both"},
@@ -203,6 +213,37 @@ func TestPublishOverHTTPRefusesBadRequests(t *testing.T) {
 	require.Contains(t, m["detail"], "no such resource: GET /v1/nothing")
 	code, _ = e.do("DELETE", "/v1/events", e.admin, "", nil)
 	require.Equal(t, 405, code, "a known path, another method")
+}
+
+// testBodyTimeout is the test server's Config.BodyTimeout.
+const testBodyTimeout = 3 * time.Second
+
+// TestStalledBodyGets408: a client that announces a body and stops
+// sending it is answered 408 once BodyTimeout has passed, and the
+// connection closed; nothing is published.
+func TestStalledBodyGets408(t *testing.T) {
+	t.Parallel()
+	e := startAPI(t)
+	_, err := mustStore(t, e).Add(context.Background(), relay.Destination{Name: "orders", URL: "https://example.com/hooks"})
+	require.NoError(t, err)
+	u, err := url.Parse(e.url)
+	require.NoError(t, err)
+	conn, err := net.Dial("tcp", u.Host)
+	require.NoError(t, err)
+	defer conn.Close()
+	// 200 KiB announced (under MaxBatchBody), 20 bytes sent.
+	_, err = fmt.Fprintf(conn, "POST /v1/events:batch HTTP/1.1\r\nHost: relay\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{\"events\":[{\"dest\":", e.publish, 200<<10)
+	require.NoError(t, err)
+	start := time.Now()
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(testBodyTimeout+30*time.Second)))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err, "an answer before the test's own deadline")
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusRequestTimeout, resp.StatusCode)
+	require.GreaterOrEqual(t, time.Since(start), testBodyTimeout-time.Second, "not before BodyTimeout")
+	var p map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&p))
+	require.Contains(t, p["detail"], "the body did not arrive within 3s (19 bytes came)")
 }
 
 func TestStatsOverHTTPAndTheDocument(t *testing.T) {
