@@ -102,6 +102,25 @@ func TestOrderedHeadIsAckedOnceItsMarkIsConfirmed(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, settled, "each partition has its own mark")
 
+	// A replica behind (paused past AckWait, the partition moved on)
+	// settling an earlier head does not move the mark back; one that
+	// knew an old revision still moves it forward.
+	require.NoError(t, mark.settle(ctx, 12))
+	require.NoError(t, other.settle(ctx, 9))
+	e, err = r.ordered.Get(ctx, "orders.0")
+	require.NoError(t, err)
+	require.Equal(t, "12", string(e.Value()), "the mark does not move back")
+	require.NoError(t, other.settle(ctx, 13))
+	e, err = r.ordered.Get(ctx, "orders.0")
+	require.NoError(t, err)
+	require.Equal(t, "13", string(e.Value()))
+	require.NoError(t, mark.settle(ctx, 14), "after another replica wrote it")
+	require.NoError(t, r.ordered.Delete(ctx, "orders.0"))
+	require.NoError(t, other.settle(ctx, 15), "after it was deleted")
+	e, err = r.ordered.Get(ctx, "orders.0")
+	require.NoError(t, err)
+	require.Equal(t, "15", string(e.Value()))
+
 	require.NoError(t, srv.JS.DeleteKeyValue(ctx, r.ordered.Bucket()))
 	unmarked := &ackMsg{}
 	require.NoError(t, r.act(ctx, unmarked, event{dest: "orders", id: "evt_2", seq: 8}, 1, mark, &Outcome{Decision: Decision{Action: Ack}}))

@@ -66,8 +66,10 @@ type Input struct {
 	TemplateErr string
 
 	// Sent: the attempt was made, and Result is what it came back with.
-	// Cancelled: a shutdown cut it short. Late: it ended after the event's
-	// AckWait, when JetStream has handed the event to another worker.
+	// Cancelled: a shutdown cut it short. Late: JetStream heard nothing of
+	// the event from this replica for its AckWait (the process was
+	// stopped or paused as long), so it may have handed the event to
+	// another worker: before the attempt, or by its end.
 	Sent      bool
 	Result    Result
 	Cancelled bool
@@ -164,6 +166,12 @@ func Decide(in Input) Decision {
 	}
 	if !in.Sent {
 		switch {
+		case in.Late:
+			// Another worker may have it, and may have settled it and
+			// the events after it of its key: sending now would repeat
+			// it, perhaps after a later one. JetStream hands it out
+			// again if nobody settled it.
+			return Decision{Action: Leave}
 		case in.Skip != "":
 			return Decision{Action: DeadLetter, Reason: ReasonSkipped}
 		case !in.Known:
@@ -191,6 +199,11 @@ func Decide(in Input) Decision {
 		// the event to another worker; recording or nak'ing now would only
 		// disturb it.
 		return Decision{Action: Leave}
+	case in.Late && in.Ordered:
+		// Delivered, but another worker may be sending it too: acking now
+		// would let the next event of its key go while that copy is on
+		// its way, and perhaps arrives after it. That worker settles it.
+		return Decision{Action: Leave}
 	}
 	dec := classify(res, in.Attempt, policy, in.Rand)
 	dec.Effect = effectOf(res, in.Dest)
@@ -201,6 +214,12 @@ func Decide(in Input) Decision {
 		dec.Action, dec.Delay, dec.Reason = Retry, time.Minute, ""
 	case dec.Effect == PauseRequested:
 		dec.Pause = min(res.RetryAfter, time.Duration(in.Dest.Retry.Max))
+	case dec.Reason == ReasonBlockedAddress && in.Ordered && in.Dest.OnFailure == OnFailureBlock:
+		// The address is the destination's, not the event's: its key
+		// waits, as for any failure, until the address (its DNS, or
+		// --allow-net) lets the head through. Dead-lettering would drain
+		// every key while a name resolves to a refused address.
+		dec = Decision{Action: Retry, Delay: policy.Delay(in.Attempt, in.Rand), Effect: NoEffect}
 	}
 	if dec.Action == Retry && in.CanPark && dec.Delay >= in.ParkThreshold {
 		dec.Action = Park

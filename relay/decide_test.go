@@ -80,6 +80,14 @@ func TestDecideOutcomes(t *testing.T) {
 		{"4xx", with(result(Result{Status: 400})), Decision{Action: DeadLetter, Reason: ReasonPermanentStatus}},
 		{"redirect", with(result(Result{Status: 302})), Decision{Action: DeadLetter, Reason: ReasonRedirect}},
 		{"blocked address", with(result(Result{Blocked: true, Err: errors.New("blocked")})), Decision{Action: DeadLetter, Reason: ReasonBlockedAddress}},
+		{"blocked address, head of a blocked key", with(func(in *Input) {
+			in.Ordered, in.Dest.OnFailure = true, OnFailureBlock
+			in.Sent, in.Result = true, Result{Blocked: true, Err: errors.New("blocked")}
+		}), Decision{Action: Retry, Delay: time.Second}},
+		{"blocked address, head of a skipping key", with(func(in *Input) {
+			in.Ordered, in.Dest.OnFailure = true, OnFailureSkip
+			in.Sent, in.Result = true, Result{Blocked: true, Err: errors.New("blocked")}
+		}), Decision{Action: DeadLetter, Reason: ReasonBlockedAddress}},
 		{"invalid event", with(result(Result{Err: invalid})), Decision{Action: DeadLetter, Reason: ReasonInvalidEvent, Note: invalid.Error()}},
 		{"long wait, Redis there: park", with(func(in *Input) {
 			in.CanPark, in.Attempt = true, 2
@@ -93,6 +101,9 @@ func TestDecideOutcomes(t *testing.T) {
 		{"answered, then shut down", with(func(in *Input) { in.Cancelled = true; in.Sent, in.Result = true, Result{Status: 200} }), Decision{Action: Ack, Effect: Healthy}},
 		{"failed after AckWait", with(func(in *Input) { in.Late = true; in.Sent, in.Result = true, Result{Status: 503} }), Decision{Action: Leave}},
 		{"delivered after AckWait", with(func(in *Input) { in.Late = true; in.Sent, in.Result = true, Result{Status: 200} }), Decision{Action: Ack, Effect: Healthy}},
+		{"head of a key delivered after AckWait", with(func(in *Input) { in.Late, in.Ordered = true, true; in.Sent, in.Result = true, Result{Status: 200} }), Decision{Action: Leave}},
+		{"unheard of for AckWait before its attempt", with(func(in *Input) { in.Late = true }), Decision{Action: Leave}},
+		{"head of a key unheard of for AckWait before its attempt", with(func(in *Input) { in.Late, in.Ordered, in.Dest.OnFailure = true, true, OnFailureBlock }), Decision{Action: Leave}},
 	}
 	outcomes := map[Action]bool{}
 	for _, tc := range tests {

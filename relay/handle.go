@@ -43,6 +43,10 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, mark *partitionMa
 		case ReadLog:
 			r.readLogInto(&in, &ev)
 		case Send:
+			if !in.Late && late(msg, Result{}, r.ackWaitNow()) {
+				in.Late = true // decided on next: no request is made
+				continue
+			}
 			d, err := r.delivery(in.Dest, ev)
 			if err != nil {
 				// Decided on next: no request is made.
@@ -200,7 +204,11 @@ func (r *Relay) execute(ctx context.Context, msg jetstream.Msg, ev *event, mark 
 		r.ackSettled(msg, *ev, why)
 		return out
 	case Leave:
-		r.log.Warn("attempt finished after AckWait; leaving the event to its redelivery", "dest", ev.dest, "event_id", ev.id, "duration", in.Result.Duration)
+		if !in.Sent {
+			r.log.Warn("event unheard of for AckWait before its attempt (this process was stopped or paused); leaving it to its redelivery, not sending it", "dest", ev.dest, "event_id", ev.id)
+			return out
+		}
+		r.log.Warn("attempt finished after AckWait; leaving the event to its redelivery", "dest", ev.dest, "event_id", ev.id, "duration", in.Result.Duration, "status", in.Result.Status)
 		return out
 	}
 	// Before act: the breaker counts failures in the order responses came

@@ -52,6 +52,9 @@ type partitionMark struct {
 	seq        uint64
 	loaded     bool
 	reconnects uint64
+	// rev is the bucket's revision of the mark as this loop last read or
+	// wrote it (0: unknown, or absent).
+	rev uint64
 }
 
 func newPartitionMark(kv jetstream.KeyValue, nc *nats.Conn, dest string, partition int) *partitionMark {
@@ -73,25 +76,67 @@ func (m *partitionMark) settled(ctx context.Context, seq uint64, reread bool) (b
 		case err != nil:
 			return false, fmt.Errorf("read the ordered partition's mark %s: %w", m.key, err)
 		default:
-			n, perr := strconv.ParseUint(string(e.Value()), 10, 64)
+			n, perr := m.parse(e)
 			if perr != nil {
-				return false, fmt.Errorf("ordered partition's mark %s is corrupt (%q): delete it with 'nats kv del %s %s' if its events were delivered", m.key, e.Value(), m.kv.Bucket(), m.key)
+				return false, perr
 			}
-			m.seq = max(m.seq, n)
+			m.seq, m.rev = max(m.seq, n), e.Revision()
 		}
 		m.loaded, m.reconnects = true, rc
 	}
 	return seq <= m.seq, nil
 }
 
-// settle records that the event at seq is settled. It runs before the
-// event's ack: after a crash the ack may be lost, the mark is not.
-func (m *partitionMark) settle(ctx context.Context, seq uint64) error {
-	if _, err := m.kv.Put(ctx, m.key, strconv.AppendUint(nil, seq, 10)); err != nil {
-		return fmt.Errorf("record the ordered partition's mark %s: %w", m.key, err)
+func (m *partitionMark) parse(e jetstream.KeyValueEntry) (uint64, error) {
+	n, err := strconv.ParseUint(string(e.Value()), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("ordered partition's mark %s is corrupt (%q): delete it with 'nats kv del %s %s' if its events were delivered", m.key, e.Value(), m.kv.Bucket(), m.key)
 	}
-	m.seq = max(m.seq, seq)
-	return nil
+	return n, nil
+}
+
+// settle records that the event at seq is settled. It runs before the
+// event's ack: after a crash the ack may be lost, the mark is not. The mark
+// only moves forward: it is written at the revision last seen, and when
+// another replica wrote it since (one that was paused past AckWait and
+// settles a head the partition has moved past), the higher of the two
+// stays.
+func (m *partitionMark) settle(ctx context.Context, seq uint64) error {
+	v := strconv.AppendUint(nil, seq, 10)
+	for range 8 {
+		var rev uint64
+		var err error
+		if m.rev == 0 {
+			rev, err = m.kv.Create(ctx, m.key, v)
+		} else {
+			rev, err = m.kv.Update(ctx, m.key, v, m.rev)
+		}
+		if err == nil {
+			m.seq, m.rev = max(m.seq, seq), rev
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return fmt.Errorf("record the ordered partition's mark %s: %w", m.key, err)
+		}
+		// Written since: read it again.
+		e, err := m.kv.Get(ctx, m.key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			m.rev = 0 // deleted or expired since
+			continue
+		case err != nil:
+			return fmt.Errorf("read the ordered partition's mark %s: %w", m.key, err)
+		}
+		n, err := m.parse(e)
+		if err != nil {
+			return err
+		}
+		m.seq, m.rev = max(m.seq, n), e.Revision()
+		if n >= seq {
+			return nil // at or past it already
+		}
+	}
+	return fmt.Errorf("record the ordered partition's mark %s: it kept changing under this replica", m.key)
 }
 
 // ackSettledHead acknowledges the head that an ordered partition's consumer
