@@ -291,14 +291,15 @@ loop:
 				r.log.Debug("no heartbeat from the pull requests; asking again", "dest", d.Name)
 			}
 			every := r.ackWaitNow() / 3 // how often a held event's AckWait is restarted
+			up := nc.IsConnected()
 			for _, h := range queue {
 				if now.Sub(h.last) >= every {
-					h.ping(now)
+					h.ping(now, up)
 				}
 			}
 			for h := range busy {
 				if now.Sub(h.last) >= every {
-					h.ping(now)
+					h.ping(now, up)
 				}
 			}
 		case <-stopped:
@@ -319,9 +320,10 @@ loop:
 				}
 				delete(busy, h)
 			case now := <-tick.C:
+				up := nc.IsConnected()
 				for h := range busy {
 					if now.Sub(h.last) >= r.ackWaitNow()/3 {
-						h.ping(now)
+						h.ping(now, up)
 					}
 				}
 			}

@@ -66,13 +66,18 @@ func (p *pinged) HandBack(confirm bool) error {
 }
 
 // ping restarts the event's AckWait at now, unless a worker acted on it.
-func (p *pinged) ping(now time.Time) {
+// While the connection is down (connected false) the server cannot hear
+// it: nothing is sent (the client would only buffer it), and the silence
+// goes on.
+func (p *pinged) ping(now time.Time, connected bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.done {
+	if p.done || !connected {
 		return
 	}
-	_ = p.pulled.InProgress()
+	if p.pulled.InProgress() != nil {
+		return // not sent: the silence goes on
+	}
 	p.gap = max(p.gap, now.Sub(p.last))
 	p.last = now
 }

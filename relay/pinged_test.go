@@ -30,12 +30,15 @@ func TestPingedStopsAtItsSettlement(t *testing.T) {
 	m := &saidMsg{}
 	t0 := time.Unix(1000, 0)
 	p := &pinged{pulled: m, last: t0}
-	p.ping(t0.Add(10 * time.Second))
-	p.ping(t0.Add(14 * time.Second))
+	p.ping(t0.Add(10*time.Second), true)
+	p.ping(t0.Add(14*time.Second), true)
 	require.Equal(t, 10*time.Second, p.unheard(t0.Add(15*time.Second)), "the longest gap: arrival to the first ping")
 	require.Equal(t, 20*time.Second, p.unheard(t0.Add(34*time.Second)), "the gap since the last ping, once longer")
+	// Cut off from the server: nothing sent, and the silence goes on.
+	p.ping(t0.Add(24*time.Second), false)
+	require.Equal(t, 20*time.Second, p.unheard(t0.Add(34*time.Second)), "a ping while disconnected is not heard")
 	require.NoError(t, p.NakWithDelay(time.Second))
-	p.ping(t0.Add(40 * time.Second))
+	p.ping(t0.Add(40*time.Second), true)
 	require.Equal(t, []string{"+WPI", "+WPI", "-NAK"}, m.said)
 }
 
@@ -50,7 +53,7 @@ func TestLateIsAboutSilenceNotDuration(t *testing.T) {
 	silent := &pinged{pulled: &saidMsg{}, last: time.Now().Add(-ackWait)}
 	require.True(t, late(silent, Result{Duration: time.Second}, ackWait), "nothing heard for AckWait")
 	stopped := &pinged{pulled: &saidMsg{}, last: time.Now().Add(-time.Minute)}
-	stopped.ping(time.Now()) // pinged again once resumed: the gap stays
+	stopped.ping(time.Now(), true) // pinged again once resumed: the gap stays
 	require.True(t, late(stopped, long, ackWait))
 	// A message relay does not ping: the attempt's duration stands in.
 	require.True(t, late(&saidMsg{}, long, ackWait))

@@ -430,9 +430,10 @@ loop:
 				}
 				delete(s.held, h)
 			case now := <-tick.C:
+				up := s.nc.IsConnected()
 				for h := range s.held {
 					if now.Sub(h.last) >= s.r.ackWaitNow()/3 {
-						h.ping(now)
+						h.ping(now, up)
 					}
 				}
 			}
@@ -667,9 +668,10 @@ func (s *sharedLoop) finished(h *held) {
 
 // pings restarts the AckWait of every event held for a third of it.
 func (s *sharedLoop) pings(now time.Time) {
+	up := s.nc.IsConnected()
 	for h := range s.held {
 		if now.Sub(h.last) >= s.r.ackWaitNow()/3 {
-			h.ping(now)
+			h.ping(now, up)
 		}
 	}
 	// Forget queues idle for a while (not those with a lane).
