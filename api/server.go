@@ -179,18 +179,19 @@ func clientAddr(r *http.Request) string {
 }
 
 // auth lets through requests with a valid key whose scope allows need.
-// Failed attempts are limited per client address and logged with the
-// key's name when the key exists (never the key).
+// Failed attempts are limited per client address (beyond the limit they
+// get 429, not 401) and logged with the key's name when the key exists
+// (never the key). A valid key always gets through: clients behind one
+// proxy share its address, and one of them sending wrong keys must not
+// lock the others out.
 func (s *Server) auth(need Scope, h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		addr := clientAddr(r)
-		if s.throttled(addr) {
-			problem(w, http.StatusTooManyRequests, "", "too many requests with a missing or wrong API key from this address; wait and try again")
-			return
-		}
 		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || token == "" {
-			s.fail(addr)
+			if s.fail(w, addr) {
+				return
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="relay"`)
 			problem(w, http.StatusUnauthorized, "", "an API key is required: 'Authorization: Bearer <key>' (relay api-key create)")
 			return
@@ -198,7 +199,9 @@ func (s *Server) auth(need Scope, h http.HandlerFunc) http.Handler {
 		key, err := s.cfg.Keys.Verify(r.Context(), strings.TrimSpace(token))
 		switch {
 		case errors.Is(err, ErrBadKey):
-			s.fail(addr)
+			if s.fail(w, addr) {
+				return
+			}
 			attrs := []any{"client", addr, "method", r.Method, "path", r.URL.Path}
 			if key.Name != "" {
 				attrs = append(attrs, "key", key.Name) // its id is right, its secret wrong
@@ -228,18 +231,11 @@ func (s *Server) auth(need Scope, h http.HandlerFunc) http.Handler {
 // without its hash), set by auth.
 type keyOfRequest struct{}
 
-// throttled reports whether addr used up its failed attempts.
-func (s *Server) throttled(addr string) bool {
+// fail counts a failed attempt from addr. Beyond the address's budget it
+// answers 429 itself, without a log line (a flood does not flood the log),
+// and returns true.
+func (s *Server) fail(w http.ResponseWriter, addr string) bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	l := s.failed[addr]
-	return l != nil && l.Tokens() < 1
-}
-
-// fail counts a failed attempt from addr.
-func (s *Server) fail(addr string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	l := s.failed[addr]
 	if l == nil {
 		if len(s.failed) > 10_000 {
@@ -248,7 +244,12 @@ func (s *Server) fail(addr string) {
 		l = rate.NewLimiter(s.cfg.FailedAuthRate, s.cfg.FailedAuthBurst)
 		s.failed[addr] = l
 	}
-	l.Allow()
+	ok := l.Allow()
+	s.mu.Unlock()
+	if !ok {
+		problem(w, http.StatusTooManyRequests, "", "too many requests with a missing or wrong API key from this address; wait and try again")
+	}
+	return !ok
 }
 
 // readJSON decodes r's JSON body into v: a JSON content type, at most

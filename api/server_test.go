@@ -271,6 +271,8 @@ func TestStatsOverHTTPAndTheDocument(t *testing.T) {
 	require.Equal(t, OpenAPI, got)
 }
 
+// TestFailedKeysAreLimitedPerAddress: wrong keys from one address get 429
+// beyond a burst; valid keys from it still get through.
 func TestFailedKeysAreLimitedPerAddress(t *testing.T) {
 	t.Parallel()
 	e := startAPI(t)
@@ -284,6 +286,11 @@ func TestFailedKeysAreLimitedPerAddress(t *testing.T) {
 		}
 	}
 	require.Positive(t, throttled, "after the burst of failed attempts, 429")
+	// The same address (a proxy's, say) with a valid key is not locked out.
+	code, m := e.do("GET", "/v1/stats", e.read, "", nil)
+	require.Equal(t, 200, code, "%v", m)
+	code, _ = e.do("GET", "/v1/stats", "", "", nil)
+	require.Equal(t, 429, code, "no key, still over the address's budget")
 }
 
 func mustStore(t *testing.T, e *apiEnv) *relay.Store {
