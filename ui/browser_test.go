@@ -592,3 +592,50 @@ func TestSendATestEvent(t *testing.T) {
 	require.Empty(t, dialogs)
 	require.Empty(t, errs)
 }
+
+// TestSkipAnEventWhoseIDLooksLikeAPath: an event ID may hold '/', '?' and
+// '#'. Its Skip button skips that event, and cannot be made to post to
+// another action (here: pausing another destination).
+func TestSkipAnEventWhoseIDLooksLikeAPath(t *testing.T) {
+	t.Parallel()
+	e := startDash(t)
+	e.sink.setAnswer(func(r *http.Request) int {
+		if strings.HasSuffix(r.URL.Path, "/crm") {
+			return http.StatusInternalServerError
+		}
+		return http.StatusOK
+	})
+	e.addDest(relay.Destination{Name: "crm", Retry: relay.RetryPolicy{Base: relay.Duration(time.Minute), Max: relay.Duration(time.Minute), MaxAttempts: 5}})
+	e.addDest(relay.Destination{Name: "victim"})
+	const id = "../../victim/pause?x=1#y"
+	e.publish(relay.Event{Dest: "crm", ID: id, Data: []byte(`{"n":1}`)})
+
+	p := openBrowser(t)
+	p.signIn(e.url, e.admin)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		p.do(chromedp.Navigate(e.url + "/ui/destinations/crm"))
+		p.waitFor(`document.querySelector("#pause") !== null`)
+		n, err := chromedp.Run(p.ctx, chromedp.Evaluate[int](`document.querySelectorAll('form[action$="/skip"] button').length`))
+		require.NoError(t, err)
+		if n == 1 {
+			break
+		}
+		require.False(t, time.Now().After(deadline), "the failed event never showed as retrying")
+		time.Sleep(100 * time.Millisecond)
+	}
+	action, err := chromedp.Run(p.ctx, chromedp.Evaluate[string](`document.querySelector('form[action$="/skip"]').getAttribute("action")`))
+	require.NoError(t, err)
+	require.Equal(t, "/ui/destinations/crm/retrying/..%2F..%2Fvictim%2Fpause%3Fx=1%23y/skip", action)
+	p.do(chromedp.Click(chromedp.CSS(`form[action$="/skip"] button`)))
+	p.waitFor(`document.body.innerText.includes("skipped:")`)
+
+	victim, err := e.st.Get(context.Background(), "victim")
+	require.NoError(t, err)
+	require.True(t, victim.PausedUntil.IsZero(), "the other destination was not paused")
+	rs, err := e.st.Retrying(context.Background(), "crm", 10)
+	require.NoError(t, err)
+	require.Len(t, rs, 1)
+	require.Equal(t, id, rs[0].EventID)
+	require.NotEmpty(t, rs[0].Skip, "the event itself was marked skipped")
+}

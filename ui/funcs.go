@@ -3,6 +3,7 @@ package ui
 import (
 	"fmt"
 	"html/template"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +20,10 @@ func funcs(now func() time.Time) template.FuncMap {
 			return roundDur(now().Sub(t))
 		},
 		"dur": roundDur,
+		// seg is s as one segment of a URL path: an event ID may hold
+		// '/', '?' or '#', which html/template leaves as they are in a
+		// path.
+		"seg": url.PathEscape,
 		// clock is t in UTC, to the second.
 		"clock": func(t time.Time) string {
 			if t.IsZero() {
