@@ -207,6 +207,12 @@ func ReadAttempts(ctx context.Context, js jetstream.JetStream, q AttemptQuery) (
 			break
 		}
 		hi, window = lo-1, window*4
+		if len(page.Attempts) == limit {
+			// Full, and older messages are left unread: they may hold
+			// more (the next page says, empty if not).
+			page.Next = page.Attempts[limit-1].Seq
+			break
+		}
 	}
 	return page, nil
 }

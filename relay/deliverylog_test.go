@@ -2,6 +2,8 @@ package relay
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -325,4 +327,42 @@ func TestDeliveryLogKeepsBatchesThatWereNotStored(t *testing.T) {
 		}
 	}
 	require.NotContains(t, out.String(), "records lost")
+}
+
+// TestAttemptPagesGoPastAFullWindow: a page that fills up exactly with a
+// window of the log (one record per message here) still points to the
+// older records.
+func TestAttemptPagesGoPastAFullWindow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := streamtest.Start(t)
+	_, err := New(ctx, Config{JS: srv.JS})
+	require.NoError(t, err)
+	const n = 150
+	for i := range n {
+		rec, err := json.Marshal(AttemptRecord{EventID: fmt.Sprintf("evt_%d", i), Dest: "d", Attempt: 1, Outcome: "delivered", Status: 200, Class: stream.Class2xx, At: time.Now()})
+		require.NoError(t, err)
+		_, err = srv.JS.Publish(ctx, stream.LogSubject("d", stream.Class2xx), append(rec, '\n'))
+		require.NoError(t, err)
+	}
+	for _, limit := range []int{64, 50, 1, 150} {
+		var ids []string
+		q := AttemptQuery{Limit: limit}
+		for pages := 0; ; pages++ {
+			require.Less(t, pages, n+2, "limit %d: the pages do not end", limit)
+			page, err := ReadAttempts(ctx, srv.JS, q)
+			require.NoError(t, err)
+			require.LessOrEqual(t, len(page.Attempts), limit)
+			for _, a := range page.Attempts {
+				ids = append(ids, a.EventID)
+			}
+			if page.Next == 0 {
+				break
+			}
+			q.Before = page.Next
+		}
+		require.Len(t, ids, n, "limit %d: every record, once", limit)
+		require.Equal(t, "evt_149", ids[0], "limit %d: newest first", limit)
+		require.Equal(t, "evt_0", ids[n-1], "limit %d", limit)
+	}
 }
