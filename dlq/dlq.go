@@ -3,6 +3,7 @@
 package dlq
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -56,7 +57,10 @@ type Letter struct {
 	// Key is the event's order key (Relay-Order-Key), empty if it has
 	// none. The stored subject keeps only the key's bucket, so a replay
 	// takes the key from here.
-	Key      string `json:"key,omitempty"`
+	Key string `json:"key,omitempty"`
+	// Type is the event's type (Relay-Event-Type), empty for an event
+	// published to its destination by name. A replay keeps it.
+	Type     string `json:"type,omitempty"`
 	Reason   string `json:"reason"`
 	Attempts int    `json:"attempts"`
 	// LastStatus is the last HTTP status (0: no response).
@@ -208,7 +212,7 @@ func Encode(l Letter, limit int) (*nats.Msg, error) {
 	if l.Key != "" {
 		h.Set(stream.HdrKey, l.Key)
 	}
-	if t := l.Headers.Get(stream.HdrType); t != "" {
+	if t := cmp.Or(l.Type, l.Headers.Get(stream.HdrType)); t != "" {
 		// A typed event's type, as delivered (Relay-Event-Type): operator
 		// events' dead letters are told apart by it.
 		h.Set(stream.HdrType, t)
@@ -315,6 +319,7 @@ func Decode(seq uint64, subject string, h nats.Header, body []byte) (Letter, err
 	l.Last, _ = time.Parse(time.RFC3339Nano, h.Get(stream.HdrLastAt))
 	l.DeadAt, _ = time.Parse(time.RFC3339Nano, h.Get(stream.HdrDeadAt))
 	l.Key = h.Get(stream.HdrKey)
+	l.Type = h.Get(stream.HdrType)
 	l.Subject = h.Get(stream.HdrOrigSubj)
 	l.StreamSeq, _ = strconv.ParseUint(h.Get(stream.HdrOrigSeq), 10, 64)
 	l.HistoryOmitted, _ = strconv.Atoi(h.Get(stream.HdrHistoryOmitted))
@@ -584,7 +589,7 @@ func (s *Store) Replay(ctx context.Context, l Letter, toDest string) (_ *jetstre
 	if toDest != "" {
 		p.Dest = toDest
 	}
-	env := stream.Envelope{ID: l.EventID, Dest: p.Dest, Key: l.Key, Seq: l.Seq, Headers: l.Headers, Body: l.Body}
+	env := stream.Envelope{ID: l.EventID, Dest: p.Dest, Key: l.Key, Type: l.Type, Seq: l.Seq, Headers: l.Headers, Body: l.Body}
 	if s.tracer != nil {
 		if !trace.SpanContextFromContext(ctx).IsValid() {
 			ctx = stream.ExtractTrace(ctx, l.Headers)

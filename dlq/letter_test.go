@@ -101,6 +101,7 @@ func letterTestHeader(t *testing.T) (nats.Header, []Attempt) {
 	h.Set(stream.HdrOrigSeq, "42")
 	h.Set(stream.HdrHistory, string(hb))
 	h.Set(stream.HdrKey, "user-1")
+	h.Set(stream.HdrType, "order.created")
 	h.Set(stream.HdrAttempt, "3")
 	h.Set("Nats-Expected-Stream", "RELAY_EVENTS")
 	h["X-Trace"] = []string{"a", "b"}
@@ -121,6 +122,7 @@ func TestDecodeReadsEveryField(t *testing.T) {
 		Dest:       "orders",
 		EventID:    "evt_01hq3",
 		Key:        "user-1",
+		Type:       "order.created",
 		Reason:     "max_attempts",
 		Attempts:   15,
 		LastStatus: 503,
@@ -210,6 +212,7 @@ func TestWriteThenDecodeRoundTrip(t *testing.T) {
 		Dest:       "orders",
 		EventID:    "evt_1",
 		Key:        "customer 42",
+		Type:       "order.created",
 		Reason:     "max_attempts",
 		Attempts:   60,
 		LastStatus: hist[59].Status,

@@ -7,12 +7,14 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/relay"
 )
 
@@ -365,4 +367,41 @@ func faultKilledRouter(t *testing.T, shared bool) {
 	eventually(t, 2*time.Minute, func() bool { return len(a.delivered()) == 2000 && len(b.delivered()) == 2000 }, "both subscribers have every event")
 	faultLedger(t, e, a, "suba", published, 2)
 	faultLedger(t, e, b, "subb", published, 2)
+}
+
+// TestReplayedTypedDeadLetterKeepsItsType: a typed event dead-lettered by
+// one subscriber and replayed from the dead letters is delivered with its
+// type (Relay-Event-Type), and a filter on the type still takes it.
+func TestReplayedTypedDeadLetterKeepsItsType(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	var accept atomic.Bool
+	s := newSink(t, func(_ hit, w http.ResponseWriter) int {
+		if accept.Load() {
+			w.WriteHeader(http.StatusNoContent)
+			return http.StatusNoContent
+		}
+		w.WriteHeader(http.StatusBadRequest)
+		return http.StatusBadRequest
+	})
+	e.addDest(relay.Destination{Name: "ads", URL: s.URL, Types: []string{"order.*"}, Filter: `type == "order.created"`})
+	e.startRelay()
+	id := e.publishType("order.created", "", `{"n":1}`).ID
+	eventually(t, 30*time.Second, func() bool { return len(e.deadLetters("ads")) == 1 }, "dead-lettered")
+	l := e.deadLetters("ads")[0]
+	require.Equal(t, "order.created", l.Type)
+
+	accept.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	letters, err := dlq.Open(ctx, e.js)
+	require.NoError(t, err)
+	_, err = letters.Replay(ctx, l, "")
+	require.NoError(t, err)
+	eventually(t, 30*time.Second, func() bool { return s.delivered()[id] == 1 }, "the replay delivered, not filtered out")
+	var last hit
+	for _, h := range s.all() {
+		last = h
+	}
+	require.Equal(t, "order.created", last.Header.Get("Relay-Event-Type"))
 }

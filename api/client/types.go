@@ -259,7 +259,10 @@ type DeadLetter struct {
 	Dest    string    `json:"dest"`
 	EventID string    `json:"event_id"`
 	Key     string    `json:"key,omitempty"`
-	Reason  string    `json:"reason"`
+	// Type is the event's type, empty for an event published to its
+	// destination by name.
+	Type   string `json:"type,omitempty"`
+	Reason string `json:"reason"`
 	// Attempts made; LastStatus the last HTTP status (0: no response),
 	// LastError the last transport error.
 	Attempts   int    `json:"attempts"`
