@@ -339,6 +339,7 @@ var ErrEventNotFound = errors.New("no record of the event in the delivery log")
 func LookupEvent(ctx context.Context, js jetstream.JetStream, id string) (EventView, error) {
 	v := EventView{ID: id, Destinations: []DestState{}}
 	byDest := map[string]int{}
+	latest := map[int]time.Time{} // when the attempt deciding each destination's state began
 	recs, err := eventRecords(ctx, js, id)
 	if err != nil {
 		return EventView{}, err
@@ -365,7 +366,16 @@ func LookupEvent(ctx context.Context, js jetstream.JetStream, id string) (EventV
 		}
 		d := &v.Destinations[i]
 		d.Attempts = append(d.Attempts, rec)
-		d.State = stateOf(rec.Outcome)
+		// The state is the latest attempt's outcome, by when attempts
+		// began, not by where their records were stored (a batch stored
+		// late, after a retry of its write, comes after later ones).
+		if s, ok := decisive(rec.Outcome); ok {
+			if at, seen := latest[i]; !seen || !rec.At.Before(at) {
+				d.State, latest[i] = s, rec.At
+			}
+		} else if d.State == "" {
+			d.State = StateRetrying // another attempt follows
+		}
 	}
 	if v.Seq == 0 {
 		return EventView{}, ErrEventNotFound
@@ -424,6 +434,17 @@ func (v EventView) MarshalJSON() ([]byte, error) {
 		return nil, err
 	}
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+// decisive is the state an outcome puts its event in, and whether it
+// decides one: an attempt left past AckWait or handed back at a stop does
+// not (another attempt follows it).
+func decisive(outcome string) (string, bool) {
+	switch outcome {
+	case Leave.String(), HandBack.String():
+		return "", false
+	}
+	return stateOf(outcome), true
 }
 
 func stateOf(outcome string) string {

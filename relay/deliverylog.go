@@ -428,12 +428,21 @@ func (r *Relay) recordOutcome(ev *event, d Destination, out *Outcome, sent bool)
 	}
 	switch out.Decision.Action {
 	case Ack, Retry, Park, DeadLetter, AckFiltered:
+	case Leave, HandBack:
+		// An attempt outlived AckWait (left to the replica that has the
+		// event now) or was cut short by a stop (handed back): the
+		// destination may have had it, so it is recorded; it does not
+		// decide the event's state (stateOf).
+		if !sent {
+			return
+		}
 	default:
 		return
 	}
-	if out.Err != nil && out.Decision.Action != DeadLetter {
+	if out.Err != nil && out.Decision.Action != DeadLetter && !sent {
 		// Not carried out: the event comes back and the log records what
-		// happens then. (A dead letter that failed for good is recorded.)
+		// happens then. (A dead letter that failed for good is recorded,
+		// and so is an attempt made: the destination had it.)
 		return
 	}
 	res := out.Result

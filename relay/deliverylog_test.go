@@ -366,3 +366,45 @@ func TestAttemptPagesGoPastAFullWindow(t *testing.T) {
 		require.Equal(t, "evt_0", ids[n-1], "limit %d", limit)
 	}
 }
+
+// TestEventStateIsItsLatestAttempts: an event's state at a destination is
+// the outcome of the attempt that began last, wherever its record was
+// stored (a batch whose write was retried is stored after later ones);
+// an attempt left past AckWait decides nothing.
+func TestEventStateIsItsLatestAttempts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := streamtest.Start(t)
+	_, err := New(ctx, Config{JS: srv.JS})
+	require.NoError(t, err)
+	t0 := time.Now().UTC()
+	store := func(recs ...AttemptRecord) {
+		for _, r := range recs {
+			b, err := json.Marshal(r)
+			require.NoError(t, err)
+			ack, err := srv.JS.Publish(ctx, stream.LogSubject(r.Dest, r.Class), append(b, '\n'))
+			require.NoError(t, err)
+			idx, err := json.Marshal(map[string]any{"id": r.EventID, "seq": ack.Sequence})
+			require.NoError(t, err)
+			_, err = srv.JS.Publish(ctx, stream.LogIndexSubject(stream.EventBucket(r.EventID)), idx)
+			require.NoError(t, err)
+		}
+	}
+	rec := func(dest string, attempt int, outcome string, status int, after time.Duration) AttemptRecord {
+		return AttemptRecord{EventID: "evt_1", Dest: dest, Attempt: attempt, Outcome: outcome, Status: status,
+			Class: stream.LogClass(true, status), At: t0.Add(after), EventSeq: 1}
+	}
+	store(
+		rec("a", 2, "delivered", 200, 2*time.Second),
+		rec("a", 1, "retry", 503, 0), // stored late
+		rec("a", 3, "left", 200, 5*time.Second),
+		rec("b", 1, "left", 0, 0),
+	)
+	v, err := LookupEvent(ctx, srv.JS, "evt_1")
+	require.NoError(t, err)
+	states := map[string]string{}
+	for _, d := range v.Destinations {
+		states[d.Dest] = d.State
+	}
+	require.Equal(t, map[string]string{"a": StateDelivered, "b": StateRetrying}, states)
+}
