@@ -2,6 +2,7 @@ package relay
 
 import (
 	"cmp"
+	"errors"
 	"log/slog"
 	"maps"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -488,8 +490,13 @@ func (r *Relay) recordOutcome(ev *event, d Destination, out *Outcome, sent bool)
 		rec.RetryInMS, rec.Parked = out.Decision.Delay.Milliseconds(), out.Parked
 	case DeadLetter:
 		rec.Reason = out.Decision.Reason
-		if out.Err != nil {
+		switch {
+		case errors.Is(out.Err, dlq.ErrPermanent):
 			rec.Reason = ReasonDeadLetterFailed
+		case out.Err != nil:
+			// The dead letter was not written this time: the event comes
+			// back (deadLetter's nak) and is dead-lettered then.
+			rec.Outcome, rec.Reason, rec.RetryInMS = Retry.String(), "", deadLetterRetry.Milliseconds()
 		}
 	}
 	r.logw.add(rec)

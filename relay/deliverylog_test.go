@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,8 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/streamtest"
 )
@@ -407,4 +410,41 @@ func TestEventStateIsItsLatestAttempts(t *testing.T) {
 		states[d.Dest] = d.State
 	}
 	require.Equal(t, map[string]string{"a": StateDelivered, "b": StateRetrying}, states)
+}
+
+// TestDeadLetterNotWrittenIsRecordedAsARetry: an event whose dead letter
+// NATS did not take this time comes back to be dead-lettered again, and
+// its record says so (retry), not dead; one whose dead letter can never be
+// written is recorded dead with reason dead_letter_failed.
+func TestDeadLetterNotWrittenIsRecordedAsARetry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := streamtest.Start(t)
+	r, err := New(ctx, Config{JS: srv.JS})
+	require.NoError(t, err)
+	go r.logw.run()
+	defer r.logw.close(5 * time.Second)
+	d := Destination{Name: "d", URL: "https://example.com"}
+	dead := Decision{Action: DeadLetter, Reason: ReasonMaxAttempts}
+	r.recordOutcome(&event{id: "evt_again", dest: "d", hdr: nats.Header{}, origin: 1}, d,
+		&Outcome{Attempt: 3, Decision: dead, Result: Result{Status: 503}, Err: errors.New("nats: timeout")}, true)
+	r.recordOutcome(&event{id: "evt_never", dest: "d", hdr: nats.Header{}, origin: 2}, d,
+		&Outcome{Attempt: 3, Decision: dead, Result: Result{Status: 503}, Err: fmt.Errorf("too large: %w", dlq.ErrPermanent)}, true)
+	var page AttemptPage
+	deadline := time.Now().Add(30 * time.Second)
+	for len(page.Attempts) < 2 {
+		require.False(t, time.Now().After(deadline), "the records were not written")
+		time.Sleep(20 * time.Millisecond)
+		page, err = ReadAttempts(ctx, srv.JS, AttemptQuery{Dest: "d"})
+		require.NoError(t, err)
+	}
+	got := map[string]AttemptRecord{}
+	for _, a := range page.Attempts {
+		got[a.EventID] = a
+	}
+	require.Equal(t, "retry", got["evt_again"].Outcome)
+	require.Equal(t, int64(5000), got["evt_again"].RetryInMS)
+	require.Empty(t, got["evt_again"].Reason)
+	require.Equal(t, "dead_letter", got["evt_never"].Outcome)
+	require.Equal(t, ReasonDeadLetterFailed, got["evt_never"].Reason)
 }

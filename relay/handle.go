@@ -323,6 +323,10 @@ func (r *Relay) act(ctx context.Context, msg jetstream.Msg, ev event, attempt in
 	return r.deadLetter(ctx, msg, ev, attempt, mark, out)
 }
 
+// deadLetterRetry is how soon an event whose dead letter could not be
+// written (NATS did not answer) comes back to be dead-lettered again.
+const deadLetterRetry = 5 * time.Second
+
 // deadLetter writes ev's dead letter and then terminates msg. mark is set
 // when ev heads an ordered key.
 func (r *Relay) deadLetter(ctx context.Context, msg jetstream.Msg, ev event, attempt int, mark *partitionMark, out *Outcome) error {
@@ -339,7 +343,7 @@ func (r *Relay) deadLetter(ctx context.Context, msg jetstream.Msg, ev event, att
 			return err
 		}
 		// Keep the event: it comes back and is dead-lettered then.
-		_ = msg.NakWithDelay(5 * time.Second)
+		_ = msg.NakWithDelay(deadLetterRetry)
 		return err
 	}
 	r.settleOrdered(ctx, mark, ev)
