@@ -36,6 +36,9 @@ type ReplayedEvent struct {
 	Seq       uint64 // in the log
 	NewSeq    uint64 // of the republished copy; 0 in a dry run
 	Duplicate bool   // replayed within the duplicate window before: not published again
+	// Stored is when the original was stored in the events stream: a
+	// replay cut short goes on from the last one's with --since.
+	Stored time.Time
 }
 
 // ReplayLog republishes the events that were published for r.Dest between
@@ -110,7 +113,7 @@ func replayLog(ctx context.Context, js jetstream.JetStream, r LogReplay, dryRun 
 		if ev.Copied {
 			return nil // a copy relay made; its original is replayed
 		}
-		out := ReplayedEvent{ID: ev.ID, Seq: ev.Seq}
+		out := ReplayedEvent{ID: ev.ID, Seq: ev.Seq, Stored: ev.Stored}
 		if !dryRun {
 			subject := stream.InSubject(to, ev.Key)
 			if r.Type == "" {

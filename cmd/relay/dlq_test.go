@@ -651,6 +651,7 @@ func TestLogReplayCLI(t *testing.T) {
 		code, out, errs := b.cli(t, "", "replay", "--dest", "logd", "--since", "1h")
 		require.Equal(t, 0, code, errs)
 		require.Equal(t, 3, strings.Count(out, "not published again"), out)
+		require.Contains(t, out, "replayed 0 events; 3 more had been replayed moments ago (the duplicate window) and were dropped")
 		require.Equal(t, before, b.lastSeq(t), "nothing published twice")
 	})
 

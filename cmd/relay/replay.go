@@ -98,9 +98,11 @@ func (o *replayOpts) Run(ctx context.Context, e *env) error {
 	}
 	prog := newProgress(w, 0)
 	dups := 0
+	var last time.Time // when the last event replayed was stored
 	n, err := relay.ReplayLog(ctx, cl.js, relay.LogReplay{
 		Dest: *o.dest, ToDest: o.toDest, Key: o.key, Type: o.typ, Since: o.from, Until: o.to,
 	}, dry, func(ev relay.ReplayedEvent) error {
+		last = ev.Stored
 		switch {
 		case dry:
 			fmt.Fprintf(w, "would replay event %s (log seq %d)\n", ev.ID, ev.Seq)
@@ -121,7 +123,13 @@ func (o *replayOpts) Run(ctx context.Context, e *env) error {
 	})
 	prog.end()
 	if err != nil {
-		return fmt.Errorf("%w (after %d events; re-running is safe)", err, n)
+		if last.IsZero() {
+			return fmt.Errorf("%w (after %d events; nothing was replayed, re-running is safe)", err, n)
+		}
+		// Re-publishes of the same events are dropped only within the
+		// events stream's duplicate window (2 minutes by default).
+		return fmt.Errorf("%w (after %d events; to go on without replaying them again, re-run with --since %s: a re-run from the start republishes those the duplicate window has forgotten)",
+			err, n, last.UTC().Add(time.Nanosecond).Format(time.RFC3339Nano))
 	}
 	if dry {
 		fmt.Fprintf(w, "dry run: %d events would be replayed; nothing was changed\n", n)
@@ -130,8 +138,12 @@ func (o *replayOpts) Run(ctx context.Context, e *env) error {
 	if n == dups {
 		// Nothing published: nothing to tell.
 	} else if err := relay.PublishOpEvent(ctx, cl.js, relay.OpEvent{Type: relay.OpReplayFinished, ID: relay.NewReplayID(), Data: relay.ReplayFinished{
-		At: time.Now().UTC(), By: "relay replay", Dest: *o.dest, ToDest: o.toDest, Matched: n, Replayed: n, Duplicates: dups}}); err != nil {
+		At: time.Now().UTC(), By: "relay replay", Dest: *o.dest, ToDest: o.toDest, Matched: n, Replayed: n - dups, Duplicates: dups}}); err != nil {
 		fmt.Fprintf(e.errOut, "warning: cannot publish relay.replay.finished: %v\n", err)
+	}
+	if dups > 0 {
+		fmt.Fprintf(w, "replayed %d events; %d more had been replayed moments ago (the duplicate window) and were dropped\n", n-dups, dups)
+		return nil
 	}
 	fmt.Fprintf(w, "replayed %d events\n", n)
 	return nil
