@@ -134,7 +134,7 @@ func (s *Server) listLetters(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), time.Minute)
 	defer cancel()
-	ls, err := st.List(ctx, f, limit+1)
+	ls, err := st.Summaries(ctx, f, limit+1)
 	if err != nil {
 		letterProblem(w, err)
 		return
@@ -338,7 +338,7 @@ func (s *Server) purgeLetters(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Minute)
 	defer cancel()
-	ls, err := st.List(ctx, f, 0)
+	ls, err := st.Summaries(ctx, f, 0)
 	if err != nil {
 		letterProblem(w, err)
 		return

@@ -543,6 +543,22 @@ func (s *Store) List(ctx context.Context, f Filter, limit int) ([]Letter, error)
 	return out, err
 }
 
+// Summaries is List without each letter's body, event headers and
+// history: what a listing, a purge or a count needs, in memory however
+// large the events were.
+func (s *Store) Summaries(ctx context.Context, f Filter, limit int) ([]Letter, error) {
+	var out []Letter
+	err := s.Each(ctx, f, func(l Letter) error {
+		l.Body, l.Headers, l.History = nil, nil, nil
+		out = append(out, l)
+		if limit > 0 && len(out) >= limit {
+			return stream.ErrStop
+		}
+		return nil
+	})
+	return out, err
+}
+
 // Delete removes one dead letter (purge). Deleting one that is gone is not
 // an error.
 func (s *Store) Delete(ctx context.Context, seq uint64) error {

@@ -62,7 +62,9 @@ var ErrInterrupted = errors.New("replay interrupted")
 // returning an error ends ReplayEach with it; to go on after a failed
 // replay, return nil.
 func (s *Store) ReplayEach(ctx context.Context, f Filter, o ReplayOptions, step func(i, total int, st ReplayStep) error) error {
-	ls, err := s.List(ctx, f, 0)
+	// Listed without their bodies, each read whole when its turn comes:
+	// a replay of many large letters holds one at a time.
+	ls, err := s.Summaries(ctx, f, 0)
 	if err != nil {
 		return err
 	}
@@ -84,7 +86,16 @@ func (s *Store) ReplayEach(ctx context.Context, f Filter, o ReplayOptions, step 
 					return fmt.Errorf("%w: %w", ErrInterrupted, ctx.Err())
 				}
 			}
-			st.Ack, st.Err = s.Replay(ctx, l, o.ToDest)
+			full, err := s.Get(ctx, l.Seq)
+			switch {
+			case errors.Is(err, ErrLetterNotFound):
+				st.Skipped = "gone since it was listed (replayed or purged meanwhile)"
+			case err != nil:
+				st.Err = err
+			default:
+				st.Letter = full
+				st.Ack, st.Err = s.Replay(ctx, full, o.ToDest)
+			}
 		}
 		if err := step(i, len(ls), st); err != nil {
 			return err

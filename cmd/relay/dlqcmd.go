@@ -247,7 +247,7 @@ func (o *dlqPurgeOpts) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer cl.close()
-	ls, err := st.List(ctx, o.filter, 0)
+	ls, err := st.Summaries(ctx, o.filter, 0)
 	if err != nil {
 		return err
 	}
