@@ -190,6 +190,7 @@ func (s *Server) getLetter(w http.ResponseWriter, r *http.Request) {
 	if out.Unavailable == "" {
 		out.Body = dlq.BodyOf(out.Letter.Body)
 	}
+	out.Letter.Headers = relay.RedactHeaders(out.Letter.Headers)
 	writeJSON(w, http.StatusOK, out)
 }
 

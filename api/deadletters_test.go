@@ -24,7 +24,7 @@ func letterFor(dest, id string, streamSeq uint64, deadAt time.Time) dlq.Letter {
 	return dlq.Letter{
 		DeadAt: deadAt, Dest: dest, EventID: id, Reason: "max_attempts", Attempts: 3, LastStatus: 503,
 		Subject: stream.InSubject(dest, ""), StreamSeq: streamSeq, Body: []byte(`{"id":"` + id + `"}`),
-		Headers: nats.Header{"X-Tenant": []string{"t-" + id}},
+		Headers: nats.Header{"X-Tenant": []string{"t-" + id}, "X-Api-Key": []string{"k-" + id}},
 		History: []dlq.Attempt{{N: 1, At: deadAt, Status: 503}, {N: 2, At: deadAt, Status: 503}, {N: 3, At: deadAt, Status: 503}},
 	}
 }
@@ -104,7 +104,7 @@ func TestDeadLettersListAndShow(t *testing.T) {
 	require.Equal(t, map[string]any{"id": "a1"}, m["body"], "a JSON body as JSON")
 	require.NotContains(t, m, "body_base64")
 	require.Len(t, m["history"], 3)
-	require.Equal(t, map[string]any{"X-Tenant": []any{"t-a1"}}, m["headers"])
+	require.Equal(t, map[string]any{"X-Tenant": []any{"t-a1"}, "X-Api-Key": []any{"xxxxx"}}, m["headers"], "a credential is not shown")
 	code, m = e.do("GET", fmt.Sprintf("/v1/dead-letters/%d", a2s), e.read, "", nil)
 	require.Equal(t, http.StatusOK, code, m)
 	require.Equal(t, base64.StdEncoding.EncodeToString([]byte{0xff, 0x00, 0x01}), m["body_base64"], "bytes in base64")

@@ -79,7 +79,7 @@ func TestDeliveryLogOverHTTP(t *testing.T) {
 	since := time.Now().UTC().Format(time.RFC3339Nano)
 	code, m := e.do("POST", "/v1/events", e.publish, "application/json", []byte(`{"dest":"flaky","data":{"n":1}}`), "Idempotency-Key", "evt-flaky")
 	require.Equal(t, 202, code, m)
-	code, m = e.do("POST", "/v1/events", e.publish, "application/json", []byte(`{"type":"order.created","key":"c1","data":{"n":2}}`), "Idempotency-Key", "evt-typed")
+	code, m = e.do("POST", "/v1/events", e.publish, "application/json", []byte(`{"type":"order.created","key":"c1","headers":{"Authorization":"Bearer s3cret","X-Tenant":"t1"},"data":{"n":2}}`), "Idempotency-Key", "evt-typed")
 	require.Equal(t, 202, code, m)
 
 	flaky := e.waitAttempts("dest=flaky", 2)
@@ -123,6 +123,7 @@ func TestDeliveryLogOverHTTP(t *testing.T) {
 	require.Equal(t, "c1", m["key"])
 	require.Equal(t, map[string]any{"n": float64(2)}, m["body"])
 	require.Equal(t, []any{"calm"}, m["routed_to"])
+	require.Equal(t, map[string]any{"Authorization": []any{"xxxxx"}, "X-Tenant": []any{"t1"}}, m["headers"], "a credential is not shown")
 	dests := m["destinations"].([]any)
 	require.Len(t, dests, 1)
 	require.Equal(t, "delivered", dests[0].(map[string]any)["state"])

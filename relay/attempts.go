@@ -399,7 +399,7 @@ func LookupEvent(ctx context.Context, js jetstream.JetStream, id string) (EventV
 	v.Stored, v.Body = true, env.Body
 	v.Type, v.Key = env.Type, env.Key
 	if h := stream.OwnHeader(env.Headers); len(h) > 0 {
-		v.Headers = h
+		v.Headers = RedactHeaders(h)
 	}
 	return v, nil
 }

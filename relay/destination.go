@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -329,6 +330,41 @@ func ValidateURL(u string) error {
 		return fmt.Errorf("URL %q has a fragment (#...), which is never sent to a server", u)
 	}
 	return nil
+}
+
+// credentialHeaders are event headers whose values are credentials:
+// RedactHeaders hides them.
+var credentialHeaders = map[string]bool{
+	"Authorization": true, "Proxy-Authorization": true, "Cookie": true,
+	"X-Api-Key": true, "Api-Key": true, "X-Auth-Token": true, "X-Access-Token": true,
+}
+
+// RedactHeaders returns h fit to show (an event's headers in the API, the
+// dashboard and the CLI): the values of headers that carry credentials
+// (Authorization, Cookie, X-Api-Key, ...) replaced by "xxxxx". h itself is
+// not changed; the event keeps them, and its deliveries send them.
+func RedactHeaders(h map[string][]string) map[string][]string {
+	var out map[string][]string
+	for k, vs := range h {
+		if !credentialHeaders[http.CanonicalHeaderKey(k)] {
+			continue
+		}
+		if out == nil {
+			out = make(map[string][]string, len(h))
+			for k2, v2 := range h {
+				out[k2] = v2
+			}
+		}
+		red := make([]string, len(vs))
+		for i := range red {
+			red[i] = "xxxxx"
+		}
+		out[k] = red
+	}
+	if out == nil {
+		return h
+	}
+	return out
 }
 
 // RedactURL returns u fit to print: its userinfo and the value of each of
