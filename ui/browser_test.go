@@ -639,3 +639,19 @@ func TestSkipAnEventWhoseIDLooksLikeAPath(t *testing.T) {
 	require.Equal(t, id, rs[0].EventID)
 	require.NotEmpty(t, rs[0].Skip, "the event itself was marked skipped")
 }
+
+// TestOversizedSignInFormIsRefused: the sign-in form, open to anyone, is
+// read up to a bound (413 beyond it), not up to net/http's 32 MiB.
+func TestOversizedSignInFormIsRefused(t *testing.T) {
+	t.Parallel()
+	e := startDash(t)
+	body := "key=" + strings.Repeat("x", 2<<20)
+	resp, err := http.Post(e.url+"/ui/login", "application/x-www-form-urlencoded", strings.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode)
+	page, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Contains(t, string(page), "could not be read")
+	require.Contains(t, string(page), "request body too large")
+}

@@ -27,6 +27,15 @@ func (u *UI) loginPage(w http.ResponseWriter, r *http.Request) {
 
 // login checks the key with the API (GET /v1/key) and starts a session.
 func (u *UI) login(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil {
+		status := http.StatusBadRequest
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			status = http.StatusRequestEntityTooLarge
+		}
+		u.render(w, r, status, "login", user{}, map[string]any{"Error": "The sign-in form could not be read: " + err.Error()})
+		return
+	}
 	key := strings.TrimSpace(r.PostFormValue("key"))
 	if key == "" {
 		u.render(w, r, http.StatusOK, "login", user{}, map[string]any{"Error": "Paste an API key (relay api-key create)."})

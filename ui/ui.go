@@ -140,8 +140,18 @@ func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("X-Frame-Options", "DENY")
+	if r.Body != nil && r.Method == http.MethodPost {
+		// A form: a sign-in, an action, or a test event (at most the
+		// API's body); without a bound, ParseForm would take a multipart
+		// body of 32 MiB from anyone, signed in or not.
+		r.Body = http.MaxBytesReader(w, r.Body, maxForm)
+	}
 	u.mux.ServeHTTP(w, r)
 }
+
+// maxForm bounds a form's body: a test event of relay run's default
+// --max-event-size, and the form around it.
+const maxForm = 1<<20 + 64<<10
 
 // staticFiles serves the embedded assets, cached for a day.
 func staticFiles(fsys http.FileSystem) http.Handler {
