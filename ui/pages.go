@@ -56,13 +56,13 @@ func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 		u.render(w, r, http.StatusOK, "login", user{}, map[string]any{"Error": msg})
 		return
 	}
-	u.sessions.start(w, key)
+	u.sessions.start(w, r, key)
 	u.cfg.Logger.Info("dashboard: signed in", "key", k.Name, "scope", k.Scope, "client", r.RemoteAddr)
 	http.Redirect(w, r, "/ui/", http.StatusSeeOther)
 }
 
 func (u *UI) logout(w http.ResponseWriter, r *http.Request, _ user) {
-	u.sessions.end(w)
+	u.sessions.end(w, r)
 	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
 }
 

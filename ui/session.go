@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -107,8 +108,17 @@ func (s *sessions) open(r *http.Request) (session, string, bool) {
 	return ss, c.Value, true
 }
 
-// start sets a session cookie for key on w.
-func (s *sessions) start(w http.ResponseWriter, key string) {
+// secureFor reports whether r's cookie is Secure: always when the
+// dashboard is served over TLS (Config.Secure), and when the request came
+// over TLS, to relay or to a proxy in front of it that says so
+// (X-Forwarded-Proto: https; a client that lies only makes its own cookie
+// stricter).
+func (s *sessions) secureFor(r *http.Request) bool {
+	return s.secure || r.TLS != nil || strings.EqualFold(strings.TrimSpace(r.Header.Get("X-Forwarded-Proto")), "https")
+}
+
+// start sets a session cookie for key on w, the answer to r.
+func (s *sessions) start(w http.ResponseWriter, r *http.Request, key string) {
 	ss := session{Key: key, Expires: s.now().Add(s.ttl)}
 	plain, _ := json.Marshal(ss)
 	nonce := make([]byte, s.aead.NonceSize())
@@ -116,13 +126,13 @@ func (s *sessions) start(w http.ResponseWriter, key string) {
 	sealed := s.aead.Seal(nonce, nonce, plain, []byte(cookieName))
 	http.SetCookie(w, &http.Cookie{
 		Name: cookieName, Value: base64.RawURLEncoding.EncodeToString(sealed), Path: "/ui",
-		Expires: ss.Expires, HttpOnly: true, Secure: s.secure, SameSite: http.SameSiteStrictMode,
+		Expires: ss.Expires, HttpOnly: true, Secure: s.secureFor(r), SameSite: http.SameSiteStrictMode,
 	})
 }
 
 // end removes the session cookie.
-func (s *sessions) end(w http.ResponseWriter) {
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/ui", MaxAge: -1, HttpOnly: true, Secure: s.secure, SameSite: http.SameSiteStrictMode})
+func (s *sessions) end(w http.ResponseWriter, r *http.Request) {
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/ui", MaxAge: -1, HttpOnly: true, Secure: s.secureFor(r), SameSite: http.SameSiteStrictMode})
 }
 
 // csrf is the CSRF token of the session whose cookie value is cookie: a

@@ -16,7 +16,7 @@ import (
 func cookieOf(t *testing.T, s *sessions, key string) *http.Cookie {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	s.start(rec, key)
+	s.start(rec, httptest.NewRequest(http.MethodPost, "/ui/login", nil), key)
 	cs := rec.Result().Cookies()
 	require.Len(t, cs, 1)
 	c := cs[0]
@@ -74,4 +74,25 @@ func TestSessions(t *testing.T) {
 	now = now.Add(time.Hour + time.Second)
 	_, _, ok = a.open(requestWith(c))
 	require.False(t, ok, "expired")
+}
+
+// TestSessionCookieIsSecureBehindATLSProxy: without TLS of its own, the
+// dashboard marks the cookie Secure when the request came over TLS to a
+// proxy that says so, and only then.
+func TestSessionCookieIsSecureBehindATLSProxy(t *testing.T) {
+	t.Parallel()
+	s, err := newSessions(make([]byte, 32), time.Hour, false, time.Now)
+	require.NoError(t, err)
+	cookie := func(proto string) *http.Cookie {
+		rec := httptest.NewRecorder()
+		r := httptest.NewRequest(http.MethodPost, "/ui/login", nil)
+		if proto != "" {
+			r.Header.Set("X-Forwarded-Proto", proto)
+		}
+		s.start(rec, r, "relay_0123456789abcdef_secret")
+		return rec.Result().Cookies()[0]
+	}
+	require.True(t, cookie("https").Secure)
+	require.False(t, cookie("http").Secure)
+	require.False(t, cookie("").Secure, "plain HTTP, as make run serves it")
 }

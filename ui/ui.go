@@ -199,7 +199,7 @@ func (u *UI) signedIn(h func(http.ResponseWriter, *http.Request, user)) http.Han
 		k, err := u.apiFor(r, ss.Key).Key(r.Context())
 		if err != nil {
 			if statusOf(err) == http.StatusUnauthorized {
-				u.sessions.end(w)
+				u.sessions.end(w, r)
 				u.toLogin(w, r, "Your API key is no longer valid (revoked?): sign in again.")
 				return
 			}
