@@ -218,9 +218,10 @@ func ReadAttempts(ctx context.Context, js jetstream.JetStream, q AttemptQuery) (
 }
 
 // untilSlack is how long after an attempt starts its record may be
-// stored: the longest attempt (a destination's timeout) and the writer's
-// flush, with room to spare.
-const untilSlack = 5 * time.Minute
+// stored: the longest attempt (a destination's timeout, at most 10m), the
+// writer's flush and its retries of a batch (about a minute), with room to
+// spare.
+const untilSlack = 12 * time.Minute
 
 // decodeBatch reads the records of the message stored at seq, each with
 // its Seq. A line that is not a record is skipped.
