@@ -309,3 +309,26 @@ func TestRunWithTooFewRedisReplicas(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, ps.Parked)
 }
+
+// TestParkedTypedEventKeepsItsTypeAndKey: a typed event that waits in
+// Redis comes back with its type and order key: its delivery carries
+// Relay-Event-Type, and a filter on the type and key still takes it
+// (without them it was acked as filtered out after the park, never sent).
+func TestParkedTypedEventKeepsItsTypeAndKey(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	r := redistest.Start(t, redistest.Options{})
+	_, withRedis := e.withSchedule(r)
+	s := newSink(t, failing(1))
+	e.addDest(relay.Destination{Name: "typed", URL: s.URL, Types: []string{"order.*"}, Filter: `type == "order.created" && key == "cust-1"`,
+		Retry: relay.RetryPolicy{Base: relay.Duration(time.Second), Max: relay.Duration(time.Second), NoJitter: true, MaxAttempts: 5}})
+	rec, _ := e.startRelay(withRedis)
+	id := e.publishType("order.created", "cust-1", `{"n":1}`).ID
+	eventually(t, 30*time.Second, func() bool { return s.delivered()[id] == 1 }, "delivered after its wait in Redis")
+	require.Equal(t, 1, rec.count(func(o relay.Outcome) bool { return o.Parked && o.Attempt == 1 }), "the retry waited in Redis")
+	hits := s.all()
+	require.Len(t, hits, 2)
+	for _, h := range hits {
+		require.Equal(t, "order.created", h.Header.Get("Relay-Event-Type"))
+	}
+}

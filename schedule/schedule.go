@@ -71,11 +71,12 @@ func (e Entry) Member() string { return e.EventID + "#" + attemptFrom(e.Attempts
 func (e Entry) MsgID() string { return e.Envelope().MsgID(stream.Promoted) }
 
 // Envelope is the event e holds, as the promoter republishes it: its own
-// headers (those of relay in Headers are not carried), the attempts made,
-// its origin and publish time.
+// headers, its type and order key (the other headers of relay in Headers
+// are not carried), the attempts made, its origin and publish time.
 func (e Entry) Envelope() stream.Envelope {
 	return stream.Envelope{
 		ID: e.EventID, Dest: e.Dest, Attempt: e.Attempts, Origin: e.Origin,
+		Type: e.Headers.Get(stream.HdrType), Key: e.Headers.Get(stream.HdrKey),
 		Published: e.Published, Headers: e.Headers, Body: e.Body,
 	}
 }

@@ -524,15 +524,17 @@ func TestHastenBringsAParkedEventForward(t *testing.T) {
 }
 
 // The promoter republishes an entry as stream.Promoted: the event's own
-// headers, its id, attempts, origin and publish time, under the entry's
-// dedup id. The relay headers the entry keeps from the stored message (its
-// order key and old dedup id among them) are not carried.
+// headers, its id, type, order key, attempts, origin and publish time,
+// under the entry's dedup id. The other relay headers the entry keeps from
+// the stored message (its old dedup id, attempt) are not carried: a
+// filter or template on the type or key, and the Relay-Event-Type header
+// of a delivery, see the same after a park as before.
 func TestEntryEnvelopeIsWhatThePromoterPublishes(t *testing.T) {
 	t.Parallel()
 	pub := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 	e := schedule.Entry{
 		Dest: "orders", Subject: "relay.in.orders.k1", EventID: "evt-1", Attempts: 4, Origin: 12, Published: pub,
-		Headers: nats.Header{"X-Trace": {"t"}, stream.HdrMsgID: {"evt-1"}, stream.HdrKey: {"k1"}, stream.HdrAttempt: {"1"}},
+		Headers: nats.Header{"X-Trace": {"t"}, stream.HdrMsgID: {"evt-1"}, stream.HdrKey: {"k1"}, stream.HdrType: {"order.created"}, stream.HdrAttempt: {"1"}},
 		Body:    []byte(`{}`),
 	}
 	m := e.Envelope().Msg(stream.Promoted, e.Subject)
@@ -545,6 +547,8 @@ func TestEntryEnvelopeIsWhatThePromoterPublishes(t *testing.T) {
 		stream.HdrAttempt:   {"4"},
 		stream.HdrOrigin:    {"12"},
 		stream.HdrPublished: {"2025-03-01T12:00:00Z"},
+		stream.HdrKey:       {"k1"},
+		stream.HdrType:      {"order.created"},
 	}, m.Header)
 	require.Equal(t, e.MsgID(), m.Header.Get(stream.HdrMsgID))
 }
