@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"time"
@@ -20,7 +21,10 @@ const DefaultAckWait = 30 * time.Second
 // shorter one of a live replica, which may have set it on the consumers
 // (replicas should all run with the same; see runRegistry).
 func (r *Relay) ackWaitNow() time.Duration {
-	return time.Duration(r.ackWait.Load())
+	if d := time.Duration(r.ackWait.Load()); d > 0 {
+		return d
+	}
+	return cmp.Or(r.cfg.AckWait, DefaultAckWait) // a Relay not made by New
 }
 
 // pinged is an event a replica holds, queued or being attempted. The pull
