@@ -80,7 +80,11 @@ func TestLongWaitIsParkedInRedisAndComesBack(t *testing.T) {
 		ps, err := st.Stats(context.Background(), "park")
 		return err == nil && ps.Parked == 1 && e.settled("park")
 	}, "the event parked in Redis with nothing pending in JetStream")
-	require.Equal(t, 1, rec.count(func(o relay.Outcome) bool { return o.Parked && o.Attempt == 1 }))
+	// The outcome is reported once the park is acked: moments after
+	// JetStream shows it settled.
+	eventually(t, 10*time.Second, func() bool {
+		return rec.count(func(o relay.Outcome) bool { return o.Parked && o.Attempt == 1 }) == 1
+	}, "attempt 1's outcome: parked")
 
 	eventually(t, 20*time.Second, func() bool { return s.delivered()[res.ID] == 1 }, "delivery after two parked waits")
 	hits := s.all()
@@ -140,8 +144,9 @@ func TestUnreachableRedisFallsBackToJetStream(t *testing.T) {
 	rec, _ := e.startRelay(func(c *relay.Config) { c.Schedule = dead; c.ParkThreshold = 500 * time.Millisecond })
 	res := e.publish("noredis", "", `{}`)
 	eventually(t, 15*time.Second, func() bool { return s.delivered()[res.ID] == 1 && e.settled("noredis") }, "delivered without Redis")
-	require.Equal(t, 1, rec.count(func(o relay.Outcome) bool { return o.Decision.Action == relay.Retry && !o.Parked }),
-		"the wait stayed in JetStream")
+	eventually(t, 10*time.Second, func() bool {
+		return rec.count(func(o relay.Outcome) bool { return o.Decision.Action == relay.Retry && !o.Parked }) == 1
+	}, "the wait stayed in JetStream")
 }
 
 // Promoters killed with SIGKILL at the two dangerous points lose nothing and
