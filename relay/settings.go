@@ -119,6 +119,22 @@ func (s *DestinationSettings) Validate() error {
 	if s.MaxAttempts != nil && *s.MaxAttempts < 1 {
 		return &SettingError{Setting: "max-attempts", Err: fmt.Errorf(" %d: give 1 or more (1: no retries)", *s.MaxAttempts), continues: true}
 	}
+	// The same for the other settings whose 0 means the default.
+	if s.Concurrency != nil && *s.Concurrency < 1 {
+		return &SettingError{Setting: "concurrency", Err: fmt.Errorf(" %d: give 1 or more", *s.Concurrency), continues: true}
+	}
+	if s.Partitions != nil && *s.Partitions < 1 {
+		return &SettingError{Setting: "partitions", Err: fmt.Errorf(" %d: give 1 to %d", *s.Partitions, stream.Buckets), continues: true}
+	}
+	if s.BreakerThreshold != nil && (*s.BreakerThreshold == 0 || *s.BreakerThreshold < -1) {
+		return &SettingError{Setting: "breaker-threshold", Err: fmt.Errorf(" %d: give 1 or more, or -1 for never", *s.BreakerThreshold), continues: true}
+	}
+	if s.Timeout != nil && *s.Timeout <= 0 {
+		return &SettingError{Setting: "timeout", Err: fmt.Errorf(" %s: give 100ms to 10m", *s.Timeout), continues: true}
+	}
+	if s.BreakerPause != nil && *s.BreakerPause <= 0 {
+		return &SettingError{Setting: "breaker-pause", Err: fmt.Errorf(" %s: give a positive duration", *s.BreakerPause), continues: true}
+	}
 	if s.Filter != nil {
 		if strings.TrimSpace(*s.Filter) == "" {
 			*s.Filter = "" // no filter

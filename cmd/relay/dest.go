@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -137,7 +138,7 @@ func destFlags() []cli.Flag {
 		&cli.StringFlag{Name: "url-strategy", DefaultText: "failover", Usage: "how an attempt picks a URL of the pool: failover (the first that is not cooling down after failures) or round-robin (those not cooling down, in turn)"},
 		&cli.StringFlag{Name: "secret", Usage: "signing secret (whsec_<base64>); default: generate one"},
 		&cli.BoolFlag{Name: "no-secret", Usage: "do not sign deliveries"},
-		&cli.StringSliceFlag{Name: "header", Aliases: []string{"H"}, Usage: "NAME=VALUE added to every request (repeatable)"},
+		&cli.GenericFlag{Name: "header", Aliases: []string{"H"}, Value: &listValue{}, Usage: "NAME=VALUE added to every request (repeatable; a value may hold commas)"},
 		&cli.DurationFlag{Name: "timeout", DefaultText: "30s", Usage: "per-attempt timeout, connect to last byte"},
 		&cli.IntFlag{Name: "max-attempts", DefaultText: "15", Usage: "attempts before dead-lettering, the first included"},
 		&cli.DurationFlag{Name: "backoff-base", DefaultText: "2s", Usage: "wait after the first failure; doubles per attempt"},
@@ -223,6 +224,52 @@ func (u *urlsValue) Set(v string) error {
 
 func (u *urlsValue) String() string { return strings.Join(*u, " ") }
 
+// listValue is the value of a repeatable flag whose values may hold commas
+// (--header "Accept=text/html, application/json"): one per flag, as given,
+// where a StringSliceFlag would split them at the commas.
+type listValue []string
+
+func (l *listValue) Set(v string) error {
+	if enc, ok := strings.CutPrefix(v, listSerial); ok {
+		// urfave/cli copying the value to the flag's alias (-H), whose
+		// value is this one: the list as it is.
+		var all []string
+		if err := json.Unmarshal([]byte(enc), &all); err != nil {
+			return err
+		}
+		*l = all
+		return nil
+	}
+	*l = append(*l, v)
+	return nil
+}
+
+func (l *listValue) String() string { return strings.Join(*l, " ") }
+
+// Serialize is what urfave/cli hands the flag's aliases: the whole list,
+// which Set takes back as it is (with String, it would add it as one more
+// value).
+func (l *listValue) Serialize() string {
+	b, _ := json.Marshal([]string(*l))
+	return listSerial + string(b)
+}
+
+// listSerial starts a serialized listValue: no command line holds it.
+const listSerial = "\x00relay-list:"
+
+// listOf is the values of the listValue flag name, nil if it was not given.
+func listOf(c *cli.Context, name string) *[]string {
+	if !c.IsSet(name) {
+		return nil
+	}
+	l, _ := c.Generic(name).(*listValue)
+	if l == nil {
+		return nil
+	}
+	out := slices.Clone([]string(*l))
+	return &out
+}
+
 // destSettings are the destination flags of add and update.
 type destSettings struct {
 	relay.DestinationSettings
@@ -260,7 +307,7 @@ func readDestSettings(c *cli.Context) destSettings {
 		bodyTemplate: setOnly(c, "body-template", c.String),
 		secret:       setOnly(c, "secret", c.String),
 		noSecret:     c.Bool("no-secret"),
-		header:       setOnly(c, "header", c.StringSlice),
+		header:       listOf(c, "header"),
 	}
 }
 
@@ -432,11 +479,19 @@ func (o *destUpdateOpts) Run(ctx context.Context, e *env) error {
 // destListOpts are the options of 'relay dest list'.
 type destListOpts struct {
 	json bool
+	cmdLine
 }
 
-func readDestList(c *cli.Context) *destListOpts { return &destListOpts{json: c.Bool("json")} }
+func readDestList(c *cli.Context) *destListOpts {
+	return &destListOpts{json: c.Bool("json"), cmdLine: readCmdLine(c)}
+}
 
-func (o *destListOpts) Validate() error { return nil }
+func (o *destListOpts) Validate() error {
+	if len(o.args) > 0 {
+		return usagef("unexpected argument %q: 'relay dest list' takes none; it lists every destination", o.args[0])
+	}
+	return nil
+}
 
 func (o *destListOpts) Run(ctx context.Context, e *env) error {
 	ctx, cl, st, err := e.openDests(ctx, 30*time.Second)

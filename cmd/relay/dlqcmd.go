@@ -86,15 +86,20 @@ func filterFlags() []cli.Flag {
 // filterOpts are the filterFlags.
 type filterOpts struct {
 	dest, reason, status, since, until string
+	cmdLine
 
 	filter dlq.Filter // Validate
 }
 
 func readFilter(c *cli.Context) filterOpts {
-	return filterOpts{dest: c.String("dest"), reason: c.String("reason"), status: c.String("status"), since: c.String("since"), until: c.String("until")}
+	return filterOpts{dest: c.String("dest"), reason: c.String("reason"), status: c.String("status"), since: c.String("since"), until: c.String("until"), cmdLine: readCmdLine(c)}
 }
 
 func (o *filterOpts) Validate() error {
+	if len(o.args) > 0 {
+		// 'dlq purge 17 --all' must not purge everything.
+		return usagef("unexpected argument %q: 'relay %s' selects dead letters with flags (--seq N, --dest, --reason, ...; see 'relay %s --help')", o.args[0], o.path, o.path)
+	}
 	f := dlq.Filter{Dest: o.dest, Reason: o.reason}
 	if f.Reason != "" && !slices.Contains(relay.Reasons(), f.Reason) {
 		return usagef("--reason %q: use one of %s", f.Reason, strings.Join(relay.Reasons(), ", "))

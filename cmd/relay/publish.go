@@ -29,7 +29,7 @@ Publishing the same --id again within the duplicate window stores nothing new.`,
 			&cli.StringFlag{Name: "type", Aliases: []string{"t"}, Usage: "event type, such as order.created: delivered to every destination subscribed to it (this or --dest)"},
 			&cli.StringFlag{Name: "key", Aliases: []string{"k"}, Usage: "order key (any string)"},
 			&cli.StringFlag{Name: "id", Usage: "event id (default: a new unique id)"},
-			&cli.StringSliceFlag{Name: "header", Aliases: []string{"H"}, Usage: "NAME=VALUE passed on to the destination (repeatable)"},
+			&cli.GenericFlag{Name: "header", Aliases: []string{"H"}, Value: &listValue{}, Usage: "NAME=VALUE passed on to the destination (repeatable; a value may hold commas)"},
 			&cli.StringFlag{Name: "data", Usage: "the body"},
 			&cli.StringFlag{Name: "file", Usage: "read the body from this file", TakesFile: true},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
@@ -54,7 +54,7 @@ type publishOpts struct {
 
 func readPublish(c *cli.Context) *publishOpts {
 	return &publishOpts{cmdLine: readCmdLine(c), dest: setOnly(c, "dest", c.String), typ: setOnly(c, "type", c.String), key: c.String("key"), id: c.String("id"),
-		header: c.StringSlice("header"), data: setOnly(c, "data", c.String), file: setOnly(c, "file", c.String), json: c.Bool("json"), tracing: readTracing(c)}
+		header: headersGiven(c), data: setOnly(c, "data", c.String), file: setOnly(c, "file", c.String), json: c.Bool("json"), tracing: readTracing(c)}
 }
 
 // stdin reports whether the body comes from standard input ("-").
@@ -161,5 +161,13 @@ func (o *publishOpts) Run(ctx context.Context, e *env) error {
 		dup = " (duplicate: already published, nothing new stored)"
 	}
 	fmt.Fprintf(e.out, "published %s to %s seq %d%s\n", res.ID, res.Stream, res.Seq, dup)
+	return nil
+}
+
+// headersGiven are the values of --header, none if it was not given.
+func headersGiven(c *cli.Context) []string {
+	if l := listOf(c, "header"); l != nil {
+		return *l
+	}
 	return nil
 }

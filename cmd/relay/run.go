@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -119,6 +120,10 @@ type runOpts struct {
 	shutdownGrace, ackWait                     time.Duration
 	tracing                                    tracingOpts
 
+	// embeddedGiven are the embedded server's flags given (they do
+	// nothing with --nats-url).
+	embeddedGiven []string
+
 	// Validate fills these in.
 	host, clusterHost  string
 	port, clusterPort  int
@@ -128,8 +133,15 @@ type runOpts struct {
 }
 
 func readRun(c *cli.Context) *runOpts {
+	var embedded []string
+	for _, f := range []string{"data-dir", "listen", "server-name", "sync-always", "cluster-name", "cluster-listen", "routes"} {
+		if c.IsSet(f) {
+			embedded = append(embedded, "--"+f)
+		}
+	}
 	return &runOpts{
-		natsURL: c.String("nats-url"), dataDir: c.String("data-dir"), listen: c.String("listen"), serverName: c.String("server-name"),
+		embeddedGiven: embedded,
+		natsURL:       c.String("nats-url"), dataDir: c.String("data-dir"), listen: c.String("listen"), serverName: c.String("server-name"),
 		syncAlways: c.Bool("sync-always"), clusterName: c.String("cluster-name"), clusterListen: c.String("cluster-listen"),
 		routes: c.StringSlice("routes"), replicas: c.Int("replicas"), eventRetention: c.Duration("event-retention"),
 		eventMaxBytes: c.Int64("event-max-bytes"), maxEventSize: c.Int("max-event-size"), maxConsumers: c.Int("max-consumers"), maxInFlight: c.Int("max-in-flight"), dlqRetention: c.Duration("dlq-retention"),
@@ -182,6 +194,41 @@ func (o *runOpts) Validate() (err error) {
 	}
 	if n := o.maxInFlight; n < 1 || n > 100_000 {
 		return usagef("--max-in-flight %d: give 1 to 100000", n)
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"connect-timeout", o.connectTimeout}, {"tls-handshake-timeout", o.tlsHandshakeTimeout}} {
+		if d.v <= 0 || d.v > 10*time.Minute {
+			return usagef("--%s %s: give a positive duration, at most 10m (a delivery's own timeout bounds it too)", d.flag, d.v)
+		}
+	}
+	if o.responseHeaderTimeout < 0 {
+		return usagef("--response-header-timeout %s: give a duration, or 0 for none", o.responseHeaderTimeout)
+	}
+	if o.eventRetention <= o.duplicateWindow {
+		return usagef("--event-retention %s: give more than --duplicate-window %s (the events stream keeps them at least that long)", o.eventRetention, o.duplicateWindow)
+	}
+	if o.dlqRetention <= 0 {
+		return usagef("--dlq-retention %s: give a positive duration", o.dlqRetention)
+	}
+	if o.replicas < 1 || o.replicas > 5 {
+		return usagef("--replicas %d: give 1 to 5 (JetStream's most), 3 in a NATS cluster of 3", o.replicas)
+	}
+	if o.shutdownGrace < 0 {
+		return usagef("--shutdown-grace %s: give a duration, or 0 to stop at once", o.shutdownGrace)
+	}
+	if n := o.maxEventSize; n < 1 || n > 64<<20 {
+		return usagef("--max-event-size %d: give 1 to 67108864 bytes (at most the server's max_payload)", n)
+	}
+	if o.parkThreshold <= 0 {
+		return usagef("--park-threshold %s: give a positive duration", o.parkThreshold)
+	}
+	if o.natsURL != "" && len(o.embeddedGiven) > 0 {
+		return usagef("%s configure the embedded NATS server, which --nats-url leaves out: give those to your NATS server, or leave out --nats-url", strings.Join(o.embeddedGiven, ", "))
+	}
+	if len(o.routes) > 0 && o.clusterName == "" {
+		return usagef("--routes needs --cluster-name: without it the embedded server runs on its own")
 	}
 	if o.natsURL == "" {
 		if o.host, o.port, err = splitListen(o.listen); err != nil {

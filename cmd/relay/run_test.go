@@ -81,6 +81,14 @@ func TestRunRefusesABadMaxConsumers(t *testing.T) {
 	require.Contains(t, errb.String(), "--max-consumers 16: give 17 to 1000000")
 }
 
+func TestRunRefusesRoutesWithoutAClusterName(t *testing.T) {
+	// Not parallel: urfave/cli v2 mutates package-level help flags on each run.
+	var out, errb bytes.Buffer
+	code := Main([]string{"relay", "run", "--routes", "nats://127.0.0.1:6222", "--data-dir", t.TempDir()}, strings.NewReader(""), &out, &errb)
+	require.Equal(t, 2, code, errb.String())
+	require.Contains(t, errb.String(), "--routes needs --cluster-name")
+}
+
 // 'relay dest add' refuses, with exit 2, a destination whose consumers do
 // not fit under the events stream's limit, and stores nothing.
 func TestDestAddRefusesWithoutConsumerRoom(t *testing.T) {

@@ -178,3 +178,24 @@ func TestHeaderValuesAreEncryptedAndNeverPrinted(t *testing.T) {
 	code, _, errs = b.cli(t, "", "dest", "add", "nosecret", "--url", "https://example.test/n", "--no-secret")
 	require.Equal(t, 0, code, errs)
 }
+
+// A --header value may hold commas: each -H is one header, as given, on
+// dest add as on publish (a StringSliceFlag split them at the commas).
+func TestHeaderValuesMayHoldCommas(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	code, _, errs := b.cli(t, "", "dest", "add", "commas", "--url", "https://example.test/h", "--no-secret",
+		"-H", "Accept=text/html, application/json", "-H", "Cookie=a=1,b=2")
+	require.Equal(t, 0, code, errs)
+	st, err := relay.NewStore(ctx, b.js)
+	require.NoError(t, err)
+	d, err := st.Get(ctx, "commas")
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"Accept": "text/html, application/json", "Cookie": "a=1,b=2"}, d.Headers)
+
+	start := b.lastSeq(t)
+	code, _, errs = b.cli(t, "", "publish", "--dest", "commas", "--data", "{}", "-H", "X-List=a, b,c")
+	require.Equal(t, 0, code, errs)
+	m := dlqtEvents(t, b, start+1)
+	require.Equal(t, "a, b,c", m.Header.Get("X-List"))
+}

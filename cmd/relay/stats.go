@@ -34,6 +34,7 @@ func statsCommand() *cli.Command {
 
 // statsOpts are the options of 'relay stats'.
 type statsOpts struct {
+	cmdLine
 	dest  string
 	redis redisOpts
 	json  bool
@@ -41,10 +42,13 @@ type statsOpts struct {
 }
 
 func readStats(c *cli.Context) *statsOpts {
-	return &statsOpts{dest: c.String("dest"), redis: readRedis(c), json: c.Bool("json"), watch: c.Duration("watch")}
+	return &statsOpts{dest: c.String("dest"), redis: readRedis(c), json: c.Bool("json"), watch: c.Duration("watch"), cmdLine: readCmdLine(c)}
 }
 
 func (o *statsOpts) Validate() error {
+	if len(o.args) > 0 {
+		return usagef("unexpected argument %q: give a destination with --dest", o.args[0])
+	}
 	if every := o.watch; every < 0 || (every > 0 && every < 100*time.Millisecond) {
 		return usagef("--watch %s: give an interval of at least 100ms", every)
 	}
