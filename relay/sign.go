@@ -24,6 +24,13 @@ func GenerateSecret() string {
 	return SecretPrefix + base64.StdEncoding.EncodeToString(b)
 }
 
+// ValidateSecret reports a secret that is not a Standard Webhooks signing
+// secret relay can use ("whsec_" and the base64 of 24 to 64 bytes).
+func ValidateSecret(secret string) error {
+	_, err := decodeSecret(secret)
+	return err
+}
+
 func decodeSecret(secret string) ([]byte, error) {
 	raw, ok := strings.CutPrefix(secret, SecretPrefix)
 	if !ok {

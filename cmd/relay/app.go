@@ -176,6 +176,16 @@ func finish(cmds []*cli.Command, path string) []*cli.Command {
 			return flagUsageError(cc, err)
 		}
 		p := path + "_" + c.Name
+		if len(c.Subcommands) > 0 && c.Action == nil {
+			// 'relay dest remove x': urfave/cli would say "No help topic
+			// for 'remove'" and exit 1.
+			c.Action = func(cc *cli.Context) error {
+				if cc.NArg() > 0 {
+					return usagef("unknown command %q for 'relay %s' (see 'relay %s --help')", cc.Args().First(), commandPath(cc), commandPath(cc))
+				}
+				return cli.ShowSubcommandHelp(cc)
+			}
+		}
 		withGlobalFlags(c, p)
 		for _, f := range c.Flags {
 			setEnv(f, envName(p+"_"+f.Names()[0]))

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -180,8 +181,8 @@ func parseRate(v string) (time.Duration, error) {
 		return 0, nil
 	}
 	n, err := strconv.ParseFloat(strings.TrimSuffix(v, "/s"), 64)
-	if err != nil || n <= 0 || n > 1e6 {
-		return 0, usagef("--rate %q: give a number per second, e.g. 50 or 50/s", v)
+	if err != nil || math.IsNaN(n) || n < 0.001 || n > 1e6 {
+		return 0, usagef("--rate %q: give a number per second from 0.001 to 1000000, e.g. 50 or 50/s", v)
 	}
 	return time.Duration(float64(time.Second) / n), nil
 }

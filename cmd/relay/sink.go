@@ -63,6 +63,12 @@ func (o *sinkOpts) Validate() error {
 			return usagef("--%s %d: give an HTTP status from 200 to 599", f.name, f.status)
 		}
 	}
+	if o.secret != "" {
+		if err := relay.ValidateSecret(o.secret); err != nil {
+			// Every request would be answered 401 signature=invalid.
+			return usagef("--secret: %v", err)
+		}
+	}
 	return nil
 }
 
