@@ -148,7 +148,9 @@ func TestSettledHeadTheConsumerWaitsForIsAcked(t *testing.T) {
 		require.NoError(t, err)
 	}
 	// The head is handed out and never acked (its ack lost in a crash).
-	batch, err := cons.FetchNoWait(1)
+	// Fetch, not FetchNoWait: on a busy machine the consumer may not have
+	// noticed the new messages yet when a no-wait request comes.
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Minute))
 	require.NoError(t, err)
 	var head jetstream.Msg
 	for m := range batch.Messages() {
