@@ -88,7 +88,7 @@ func TestBodyTemplateRendersSignsAndDeadLettersFailures(t *testing.T) {
 		default:
 			data = "breaker opened <orders>"
 		}
-		want, err := tmpl.Render(relay.NewTemplateEvent(res.ID, "ops.destination.breaker_opened", "", "slack", e.storedAt(res.Seq), []byte(data), nil))
+		want, err := tmpl.Render(context.Background(), relay.NewTemplateEvent(res.ID, "ops.destination.breaker_opened", "", "slack", e.storedAt(res.Seq), []byte(data), nil))
 		require.NoError(t, err)
 		require.JSONEq(t, string(want), bodies[res.ID])
 	}

@@ -160,7 +160,7 @@ func BenchmarkTemplateRender(b *testing.B) {
 	ev := NewTemplateEvent("relay.destination.breaker_opened:orders:1:1", OpBreakerOpened, "", "slack", time.Now(), body, nil)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := tmpl.Render(ev); err != nil {
+		if _, err := tmpl.Render(context.Background(), ev); err != nil {
 			b.Fatal(err)
 		}
 	}

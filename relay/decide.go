@@ -65,6 +65,10 @@ type Input struct {
 	// attempt failed; it says why. No request was made.
 	TemplateErr string
 
+	// Interrupted: a shutdown cut the evaluation of the destination's
+	// filter or body template short, before any attempt.
+	Interrupted bool
+
 	// Sent: the attempt was made, and Result is what it came back with.
 	// Cancelled: a shutdown cut it short. Late: JetStream heard nothing of
 	// the event from this replica for its AckWait (the process was
@@ -122,6 +126,10 @@ func Decide(in Input) Decision {
 		return Decision{Action: HandBack, Delay: time.Second}
 	case in.Settled:
 		return Decision{Action: AckSettled}
+	case in.Interrupted:
+		// A shutdown cut the filter or the template short: the event is
+		// not at fault, and nothing was sent.
+		return Decision{Action: HandBack}
 	}
 	if in.Known && (in.Filtered || in.FilterErr != "") {
 		// Not for this destination, paused or not: no attempt, no rate

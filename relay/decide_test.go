@@ -39,6 +39,8 @@ func TestDecideOutcomes(t *testing.T) {
 		{"ordered mark unreadable", with(func(in *Input) { in.Ordered, in.MarkUnreadable = true, true }), Decision{Action: HandBack, Delay: time.Second}},
 		{"settled before (ordered mark, or parked)", with(func(in *Input) { in.Settled = true }), Decision{Action: AckSettled}},
 		{"settled before, destination paused", with(func(in *Input) { in.Settled, in.Dest.PausedUntil = true, now.Add(time.Hour) }), Decision{Action: AckSettled}},
+		{"filter or template cut short by a shutdown", with(func(in *Input) { in.Interrupted = true }), Decision{Action: HandBack}},
+		{"template cut short by a shutdown, head of a blocked key", with(func(in *Input) { in.Interrupted, in.Ordered, in.Dest.OnFailure = true, true, OnFailureBlock }), Decision{Action: HandBack}},
 		{"filtered out", with(func(in *Input) { in.Filtered = true }), Decision{Action: AckFiltered}},
 		{"filtered out, destination paused", with(func(in *Input) { in.Filtered, in.Dest.PausedUntil = true, Forever }), Decision{Action: AckFiltered}},
 		{"filtered out, rate limited", with(func(in *Input) { in.Filtered, in.RateLimited = true, true }), Decision{Action: AckFiltered}},

@@ -1,12 +1,14 @@
 package relay
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"reflect"
 	"strings"
+	"time"
 
 	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/ast"
@@ -18,15 +20,26 @@ import (
 const (
 	// MaxFilterLen bounds a filter's source, in bytes.
 	MaxFilterLen = 4096
-	// maxFilterNodes bounds a filter's syntax tree: the work of one
-	// evaluation is at most this many steps per element of the lists it
-	// walks (lists come from the event, bounded by the stream's largest
-	// message).
+	// maxFilterNodes bounds a filter's syntax tree.
 	maxFilterNodes = 500
-	// filterMemoryBudget bounds what one evaluation builds: elements of
-	// lists, maps and ranges together (expr's memory budget).
+	// filterMemoryBudget bounds the elements of the lists, maps and ranges
+	// that one evaluation writes as literals (expr's memory budget).
 	filterMemoryBudget = 100_000
+	// MaxFilterSteps bounds the iterations of the predicates ({...} of
+	// all, any, filter, map...) of one evaluation, nested ones included:
+	// with the time limit, it bounds the work a filter does per event.
+	MaxFilterSteps = 1_000_000
+	// MaxFilterBuilt bounds the bytes of the values one evaluation builds
+	// (strings, lists and maps returned by functions and +, as printed).
+	// A function whose result would be larger is refused before it runs.
+	MaxFilterBuilt = 4 << 20
+	// FilterTimeout bounds one evaluation's time.
+	FilterTimeout = time.Second
 )
+
+// errFilterStopped ends an evaluation cut short by a shutdown: the event
+// is not at fault.
+var errFilterStopped = errors.New("filter evaluation cut short by a shutdown")
 
 // Filter is a destination's compiled filter: a boolean expression over an
 // event (github.com/expr-lang/expr). It is safe for concurrent use.
@@ -55,6 +68,9 @@ type filterEnv struct {
 	// Type is the event's type ("" for an event published for one
 	// destination).
 	Type string `expr:"type"`
+	// Budget is the evaluation's bounds, passed by the calls that
+	// CompileFilter adds (boundsVisitor).
+	Budget *filterBudget `expr:"__relay_budget"`
 }
 
 // filterEvent is an event as a filter is evaluated on it.
@@ -90,17 +106,31 @@ func CompileFilter(src string) (*Filter, error) {
 		expr.MaxNodes(maxFilterNodes),
 		expr.Patch(nilSafe{}),
 		expr.Patch(uses),
+		expr.Patch(boundsVisitor{}),
 	}
 	for op, name := range nilSafeCompare {
 		opts = append(opts, expr.Function(name, compareFunc(op), new(func(any, any) bool)))
 	}
+	opts = append(opts, boundedFunctions()...)
 	prog, err := expr.Compile(src, opts...)
 	if err != nil {
 		// Not wrapped: expr's error type stays out of relay's API.
 		return nil, fmt.Errorf("filter does not compile: %s", err.Error())
 	}
 	f.prog = prog
+	// A filter past its bounds on a small event would be past them on
+	// every event: refused now, not when events come.
+	if _, err := f.Match(context.Background(), sampleFilterEvent); errors.Is(err, errFilterBounds) {
+		return nil, fmt.Errorf("filter is refused: on a sample event of %d bytes, %w", len(sampleFilterEvent.body), err)
+	}
 	return f, nil
+}
+
+// sampleFilterEvent is the small event a filter is tried on when saved.
+var sampleFilterEvent = filterEvent{
+	id: "sample", key: "key", dest: "dest", typ: "sample.type",
+	body:    []byte(`{"id":"sample","amount":100,"text":"` + strings.Repeat("x", 1000) + `","items":[{"sku":"a","n":1},{"sku":"b","n":2}]}`),
+	headers: http.Header{"Content-Type": {"application/json"}},
 }
 
 // compareFunc is the comparison op for values of unknown type: false when
@@ -177,11 +207,15 @@ func (u *usesVisitor) Visit(node *ast.Node) {
 }
 
 // Match evaluates f on ev. An error is a failed evaluation: a type error
-// (a string compared with a number), a result that is not a boolean, or the
-// memory budget used up; its text is the first line of expr's, with the
-// position.
-func (f *Filter) Match(ev filterEvent) (bool, error) {
-	env := filterEnv{ID: ev.id, Key: ev.key, Dest: ev.dest, Type: ev.typ}
+// (a string compared with a number), a result that is not a boolean, or a
+// bound passed (MaxFilterSteps, MaxFilterBuilt, FilterTimeout; the error
+// is then errFilterBounds); its text is the first line of expr's, with the
+// position. When ctx ends (a shutdown), the evaluation stops within
+// moments and the error is errFilterStopped.
+func (f *Filter) Match(ctx context.Context, ev filterEvent) (bool, error) {
+	// The real clock, not relay's: this bounds CPU time, not a decision.
+	b := &filterBudget{deadline: time.Now().Add(FilterTimeout), done: ctx.Done()}
+	env := filterEnv{ID: ev.id, Key: ev.key, Dest: ev.dest, Type: ev.typ, Budget: b}
 	if f.usesData {
 		// Not JSON: data stays nil, and the filter can still read body.
 		if json.Unmarshal(ev.body, &env.Data) != nil {
@@ -203,11 +237,19 @@ func (f *Filter) Match(ev filterEvent) (bool, error) {
 	out, err := m.Run(f.prog, env)
 	if err != nil {
 		msg, _, _ := strings.Cut(err.Error(), "\n")
+		switch {
+		case b.stopped:
+			return false, errFilterStopped
+		case b.over, errors.Is(err, errFilterBounds),
+			// expr's own bound (filterMemoryBudget) is a panic's text.
+			strings.Contains(msg, "memory budget exceeded"):
+			return false, filterBoundsError(msg)
+		}
 		return false, errors.New(msg)
 	}
-	b, ok := out.(bool)
+	match, ok := out.(bool)
 	if !ok {
 		return false, fmt.Errorf("the filter's result is %T, not a boolean", out)
 	}
-	return b, nil
+	return match, nil
 }

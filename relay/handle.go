@@ -29,7 +29,7 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, mark *partitionMa
 		r.execute(context.Background(), msg, &ev, mark, Input{Unreadable: true}, Decide(Input{Unreadable: true}))
 		return
 	}
-	in := r.input(ev, mark)
+	in := r.input(ctx, ev, mark)
 	if in.Probing {
 		defer r.breakers.endProbe(in.Dest.Name)
 	}
@@ -47,8 +47,12 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, mark *partitionMa
 				in.Late = true // decided on next: no request is made
 				continue
 			}
-			d, err := r.delivery(in.Dest, ev)
-			if err != nil {
+			d, err := r.delivery(ctx, in.Dest, ev)
+			switch {
+			case errors.Is(err, errRenderStopped):
+				in.Interrupted = true // decided on next: no request is made
+				continue
+			case err != nil:
 				// Decided on next: no request is made.
 				in.TemplateErr = err.Error()
 				continue
@@ -79,13 +83,17 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, mark *partitionMa
 
 // delivery is the request of an attempt to deliver ev to d: the event's
 // body, or what d's body template renders for it. A template that fails
-// returns why (its first line), and logs it.
-func (r *Relay) delivery(d Destination, ev event) (Delivery, error) {
+// returns why (its first line), and logs it; one cut short by a shutdown
+// (ctx) returns errRenderStopped.
+func (r *Relay) delivery(ctx context.Context, d Destination, ev event) (Delivery, error) {
 	dl := Delivery{ID: ev.id, Type: ev.hdr.Get(stream.HdrType), Body: ev.body, Headers: eventHeaders(ev.hdr)}
 	if d.bodyTemplate == nil {
 		return dl, nil
 	}
-	body, err := d.bodyTemplate.Render(NewTemplateEvent(dl.ID, dl.Type, ev.key, ev.dest, ev.published, ev.body, dl.Headers))
+	body, err := d.bodyTemplate.Render(ctx, NewTemplateEvent(dl.ID, dl.Type, ev.key, ev.dest, ev.published, ev.body, dl.Headers))
+	if errors.Is(err, errRenderStopped) {
+		return dl, err
+	}
 	if err != nil {
 		msg, _, _ := strings.Cut(err.Error(), "\n")
 		r.log.Warn("body template failed on the event (fix the template with 'relay dest update --body-template', then replay its dead letter)", "dest", ev.dest, "event_id", ev.id, "err", msg)
@@ -120,7 +128,7 @@ func (r *Relay) send(ctx context.Context, d Destination, ev Delivery) Result {
 // ordered partition's mark, the destination and its state. Where the
 // destination's circuit is open, it takes the probe if no other worker has
 // it (Input.Probing): the caller ends it.
-func (r *Relay) input(ev event, mark *partitionMark) Input {
+func (r *Relay) input(ctx context.Context, ev event, mark *partitionMark) Input {
 	in := Input{
 		Ordered:       mark != nil,
 		Now:           r.cfg.Now(),
@@ -155,8 +163,12 @@ func (r *Relay) input(ev event, mark *partitionMark) Input {
 	}
 	in.RateLimited = in.Known && in.Dest.RateLimit > 0
 	if in.Known && in.Dest.filter != nil {
-		ok, err := in.Dest.filter.Match(filterEvent{id: ev.id, key: ev.key, dest: ev.dest, typ: ev.hdr.Get(stream.HdrType), body: ev.body, headers: eventHeaders(ev.hdr)})
-		if err != nil {
+		ok, err := in.Dest.filter.Match(ctx, filterEvent{id: ev.id, key: ev.key, dest: ev.dest, typ: ev.hdr.Get(stream.HdrType), body: ev.body, headers: eventHeaders(ev.hdr)})
+		switch {
+		case errors.Is(err, errFilterStopped):
+			in.Interrupted = true
+			return in
+		case err != nil:
 			r.log.Warn("filter failed on the event (fix the filter with 'relay dest update --filter', then replay its dead letter)", "dest", ev.dest, "event_id", ev.id, "err", err)
 			in.FilterErr = err.Error()
 		}

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync"
 	"text/template"
 	"text/template/parse"
 	"time"
@@ -22,6 +24,10 @@ const (
 	// MaxRenderedBody bounds what a body template renders for one event,
 	// and every string it builds on the way (printf, join, json...).
 	MaxRenderedBody = 1 << 20
+	// MaxTemplateBuilt bounds the bytes of the strings one rendering's
+	// functions build (print, printf, json, join...) together. Each is
+	// refused before it is built past MaxRenderedBody or this.
+	MaxTemplateBuilt = 4 * MaxRenderedBody
 	// RenderTimeout bounds one rendering.
 	RenderTimeout = time.Second
 	// maxFormatWidth bounds a width or precision in a printf format
@@ -37,6 +43,9 @@ const (
 // It is safe for concurrent use.
 type BodyTemplate struct {
 	t *template.Template
+	// renderers holds *renderer: clones of t whose functions are bound
+	// to a rendering's budget.
+	renderers sync.Pool
 }
 
 // TemplateEvent is what a body template sees of an event, as "." (.Type,
@@ -59,17 +68,23 @@ type TemplateEvent struct {
 	Headers map[string]string
 }
 
-// errRenderTooLarge and errRenderTimeout end a rendering past its limits.
+// errRenderTooLarge, errRenderTimeout and errRenderBuilt end a rendering
+// past its limits; errRenderStopped one cut short by a shutdown.
 var (
 	errRenderTooLarge = fmt.Errorf("the rendered body is over the limit of %d bytes", MaxRenderedBody)
 	errRenderTimeout  = fmt.Errorf("rendering took longer than the limit of %s", RenderTimeout)
+	errRenderBuilt    = fmt.Errorf("the template built more than %d bytes of strings", MaxTemplateBuilt)
+	errBuiltTooLarge  = fmt.Errorf("a string the template builds is over the limit of %d bytes", MaxRenderedBody)
+	errRenderStopped  = errors.New("rendering cut short by a shutdown")
 )
 
 // CompileBodyTemplate compiles src, a body template. A template is one
 // template: {{define}}, {{block}} and {{template}} are refused (they would
 // allow recursion). Its functions are text/template's builtins (print,
 // printf, println, html, js and urlquery bounded by MaxRenderedBody) and
-// bodyFuncs; map keys that are missing are errors (missingkey=error).
+// bodyFuncs; map keys that are missing are errors (missingkey=error). A
+// template that passes its bounds on a small sample event would pass them
+// on every event: it is refused.
 func CompileBodyTemplate(src string) (*BodyTemplate, error) {
 	if strings.TrimSpace(src) == "" {
 		return nil, errors.New("body template is empty")
@@ -80,7 +95,7 @@ func CompileBodyTemplate(src string) (*BodyTemplate, error) {
 	if !utf8.ValidString(src) {
 		return nil, errors.New("body template is not valid UTF-8")
 	}
-	t, err := template.New("body").Option("missingkey=error").Funcs(bodyFuncs).Parse(src)
+	t, err := template.New("body").Option("missingkey=error").Funcs(bodyFuncs(nil)).Parse(src)
 	if err != nil {
 		return nil, fmt.Errorf("body template does not compile: %s", err.Error())
 	}
@@ -90,7 +105,18 @@ func CompileBodyTemplate(src string) (*BodyTemplate, error) {
 	if err := guardLoops(t.Tree.Root); err != nil {
 		return nil, fmt.Errorf("body template does not compile: %w", err)
 	}
-	return &BodyTemplate{t: t}, nil
+	b := &BodyTemplate{t: t}
+	b.renderers.New = func() any {
+		r := &renderer{st: &renderState{}}
+		// Clone fails only once t was executed; t never is.
+		r.t = template.Must(t.Clone()).Funcs(bodyFuncs(r.st))
+		return r
+	}
+	sample := NewTemplateEvent("sample", "sample.type", "key", "dest", time.Unix(0, 0), sampleFilterEvent.body, sampleFilterEvent.headers)
+	if _, err := b.Render(context.Background(), sample); errors.Is(err, errRenderBounds) {
+		return nil, fmt.Errorf("body template is refused: on a sample event of %d bytes, %w", len(sampleFilterEvent.body), err)
+	}
+	return b, nil
 }
 
 // guardLoops refuses {{template}} and makes every iteration of every
@@ -130,21 +156,102 @@ func guardBranch(b *parse.BranchNode) error {
 	return guardLoops(b.ElseList)
 }
 
-// Render renders the template for ev. Its error says what failed: the
-// template's own (a missing key, a function's error), or a limit.
-func (b *BodyTemplate) Render(ev TemplateEvent) ([]byte, error) {
-	return b.render(ev, MaxRenderedBody, RenderTimeout)
+// renderer is a clone of a BodyTemplate whose functions charge st.
+type renderer struct {
+	t  *template.Template
+	st *renderState
 }
 
-func (b *BodyTemplate) render(ev TemplateEvent, limit int, timeout time.Duration) ([]byte, error) {
+// renderState is what one rendering may still do: its output, the bytes
+// its functions build (each refused before it builds past the limits),
+// its time, and whether relay is stopping. Every function call and every
+// write looks at the clock and for a shutdown.
+type renderState struct {
+	limit, built int
+	checks       int
+	deadline     time.Time
+	timeout      time.Duration
+	done         <-chan struct{}
+}
+
+// errRenderBounds is what the error of a rendering past its limits is.
+var errRenderBounds = errors.New("rendering passed its bounds")
+
+// renderBoundsError is such an error: its text says which bound.
+type renderBoundsError struct{ err error }
+
+func (e renderBoundsError) Error() string        { return e.err.Error() }
+func (e renderBoundsError) Unwrap() error        { return e.err }
+func (e renderBoundsError) Is(target error) bool { return target == errRenderBounds }
+
+// check ends the rendering when it is past its time or relay is stopping.
+func (s *renderState) check() error {
+	if s == nil {
+		return nil
+	}
+	select {
+	case <-s.done:
+		return errRenderStopped
+	default:
+	}
+	// The clock every 16 checks: an empty loop's iteration costs about a
+	// tenth of a microsecond.
+	if s.checks++; s.checks%16 == 0 && time.Now().After(s.deadline) {
+		return errRenderTimeout
+	}
+	return nil
+}
+
+// reserve is asked before a function builds a string of about n bytes:
+// an error if that is over the largest body, or the rendering's budget.
+func (s *renderState) reserve(n int) error {
+	if n > MaxRenderedBody {
+		return errBuiltTooLarge
+	}
+	if s == nil {
+		return nil
+	}
+	if err := s.check(); err != nil {
+		return err
+	}
+	if s.built += n; s.built > MaxTemplateBuilt {
+		return errRenderBuilt
+	}
+	return nil
+}
+
+// reserveArgs reserves what printing args takes.
+func (s *renderState) reserveArgs(args ...any) error {
+	n, _ := valueSize(args, MaxRenderedBody)
+	return s.reserve(n)
+}
+
+// Render renders the template for ev. Its error says what failed: the
+// template's own (a missing key, a function's error), or a limit. When ctx
+// ends (a shutdown), the rendering stops within moments, with an error
+// that errors.Is errRenderStopped.
+func (b *BodyTemplate) Render(ctx context.Context, ev TemplateEvent) ([]byte, error) {
+	return b.render(ctx, ev, MaxRenderedBody, RenderTimeout)
+}
+
+func (b *BodyTemplate) render(ctx context.Context, ev TemplateEvent, limit int, timeout time.Duration) ([]byte, error) {
+	r := b.renderers.Get().(*renderer)
+	defer b.renderers.Put(r)
 	// The real clock, not relay's: this bounds CPU time, not a decision.
-	w := &renderWriter{limit: limit, deadline: time.Now().Add(timeout)}
-	if err := b.t.Execute(w, ev); err != nil {
+	*r.st = renderState{limit: limit, deadline: time.Now().Add(timeout), timeout: timeout, done: ctx.Done()}
+	w := &renderWriter{st: r.st}
+	if err := r.t.Execute(w, ev); err != nil {
 		switch {
+		case errors.Is(err, errRenderStopped):
+			return nil, errRenderStopped
 		case errors.Is(err, errRenderTooLarge):
-			return nil, fmt.Errorf("the rendered body is over the limit of %d bytes", limit)
+			return nil, renderBoundsError{fmt.Errorf("the rendered body is over the limit of %d bytes", limit)}
+		case errors.Is(err, errBuiltTooLarge):
+			return nil, renderBoundsError{errBuiltTooLarge}
 		case errors.Is(err, errRenderTimeout):
-			return nil, fmt.Errorf("rendering took longer than the limit of %s", timeout)
+			return nil, renderBoundsError{fmt.Errorf("rendering took longer than the limit of %s", timeout)}
+		case errors.Is(err, errRenderBuilt):
+			return nil, renderBoundsError{errRenderBuilt}
 		}
 		return nil, err
 	}
@@ -153,19 +260,15 @@ func (b *BodyTemplate) render(ev TemplateEvent, limit int, timeout time.Duration
 
 // renderWriter collects a rendering, and ends it past its limits.
 type renderWriter struct {
-	buf      bytes.Buffer
-	limit    int
-	deadline time.Time
-	writes   int
+	buf bytes.Buffer
+	st  *renderState
 }
 
 func (w *renderWriter) Write(p []byte) (int, error) {
-	// The clock every 16 writes: an empty loop's iteration costs about a
-	// tenth of a microsecond.
-	if w.writes++; w.writes%16 == 0 && time.Now().After(w.deadline) {
-		return 0, errRenderTimeout
+	if err := w.st.check(); err != nil {
+		return 0, err
 	}
-	if w.buf.Len()+len(p) > w.limit {
+	if w.buf.Len()+len(p) > w.st.limit {
 		return 0, errRenderTooLarge
 	}
 	return w.buf.Write(p)
@@ -206,29 +309,57 @@ func ValidateContentType(ct string) error {
 }
 
 // bodyFuncs are the functions a body template has besides text/template's
-// builtins: pure, and bounded by MaxRenderedBody. docs/templates.md lists
-// them.
-var bodyFuncs = template.FuncMap{
-	"json":     jsonFunc,
-	"upper":    func(v any) (string, error) { return capped(strings.ToUpper(text(v))) },
-	"lower":    func(v any) (string, error) { return capped(strings.ToLower(text(v))) },
-	"trunc":    truncFunc,
-	"default":  defaultFunc,
-	"join":     joinFunc,
-	"replace":  replaceFunc,
-	"kind":     kindFunc,
-	"print":    func(args ...any) (string, error) { return capped(fmt.Sprint(args...)) },
-	"println":  func(args ...any) (string, error) { return capped(fmt.Sprintln(args...)) },
-	"printf":   printfFunc,
-	"html":     func(args ...any) (string, error) { return capped(template.HTMLEscaper(args...)) },
-	"js":       func(args ...any) (string, error) { return capped(template.JSEscaper(args...)) },
-	"urlquery": func(args ...any) (string, error) { return capped(template.URLQueryEscaper(args...)) },
+// builtins (docs/templates.md lists them), bound to st, a rendering's
+// state: pure, and each refuses to build a string past MaxRenderedBody,
+// or past the rendering's budget, before it builds it. (With st nil, they
+// are only the names a template is parsed with.)
+func bodyFuncs(st *renderState) template.FuncMap {
+	// Each function's output is at most a small multiple of its input's
+	// printed size (escaping): the input is reserved before, the output
+	// capped after.
+	onText := func(f func(string) string) func(any) (string, error) {
+		return func(v any) (string, error) {
+			if err := st.reserveArgs(v); err != nil {
+				return "", err
+			}
+			return capped(f(text(v)))
+		}
+	}
+	onArgs := func(f func(...any) string) func(...any) (string, error) {
+		return func(args ...any) (string, error) {
+			if err := st.reserveArgs(args...); err != nil {
+				return "", err
+			}
+			return capped(f(args...))
+		}
+	}
+	return template.FuncMap{
+		"json":  func(v any) (string, error) { return jsonFunc(st, v) },
+		"upper": onText(strings.ToUpper),
+		"lower": onText(strings.ToLower),
+		"trunc": func(n int, v any) (string, error) {
+			if err := st.reserveArgs(v); err != nil {
+				return "", err
+			}
+			return truncFunc(n, v), nil
+		},
+		"default":  defaultFunc,
+		"join":     func(sep string, list any) (string, error) { return joinFunc(st, sep, list) },
+		"replace":  func(old, repl string, v any) (string, error) { return replaceFunc(st, old, repl, v) },
+		"kind":     kindFunc,
+		"print":    onArgs(fmt.Sprint),
+		"println":  onArgs(fmt.Sprintln),
+		"printf":   func(format string, args ...any) (string, error) { return printfFunc(st, format, args...) },
+		"html":     onArgs(template.HTMLEscaper),
+		"js":       onArgs(template.JSEscaper),
+		"urlquery": onArgs(template.URLQueryEscaper),
+	}
 }
 
 // capped is s, or an error if it is longer than a rendered body may be.
 func capped(s string) (string, error) {
 	if len(s) > MaxRenderedBody {
-		return "", errRenderTooLarge
+		return "", errBuiltTooLarge
 	}
 	return s, nil
 }
@@ -251,7 +382,10 @@ func text(v any) string {
 
 // jsonFunc is v JSON-encoded: a string quoted and escaped, fit to embed in
 // a JSON document.
-func jsonFunc(v any) (string, error) {
+func jsonFunc(st *renderState, v any) (string, error) {
+	if err := st.reserveArgs(v); err != nil {
+		return "", err
+	}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
@@ -296,7 +430,7 @@ func defaultFunc(def, v any) any {
 }
 
 // joinFunc is the elements of list as text, separated by sep.
-func joinFunc(sep string, list any) (string, error) {
+func joinFunc(st *renderState, sep string, list any) (string, error) {
 	var parts []string
 	switch l := list.(type) {
 	case nil:
@@ -304,6 +438,10 @@ func joinFunc(sep string, list any) (string, error) {
 	case []string:
 		parts = l
 	case []any:
+		// The elements' text is built first: reserved before.
+		if err := st.reserveArgs(l); err != nil {
+			return "", err
+		}
 		parts = make([]string, len(l))
 		for i, v := range l {
 			parts[i] = text(v)
@@ -315,22 +453,30 @@ func joinFunc(sep string, list any) (string, error) {
 	for _, p := range parts {
 		n += len(p)
 	}
-	if n > MaxRenderedBody {
-		return "", errRenderTooLarge
+	if err := st.reserve(n); err != nil {
+		return "", err
 	}
 	return strings.Join(parts, sep), nil
 }
 
-// replaceFunc is s with every old replaced by new.
-func replaceFunc(old, new string, s any) (string, error) {
+// replaceFunc is s with every old replaced by repl.
+func replaceFunc(st *renderState, old, repl string, s any) (string, error) {
+	if err := st.reserveArgs(s); err != nil {
+		return "", err
+	}
 	t := text(s)
-	if old != "" && len(new) > len(old) && len(t)+strings.Count(t, old)*(len(new)-len(old)) > MaxRenderedBody {
-		return "", errRenderTooLarge
+	count := strings.Count(t, old) // runes + 1 for ""
+	n := len(t)
+	if len(repl) > len(old) {
+		if (len(repl)-len(old))*count > MaxRenderedBody-n {
+			return "", errBuiltTooLarge
+		}
+		n += (len(repl) - len(old)) * count
 	}
-	if old == "" && len(t)+(utf8.RuneCountInString(t)+1)*len(new) > MaxRenderedBody {
-		return "", errRenderTooLarge
+	if err := st.reserve(n); err != nil {
+		return "", err
 	}
-	return strings.ReplaceAll(t, old, new), nil
+	return strings.ReplaceAll(t, old, repl), nil
 }
 
 // kindFunc is what v is, as JSON says: map, list, string, number, bool or
@@ -355,24 +501,39 @@ func kindFunc(v any) string {
 
 // printfFunc is fmt.Sprintf with widths and precisions of at most
 // maxFormatWidth, given in the format ("*" is refused).
-func printfFunc(format string, args ...any) (string, error) {
-	if err := checkFormat(format); err != nil {
+func printfFunc(st *renderState, format string, args ...any) (string, error) {
+	verbs, widths, err := checkFormat(format)
+	if err != nil {
+		return "", err
+	}
+	// A verb prints one argument, perhaps the same many times (%[1]s).
+	largest := 0
+	for _, a := range args {
+		n, _ := valueSize(a, MaxRenderedBody)
+		largest = max(largest, n)
+	}
+	if largest > 0 && verbs > MaxRenderedBody/largest {
+		return "", errBuiltTooLarge
+	}
+	if err := st.reserve(len(format) + widths + verbs*largest); err != nil {
 		return "", err
 	}
 	return capped(fmt.Sprintf(format, args...))
 }
 
 // checkFormat refuses a width or precision over maxFormatWidth, or given
-// as an argument (*).
-func checkFormat(f string) error {
+// as an argument (*). It returns how many verbs the format has, and its
+// widths and precisions added up.
+func checkFormat(f string) (verbs, widths int, err error) {
 	for i := 0; i < len(f); i++ {
 		if f[i] != '%' {
 			continue
 		}
+		verbs++
 		for i++; i < len(f); i++ {
 			c := f[i]
 			if c == '*' {
-				return errors.New("printf: a width or precision given as * is not allowed")
+				return 0, 0, errors.New("printf: a width or precision given as * is not allowed")
 			}
 			if c >= '0' && c <= '9' {
 				n := 0
@@ -380,9 +541,13 @@ func checkFormat(f string) error {
 					n = min(n*10+int(f[i]-'0'), maxFormatWidth+1)
 				}
 				i--
-				if n > maxFormatWidth && (i+1 >= len(f) || f[i+1] != ']') {
-					return fmt.Errorf("printf: a width or precision over %d is not allowed", maxFormatWidth)
+				if i+1 < len(f) && f[i+1] == ']' {
+					continue // an argument index
 				}
+				if n > maxFormatWidth {
+					return 0, 0, fmt.Errorf("printf: a width or precision over %d is not allowed", maxFormatWidth)
+				}
+				widths += n
 				continue
 			}
 			if !strings.ContainsRune("+-# .[]", rune(c)) {
@@ -390,5 +555,5 @@ func checkFormat(f string) error {
 			}
 		}
 	}
-	return nil
+	return verbs, widths, nil
 }

@@ -1,9 +1,12 @@
 package relay
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -28,7 +31,7 @@ func mustCompile(t *testing.T, src string) *BodyTemplate {
 
 func render(t *testing.T, src string, ev TemplateEvent) (string, error) {
 	t.Helper()
-	out, err := mustCompile(t, src).Render(ev)
+	out, err := mustCompile(t, src).Render(context.Background(), ev)
 	return string(out), err
 }
 
@@ -55,7 +58,7 @@ func TestShippedSlackTemplateRendersValidJSON(t *testing.T) {
 	t.Parallel()
 	tmpl := mustCompile(t, shipped(t, "slack.tmpl"))
 	for _, body := range awkwardBodies {
-		out, err := tmpl.Render(operatorEvent(body))
+		out, err := tmpl.Render(context.Background(), operatorEvent(body))
 		require.NoError(t, err, body)
 		var msg map[string]string
 		require.NoError(t, json.Unmarshal(out, &msg), "valid JSON for %q:\n%s", body, out)
@@ -66,7 +69,7 @@ func TestShippedSlackTemplateRendersValidJSON(t *testing.T) {
 		require.NotContains(t, text, "<", "Slack markup escaped")
 		require.NotContains(t, text, ">")
 	}
-	out, err := tmpl.Render(operatorEvent(awkwardBodies[0]))
+	out, err := tmpl.Render(context.Background(), operatorEvent(awkwardBodies[0]))
 	require.NoError(t, err)
 	var msg map[string]string
 	require.NoError(t, json.Unmarshal(out, &msg))
@@ -82,7 +85,7 @@ func TestShippedSlackTemplateRendersValidJSON(t *testing.T) {
 		"• reason: 5xx \"Bad Gateway\"\nfrom &lt;https://x.example.com/a?b=1&amp;c=2&gt;\t\x01 \\ end\n"+
 		"_evt-1 · 2026-03-04 05:06:07 UTC_", msg["text"])
 
-	out, err = tmpl.Render(NewTemplateEvent("e2", "", "", "d", tmplTime, []byte("plain <text>"), nil))
+	out, err = tmpl.Render(context.Background(), NewTemplateEvent("e2", "", "", "d", tmplTime, []byte("plain <text>"), nil))
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(out, &msg))
 	require.Equal(t, "*event*\n```plain &lt;text&gt;```\n_e2 · 2026-03-04 05:06:07 UTC_", msg["text"])
@@ -106,7 +109,7 @@ func TestShippedTeamsTemplateRendersValidJSON(t *testing.T) {
 		} `json:"attachments"`
 	}
 	for _, body := range awkwardBodies {
-		out, err := tmpl.Render(operatorEvent(body))
+		out, err := tmpl.Render(context.Background(), operatorEvent(body))
 		require.NoError(t, err, body)
 		var c card
 		require.NoError(t, json.Unmarshal(out, &c), "valid JSON for %q:\n%s", body, out)
@@ -116,7 +119,7 @@ func TestShippedTeamsTemplateRendersValidJSON(t *testing.T) {
 		require.Equal(t, "AdaptiveCard", c.Attachments[0].Content.Type)
 		require.Equal(t, "relay.destination.breaker_opened", c.Attachments[0].Content.Body[0].Text)
 	}
-	out, err := tmpl.Render(operatorEvent(awkwardBodies[0]))
+	out, err := tmpl.Render(context.Background(), operatorEvent(awkwardBodies[0]))
 	require.NoError(t, err)
 	var c card
 	require.NoError(t, json.Unmarshal(out, &c))
@@ -134,7 +137,7 @@ func TestShippedTeamsTemplateRendersValidJSON(t *testing.T) {
 		"reason": "5xx \"Bad Gateway\"\nfrom <https://x.example.com/a?b=1&c=2>\t\x01 \\ end",
 	}, facts)
 
-	out, err = tmpl.Render(operatorEvent("not json\n<b>"))
+	out, err = tmpl.Render(context.Background(), operatorEvent("not json\n<b>"))
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(out, &c))
 	require.Equal(t, "not json\n<b>", c.Attachments[0].Content.Body[2].Text)
@@ -222,14 +225,14 @@ func TestBodyTemplateLimits(t *testing.T) {
 	// A loop that writes nothing still stops at the time limit: 2001^3
 	// iterations would take minutes.
 	b := mustCompile(t, `{{range .Data.list}}{{range $.Data.list}}{{range $.Data.list}}{{end}}{{end}}{{end}}`)
-	_, err = b.render(big, MaxRenderedBody, 50*time.Millisecond)
+	_, err = b.render(context.Background(), big, MaxRenderedBody, 50*time.Millisecond)
 	require.ErrorContains(t, err, "rendering took longer than the limit of 50ms")
-	b = mustCompile(t, `{{range 1000000000000}}{{end}}`)
-	_, err = b.render(big, MaxRenderedBody, 50*time.Millisecond)
-	require.ErrorContains(t, err, "rendering took longer than the limit of 50ms")
+	// One that would on any event is refused when saved.
+	_, err = CompileBodyTemplate(`{{range 1000000000000}}{{end}}`)
+	require.ErrorContains(t, err, "body template is refused: on a sample event of 1084 bytes, rendering took longer than the limit of 1s")
 
 	// Exactly at the limit is within it.
-	out, err := mustCompile(t, `{{.Data.s}}{{.Data.s}}{{.Data.s}}`).render(big, 300_000, time.Minute)
+	out, err := mustCompile(t, `{{.Data.s}}{{.Data.s}}{{.Data.s}}`).render(context.Background(), big, 300_000, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, out, 300_000)
 }
@@ -317,7 +320,7 @@ func FuzzShippedTemplatesRenderValidJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body, typ string) {
 		ev := NewTemplateEvent("evt-1", typ, "", "d", tmplTime, []byte(body), http.Header{"X-A": {body}})
 		for _, b := range tmpls {
-			out, err := b.Render(ev)
+			out, err := b.Render(context.Background(), ev)
 			if err != nil {
 				t.Fatalf("body %q: %v", body, err)
 			}
@@ -326,4 +329,46 @@ func FuzzShippedTemplatesRenderValidJSON(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The red team's template: 400 copies of a 1 MiB body in one print. It is
+// refused before the string is built (it built 1.6 GB before), and so are
+// the other ways of building a large string from a few arguments.
+func TestBodyTemplateRefusesBeforeBuilding(t *testing.T) {
+	mib := NewTemplateEvent("e1", "", "", "d", tmplTime, []byte(`{"s":"`+strings.Repeat("x", 1<<20)+`","list":[1,2,3,4,5,6,7,8]}`), nil)
+	for _, src := range []string{
+		`{{print` + strings.Repeat(" .Body", 400) + `}}`,
+		`{{printf "` + strings.Repeat("%[1]s", 400) + `" .Body}}`,
+		`{{println` + strings.Repeat(" .Data", 400) + `}}`,
+		`{{js` + strings.Repeat(" .Body", 400) + `}}`,
+		`{{html` + strings.Repeat(" .Body", 400) + `}}`,
+		`{{urlquery` + strings.Repeat(" .Body", 400) + `}}`,
+		`{{upper (print` + strings.Repeat(" .Body", 400) + `)}}`,
+		`{{json (print` + strings.Repeat(" .Body", 400) + `)}}`,
+		`{{replace "x" "xxxxxxxxxx" .Body}}`,
+		// Each string within the limits, but together over the budget.
+		`{{range .Data.list}}{{$x := print $.Body}}{{end}}`,
+	} {
+		b := mustCompile(t, src)
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		_, err := b.Render(context.Background(), mib)
+		runtime.ReadMemStats(&after)
+		require.Error(t, err, src[:min(len(src), 40)])
+		require.True(t, errors.Is(err, errRenderBounds), "%.40s: %.200s", src, err)
+		// The event's parsing and one body's copy, not 400 of them.
+		require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(48<<20), src[:min(len(src), 40)])
+	}
+}
+
+// A shutdown stops a rendering within moments, as not the event's fault.
+func TestBodyTemplateStopsOnShutdown(t *testing.T) {
+	t.Parallel()
+	b := mustCompile(t, `{{range .Data.list}}{{range $.Data.list}}{{end}}{{end}}`)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := b.Render(ctx, operatorEvent(`{"list":[`+strings.Repeat("1,", 10_000)+`1]}`))
+	require.ErrorIs(t, err, errRenderStopped)
+	require.NotErrorIs(t, err, errRenderBounds)
 }
