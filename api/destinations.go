@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaydev/relay/webhook"
+
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 )
@@ -494,7 +496,7 @@ func (s *Server) rotateSecret(w http.ResponseWriter, r *http.Request) {
 	}
 	next, generated := body.Secret, body.Secret == ""
 	if generated {
-		next = relay.GenerateSecret()
+		next = webhook.GenerateSecret()
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()

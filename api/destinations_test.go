@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/webhook"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -38,7 +40,7 @@ func TestDestinationsOverHTTP(t *testing.T) {
 		"headers":{"Authorization":"Bearer s3cret-h"},"types":["order.*"],"filter":"data.amount > 100","max_attempts":5}`)
 	require.Equal(t, http.StatusCreated, code, m)
 	secret, _ := m["secret"].(string)
-	require.True(t, strings.HasPrefix(secret, relay.SecretPrefix), "generated and shown once: %v", m)
+	require.True(t, strings.HasPrefix(secret, webhook.SecretPrefix), "generated and shown once: %v", m)
 	require.Equal(t, "https://orders.example.com/hooks?token=xxxxx", m["url"], "query values redacted, as the CLI shows them")
 	require.Equal(t, []any{"Authorization"}, m["header_names"])
 	require.Equal(t, true, m["signed"])
@@ -111,10 +113,10 @@ func TestDestinationsOverHTTP(t *testing.T) {
 	code, m = e.do("POST", "/v1/destinations/orders/rotate-secret", e.admin, "", nil)
 	require.Equal(t, http.StatusOK, code, m)
 	next, _ := m["secret"].(string)
-	require.True(t, strings.HasPrefix(next, relay.SecretPrefix), m)
+	require.True(t, strings.HasPrefix(next, webhook.SecretPrefix), m)
 	require.NotEqual(t, secret, next)
 	require.Contains(t, m, "previous_secret_until")
-	mine := relay.GenerateSecret()
+	mine := webhook.GenerateSecret()
 	code, m = e.send("POST", "/v1/destinations/orders/rotate-secret", e.admin, `{"secret":"`+mine+`","overlap":"0s"}`)
 	require.Equal(t, http.StatusOK, code, m)
 	require.NotContains(t, m, "secret")

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/webhook"
+
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
@@ -33,7 +35,7 @@ func TestHappyPathDeliversEachEventOnceAndAcksIt(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	s := newSink(t, nil)
-	secret := relay.GenerateSecret()
+	secret := webhook.GenerateSecret()
 	e.addDest(relay.Destination{Name: "happy", URL: s.URL + "/hook", Secret: secret, Concurrency: 32})
 	e.startRelay()
 
@@ -57,7 +59,7 @@ func TestHappyPathDeliversEachEventOnceAndAcksIt(t *testing.T) {
 		var ts int64
 		_, err := fmt.Sscan(h.Header.Get("webhook-timestamp"), &ts)
 		require.NoError(t, err)
-		require.NoError(t, relay.Verify(secret, h.ID, ts, []byte(h.Body), h.Header.Get("webhook-signature")))
+		require.NoError(t, webhook.Verify(secret, h.ID, ts, []byte(h.Body), h.Header.Get("webhook-signature")))
 	}
 	require.Empty(t, e.deadLetters("happy"))
 }

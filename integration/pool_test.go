@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/webhook"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/relay"
@@ -35,7 +37,7 @@ func requireSigned(t *testing.T, hits []hit, secret string) {
 	for _, h := range hits {
 		ts, err := strconv.ParseInt(h.Header.Get("Webhook-Timestamp"), 10, 64)
 		require.NoError(t, err)
-		require.NoError(t, relay.Verify(secret, h.ID, ts, []byte(h.Body), h.Header.Get("Webhook-Signature")), "event %s", h.ID)
+		require.NoError(t, webhook.Verify(secret, h.ID, ts, []byte(h.Body), h.Header.Get("Webhook-Signature")), "event %s", h.ID)
 		require.Equal(t, "t1", h.Header.Get("X-Tenant"))
 	}
 }
@@ -61,7 +63,7 @@ func TestURLPoolFailsOverAndComesBack(t *testing.T) {
 	down, addr := closedURL(t)
 	second := newSink(t, nil)
 	e := setup(t)
-	secret := relay.GenerateSecret()
+	secret := webhook.GenerateSecret()
 	e.addDest(relay.Destination{Name: "pool", URL: down, URLs: []string{down, second.URL + "/hook"},
 		Secret: secret, Headers: map[string]string{"X-Tenant": "t1"}, Retry: fast(20)})
 	rec, _ := e.startRelay(func(c *relay.Config) { c.URLCooldown = 500 * time.Millisecond })

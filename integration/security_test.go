@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/webhook"
+
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 
@@ -17,7 +19,7 @@ import (
 func TestSignaturesVerifyWithTheReferenceLibraryAcrossARotation(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	oldSecret, newSecret := relay.GenerateSecret(), relay.GenerateSecret()
+	oldSecret, newSecret := webhook.GenerateSecret(), webhook.GenerateSecret()
 	type check struct{ old, new bool }
 	checks := make(chan check, 10)
 	oldWH, err := standardwebhooks.NewWebhook(oldSecret)
@@ -79,7 +81,7 @@ func TestSecretsAreEncryptedAtRest(t *testing.T) {
 	key := []byte("0123456789abcdef0123456789abcdef")
 	sealed, err := relay.NewStore(context.Background(), e.js, relay.WithSecretKey(key))
 	require.NoError(t, err)
-	secret := relay.GenerateSecret()
+	secret := webhook.GenerateSecret()
 	s := newSink(t, nil)
 	// Header values are sealed too: any of them may be a credential.
 	_, err = sealed.Add(context.Background(), relay.Destination{Name: "enc", URL: s.URL, Secret: secret,
@@ -144,7 +146,7 @@ func TestRelayOpensSecretsSealedWithThePreviousKey(t *testing.T) {
 	oldKey, newKey := []byte("the-old-operator-key-123456789"), []byte("the-new-operator-key-987654321")
 	byOld, err := relay.NewStore(context.Background(), e.js, relay.WithSecretKey(oldKey))
 	require.NoError(t, err)
-	secret := relay.GenerateSecret()
+	secret := webhook.GenerateSecret()
 	s := newSink(t, nil)
 	_, err = byOld.Add(context.Background(), relay.Destination{Name: "rotating", URL: s.URL, Secret: secret})
 	require.NoError(t, err)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/webhook"
+
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 
@@ -24,7 +26,7 @@ func TestBodyTemplateRendersSignsAndDeadLettersFailures(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	s, plain := newSink(t, nil), newSink(t, nil)
-	secret := relay.GenerateSecret()
+	secret := webhook.GenerateSecret()
 
 	// Refused when saved: exit 2, nothing stored.
 	bad := filepath.Join(t.TempDir(), "bad.tmpl")

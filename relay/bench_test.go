@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/webhook"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -27,18 +29,6 @@ func (m benchMsg) Subject() string      { return m.subject }
 func (m benchMsg) Headers() nats.Header { return m.hdr }
 func (m benchMsg) Reply() string        { return m.reply }
 func (m benchMsg) Data() []byte         { return m.data }
-
-func BenchmarkSign(b *testing.B) {
-	secret := GenerateSecret()
-	body := make([]byte, 1024)
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := Sign(secret, "evt_06h2rcpt1p0j6zbfdgx7z5g334", 1764500000, body); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
 
 func BenchmarkEventOf(b *testing.B) {
 	m := benchMsg{
@@ -111,7 +101,7 @@ func BenchmarkAttempt(b *testing.B) {
 		reply:   "$JS.ACK._.ACCHASH.RELAY_EVENTS.relay_orders.1.123456.120000.1764500000123456789.42.tok",
 		data:    []byte(`{"id":1}`),
 	}}
-	d := Destination{Name: "orders", URL: "https://hooks.example.com/in", Secret: GenerateSecret()}.WithDefaults()
+	d := Destination{Name: "orders", URL: "https://hooks.example.com/in", Secret: webhook.GenerateSecret()}.WithDefaults()
 	for _, tc := range []struct {
 		name string
 		tp   trace.TracerProvider

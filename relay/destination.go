@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaydev/relay/webhook"
+
 	"github.com/relaydev/relay/stream"
 )
 
@@ -406,8 +408,8 @@ func (d Destination) Validate() error {
 			return settingErr("secret", ErrSealed)
 		}
 		if sec != "" {
-			if _, err := decodeSecret(sec); err != nil {
-				return settingErr("secret", err)
+			if err := webhook.ValidateSecret(sec); err != nil {
+				return settingErr("secret", fmt.Errorf("%w (omit it to have one generated)", err))
 			}
 		}
 	}

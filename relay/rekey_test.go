@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/webhook"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/stream"
@@ -36,7 +38,7 @@ func TestRekeyResealsEverySecretItCanOpen(t *testing.T) {
 		_, err := kv.Put(ctx, d.Name, st.encode(d))
 		require.NoError(t, err)
 	}
-	s1, s2 := GenerateSecret(), GenerateSecret()
+	s1, s2 := webhook.GenerateSecret(), webhook.GenerateSecret()
 	// Its secret sealed with the new key, its previous one with the old.
 	mixed := Destination{Name: "mixed", URL: "https://example.test/m", Secret: s1, PrevSecret: s2, PrevSecretUntil: time.Now().Add(time.Hour)}
 	put(byNew, mixed)

@@ -16,6 +16,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/relaydev/relay/webhook"
+
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
@@ -227,13 +229,13 @@ func (s *Sender) Send(ctx context.Context, d Destination, ev Delivery) Result {
 	}
 	req.Header["Webhook-Timestamp"] = []string{strconv.FormatInt(ts, 10)}
 	if d.Secret != "" {
-		sig, err := Sign(d.Secret, ev.ID, ts, ev.Body)
+		sig, err := webhook.Sign(d.Secret, ev.ID, ts, ev.Body)
 		if err != nil {
 			return Result{Err: err}
 		}
 		if d.PrevSecret != "" && now.Before(d.PrevSecretUntil) {
 			// During a rotation's overlap both secrets sign, space-separated.
-			prev, err := Sign(d.PrevSecret, ev.ID, ts, ev.Body)
+			prev, err := webhook.Sign(d.PrevSecret, ev.ID, ts, ev.Body)
 			if err != nil {
 				return Result{Err: err}
 			}

@@ -16,6 +16,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/relaydev/relay/webhook"
+
 	"github.com/stretchr/testify/require"
 )
 
@@ -327,7 +329,7 @@ func TestSenderHeaders(t *testing.T) {
 	c := NewHTTPClient(HTTPOptions{Guard: NetGuard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
 	t.Cleanup(c.CloseIdleConnections)
 	s := &Sender{Client: c, Now: func() time.Time { return now }}
-	secret := GenerateSecret()
+	secret := webhook.GenerateSecret()
 	body := []byte(`{"hello":"world"}`)
 
 	t.Run("signed, with forwarded and refused event headers", func(t *testing.T) {
@@ -365,8 +367,8 @@ func TestSenderHeaders(t *testing.T) {
 		sigs := r.Header.Values("Webhook-Signature")
 		require.Len(t, sigs, 1)
 		require.True(t, strings.HasPrefix(sigs[0], "v1,"), sigs[0])
-		require.NoError(t, Verify(secret, "evt_42", 1_900_000_000, body, sigs[0]), "the signature verifies")
-		require.Error(t, Verify(secret, "evt_43", 1_900_000_000, body, sigs[0]), "the signature covers the id")
+		require.NoError(t, webhook.Verify(secret, "evt_42", 1_900_000_000, body, sigs[0]), "the signature verifies")
+		require.Error(t, webhook.Verify(secret, "evt_43", 1_900_000_000, body, sigs[0]), "the signature covers the id")
 		require.Equal(t, []string{"relay/" + Version}, r.Header.Values("User-Agent"))
 		require.True(t, strings.HasPrefix(r.Header.Get("User-Agent"), "relay/"))
 		require.Equal(t, []string{"application/json"}, r.Header.Values("Content-Type"))

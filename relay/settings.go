@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaydev/relay/webhook"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaydev/relay/stream"
@@ -219,7 +221,7 @@ func (s DestinationSettings) NewDestination(name string) (d Destination, generat
 		return Destination{}, false, err
 	}
 	if s.Secret == nil {
-		d.Secret, generated = GenerateSecret(), true
+		d.Secret, generated = webhook.GenerateSecret(), true
 	}
 	return d, generated, nil
 }

@@ -20,6 +20,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/relaydev/relay/webhook"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -188,7 +190,7 @@ func (b *bench) addDest(ctx context.Context, d relay.Destination) error {
 	if d.Concurrency == 0 {
 		d.Concurrency = b.opts.concurrency
 	}
-	d.Secret = relay.GenerateSecret()
+	d.Secret = webhook.GenerateSecret()
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if _, err := b.store.Add(actx, d); err != nil {

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/relaydev/relay/webhook"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -158,7 +160,7 @@ func (b *bench) prepareDeployData(ctx context.Context, r *result, dir, dest stri
 	if err != nil {
 		return err
 	}
-	if _, err := st.Add(ctx, relay.Destination{Name: dest, URL: b.sinkURL(dest), Concurrency: b.opts.concurrency, Secret: relay.GenerateSecret()}); err != nil {
+	if _, err := st.Add(ctx, relay.Destination{Name: dest, URL: b.sinkURL(dest), Concurrency: b.opts.concurrency, Secret: webhook.GenerateSecret()}); err != nil {
 		return fmt.Errorf("add destination %s: %w", dest, err)
 	}
 	pub, err := newPublisher(nc)

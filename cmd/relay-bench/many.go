@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/relaydev/relay/webhook"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -107,7 +109,7 @@ func (b *bench) scenarioH(ctx context.Context) ([]*result, error) {
 				}
 				t0 := time.Now()
 				actx, cancel := context.WithTimeout(ctx, time.Minute)
-				_, err := st.Add(actx, relay.Destination{Name: dests[i], URL: b.sinkURL(dests[i]), Secret: relay.GenerateSecret(), Shared: b.opts.shared})
+				_, err := st.Add(actx, relay.Destination{Name: dests[i], URL: b.sinkURL(dests[i]), Secret: webhook.GenerateSecret(), Shared: b.opts.shared})
 				cancel()
 				if err != nil {
 					errs <- fmt.Errorf("add destination %s: %w", dests[i], err)

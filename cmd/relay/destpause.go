@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/relaydev/relay/webhook"
+
 	"github.com/urfave/cli/v2"
 
 	"github.com/relaydev/relay/relay"
@@ -97,7 +99,7 @@ func (o *rotateSecretOpts) Run(ctx context.Context, e *env) error {
 	name, next := o.name, o.secret
 	generated := next == ""
 	if generated {
-		next = relay.GenerateSecret()
+		next = webhook.GenerateSecret()
 	}
 	ctx, cl, st, err := e.openDests(ctx, 30*time.Second)
 	if err != nil {

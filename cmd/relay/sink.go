@@ -13,9 +13,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/urfave/cli/v2"
+	"github.com/relaydev/relay/webhook"
 
-	"github.com/relaydev/relay/relay"
+	"github.com/urfave/cli/v2"
 )
 
 func sinkCommand() *cli.Command {
@@ -64,7 +64,7 @@ func (o *sinkOpts) Validate() error {
 		}
 	}
 	if o.secret != "" {
-		if err := relay.ValidateSecret(o.secret); err != nil {
+		if err := webhook.ValidateSecret(o.secret); err != nil {
 			// Every request would be answered 401 signature=invalid.
 			return usagef("--secret: %v", err)
 		}
@@ -145,7 +145,7 @@ func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	status := s.status
 	if s.secret != "" {
 		ts, _ := strconv.ParseInt(rec.Timestamp, 10, 64)
-		if err := relay.Verify(s.secret, id, ts, body, r.Header.Get("webhook-signature")); err != nil {
+		if err := webhook.Verify(s.secret, id, ts, body, r.Header.Get("webhook-signature")); err != nil {
 			rec.Signature = "invalid"
 			status = http.StatusUnauthorized
 		} else {

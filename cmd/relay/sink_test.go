@@ -10,13 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
+	"github.com/relaydev/relay/webhook"
 
-	"github.com/relaydev/relay/relay"
+	"github.com/stretchr/testify/require"
 )
 
 func TestSinkFailsFirstAndVerifiesSignatures(t *testing.T) {
-	secret := relay.GenerateSecret()
+	secret := webhook.GenerateSecret()
 	var out bytes.Buffer
 	s := &sink{out: &out, secret: secret, status: 200, failFirst: 2, failStatus: 503, retryAfter: "7", asJSON: true, seen: map[string]int{}}
 	srv := httptest.NewServer(s)
@@ -32,7 +32,7 @@ func TestSinkFailsFirstAndVerifiesSignatures(t *testing.T) {
 		req.Header.Add("X-Tag", "a")
 		req.Header.Add("X-Tag", "b")
 		if sign {
-			sig, err := relay.Sign(secret, id, ts, []byte(body))
+			sig, err := webhook.Sign(secret, id, ts, []byte(body))
 			require.NoError(t, err)
 			req.Header.Set("webhook-signature", sig)
 		}

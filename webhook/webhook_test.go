@@ -1,4 +1,4 @@
-package relay
+package webhook
 
 import (
 	"bytes"
@@ -6,10 +6,13 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"net/http"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -20,7 +23,7 @@ var signTestKey = []byte("0123456789abcdef0123456789ABCDEF")
 var signTestSecret = SecretPrefix + base64.StdEncoding.EncodeToString(signTestKey)
 
 // signTestExpected computes a Standard Webhooks v1 signature independently of
-// sign.go.
+// webhook.go.
 func signTestExpected(key []byte, id string, ts int64, body []byte) string {
 	content := id + "." + strconv.FormatInt(ts, 10) + "." + string(body)
 	m := hmac.New(sha256.New, key)
@@ -41,7 +44,7 @@ func TestSignMatchesIndependentHMAC(t *testing.T) {
 		{"zero timestamp", "id", 0, []byte("x")},
 		{"dots in id and body", "a.b.c", 1, []byte("d.e.f")},
 		{"unicode and newline body", "evt_ü", 2000000000, []byte("héllo\nwörld\x00")},
-		{"generated event id", NewEventID(), 1614265330, bytes.Repeat([]byte("z"), 4096)},
+		{"long id and body", strings.Repeat("e", 200), 1614265330, bytes.Repeat([]byte("z"), 4096)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -221,13 +224,13 @@ func TestCachedSignerMatchesFreshHMAC(t *testing.T) {
 		for _, id := range ids {
 			got, err := Sign(secret, id, int64(1764500000+i), body)
 			require.NoError(t, err)
-			require.Equal(t, sign(key, id, int64(1764500000+i), body), got)
+			require.Equal(t, signTestExpected(key, id, int64(1764500000+i), body), got)
 		}
 		if i%1000 == 0 {
 			// The same secret again, from the cache.
 			got, err := Sign(secret, "evt_2", 7, body)
 			require.NoError(t, err)
-			require.Equal(t, sign(key, "evt_2", 7, body), got)
+			require.Equal(t, signTestExpected(key, "evt_2", 7, body), got)
 		}
 	}
 	signersMu.RLock()
@@ -258,7 +261,7 @@ func TestCachedSignerIsSafeAcrossGoroutines(t *testing.T) {
 				id := fmt.Sprintf("evt_%d_%d", g, i)
 				body := []byte(fmt.Sprintf(`{"g":%d,"i":%d}`, g, i))
 				got, err := Sign(secrets[k], id, int64(i), body)
-				if err != nil || got != sign(keys[k], id, int64(i), body) {
+				if err != nil || got != signTestExpected(keys[k], id, int64(i), body) {
 					errs <- fmt.Sprintf("goroutine %d event %d: %q, %v", g, i, got, err)
 					return
 				}
@@ -270,4 +273,105 @@ func TestCachedSignerIsSafeAcrossGoroutines(t *testing.T) {
 	for e := range errs {
 		t.Error(e)
 	}
+}
+
+// BenchmarkSign is the cost of signing a 1 KiB body with a cached signer.
+func BenchmarkSign(b *testing.B) {
+	secret := GenerateSecret()
+	body := make([]byte, 1024)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Sign(secret, "evt_06h2rcpt1p0j6zbfdgx7z5g334", 1764500000, body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// A receiver's whole check: headers present, timestamp within the
+// tolerance either way, and a signature of the body.
+func TestVerifyRequest(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_900_000_000, 0)
+	body := []byte(`{"order":42}`)
+	headers := func(id string, ts int64, sig string) http.Header {
+		h := http.Header{}
+		h.Set(HeaderID, id)
+		h.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
+		h.Set(HeaderSignature, sig)
+		return h
+	}
+	signed := func(ts int64) http.Header {
+		sig, err := Sign(signTestSecret, "evt_1", ts, body)
+		require.NoError(t, err)
+		return headers("evt_1", ts, sig)
+	}
+	noTS := signed(now.Unix())
+	noTS.Del(HeaderTimestamp)
+	badTS := signed(now.Unix())
+	badTS.Set(HeaderTimestamp, "2030-01-01")
+	for _, tc := range []struct {
+		name      string
+		h         http.Header
+		body      []byte
+		tolerance time.Duration
+		want      error
+	}{
+		{"genuine", signed(now.Unix()), body, 0, nil},
+		{"4 minutes old", signed(now.Unix() - 240), body, 0, nil},
+		{"4 minutes ahead", signed(now.Unix() + 240), body, 0, nil},
+		{"6 minutes old", signed(now.Unix() - 360), body, 0, ErrTimestamp},
+		{"6 minutes ahead", signed(now.Unix() + 360), body, 0, ErrTimestamp},
+		{"6 minutes old, 10 allowed", signed(now.Unix() - 360), body, 10 * time.Minute, nil},
+		{"tampered body", signed(now.Unix()), []byte(`{"order":43}`), 0, ErrNoMatchingSignature},
+		{"no timestamp", noTS, body, 0, ErrMissingHeader},
+		{"timestamp not in seconds", badTS, body, 0, ErrTimestamp},
+		{"no headers", http.Header{}, body, 0, ErrMissingHeader},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			err := VerifyRequest(signTestSecret, tc.h, tc.body, now, tc.tolerance)
+			if tc.want == nil {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, tc.want)
+		})
+	}
+	require.ErrorIs(t, VerifyRequest("whsec_short", signed(now.Unix()), body, now, 0), ErrSecret)
+}
+
+// Receivers link this package alone: it must never import anything but
+// the standard library.
+func TestImportsOnlyTheStandardLibrary(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, "github.com/relaydev/relay/webhook", strings.TrimSpace(string(out)),
+		"the webhook package imports a non-standard package")
+}
+
+func ExampleVerifyRequest() {
+	secret := "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	body := []byte(`{"test": 2432232314}`)
+	// What a request from relay carries.
+	h := http.Header{}
+	h.Set("webhook-id", "msg_p5jXN8AQM9LWM0D4loKWxJek")
+	h.Set("webhook-timestamp", "1614265330")
+	h.Set("webhook-signature", "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=")
+
+	now := time.Unix(1614265330, 0).Add(time.Minute)
+	fmt.Println(VerifyRequest(secret, h, body, now, 0))
+	fmt.Println(VerifyRequest(secret, h, []byte(`{"test": 1}`), now, 0))
+	fmt.Println(VerifyRequest(secret, h, body, now.Add(time.Hour), 0))
+	// Output:
+	// <nil>
+	// webhook: no matching v1 signature
+	// webhook: timestamp: 1614265330 is 1h1m0s from now, more than the tolerance of 5m0s
+}
+
+func ExampleSign() {
+	sig, err := Sign("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, []byte(`{"test": 2432232314}`))
+	fmt.Println(sig, err)
+	// Output: v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE= <nil>
 }
