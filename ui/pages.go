@@ -22,10 +22,23 @@ func (u *UI) loginPage(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/ui/", http.StatusSeeOther)
 		return
 	}
-	u.render(w, r, http.StatusOK, "login", user{}, map[string]any{})
+	u.loginForm(w, r, http.StatusOK, "")
 }
 
-// login checks the key with the API (GET /v1/key) and starts a session.
+// loginForm shows the sign-in form, with msg when there is one, and the
+// CSRF token of the browser's pre-session.
+func (u *UI) loginForm(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	data := map[string]any{"CSRF": u.sessions.loginToken(w, r)}
+	if msg != "" {
+		data["Error"] = msg
+	}
+	u.render(w, r, status, "login", user{}, data)
+}
+
+// login checks the form's CSRF token, then the key with the API (GET
+// /v1/key), and starts a session. Without the token a page elsewhere
+// could sign the browser in with a key of its choosing (login CSRF): what
+// the user then did would be done with, and seen by, that key.
 func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 	if err := r.ParseForm(); err != nil {
 		status := http.StatusBadRequest
@@ -33,12 +46,16 @@ func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 		if errors.As(err, &tooLarge) {
 			status = http.StatusRequestEntityTooLarge
 		}
-		u.render(w, r, status, "login", user{}, map[string]any{"Error": "The sign-in form could not be read: " + err.Error()})
+		u.loginForm(w, r, status, "The sign-in form could not be read: "+err.Error())
+		return
+	}
+	if !u.sessions.loginOK(r, r.PostFormValue("csrf")) {
+		u.loginForm(w, r, http.StatusForbidden, "This sign-in form is stale or did not come from this dashboard (CSRF check failed): sign in again with the form below.")
 		return
 	}
 	key := strings.TrimSpace(r.PostFormValue("key"))
 	if key == "" {
-		u.render(w, r, http.StatusOK, "login", user{}, map[string]any{"Error": "Paste an API key (relay api-key create)."})
+		u.loginForm(w, r, http.StatusOK, "Paste an API key (relay api-key create).")
 		return
 	}
 	k, err := u.apiFor(r, key).Key(r.Context())
@@ -53,9 +70,10 @@ func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 		}
 		// 200: the sign-in form again, with why (a browser reports a page
 		// loaded with an error status as a console error).
-		u.render(w, r, http.StatusOK, "login", user{}, map[string]any{"Error": msg})
+		u.loginForm(w, r, http.StatusOK, msg)
 		return
 	}
+	u.sessions.endLogin(w, r)
 	u.sessions.start(w, r, key)
 	u.cfg.Logger.Info("dashboard: signed in", "key", k.Name, "scope", k.Scope, "client", r.RemoteAddr)
 	http.Redirect(w, r, "/ui/", http.StatusSeeOther)
