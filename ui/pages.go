@@ -1,8 +1,6 @@
 package ui
 
 import (
-	"bytes"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/relaydev/relay/api/client"
 )
@@ -548,37 +545,6 @@ func (u *UI) letterAction(w http.ResponseWriter, r *http.Request, usr user) {
 	u.render(w, r, http.StatusOK, "dead-letters", usr, fresh)
 }
 
-// bodyView is a body as the page shows it: JSON indented, text as it is,
-// anything else as a hex dump.
-type bodyView struct {
-	Kind string // json, text, binary, none
-	Text string
-	Size int
-}
-
-// viewBody shows a body the API answered: JSON as itself (raw), text as a
-// JSON string (raw, with its bytes in b64) or as text, anything else in
-// b64 only.
-func viewBody(raw json.RawMessage, b64 []byte, text string) bodyView {
-	if text != "" {
-		return bodyView{Kind: "text", Text: text, Size: len(text)}
-	}
-	if len(raw) > 0 {
-		var s string
-		if raw[0] == '"' && json.Unmarshal(raw, &s) == nil && utf8.ValidString(s) {
-			return bodyView{Kind: "text", Text: s, Size: len(s)}
-		}
-		var out bytes.Buffer
-		if json.Indent(&out, raw, "", "  ") == nil {
-			return bodyView{Kind: "json", Text: out.String(), Size: len(raw)}
-		}
-	}
-	if len(b64) > 0 {
-		return bodyView{Kind: "binary", Text: hex.Dump(b64), Size: len(b64)}
-	}
-	return bodyView{Kind: "none"}
-}
-
 func (u *UI) letter(w http.ResponseWriter, r *http.Request, usr user) {
 	seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
 	if err != nil || seq == 0 {
@@ -590,7 +556,67 @@ func (u *UI) letter(w http.ResponseWriter, r *http.Request, usr user) {
 		u.fail(w, r, usr, err)
 		return
 	}
-	u.render(w, r, http.StatusOK, "dead-letter", usr, map[string]any{"Letter": l, "Body": viewBody(l.BodyJSON, l.BodyBase64, "")})
+	body := viewBody(l.BodyJSON, l.BodyBase64, "")
+	if l.BodyUnavailable == "" {
+		body.Download = fmt.Sprintf("/ui/dead-letters/%d/body", seq)
+	}
+	u.render(w, r, http.StatusOK, "dead-letter", usr, map[string]any{"Letter": l, "Body": body})
+}
+
+// letterBody is a dead letter's body as a download.
+func (u *UI) letterBody(w http.ResponseWriter, r *http.Request, usr user) {
+	seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
+	if err != nil || seq == 0 {
+		u.render(w, r, http.StatusNotFound, "error", usr, map[string]any{"Status": 404, "Error": fmt.Sprintf("%q is not a dead letter's sequence", r.PathValue("seq"))})
+		return
+	}
+	b, err := u.apiFor(r, usr.key).DeadLetterBody(r.Context(), seq)
+	if err != nil {
+		u.fail(w, r, usr, err)
+		return
+	}
+	download(w, fmt.Sprintf("dead-letter-%d.body", seq), b)
+}
+
+// eventBody is an event's body as a download.
+func (u *UI) eventBody(w http.ResponseWriter, r *http.Request, usr user) {
+	id := r.URL.Query().Get("id")
+	b, err := u.apiFor(r, usr.key).EventBody(r.Context(), id)
+	if err != nil {
+		u.fail(w, r, usr, err)
+		return
+	}
+	download(w, "event-"+fileSafe(id)+".body", b)
+}
+
+// download answers b, a body as it was published, as a file to save: typed
+// application/octet-stream whatever it holds, so that a browser never
+// renders it as a page of the dashboard's origin, nor sniffs it.
+func download(w http.ResponseWriter, name string, b []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Disposition", `attachment; filename="`+name+`"`)
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b)
+}
+
+// fileSafe is id as part of a file name: letters, digits, '-', '_' and '.'
+// kept, anything else '_', at most 64 characters.
+func fileSafe(id string) string {
+	out := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
+			return r
+		}
+		return '_'
+	}, id)
+	if len(out) > 64 {
+		out = out[:64]
+	}
+	return out
 }
 
 func (u *UI) eventPage(w http.ResponseWriter, r *http.Request, usr user) {
@@ -601,7 +627,9 @@ func (u *UI) eventPage(w http.ResponseWriter, r *http.Request, usr user) {
 		switch st := statusOf(err); {
 		case err == nil:
 			data["Event"] = ev
-			data["Body"] = viewBody(ev.BodyJSON, ev.BodyBase64, ev.BodyText)
+			body := viewBody(ev.BodyJSON, ev.BodyBase64, ev.BodyText)
+			body.Download = "/ui/events/body?" + url.Values{"id": {id}}.Encode()
+			data["Body"] = body
 		case st == http.StatusNotFound || st == http.StatusBadRequest:
 			var e *client.Error
 			errors.As(err, &e)

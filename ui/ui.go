@@ -125,6 +125,8 @@ func (u *UI) routes() {
 	u.mux.Handle("GET /ui/dead-letters/{seq}", u.signedIn(u.letter))
 	u.mux.Handle("POST /ui/dead-letters/{action}", u.signedIn(u.letterAction))
 	u.mux.Handle("GET /ui/events", u.signedIn(u.eventPage))
+	u.mux.Handle("GET /ui/events/body", u.signedIn(u.eventBody))
+	u.mux.Handle("GET /ui/dead-letters/{seq}/body", u.signedIn(u.letterBody))
 	u.mux.Handle("GET /ui/send", u.signedIn(u.sendPage))
 	u.mux.Handle("POST /ui/send", u.signedIn(u.send))
 	u.mux.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
