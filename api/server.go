@@ -106,6 +106,7 @@ func NewServer(cfg Config) *Server {
 		{"POST /v1/destinations/{name}/retrying/{id}/skip", ScopeAdmin, s.skipRetrying},
 		{"GET /v1/attempts", ScopeRead, s.attempts},
 		{"GET /v1/events/{id}", ScopeRead, s.event},
+		{"GET /v1/events/{id}/body", ScopeRead, s.eventBody},
 		{"GET /v1/destinations", ScopeRead, s.listDests},
 		{"POST /v1/destinations", ScopeAdmin, s.createDest},
 		{"GET /v1/destinations/{name}", ScopeRead, s.getDest},
@@ -116,6 +117,7 @@ func NewServer(cfg Config) *Server {
 		{"POST /v1/destinations/{name}/rotate-secret", ScopeAdmin, s.rotateSecret},
 		{"GET /v1/dead-letters", ScopeRead, s.listLetters},
 		{"GET /v1/dead-letters/{seq}", ScopeRead, s.getLetter},
+		{"GET /v1/dead-letters/{seq}/body", ScopeRead, s.letterBody},
 		{"POST /v1/dead-letters/replay", ScopeAdmin, s.replayLetters},
 		{"POST /v1/dead-letters/purge", ScopeAdmin, s.purgeLetters},
 	} {

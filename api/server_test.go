@@ -93,6 +93,22 @@ func startTracedAPI(t *testing.T, tp trace.TracerProvider) *apiEnv {
 // document: a handler that drifts from it fails here.
 func (e *apiEnv) do(method, path, key, contentType string, body []byte, hdr ...string) (int, map[string]any) {
 	e.t.Helper()
+	resp, got := e.exchange(method, path, key, contentType, body, hdr...)
+	var m map[string]any
+	if len(got) > 0 && path != "/v1/openapi.json" {
+		require.NoError(e.t, json.Unmarshal(got, &m), "%s", got)
+	}
+	if resp.StatusCode >= 400 {
+		require.Equal(e.t, "application/problem+json", resp.Header.Get("Content-Type"))
+		require.NotEmpty(e.t, m["detail"])
+	}
+	return resp.StatusCode, m
+}
+
+// exchange is do for an answer that need not be JSON (a body's bytes): the
+// response, its body read, checked against the OpenAPI document.
+func (e *apiEnv) exchange(method, path, key, contentType string, body []byte, hdr ...string) (*http.Response, []byte) {
+	e.t.Helper()
 	req, err := http.NewRequest(method, e.url+path, bytes.NewReader(body))
 	require.NoError(e.t, err)
 	if key != "" {
@@ -123,15 +139,7 @@ func (e *apiEnv) do(method, path, key, contentType string, body []byte, hdr ...s
 		require.Contains(e.t, []int{http.StatusNotFound, http.StatusMethodNotAllowed}, resp.StatusCode,
 			"%s %s is in no operation of the document (%v), yet answered %d %s", method, path, err, resp.StatusCode, got)
 	}
-	var m map[string]any
-	if len(got) > 0 && path != "/v1/openapi.json" {
-		require.NoError(e.t, json.Unmarshal(got, &m), "%s", got)
-	}
-	if resp.StatusCode >= 400 {
-		require.Equal(e.t, "application/problem+json", resp.Header.Get("Content-Type"))
-		require.NotEmpty(e.t, m["detail"])
-	}
-	return resp.StatusCode, m
+	return resp, got
 }
 
 func TestPublishOverHTTP(t *testing.T) {

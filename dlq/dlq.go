@@ -459,6 +459,10 @@ func decodeStored(m *jetstream.RawStreamMsg) Letter {
 	return l
 }
 
+// ErrEventGone is Resolve's error for a letter whose event is no longer in
+// the events stream.
+var ErrEventGone = errors.New("event gone")
+
 // Resolve returns l with its event's headers and body: l itself, or when
 // the letter references its event (EventOmitted), l with them read from
 // the event stream at l.StreamSeq.
@@ -472,7 +476,7 @@ func (s *Store) Resolve(ctx context.Context, l Letter) (Letter, error) {
 	}
 	m, err := evs.GetMsg(ctx, l.StreamSeq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return l, fmt.Errorf("dead letter %d holds no copy of event %s (too large to copy) and stream %s no longer holds it at sequence %d (older than the event retention, or deleted)", l.Seq, l.EventID, stream.EventsStream, l.StreamSeq)
+		return l, fmt.Errorf("dead letter %d holds no copy of event %s (too large to copy) and stream %s no longer holds it at sequence %d (older than the event retention, or deleted): %w", l.Seq, l.EventID, stream.EventsStream, l.StreamSeq, ErrEventGone)
 	}
 	if err != nil {
 		return l, fmt.Errorf("dead letter %d: read event %s at sequence %d of stream %s: %w", l.Seq, l.EventID, l.StreamSeq, stream.EventsStream, err)

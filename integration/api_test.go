@@ -53,4 +53,5 @@ func TestEventPublishedOverHTTPIsDelivered(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Contains(t, resp.Header.Get("Content-Security-Policy"), "script-src 'self'")
+	require.Empty(t, resp.Header.Values("Strict-Transport-Security"), "no HSTS over plain HTTP")
 }

@@ -1,8 +1,6 @@
 package ui
 
 import (
-	"bytes"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/relaydev/relay/api/client"
 )
@@ -22,10 +19,23 @@ func (u *UI) loginPage(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/ui/", http.StatusSeeOther)
 		return
 	}
-	u.render(w, r, http.StatusOK, "login", user{}, map[string]any{})
+	u.loginForm(w, r, http.StatusOK, "")
 }
 
-// login checks the key with the API (GET /v1/key) and starts a session.
+// loginForm shows the sign-in form, with msg when there is one, and the
+// CSRF token of the browser's pre-session.
+func (u *UI) loginForm(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	data := map[string]any{"CSRF": u.sessions.loginToken(w, r)}
+	if msg != "" {
+		data["Error"] = msg
+	}
+	u.render(w, r, status, "login", user{}, data)
+}
+
+// login checks the form's CSRF token, then the key with the API (GET
+// /v1/key), and starts a session. Without the token a page elsewhere
+// could sign the browser in with a key of its choosing (login CSRF): what
+// the user then did would be done with, and seen by, that key.
 func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 	if err := r.ParseForm(); err != nil {
 		status := http.StatusBadRequest
@@ -33,12 +43,16 @@ func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 		if errors.As(err, &tooLarge) {
 			status = http.StatusRequestEntityTooLarge
 		}
-		u.render(w, r, status, "login", user{}, map[string]any{"Error": "The sign-in form could not be read: " + err.Error()})
+		u.loginForm(w, r, status, "The sign-in form could not be read: "+err.Error())
+		return
+	}
+	if !u.sessions.loginOK(r, r.PostFormValue("csrf")) {
+		u.loginForm(w, r, http.StatusForbidden, "This sign-in form is stale or did not come from this dashboard (CSRF check failed): sign in again with the form below.")
 		return
 	}
 	key := strings.TrimSpace(r.PostFormValue("key"))
 	if key == "" {
-		u.render(w, r, http.StatusOK, "login", user{}, map[string]any{"Error": "Paste an API key (relay api-key create)."})
+		u.loginForm(w, r, http.StatusOK, "Paste an API key (relay api-key create).")
 		return
 	}
 	k, err := u.apiFor(r, key).Key(r.Context())
@@ -53,9 +67,10 @@ func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 		}
 		// 200: the sign-in form again, with why (a browser reports a page
 		// loaded with an error status as a console error).
-		u.render(w, r, http.StatusOK, "login", user{}, map[string]any{"Error": msg})
+		u.loginForm(w, r, http.StatusOK, msg)
 		return
 	}
+	u.sessions.endLogin(w, r)
 	u.sessions.start(w, r, key)
 	u.cfg.Logger.Info("dashboard: signed in", "key", k.Name, "scope", k.Scope, "client", r.RemoteAddr)
 	http.Redirect(w, r, "/ui/", http.StatusSeeOther)
@@ -530,37 +545,6 @@ func (u *UI) letterAction(w http.ResponseWriter, r *http.Request, usr user) {
 	u.render(w, r, http.StatusOK, "dead-letters", usr, fresh)
 }
 
-// bodyView is a body as the page shows it: JSON indented, text as it is,
-// anything else as a hex dump.
-type bodyView struct {
-	Kind string // json, text, binary, none
-	Text string
-	Size int
-}
-
-// viewBody shows a body the API answered: JSON as itself (raw), text as a
-// JSON string (raw, with its bytes in b64) or as text, anything else in
-// b64 only.
-func viewBody(raw json.RawMessage, b64 []byte, text string) bodyView {
-	if text != "" {
-		return bodyView{Kind: "text", Text: text, Size: len(text)}
-	}
-	if len(raw) > 0 {
-		var s string
-		if raw[0] == '"' && json.Unmarshal(raw, &s) == nil && utf8.ValidString(s) {
-			return bodyView{Kind: "text", Text: s, Size: len(s)}
-		}
-		var out bytes.Buffer
-		if json.Indent(&out, raw, "", "  ") == nil {
-			return bodyView{Kind: "json", Text: out.String(), Size: len(raw)}
-		}
-	}
-	if len(b64) > 0 {
-		return bodyView{Kind: "binary", Text: hex.Dump(b64), Size: len(b64)}
-	}
-	return bodyView{Kind: "none"}
-}
-
 func (u *UI) letter(w http.ResponseWriter, r *http.Request, usr user) {
 	seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
 	if err != nil || seq == 0 {
@@ -572,7 +556,67 @@ func (u *UI) letter(w http.ResponseWriter, r *http.Request, usr user) {
 		u.fail(w, r, usr, err)
 		return
 	}
-	u.render(w, r, http.StatusOK, "dead-letter", usr, map[string]any{"Letter": l, "Body": viewBody(l.BodyJSON, l.BodyBase64, "")})
+	body := viewBody(l.BodyJSON, l.BodyBase64, "")
+	if l.BodyUnavailable == "" {
+		body.Download = fmt.Sprintf("/ui/dead-letters/%d/body", seq)
+	}
+	u.render(w, r, http.StatusOK, "dead-letter", usr, map[string]any{"Letter": l, "Body": body})
+}
+
+// letterBody is a dead letter's body as a download.
+func (u *UI) letterBody(w http.ResponseWriter, r *http.Request, usr user) {
+	seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
+	if err != nil || seq == 0 {
+		u.render(w, r, http.StatusNotFound, "error", usr, map[string]any{"Status": 404, "Error": fmt.Sprintf("%q is not a dead letter's sequence", r.PathValue("seq"))})
+		return
+	}
+	b, err := u.apiFor(r, usr.key).DeadLetterBody(r.Context(), seq)
+	if err != nil {
+		u.fail(w, r, usr, err)
+		return
+	}
+	download(w, fmt.Sprintf("dead-letter-%d.body", seq), b)
+}
+
+// eventBody is an event's body as a download.
+func (u *UI) eventBody(w http.ResponseWriter, r *http.Request, usr user) {
+	id := r.URL.Query().Get("id")
+	b, err := u.apiFor(r, usr.key).EventBody(r.Context(), id)
+	if err != nil {
+		u.fail(w, r, usr, err)
+		return
+	}
+	download(w, "event-"+fileSafe(id)+".body", b)
+}
+
+// download answers b, a body as it was published, as a file to save: typed
+// application/octet-stream whatever it holds, so that a browser never
+// renders it as a page of the dashboard's origin, nor sniffs it.
+func download(w http.ResponseWriter, name string, b []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Disposition", `attachment; filename="`+name+`"`)
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b)
+}
+
+// fileSafe is id as part of a file name: letters, digits, '-', '_' and '.'
+// kept, anything else '_', at most 64 characters.
+func fileSafe(id string) string {
+	out := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
+			return r
+		}
+		return '_'
+	}, id)
+	if len(out) > 64 {
+		out = out[:64]
+	}
+	return out
 }
 
 func (u *UI) eventPage(w http.ResponseWriter, r *http.Request, usr user) {
@@ -583,7 +627,9 @@ func (u *UI) eventPage(w http.ResponseWriter, r *http.Request, usr user) {
 		switch st := statusOf(err); {
 		case err == nil:
 			data["Event"] = ev
-			data["Body"] = viewBody(ev.BodyJSON, ev.BodyBase64, ev.BodyText)
+			body := viewBody(ev.BodyJSON, ev.BodyBase64, ev.BodyText)
+			body.Download = "/ui/events/body?" + url.Values{"id": {id}}.Encode()
+			data["Body"] = body
 		case st == http.StatusNotFound || st == http.StatusBadRequest:
 			var e *client.Error
 			errors.As(err, &e)

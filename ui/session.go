@@ -147,3 +147,53 @@ func (s *sessions) csrf(cookie string) string {
 func (s *sessions) csrfOK(cookie, token string) bool {
 	return token != "" && subtle.ConstantTimeCompare([]byte(s.csrf(cookie)), []byte(token)) == 1
 }
+
+// loginCookieName is the sign-in form's pre-session cookie: random bytes
+// that the form's CSRF token is bound to, as a session's token is bound to
+// its cookie. It goes only to /ui/login.
+const loginCookieName = "relay_login"
+
+// loginPrefix keeps a pre-session's token apart from a session's: no
+// session cookie starts with it (base64url has no ':').
+const loginPrefix = "login:"
+
+// loginValue reports whether r has a well-formed pre-session cookie, and
+// its value.
+func loginValue(r *http.Request) (string, bool) {
+	c, err := r.Cookie(loginCookieName)
+	if err != nil {
+		return "", false
+	}
+	b, err := base64.RawURLEncoding.DecodeString(c.Value)
+	if err != nil || len(b) != 32 {
+		return "", false
+	}
+	return c.Value, true
+}
+
+// loginToken is the sign-in form's CSRF token for r: of its pre-session,
+// which it starts (a cookie on w) when r has none.
+func (s *sessions) loginToken(w http.ResponseWriter, r *http.Request) string {
+	v, ok := loginValue(r)
+	if !ok {
+		b := make([]byte, 32)
+		_, _ = rand.Read(b)
+		v = base64.RawURLEncoding.EncodeToString(b)
+		http.SetCookie(w, &http.Cookie{Name: loginCookieName, Value: v, Path: "/ui/login",
+			HttpOnly: true, Secure: s.secureFor(r), SameSite: http.SameSiteStrictMode})
+	}
+	return s.csrf(loginPrefix + v)
+}
+
+// loginOK reports whether token is the CSRF token of r's pre-session: the
+// sign-in form was loaded by this browser from the dashboard.
+func (s *sessions) loginOK(r *http.Request, token string) bool {
+	v, ok := loginValue(r)
+	return ok && s.csrfOK(loginPrefix+v, token)
+}
+
+// endLogin removes the pre-session cookie, once signed in.
+func (s *sessions) endLogin(w http.ResponseWriter, r *http.Request) {
+	http.SetCookie(w, &http.Cookie{Name: loginCookieName, Value: "", Path: "/ui/login", MaxAge: -1,
+		HttpOnly: true, Secure: s.secureFor(r), SameSite: http.SameSiteStrictMode})
+}

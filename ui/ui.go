@@ -52,6 +52,8 @@ type UI struct {
 	sessions *sessions
 	pages    map[string]*template.Template
 	mux      *http.ServeMux
+	// origins refuses a form posted from another origin.
+	origins *http.CrossOriginProtection
 }
 
 // New returns the dashboard's handler, to be served at /ui/.
@@ -79,7 +81,7 @@ func New(ctx context.Context, cfg Config) (*UI, error) {
 	if err != nil {
 		return nil, err
 	}
-	u := &UI{cfg: cfg, sessions: ss, mux: http.NewServeMux()}
+	u := &UI{cfg: cfg, sessions: ss, mux: http.NewServeMux(), origins: http.NewCrossOriginProtection()}
 	if err := u.parse(); err != nil {
 		return nil, err
 	}
@@ -123,6 +125,8 @@ func (u *UI) routes() {
 	u.mux.Handle("GET /ui/dead-letters/{seq}", u.signedIn(u.letter))
 	u.mux.Handle("POST /ui/dead-letters/{action}", u.signedIn(u.letterAction))
 	u.mux.Handle("GET /ui/events", u.signedIn(u.eventPage))
+	u.mux.Handle("GET /ui/events/body", u.signedIn(u.eventBody))
+	u.mux.Handle("GET /ui/dead-letters/{seq}/body", u.signedIn(u.letterBody))
 	u.mux.Handle("GET /ui/send", u.signedIn(u.sendPage))
 	u.mux.Handle("POST /ui/send", u.signedIn(u.send))
 	u.mux.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
@@ -140,6 +144,13 @@ func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("X-Frame-Options", "DENY")
+	if err := u.origins.Check(r); err != nil {
+		// A POST from a page of another origin (Sec-Fetch-Site, or an
+		// Origin that is not this host): on top of the CSRF tokens, which
+		// a sibling host able to set cookies could get around at sign-in.
+		http.Error(w, "this form was posted from a page of another site or origin ("+err.Error()+"): the dashboard takes forms from its own pages only", http.StatusForbidden)
+		return
+	}
 	if r.Body != nil && r.Method == http.MethodPost {
 		// A form: a sign-in, an action, or a test event (at most the
 		// API's body); without a bound, ParseForm would take a multipart
@@ -219,7 +230,7 @@ func (u *UI) toLogin(w http.ResponseWriter, r *http.Request, msg string) {
 		return
 	}
 	if msg != "" {
-		u.render(w, r, http.StatusUnauthorized, "login", user{}, map[string]any{"Error": msg})
+		u.loginForm(w, r, http.StatusUnauthorized, msg)
 		return
 	}
 	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)

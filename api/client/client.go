@@ -107,6 +107,20 @@ func (c *Client) do(ctx context.Context, r request, out any) error {
 	return nil
 }
 
+// bytes sends r and returns the answer's body as it is (not JSON).
+func (c *Client) bytes(ctx context.Context, r request) ([]byte, error) {
+	resp, err := c.send(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("relay client: %s %s: read the answer: %w", r.method, resp.Request.URL.Path, err)
+	}
+	return b, nil
+}
+
 // send sends r and returns a successful (2xx) response, whose body the
 // caller closes; any other answer is returned as an *Error.
 func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {

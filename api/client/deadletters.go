@@ -61,6 +61,14 @@ func (c *Client) DeadLetter(ctx context.Context, seq uint64) (DeadLetterDetail, 
 	return out, err
 }
 
+// DeadLetterBody returns a dead letter's body, the exact bytes its event
+// was published with (getDeadLetterBody); IsNotFound when there is no such
+// letter, or it holds no copy of a large event that the events stream no
+// longer keeps. Scope: read.
+func (c *Client) DeadLetterBody(ctx context.Context, seq uint64) ([]byte, error) {
+	return c.bytes(ctx, request{method: http.MethodGet, path: "/dead-letters/" + strconv.FormatUint(seq, 10) + "/body"})
+}
+
 // ReplayDeadLetters republishes the dead letters sel selects, each with
 // its event id, to its destination or sel.ToDest, and removes each once
 // that is confirmed, as 'relay dlq replay' does (replayDeadLetters). One

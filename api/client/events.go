@@ -66,6 +66,13 @@ func (c *Client) Event(ctx context.Context, id string) (EventView, error) {
 	return out, err
 }
 
+// EventBody returns event id's body, the exact bytes it was published with
+// (getEventBody); IsNotFound when the log has no record of it or the
+// events stream no longer keeps it. Scope: read.
+func (c *Client) EventBody(ctx context.Context, id string) ([]byte, error) {
+	return c.bytes(ctx, request{method: http.MethodGet, path: "/events/" + url.PathEscape(id) + "/body"})
+}
+
 // Attempts returns a page of the delivery log's records that q selects,
 // newest first (listAttempts). Scope: read.
 func (c *Client) Attempts(ctx context.Context, q AttemptQuery) (AttemptPage, error) {

@@ -613,6 +613,7 @@ func (o *runOpts) serveAPI(ctx context.Context, js jetstream.JetStream, log *slo
 		}
 		scheme = "https"
 		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		srv.Handler = withHSTS(srv.Handler)
 		go func() { _ = srv.ServeTLS(ln, "", "") }()
 	} else {
 		go func() { _ = srv.Serve(ln) }()
