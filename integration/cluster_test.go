@@ -14,13 +14,14 @@ import (
 
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/embedded"
 	"github.com/relaydev/relay/stream/streamtest"
 )
 
 // cluster is a 3-node JetStream cluster of embedded servers on loopback.
 type cluster struct {
 	t       *testing.T
-	cfgs    []stream.EmbeddedConfig
+	cfgs    []embedded.Config
 	servers []*server.Server
 }
 
@@ -33,7 +34,7 @@ func startCluster(t *testing.T) *cluster {
 		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
 	}
 	for i := range 3 {
-		c.cfgs = append(c.cfgs, stream.EmbeddedConfig{
+		c.cfgs = append(c.cfgs, embedded.Config{
 			Name: fmt.Sprintf("n%d", i), DataDir: t.TempDir(), Port: streamtest.Port(t),
 			ClusterName: "relay-test", ClusterPort: cports[i], Routes: routes,
 		})
@@ -55,7 +56,7 @@ func startCluster(t *testing.T) *cluster {
 
 func (c *cluster) start(i int) {
 	c.t.Helper()
-	s, err := stream.StartEmbedded(c.cfgs[i])
+	s, err := embedded.Start(c.cfgs[i])
 	require.NoError(c.t, err)
 	c.servers[i] = s
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/embedded"
 	"github.com/relaydev/relay/stream/streamtest"
 )
 
@@ -52,7 +53,7 @@ func TestMain(m *testing.M) {
 // env is one test's world: an embedded NATS server with relay's streams.
 type env struct {
 	t     testing.TB
-	cfg   stream.EmbeddedConfig
+	cfg   embedded.Config
 	srv   *server.Server
 	url   string
 	nc    *nats.Conn
@@ -64,8 +65,8 @@ type env struct {
 func setup(t testing.TB) *env {
 	t.Helper()
 	// A port restartNATS can start the server on again.
-	cfg := stream.EmbeddedConfig{DataDir: t.TempDir(), Port: streamtest.Port(t)}
-	s, err := stream.StartEmbedded(cfg)
+	cfg := embedded.Config{DataDir: t.TempDir(), Port: streamtest.Port(t)}
+	s, err := embedded.Start(cfg)
 	require.NoError(t, err)
 	e := &env{t: t, cfg: cfg}
 	e.srv = s
@@ -93,7 +94,7 @@ func (e *env) restartNATS() {
 	e.t.Helper()
 	e.srv.Shutdown()
 	e.srv.WaitForShutdown()
-	s, err := stream.StartEmbedded(e.cfg)
+	s, err := embedded.Start(e.cfg)
 	require.NoError(e.t, err)
 	e.srv = s
 }

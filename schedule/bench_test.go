@@ -16,13 +16,14 @@ import (
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/schedule/redistest"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/embedded"
 )
 
 func benchSetup(b *testing.B) (*schedule.Store, *redis.Client, *nats.Conn, jetstream.JetStream) {
 	b.Helper()
 	r := redistest.Start(b, redistest.Options{})
 	rdb := r.Client()
-	s, err := stream.StartEmbedded(stream.EmbeddedConfig{DataDir: b.TempDir(), Port: -1})
+	s, err := embedded.Start(embedded.Config{DataDir: b.TempDir(), Port: -1})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/relaydev/relay/stream/embedded"
 	"github.com/stretchr/testify/require"
 )
 
@@ -125,8 +126,8 @@ func TestNextMsgEndsWithItsContext(t *testing.T) {
 // one pull request, and events flow again.
 func TestNextMsgRidesOutAnOutageQuietly(t *testing.T) {
 	ctx := context.Background()
-	cfg := EmbeddedConfig{DataDir: t.TempDir(), Port: -1}
-	s, err := StartEmbedded(cfg)
+	cfg := embedded.Config{DataDir: t.TempDir(), Port: -1}
+	s, err := embedded.Start(cfg)
 	require.NoError(t, err)
 	cfg.Port = s.Addr().(*net.TCPAddr).Port
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
@@ -169,7 +170,7 @@ func TestNextMsgRidesOutAnOutageQuietly(t *testing.T) {
 	s.Shutdown()
 	s.WaitForShutdown()
 	time.Sleep(3 * time.Second) // the outage
-	s, err = StartEmbedded(cfg)
+	s, err = embedded.Start(cfg)
 	require.NoError(t, err)
 	require.Eventually(t, nc.IsConnected, 10*time.Second, 10*time.Millisecond)
 	// The iterator's pull request reaches the new server after the reconnect.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/relaydev/relay/stream/embedded"
 	"github.com/stretchr/testify/require"
 )
 
@@ -172,7 +173,7 @@ func TestReadStopsEarly(t *testing.T) {
 // BenchmarkScan reads 10,000 stored 1 KiB events of one destination among
 // two (what dlq list and log replay cost per message).
 func BenchmarkRead(b *testing.B) {
-	s, err := StartEmbedded(EmbeddedConfig{DataDir: b.TempDir(), Port: -1})
+	s, err := embedded.Start(embedded.Config{DataDir: b.TempDir(), Port: -1})
 	require.NoError(b, err)
 	b.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 	nc, err := nats.Connect(s.ClientURL())

@@ -1,6 +1,7 @@
 // Package stream owns everything JetStream: the subject and header contract that
-// producers publish to, the stream and bucket definitions, and the embedded
-// nats-server. No other package of relay imports nats-server.
+// producers publish to, the stream and bucket definitions, and the pull
+// client. The embedded nats-server is in package stream/embedded, the only
+// one of relay that imports nats-server.
 package stream
 
 import (

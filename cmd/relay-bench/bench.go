@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/relaydev/relay/stream/embedded"
 	"github.com/relaydev/relay/webhook"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -110,7 +111,7 @@ func (b *bench) close() {
 func (b *bench) startNATS(ctx context.Context) (err error) {
 	b.servers++
 	b.natsDir = filepath.Join(b.tmp, "nats-"+strconv.Itoa(b.servers))
-	b.ns, err = stream.StartEmbedded(stream.EmbeddedConfig{
+	b.ns, err = embedded.Start(embedded.Config{
 		DataDir: b.natsDir,
 		Host:    "127.0.0.1",
 		Port:    -1,

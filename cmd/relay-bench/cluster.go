@@ -26,10 +26,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/embedded"
 )
 
 // Scenario (r)'s NATS cluster: three "relay-bench nats-node" processes,
-// each an embedded nats-server (stream.StartEmbedded, as 'relay run
+// each an embedded nats-server (embedded.Start, as 'relay run
 // --cluster-name' embeds it) with JetStream, file storage in a directory
 // of its own, and routes to the other two.
 
@@ -414,7 +415,7 @@ func runNATSNode(args []string) error {
 		stop()
 	}()
 	lg := log.New(os.Stderr, "", log.LstdFlags|log.Lmicroseconds)
-	s, err := stream.StartEmbeddedContext(ctx, stream.EmbeddedConfig{
+	s, err := embedded.StartContext(ctx, embedded.Config{
 		DataDir: *dir, Host: "127.0.0.1", Port: *port, Name: *name,
 		ClusterName: clusterName, ClusterPort: *cport, Routes: strings.Split(*routes, ","),
 		Logf: lg.Printf,

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/relaydev/relay/stream/embedded"
 	"github.com/relaydev/relay/webhook"
 
 	"github.com/nats-io/nats.go"
@@ -136,7 +137,7 @@ func (b *bench) deployRun(ctx context.Context, r *result, dest string, loop bool
 // concurrency and a signing secret) and publishes n events to it, then
 // stops the server.
 func (b *bench) prepareDeployData(ctx context.Context, r *result, dir, dest string, n int) error {
-	s, err := stream.StartEmbeddedContext(ctx, stream.EmbeddedConfig{DataDir: dir, Port: -1})
+	s, err := embedded.StartContext(ctx, embedded.Config{DataDir: dir, Port: -1})
 	if err != nil {
 		return err
 	}

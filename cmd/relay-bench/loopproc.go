@@ -16,8 +16,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/embedded"
 )
 
 // loopRunner is a running minimal loop, in the bench process or in its own.
@@ -69,7 +68,7 @@ func runLoopProc(args []string) error {
 		return errors.New("-nats-url or -embedded-dir, -url, -dest and -workers >= 1 are required")
 	}
 	if *embeddedDir != "" {
-		s, err := stream.StartEmbedded(stream.EmbeddedConfig{DataDir: *embeddedDir, Port: -1})
+		s, err := embedded.Start(embedded.Config{DataDir: *embeddedDir, Port: -1})
 		if err != nil {
 			return err
 		}

@@ -29,6 +29,7 @@ import (
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/embedded"
 	"github.com/relaydev/relay/ui"
 )
 
@@ -453,7 +454,7 @@ func (o *runOpts) Run(ctx context.Context, e *env) error {
 
 // startEmbedded starts the embedded NATS server of --data-dir and --listen.
 func (o *runOpts) startEmbedded(ctx context.Context, e *env, log *slog.Logger) (embeddedServer, error) {
-	ecfg := stream.EmbeddedConfig{
+	ecfg := embedded.Config{
 		Name:       o.serverName,
 		DataDir:    o.dataDir,
 		Host:       o.host,
@@ -472,7 +473,7 @@ func (o *runOpts) startEmbedded(ctx context.Context, e *env, log *slog.Logger) (
 	if o.clusterName != "" {
 		ecfg.ClusterName, ecfg.ClusterHost, ecfg.ClusterPort, ecfg.Routes = o.clusterName, o.clusterHost, o.clusterPort, o.routes
 	}
-	s, err := stream.StartEmbeddedContext(ctx, ecfg)
+	s, err := embedded.StartContext(ctx, ecfg)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/embedded"
 )
 
 // Server is a running embedded server and a JetStream client of it.
@@ -23,7 +24,7 @@ type Server struct {
 // buckets (stream.Ensure with the defaults).
 func Start(t testing.TB) Server {
 	t.Helper()
-	s, err := stream.StartEmbedded(stream.EmbeddedConfig{DataDir: t.TempDir(), Port: -1})
+	s, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Port: -1})
 	if err != nil {
 		t.Fatalf("start embedded NATS: %v", err)
 	}

@@ -1,4 +1,8 @@
-package stream
+// Package embedded starts the NATS server with JetStream inside relay's
+// process: the one-binary default. It is the only package of relay that
+// links nats-server, so that clients (the producer, api/client, receivers)
+// never do.
+package embedded
 
 import (
 	"context"
@@ -13,9 +17,9 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 )
 
-// EmbeddedConfig configures the NATS server that relay starts in-process when
+// Config configures the NATS server that relay starts in-process when
 // no external server is given.
-type EmbeddedConfig struct {
+type Config struct {
 	// DataDir is where JetStream stores its files (DataDir/jetstream).
 	// Required.
 	DataDir string
@@ -52,12 +56,12 @@ type EmbeddedConfig struct {
 	Recovering func(waited time.Duration)
 }
 
-// StartEmbedded is StartEmbeddedContext without a way to give up.
-func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
-	return StartEmbeddedContext(context.Background(), cfg)
+// Start is StartContext without a way to give up.
+func Start(cfg Config) (*server.Server, error) {
+	return StartContext(context.Background(), cfg)
 }
 
-// StartEmbeddedContext starts a JetStream-enabled nats-server and waits
+// StartContext starts a JetStream-enabled nats-server and waits
 // until it accepts connections. The server first recovers its JetStream
 // store, which takes as long as the store is large (after a crash, about
 // two seconds for 2 GB here), and it is waited for as long as that takes
@@ -65,19 +69,19 @@ func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
 // Shutdown and WaitForShutdown to stop it. A server given up on (ctx ended
 // during its recovery) shuts down once its recovery is over: do not start
 // another on the same DataDir in the same process before that.
-func StartEmbeddedContext(ctx context.Context, cfg EmbeddedConfig) (*server.Server, error) {
-	s, _, err := startEmbedded(ctx, cfg, startTiming{listen: 10 * time.Second, every: 10 * time.Second})
+func StartContext(ctx context.Context, cfg Config) (*server.Server, error) {
+	s, _, err := start(ctx, cfg, startTiming{listen: 10 * time.Second, every: 10 * time.Second})
 	return s, err
 }
 
 // startTiming is how long a starting server may take to listen once it has
 // recovered its store, and how often a recovery still going on is reported
-// (EmbeddedConfig.Recovering).
+// (Config.Recovering).
 type startTiming struct{ listen, every time.Duration }
 
-// startEmbedded is StartEmbeddedContext. When it fails after the server
+// start is StartContext. When it fails after the server
 // began to start, down is closed once that server has shut down.
-func startEmbedded(ctx context.Context, cfg EmbeddedConfig, timing startTiming) (_ *server.Server, down <-chan struct{}, _ error) {
+func start(ctx context.Context, cfg Config, timing startTiming) (_ *server.Server, down <-chan struct{}, _ error) {
 	if cfg.DataDir == "" {
 		return nil, nil, errors.New("embedded NATS: a data directory is required")
 	}
@@ -228,7 +232,7 @@ func writable(dir string) error {
 }
 
 // logger passes the server's log to f (when set) and keeps its first fatal
-// error and first error, which StartEmbedded reports if the server does
+// error and first error, which Start reports if the server does
 // not start. Only a fatal error ends the wait early: a server that joins a
 // cluster logs errors while its peers are not up yet.
 type logger struct {
