@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -326,4 +327,24 @@ func FuzzShippedTemplatesRenderValidJSON(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The templates of docs/templates.md (its fenced blocks that hold an
+// action) compile and render valid JSON for an operator event.
+func TestTemplatesDocExamplesRender(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../docs/templates.md")
+	require.NoError(t, err)
+	var n int
+	for _, m := range regexp.MustCompile("(?ms)^```(\\w*)\n(.*?)^```$").FindAllStringSubmatch(string(doc), -1) {
+		src := m[2]
+		if m[1] != "" || !strings.Contains(src, "{{") {
+			continue
+		}
+		n++
+		out, err := render(t, src, operatorEvent(awkwardBodies[0]))
+		require.NoError(t, err, src)
+		require.True(t, json.Valid([]byte(out)), "%s rendered %s", src, out)
+	}
+	require.GreaterOrEqual(t, n, 2, "the doc's examples were found")
 }
