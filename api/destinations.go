@@ -17,7 +17,9 @@ import (
 
 // destView is a destination as the API shows it: every setting, never a
 // secret or a configured header's value (their names only), URLs redacted
-// as 'relay dest list' shows them.
+// as 'relay dest list' shows them. Its body template's text (which may
+// embed a credential) to admin keys only; every key sees its size and
+// digest.
 type destView struct {
 	Name                string     `json:"name"`
 	URL                 string     `json:"url"`
@@ -43,6 +45,8 @@ type destView struct {
 	Types               []string   `json:"types"`
 	Filter              string     `json:"filter,omitempty"`
 	BodyTemplate        string     `json:"body_template,omitempty"`
+	BodyTemplateBytes   int        `json:"body_template_bytes,omitempty"`
+	BodyTemplateSHA256  string     `json:"body_template_sha256,omitempty"`
 	BodyContentType     string     `json:"body_content_type,omitempty"`
 	State               string     `json:"state"`
 	PausedUntil         *time.Time `json:"paused_until,omitempty"`
@@ -53,7 +57,9 @@ type destView struct {
 	Secret string `json:"secret,omitempty"`
 }
 
-func viewOf(d relay.Destination, now time.Time) destView {
+// viewOf is d as the API shows it; admin: to an admin key, with its body
+// template's text.
+func viewOf(d relay.Destination, now time.Time, admin bool) destView {
 	d = d.WithDefaults()
 	r := d.Redacted()
 	v := destView{
@@ -63,7 +69,13 @@ func viewOf(d relay.Destination, now time.Time) destView {
 		Concurrency: d.Concurrency, RateLimit: d.RateLimit, BreakerThreshold: d.BreakerThreshold, BreakerPause: time.Duration(d.BreakerPause).String(),
 		OnGone: d.OnGone, Ordered: d.Ordered, Partitions: d.Partitions, OnFailure: d.OnFailure, Shared: d.Shared,
 		Types: append([]string{}, d.Types...), Filter: d.Filter,
-		BodyTemplate: d.BodyTemplate, BodyContentType: d.BodyContentType, State: d.State(now), Created: d.Created, Updated: d.Updated,
+		BodyContentType: d.BodyContentType, State: d.State(now), Created: d.Created, Updated: d.Updated,
+	}
+	if n, sum := d.BodyTemplateSum(); n > 0 {
+		v.BodyTemplateBytes, v.BodyTemplateSHA256 = n, sum
+		if admin {
+			v.BodyTemplate = d.BodyTemplate
+		}
 	}
 	if d.PrevSecret != "" && now.Before(d.PrevSecretUntil) {
 		v.PreviousSecretUntil = &d.PrevSecretUntil
@@ -108,6 +120,12 @@ type destChange struct {
 	Filter           *string            `json:"filter"`
 	BodyTemplate     *string            `json:"body_template"`
 	BodyContentType  *string            `json:"body_content_type"`
+}
+
+// isAdmin reports whether r came with an admin key.
+func isAdmin(r *http.Request) bool {
+	k, _ := r.Context().Value(keyOfRequest{}).(Key)
+	return k.Scope == ScopeAdmin
 }
 
 // fieldError is a request field that is wrong.
@@ -260,7 +278,7 @@ func (s *Server) listDests(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	out := make([]destView, len(ds))
 	for i, d := range ds {
-		out[i] = viewOf(d, now)
+		out[i] = viewOf(d, now, isAdmin(r))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"destinations": out})
 }
@@ -281,7 +299,7 @@ func (s *Server) getDest(w http.ResponseWriter, r *http.Request) {
 		destProblem(w, nil, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, viewOf(d, time.Now()))
+	writeJSON(w, http.StatusOK, viewOf(d, time.Now(), isAdmin(r)))
 }
 
 // createDest adds a destination as 'relay dest add' does: the same
@@ -323,7 +341,7 @@ func (s *Server) createDest(w http.ResponseWriter, r *http.Request) {
 		destProblem(w, &body, err)
 		return
 	}
-	v := viewOf(d, time.Now())
+	v := viewOf(d, time.Now(), isAdmin(r))
 	if generated {
 		v.Secret = d.Secret
 	}
@@ -370,7 +388,7 @@ func (s *Server) updateDest(w http.ResponseWriter, r *http.Request) {
 		destProblem(w, &body, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, viewOf(d, time.Now()))
+	writeJSON(w, http.StatusOK, viewOf(d, time.Now(), isAdmin(r)))
 }
 
 // removeDest removes a destination as 'relay dest rm' does: refused (409)
@@ -443,7 +461,7 @@ func (s *Server) pauseDest(w http.ResponseWriter, r *http.Request) {
 		destProblem(w, nil, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, viewOf(d, time.Now()))
+	writeJSON(w, http.StatusOK, viewOf(d, time.Now(), isAdmin(r)))
 }
 
 // resumeDest resumes a paused, circuit-broken or disabled destination.
@@ -463,7 +481,7 @@ func (s *Server) resumeDest(w http.ResponseWriter, r *http.Request) {
 		destProblem(w, nil, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, viewOf(d, time.Now()))
+	writeJSON(w, http.StatusOK, viewOf(d, time.Now(), isAdmin(r)))
 }
 
 // rotateSecret gives a destination a new signing secret, generated (and
@@ -505,7 +523,7 @@ func (s *Server) rotateSecret(w http.ResponseWriter, r *http.Request) {
 		destProblem(w, nil, err)
 		return
 	}
-	v := viewOf(d, time.Now())
+	v := viewOf(d, time.Now(), isAdmin(r))
 	if generated {
 		v.Secret = next
 	}

@@ -2,7 +2,9 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -160,12 +162,14 @@ func TestDestinationRemovalWaitsForItsEvents(t *testing.T) {
 }
 
 // A destination's body template and its content type, through the API:
-// created, shown, changed, removed.
+// created, shown, changed, removed. Its text may hold a credential: admin
+// keys get it; read keys get its size and SHA-256 only.
 func TestDestinationBodyTemplateOverHTTP(t *testing.T) {
 	t.Parallel()
 	e := startAPI(t)
 	ctx := context.Background()
-	const tmpl = `{"text": {{json .Type}}}`
+	const tmpl = `{"text": {{json .Type}}, "routing_key": "rk-s3cret-42"}`
+	sum := fmt.Sprintf("%x", sha256.Sum256([]byte(tmpl)))
 	code, m := e.send("POST", "/v1/destinations", e.admin, `{"name":"slack","url":"https://hooks.example.com/x","no_secret":true,"body_template":`+strconv.Quote(tmpl)+`}`)
 	require.Equal(t, http.StatusCreated, code, m)
 	require.Equal(t, tmpl, m["body_template"])
@@ -173,6 +177,25 @@ func TestDestinationBodyTemplateOverHTTP(t *testing.T) {
 	d, err := mustStore(t, e).Get(ctx, "slack")
 	require.NoError(t, err)
 	require.Equal(t, tmpl, d.BodyTemplate)
+
+	code, m = e.do("GET", "/v1/destinations/slack", e.admin, "", nil)
+	require.Equal(t, http.StatusOK, code, m)
+	require.Equal(t, tmpl, m["body_template"], "an admin key sees the text")
+	require.Equal(t, float64(len(tmpl)), m["body_template_bytes"])
+	require.Equal(t, sum, m["body_template_sha256"])
+	code, m = e.do("GET", "/v1/destinations/slack", e.read, "", nil)
+	require.Equal(t, http.StatusOK, code, m)
+	require.NotContains(t, m, "body_template", "a read key does not")
+	require.Equal(t, float64(len(tmpl)), m["body_template_bytes"], "but sees that one is set")
+	require.Equal(t, sum, m["body_template_sha256"])
+	noSecretIn(t, m, "rk-s3cret-42")
+	code, m = e.do("GET", "/v1/destinations", e.read, "", nil)
+	require.Equal(t, http.StatusOK, code, m)
+	noSecretIn(t, m, "rk-s3cret-42")
+	require.Equal(t, sum, m["destinations"].([]any)[0].(map[string]any)["body_template_sha256"])
+	code, m = e.do("GET", "/v1/destinations", e.admin, "", nil)
+	require.Equal(t, http.StatusOK, code, m)
+	require.Equal(t, tmpl, m["destinations"].([]any)[0].(map[string]any)["body_template"])
 
 	code, m = e.send("PATCH", "/v1/destinations/slack", e.admin, `{"body_content_type":"text/plain; charset=utf-8"}`)
 	require.Equal(t, http.StatusOK, code, m)
@@ -182,6 +205,8 @@ func TestDestinationBodyTemplateOverHTTP(t *testing.T) {
 	code, m = e.send("PATCH", "/v1/destinations/slack", e.admin, `{"body_template":""}`)
 	require.Equal(t, http.StatusOK, code, m)
 	require.NotContains(t, m, "body_template", "removed")
+	require.NotContains(t, m, "body_template_bytes")
+	require.NotContains(t, m, "body_template_sha256")
 	require.NotContains(t, m, "body_content_type", "with its content type")
 }
 

@@ -1,6 +1,8 @@
 package relay
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -95,6 +97,8 @@ type Destination struct {
 	// text/template over the event (see CompileBodyTemplate and
 	// TemplateEvent) whose output is the body sent, and signed, instead of
 	// the event's. Optional: without it the event's body is sent as is.
+	// It may embed a credential (a routing key), so it is kept like the
+	// secrets: sealed at rest, its text never printed (Redacted).
 	BodyTemplate string `json:"body_template,omitempty"`
 	// BodyContentType is the Content-Type of the rendered body. Optional,
 	// with a BodyTemplate only; default application/json.
@@ -463,6 +467,9 @@ func (d Destination) Validate() error {
 			return settingErr("filter", err)
 		}
 	}
+	if isSealed(d.BodyTemplate) {
+		return settingErr("body-template", ErrSealed)
+	}
 	if d.BodyTemplate != "" {
 		if _, err := CompileBodyTemplate(d.BodyTemplate); err != nil {
 			return settingErr("body-template", err)
@@ -526,9 +533,27 @@ func (d Destination) longWait() time.Duration {
 	return max(time.Second, time.Duration(d.Timeout)/2)
 }
 
+// hasSecrets reports whether d has a value that is sealed at rest.
+func (d Destination) hasSecrets() bool {
+	return d.Secret != "" || d.PrevSecret != "" || len(d.Headers) > 0 || d.BodyTemplate != ""
+}
+
+// BodyTemplateSum describes d's body template without its text: its length
+// in bytes and its SHA-256 in hex (as sha256sum prints it for the
+// template's file, to compare the two). 0 and "" when d has none, or when
+// it is sealed (the store had no key to open it).
+func (d Destination) BodyTemplateSum() (n int, sha256Hex string) {
+	if d.BodyTemplate == "" || isSealed(d.BodyTemplate) {
+		return 0, ""
+	}
+	sum := sha256.Sum256([]byte(d.BodyTemplate))
+	return len(d.BodyTemplate), hex.EncodeToString(sum[:])
+}
+
 // Redacted returns d fit to print: its secrets and the values of its
 // configured headers replaced by a marker (any header may carry a
-// credential: Cookie, X-Webhook-Secret...), and its URL by RedactURL's.
+// credential: Cookie, X-Webhook-Secret...), its body template by its size
+// and digest (BodyTemplateSum), and its URL by RedactURL's.
 func (d Destination) Redacted() Destination {
 	if d.Secret != "" {
 		d.Secret = "(set)"
@@ -542,6 +567,11 @@ func (d Destination) Redacted() Destination {
 			h[k] = "(set)"
 		}
 		d.Headers = h
+	}
+	if n, sum := d.BodyTemplateSum(); n > 0 {
+		d.BodyTemplate = fmt.Sprintf("(set: %d bytes, sha256 %s)", n, sum)
+	} else if d.BodyTemplate != "" {
+		d.BodyTemplate = "(set)" // sealed
 	}
 	d.URL = RedactURL(d.URL)
 	if len(d.URLs) > 0 {

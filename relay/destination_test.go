@@ -1,7 +1,9 @@
 package relay
 
 import (
+	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -250,8 +252,11 @@ func TestDestinationRedacted(t *testing.T) {
 	d.Headers["Proxy-Authorization"] = "Basic pa-789"
 	d.Headers["X-Webhook-Secret"] = "wh-456"
 	d.URL = "https://example.test/hook?token=q-secret"
+	d.BodyTemplate = `{"routing_key":"rk-789"}`
 
 	r := d.Redacted()
+	require.Equal(t, "(set: 24 bytes, sha256 "+fmt.Sprintf("%x", sha256.Sum256([]byte(d.BodyTemplate)))+")", r.BodyTemplate,
+		"the body template's size and digest, not its text")
 	require.Equal(t, "(set)", r.Secret)
 	require.Equal(t, map[string]string{
 		"Authorization":       "(set)",
@@ -273,7 +278,7 @@ func TestDestinationRedacted(t *testing.T) {
 
 	b, err := json.Marshal(r)
 	require.NoError(t, err)
-	for _, secret := range []string{orig, "Bearer abc", "Basic xyz", "k-123", "t-456", "billing", "c00kie", "pa-789", "wh-456", "q-secret"} {
+	for _, secret := range []string{orig, "Bearer abc", "Basic xyz", "k-123", "t-456", "billing", "c00kie", "pa-789", "wh-456", "q-secret", "rk-789"} {
 		require.NotContains(t, string(b), secret)
 	}
 

@@ -536,6 +536,9 @@ func (r *Relay) logOutcome(o Outcome) {
 	}
 	if o.Result.Err != nil {
 		attrs = append(attrs, "error", o.Result.Err.Error())
+		if f, ok := errors.AsType[*DNSFailure](o.Result.Err); ok {
+			attrs = append(attrs, "dns_error", f.Detail())
+		}
 	}
 	attrs = append(attrs, "duration", o.Result.Duration.Round(time.Microsecond))
 	switch o.Decision.Action {

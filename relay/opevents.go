@@ -53,9 +53,11 @@ type OpEvent struct {
 // opPublishTimeout bounds the publish of an operator event.
 const opPublishTimeout = 5 * time.Second
 
-// PublishOpEvent stores ev as a typed event, deduplicated by its id.
+// PublishOpEvent stores ev as a typed event, deduplicated by its id. Its
+// body is ev.Data, a JSON object, with the event's type as its first
+// field, "type": a receiver tells the event from its body alone.
 func PublishOpEvent(ctx context.Context, js jetstream.JetStream, ev OpEvent) error {
-	body, err := json.Marshal(ev.Data)
+	body, err := opBody(ev)
 	if err != nil {
 		return err
 	}
@@ -66,6 +68,23 @@ func PublishOpEvent(ctx context.Context, js jetstream.JetStream, ev OpEvent) err
 		return fmt.Errorf("publish operator event %s: %w", ev.Type, err)
 	}
 	return nil
+}
+
+// opBody is ev.Data as JSON with "type": ev.Type first.
+func opBody(ev OpEvent) ([]byte, error) {
+	data, err := json.Marshal(ev.Data)
+	if err != nil {
+		return nil, fmt.Errorf("operator event %s: %w", ev.Type, err)
+	}
+	if len(data) < 2 || data[0] != '{' {
+		return nil, fmt.Errorf("operator event %s: its data %s is not a JSON object", ev.Type, data)
+	}
+	typ, _ := json.Marshal(ev.Type)
+	body := append([]byte(`{"type":`), typ...)
+	if data[1] != '}' {
+		body = append(body, ',')
+	}
+	return append(body, data[1:]...), nil
 }
 
 // opID is a stable id: the type and the parts that name the occurrence.

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/streamtest"
 )
 
 // opHits waits until the sink's destination dest has n requests of
@@ -216,4 +217,40 @@ func TestBacklogStaleIsToldOnce(t *testing.T) {
 	}
 	f.stop()
 	require.Len(t, storedOpEvents(t, f.srv.JS)[OpBacklogStale], 1)
+}
+
+// An operator event's body names its type ("type", first), so that a
+// receiver can tell it from the body alone (the Relay-Event-Type header
+// has it too); a body that is no JSON object is refused.
+func TestOperatorEventBodiesNameTheirType(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	js := streamtest.Start(t).JS
+	at := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	for _, ev := range []OpEvent{
+		{Type: OpBreakerClosed, ID: "c1", Data: breakerClosed{Dest: "orders", At: at}},
+		{Type: OpReplayFinished, ID: "r1", Data: ReplayFinished{At: at, By: "api", Replayed: 2}},
+		{Type: OpDeadLetters, ID: "d1", Data: &deadLetters{Dest: "orders", Count: 1, Reasons: map[string]int{"max_attempts": 1}}},
+	} {
+		require.NoError(t, PublishOpEvent(ctx, js, ev))
+	}
+	stored := storedOpEvents(t, js)
+	closed := stored[OpBreakerClosed][0]
+	require.Equal(t, OpBreakerClosed, closed["type"])
+	require.Equal(t, "orders", closed["dest"])
+	require.Equal(t, "2026-03-04T05:06:07Z", closed["at"])
+	replay := stored[OpReplayFinished][0]
+	require.Equal(t, OpReplayFinished, replay["type"])
+	require.Equal(t, float64(2), replay["replayed"])
+	require.Equal(t, OpDeadLetters, stored[OpDeadLetters][0]["type"])
+
+	err := stream.Read(ctx, js, stream.EventsStream, stream.ReadOptions{Filters: []string{stream.TypeSubject(OpBreakerClosed)}},
+		func(m *jetstream.RawStreamMsg) error {
+			require.True(t, strings.HasPrefix(string(m.Data), `{"type":"`+OpBreakerClosed+`",`), "type comes first: %s", m.Data)
+			return nil
+		})
+	require.NoError(t, err)
+
+	err = PublishOpEvent(ctx, js, OpEvent{Type: OpBreakerClosed, ID: "x", Data: "not an object"})
+	require.ErrorContains(t, err, "not a JSON object")
 }

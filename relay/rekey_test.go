@@ -161,3 +161,77 @@ func TestHeaderValuesAreSealedAtRest(t *testing.T) {
 	_, err = plain.Add(ctx, Destination{Name: "c", URL: "https://example.test/c"})
 	require.NoError(t, err, "nothing secret to store")
 }
+
+// A body template is sealed at rest like the secrets (it may embed a
+// credential: a PagerDuty routing key), bound to its destination; a store
+// without the key cannot use or change it, and Add will not store one in
+// the clear beside sealed ones. One stored in the clear (before a key was
+// set) loads, and Rekey seals it.
+func TestBodyTemplateIsSealedAtRest(t *testing.T) {
+	ctx := context.Background()
+	js := streamtest.Start(t).JS
+	key := []byte("the-operator-key-123456789")
+	sealed, err := NewStore(ctx, js, WithSecretKey(key))
+	require.NoError(t, err)
+	clear, err := NewStore(ctx, js, AllowStoringInClear())
+	require.NoError(t, err)
+	kv, err := js.KeyValue(ctx, stream.DestBucket)
+	require.NoError(t, err)
+	const tmpl = `{"routing_key":"R0UT1NG-K3Y-0123","event_action":"trigger","payload":{"summary":{{json .Type}}}}`
+	_, err = sealed.Add(ctx, Destination{Name: "pd", URL: "https://events.example.test/v2/enqueue", BodyTemplate: tmpl})
+	require.NoError(t, err)
+	raw, err := kv.Get(ctx, "pd")
+	require.NoError(t, err)
+	require.NotContains(t, string(raw.Value()), "R0UT1NG-K3Y-0123", "the stored value holds no template text")
+	require.NotContains(t, string(raw.Value()), "event_action")
+	d, err := sealed.Get(ctx, "pd")
+	require.NoError(t, err)
+	require.Equal(t, tmpl, d.BodyTemplate)
+
+	// Without the key: not usable, not updatable.
+	d, open, err := clear.decode("pd", raw.Value())
+	require.NoError(t, err)
+	require.False(t, open)
+	err = d.WithDefaults().Validate()
+	require.ErrorIs(t, err, ErrSealed)
+	var se *SettingError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, "body-template", se.Setting)
+	_, err = clear.Update(ctx, "pd", func(*Destination) error { return nil })
+	require.ErrorIs(t, err, ErrSealed)
+
+	// A sealed template moved to another destination does not open.
+	var stored Destination
+	require.NoError(t, json.Unmarshal(raw.Value(), &stored))
+	stored.Name = "other"
+	b, _ := json.Marshal(stored)
+	_, open, err = sealed.decode("other", b)
+	require.NoError(t, err)
+	require.False(t, open, "a seal is bound to its destination")
+
+	// Stored in the clear: it loads, and Rekey seals it.
+	_, err = clear.Add(ctx, Destination{Name: "b", URL: "https://example.test/b", BodyTemplate: tmpl})
+	require.NoError(t, err)
+	raw, err = kv.Get(ctx, "b")
+	require.NoError(t, err)
+	require.Contains(t, string(raw.Value()), "R0UT1NG-K3Y-0123", "stored as it was given")
+	d, err = sealed.Get(ctx, "b")
+	require.NoError(t, err)
+	require.Equal(t, tmpl, d.BodyTemplate)
+	res, err := sealed.Rekey(ctx)
+	require.NoError(t, err)
+	require.Contains(t, res.Resealed, "b")
+	raw, err = kv.Get(ctx, "b")
+	require.NoError(t, err)
+	require.NotContains(t, string(raw.Value()), "R0UT1NG-K3Y-0123")
+	d, err = sealed.Get(ctx, "b")
+	require.NoError(t, err)
+	require.Equal(t, tmpl, d.BodyTemplate)
+
+	// Without the key, beside sealed ones, Add refuses to store a template
+	// in the clear unless allowed.
+	plain, err := NewStore(ctx, js)
+	require.NoError(t, err)
+	_, err = plain.Add(ctx, Destination{Name: "c", URL: "https://example.test/c", BodyTemplate: tmpl})
+	require.ErrorIs(t, err, ErrWouldStoreInClear)
+}

@@ -16,7 +16,7 @@ const sealedPrefix = "enc:v1:"
 
 // ErrSealed is returned for a destination whose secrets are encrypted when no
 // (or a different) key was given.
-var ErrSealed = errors.New("the destination's secrets (signing secret, header values) are encrypted at rest and no matching key was given (set RELAY_SECRET_KEY or --secret-key-file)")
+var ErrSealed = errors.New("the destination's secrets (signing secret, header values, body template) are encrypted at rest and no matching key was given (set RELAY_SECRET_KEY or --secret-key-file)")
 
 // sealer encrypts destination secrets with AES-256-GCM under a key derived
 // from the operator's key material (SHA-256 of it). It opens secrets sealed

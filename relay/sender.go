@@ -251,7 +251,7 @@ func (s *Sender) Send(ctx context.Context, d Destination, ev Delivery) Result {
 		var be *BlockedError
 		// As http.Client reports it, but the URL redacted: the error is
 		// logged and kept in the history and the dead letter.
-		err = &url.Error{Op: "Post", URL: RedactURL(d.URL), Err: err}
+		err = &url.Error{Op: "Post", URL: RedactURL(d.URL), Err: withoutResolver(err)}
 		return Result{Err: transportError(err, d), Blocked: errors.As(err, &be), Duration: s.Now().Sub(now)}
 	}
 	var body, kept []byte
@@ -306,6 +306,48 @@ func transportError(err error, d Destination) error {
 		return fmt.Errorf("timeout: %w", err)
 	}
 	return err
+}
+
+// DNSFailure is a failed lookup of a destination's host name. Its text
+// names the host and what failed (not found, a timeout), not the resolver
+// that answered: attempt errors are shown to read keys (the delivery log,
+// the dashboard, dead letters), and the resolver's address belongs to the
+// network relay runs in. The relay's log line of the attempt has the
+// lookup's own error (Detail).
+type DNSFailure struct {
+	Host string
+	// IsNotFound: the name does not exist; IsTimeout: the resolver did not
+	// answer in time.
+	IsNotFound, IsTimeout bool
+	err                   *net.DNSError
+}
+
+func (e *DNSFailure) Error() string {
+	switch {
+	case e.IsNotFound:
+		return "DNS lookup failed: host " + e.Host + " not found"
+	case e.IsTimeout:
+		return "DNS lookup failed: timeout looking up " + e.Host
+	}
+	return "DNS lookup failed for " + e.Host
+}
+
+// Detail is the lookup's own error, resolver included: for the relay's log.
+func (e *DNSFailure) Detail() string { return e.err.Error() }
+
+// Timeout reports a lookup that timed out (url.Error and net.Error ask).
+func (e *DNSFailure) Timeout() bool { return e.err.Timeout() }
+
+func (e *DNSFailure) Unwrap() error { return e.err }
+
+// withoutResolver is err with a failed DNS lookup in it told as a
+// *DNSFailure, and err itself otherwise.
+func withoutResolver(err error) error {
+	de, ok := errors.AsType[*net.DNSError](err)
+	if !ok {
+		return err
+	}
+	return &DNSFailure{Host: de.Name, IsNotFound: de.IsNotFound, IsTimeout: de.IsTimeout, err: de}
 }
 
 func snippet(b []byte) string {

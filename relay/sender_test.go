@@ -3,8 +3,12 @@ package relay
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
+	"errors"
 	"io"
+	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -519,4 +523,40 @@ func TestSenderErrorsRedactTheURL(t *testing.T) {
 	require.NotContains(t, res.Err.Error(), "q-secret-123")
 	require.Contains(t, res.Err.Error(), "token=xxxxx")
 	require.NotContains(t, attemptOf(1, time.Now(), res).Error, "q-secret-123")
+}
+
+// A failed DNS lookup is told as "DNS lookup failed" with the host and what
+// failed, never with the resolver's address (attempt errors are shown to
+// read keys); the relay's log keeps the lookup's own error.
+func TestSenderDNSFailureHidesTheResolver(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		err  *net.DNSError
+		want string
+	}{
+		{"not found", &net.DNSError{Err: "no such host", Name: "hooks.example.test", Server: "10.43.0.10:53", IsNotFound: true}, "DNS lookup failed: host hooks.example.test not found"},
+		{"timeout", &net.DNSError{Err: "i/o timeout", Name: "hooks.example.test", Server: "10.43.0.10:53", IsTimeout: true}, "DNS lookup failed: timeout looking up hooks.example.test"},
+		{"other", &net.DNSError{Err: "server misbehaving", Name: "hooks.example.test", Server: "10.43.0.10:53", IsTemporary: true}, "DNS lookup failed for hooks.example.test"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := NewHTTPClient(HTTPOptions{Guard: NetGuard{Lookup: func(context.Context, string) ([]netip.Addr, error) { return nil, tc.err }}})
+			s := &Sender{Client: c, Now: time.Now}
+			res := s.Send(t.Context(), senderTestDest("https://hooks.example.test/h", 5*time.Second), Delivery{ID: "evt_1"})
+			require.Error(t, res.Err)
+			require.Contains(t, res.Err.Error(), tc.want)
+			require.NotContains(t, res.Err.Error(), "10.43.0.10", "the resolver's address is not shown")
+			require.NotContains(t, attemptOf(1, time.Now(), res).Error, "10.43.0.10", "nor kept in the history")
+			if tc.err.IsTimeout {
+				var ne net.Error
+				require.True(t, errors.As(res.Err, &ne) && ne.Timeout(), "still a timeout to whoever asks")
+			}
+
+			var buf bytes.Buffer
+			r := &Relay{log: slog.New(slog.NewTextHandler(&buf, nil))}
+			r.logOutcome(Outcome{Dest: "d", EventID: "evt_1", Attempt: 1, Result: res, Decision: Decision{Action: Retry}})
+			require.Contains(t, buf.String(), "lookup hooks.example.test on 10.43.0.10:53", "the relay's log has the detail")
+		})
+	}
 }

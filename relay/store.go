@@ -29,8 +29,8 @@ var ErrLayoutFixed = errors.New("cannot change the partition layout in place")
 var ErrExists = errors.New("destination already exists")
 
 // Store keeps destinations in a JetStream key-value bucket, so every replica
-// sees the same set. With a secret key, signing secrets and configured header
-// values are stored encrypted.
+// sees the same set. With a secret key, signing secrets, configured header
+// values and body templates are stored encrypted.
 type Store struct {
 	js     jetstream.JetStream
 	kv     jetstream.KeyValue
@@ -91,8 +91,9 @@ func NewStore(ctx context.Context, js jetstream.JetStream, opts ...StoreOption) 
 // Encrypts reports whether the store encrypts secrets.
 func (s *Store) Encrypts() bool { return s.sealer != nil }
 
-// encode marshals d with its secrets sealed: the signing secrets and the
-// values of its configured headers (an Authorization header, say).
+// encode marshals d with its secrets sealed: the signing secrets, the
+// values of its configured headers (an Authorization header, say) and its
+// body template.
 func (s *Store) encode(d Destination) []byte {
 	_ = eachSecret(&d, func(v, aad string) (string, error) { return s.sealer.seal(v, aad), nil })
 	b, _ := json.Marshal(d)
@@ -105,10 +106,14 @@ func headerAAD(dest, header string) string {
 	return dest + "/header/" + http.CanonicalHeaderKey(header)
 }
 
+// bodyTemplateAAD binds a sealed body template to its destination.
+func bodyTemplateAAD(dest string) string { return dest + "/body-template" }
+
 // eachSecret calls fn on each value of d that is sealed at rest (its
-// signing secrets and the values of its configured headers), with what the
-// seal is bound to, and keeps what fn returns; where fn fails the value
-// stays as it was. It returns the first failure.
+// signing secrets, the values of its configured headers and its body
+// template, which may embed a credential), with what the seal is bound to,
+// and keeps what fn returns; where fn fails the value stays as it was. It
+// returns the first failure.
 func eachSecret(d *Destination, fn func(v, aad string) (string, error)) error {
 	var first error
 	do := func(v, aad string) string {
@@ -128,6 +133,7 @@ func eachSecret(d *Destination, fn func(v, aad string) (string, error)) error {
 		}
 		d.Headers = h
 	}
+	d.BodyTemplate = do(d.BodyTemplate, bodyTemplateAAD(d.Name))
 	return first
 }
 
@@ -194,7 +200,8 @@ func (s *Store) sealedDest(ctx context.Context) (string, error) {
 // Add creates d. It fails with ErrExists when the name is taken, with
 // ErrNoConsumerRoom when d's consumers would not fit under the events
 // stream's consumer limit, and with ErrWouldStoreInClear when the store has
-// no secret key, d has secrets (a signing secret, header values), other
+// no secret key, d has secrets (a signing secret, header values, a body
+// template), other
 // destinations' are encrypted, and AllowStoringInClear was not given.
 //
 // The room is counted from the stored destinations: two Adds at the same
@@ -205,7 +212,7 @@ func (s *Store) Add(ctx context.Context, d Destination) (Destination, error) {
 	if err := d.Validate(); err != nil {
 		return Destination{}, err
 	}
-	if s.sealer == nil && !s.allowClear && (d.Secret != "" || d.PrevSecret != "" || len(d.Headers) > 0) {
+	if s.sealer == nil && !s.allowClear && d.hasSecrets() {
 		other, err := s.sealedDest(ctx)
 		if err != nil {
 			return Destination{}, err

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"os"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -371,4 +372,61 @@ func TestBodyTemplateStopsOnShutdown(t *testing.T) {
 	_, err := b.Render(ctx, operatorEvent(`{"list":[`+strings.Repeat("1,", 10_000)+`1]}`))
 	require.ErrorIs(t, err, errRenderStopped)
 	require.NotErrorIs(t, err, errRenderBounds)
+}
+
+// The templates of docs/templates.md (its fenced blocks that hold an
+// action) compile and render valid JSON for an operator event.
+func TestTemplatesDocExamplesRender(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../docs/templates.md")
+	require.NoError(t, err)
+	var n int
+	for _, m := range regexp.MustCompile("(?ms)^```(\\w*)\n(.*?)^```$").FindAllStringSubmatch(string(doc), -1) {
+		src := m[2]
+		if m[1] != "" || !strings.Contains(src, "{{") {
+			continue
+		}
+		n++
+		out, err := render(t, src, operatorEvent(awkwardBodies[0]))
+		require.NoError(t, err, src)
+		require.True(t, json.Valid([]byte(out)), "%s rendered %s", src, out)
+	}
+	require.GreaterOrEqual(t, n, 2, "the doc's examples were found")
+}
+
+// The envelope of docs/templates.md wraps any body: a JSON one as data,
+// numbers as sent; any other as its text.
+func TestEnvelopeTemplateOfTheDocs(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../docs/templates.md")
+	require.NoError(t, err)
+	_, section, ok := strings.Cut(string(doc), "## An envelope: type, id and time in the body")
+	require.True(t, ok)
+	_, src, _ := strings.Cut(section, "```\n")
+	src, _, _ = strings.Cut(src, "```")
+	for _, tc := range []struct{ body, data string }{
+		{`{"amount": 150, "big": 12345678901234567890, "note": "a \"b\"\n"}`, `{"amount":150,"big":12345678901234567890,"note":"a \"b\"\n"}`},
+		{`[1, {"b": 2}]`, `[1,{"b":2}]`},
+		{`false`, `false`},
+		{`0`, `0`},
+		{`"text"`, `"text"`},
+		{"not json <b> \"q\"", `"not json <b> \"q\""`},
+		{``, `""`},
+	} {
+		ev := NewTemplateEvent("evt-1", "order.paid", "k", "crm", tmplTime, []byte(tc.body), nil)
+		out, err := render(t, src, ev)
+		require.NoError(t, err, tc.body)
+		var env struct {
+			Type, ID, Timestamp string
+			Data                json.RawMessage
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &env), out)
+		require.Equal(t, "order.paid", env.Type)
+		require.Equal(t, "evt-1", env.ID)
+		require.Equal(t, "2026-03-04T05:06:07Z", env.Timestamp)
+		require.Equal(t, tc.data, string(env.Data), tc.body)
+	}
+	out, err := render(t, src, NewTemplateEvent("evt-1", "order.paid", "", "crm", tmplTime, []byte(`{"amount": 150}`), nil))
+	require.NoError(t, err)
+	require.Equal(t, `{"type": "order.paid", "id": "evt-1", "timestamp": "2026-03-04T05:06:07Z", "data": {"amount":150}}`, strings.TrimSuffix(out, "\n"), "as the doc shows it (a file's last newline is sent too)")
 }

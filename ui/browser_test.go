@@ -3,6 +3,8 @@ package ui_test
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -17,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/network"
 	cdpage "github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go/jetstream"
@@ -654,4 +658,33 @@ func TestOversizedSignInFormIsRefused(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(page), "could not be read")
 	require.Contains(t, string(page), "request body too large")
+}
+
+// TestBodyTemplateTextIsForAdminKeysOnly: a destination's page shows its
+// body template's text to an admin key, and to a read key only that one is
+// set, its size and digest (a template may embed a credential).
+func TestBodyTemplateTextIsForAdminKeysOnly(t *testing.T) {
+	t.Parallel()
+	e := startDash(t)
+	const tmpl = `{"routing_key":"rk-s3cret-42","summary":{{json .Type}}}`
+	e.addDest(relay.Destination{Name: "pd", BodyTemplate: tmpl})
+	sum := fmt.Sprintf("%x", sha256.Sum256([]byte(tmpl)))
+	p := openBrowser(t)
+	p.signIn(e.url, e.read)
+	p.do(chromedp.Navigate(e.url + "/ui/destinations/pd"))
+	p.waitFor(`document.querySelector("#body-template") !== null`)
+	shown := p.text("#body-template")
+	require.Contains(t, shown, fmt.Sprintf("%d bytes", len(tmpl)))
+	require.Contains(t, shown, sum)
+	require.Contains(t, shown, "admin keys only")
+	html, err := chromedp.Run(p.ctx, chromedp.Evaluate[string](`document.documentElement.outerHTML`))
+	require.NoError(t, err)
+	require.NotContains(t, html, "rk-s3cret-42", "a read key's page holds no template text")
+
+	_, err = chromedp.Call(p.ctx, network.ClearBrowserCookies, cdp.Empty{})
+	require.NoError(t, err, "sign out: forget the read key's session")
+	p.signIn(e.url, e.admin)
+	p.do(chromedp.Navigate(e.url + "/ui/destinations/pd"))
+	p.waitFor(`document.querySelector("#body-template") !== null`)
+	require.Contains(t, p.text("#body-template"), tmpl, "an admin key sees the text")
 }

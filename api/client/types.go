@@ -155,10 +155,14 @@ type Destination struct {
 	Shared           bool     `json:"shared"`
 	Types            []string `json:"types"`
 	Filter           string   `json:"filter,omitempty"`
-	// BodyTemplate is its body template ("": the event's body is sent),
-	// BodyContentType the rendered body's Content-Type.
-	BodyTemplate    string `json:"body_template,omitempty"`
-	BodyContentType string `json:"body_content_type,omitempty"`
+	// BodyTemplate is its body template's text, given to admin keys only
+	// (it may embed a credential); BodyTemplateBytes and
+	// BodyTemplateSHA256 (hex) describe it to every key (0: the event's
+	// body is sent). BodyContentType is the rendered body's Content-Type.
+	BodyTemplate       string `json:"body_template,omitempty"`
+	BodyTemplateBytes  int    `json:"body_template_bytes,omitempty"`
+	BodyTemplateSHA256 string `json:"body_template_sha256,omitempty"`
+	BodyContentType    string `json:"body_content_type,omitempty"`
 	// State is active, probing, or why it is paused: operator,
 	// circuit_open, retry_after or gone. PausedUntil is set while it is
 	// paused for a while (zero: not paused, or until resumed).

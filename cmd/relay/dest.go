@@ -210,7 +210,7 @@ func updateFlags() []cli.Flag {
 
 // allowUnencryptedFlag lets 'dest add' store secrets in the clear beside
 // encrypted ones.
-var allowUnencryptedFlag = &cli.BoolFlag{Name: "allow-unencrypted", Usage: "without a secret key, store this destination's secrets (signing secret, header values) unencrypted even though other destinations' are encrypted"}
+var allowUnencryptedFlag = &cli.BoolFlag{Name: "allow-unencrypted", Usage: "without a secret key, store this destination's secrets (signing secret, header values, body template) unencrypted even though other destinations' are encrypted"}
 
 // urlsValue is the value of --url: the URLs given, one per flag, in order.
 // Unlike a string slice flag it does not split a value at commas, which a
