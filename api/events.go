@@ -65,7 +65,7 @@ func (ev newEvent) check() (field string, err error) {
 	for _, c := range []struct {
 		field, value string
 		check        func(string) error
-	}{{"dest", ev.Dest, stream.ValidateDestName}, {"type", ev.Type, stream.ValidateEventType}, {"id", ev.ID, relay.ValidateEventID}} {
+	}{{"dest", ev.Dest, stream.ValidateDestName}, {"type", ev.Type, stream.ValidateEventType}, {"id", ev.ID, relay.ValidateEventID}, {"key", ev.Key, relay.ValidateOrderKey}} {
 		if c.value == "" {
 			continue
 		}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -104,10 +106,40 @@ const knownFor = 10 * time.Second
 const MaxIDLen = 256
 
 // ValidateEventID reports an id that cannot be an event's webhook-id: one
-// longer than MaxIDLen or with control characters.
+// longer than MaxIDLen or with control characters; or that cannot be
+// looked up or skipped: "." and "..", which no URL path segment can carry
+// (HTTP clients, browsers and servers take them for the path's own dot
+// segments, escaped or not). Any other id can, percent-encoded
+// (url.PathEscape: '/' as %2F).
 func ValidateEventID(id string) error {
 	if len(id) > MaxIDLen || strings.ContainsFunc(id, func(r rune) bool { return r < ' ' || r == 0x7f }) {
 		return fmt.Errorf("event id must be at most %d printable characters", MaxIDLen)
+	}
+	if id == "." || id == ".." {
+		return fmt.Errorf(`event ids "." and ".." cannot be looked up or skipped (a URL path takes them for its own dot segments): choose another id`)
+	}
+	return nil
+}
+
+// MaxKeyLen bounds order keys, in bytes. A key travels in the
+// Relay-Order-Key header of each of its events, copy and retry, and in
+// their delivery log records and dead letters; it is compared whole (relay
+// replay --key, relay dest heads). 256 bytes, as MaxIDLen for ids, holds
+// any natural key (a tenant and an entity id, a URL path, a UUID or a
+// SHA-256 in hex several times over) and keeps the header small next to
+// the events' own.
+const MaxKeyLen = 256
+
+// ValidateOrderKey reports an order key that cannot be kept as given: one
+// longer than MaxKeyLen bytes, or with a control character (a NATS header
+// cannot carry CR or LF: the stored key would differ from the one given).
+func ValidateOrderKey(key string) error {
+	if len(key) > MaxKeyLen {
+		return fmt.Errorf("the order key is %d bytes; at most %d", len(key), MaxKeyLen)
+	}
+	if i := strings.IndexFunc(key, unicode.IsControl); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(key[i:])
+		return fmt.Errorf("the order key has a control character (%#02x) at byte %d: use printable characters", r, i)
 	}
 	return nil
 }
@@ -161,6 +193,9 @@ func (p *Producer) prepare(ctx context.Context, ev *Event) (_ *nats.Msg, span tr
 		if err := stream.ValidateDestName(ev.Dest); err != nil {
 			return nil, nil, err
 		}
+	}
+	if err := ValidateOrderKey(ev.Key); err != nil {
+		return nil, nil, err
 	}
 	if ev.ID == "" {
 		ev.ID = NewEventID()
