@@ -156,9 +156,15 @@ func TestPublish(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, stream.Bucket(stream.KeyToken("customer 42")), p.Bucket)
 
-		code, out, _ = b.cli(t, "", "publish", "--dest", "orders", "--id", "evt-1", "--data", `{"a":1}`)
+		code, out, _ = b.cli(t, "", "publish", "--dest", "orders", "--key", "customer 42", "--id", "evt-1", "-H", "X-Tenant=t1", "--data", `{"a":1}`)
 		require.Equal(t, 0, code)
 		require.Contains(t, out, "duplicate")
+		require.Equal(t, res.Seq, b.lastSeq(t))
+
+		// The same id with another body: refused, nothing stored.
+		code, _, errs = b.cli(t, "", "publish", "--dest", "orders", "--key", "customer 42", "--id", "evt-1", "-H", "X-Tenant=t1", "--data", `{"a":2}`)
+		require.NotEqual(t, 0, code)
+		require.Contains(t, errs, `event id conflict: id "evt-1" was published within the duplicate window with another body`)
 		require.Equal(t, res.Seq, b.lastSeq(t))
 	})
 	t.Run("bad header", func(t *testing.T) {

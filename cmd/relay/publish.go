@@ -23,7 +23,9 @@ func publishCommand() *cli.Command {
 has stored it. The event goes to one destination (--dest), or by its type
 (--type) to every destination subscribed to it. The body comes from --data,
 --file, or standard input ("-").
-Publishing the same --id again within the duplicate window stores nothing new.`,
+Publishing the same --id again to the same --dest or --type within the
+duplicate window stores nothing new; with another body, key or headers it is
+refused (an id conflict) and stores nothing.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "dest", Aliases: []string{"d"}, Usage: "destination name (this or --type)"},
 			&cli.StringFlag{Name: "type", Aliases: []string{"t"}, Usage: "event type, such as order.created: delivered to every destination subscribed to it (this or --dest)"},
