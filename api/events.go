@@ -65,7 +65,7 @@ func (ev newEvent) check() (field string, err error) {
 	for _, c := range []struct {
 		field, value string
 		check        func(string) error
-	}{{"dest", ev.Dest, stream.ValidateDestName}, {"type", ev.Type, stream.ValidateEventType}, {"id", ev.ID, relay.ValidateEventID}} {
+	}{{"dest", ev.Dest, stream.ValidateDestName}, {"type", ev.Type, stream.ValidateEventType}, {"id", ev.ID, relay.ValidateEventID}, {"key", ev.Key, relay.ValidateOrderKey}} {
 		if c.value == "" {
 			continue
 		}
@@ -81,8 +81,17 @@ func (ev newEvent) check() (field string, err error) {
 	return "", nil
 }
 
-func (ev newEvent) event() relay.Event {
-	return relay.Event{Dest: ev.Dest, Type: ev.Type, Key: ev.Key, ID: ev.ID, Headers: ev.Headers, Data: ev.Data}
+// event is ev as the request r publishes it: idempotent within the
+// scope of r's API key (an id is a duplicate only of one the same key
+// published to the same destination or type).
+func (ev newEvent) event(r *http.Request) relay.Event {
+	return relay.Event{Dest: ev.Dest, Type: ev.Type, Key: ev.Key, ID: ev.ID, Headers: ev.Headers, Data: ev.Data, Scope: publishScope(r)}
+}
+
+// publishScope is the idempotency scope of r's publishes: its API key.
+func publishScope(r *http.Request) string {
+	k, _ := r.Context().Value(keyOfRequest{}).(Key)
+	return "key:" + k.ID
 }
 
 // publishProblem answers an event the producer refused, whose fields are
@@ -93,6 +102,8 @@ func publishProblem(w http.ResponseWriter, prefix string, err error) {
 		problem(w, http.StatusNotFound, prefix+"dest", err.Error())
 	case errors.Is(err, relay.ErrEventTooLarge):
 		problem(w, http.StatusRequestEntityTooLarge, prefix+"data", err.Error())
+	case errors.Is(err, relay.ErrIDConflict):
+		problem(w, http.StatusConflict, prefix+"id", err.Error())
 	default:
 		problem(w, http.StatusServiceUnavailable, "", "the event was not stored: "+err.Error())
 	}
@@ -116,7 +127,7 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(requestTrace(r), 10*time.Second)
 	defer cancel()
-	res, err := s.cfg.Producer.Publish(ctx, ev.event())
+	res, err := s.cfg.Producer.Publish(ctx, ev.event(r))
 	if err != nil {
 		publishProblem(w, "", err)
 		return
@@ -170,7 +181,7 @@ func (s *Server) publishBatch(w http.ResponseWriter, r *http.Request) {
 			problem(w, http.StatusUnprocessableEntity, fmt.Sprintf("events[%d].%s", i, field), fmt.Sprintf("event %d: %v; nothing was published", i, err))
 			return
 		}
-		evs[i] = ev.event()
+		evs[i] = ev.event(r)
 	}
 	ctx, cancel := context.WithTimeout(requestTrace(r), 30*time.Second)
 	defer cancel()
@@ -188,6 +199,10 @@ func (s *Server) publishBatch(w http.ResponseWriter, r *http.Request) {
 	stored := 0
 	for i, r := range res {
 		out[i].ID = r.ID
+		if errors.Is(r.Err, relay.ErrIDConflict) {
+			out[i].Error = &resultError{Status: http.StatusConflict, Detail: r.Err.Error()}
+			continue
+		}
 		if r.Err != nil {
 			out[i].Error = &resultError{Status: http.StatusServiceUnavailable, Detail: "not stored: " + r.Err.Error() + "; publish it again with the same id (a duplicate stores nothing)"}
 			continue

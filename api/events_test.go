@@ -42,7 +42,7 @@ func TestPublishBatchOverHTTP(t *testing.T) {
 		{"dest":"orders","key":"c1","id":"e-1","data":{"n":1}},
 		{"type":"order.created","key":"c1","data":{"n":2}},
 		{"dest":"orders","key":"c1","id":"e-3","headers":{"X-Tenant":"t1"},"data":{"n":3}},
-		{"dest":"orders","id":"e-1","data":{"n":1}}]}`)
+		{"dest":"orders","key":"c1","id":"e-1","data":{"n":1}}]}`)
 	require.Equal(t, http.StatusAccepted, code, m)
 	require.Equal(t, float64(4), m["stored"])
 	require.Equal(t, float64(0), m["failed"])
@@ -106,6 +106,11 @@ func TestPublishBatchRefusesBadRequestsWhole(t *testing.T) {
 		{"one without data", e.publish, "application/json", batch(ok, ok, `{"dest":"orders"}`), 422, "events[2].data", "event 2: data is required"},
 		{"one with both", e.publish, "application/json", batch(ok, `{"dest":"orders","type":"a.b","data":1}`), 422, "events[1].type", "not both"},
 		{"bad header", e.publish, "application/json", batch(`{"dest":"orders","headers":{"Host":"x"},"data":1}`), 422, "events[0].headers", "set by relay"},
+		{"key with a newline", e.publish, "application/json", batch(`{"dest":"orders","key":"c\r\n42","data":1}`), 422, "events[0].key", "control character"},
+		{"key too long", e.publish, "application/json", batch(`{"dest":"orders","key":"` + strings.Repeat("k", relay.MaxKeyLen+1) + `","data":1}`), 422, "events[0].key", "the order key is 257 bytes; at most 256"},
+		{"id dot", e.publish, "application/json", batch(`{"dest":"orders","id":".","data":1}`), 422, "events[0].id", `"." and ".." cannot be`},
+		{"id dot dot", e.publish, "application/json", batch(ok, `{"dest":"orders","id":"..","data":1}`), 422, "events[1].id", `"." and ".." cannot be`},
+		{"type like relay's", e.publish, "application/json", batch(`{"type":"Relay.destination.disabled","data":1}`), 422, "events[0].type", "relay's own, in any case"},
 		{"unknown dest", e.publish, "application/json", batch(ok, ok, ok, `{"dest":"nobody","data":1}`), 404, "events[3].dest", "unknown destination"},
 		{"one too large", e.publish, "application/json", batch(ok, `{"dest":"orders","data":"`+strings.Repeat("x", 300<<10)+`"}`), 413, "", "larger than 262144 bytes"},
 		{"big one", e.publish, "application/json", big, 202, "", ""},
@@ -164,4 +169,61 @@ func TestPublishContinuesTheRequestsTrace(t *testing.T) {
 		require.Equal(t, fmt.Sprintf("00-%s-%s-01", sp.SpanContext().TraceID(), sp.SpanContext().SpanID()), raw.Header.Get(stream.HdrTraceParent), "event %d carries its publish's context", i)
 	}
 	require.Equal(t, "vendor=1", spans[0].SpanContext().TraceState().String())
+}
+
+// An Idempotency-Key is scoped to the API key that sends it and to the
+// event's destination or type: another key sending the same one stores an
+// event of its own (and learns nothing of the first), as does the same key
+// for another destination; the same key and destination with another body
+// is answered 409, and with the same body is a duplicate of its own event.
+func TestIdempotencyKeyIsScopedToTheAPIKeyAndTarget(t *testing.T) {
+	t.Parallel()
+	e := startAPI(t)
+	ctx := context.Background()
+	for _, name := range []string{"orders", "billing"} {
+		_, err := mustStore(t, e).Add(ctx, destFor(name))
+		require.NoError(t, err)
+	}
+	keys, err := OpenKeys(ctx, e.srv.JS)
+	require.NoError(t, err)
+	other, _, err := keys.Create(ctx, "pub2", ScopePublish)
+	require.NoError(t, err)
+	publish := func(key, body string) (int, map[string]any) {
+		return e.do("POST", "/v1/events", key, "application/json", []byte(body), "Idempotency-Key", "order-1")
+	}
+
+	code, first := publish(e.publish, `{"dest":"orders","data":{"n":1}}`)
+	require.Equal(t, http.StatusAccepted, code, first)
+	require.Equal(t, false, first["duplicate"])
+	seqs := map[float64]bool{first["seq"].(float64): true}
+	for _, tc := range []struct{ key, body, what string }{
+		{other, `{"dest":"orders","data":{"n":2}}`, "another key, same destination"},
+		{e.publish, `{"dest":"billing","data":{"n":1}}`, "same key, another destination"},
+		{e.publish, `{"type":"order.created","data":{"n":1}}`, "same key, a type"},
+	} {
+		code, m := publish(tc.key, tc.body)
+		require.Equal(t, http.StatusAccepted, code, "%s: %v", tc.what, m)
+		require.Equal(t, false, m["duplicate"], tc.what)
+		require.Equal(t, "order-1", m["id"], tc.what)
+		require.False(t, seqs[m["seq"].(float64)], "%s: stored as an event of its own, not answered another's sequence", tc.what)
+		seqs[m["seq"].(float64)] = true
+	}
+
+	code, m := publish(e.publish, `{"dest":"orders","data":{"n":1}}`)
+	require.Equal(t, http.StatusAccepted, code, m)
+	require.Equal(t, true, m["duplicate"])
+	require.Equal(t, first["seq"], m["seq"], "a duplicate of the key's own event")
+
+	before := e.lastSeq()
+	code, m = publish(e.publish, `{"dest":"orders","data":{"n":99}}`)
+	require.Equal(t, http.StatusConflict, code, m)
+	require.Equal(t, "id", m["field"])
+	require.Contains(t, m["detail"], `id "order-1" was published within the duplicate window with another body`)
+	code, m = e.send("POST", "/v1/events:batch", e.publish, `{"events":[{"dest":"orders","id":"order-1","data":{"n":99}},{"dest":"orders","id":"order-2","data":1}]}`)
+	require.Equal(t, http.StatusAccepted, code, m)
+	res := m["results"].([]any)
+	require.Equal(t, float64(409), res[0].(map[string]any)["error"].(map[string]any)["status"], m)
+	require.Nil(t, res[1].(map[string]any)["error"], m)
+	require.Equal(t, float64(1), m["stored"])
+	require.Equal(t, before+1, e.lastSeq(), "a conflict stores nothing")
 }

@@ -161,11 +161,13 @@ func TestPublishOverHTTP(t *testing.T) {
 	raw, err := s.GetMsg(ctx, seq)
 	require.NoError(t, err)
 	require.JSONEq(t, `{"amount":5}`, string(raw.Data))
-	require.Equal(t, "evt-1", raw.Header.Get(stream.HdrMsgID))
+	require.Equal(t, "evt-1", raw.Header.Get(stream.HdrEventID), "the id as given; the dedup id is scoped")
+	require.NotEqual(t, "evt-1", raw.Header.Get(stream.HdrMsgID))
 	require.Equal(t, "c1", raw.Header.Get(stream.HdrKey))
 
-	// The same Idempotency-Key again: nothing new stored.
-	code, m = e.do("POST", "/v1/events", e.admin, "application/json", []byte(`{"dest":"orders","data":{"amount":5}}`), "Idempotency-Key", "evt-1")
+	// The same Idempotency-Key again, by the same API key: nothing new
+	// stored.
+	code, m = e.do("POST", "/v1/events", e.publish, "application/json", []byte(`{"dest":"orders","key":"c1","data":{"amount":5}}`), "Idempotency-Key", "evt-1")
 	require.Equal(t, http.StatusAccepted, code, m)
 	require.Equal(t, true, m["duplicate"])
 	require.Equal(t, float64(seq), m["seq"])

@@ -44,9 +44,15 @@ func setupDefaultServer(t *testing.T) *env {
 }
 
 // maxSizeBody is the body that makes an event with this id for dest exactly
-// as large as the producer accepts (1 MiB, counted as it counts).
-func maxSizeBody(dest, id string) []byte {
-	size := 1<<20 - len(stream.InSubject(dest, "")) - (len(stream.HdrMsgID) + len(id) + 4)
+// as large as the producer accepts (1 MiB, counted as it counts): with
+// relay's producer (scoped), a dedup id of its own and the id in
+// Relay-Event-Id; else the id as the dedup id.
+func maxSizeBody(dest, id string, scoped bool) []byte {
+	hdrs := len(stream.HdrMsgID) + len(id) + 4
+	if scoped {
+		hdrs = len(stream.HdrMsgID) + len(relay.DedupID("", dest, "", id)) + 4 + len(stream.HdrEventID) + len(id) + 4
+	}
+	size := 1<<20 - len(stream.InSubject(dest, "")) - hdrs
 	return []byte(strings.Repeat("x", size))
 }
 
@@ -71,7 +77,7 @@ func TestFaultMaxSizeEventWithFiftyAttemptsIsDeadLettered(t *testing.T) {
 	})
 	e.addDest(relay.Destination{Name: "big", URL: s.URL, BreakerThreshold: -1, Retry: relay.RetryPolicy{
 		Base: relay.Duration(10 * time.Millisecond), Max: relay.Duration(10 * time.Millisecond), NoJitter: true, MaxAttempts: 50}})
-	body := maxSizeBody("big", "evt_big")
+	body := maxSizeBody("big", "evt_big", true)
 	res, err := e.prod.Publish(ctx, relay.Event{Dest: "big", ID: "evt_big", Data: body})
 	require.NoError(t, err, "the producer accepts an event of exactly the limit")
 	e.startRelay()
@@ -105,7 +111,7 @@ func TestFaultMaxSizeEventWithFiftyAttemptsIsDeadLettered(t *testing.T) {
 		m.Header.Set(stream.HdrMsgID, id)
 		m.Data = []byte(`{}`)
 		if id == "evt_ghost_big" {
-			m.Data = maxSizeBody("ghost", id)
+			m.Data = maxSizeBody("ghost", id, false)
 		}
 		_, err := e.js.PublishMsg(ctx, m)
 		require.NoError(t, err)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/dlq"
@@ -404,4 +405,25 @@ func TestReplayedTypedDeadLetterKeepsItsType(t *testing.T) {
 		last = h
 	}
 	require.Equal(t, "order.created", last.Header.Get("Relay-Event-Type"))
+}
+
+// A NATS producer that publishes a type like relay's own in another case
+// (relay.type.Relay.destination.disabled) gets it routed to no one: relay's
+// own types are lower case, and a receiver comparing types
+// case-insensitively would take the spoof for one of them.
+func TestSpoofedOperatorTypeIsNotRouted(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	all := newSink(t, nil)
+	e.addDest(relay.Destination{Name: "all", URL: all.URL, Types: []string{">"}})
+	e.startRelay()
+	for _, typ := range []string{"Relay.destination.disabled", "RELAY.dead_letters"} {
+		_, err := e.js.PublishMsg(context.Background(), &nats.Msg{Subject: "relay.type." + typ, Data: []byte(`{}`), Header: nats.Header{"Nats-Msg-Id": []string{typ}}})
+		require.NoError(t, err)
+	}
+	id := e.publishType("order.created", "", "{}").ID
+	eventually(t, time.Minute, func() bool { return e.routerState().Events == 3 }, "every typed event routed")
+	require.EqualValues(t, 1, e.routerState().Copies, "one copy: the genuine event's")
+	eventually(t, time.Minute, func() bool { return all.delivered()[id] > 0 }, "the genuine event delivered")
+	require.Equal(t, []string{id}, keys(all.delivered()), "only the genuine event reached the subscriber")
 }

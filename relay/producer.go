@@ -1,15 +1,22 @@
 package relay
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base32"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -31,8 +38,14 @@ type Event struct {
 	// destination are delivered in publish order.
 	Key string
 	// ID is the event id, sent as webhook-id and used to drop re-publishes
-	// within the duplicate window. Optional: a unique one is generated.
+	// within the duplicate window: of the same Scope to the same Dest or
+	// Type (see DedupID). Optional: a unique one is generated.
 	ID string
+	// Scope is who publishes, for idempotency: an id is a duplicate only
+	// of one published with the same scope. Optional: the HTTP API sets
+	// the API key's id, so that no key can suppress, or learn of, another
+	// key's events by claiming their ids.
+	Scope string
 	// Headers are passed on to the destination as HTTP headers. Optional.
 	Headers map[string]string
 	// Data is the body, POSTed as is. Required (may be empty JSON "{}").
@@ -44,12 +57,17 @@ type Published struct {
 	ID        string `json:"id"`
 	Stream    string `json:"stream"`
 	Seq       uint64 `json:"seq"`
-	Duplicate bool   `json:"duplicate"` // the id was published before; nothing new was stored
+	Duplicate bool   `json:"duplicate"` // the id was published before (same scope and target, same event); nothing new was stored
 }
 
 // ErrUnknownDestination is returned when publishing for a destination that
 // does not exist.
 var ErrUnknownDestination = errors.New("unknown destination")
+
+// ErrIDConflict is returned for an id published within the duplicate
+// window, with the same scope to the same target, as an event with
+// another body, order key or headers: nothing was stored.
+var ErrIDConflict = errors.New("event id conflict")
 
 // ErrEventTooLarge is returned when an event with its headers is larger
 // than the events stream or the NATS server accepts.
@@ -104,10 +122,40 @@ const knownFor = 10 * time.Second
 const MaxIDLen = 256
 
 // ValidateEventID reports an id that cannot be an event's webhook-id: one
-// longer than MaxIDLen or with control characters.
+// longer than MaxIDLen or with control characters; or that cannot be
+// looked up or skipped: "." and "..", which no URL path segment can carry
+// (HTTP clients, browsers and servers take them for the path's own dot
+// segments, escaped or not). Any other id can, percent-encoded
+// (url.PathEscape: '/' as %2F).
 func ValidateEventID(id string) error {
 	if len(id) > MaxIDLen || strings.ContainsFunc(id, func(r rune) bool { return r < ' ' || r == 0x7f }) {
 		return fmt.Errorf("event id must be at most %d printable characters", MaxIDLen)
+	}
+	if id == "." || id == ".." {
+		return fmt.Errorf(`event ids "." and ".." cannot be looked up or skipped (a URL path takes them for its own dot segments): choose another id`)
+	}
+	return nil
+}
+
+// MaxKeyLen bounds order keys, in bytes. A key travels in the
+// Relay-Order-Key header of each of its events, copy and retry, and in
+// their delivery log records and dead letters; it is compared whole (relay
+// replay --key, relay dest heads). 256 bytes, as MaxIDLen for ids, holds
+// any natural key (a tenant and an entity id, a URL path, a UUID or a
+// SHA-256 in hex several times over) and keeps the header small next to
+// the events' own.
+const MaxKeyLen = 256
+
+// ValidateOrderKey reports an order key that cannot be kept as given: one
+// longer than MaxKeyLen bytes, or with a control character (a NATS header
+// cannot carry CR or LF: the stored key would differ from the one given).
+func ValidateOrderKey(key string) error {
+	if len(key) > MaxKeyLen {
+		return fmt.Errorf("the order key is %d bytes; at most %d", len(key), MaxKeyLen)
+	}
+	if i := strings.IndexFunc(key, unicode.IsControl); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(key[i:])
+		return fmt.Errorf("the order key has a control character (%#02x) at byte %d: use printable characters", r, i)
 	}
 	return nil
 }
@@ -119,8 +167,12 @@ func (p *Producer) Publish(ctx context.Context, ev Event) (Published, error) {
 		return Published{}, err
 	}
 	ack, err := p.js.PublishMsg(ctx, m)
-	if err != nil {
+	if err == nil && ack.Duplicate {
+		err = p.sameAsStored(ctx, ev.ID, ack.Sequence, m)
+	} else if err != nil {
 		err = publishErr(m, err)
+	}
+	if err != nil {
 		endPublish(span, nil, err)
 		return Published{}, err
 	}
@@ -162,6 +214,9 @@ func (p *Producer) prepare(ctx context.Context, ev *Event) (_ *nats.Msg, span tr
 			return nil, nil, err
 		}
 	}
+	if err := ValidateOrderKey(ev.Key); err != nil {
+		return nil, nil, err
+	}
 	if ev.ID == "" {
 		ev.ID = NewEventID()
 	}
@@ -173,7 +228,8 @@ func (p *Producer) prepare(ctx context.Context, ev *Event) (_ *nats.Msg, span tr
 			return nil, nil, err
 		}
 	}
-	env := stream.Envelope{ID: ev.ID, Dest: ev.Dest, Key: ev.Key, Headers: make(nats.Header, len(ev.Headers)), Body: ev.Data}
+	env := stream.Envelope{ID: ev.ID, Dest: ev.Dest, Key: ev.Key, Headers: make(nats.Header, len(ev.Headers)), Body: ev.Data,
+		Dedup: DedupID(ev.Scope, ev.Dest, ev.Type, ev.ID)}
 	for k, v := range ev.Headers {
 		if err := ValidateEventHeader(k, v); err != nil {
 			return nil, nil, err
@@ -298,6 +354,10 @@ func (p *Producer) PublishBatch(ctx context.Context, evs []Event) ([]BatchResult
 			out[i].Err = fmt.Errorf("publish to %s: %w (%w): it may be stored", msgs[i].Subject, err, ctx.Err())
 		case err != nil:
 			out[i].Err = publishErr(msgs[i], err)
+		case ack.Duplicate:
+			if out[i].Err = p.sameAsStored(ctx, evs[i].ID, ack.Sequence, msgs[i]); out[i].Err == nil {
+				out[i].Stream, out[i].Seq, out[i].Duplicate = ack.Stream, ack.Sequence, true
+			}
 		default:
 			out[i].Stream, out[i].Seq, out[i].Duplicate = ack.Stream, ack.Sequence, ack.Duplicate
 		}
@@ -309,6 +369,68 @@ func (p *Producer) PublishBatch(ctx context.Context, evs []Event) ([]BatchResult
 }
 
 var errNotConfirmed = errors.New("not confirmed")
+
+// DedupID is the dedup id (Nats-Msg-Id) of event id published with scope
+// to dest or, for a typed event, typ: "pub:" and 32 hex digits of a
+// SHA-256 of the three. The id itself travels in Relay-Event-Id. So an id
+// is a duplicate only of one published with the same scope to the same
+// destination or type: another producer (an API key) claiming it stores
+// an event of its own, and learns nothing of the first.
+func DedupID(scope, dest, typ, id string) string {
+	target := "d:" + dest
+	if typ != "" {
+		target = "t:" + typ
+	}
+	b := make([]byte, 0, 3*binary.MaxVarintLen64+len(scope)+len(target)+len(id))
+	for _, s := range [...]string{scope, target, id} {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	sum := sha256.Sum256(b)
+	return "pub:" + hex.EncodeToString(sum[:16])
+}
+
+// sameAsStored checks a publish m that JetStream answered as a duplicate
+// of the event at seq: the stored event must have m's body, order key and
+// headers (but its trace context, which each publish has its own of), or
+// m reused the id for another event (ErrIDConflict). The stored event is
+// of the same scope and target (its dedup id is m's). When it cannot be
+// read (aged out, or a producer without the permission to read it), the
+// duplicate is taken as it is.
+func (p *Producer) sameAsStored(ctx context.Context, id string, seq uint64, m *nats.Msg) error {
+	stored, err := stream.GetMsg(ctx, p.js, stream.EventsStream, seq, "")
+	if err != nil || stored.Header.Get(stream.HdrMsgID) != m.Header.Get(stream.HdrMsgID) {
+		return nil
+	}
+	if bytes.Equal(stored.Data, m.Data) && stored.Header.Get(stream.HdrKey) == m.Header.Get(stream.HdrKey) && sameOwnHeaders(stored.Header, m.Header) {
+		return nil
+	}
+	return fmt.Errorf("%w: id %q was published within the duplicate window with another body, key or headers; nothing was stored: give this event an id of its own", ErrIDConflict, id)
+}
+
+// sameOwnHeaders reports whether a and b have the same event headers,
+// their trace context aside.
+func sameOwnHeaders(a, b nats.Header) bool {
+	own := func(h nats.Header) map[string][]string {
+		out := map[string][]string{}
+		for k, vs := range stream.OwnHeader(h) {
+			if !strings.EqualFold(k, "traceparent") && !strings.EqualFold(k, "tracestate") {
+				out[http.CanonicalHeaderKey(k)] = vs
+			}
+		}
+		return out
+	}
+	oa, ob := own(a), own(b)
+	if len(oa) != len(ob) {
+		return false
+	}
+	for k, vs := range oa {
+		if !slices.Equal(vs, ob[k]) {
+			return false
+		}
+	}
+	return true
+}
 
 // settle waits for f's answer until ctx ends; an answer there by then wins
 // over the end of ctx.

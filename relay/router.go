@@ -397,8 +397,10 @@ func (ro *router) copy(ctx context.Context, m *jetstream.RawStreamMsg) (routed, 
 		return routed{seq: m.Sequence}, nil // not a typed event: nothing to route
 	}
 	p := routed{seq: m.Sequence, ev: ev}
-	if stream.ValidTypeName(ev.Type) != nil {
-		ro.log.Warn("typed event with an invalid type not routed", "subject", m.Subject, "seq", m.Sequence)
+	if stream.ValidTypeName(ev.Type) != nil || stream.Spoofed(ev.Type) {
+		// A type whose first token is relay in another case is a producer's
+		// imitation of relay's own: relay publishes its own in lower case.
+		ro.log.Warn("typed event with an invalid type (or one like relay's own in another case) not routed", "subject", m.Subject, "seq", m.Sequence)
 		ro.r.cfg.Metrics.routedNone()
 		return p, nil
 	}

@@ -56,8 +56,14 @@ type Envelope struct {
 	// NotBefore, on a Split publish, is when its delivery may be attempted
 	// (Relay-Not-Before): a retry's wait.
 	NotBefore time.Time
-	// Copied reports a message relay republished (it carries
-	// Relay-Event-Id: a retry from Redis, a replay), not one a producer
+	// Dedup, on a Produced publish, is its dedup id when it is not the
+	// event id: relay's producer scopes idempotency to who publishes and
+	// to what (see relay.DedupID), and the id then travels in
+	// Relay-Event-Id.
+	Dedup string
+	// Copied reports a message relay republished (a retry from Redis, a
+	// replay, a move to a lane: it carries Relay-Event-Id and a dedup id
+	// of relay's, park:, replay:, log: or lane:), not one a producer
 	// published. A typed event's copy for a destination (Routed) is that
 	// destination's original, not Copied.
 	Copied bool
@@ -67,7 +73,7 @@ type Envelope struct {
 // (Nats-Msg-Id) and which of relay's headers the message carries:
 //
 //	kind                Nats-Msg-Id                      Relay-Event-Id  Relay-Attempt, -Origin-Seq, -Published
-//	Produced            the event id                     no              no
+//	Produced            Dedup, else the event id         when Dedup set  no
 //	Promoted            park:<id>:<attempt>@<origin>     yes             yes (published when set)
 //	ReplayedDeadLetter  replay:<Seq of the dead letter>  yes             no: a replay starts again
 //	ReplayedLog         log:<Dest>:<Seq in the log>      yes             no: a replay starts again
@@ -146,6 +152,19 @@ func (k Kind) String() string {
 // routedPrefix starts the dedup id of a Routed publish.
 const routedPrefix = "route:"
 
+// copiedPrefixes start the dedup ids of the publishes that are Copied.
+var copiedPrefixes = [...]string{"park:", "replay:", "log:", "lane:"}
+
+// copied reports whether msgID is the dedup id of a Copied publish.
+func copied(msgID string) bool {
+	for _, p := range copiedPrefixes {
+		if strings.HasPrefix(msgID, p) {
+			return true
+		}
+	}
+	return false
+}
+
 // maxAttempt bounds the attempt count a message may carry; a larger one is
 // read as none.
 const maxAttempt = 1_000_000
@@ -153,7 +172,9 @@ const maxAttempt = 1_000_000
 // Decode reads the envelope of the event stored at seq on subject at time
 // stored. The id is Relay-Event-Id, else Nats-Msg-Id, else one made from
 // seq and stored; an attempt count that is not a number in [0, 1000000)
-// is read as 0; Origin defaults to seq and Published to stored. It fails
+// is read as 0; Origin defaults to seq and Published to stored. A message
+// carrying Relay-Event-Id is Copied only when its dedup id is of relay's
+// republishes (park:, replay:, log:, lane:). It fails
 // only when subject is not an event subject.
 func Decode(subject string, seq uint64, stored time.Time, h nats.Header, body []byte) (Envelope, error) {
 	var p Parsed
@@ -165,7 +186,7 @@ func Decode(subject string, seq uint64, stored time.Time, h nats.Header, body []
 	}
 	e := Envelope{Dest: p.Dest, Subject: subject, Seq: seq, Stored: stored, Headers: h, Body: body, Origin: seq, Published: stored}
 	if id := h.Get(HdrEventID); id != "" {
-		e.ID, e.Copied = id, !strings.HasPrefix(h.Get(HdrMsgID), routedPrefix)
+		e.ID, e.Copied = id, copied(h.Get(HdrMsgID))
 	} else if id := h.Get(HdrMsgID); id != "" {
 		e.ID = id
 	} else {
@@ -204,7 +225,9 @@ func DecodeTyped(subject string, seq uint64, stored time.Time, h nats.Header, bo
 		return Envelope{}, fmt.Errorf("subject %q is not a typed event's", subject)
 	}
 	e := Envelope{Type: t, Subject: subject, Seq: seq, Stored: stored, Headers: h, Body: body, Origin: seq, Published: stored}
-	e.ID = h.Get(HdrMsgID)
+	if e.ID = h.Get(HdrEventID); e.ID == "" {
+		e.ID = h.Get(HdrMsgID)
+	}
 	if e.ID == "" {
 		e.ID = "evt_" + strconv.FormatUint(seq, 10) + "_" + strconv.FormatInt(stored.UnixMilli(), 36)
 	}
@@ -230,6 +253,9 @@ func (e Envelope) MsgID(k Kind) string {
 	case Split:
 		return routedPrefix + strconv.FormatUint(e.Origin, 10) + ":" + e.Dest
 	}
+	if e.Dedup != "" {
+		return e.Dedup
+	}
 	return e.ID
 }
 
@@ -245,6 +271,9 @@ func (e Envelope) Header(k Kind) nats.Header {
 		h.Set(HdrType, e.Type)
 	}
 	if k == Produced {
+		if e.Dedup != "" {
+			h.Set(HdrEventID, e.ID)
+		}
 		return h
 	}
 	h.Set(HdrEventID, e.ID)

@@ -81,6 +81,9 @@ func TestEnvelopeHeaderLeavesUnsetFieldsOut(t *testing.T) {
 	t.Parallel()
 	e := Envelope{ID: "evt-1", Seq: 5, Dest: "d", Origin: 3}
 	require.Equal(t, nats.Header{HdrMsgID: {"evt-1"}}, e.Header(Produced))
+	scoped := e
+	scoped.Dedup = "pub:0123"
+	require.Equal(t, nats.Header{HdrMsgID: {"pub:0123"}, HdrEventID: {"evt-1"}}, scoped.Header(Produced), "a scoped dedup id, the id beside it")
 	require.Equal(t, nats.Header{HdrMsgID: {"park:evt-1:0@3"}, HdrEventID: {"evt-1"}, HdrAttempt: {"0"}, HdrOrigin: {"3"}}, e.Header(Promoted))
 	e.Attempt = 2
 	require.Equal(t, "park:evt-1:2@3", e.MsgID(Promoted), "the origin ends the dedup id")
@@ -161,6 +164,11 @@ func TestDecodeTable(t *testing.T) {
 		{"no headers", nil, "evt_42_loyw3v5n", false, 0, 42, stored, ""},
 		{"producer's id", nats.Header{HdrMsgID: {"p-1"}}, "p-1", false, 0, 42, stored, ""},
 		{"relay's id wins", nats.Header{HdrMsgID: {"park:e:1"}, HdrEventID: {"e"}}, "e", true, 0, 42, stored, ""},
+		{"a scoped dedup id", nats.Header{HdrMsgID: {"pub:0123abcd"}, HdrEventID: {"p-1"}}, "p-1", false, 0, 42, stored, ""},
+		{"a producer's own dedup id", nats.Header{HdrMsgID: {"order-1@crm"}, HdrEventID: {"order-1"}}, "order-1", false, 0, 42, stored, ""},
+		{"a replay's", nats.Header{HdrMsgID: {"replay:7"}, HdrEventID: {"e"}}, "e", true, 0, 42, stored, ""},
+		{"a log replay's", nats.Header{HdrMsgID: {"log:orders:7"}, HdrEventID: {"e"}}, "e", true, 0, 42, stored, ""},
+		{"a lane's", nats.Header{HdrMsgID: {"lane:7"}, HdrEventID: {"e"}}, "e", true, 0, 42, stored, ""},
 		{"empty ids fall back", nats.Header{HdrMsgID: {""}, HdrEventID: {""}}, "evt_42_loyw3v5n", false, 0, 42, stored, ""},
 		{"key", nats.Header{HdrKey: {"k 1"}}, "evt_42_loyw3v5n", false, 0, 42, stored, "k 1"},
 		{"retry state", nats.Header{HdrAttempt: {"7"}, HdrOrigin: {"9"}, HdrPublished: {pub}}, "evt_42_loyw3v5n", false, 7, 9, pubT, ""},
@@ -236,6 +244,15 @@ func TestEnvelopeCarriesTheType(t *testing.T) {
 	c := typed.Header(Routed)
 	require.Equal(t, nats.Header{HdrMsgID: {"route:12:billing"}, HdrEventID: {"evt-9"}, HdrKey: {"customer 42"}, HdrType: {"order.created"},
 		HdrPublished: {stored.Format(time.RFC3339Nano)}, "X-Trace": {"t"}}, c)
+
+	// A typed event published with a scoped dedup id: its id is
+	// Relay-Event-Id, and its copies carry that id.
+	h = nats.Header{HdrMsgID: {"pub:0123"}, HdrEventID: {"evt-9"}}
+	typed, err = DecodeTyped(TypeSubject("order.created"), 13, stored, h, []byte("{}"))
+	require.NoError(t, err)
+	require.Equal(t, "evt-9", typed.ID)
+	typed.Dest = "billing"
+	require.Equal(t, "evt-9", typed.Header(Routed).Get(HdrEventID))
 
 	noID, err := DecodeTyped(TypeSubject("a"), 3, stored, nil, nil)
 	require.NoError(t, err)

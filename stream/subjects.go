@@ -221,8 +221,8 @@ const InboxPrefix = "_INBOX_RELAY"
 // Headers of the wire contract. Headers a producer sets that start with neither
 // "Nats-" nor "Relay-" are passed on to the destination as HTTP headers.
 const (
-	HdrMsgID     = "Nats-Msg-Id"    // producer's event id, also JetStream's dedup id
-	HdrEventID   = "Relay-Event-Id" // event id carried by republished events; wins over Nats-Msg-Id
+	HdrMsgID     = "Nats-Msg-Id"    // JetStream's dedup id; the event id too, unless Relay-Event-Id is set
+	HdrEventID   = "Relay-Event-Id" // the event id, where the dedup id is not it (scoped, or a republish's); wins over Nats-Msg-Id
 	HdrAttempt   = "Relay-Attempt"  // attempts already made before this stream message
 	HdrKey       = "Relay-Order-Key"
 	HdrType      = "Relay-Event-Type" // the event's type, on the copies of a typed event

@@ -57,16 +57,32 @@ func TypeOf(subject string) (string, bool) {
 }
 
 // ValidateEventType reports whether a producer may publish an event of type
-// t: a valid type (ValidTypeName) not starting with "relay." (relay's own
-// events).
+// t: a valid type (ValidTypeName) not starting with "relay." in any case
+// (relay's own events; Relay.x would pass for one with a receiver that
+// does not compare types case-sensitively).
 func ValidateEventType(t string) error {
 	if err := ValidTypeName(t); err != nil {
 		return err
 	}
-	if strings.HasPrefix(t, ReservedTypePrefix) || t == "relay" {
-		return fmt.Errorf("invalid event type %q: types starting with %q are relay's own", t, ReservedTypePrefix)
+	if Reserved(t) {
+		return fmt.Errorf("invalid event type %q: types starting with %q are relay's own, in any case", t, ReservedTypePrefix)
 	}
 	return nil
+}
+
+// Reserved reports whether type t is, or case-insensitively looks like,
+// one of relay's own: its first token is "relay" in any case.
+func Reserved(t string) bool {
+	first, _, _ := strings.Cut(t, ".")
+	return strings.EqualFold(first, "relay")
+}
+
+// Spoofed reports whether type t looks like one of relay's own but is
+// not: its first token is "relay" in another case. relay publishes its
+// own in lower case only; the router routes no spoofed type.
+func Spoofed(t string) bool {
+	first, _, _ := strings.Cut(t, ".")
+	return first != "relay" && strings.EqualFold(first, "relay")
 }
 
 // ValidTypeName reports whether t is a valid event type: 1 to 16
@@ -83,9 +99,15 @@ func ValidTypeName(t string) error {
 // an event type whose tokens may be "*" (any one token) and whose last
 // token may be ">" (one or more tokens), as in NATS subjects. Unlike a
 // type, a pattern may name relay's own events ("relay.>").
+//
+// A pattern whose first token is "relay" in another case is refused: it
+// would match nothing, relay's own types being lower case.
 func ValidateTypePattern(p string) error {
 	if err := validateTokens(p, true); err != nil {
 		return fmt.Errorf("invalid event type pattern %q: %w", p, err)
+	}
+	if Spoofed(p) {
+		return fmt.Errorf("invalid event type pattern %q: relay's own types start with %q, in lower case; no other type may start so", p, ReservedTypePrefix)
 	}
 	return nil
 }

@@ -84,6 +84,9 @@ func TestValidateEventTypeAndPattern(t *testing.T) {
 		"order.créé":                        `token "créé"`,
 		"relay.dead_letters":                "relay's own",
 		"relay":                             "relay's own",
+		"Relay.destination.disabled":        "relay's own, in any case",
+		"RELAY.x":                           "relay's own, in any case",
+		"rElAy":                             "relay's own, in any case",
 		"a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q": "more than 16 tokens",
 	} {
 		err := ValidateEventType(typ)
@@ -98,6 +101,10 @@ func TestValidateEventTypeAndPattern(t *testing.T) {
 		"order.*x":        `token "*x"`,
 		"":                "empty",
 		"order..*":        "empty token",
+		// relay's own events are relay.*: a pattern naming them in another
+		// case would match nothing.
+		"Relay.>":             "in lower case",
+		"RELAY.destination.*": "in lower case",
 	} {
 		require.ErrorContains(t, ValidateTypePattern(p), msg, "%q", p)
 	}

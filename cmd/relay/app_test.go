@@ -156,9 +156,15 @@ func TestPublish(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, stream.Bucket(stream.KeyToken("customer 42")), p.Bucket)
 
-		code, out, _ = b.cli(t, "", "publish", "--dest", "orders", "--id", "evt-1", "--data", `{"a":1}`)
+		code, out, _ = b.cli(t, "", "publish", "--dest", "orders", "--key", "customer 42", "--id", "evt-1", "-H", "X-Tenant=t1", "--data", `{"a":1}`)
 		require.Equal(t, 0, code)
 		require.Contains(t, out, "duplicate")
+		require.Equal(t, res.Seq, b.lastSeq(t))
+
+		// The same id with another body: refused, nothing stored.
+		code, _, errs = b.cli(t, "", "publish", "--dest", "orders", "--key", "customer 42", "--id", "evt-1", "-H", "X-Tenant=t1", "--data", `{"a":2}`)
+		require.NotEqual(t, 0, code)
+		require.Contains(t, errs, `event id conflict: id "evt-1" was published within the duplicate window with another body`)
 		require.Equal(t, res.Seq, b.lastSeq(t))
 	})
 	t.Run("bad header", func(t *testing.T) {
@@ -430,6 +436,11 @@ func TestBadInputIsAUsageErrorBeforeConnecting(t *testing.T) {
 		{[]string{"publish", "--type", "order.*", "--data", "{}"}, `invalid event type "order.*"`},
 		{[]string{"publish", "--type", "relay.destination.disabled", "--data", "{}"}, "relay's own"},
 		{[]string{"publish", "--type", "a", "--dest", "d", "--data", "{}"}, "give --dest or --type, not both"},
+		{[]string{"publish", "--type", "Relay.destination.disabled", "--data", "{}"}, "relay's own, in any case"},
+		{[]string{"publish", "--dest", "d", "--key", "a\nb", "--data", "{}"}, "--key: the order key has a control character"},
+		{[]string{"publish", "--dest", "d", "--key", strings.Repeat("k", 257), "--data", "{}"}, "--key: the order key is 257 bytes; at most 256"},
+		{[]string{"publish", "--dest", "d", "--id", "..", "--data", "{}"}, `--id: event ids "." and ".." cannot be`},
+		{[]string{"publish", "--dest", "d", "--id", "a\tb", "--data", "{}"}, "--id: event id must be"},
 		{[]string{"publish", "--data", "{}"}, "missing --dest or --type"},
 		{[]string{"dest", "update", "d", "--type", "a b"}, `--type: invalid event type pattern "a b"`},
 		{[]string{"replay", "--dest", "d", "--since", "1h", "--type", "a.>.b"}, "'>' must be the last token"},

@@ -605,7 +605,7 @@ func TestLogReplayCLI(t *testing.T) {
 		require.Contains(t, out, "published ")
 		m := dlqtEvents(t, b, start+uint64(i)+1)
 		require.Equal(t, "relay.in.logd", m.Subject)
-		id := m.Header.Get(stream.HdrMsgID)
+		id := m.Header.Get(stream.HdrEventID)
 		require.NotEmpty(t, id)
 		ids = append(ids, id)
 	}
@@ -641,7 +641,7 @@ func TestLogReplayCLI(t *testing.T) {
 		cp := dlqtEvents(t, b, originals+uint64(i)+1)
 		require.Equal(t, "relay.in.logd", cp.Subject)
 		require.Equal(t, id, cp.Header.Get(stream.HdrEventID), "the copy keeps the event id")
-		require.Equal(t, orig.Header.Get(stream.HdrMsgID), cp.Header.Get(stream.HdrEventID))
+		require.Equal(t, orig.Header.Get(stream.HdrEventID), cp.Header.Get(stream.HdrEventID))
 		require.NotEqual(t, id, cp.Header.Get(stream.HdrMsgID), "the copy has its own dedup id")
 		require.Equal(t, orig.Data, cp.Data)
 	}

@@ -23,11 +23,13 @@ func publishCommand() *cli.Command {
 has stored it. The event goes to one destination (--dest), or by its type
 (--type) to every destination subscribed to it. The body comes from --data,
 --file, or standard input ("-").
-Publishing the same --id again within the duplicate window stores nothing new.`,
+Publishing the same --id again to the same --dest or --type within the
+duplicate window stores nothing new; with another body, key or headers it is
+refused (an id conflict) and stores nothing.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "dest", Aliases: []string{"d"}, Usage: "destination name (this or --type)"},
 			&cli.StringFlag{Name: "type", Aliases: []string{"t"}, Usage: "event type, such as order.created: delivered to every destination subscribed to it (this or --dest)"},
-			&cli.StringFlag{Name: "key", Aliases: []string{"k"}, Usage: "order key (any string)"},
+			&cli.StringFlag{Name: "key", Aliases: []string{"k"}, Usage: "order key (up to 256 bytes, no control characters)"},
 			&cli.StringFlag{Name: "id", Usage: "event id (default: a new unique id)"},
 			&cli.GenericFlag{Name: "header", Aliases: []string{"H"}, Value: &listValue{}, Usage: "NAME=VALUE passed on to the destination (repeatable; a value may hold commas)"},
 			&cli.StringFlag{Name: "data", Usage: "the body"},
@@ -72,6 +74,14 @@ func (o *publishOpts) Validate() error {
 	case o.typ != nil:
 		if err := stream.ValidateEventType(*o.typ); err != nil {
 			return usagef("--type: %v", err)
+		}
+	}
+	if err := relay.ValidateOrderKey(o.key); err != nil {
+		return usagef("--key: %v", err)
+	}
+	if o.id != "" {
+		if err := relay.ValidateEventID(o.id); err != nil {
+			return usagef("--id: %v", err)
 		}
 	}
 	n := 0
