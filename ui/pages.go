@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,12 +29,18 @@ func (u *UI) loginPage(w http.ResponseWriter, r *http.Request) {
 // login checks the key with the API (GET /v1/key) and starts a session.
 func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 	if err := r.ParseForm(); err != nil {
-		status := http.StatusBadRequest
+		status, msg := http.StatusBadRequest, "The sign-in form could not be read: "+err.Error()
 		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
+		switch {
+		case errors.As(err, &tooLarge):
 			status = http.StatusRequestEntityTooLarge
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			// relay run's --api-body-timeout passed: the server closes
+			// the connection rather than wait for the rest.
+			status, msg = http.StatusRequestTimeout, "The sign-in form did not arrive in time: send it again."
+			w.Header().Set("Connection", "close")
 		}
-		u.render(w, r, status, "login", user{}, map[string]any{"Error": "The sign-in form could not be read: " + err.Error()})
+		u.render(w, r, status, "login", user{}, map[string]any{"Error": msg})
 		return
 	}
 	key := strings.TrimSpace(r.PostFormValue("key"))
