@@ -3,12 +3,14 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -25,6 +27,8 @@ type apiServer struct {
 	addr string
 	ln   *connLimit
 	logs *syncLog
+	// tls is set when it serves over TLS (startAPIServerTLS).
+	tls *tls.Config
 }
 
 // syncLog is a log's text, written and read concurrently.
@@ -47,14 +51,37 @@ func (l *syncLog) String() string {
 
 func startAPIServer(t *testing.T, limits apiLimits, h http.Handler) apiServer {
 	t.Helper()
+	return startServing(t, limits, h, nil)
+}
+
+// startAPIServerTLS is startAPIServer over TLS, as with --api-tls-cert.
+func startAPIServerTLS(t *testing.T, limits apiLimits, h http.Handler) apiServer {
+	t.Helper()
+	// httptest's certificate, for 127.0.0.1.
+	ts := httptest.NewTLSServer(h)
+	cert := ts.TLS.Certificates[0]
+	ts.Close()
+	return startServing(t, limits, h, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+}
+
+func startServing(t *testing.T, limits apiLimits, h http.Handler, tlsConfig *tls.Config) apiServer {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	logs := &syncLog{}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConfig}
 	bounded := limits.bound(srv, ln, 1, slog.New(slog.NewTextHandler(logs, nil)))
-	go func() { _ = srv.Serve(bounded) }()
+	if tlsConfig != nil {
+		go func() { _ = srv.ServeTLS(bounded, "", "") }()
+	} else {
+		go func() { _ = srv.Serve(bounded) }()
+	}
 	t.Cleanup(func() { _ = srv.Close() })
-	return apiServer{addr: ln.Addr().String(), ln: bounded.(*connLimit), logs: logs}
+	s := apiServer{addr: ln.Addr().String(), ln: bounded.(*connLimit), logs: logs}
+	if tlsConfig != nil {
+		s.tls = &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}} // the test's own certificate
+	}
+	return s
 }
 
 // dial opens a connection to s that fails the test's reads and writes
@@ -63,6 +90,9 @@ func (s apiServer) dial(t *testing.T) net.Conn {
 	t.Helper()
 	c, err := net.Dial("tcp", s.addr)
 	require.NoError(t, err)
+	if s.tls != nil {
+		c = tls.Client(c, s.tls)
+	}
 	t.Cleanup(func() { c.Close() })
 	require.NoError(t, c.SetDeadline(time.Now().Add(time.Minute)))
 	return c
@@ -178,12 +208,23 @@ func TestAPIServerLetsAHandlerOutlastTheBodyTimeout(t *testing.T) {
 }
 
 // At the cap, a new connection closes the one idle longest; the others
-// stay.
+// stay. With TLS too.
 func TestAPIConnLimitClosesTheLongestIdleForANewOne(t *testing.T) {
 	t.Parallel()
+	t.Run("plain", func(t *testing.T) {
+		t.Parallel()
+		testClosesTheLongestIdle(t, startAPIServer)
+	})
+	t.Run("tls", func(t *testing.T) {
+		t.Parallel()
+		testClosesTheLongestIdle(t, startAPIServerTLS)
+	})
+}
+
+func testClosesTheLongestIdle(t *testing.T, start func(*testing.T, apiLimits, http.Handler) apiServer) {
 	limits := testLimits()
 	limits.maxConns = 3
-	s := startAPIServer(t, limits, okHandler)
+	s := start(t, limits, okHandler)
 	var conns []net.Conn
 	var readers []*bufio.Reader
 	for range limits.maxConns {
@@ -205,6 +246,7 @@ func TestAPIConnLimitClosesTheLongestIdleForANewOne(t *testing.T) {
 	s.ln.mu.Lock()
 	defer s.ln.mu.Unlock()
 	require.LessOrEqual(t, s.ln.open, limits.maxConns)
+	require.LessOrEqual(t, len(s.ln.idle), limits.maxConns, "idle connections tracked")
 }
 
 // At the cap with no connection idle, a new one waits for one to end: the
