@@ -98,6 +98,25 @@ func (s apiServer) dial(t *testing.T) net.Conn {
 	return c
 }
 
+// waitIdle waits until the server has marked client connection c idle
+// later than after, and returns when.
+func (s apiServer) waitIdle(t *testing.T, c net.Conn, after time.Time) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		s.ln.mu.Lock()
+		for sc, since := range s.ln.idle {
+			if sc.RemoteAddr().String() == c.LocalAddr().String() && since.After(after) {
+				s.ln.mu.Unlock()
+				return since
+			}
+		}
+		s.ln.mu.Unlock()
+		require.True(t, time.Now().Before(deadline), "the server did not mark %s idle", c.LocalAddr())
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // request sends one request on c and reads its answer.
 func request(t *testing.T, c net.Conn, br *bufio.Reader, method, path string) *http.Response {
 	t.Helper()
@@ -227,15 +246,20 @@ func testClosesTheLongestIdle(t *testing.T, start func(*testing.T, apiLimits, ht
 	s := start(t, limits, okHandler)
 	var conns []net.Conn
 	var readers []*bufio.Reader
+	// The server marks a connection idle after the client has its answer:
+	// each is waited for, so that they fell idle in this order.
+	var last time.Time
 	for range limits.maxConns {
 		c := s.dial(t)
 		br := bufio.NewReader(c)
 		require.Equal(t, http.StatusOK, request(t, c, br, "GET", "/").StatusCode)
+		last = s.waitIdle(t, c, last)
 		conns, readers = append(conns, c), append(readers, br)
 	}
 	// The first is idle longest: a second request on the second makes it
 	// the newest idle one.
 	require.Equal(t, http.StatusOK, request(t, conns[1], readers[1], "GET", "/").StatusCode)
+	s.waitIdle(t, conns[1], last)
 
 	c := s.dial(t)
 	br := bufio.NewReader(c)
