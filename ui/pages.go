@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,12 +39,18 @@ func (u *UI) loginForm(w http.ResponseWriter, r *http.Request, status int, msg s
 // the user then did would be done with, and seen by, that key.
 func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 	if err := r.ParseForm(); err != nil {
-		status := http.StatusBadRequest
+		status, msg := http.StatusBadRequest, "The sign-in form could not be read: "+err.Error()
 		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
+		switch {
+		case errors.As(err, &tooLarge):
 			status = http.StatusRequestEntityTooLarge
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			// relay run's --api-body-timeout passed: the server closes
+			// the connection rather than wait for the rest.
+			status, msg = http.StatusRequestTimeout, "The sign-in form did not arrive in time: send it again."
+			w.Header().Set("Connection", "close")
 		}
-		u.loginForm(w, r, status, "The sign-in form could not be read: "+err.Error())
+		u.loginForm(w, r, status, msg)
 		return
 	}
 	if !u.sessions.loginOK(r, r.PostFormValue("csrf")) {

@@ -79,6 +79,9 @@ hands the rest back to JetStream, and exits 0.`,
 			&cli.StringFlag{Name: "api-addr", EnvVars: []string{"RELAY_API_ADDR"}, Usage: "serve the HTTP API (/v1, docs/api.md) here (empty: off); on a non-loopback address only once an API key exists ('relay api-key create')"},
 			&cli.StringFlag{Name: "api-tls-cert", EnvVars: []string{"RELAY_API_TLS_CERT"}, Usage: "serve the HTTP API over TLS with this certificate (PEM file; with --api-tls-key)", TakesFile: true},
 			&cli.StringFlag{Name: "api-tls-key", EnvVars: []string{"RELAY_API_TLS_KEY"}, Usage: "the private key of --api-tls-cert (PEM file)", TakesFile: true},
+			&cli.IntFlag{Name: "api-max-conns", EnvVars: []string{"RELAY_API_MAX_CONNS"}, Value: defaultAPIMaxConns, Usage: "most connections the HTTP API and dashboard hold at once (1 to 1000000); at the cap a new connection closes the one idle longest, or waits in the listen queue while none is idle, so the API never takes the descriptors NATS and deliveries need"},
+			&cli.DurationFlag{Name: "api-idle-timeout", EnvVars: []string{"RELAY_API_IDLE_TIMEOUT"}, Value: defaultAPIIdleTimeout, Usage: "how long the HTTP API keeps a keep-alive connection with no request (1s to 1h)"},
+			&cli.DurationFlag{Name: "api-body-timeout", EnvVars: []string{"RELAY_API_BODY_TIMEOUT"}, Value: defaultAPIBodyTimeout, Usage: "how long a request's body (an API call's, a dashboard form's) may take to arrive after its headers (1s to 1h): a client that stalls gets 408 and its connection is closed"},
 			&cli.StringFlag{Name: "metrics-addr", EnvVars: []string{"RELAY_METRICS_ADDR"}, Value: "127.0.0.1:9464", Usage: "serve /metrics, /healthz and /readyz here (empty: off)"},
 			&cli.Int64Flag{Name: "gc-heap-floor", EnvVars: []string{"RELAY_GC_HEAP_FLOOR"}, Value: 24 << 20, Usage: "heap size in bytes at which Go's garbage collector runs while relay's live heap is small, for less CPU spent collecting (at most 40 MiB, or 11 times the live heap; 0: Go's default pace; not applied when GOGC is set)"},
 			&cli.DurationFlag{Name: "shutdown-grace", EnvVars: []string{"RELAY_SHUTDOWN_GRACE"}, Value: 10 * time.Second, Usage: "how long in-flight deliveries may finish after SIGTERM"},
@@ -117,6 +120,7 @@ type runOpts struct {
 	skipTLSVerify                              bool
 	metricsAddr                                string
 	apiAddr, apiTLSCert, apiTLSKey             string
+	apiLimits                                  apiLimits
 	gcHeapFloor                                int64
 	shutdownGrace, ackWait                     time.Duration
 	tracing                                    tracingOpts
@@ -153,7 +157,7 @@ func readRun(c *cli.Context) *runOpts {
 		allowNet: c.StringSlice("allow-net"), connectTimeout: c.Duration("connect-timeout"), tlsHandshakeTimeout: c.Duration("tls-handshake-timeout"),
 		responseHeaderTimeout: c.Duration("response-header-timeout"), skipTLSVerify: c.Bool("dangerously-skip-tls-verify"),
 		metricsAddr: c.String("metrics-addr"), apiAddr: c.String("api-addr"), apiTLSCert: c.String("api-tls-cert"), apiTLSKey: c.String("api-tls-key"), gcHeapFloor: c.Int64("gc-heap-floor"), shutdownGrace: c.Duration("shutdown-grace"), ackWait: c.Duration("ack-wait"),
-		tracing: readTracing(c),
+		tracing: readTracing(c), apiLimits: readAPILimits(c),
 	}
 }
 
@@ -174,6 +178,9 @@ func (o *runOpts) Validate() (err error) {
 	}
 	if o.apiTLSCert != "" && o.apiAddr == "" {
 		return usagef("--api-tls-cert needs --api-addr")
+	}
+	if err := o.apiLimits.Validate(); err != nil {
+		return err
 	}
 	if o.alertBacklogAge < 0 {
 		return usagef("--alert-backlog-age %s: give a duration, or 0 for never", o.alertBacklogAge)
@@ -594,7 +601,7 @@ func (o *runOpts) serveAPI(ctx context.Context, js jetstream.JetStream, log *slo
 		ln.Close()
 		return nil, err
 	}
-	apiSrv := api.NewServer(api.Config{JS: js, Keys: keys, Producer: prod, Dests: dests, DeadLetters: letters.WithTracerProvider(tp), Logger: log})
+	apiSrv := api.NewServer(api.Config{JS: js, Keys: keys, Producer: prod, Dests: dests, DeadLetters: letters.WithTracerProvider(tp), Logger: log, BodyTimeout: o.apiLimits.bodyTimeout})
 	dash, err := ui.New(ctx, ui.Config{API: apiSrv, JS: js, Secure: o.apiTLSCert != "", Logger: log})
 	if err != nil {
 		ln.Close()
@@ -605,6 +612,7 @@ func (o *runOpts) serveAPI(ctx context.Context, js jetstream.JetStream, log *slo
 	mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
 	mux.Handle("/", apiSrv)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	ln = o.apiLimits.bound(srv, ln, o.maxInFlight, log)
 	scheme := "http"
 	if o.apiTLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(o.apiTLSCert, o.apiTLSKey)
