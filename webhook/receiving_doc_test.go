@@ -84,13 +84,29 @@ sys.stdout.write("ok" if verify(e["SECRET"], headers, e["BODY"].encode("utf-8"),
 			}
 			dir := t.TempDir()
 			src := blocks[lang] + d.driver
+			bin, args := d.bin, d.args
 			if lang == "go" {
-				// The snippet's imports, plus the driver's.
+				// The snippet's imports, plus the driver's, built in this
+				// module (testdata is no package of it) so that it imports
+				// this package as a receiver would.
 				src = "package main\n\n" + strings.Replace(blocks[lang], "import (", "import (\n\t\"fmt\"\n\t\"os\"", 1) + d.driver
+				require.NoError(t, os.MkdirAll("testdata", 0o755))
+				var err error
+				dir, err = os.MkdirTemp("testdata", "snippet-")
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = os.RemoveAll(dir) })
+				dir, err = filepath.Abs(dir)
+				require.NoError(t, err)
+				require.NoError(t, os.WriteFile(filepath.Join(dir, d.file), []byte(src), 0o644))
+				build := exec.Command("go", "build", "-o", "snippet", ".")
+				build.Dir = dir
+				out, err := build.CombinedOutput()
+				require.NoError(t, err, "the Go snippet does not build: %s", out)
+				bin, args = filepath.Join(dir, "snippet"), nil
 			}
 			require.NoError(t, os.WriteFile(filepath.Join(dir, d.file), []byte(src), 0o644))
 			for _, c := range cases {
-				cmd := exec.Command(d.bin, d.args...)
+				cmd := exec.Command(bin, args...)
 				cmd.Dir = dir
 				cmd.Env = append(os.Environ(), "SECRET="+secret, "TS="+c.ts, "SIG="+c.sig, "BODY="+c.body)
 				out, err := cmd.CombinedOutput()
