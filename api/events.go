@@ -30,7 +30,7 @@ type batchBody struct {
 }
 
 // fastDecoder is a request body with a fast path for its plain form
-// (fastjson.go): fastDecode reports false, having changed nothing, when the
+// (bodyjson.go): fastDecode reports false, having changed nothing, when the
 // body is to go through encoding/json.
 type fastDecoder interface {
 	fastDecode(body []byte) bool

@@ -84,9 +84,15 @@ func TestFastPathMatchesEncodingJSON(t *testing.T) {
 		b, e := checkFastMatchesSlow(t, []byte(s))
 		require.True(t, b || e, "seed %d takes the fast path", i)
 	}
+	// Deep data is read as encoding/json reads it, up to the same limit
+	// (10,000 levels), past which both refuse it.
 	deep := `{"dest":"a","data":` + strings.Repeat("[", 2000) + strings.Repeat("]", 2000) + `}`
 	_, e := checkFastMatchesSlow(t, []byte(deep))
-	require.False(t, e, "data nested deeper than maxFastDepth goes through encoding/json")
+	require.True(t, e, "data nested 2,000 deep")
+	tooDeep := []byte(`{"dest":"a","data":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`)
+	_, e = checkFastMatchesSlow(t, tooDeep)
+	require.False(t, e, "data nested past 10,000")
+	require.False(t, slowDecode(tooDeep, &newEvent{}))
 }
 
 func FuzzFastEventsMatchEncodingJSON(f *testing.F) {
