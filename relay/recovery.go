@@ -191,12 +191,25 @@ func (r *Relay) inRetryAtStart(ev event) bool {
 }
 
 // parkedAlready reports whether l says ev was handed to Redis: ev is a
-// message of the event l records, at or below the last sequence parked.
-// Its copy in Redis carries on; this message only came back because its
-// ack was lost.
+// message of the event l records, at or below the last sequence parked, or
+// below the last one relay began to park (a message of the event that
+// came after ev is its copy). Its copy carries on; this message only came
+// back because its ack was lost.
 func (l attemptLog) parkedAlready(ev event) bool {
-	return l.Parked != 0 && ev.seq <= l.Parked && ev.origin == l.Origin
+	return ev.origin == l.Origin && (ev.seq <= l.Parked || ev.seq < l.Parking)
 }
+
+// parkInDoubt reports whether l says relay began to park ev itself and
+// never recorded that Redis took it: a crash came between, before or after
+// the entry was written. Whether ev has a copy must be found out
+// (Relay.findPark) before it is attempted.
+func (l attemptLog) parkInDoubt(ev event) bool {
+	return ev.origin == l.Origin && ev.seq == l.Parking && l.Parked < l.Parking
+}
+
+// handedOn is the last sequence of the event l records that relay parked,
+// or began to park (0: none).
+func (l attemptLog) handedOn() uint64 { return max(l.Parked, l.Parking) }
 
 // doneKey is where the parked sequence of an event in retry is kept once the
 // event is settled: its log is deleted, but the message it was parked from
@@ -204,7 +217,8 @@ func (l attemptLog) parkedAlready(ev event) bool {
 // the events in retry ("*.*") skips these.
 func doneKey(ev event) string { return "done." + historyKey(ev) }
 
-// doneMark is what doneKey holds.
+// doneMark is what doneKey holds: the event's messages of origin Origin
+// up to sequence Parked (those parked, and the one settled) are settled.
 type doneMark struct {
 	Parked uint64 `json:"parked"`
 	Origin uint64 `json:"origin"`
@@ -221,8 +235,24 @@ func (r *Relay) markParked(ctx context.Context, ev event) error {
 	return err
 }
 
-// doneParked reports whether ev was parked and its copy settled since: a
-// message brought back by a crash after its log was deleted.
+// unpark records, after a park that failed, that relay no longer parks
+// the message at ev.seq: it waits in JetStream, and is attempted when it
+// comes back, without a look in Redis. A failure is logged; the message is
+// then looked for in Redis when it comes back.
+func (r *Relay) unpark(ctx context.Context, ev event) {
+	_, err := changeLog(ctx, r.attempts, historyKey(ev), false, 5, func(l *attemptLog, _ bool) error {
+		if l.Parking == ev.seq && l.Parked < ev.seq {
+			l.Parking = l.Parked
+		}
+		return nil
+	})
+	if err != nil {
+		r.log.Warn("cannot record that a park failed (when the event comes back, relay looks for it in Redis first)", "dest", ev.dest, "event_id", ev.id, "err", err)
+	}
+}
+
+// doneParked reports whether ev was parked and settled since: a message
+// brought back by a crash after its done mark was written.
 func (r *Relay) doneParked(ctx context.Context, ev event) bool {
 	e, err := r.attempts.Get(ctx, doneKey(ev))
 	if err != nil {
