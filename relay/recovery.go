@@ -14,11 +14,15 @@ package relay
 //     dead-lettered) per partition is put in the relay_ordered bucket
 //     before its ack, and an event at or below it is acknowledged without
 //     an attempt (partitionMark);
-//   - a parked event: its attempt log records the sequence relay parked
-//     (attemptLog.Parked) before the ack, and a message of that event at
-//     or below it is acknowledged without an attempt, its copy in Redis
-//     carrying on. When the copy is settled, a done mark keeps the parked
-//     sequence (doneKey), since the original may come back after that.
+//   - a parked event: its attempt log records that relay began to park it
+//     (attemptLog.Parking, with the failed attempt, before the Redis
+//     write), then the sequence parked (attemptLog.Parked) before the ack,
+//     and a message of that event at or below it is acknowledged without
+//     an attempt, its copy in Redis carrying on. A message that comes back
+//     with the park begun and not recorded is first looked for in Redis
+//     (Relay.findPark). When a copy is settled, a done mark written before
+//     its ack keeps the sequences settled (doneKey), since the original,
+//     or the copy, may come back after that.
 //
 // A first delivery needs no attempt log read, except for the events that
 // were in retry when this relay started (inRetryAtStart): those are the
