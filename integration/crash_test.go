@@ -189,3 +189,49 @@ func TestFaultCrashOfEmbeddedNATSKeepsOrder(t *testing.T) {
 	}
 	require.Equal(t, want, got, "each event once, in order; relay's log after the restart:\n%s", er.p.output())
 }
+
+// The relay dies (failpoint park-after-redis, SIGKILL) right after Redis
+// confirmed the park of an event's first failed attempt, before the park
+// is recorded in the attempt log and before the message is acked. Restarted,
+// it sees the original come back from JetStream (after AckWait) and the
+// copy come back from Redis: the event is delivered once, not once per copy.
+func TestFaultKilledBetweenParkAndItsRecordDeliversOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	r := redistest.Start(t, redistest.Options{AppendOnly: true})
+	s := newSink(t, func(h hit, w http.ResponseWriter) int {
+		if h.N == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return http.StatusServiceUnavailable
+		}
+		return faultOK(w)
+	})
+	e.addDest(relay.Destination{Name: "parkrec", URL: s.URL, Timeout: relay.Duration(time.Second), Retry: relay.RetryPolicy{
+		Base: relay.Duration(time.Second), Max: relay.Duration(2 * time.Second), NoJitter: true, MaxAttempts: 5}})
+	// AckWait 7s: the original, never acked, comes back 7s after its delivery.
+	args := []string{"--nats-url", e.url, "run", "--redis-url", r.URL(), "--park-threshold", "500ms", "--ack-wait", "7s"}
+
+	p1 := startProcEnv(t, []string{"RELAY_FAILPOINT=park-after-redis"}, args...)
+	res := e.publish("parkrec", "", `{"p":1}`)
+	select {
+	case <-p1.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the failpoint never fired:\n%s", p1.output())
+	}
+	ws, ok := p1.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	require.True(t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "died of SIGKILL: %v\n%s", p1.cmd.ProcessState, p1.output())
+	st := schedule.NewStore(r.Client())
+	ps, err := st.Stats(context.Background(), "parkrec")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, ps.Parked, "the park reached Redis before the kill")
+	require.Equal(t, 1, s.received(), "one attempt before the kill")
+
+	p2 := startProc(t, args...)
+	eventually(t, 60*time.Second, func() bool {
+		ps, err := st.Stats(context.Background(), "parkrec")
+		return err == nil && ps.Parked == 0 && s.delivered()[res.ID] >= 1 && e.settled("parkrec")
+	}, "delivered, nothing parked or pending:\n%s", p2.output())
+	require.Equal(t, 1, s.delivered()[res.ID], "delivered once; relay's log after the restart:\n%s", p2.output())
+	require.Equal(t, 2, s.received(), "attempted twice: once failing, once delivered")
+	require.Empty(t, e.deadLetters("parkrec"))
+}

@@ -62,6 +62,12 @@ type attemptLog struct {
 	// parked in Redis: that message and those before it were handed to
 	// Redis, and come back only because an ack was lost (parkedAlready).
 	Parked uint64 `json:"parked,omitempty"`
+	// Parking is the last sequence of the event (origin Origin) that relay
+	// began to park: it is recorded with the failed attempt, before the
+	// entry is written to Redis. While Parked is below it, the park is in
+	// doubt (parkInDoubt): a crash may have come after Redis stored the
+	// entry and before Parked was recorded.
+	Parking uint64 `json:"parking,omitempty"`
 }
 
 // skipOf is the operator's reason to skip ev, if l marks it.
@@ -126,21 +132,39 @@ func (r *Relay) history(ctx context.Context, ev event) []dlq.Attempt {
 // incomplete, the event is not affected. It is a compare-and-set, so that a
 // mark set meanwhile (Store.SkipHead) is kept.
 func (r *Relay) recordAttempt(ctx context.Context, ev event, attempt int, res Result, reply string) string {
+	skip, _ := r.recordFailure(ctx, ev, attempt, res, reply, false)
+	return skip
+}
+
+// recordFailure is recordAttempt, and with parking it records as well that
+// relay is about to park ev (attemptLog.Parking), in the same write. It
+// reports whether the write succeeded: an event must not be parked unless
+// it did, since after a crash nothing else would tell its message from
+// its copy in Redis.
+func (r *Relay) recordFailure(ctx context.Context, ev event, attempt int, res Result, reply string, parking bool) (string, bool) {
 	l, err := changeLog(ctx, r.attempts, historyKey(ev), true, 5, func(l *attemptLog, found bool) error {
 		if found && l.Origin != 0 && l.Origin != ev.origin {
 			r.log.Warn("two messages with one event id are in retry at once: their attempts share one record (publish each event id once)",
 				"dest", ev.dest, "event_id", ev.id, "seq", ev.seq, "other_seq", l.Origin)
 		}
+		if found && l.Origin == ev.origin && ev.seq > l.Parking {
+			// A later message of the event is its copy from Redis: the
+			// park begun before it was done.
+			l.Parked = max(l.Parked, l.Parking)
+		}
 		l.Attempts = dlq.TrimHistory(append(l.Attempts, attemptOf(attempt, r.cfg.Now(), res)))
 		l.Made = max(l.Made, attempt)
 		l.Event, l.Reply, l.Origin = ev.id, reply, ev.origin
+		if parking {
+			l.Parking = max(l.Parking, ev.seq)
+		}
 		return nil
 	})
 	if err != nil {
 		r.log.Warn("cannot record attempt history", "dest", ev.dest, "event_id", ev.id, "err", err)
-		return ""
+		return "", false
 	}
-	return l.skipOf(ev)
+	return l.skipOf(ev), true
 }
 
 // errLogRaced: other writers changed the attempt log under every try of
@@ -189,15 +213,28 @@ func changeLog(ctx context.Context, kv jetstream.KeyValue, key string, create bo
 }
 
 // forgetHistory deletes ev's attempt log once ev is settled. Where the log
-// says the event was parked, a done mark keeps that first: the message it
-// was parked from may still come back after a crash.
+// says the event was parked, a done mark keeps that first (markDone): the
+// messages it was parked from, and this one, may still come back after a
+// crash.
 func (r *Relay) forgetHistory(ctx context.Context, ev event) {
-	if ev.parked != 0 {
-		b, _ := json.Marshal(doneMark{Parked: ev.parked, Origin: ev.origin})
-		if _, err := r.attempts.Put(ctx, doneKey(ev), b); err != nil {
-			r.log.Warn("cannot record that a parked event is settled (a crash of the NATS server could deliver it again)", "dest", ev.dest, "event_id", ev.id, "err", err)
-		}
+	r.markDone(ctx, ev)
+	r.deleteLog(ctx, ev)
+}
+
+// markDone records, where ev was parked, that ev's messages up to this one
+// are settled (doneKey): a done mark, which outlives the attempt log.
+func (r *Relay) markDone(ctx context.Context, ev event) {
+	if ev.parked == 0 {
+		return
 	}
+	b, _ := json.Marshal(doneMark{Parked: max(ev.parked, ev.seq), Origin: ev.origin})
+	if _, err := r.attempts.Put(ctx, doneKey(ev), b); err != nil {
+		r.log.Warn("cannot record that a parked event is settled (a crash of the NATS server could deliver it again)", "dest", ev.dest, "event_id", ev.id, "err", err)
+	}
+}
+
+// deleteLog deletes ev's attempt log.
+func (r *Relay) deleteLog(ctx context.Context, ev event) {
 	if err := r.attempts.Delete(ctx, historyKey(ev)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		r.log.Warn("cannot delete attempt history", "dest", ev.dest, "event_id", ev.id, "err", err)
 	}

@@ -24,6 +24,16 @@ type Input struct {
 	// ack was lost (an ordered partition's mark, or its attempt log says it
 	// was parked).
 	Settled bool
+	// ParkInDoubt: the attempt log says relay began to park the event from
+	// this message and never recorded that Redis took it (a crash came
+	// between). ParkLooked: relay looked for its park. ParkFound: the
+	// event has its copy, parked in Redis or republished from there, and
+	// this message must not be attempted. ParkUnknown: looking failed
+	// (Redis or NATS did not answer); it says why.
+	ParkInDoubt bool
+	ParkLooked  bool
+	ParkFound   bool
+	ParkUnknown string
 
 	// Known: the destination exists; Dest is it, with its defaults.
 	Known bool
@@ -115,8 +125,8 @@ const (
 // the same decision (with a seeded Rand).
 //
 // Before the attempt it returns a decision that ends the delivery without
-// one, or one of the steps WaitRate, ReadLog and Send, which ask for the
-// next thing to learn. Once Sent is set it decides on the result.
+// one, or one of the steps WaitRate, ReadLog, FindPark and Send, which ask
+// for the next thing to learn. Once Sent is set it decides on the result.
 func Decide(in Input) Decision {
 	switch {
 	case in.Unreadable:
@@ -124,12 +134,17 @@ func Decide(in Input) Decision {
 	case in.MarkUnreadable:
 		// Whether the head was delivered before is not known: it waits.
 		return Decision{Action: HandBack, Delay: time.Second}
-	case in.Settled:
+	case in.Settled, in.ParkInDoubt && in.ParkFound:
 		return Decision{Action: AckSettled}
 	case in.Interrupted:
 		// A shutdown cut the filter or the template short: the event is
 		// not at fault, and nothing was sent.
 		return Decision{Action: HandBack}
+	case in.ParkInDoubt && in.ParkUnknown != "":
+		// Whether its copy exists is not known: it waits, unattempted.
+		return Decision{Action: HandBack, Delay: time.Second}
+	case in.ParkInDoubt && !in.ParkLooked:
+		return Decision{Action: FindPark}
 	}
 	if in.Known && (in.Filtered || in.FilterErr != "") {
 		// Not for this destination, paused or not: no attempt, no rate

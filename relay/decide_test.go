@@ -41,6 +41,12 @@ func TestDecideOutcomes(t *testing.T) {
 		{"settled before, destination paused", with(func(in *Input) { in.Settled, in.Dest.PausedUntil = true, now.Add(time.Hour) }), Decision{Action: AckSettled}},
 		{"filter or template cut short by a shutdown", with(func(in *Input) { in.Interrupted = true }), Decision{Action: HandBack}},
 		{"template cut short by a shutdown, head of a blocked key", with(func(in *Input) { in.Interrupted, in.Ordered, in.Dest.OnFailure = true, true, OnFailureBlock }), Decision{Action: HandBack}},
+		{"park in doubt: look for its copy", with(func(in *Input) { in.ParkInDoubt = true }), Decision{Action: FindPark}},
+		{"park in doubt, destination paused: look first", with(func(in *Input) { in.ParkInDoubt, in.Dest.PausedUntil = true, Forever }), Decision{Action: FindPark}},
+		{"park in doubt, its copy exists", with(func(in *Input) { in.ParkInDoubt, in.ParkLooked, in.ParkFound = true, true, true }), Decision{Action: AckSettled}},
+		{"park in doubt, its copy exists, filtered out", with(func(in *Input) { in.ParkInDoubt, in.ParkLooked, in.ParkFound, in.Filtered = true, true, true, true }), Decision{Action: AckSettled}},
+		{"park in doubt, look failed: waits", with(func(in *Input) { in.ParkInDoubt, in.ParkLooked, in.ParkUnknown = true, true, "refused" }), Decision{Action: HandBack, Delay: time.Second}},
+		{"park in doubt, no copy: attempted", with(func(in *Input) { in.ParkInDoubt, in.ParkLooked = true, true }), Decision{Action: Send}},
 		{"filtered out", with(func(in *Input) { in.Filtered = true }), Decision{Action: AckFiltered}},
 		{"filtered out, destination paused", with(func(in *Input) { in.Filtered, in.Dest.PausedUntil = true, Forever }), Decision{Action: AckFiltered}},
 		{"filtered out, rate limited", with(func(in *Input) { in.Filtered, in.RateLimited = true, true }), Decision{Action: AckFiltered}},
@@ -116,7 +122,7 @@ func TestDecideOutcomes(t *testing.T) {
 		})
 		outcomes[tc.want.Action] = true
 	}
-	for _, a := range []Action{Ack, Retry, DeadLetter, Park, HandBack, AckSettled, Leave, Terminate, AckFiltered, WaitRate, ReadLog, Send} {
+	for _, a := range []Action{Ack, Retry, DeadLetter, Park, HandBack, AckSettled, Leave, Terminate, AckFiltered, WaitRate, ReadLog, FindPark, Send} {
 		require.True(t, outcomes[a], "no row decides %s", a)
 	}
 }

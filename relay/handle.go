@@ -10,10 +10,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/failpoint"
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/stream"
 )
@@ -42,6 +44,8 @@ func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, mark *partitionMa
 			in.RateWait = r.waitRate(ctx, r.limiter(in.Dest), in.Dest, in.Ordered)
 		case ReadLog:
 			r.readLogInto(&in, &ev)
+		case FindPark:
+			r.findPark(&in, ev)
 		case Send:
 			if !in.Late && late(msg, Result{}, r.ackWaitNow()) {
 				in.Late = true // decided on next: no request is made
@@ -178,16 +182,74 @@ func (r *Relay) input(ctx context.Context, ev event, mark *partitionMark) Input 
 }
 
 // readLogInto reads ev's attempt log into in: the attempt number, an
-// operator's skip mark, and whether the event was parked before (then this
-// message came back only because its ack was lost).
+// operator's skip mark, and whether the event was parked or settled before
+// (then this message came back only because its ack was lost), or relay
+// began to park it from this message and a crash left that in doubt.
 func (r *Relay) readLogInto(in *Input, ev *event) {
 	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 	defer cancel()
 	l, found := r.readLog(ctx, *ev)
 	in.LogRead = true
-	in.Settled = l.parkedAlready(*ev) || !found && ev.prior == 0 && r.cfg.Schedule != nil && r.doneParked(ctx, *ev)
+	in.Settled = l.parkedAlready(*ev)
+	in.ParkInDoubt = !in.Settled && l.parkInDoubt(*ev)
+	if !in.Settled && !in.ParkInDoubt && r.cfg.Schedule != nil && (!found || l.handedOn() != 0) {
+		// A parked event's done mark is written before the ack of the
+		// message that settles it, and its log deleted after (which a
+		// crash, or the NATS server gone, can prevent): this message
+		// may be that one, its ack lost. One more read for each copy
+		// from Redis, none for an event never parked.
+		in.Settled = r.doneParked(ctx, *ev)
+	}
 	in.Attempt, in.Skip = max(l.Made, ev.prior)+1, l.skipOf(*ev)
-	ev.parked = l.Parked
+	ev.parked = l.handedOn()
+}
+
+// findPark finds out, for a message whose park is in doubt
+// (Input.ParkInDoubt), whether the event has its copy: parked in Redis, or
+// republished from there already. The park was of the attempt before this
+// one, so its entry is known. Where Redis does not have it, the promoter
+// republished it, or the crash came before Redis stored it: the copy is
+// published here under the promoter's dedup id, which JetStream drops if
+// the promoter published it within the duplicate window. Either way the
+// event then has exactly one copy, and this message is settled.
+func (r *Relay) findPark(in *Input, ev event) {
+	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+	defer cancel()
+	in.ParkLooked = true
+	if r.cfg.Schedule == nil {
+		in.ParkUnknown = "its park may be in Redis, and this relay runs without one"
+		r.log.Warn("an event whose park a crash interrupted may be parked in Redis: it waits until relay runs with --redis-url", "dest", ev.dest, "event_id", ev.id, "seq", ev.seq)
+		return
+	}
+	e, err := r.parkEntry(ev, in.Attempt-1, ev.hdr, r.cfg.Now())
+	if err != nil {
+		in.ParkUnknown = err.Error()
+		return
+	}
+	parked, err := r.cfg.Schedule.Has(ctx, e)
+	if err != nil {
+		in.ParkUnknown = "look in Redis: " + err.Error()
+		r.log.Warn("cannot tell whether an event whose park a crash interrupted is parked in Redis; it waits", "dest", ev.dest, "event_id", ev.id, "seq", ev.seq, "err", err)
+		return
+	}
+	how := "its park, interrupted by a crash, reached Redis"
+	if !parked {
+		ack, err := r.cfg.JS.PublishMsg(ctx, e.Envelope().Msg(stream.Promoted, e.Subject))
+		if err != nil {
+			in.ParkUnknown = "republish: " + err.Error()
+			r.log.Warn("cannot republish an event whose park a crash interrupted; it waits", "dest", ev.dest, "event_id", ev.id, "seq", ev.seq, "err", err)
+			return
+		}
+		how = "its park, interrupted by a crash, is not in Redis: its copy was republished from there already"
+		if !ack.Duplicate {
+			how = "its park, interrupted by a crash, is not in Redis: its copy is republished now"
+		}
+	}
+	in.ParkFound = true
+	if err := r.markParked(ctx, ev); err != nil {
+		r.log.Warn("cannot record a park in the attempt log", "dest", ev.dest, "event_id", ev.id, "err", err)
+	}
+	r.log.Info(how, "dest", ev.dest, "event_id", ev.id, "seq", ev.seq, "attempts", e.Attempts)
 }
 
 // execute carries out dec, an outcome of Decide for ev's delivery as in
@@ -210,8 +272,11 @@ func (r *Relay) execute(ctx context.Context, msg jetstream.Msg, ev *event, mark 
 		return out
 	case AckSettled:
 		why := "the head of an ordered key settled before its ack was lost (a crash of the NATS server's process)"
-		if in.LogRead {
-			why = "the event was parked in Redis before its ack was lost (a crash of the NATS server's process, or a lost ack); its copy carries on"
+		switch {
+		case in.ParkFound:
+			why = "the event's park was interrupted by a crash; its copy carries on"
+		case in.LogRead:
+			why = "the event was parked in Redis, or settled, before its ack was lost (a crash of the NATS server's process, or a lost ack); its copy carries on"
 		}
 		r.ackSettled(msg, *ev, why)
 		return out
@@ -302,17 +367,31 @@ func (r *Relay) act(ctx context.Context, msg jetstream.Msg, ev event, attempt in
 			}
 			return msg.Ack()
 		}
+		if attempt > 1 {
+			// A parked event: its done mark answers for the ack, should a
+			// crash of the NATS server's process take the ack back.
+			r.markDone(ctx, ev)
+		}
 		// Confirmed: a retried event's history is deleted only once its
 		// ack is certain (else a lost ack would bring it back without one).
 		if err := msg.DoubleAck(ctx); err != nil {
 			return fmt.Errorf("ack not confirmed (the event may be delivered again): %w", err)
 		}
 		if attempt > 1 {
-			r.forgetHistory(ctx, ev)
+			r.deleteLog(ctx, ev)
 		}
 		return nil
 	case Retry, Park:
-		if skip := r.recordAttempt(ctx, ev, attempt, out.Result, msg.Reply()); skip != "" {
+		parking := out.Decision.Action == Park
+		var perr error
+		if parking {
+			// Checked before the park is recorded as begun: a copy that
+			// could not be republished must not be looked for.
+			perr = r.parkable(ev)
+			parking = perr == nil
+		}
+		skip, recorded := r.recordFailure(ctx, ev, attempt, out.Result, msg.Reply(), parking)
+		if skip != "" {
 			// An operator skipped it while this attempt ran: dead-letter
 			// it now rather than after the backoff.
 			out.Decision, out.note, out.recorded = Decision{Action: DeadLetter, Reason: ReasonSkipped}, skip, true
@@ -320,13 +399,21 @@ func (r *Relay) act(ctx context.Context, msg jetstream.Msg, ev event, attempt in
 		}
 		if out.Decision.Action == Park {
 			out.parkTried = true
-			parked, err := r.park(ctx, msg, ev, attempt, out.Decision.Delay)
-			if parked {
-				out.Parked = true
-				return err
+			switch {
+			case perr != nil:
+			case !recorded:
+				perr = errors.New("the attempt log did not record the park: after a crash the event could not be told from its copy")
+			default:
+				parked, err := r.park(ctx, msg, ev, attempt, out.Decision.Delay)
+				if parked {
+					out.Parked = true
+					return err
+				}
+				perr = err
+				r.unpark(ctx, ev)
 			}
 			if ok, held := r.parkWarn.allow(ev.dest, r.cfg.Now()); ok {
-				r.log.Warn("cannot park the event in Redis; it waits in JetStream instead", "dest", ev.dest, "event_id", ev.id, "err", err, "also_since_last_warning", held)
+				r.log.Warn("cannot park the event in Redis; it waits in JetStream instead", "dest", ev.dest, "event_id", ev.id, "err", perr, "also_since_last_warning", held)
 			}
 			out.Decision.Action = Retry
 		}
@@ -408,10 +495,41 @@ func (r *Relay) writeDeadLetter(ctx context.Context, ev event, attempt int, out 
 	return err
 }
 
+// parkable reports what keeps ev from being parked: it could not come
+// back from Redis.
+func (r *Relay) parkable(ev event) error {
+	if err := r.republishable(ev); err != nil {
+		return err
+	}
+	_, err := stream.ParseSubject(ev.subject)
+	return err
+}
+
+// parkEntry is the entry that parks ev after attempt number attempt, due
+// at due, with the headers hdr.
+func (r *Relay) parkEntry(ev event, attempt int, hdr nats.Header, due time.Time) (schedule.Entry, error) {
+	p, err := stream.ParseSubject(ev.subject)
+	if err != nil {
+		return schedule.Entry{}, err
+	}
+	return schedule.Entry{
+		Dest:      ev.dest,
+		Subject:   p.InputSubject(ev.key),
+		EventID:   ev.id,
+		Attempts:  attempt,
+		Headers:   hdr,
+		Body:      ev.body,
+		Due:       due,
+		Published: ev.published,
+		Origin:    ev.origin,
+	}, nil
+}
+
 // park moves ev to the Redis schedule and acks it once Redis confirmed.
 // It reports whether the event was parked (then it must not also be nak'd).
-// When relay traces, the parked entry carries the context of the park's
-// span (a child of ctx's), so that its promotion continues the trace.
+// The attempt log must say the park began (attemptLog.Parking). When relay
+// traces, the parked entry carries the context of the park's span (a child
+// of ctx's), so that its promotion continues the trace.
 func (r *Relay) park(ctx context.Context, msg jetstream.Msg, ev event, attempt int, delay time.Duration) (_ bool, err error) {
 	hdr := ev.hdr
 	if r.tracer != nil {
@@ -420,33 +538,20 @@ func (r *Relay) park(ctx context.Context, msg jetstream.Msg, ev event, attempt i
 		defer func() { endSpan(span, err) }()
 		hdr = stream.WithTrace(ctx, ev.hdr)
 	}
-	if err := r.republishable(ev); err != nil {
-		return false, err
-	}
-	p, err := stream.ParseSubject(ev.subject)
+	e, err := r.parkEntry(ev, attempt, hdr, r.cfg.Now().Add(delay))
 	if err != nil {
 		return false, err
-	}
-	e := schedule.Entry{
-		Dest:      ev.dest,
-		Subject:   p.InputSubject(ev.key),
-		EventID:   ev.id,
-		Attempts:  attempt,
-		Headers:   hdr,
-		Body:      ev.body,
-		Due:       r.cfg.Now().Add(delay),
-		Published: ev.published,
-		Origin:    ev.origin,
 	}
 	pctx, cancel := context.WithTimeout(ctx, parkTimeout)
 	defer cancel()
 	if err := r.cfg.Schedule.Park(pctx, e); err != nil {
 		return false, err
 	}
+	failpoint.Inject("park-after-redis")
 	if err := r.markParked(ctx, ev); err != nil {
-		// The ack below may still be lost in a crash, and this message
-		// then delivered besides its copy: at least once.
-		r.log.Warn("parked, but cannot record it in the attempt log (a crash of the NATS server now could deliver the event twice)", "dest", ev.dest, "event_id", ev.id, "err", err)
+		// The log says the park began: should the ack below be lost,
+		// the message is looked for in Redis when it comes back.
+		r.log.Warn("parked, but cannot record it in the attempt log (if this message comes back, relay looks for its copy first)", "dest", ev.dest, "event_id", ev.id, "err", err)
 	}
 	if err := msg.DoubleAck(ctx); err != nil {
 		// Parked, but JetStream may deliver it again as well: at least once.

@@ -81,6 +81,9 @@ const (
 	ReadLog
 	// Send: make the attempt.
 	Send
+	// FindPark: find out whether the event whose park a crash left in
+	// doubt has its copy (Relay.findPark).
+	FindPark
 )
 
 func (a Action) String() string {
@@ -107,6 +110,8 @@ func (a Action) String() string {
 		return "read_log"
 	case Send:
 		return "send"
+	case FindPark:
+		return "find_park"
 	}
 	return "unknown"
 }

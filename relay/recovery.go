@@ -14,11 +14,15 @@ package relay
 //     dead-lettered) per partition is put in the relay_ordered bucket
 //     before its ack, and an event at or below it is acknowledged without
 //     an attempt (partitionMark);
-//   - a parked event: its attempt log records the sequence relay parked
-//     (attemptLog.Parked) before the ack, and a message of that event at
-//     or below it is acknowledged without an attempt, its copy in Redis
-//     carrying on. When the copy is settled, a done mark keeps the parked
-//     sequence (doneKey), since the original may come back after that.
+//   - a parked event: its attempt log records that relay began to park it
+//     (attemptLog.Parking, with the failed attempt, before the Redis
+//     write), then the sequence parked (attemptLog.Parked) before the ack,
+//     and a message of that event at or below it is acknowledged without
+//     an attempt, its copy in Redis carrying on. A message that comes back
+//     with the park begun and not recorded is first looked for in Redis
+//     (Relay.findPark). When a copy is settled, a done mark written before
+//     its ack keeps the sequences settled (doneKey), since the original,
+//     or the copy, may come back after that.
 //
 // A first delivery needs no attempt log read, except for the events that
 // were in retry when this relay started (inRetryAtStart): those are the
@@ -191,12 +195,25 @@ func (r *Relay) inRetryAtStart(ev event) bool {
 }
 
 // parkedAlready reports whether l says ev was handed to Redis: ev is a
-// message of the event l records, at or below the last sequence parked.
-// Its copy in Redis carries on; this message only came back because its
-// ack was lost.
+// message of the event l records, at or below the last sequence parked, or
+// below the last one relay began to park (a message of the event that
+// came after ev is its copy). Its copy carries on; this message only came
+// back because its ack was lost.
 func (l attemptLog) parkedAlready(ev event) bool {
-	return l.Parked != 0 && ev.seq <= l.Parked && ev.origin == l.Origin
+	return ev.origin == l.Origin && (ev.seq <= l.Parked || ev.seq < l.Parking)
 }
+
+// parkInDoubt reports whether l says relay began to park ev itself and
+// never recorded that Redis took it: a crash came between, before or after
+// the entry was written. Whether ev has a copy must be found out
+// (Relay.findPark) before it is attempted.
+func (l attemptLog) parkInDoubt(ev event) bool {
+	return ev.origin == l.Origin && ev.seq == l.Parking && l.Parked < l.Parking
+}
+
+// handedOn is the last sequence of the event l records that relay parked,
+// or began to park (0: none).
+func (l attemptLog) handedOn() uint64 { return max(l.Parked, l.Parking) }
 
 // doneKey is where the parked sequence of an event in retry is kept once the
 // event is settled: its log is deleted, but the message it was parked from
@@ -204,7 +221,8 @@ func (l attemptLog) parkedAlready(ev event) bool {
 // the events in retry ("*.*") skips these.
 func doneKey(ev event) string { return "done." + historyKey(ev) }
 
-// doneMark is what doneKey holds.
+// doneMark is what doneKey holds: the event's messages of origin Origin
+// up to sequence Parked (those parked, and the one settled) are settled.
 type doneMark struct {
 	Parked uint64 `json:"parked"`
 	Origin uint64 `json:"origin"`
@@ -221,8 +239,24 @@ func (r *Relay) markParked(ctx context.Context, ev event) error {
 	return err
 }
 
-// doneParked reports whether ev was parked and its copy settled since: a
-// message brought back by a crash after its log was deleted.
+// unpark records, after a park that failed, that relay no longer parks
+// the message at ev.seq: it waits in JetStream, and is attempted when it
+// comes back, without a look in Redis. A failure is logged; the message is
+// then looked for in Redis when it comes back.
+func (r *Relay) unpark(ctx context.Context, ev event) {
+	_, err := changeLog(ctx, r.attempts, historyKey(ev), false, 5, func(l *attemptLog, _ bool) error {
+		if l.Parking == ev.seq && l.Parked < ev.seq {
+			l.Parking = l.Parked
+		}
+		return nil
+	})
+	if err != nil {
+		r.log.Warn("cannot record that a park failed (when the event comes back, relay looks for it in Redis first)", "dest", ev.dest, "event_id", ev.id, "err", err)
+	}
+}
+
+// doneParked reports whether ev was parked and settled since: a message
+// brought back by a crash after its done mark was written.
 func (r *Relay) doneParked(ctx context.Context, ev event) bool {
 	e, err := r.attempts.Get(ctx, doneKey(ev))
 	if err != nil {

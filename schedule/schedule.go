@@ -548,6 +548,20 @@ func (s *Store) Remove(ctx context.Context, dest string, members []string) error
 	return removeScript.Run(ctx, s.rdb, []string{dueKey(dest), msgKey(dest), destsKey()}, args...).Err()
 }
 
+// Has reports whether e (its member: event id, attempt and origin) is
+// parked for e.Dest: waiting, or claimed by a promoter and not yet removed.
+// Once a promoter republished and removed it, it is not.
+func (s *Store) Has(ctx context.Context, e Entry) (bool, error) {
+	err := s.rdb.ZScore(ctx, dueKey(e.Dest), e.Member()).Err()
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, redis.Nil):
+		return false, nil
+	}
+	return false, err
+}
+
 // Dests lists the destinations with parked entries.
 func (s *Store) Dests(ctx context.Context) ([]string, error) {
 	return s.rdb.SMembers(ctx, destsKey()).Result()
