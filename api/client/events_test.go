@@ -28,14 +28,17 @@ func TestPublishAndFollowTheDelivery(t *testing.T) {
 	require.Equal(t, "evt-1", res.ID)
 	require.False(t, res.Duplicate)
 	require.Positive(t, res.Seq)
-	again, err := e.admin.Publish(ctx, NewEvent{Dest: "orders", Data: map[string]any{"n": 1}}, IdempotencyKey("evt-1"))
+	// Idempotency is the API key's, per destination: the same event with
+	// the same key again stores nothing.
+	again, err := e.publish.Publish(ctx, NewEvent{Dest: "orders", Key: "c1", Data: map[string]any{"n": 1},
+		Headers: map[string]string{"X-Tenant": "t1"}}, IdempotencyKey("evt-1"))
 	require.NoError(t, err)
 	require.Equal(t, Published{ID: "evt-1", Seq: res.Seq, Duplicate: true}, again, "the same key again stores nothing")
 
 	batch, err := e.publish.PublishBatch(ctx, []NewEvent{
 		{Dest: "orders", ID: "evt-2", Data: "text is JSON too"},
 		{Type: "order.created", ID: "evt-3", Key: "c1", Data: json.RawMessage(`{"n":3}`)},
-		{Dest: "orders", ID: "evt-1", Data: 1},
+		{Dest: "orders", ID: "evt-1", Key: "c1", Data: map[string]any{"n": 1}, Headers: map[string]string{"X-Tenant": "t1"}},
 	})
 	require.NoError(t, err)
 	require.Equal(t, 3, batch.Stored)

@@ -429,7 +429,7 @@ func TestBadInputIsAUsageErrorBeforeConnecting(t *testing.T) {
 		{[]string{"dlq", "foo"}, `unknown command "foo" for 'relay dlq'`},
 		{[]string{"replay", "--dest", "d", "--since", "1h", "--rate", "NaN"}, `--rate "NaN": give a number per second from 0.001`},
 		{[]string{"replay", "--dest", "d", "--since", "1h", "--rate", "1e-10/s"}, `--rate "1e-10/s"`},
-		{[]string{"sink", "--secret", "whsec_short"}, "--secret: secret"},
+		{[]string{"sink", "--secret", "whsec_short"}, "--secret: not a Standard Webhooks secret"},
 		{[]string{"dest", "update", "d", "--breaker-threshold", "0"}, "--breaker-threshold 0: give 1 or more, or -1 for never"},
 		{[]string{"dest", "update", "d", "--breaker-pause", "0s"}, "--breaker-pause 0s: give a positive duration"},
 		{[]string{"dest", "add", "d", "--url", "https://example.test", "--ordered", "--partitions", "0"}, "--partitions 0: give 1 to 64"},
