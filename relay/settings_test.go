@@ -41,7 +41,7 @@ func TestSettingErrorsNameTheSetting(t *testing.T) {
 		{"bad type", ptr([]string{"a b"}), "type", `--type: invalid event type pattern "a b"`},
 		{"bad filter", ptr("data.amount >"), "filter", "--filter: filter does not compile"},
 		{"bad url", DestinationSettings{URLs: []string{"ftp://x"}}, "url", `URL "ftp://x": scheme must be http or https`},
-		{"bad secret", DestinationSettings{Secret: new("nope")}, "secret", "secret must be in the not a Standard Webhooks secret"},
+		{"bad secret", DestinationSettings{Secret: new("nope")}, "secret", "not a Standard Webhooks secret: it must be \"whsec_<base64>\" (omit it to have one generated)"},
 		{"no partitions unordered", DestinationSettings{Partitions: new(4)}, "partitions", "partitions and on-failure apply to ordered destinations only"},
 		{"backoff", DestinationSettings{BackoffBase: new(time.Minute), BackoffMax: new(time.Second)}, "backoff-max", "maximum backoff 1s must not be below the base"},
 	} {
