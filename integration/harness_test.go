@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/replica"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/embedded"
@@ -117,6 +118,9 @@ func (e *env) publish(dest, key string, body string) relay.Published {
 // through.
 var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
 
+// loopbackNets is loopback as --allow-net takes it.
+var loopbackNets = []string{"127.0.0.0/8", "::1/128"}
+
 // outcomes records every attempt an in-process relay made.
 type outcomes struct {
 	mu  sync.Mutex
@@ -141,34 +145,33 @@ func (o *outcomes) count(f func(relay.Outcome) bool) int {
 	return n
 }
 
-// startRelay runs a relay in this process until the test ends (or stop is
-// called) and records its outcomes.
+// startRelay runs a replica in this process, as 'relay run' does
+// (replica.Config), over e's connection, until the test ends (or stop is
+// called), and records its outcomes. mods change the engine's
+// configuration (replica.Config.Engine).
 func (e *env) startRelay(mods ...func(*relay.Config)) (*outcomes, func()) {
 	e.t.Helper()
 	rec := &outcomes{}
-	cfg := relay.Config{
-		JS:         e.js,
-		HTTPClient: relay.NewHTTPClient(relay.HTTPOptions{Guard: relay.NetGuard{Allow: loopback}}),
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-		OnDelivery: rec.add,
+	cfg := replica.Config{
+		JS:       e.js,
+		AllowNet: loopbackNets,
+		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Engine: func(c *relay.Config) {
+			c.OnDelivery = rec.add
+			for _, m := range mods {
+				m(c)
+			}
+		},
 	}
 	if testing.Verbose() {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	for _, m := range mods {
-		m(&cfg)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r, err := relay.New(ctx, cfg)
+	r, err := replica.New(cfg)
 	require.NoError(e.t, err)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
+	require.NoError(e.t, r.Start(context.Background()))
 	var once sync.Once
 	stop := func() {
-		once.Do(func() {
-			cancel()
-			require.NoError(e.t, <-done)
-		})
+		once.Do(func() { require.NoError(e.t, r.Stop()) })
 	}
 	e.t.Cleanup(stop)
 	return rec, stop

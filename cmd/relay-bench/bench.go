@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/relaydev/relay/internal/replica"
 	"github.com/relaydev/relay/stream/embedded"
 	"github.com/relaydev/relay/webhook"
 
@@ -131,7 +132,7 @@ func (b *bench) startNATS(ctx context.Context) (err error) {
 	}
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if err := stream.Ensure(sctx, b.js, stream.Config{}); err != nil {
+	if err := stream.Ensure(sctx, b.js, relayStreams(1)); err != nil {
 		return fmt.Errorf("set up relay's streams: %w", err)
 	}
 	b.store, err = relay.NewStore(sctx, b.js)
@@ -140,6 +141,12 @@ func (b *bench) startNATS(ctx context.Context) (err error) {
 	}
 	b.pub, err = newPublisher(b.nc)
 	return err
+}
+
+// relayStreams are the settings of relay's streams and buckets that 'relay
+// run --replicas n' sets up, its other flags left at their defaults.
+func relayStreams(replicas int) stream.Config {
+	return replica.Config{Replicas: replicas}.WithDefaults().Streams()
 }
 
 // stopNATS stops the embedded server and removes its data directory.

@@ -379,7 +379,7 @@ func connectCluster(urls, name string) (*nats.Conn, error) {
 // while the cluster settles (a meta leader just elected may not answer yet).
 func ensureR3(ctx context.Context, js jetstream.JetStream) error {
 	return waitFor(ctx, nil, time.Minute, 200*time.Millisecond, "relay's streams set up with 3 replicas", func(ctx context.Context) (bool, error) {
-		err := stream.Ensure(ctx, js, stream.Config{Replicas: 3})
+		err := stream.Ensure(ctx, js, relayStreams(3))
 		return err == nil, err
 	})
 }

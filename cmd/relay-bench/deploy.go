@@ -154,7 +154,7 @@ func (b *bench) prepareDeployData(ctx context.Context, r *result, dir, dest stri
 	if err != nil {
 		return err
 	}
-	if err := stream.Ensure(ctx, js, stream.Config{}); err != nil {
+	if err := stream.Ensure(ctx, js, relayStreams(1)); err != nil {
 		return err
 	}
 	st, err := relay.NewStore(ctx, js, relay.AllowStoringInClear())

@@ -4,51 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/stream"
 )
-
-func TestRedisReplicasFlags(t *testing.T) {
-	for _, tc := range []struct {
-		n    int
-		mode string
-		want int
-	}{
-		{-1, "single", 0}, {-1, "sentinel", 1}, {-1, "cluster", 1},
-		{0, "sentinel", 0}, {2, "single", 2}, {2, "cluster", 2},
-	} {
-		got, wait, err := redisReplicas(tc.n, tc.mode, 500*time.Millisecond)
-		if err != nil || got != tc.want || wait != 500*time.Millisecond {
-			t.Errorf("--redis-replicas %d with %s: %d, %s, %v; want %d", tc.n, tc.mode, got, wait, err, tc.want)
-		}
-	}
-	for _, tc := range []struct {
-		n    int
-		wait time.Duration
-		msg  string
-	}{
-		{-2, time.Second, "--redis-replicas -2: give 0 or more"},
-		{1, 0, "--redis-replica-wait 0s: give 1ms to 1s"},
-		{1, 2 * time.Second, "--redis-replica-wait 2s: give 1ms to 1s"},
-	} {
-		_, _, err := redisReplicas(tc.n, "single", tc.wait)
-		var u usageError
-		if !errors.As(err, &u) || !strings.HasPrefix(err.Error(), tc.msg) {
-			t.Errorf("--redis-replicas %d --redis-replica-wait %s: err = %v, want a usage error starting %q", tc.n, tc.wait, err, tc.msg)
-		}
-	}
-	if _, _, err := redisReplicas(0, "single", 0); err != nil {
-		t.Errorf("no replicas: the wait does not matter, got %v", err)
-	}
-}
 
 // go-redis's own messages go through relay's log: with --log-format json
 // every line relay writes is JSON, go-redis's dial errors included, and
@@ -119,4 +83,20 @@ func TestDestAddRefusesWithoutConsumerRoom(t *testing.T) {
 	code, out, _ = b.cli(t, "", "stats", "--json")
 	require.Equal(t, 0, code)
 	require.Contains(t, out, `"unconsumed":"consumer relay_one is missing`)
+}
+
+func TestRunRefusesBadAPILimits(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--api-max-conns", "0"}, "--api-max-conns 0: give 1 to 1000000"},
+		{[]string{"--api-idle-timeout", "0s"}, "--api-idle-timeout 0s: give 1s to 1h"},
+		{[]string{"--api-body-timeout", "2h"}, "--api-body-timeout 2h0m0s: give 1s to 1h"},
+	} {
+		var out, errb bytes.Buffer
+		code := Main(append([]string{"relay", "run", "--api-addr", "127.0.0.1:0", "--data-dir", t.TempDir()}, tc.args...), strings.NewReader(""), &out, &errb)
+		require.Equal(t, 2, code, errb.String())
+		require.Contains(t, errb.String(), tc.want)
+	}
 }

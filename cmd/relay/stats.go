@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v2"
 
+	"github.com/relaydev/relay/internal/replica"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/schedule"
 )
@@ -239,10 +240,8 @@ func (o redisOpts) open(ctx context.Context, e *env) (*schedule.Store, func(), e
 
 // redisMode is --redis-mode m, checked.
 func redisMode(m string) (string, error) {
-	switch m {
-	case "single", "cluster", "sentinel":
-		return m, nil
-	default:
-		return "", usagef("--redis-mode %q: give single, cluster or sentinel", m)
+	if err := replica.CheckRedisMode(m); err != nil {
+		return "", asUsage(err)
 	}
+	return m, nil
 }

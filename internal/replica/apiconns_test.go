@@ -1,4 +1,4 @@
-package main
+package replica
 
 import (
 	"bufio"
@@ -326,20 +326,4 @@ func TestAPIConnLimitMakesANewConnectionWaitWhileNoneIsIdle(t *testing.T) {
 		require.Equal(t, http.StatusOK, <-answers)
 	}
 	require.EqualValues(t, limits.maxConns, most.Load(), "requests served at once")
-}
-
-func TestRunRefusesBadAPILimits(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"--api-max-conns", "0"}, "--api-max-conns 0: give 1 to 1000000"},
-		{[]string{"--api-idle-timeout", "0s"}, "--api-idle-timeout 0s: give 1s to 1h"},
-		{[]string{"--api-body-timeout", "2h"}, "--api-body-timeout 2h0m0s: give 1s to 1h"},
-	} {
-		var out, errb bytes.Buffer
-		code := Main(append([]string{"relay", "run", "--api-addr", "127.0.0.1:0", "--data-dir", t.TempDir()}, tc.args...), strings.NewReader(""), &out, &errb)
-		require.Equal(t, 2, code, errb.String())
-		require.Contains(t, errb.String(), tc.want)
-	}
 }

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package main
+package replica
 
 // openFilesLimit is unknown outside Unix.
 func openFilesLimit() (uint64, bool) { return 0, false }

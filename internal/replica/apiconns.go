@@ -1,4 +1,4 @@
-package main
+package replica
 
 import (
 	"crypto/tls"
@@ -7,18 +7,16 @@ import (
 	"net/http"
 	"sync"
 	"time"
-
-	"github.com/urfave/cli/v2"
 )
 
 // The defaults of the API server's bounds (docs/operations.md#the-http-apis-connections).
 const (
-	// defaultAPIMaxConns leaves half of a 1,024 open-files limit, the
+	// DefaultAPIMaxConns leaves half of a 1,024 open-files limit, the
 	// lowest relay is likely to meet, to NATS, Redis and deliveries.
-	defaultAPIMaxConns    = 512
-	defaultAPIIdleTimeout = 2 * time.Minute
-	// defaultAPIBodyTimeout is api.Config.BodyTimeout's default.
-	defaultAPIBodyTimeout = time.Minute
+	DefaultAPIMaxConns    = 512
+	DefaultAPIIdleTimeout = 2 * time.Minute
+	// DefaultAPIBodyTimeout is api.Config.BodyTimeout's default.
+	DefaultAPIBodyTimeout = time.Minute
 	// longestAPIHandler is the longest an API handler works on a request
 	// once it has its body: a dead-letter replay or purge (10 minutes).
 	longestAPIHandler = 10 * time.Minute
@@ -48,21 +46,17 @@ type apiLimits struct {
 	headerTimeout time.Duration
 }
 
-func readAPILimits(c *cli.Context) apiLimits {
-	return apiLimits{maxConns: c.Int("api-max-conns"), idleTimeout: c.Duration("api-idle-timeout"), bodyTimeout: c.Duration("api-body-timeout")}
-}
-
 // Validate checks --api-max-conns, --api-idle-timeout and
 // --api-body-timeout.
 func (l apiLimits) Validate() error {
 	if l.maxConns < 1 || l.maxConns > 1_000_000 {
-		return usagef("--api-max-conns %d: give 1 to 1000000", l.maxConns)
+		return invalid("--api-max-conns %d: give 1 to 1000000", l.maxConns)
 	}
 	if l.idleTimeout < time.Second || l.idleTimeout > time.Hour {
-		return usagef("--api-idle-timeout %s: give 1s to 1h", l.idleTimeout)
+		return invalid("--api-idle-timeout %s: give 1s to 1h", l.idleTimeout)
 	}
 	if l.bodyTimeout < time.Second || l.bodyTimeout > time.Hour {
-		return usagef("--api-body-timeout %s: give 1s to 1h", l.bodyTimeout)
+		return invalid("--api-body-timeout %s: give 1s to 1h", l.bodyTimeout)
 	}
 	return nil
 }
