@@ -238,14 +238,8 @@ func (sel selection) filter(verb string) (dlq.Filter, error) {
 	return f, nil
 }
 
-// letterOutcome is a dead letter replay skipped or failed.
-type letterOutcome struct {
-	Seq    uint64 `json:"seq"`
-	Detail string `json:"detail"`
-}
-
-// replayLetters replays dead letters as 'relay dlq replay' does (see
-// dlq.Store.ReplayEach), going on after a failed one: the answer counts
+// replayLetters replays dead letters as 'relay dlq replay' does
+// (relay.ReplayDeadLetters), going on after a failed one: the answer counts
 // those replayed, and lists those skipped (never replayable) and failed.
 func (s *Server) replayLetters(w http.ResponseWriter, r *http.Request) {
 	st, ok := s.letters(w)
@@ -280,41 +274,25 @@ func (s *Server) replayLetters(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	out := struct {
-		DryRun     bool            `json:"dry_run"`
-		Matched    int             `json:"matched"`
-		Replayed   int             `json:"replayed"`
-		Duplicates int             `json:"duplicates"`
-		Skipped    []letterOutcome `json:"skipped"`
-		Failed     []letterOutcome `json:"failed"`
-	}{DryRun: body.DryRun, Skipped: []letterOutcome{}, Failed: []letterOutcome{}}
-	err = st.ReplayEach(ctx, f, dlq.ReplayOptions{ToDest: body.ToDest, DryRun: body.DryRun}, func(_, total int, step dlq.ReplayStep) error {
-		out.Matched = total
-		switch {
-		case step.Skipped != "":
-			out.Skipped = append(out.Skipped, letterOutcome{step.Letter.Seq, step.Skipped})
-		case step.Err != nil:
-			out.Failed = append(out.Failed, letterOutcome{step.Letter.Seq, step.Err.Error()})
-		default:
-			out.Replayed++
-			if step.Ack != nil && step.Ack.Duplicate {
-				out.Duplicates++
-			}
-		}
-		return nil
+	rep, err := relay.ReplayDeadLetters(ctx, relay.DeadLetterReplay{
+		Letters: st, JS: s.cfg.JS, By: "api", Filter: f,
+		Options: dlq.ReplayOptions{ToDest: body.ToDest, DryRun: body.DryRun},
 	})
 	if err != nil {
 		letterProblem(w, err)
 		return
 	}
-	if !body.DryRun && out.Replayed > out.Duplicates {
-		if err := relay.PublishOpEvent(ctx, s.cfg.JS, relay.OpEvent{Type: relay.OpReplayFinished, ID: relay.NewReplayID(), Data: relay.ReplayFinished{
-			At: time.Now().UTC(), By: "api", Dest: f.Dest, ToDest: body.ToDest, Matched: out.Matched, Replayed: out.Replayed,
-			Duplicates: out.Duplicates, Skipped: len(out.Skipped), Failed: len(out.Failed)}}); err != nil {
-			s.cfg.Logger.Warn("cannot publish relay.replay.finished", "err", err)
-		}
+	if rep.EventErr != nil {
+		s.cfg.Logger.Warn("cannot publish relay.replay.finished", "err", rep.EventErr)
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, struct {
+		DryRun     bool                  `json:"dry_run"`
+		Matched    int                   `json:"matched"`
+		Replayed   int                   `json:"replayed"`
+		Duplicates int                   `json:"duplicates"`
+		Skipped    []relay.LetterOutcome `json:"skipped"`
+		Failed     []relay.LetterOutcome `json:"failed"`
+	}{body.DryRun, rep.Matched, rep.Replayed, rep.Duplicates, rep.Skipped, rep.Failed})
 }
 
 // purgeLetters deletes dead letters for good, as 'relay dlq purge --yes'
