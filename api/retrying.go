@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/relaydev/relay/relay"
@@ -78,12 +77,9 @@ func (s *Server) skipRetrying(w http.ResponseWriter, r *http.Request) {
 	if !s.readOptionalJSON(w, r, &req) {
 		return
 	}
-	why := strings.TrimSpace(req.Reason)
-	switch {
-	case why == "":
-		why = "skipped by an operator"
-	case len(why) > 200:
-		problem(w, http.StatusUnprocessableEntity, "reason", fmt.Sprintf("the reason is %d bytes: give at most 200", len(why)))
+	why, err := relay.SkipReason(req.Reason)
+	if err != nil {
+		problem(w, http.StatusUnprocessableEntity, "reason", err.Error())
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)

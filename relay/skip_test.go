@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -166,4 +167,44 @@ func TestTwoMessagesWithOneEventIDAreLogged(t *testing.T) {
 	require.Empty(t, r.recordAttempt(ctx, again, 1, Result{Status: 503}, "$JS.ACK.z"))
 	require.Contains(t, buf.String(), "two messages with one event id are in retry at once")
 	require.Contains(t, buf.String(), "other_seq=7")
+}
+
+// A skip's reason, as SkipReason keeps it: trimmed, the default when
+// blank, one line of at most MaxSkipReason characters (not bytes).
+func TestSkipReason(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in, want, err string
+	}{
+		{in: "", want: DefaultSkipReason},
+		{in: " \t\n ", want: DefaultSkipReason},
+		{in: "  ticket 42 ", want: "ticket 42"},
+		{in: strings.Repeat("é", MaxSkipReason), want: strings.Repeat("é", MaxSkipReason)}, // 400 bytes
+		{in: strings.Repeat("x", MaxSkipReason+1), err: "a skip reason of 201 characters: give at most 200"},
+		{in: strings.Repeat("日", MaxSkipReason+5), err: "a skip reason of 205 characters: give at most 200"},
+		{in: "two\nlines", err: "a skip reason is one line of text: character 4 is a control character (U+000A)"},
+		{in: "tab\there", err: "a skip reason is one line of text: character 4 is a control character (U+0009)"},
+		{in: "\x1b[2Jcleared", err: "a skip reason is one line of text: character 1 is a control character (U+001B)"},
+		{in: "bad \xff byte", err: "a skip reason must be UTF-8 text"},
+	} {
+		got, err := SkipReason(tc.in)
+		if tc.err != "" {
+			require.EqualError(t, err, tc.err, "%q", tc.in)
+			continue
+		}
+		require.NoError(t, err, "%q", tc.in)
+		require.Equal(t, tc.want, got, "%q", tc.in)
+	}
+}
+
+// SkipHead and SkipEvent check the reason before anything else.
+func TestSkipsCheckTheirReason(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, err := NewStore(ctx, streamtest.Start(t).JS)
+	require.NoError(t, err)
+	_, err = st.SkipHead(ctx, "nobody", 1, "two\nlines")
+	require.ErrorContains(t, err, "one line of text")
+	_, err = st.SkipEvent(ctx, "nobody", "evt", strings.Repeat("x", 201))
+	require.ErrorContains(t, err, "201 characters")
 }

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/urfave/cli/v2"
@@ -277,12 +276,18 @@ func waitSkipped(ctx context.Context, js jetstream.JetStream, name string, h rel
 	return true, nil, nil
 }
 
-// skipReason is the --reason of skip and skip-head, trimmed: 1 to 200
-// characters, kept with the dead letter.
+// skipReasonFlag is the --reason of skip and skip-head.
+func skipReasonFlag() cli.Flag {
+	return &cli.StringFlag{Name: "reason", Value: relay.DefaultSkipReason,
+		Usage: fmt.Sprintf("why, kept with the dead letter: one line, at most %d characters (blank: the default)", relay.MaxSkipReason)}
+}
+
+// skipReason is the --reason of skip and skip-head as relay keeps it
+// (relay.SkipReason), or a usage error.
 func skipReason(reason string) (string, error) {
-	why := strings.TrimSpace(reason)
-	if n := utf8.RuneCountInString(why); n == 0 || n > 200 {
-		return "", usagef("--reason: give 1 to 200 characters, not %d", n)
+	why, err := relay.SkipReason(reason)
+	if err != nil {
+		return "", usagef("--reason: %v", err)
 	}
 	return why, nil
 }
