@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -180,6 +181,57 @@ func (s *Store) SkipHead(ctx context.Context, name string, seq uint64, why strin
 		return h, fmt.Errorf("event %d of %s is marked, and is dead-lettered at its next delivery, but bringing that forward failed: %w", seq, name, err)
 	}
 	return h, nil
+}
+
+// headPoll is how often WaitHeadLeft looks at the partition's ack floor.
+const headPoll = 100 * time.Millisecond
+
+// WaitHeadLeft waits up to wait for the head h of the ordered destination
+// name (as Heads or SkipHead returned it) to leave its partition: its
+// partition's consumer has acknowledged it (ack floor at or past h.Seq).
+// It returns whether the head left and, if it did, its dead letter (nil
+// when it left delivered): the letter of h.Seq that died after the head's
+// last attempt, by relay's clock, less a second for this machine's. A head
+// still there after wait is no error (left false); ctx ending is.
+func (s *Store) WaitHeadLeft(ctx context.Context, name string, h Head, wait time.Duration) (left bool, letter *dlq.Letter, err error) {
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	tick := time.NewTicker(headPoll)
+	defer tick.Stop()
+	for last := false; ; {
+		c, err := s.js.Consumer(ctx, stream.EventsStream, PartitionConsumerName(name, h.Partition))
+		if err != nil {
+			return false, nil, fmt.Errorf("partition %d of %s: %w", h.Partition, name, err)
+		}
+		if c.CachedInfo().AckFloor.Stream >= h.Seq {
+			break
+		}
+		if last {
+			return false, nil, nil
+		}
+		select {
+		case <-tick.C:
+		case <-wctx.Done():
+			if err := ctx.Err(); err != nil {
+				return false, nil, err
+			}
+			last = true // one more look, at the end of wait
+		}
+	}
+	letters, err := dlq.Open(ctx, s.js)
+	if err != nil {
+		return true, nil, err
+	}
+	ls, err := letters.List(ctx, dlq.Filter{Dest: name, Since: h.LastAttempt.Add(-time.Second)}, 0)
+	if err != nil {
+		return true, nil, err
+	}
+	for i := range ls {
+		if ls[i].StreamSeq == h.Seq {
+			return true, &ls[i], nil
+		}
+	}
+	return true, nil, nil
 }
 
 // markSkip sets an operator's skip mark in the attempt record under key,

@@ -14,6 +14,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/streamtest"
 )
 
@@ -207,4 +209,77 @@ func TestSkipsCheckTheirReason(t *testing.T) {
 	require.ErrorContains(t, err, "one line of text")
 	_, err = st.SkipEvent(ctx, "nobody", "evt", strings.Repeat("x", 201))
 	require.ErrorContains(t, err, "201 characters")
+}
+
+// WaitHeadLeft waits for a head to leave its partition and tells how it
+// left: dead-lettered (with its letter) or delivered; still there when the
+// wait ends is no error, the context ending is.
+func TestWaitHeadLeft(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	js := streamtest.Start(t).JS
+	st, err := NewStore(ctx, js)
+	require.NoError(t, err)
+	subject := stream.InSubject("o", "")
+	c, err := js.CreateOrUpdateConsumer(ctx, stream.EventsStream, jetstream.ConsumerConfig{
+		Durable: PartitionConsumerName("o", 0), FilterSubject: subject, AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: time.Hour, MaxAckPending: 1,
+	})
+	require.NoError(t, err)
+	// head publishes an event and takes it from the partition, unacked.
+	head := func(id string) (Head, jetstream.Msg) {
+		t.Helper()
+		_, err := js.Publish(ctx, subject, []byte(`{}`))
+		require.NoError(t, err)
+		b, err := c.Fetch(1, jetstream.FetchMaxWait(30*time.Second))
+		require.NoError(t, err)
+		m := <-b.Messages()
+		require.NotNil(t, m, "no event handed out: %v", b.Error())
+		meta, err := m.Metadata()
+		require.NoError(t, err)
+		return Head{Partition: 0, Seq: meta.Sequence.Stream, EventID: id, LastAttempt: time.Now()}, m
+	}
+	// waitLeft runs WaitHeadLeft while ack settles the head.
+	type result struct {
+		left   bool
+		letter *dlq.Letter
+		err    error
+	}
+	waitLeft := func(ctx context.Context, h Head, wait time.Duration, ack func()) result {
+		t.Helper()
+		done := make(chan result, 1)
+		go func() {
+			left, l, err := st.WaitHeadLeft(ctx, "o", h, wait)
+			done <- result{left, l, err}
+		}()
+		ack()
+		return <-done
+	}
+
+	h1, m1 := head("e1")
+	got := waitLeft(ctx, h1, 200*time.Millisecond, func() {})
+	require.Equal(t, result{}, got, "still at the head: not left, no error")
+
+	// Dead-lettered: relay writes the letter, then acks the head.
+	_, err = dlq.Writer{JS: js}.Write(ctx, dlq.Letter{DeadAt: time.Now().UTC(), Dest: "o", EventID: "e1", Reason: ReasonSkipped,
+		Subject: subject, StreamSeq: h1.Seq, Body: []byte(`{}`)})
+	require.NoError(t, err)
+	got = waitLeft(ctx, h1, time.Minute, func() { require.NoError(t, m1.DoubleAck(ctx)) })
+	require.NoError(t, got.err)
+	require.True(t, got.left)
+	require.NotNil(t, got.letter)
+	require.Equal(t, h1.Seq, got.letter.StreamSeq)
+	require.Equal(t, ReasonSkipped, got.letter.Reason)
+
+	// Delivered: acked, no letter.
+	h2, m2 := head("e2")
+	got = waitLeft(ctx, h2, time.Minute, func() { require.NoError(t, m2.DoubleAck(ctx)) })
+	require.Equal(t, result{left: true}, got)
+
+	// The context ends first.
+	h3, _ := head("e3")
+	cctx, cancel := context.WithCancel(ctx)
+	got = waitLeft(cctx, h3, time.Minute, cancel)
+	require.False(t, got.left)
+	require.ErrorIs(t, got.err, context.Canceled)
 }

@@ -7,12 +7,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/urfave/cli/v2"
 
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/relay"
-	"github.com/relaydev/relay/stream"
 )
 
 // The commands that look at, and dead-letter, events that wait for a
@@ -102,7 +100,7 @@ func (o *skipHeadOpts) Run(ctx context.Context, e *env) error {
 		fmt.Fprintln(w, "relay dead-letters it at its next delivery, or after the attempt in flight if that fails")
 		return nil
 	}
-	left, letter, err := waitSkipped(ctx, cl.js, name, h, o.wait)
+	left, letter, err := st.WaitHeadLeft(ctx, name, h, o.wait)
 	switch {
 	case err != nil:
 		return err
@@ -234,46 +232,6 @@ func (o *skipOpts) Run(ctx context.Context, e *env) error {
 	}
 	fmt.Fprintln(w, "relay dead-letters it instead of its next attempt, when its retry wait ends (in JetStream or parked in Redis; not while the destination is paused), or at once if an attempt in flight fails")
 	return nil
-}
-
-// waitSkipped waits up to wait for the head h of name to leave its
-// partition, and returns whether it did and, if so, its dead letter (nil
-// when it left delivered).
-func waitSkipped(ctx context.Context, js jetstream.JetStream, name string, h relay.Head, wait time.Duration) (bool, *dlq.Letter, error) {
-	deadline := time.Now().Add(wait)
-	for {
-		c, err := js.Consumer(ctx, stream.EventsStream, relay.PartitionConsumerName(name, h.Partition))
-		if err != nil {
-			return false, nil, err
-		}
-		if c.CachedInfo().AckFloor.Stream >= h.Seq {
-			break
-		}
-		if time.Now().After(deadline) {
-			return false, nil, nil
-		}
-		select {
-		case <-ctx.Done():
-			return false, nil, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	letters, err := dlq.Open(ctx, js)
-	if err != nil {
-		return true, nil, err
-	}
-	// Only letters that died after the head's last attempt, by relay's
-	// clock (this machine's may differ).
-	ls, err := letters.List(ctx, dlq.Filter{Dest: name, Since: h.LastAttempt.Add(-time.Second)}, 0)
-	if err != nil {
-		return true, nil, err
-	}
-	for i := range ls {
-		if ls[i].StreamSeq == h.Seq {
-			return true, &ls[i], nil
-		}
-	}
-	return true, nil, nil
 }
 
 // skipReasonFlag is the --reason of skip and skip-head.
