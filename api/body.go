@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -15,54 +14,38 @@ import (
 
 // eventBody answers an event's body, its exact bytes, while the events
 // stream keeps it (getEventBody).
-func (s *Server) eventBody(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if err := relay.ValidateEventID(id); err != nil {
-		problem(w, http.StatusBadRequest, "id", err.Error())
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-	defer cancel()
-	v, err := relay.LookupEvent(ctx, s.cfg.JS, id)
+func (s *Server) eventBody(c *call) {
+	id := c.id
+	v, err := relay.LookupEvent(c.within(30*time.Second), s.cfg.JS, id)
 	switch {
 	case errors.Is(err, relay.ErrEventNotFound):
-		problem(w, http.StatusNotFound, "id", fmt.Sprintf("event %q: %v (not attempted yet, or recorded longer ago than the log keeps)", id, err))
+		c.problem(http.StatusNotFound, "id", fmt.Sprintf("event %q: %v (not attempted yet, or recorded longer ago than the log keeps)", id, err))
 	case err != nil:
-		problem(w, http.StatusServiceUnavailable, "", "cannot read the delivery log now: "+err.Error())
+		c.problem(http.StatusServiceUnavailable, "", "cannot read the delivery log now: "+err.Error())
 	case !v.Stored:
-		problem(w, http.StatusNotFound, "id", fmt.Sprintf("event %q is no longer in the events stream (older than its retention): its body is gone", id))
+		c.problem(http.StatusNotFound, "id", fmt.Sprintf("event %q is no longer in the events stream (older than its retention): its body is gone", id))
 	default:
-		writeBody(w, "event-"+fileSafe(id), v.Body)
+		writeBody(c.w, "event-"+fileSafe(id), v.Body)
 	}
 }
 
 // letterBody answers a dead letter's body, its exact bytes, read from the
 // events stream when the letter holds no copy (getDeadLetterBody).
-func (s *Server) letterBody(w http.ResponseWriter, r *http.Request) {
-	st, ok := s.letters(w)
-	if !ok {
-		return
-	}
-	seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
-	if err != nil || seq == 0 {
-		problem(w, http.StatusBadRequest, "seq", fmt.Sprintf("%q: give a dead-letter sequence (seq in GET /v1/dead-letters)", r.PathValue("seq")))
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-	defer cancel()
-	l, err := st.Get(ctx, seq)
+func (s *Server) letterBody(c *call) {
+	ctx := c.within(30 * time.Second)
+	l, err := c.letters.Get(ctx, c.seq)
 	if err != nil {
-		letterProblem(w, err)
+		letterProblem(c.w, err)
 		return
 	}
-	l, err = st.Resolve(ctx, l)
+	l, err = c.letters.Resolve(ctx, l)
 	switch {
 	case errors.Is(err, dlq.ErrEventGone):
-		problem(w, http.StatusNotFound, "seq", err.Error())
+		c.problem(http.StatusNotFound, "seq", err.Error())
 	case err != nil:
-		problem(w, http.StatusServiceUnavailable, "", "cannot read the dead letter's event now: "+err.Error())
+		c.problem(http.StatusServiceUnavailable, "", "cannot read the dead letter's event now: "+err.Error())
 	default:
-		writeBody(w, "dead-letter-"+strconv.FormatUint(seq, 10), l.Body)
+		writeBody(c.w, "dead-letter-"+strconv.FormatUint(c.seq, 10), l.Body)
 	}
 }
 

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -102,41 +101,35 @@ func letterSummary(l dlq.Letter) dlq.Letter {
 // listLetters lists dead letters, oldest first, a page at a time: limit of
 // them (default 100, at most 1000); next_after, when more may follow, is
 // the after of the next page.
-func (s *Server) listLetters(w http.ResponseWriter, r *http.Request) {
-	st, ok := s.letters(w)
-	if !ok {
-		return
-	}
-	q := r.URL.Query()
+func (s *Server) listLetters(c *call) {
+	q := c.r.URL.Query()
 	for k := range q {
 		if !slices.Contains([]string{"dest", "reason", "status", "since", "until", "limit", "after"}, k) {
-			problem(w, http.StatusBadRequest, k, fmt.Sprintf("unknown query parameter %q: the filters are dest, reason, status, since and until; pages are limit and after", k))
+			c.problem(http.StatusBadRequest, k, fmt.Sprintf("unknown query parameter %q: the filters are dest, reason, status, since and until; pages are limit and after", k))
 			return
 		}
 	}
 	f, err := filterArgs{q.Get("dest"), q.Get("reason"), q.Get("status"), q.Get("since"), q.Get("until")}.filter()
 	if err != nil {
-		letterProblem(w, err)
+		letterProblem(c.w, err)
 		return
 	}
 	limit := DefaultLetterLimit
 	if v := q.Get("limit"); v != "" {
 		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > MaxLetterLimit {
-			problem(w, http.StatusUnprocessableEntity, "limit", fmt.Sprintf("limit %q: give 1 to %d", v, MaxLetterLimit))
+			c.problem(http.StatusUnprocessableEntity, "limit", fmt.Sprintf("limit %q: give 1 to %d", v, MaxLetterLimit))
 			return
 		}
 	}
 	if v := q.Get("after"); v != "" {
 		if f.After, err = strconv.ParseUint(v, 10, 64); err != nil {
-			problem(w, http.StatusUnprocessableEntity, "after", fmt.Sprintf("after %q: give the dead-letter sequence the page before ended with (its next_after)", v))
+			c.problem(http.StatusUnprocessableEntity, "after", fmt.Sprintf("after %q: give the dead-letter sequence the page before ended with (its next_after)", v))
 			return
 		}
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), time.Minute)
-	defer cancel()
-	ls, err := st.Summaries(ctx, f, limit+1)
+	ls, err := c.letters.Summaries(c.within(time.Minute), f, limit+1)
 	if err != nil {
-		letterProblem(w, err)
+		letterProblem(c.w, err)
 		return
 	}
 	out := map[string]any{}
@@ -149,7 +142,7 @@ func (s *Server) listLetters(w http.ResponseWriter, r *http.Request) {
 		page[i] = letterSummary(l)
 	}
 	out["dead_letters"] = page
-	writeJSON(w, http.StatusOK, out)
+	c.json(http.StatusOK, out)
 }
 
 // getLetter answers one dead letter with its history, its event's headers
@@ -158,21 +151,11 @@ func (s *Server) listLetters(w http.ResponseWriter, r *http.Request) {
 // anything else in base64 only. An event too large to copy into the
 // letter is read from the event log; body_unavailable says why it could
 // not be.
-func (s *Server) getLetter(w http.ResponseWriter, r *http.Request) {
-	st, ok := s.letters(w)
-	if !ok {
-		return
-	}
-	seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
-	if err != nil || seq == 0 {
-		problem(w, http.StatusBadRequest, "seq", fmt.Sprintf("%q: give a dead-letter sequence (seq in GET /v1/dead-letters)", r.PathValue("seq")))
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-	defer cancel()
-	l, err := st.Get(ctx, seq)
+func (s *Server) getLetter(c *call) {
+	ctx := c.within(30 * time.Second)
+	l, err := c.letters.Get(ctx, c.seq)
 	if err != nil {
-		letterProblem(w, err)
+		letterProblem(c.w, err)
 		return
 	}
 	out := struct {
@@ -181,7 +164,7 @@ func (s *Server) getLetter(w http.ResponseWriter, r *http.Request) {
 		Unavailable string `json:"body_unavailable,omitempty"`
 	}{Letter: l}
 	if l.EventOmitted {
-		if full, err := st.Resolve(ctx, l); err != nil {
+		if full, err := c.letters.Resolve(ctx, l); err != nil {
 			out.Unavailable = err.Error()
 		} else {
 			out.Letter = full
@@ -191,7 +174,7 @@ func (s *Server) getLetter(w http.ResponseWriter, r *http.Request) {
 		out.Body = dlq.BodyOf(out.Letter.Body)
 	}
 	out.Letter.Headers = relay.RedactHeaders(out.Letter.Headers)
-	writeJSON(w, http.StatusOK, out)
+	c.json(http.StatusOK, out)
 }
 
 // selection is what replay and purge act on, as 'relay dlq replay' and
@@ -238,118 +221,86 @@ func (sel selection) filter(verb string) (dlq.Filter, error) {
 	return f, nil
 }
 
-// letterOutcome is a dead letter replay skipped or failed.
-type letterOutcome struct {
-	Seq    uint64 `json:"seq"`
-	Detail string `json:"detail"`
-}
-
-// replayLetters replays dead letters as 'relay dlq replay' does (see
-// dlq.Store.ReplayEach), going on after a failed one: the answer counts
+// replayLetters replays dead letters as 'relay dlq replay' does
+// (relay.ReplayDeadLetters), going on after a failed one: the answer counts
 // those replayed, and lists those skipped (never replayable) and failed.
-func (s *Server) replayLetters(w http.ResponseWriter, r *http.Request) {
-	st, ok := s.letters(w)
-	if !ok {
-		return
-	}
+func (s *Server) replayLetters(c *call) {
 	var body selection
-	if !s.readJSON(w, r, &body) {
+	if !s.readJSON(c.w, c.r, &body) {
 		return
 	}
 	f, err := body.filter("replay")
 	if err != nil {
-		letterProblem(w, err)
+		letterProblem(c.w, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Minute)
-	defer cancel()
+	ctx := c.within(10 * time.Minute)
 	if body.ToDest != "" {
 		if err := stream.ValidateDestName(body.ToDest); err != nil {
-			problem(w, http.StatusUnprocessableEntity, "to_dest", err.Error())
+			c.problem(http.StatusUnprocessableEntity, "to_dest", err.Error())
 			return
 		}
-		ds, ok := s.dests(w)
+		ds, ok := s.dests(c.w)
 		if !ok {
 			return
 		}
 		if _, err := ds.Get(ctx, body.ToDest); errors.Is(err, relay.ErrNotFound) {
-			problem(w, http.StatusNotFound, "to_dest", "to_dest: "+err.Error())
+			c.problem(http.StatusNotFound, "to_dest", "to_dest: "+err.Error())
 			return
 		} else if err != nil {
-			letterProblem(w, err)
+			letterProblem(c.w, err)
 			return
 		}
 	}
-	out := struct {
-		DryRun     bool            `json:"dry_run"`
-		Matched    int             `json:"matched"`
-		Replayed   int             `json:"replayed"`
-		Duplicates int             `json:"duplicates"`
-		Skipped    []letterOutcome `json:"skipped"`
-		Failed     []letterOutcome `json:"failed"`
-	}{DryRun: body.DryRun, Skipped: []letterOutcome{}, Failed: []letterOutcome{}}
-	err = st.ReplayEach(ctx, f, dlq.ReplayOptions{ToDest: body.ToDest, DryRun: body.DryRun}, func(_, total int, step dlq.ReplayStep) error {
-		out.Matched = total
-		switch {
-		case step.Skipped != "":
-			out.Skipped = append(out.Skipped, letterOutcome{step.Letter.Seq, step.Skipped})
-		case step.Err != nil:
-			out.Failed = append(out.Failed, letterOutcome{step.Letter.Seq, step.Err.Error()})
-		default:
-			out.Replayed++
-			if step.Ack != nil && step.Ack.Duplicate {
-				out.Duplicates++
-			}
-		}
-		return nil
+	rep, err := relay.ReplayDeadLetters(ctx, relay.DeadLetterReplay{
+		Letters: c.letters, JS: s.cfg.JS, By: "api", Filter: f,
+		Options: dlq.ReplayOptions{ToDest: body.ToDest, DryRun: body.DryRun},
 	})
 	if err != nil {
-		letterProblem(w, err)
+		letterProblem(c.w, err)
 		return
 	}
-	if !body.DryRun && out.Replayed > out.Duplicates {
-		if err := relay.PublishOpEvent(ctx, s.cfg.JS, relay.OpEvent{Type: relay.OpReplayFinished, ID: relay.NewReplayID(), Data: relay.ReplayFinished{
-			At: time.Now().UTC(), By: "api", Dest: f.Dest, ToDest: body.ToDest, Matched: out.Matched, Replayed: out.Replayed,
-			Duplicates: out.Duplicates, Skipped: len(out.Skipped), Failed: len(out.Failed)}}); err != nil {
-			s.cfg.Logger.Warn("cannot publish relay.replay.finished", "err", err)
-		}
+	if rep.EventErr != nil {
+		s.cfg.Logger.Warn("cannot publish relay.replay.finished", "err", rep.EventErr)
 	}
-	writeJSON(w, http.StatusOK, out)
+	c.json(http.StatusOK, struct {
+		DryRun     bool                  `json:"dry_run"`
+		Matched    int                   `json:"matched"`
+		Replayed   int                   `json:"replayed"`
+		Duplicates int                   `json:"duplicates"`
+		Skipped    []relay.LetterOutcome `json:"skipped"`
+		Failed     []relay.LetterOutcome `json:"failed"`
+	}{body.DryRun, rep.Matched, rep.Replayed, rep.Duplicates, rep.Skipped, rep.Failed})
 }
 
 // purgeLetters deletes dead letters for good, as 'relay dlq purge --yes'
 // does; with dry_run it counts them.
-func (s *Server) purgeLetters(w http.ResponseWriter, r *http.Request) {
-	st, ok := s.letters(w)
-	if !ok {
-		return
-	}
+func (s *Server) purgeLetters(c *call) {
 	var body selection
-	if !s.readJSON(w, r, &body) {
+	if !s.readJSON(c.w, c.r, &body) {
 		return
 	}
 	if body.ToDest != "" {
-		problem(w, http.StatusBadRequest, "to_dest", "purge deletes: to_dest is replay's")
+		c.problem(http.StatusBadRequest, "to_dest", "purge deletes: to_dest is replay's")
 		return
 	}
 	f, err := body.filter("purge")
 	if err != nil {
-		letterProblem(w, err)
+		letterProblem(c.w, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Minute)
-	defer cancel()
-	ls, err := st.Summaries(ctx, f, 0)
+	ctx := c.within(10 * time.Minute)
+	ls, err := c.letters.Summaries(ctx, f, 0)
 	if err != nil {
-		letterProblem(w, err)
+		letterProblem(c.w, err)
 		return
 	}
 	n := len(ls)
 	if !body.DryRun {
-		if n, err = st.DeleteAll(ctx, ls); err != nil {
-			problem(w, http.StatusServiceUnavailable, "", "purge stopped: "+err.Error())
+		if n, err = c.letters.DeleteAll(ctx, ls); err != nil {
+			c.problem(http.StatusServiceUnavailable, "", "purge stopped: "+err.Error())
 			return
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"dry_run": body.DryRun, "matched": len(ls), "purged": n})
+	c.json(http.StatusOK, map[string]any{"dry_run": body.DryRun, "matched": len(ls), "purged": n})
 }

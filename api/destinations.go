@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -120,12 +119,6 @@ type destChange struct {
 	Filter           *string            `json:"filter"`
 	BodyTemplate     *string            `json:"body_template"`
 	BodyContentType  *string            `json:"body_content_type"`
-}
-
-// isAdmin reports whether r came with an admin key.
-func isAdmin(r *http.Request) bool {
-	k, _ := r.Context().Value(keyOfRequest{}).(Key)
-	return k.Scope == ScopeAdmin
 }
 
 // fieldError is a request field that is wrong.
@@ -253,171 +246,121 @@ func (s *Server) dests(w http.ResponseWriter) (*relay.Store, bool) {
 	return s.cfg.Dests, true
 }
 
-// destName is the request's {name}, or false after answering 404.
-func destName(w http.ResponseWriter, r *http.Request) (string, bool) {
-	name := r.PathValue("name")
-	if err := stream.ValidateDestName(name); err != nil {
-		problem(w, http.StatusNotFound, "", fmt.Sprintf("%v: %s", relay.ErrNotFound, name))
-		return "", false
-	}
-	return name, true
-}
-
-func (s *Server) listDests(w http.ResponseWriter, r *http.Request) {
-	st, ok := s.dests(w)
-	if !ok {
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-	defer cancel()
-	ds, err := st.List(ctx)
+func (s *Server) listDests(c *call) {
+	ds, err := c.dests.List(c.within(30 * time.Second))
 	if err != nil {
-		destProblem(w, nil, err)
+		destProblem(c.w, nil, err)
 		return
 	}
 	now := time.Now()
 	out := make([]destView, len(ds))
 	for i, d := range ds {
-		out[i] = viewOf(d, now, isAdmin(r))
+		out[i] = viewOf(d, now, c.admin())
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"destinations": out})
+	c.json(http.StatusOK, map[string]any{"destinations": out})
 }
 
-func (s *Server) getDest(w http.ResponseWriter, r *http.Request) {
-	st, ok := s.dests(w)
-	if !ok {
-		return
-	}
-	name, ok := destName(w, r)
-	if !ok {
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-	defer cancel()
-	d, err := st.Get(ctx, name)
+func (s *Server) getDest(c *call) {
+	d, err := c.dests.Get(c.within(30*time.Second), c.name)
 	if err != nil {
-		destProblem(w, nil, err)
+		destProblem(c.w, nil, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, viewOf(d, time.Now(), isAdmin(r)))
+	c.json(http.StatusOK, viewOf(d, time.Now(), c.admin()))
 }
 
 // createDest adds a destination as 'relay dest add' does: the same
 // defaults, checks and generated secret (answered once).
-func (s *Server) createDest(w http.ResponseWriter, r *http.Request) {
-	st, ok := s.dests(w)
-	if !ok {
-		return
-	}
+func (s *Server) createDest(c *call) {
 	var body destChange
-	if !s.readJSON(w, r, &body) {
+	if !s.readJSON(c.w, c.r, &body) {
 		return
 	}
 	if err := stream.ValidateDestName(body.Name); err != nil {
-		problem(w, http.StatusUnprocessableEntity, "name", err.Error())
+		c.problem(http.StatusUnprocessableEntity, "name", err.Error())
 		return
 	}
 	if body.URL == nil && body.URLs == nil {
-		problem(w, http.StatusUnprocessableEntity, "url", "url is required: the http(s) URL that receives a POST per attempt (or urls, a pool)")
+		c.problem(http.StatusUnprocessableEntity, "url", "url is required: the http(s) URL that receives a POST per attempt (or urls, a pool)")
 		return
 	}
 	set, err := body.settings()
 	if err != nil {
-		destProblem(w, &body, err)
+		destProblem(c.w, &body, err)
 		return
 	}
 	d, generated, err := set.NewDestination(body.Name)
 	if err != nil {
-		destProblem(w, &body, err)
+		destProblem(c.w, &body, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-	defer cancel()
+	ctx := c.within(30 * time.Second)
 	if err := relay.CheckPool(ctx, s.cfg.JS, d.Pool()); err != nil {
-		destProblem(w, &body, err)
+		destProblem(c.w, &body, err)
 		return
 	}
-	if d, err = st.Add(ctx, d); err != nil {
-		destProblem(w, &body, err)
+	if d, err = c.dests.Add(ctx, d); err != nil {
+		destProblem(c.w, &body, err)
 		return
 	}
-	v := viewOf(d, time.Now(), isAdmin(r))
+	v := viewOf(d, time.Now(), c.admin())
 	if generated {
 		v.Secret = d.Secret
 	}
-	w.Header().Set("Location", "/v1/destinations/"+d.Name)
-	writeJSON(w, http.StatusCreated, v)
+	c.w.Header().Set("Location", "/v1/destinations/"+d.Name)
+	c.json(http.StatusCreated, v)
 }
 
 // updateDest changes the settings given, as 'relay dest update' does.
-func (s *Server) updateDest(w http.ResponseWriter, r *http.Request) {
-	st, ok := s.dests(w)
-	if !ok {
-		return
-	}
-	name, ok := destName(w, r)
-	if !ok {
-		return
-	}
+func (s *Server) updateDest(c *call) {
 	var body destChange
-	if !s.readJSON(w, r, &body) {
+	if !s.readJSON(c.w, c.r, &body) {
 		return
 	}
 	if body.Name != "" {
-		problem(w, http.StatusBadRequest, "name", "a destination's name does not change: add one with the new name, and remove this one once it drained")
+		c.problem(http.StatusBadRequest, "name", "a destination's name does not change: add one with the new name, and remove this one once it drained")
 		return
 	}
 	set, err := body.settings()
 	if err != nil {
-		destProblem(w, &body, err)
+		destProblem(c.w, &body, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-	defer cancel()
+	ctx := c.within(30 * time.Second)
 	if set.URLs != nil {
 		if err := relay.CheckPool(ctx, s.cfg.JS, set.URLs); err != nil {
-			destProblem(w, &body, err)
+			destProblem(c.w, &body, err)
 			return
 		}
 	}
-	d, err := st.Update(ctx, name, func(d *relay.Destination) error {
+	d, err := c.dests.Update(ctx, c.name, func(d *relay.Destination) error {
 		set.Apply(d)
 		return nil
 	})
 	if err != nil {
-		destProblem(w, &body, err)
+		destProblem(c.w, &body, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, viewOf(d, time.Now(), isAdmin(r)))
+	c.json(http.StatusOK, viewOf(d, time.Now(), c.admin()))
 }
 
 // removeDest removes a destination as 'relay dest rm' does: refused (409)
 // while events wait for its delivery, unless ?force=true.
-func (s *Server) removeDest(w http.ResponseWriter, r *http.Request) {
-	st, ok := s.dests(w)
-	if !ok {
-		return
-	}
-	name, ok := destName(w, r)
-	if !ok {
-		return
-	}
+func (s *Server) removeDest(c *call) {
 	force := false
-	switch v := r.URL.Query().Get("force"); v {
+	switch v := c.r.URL.Query().Get("force"); v {
 	case "", "false":
 	case "true":
 		force = true
 	default:
-		problem(w, http.StatusBadRequest, "force", fmt.Sprintf("force %q: give true or false", v))
+		c.problem(http.StatusBadRequest, "force", fmt.Sprintf("force %q: give true or false", v))
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-	defer cancel()
-	if err := st.RemoveIdle(ctx, name, force); err != nil {
-		destProblem(w, nil, err)
+	if err := c.dests.RemoveIdle(c.within(30*time.Second), c.name, force); err != nil {
+		destProblem(c.w, nil, err)
 		return
 	}
-	w.WriteHeader(http.StatusNoContent)
+	c.w.WriteHeader(http.StatusNoContent)
 }
 
 // readOptionalJSON is readJSON for a body that may be left out (empty,
@@ -430,84 +373,56 @@ func (s *Server) readOptionalJSON(w http.ResponseWriter, r *http.Request, v any)
 }
 
 // pauseDest pauses deliveries, until resumed or for the body's "for".
-func (s *Server) pauseDest(w http.ResponseWriter, r *http.Request) {
-	st, ok := s.dests(w)
-	if !ok {
-		return
-	}
-	name, ok := destName(w, r)
-	if !ok {
-		return
-	}
+func (s *Server) pauseDest(c *call) {
 	var body struct {
 		For *string `json:"for"`
 	}
-	if !s.readOptionalJSON(w, r, &body) {
+	if !s.readOptionalJSON(c.w, c.r, &body) {
 		return
 	}
 	until := relay.Forever
 	if body.For != nil {
 		d, err := time.ParseDuration(*body.For)
 		if err != nil || d <= 0 {
-			problem(w, http.StatusUnprocessableEntity, "for", fmt.Sprintf("for %q: give a positive duration such as 10m or 2h, or leave it out to pause until resumed", *body.For))
+			c.problem(http.StatusUnprocessableEntity, "for", fmt.Sprintf("for %q: give a positive duration such as 10m or 2h, or leave it out to pause until resumed", *body.For))
 			return
 		}
 		until = time.Now().Add(d).UTC()
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-	defer cancel()
-	d, err := st.Pause(ctx, name, until)
+	d, err := c.dests.Pause(c.within(30*time.Second), c.name, until)
 	if err != nil {
-		destProblem(w, nil, err)
+		destProblem(c.w, nil, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, viewOf(d, time.Now(), isAdmin(r)))
+	c.json(http.StatusOK, viewOf(d, time.Now(), c.admin()))
 }
 
 // resumeDest resumes a paused, circuit-broken or disabled destination.
-func (s *Server) resumeDest(w http.ResponseWriter, r *http.Request) {
-	st, ok := s.dests(w)
-	if !ok {
-		return
-	}
-	name, ok := destName(w, r)
-	if !ok {
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-	defer cancel()
-	d, err := st.Resume(ctx, name)
+func (s *Server) resumeDest(c *call) {
+	d, err := c.dests.Resume(c.within(30*time.Second), c.name)
 	if err != nil {
-		destProblem(w, nil, err)
+		destProblem(c.w, nil, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, viewOf(d, time.Now(), isAdmin(r)))
+	c.json(http.StatusOK, viewOf(d, time.Now(), c.admin()))
 }
 
 // rotateSecret gives a destination a new signing secret, generated (and
 // answered, once) unless the body gives one; the old one signs too during
 // the overlap (default 24h), as 'relay dest rotate-secret' does.
-func (s *Server) rotateSecret(w http.ResponseWriter, r *http.Request) {
-	st, ok := s.dests(w)
-	if !ok {
-		return
-	}
-	name, ok := destName(w, r)
-	if !ok {
-		return
-	}
+func (s *Server) rotateSecret(c *call) {
 	var body struct {
 		Overlap *string `json:"overlap"`
 		Secret  string  `json:"secret"`
 	}
-	if !s.readOptionalJSON(w, r, &body) {
+	if !s.readOptionalJSON(c.w, c.r, &body) {
 		return
 	}
 	overlap := 24 * time.Hour
 	if body.Overlap != nil {
 		d, err := time.ParseDuration(*body.Overlap)
 		if err != nil || d < 0 {
-			problem(w, http.StatusUnprocessableEntity, "overlap", fmt.Sprintf("overlap %q: give a duration such as 24h, or 0s to stop signing with the old secret at once", *body.Overlap))
+			c.problem(http.StatusUnprocessableEntity, "overlap", fmt.Sprintf("overlap %q: give a duration such as 24h, or 0s to stop signing with the old secret at once", *body.Overlap))
 			return
 		}
 		overlap = d
@@ -516,16 +431,14 @@ func (s *Server) rotateSecret(w http.ResponseWriter, r *http.Request) {
 	if generated {
 		next = webhook.GenerateSecret()
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-	defer cancel()
-	d, err := st.RotateSecret(ctx, name, next, overlap)
+	d, err := c.dests.RotateSecret(c.within(30*time.Second), c.name, next, overlap)
 	if err != nil {
-		destProblem(w, nil, err)
+		destProblem(c.w, nil, err)
 		return
 	}
-	v := viewOf(d, time.Now(), isAdmin(r))
+	v := viewOf(d, time.Now(), c.admin())
 	if generated {
 		v.Secret = next
 	}
-	writeJSON(w, http.StatusOK, v)
+	c.json(http.StatusOK, v)
 }

@@ -1,14 +1,11 @@
 package api
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"time"
-
-	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
@@ -81,17 +78,11 @@ func (ev newEvent) check() (field string, err error) {
 	return "", nil
 }
 
-// event is ev as the request r publishes it: idempotent within the
-// scope of r's API key (an id is a duplicate only of one the same key
-// published to the same destination or type).
-func (ev newEvent) event(r *http.Request) relay.Event {
-	return relay.Event{Dest: ev.Dest, Type: ev.Type, Key: ev.Key, ID: ev.ID, Headers: ev.Headers, Data: ev.Data, Scope: publishScope(r)}
-}
-
-// publishScope is the idempotency scope of r's publishes: its API key.
-func publishScope(r *http.Request) string {
-	k, _ := r.Context().Value(keyOfRequest{}).(Key)
-	return "key:" + k.ID
+// event is ev as the request c publishes it: idempotent within the scope
+// of c's API key (an id is a duplicate only of one the same key published
+// to the same destination or type).
+func (ev newEvent) event(c *call) relay.Event {
+	return relay.Event{Dest: ev.Dest, Type: ev.Type, Key: ev.Key, ID: ev.ID, Headers: ev.Headers, Data: ev.Data, Scope: "key:" + c.key.ID}
 }
 
 // publishProblem answers an event the producer refused, whose fields are
@@ -109,30 +100,28 @@ func publishProblem(w http.ResponseWriter, prefix string, err error) {
 	}
 }
 
-func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
+func (s *Server) publish(c *call) {
 	var ev newEvent
-	if !s.readJSON(w, r, &ev) {
+	if !s.readJSON(c.w, c.r, &ev) {
 		return
 	}
-	if idem := r.Header.Get("Idempotency-Key"); idem != "" {
+	if idem := c.r.Header.Get("Idempotency-Key"); idem != "" {
 		if ev.ID != "" && ev.ID != idem {
-			problem(w, http.StatusUnprocessableEntity, "id", fmt.Sprintf("the body's id %q and the Idempotency-Key %q differ: give one, or the same", ev.ID, idem))
+			c.problem(http.StatusUnprocessableEntity, "id", fmt.Sprintf("the body's id %q and the Idempotency-Key %q differ: give one, or the same", ev.ID, idem))
 			return
 		}
 		ev.ID = idem
 	}
 	if field, err := ev.check(); err != nil {
-		problem(w, http.StatusUnprocessableEntity, field, err.Error())
+		c.problem(http.StatusUnprocessableEntity, field, err.Error())
 		return
 	}
-	ctx, cancel := context.WithTimeout(requestTrace(r), 10*time.Second)
-	defer cancel()
-	res, err := s.cfg.Producer.Publish(ctx, ev.event(r))
+	res, err := s.cfg.Producer.Publish(c.tracedWithin(10*time.Second), ev.event(c))
 	if err != nil {
-		publishProblem(w, "", err)
+		publishProblem(c.w, "", err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, published{ID: res.ID, Seq: res.Seq, Duplicate: res.Duplicate})
+	c.json(http.StatusAccepted, published{ID: res.ID, Seq: res.Seq, Duplicate: res.Duplicate})
 }
 
 // published is the answer for a stored event.
@@ -166,33 +155,31 @@ type resultError struct {
 // once, in order, and the answer (202, whatever became of them) has each
 // one's outcome, in order: stored (id, seq, duplicate) or its own error,
 // with its id, so that it can be published again safely.
-func (s *Server) publishBatch(w http.ResponseWriter, r *http.Request) {
+func (s *Server) publishBatch(c *call) {
 	var body batchBody
-	if !s.readJSONUpTo(w, r, s.cfg.MaxBatchBody, &body) {
+	if !s.readJSONUpTo(c.w, c.r, s.cfg.MaxBatchBody, &body) {
 		return
 	}
 	if n := len(body.Events); n == 0 || n > MaxBatch {
-		problem(w, http.StatusUnprocessableEntity, "events", fmt.Sprintf("give 1 to %d events; got %d", MaxBatch, n))
+		c.problem(http.StatusUnprocessableEntity, "events", fmt.Sprintf("give 1 to %d events; got %d", MaxBatch, n))
 		return
 	}
 	evs := make([]relay.Event, len(body.Events))
 	for i, ev := range body.Events {
 		if field, err := ev.check(); err != nil {
-			problem(w, http.StatusUnprocessableEntity, fmt.Sprintf("events[%d].%s", i, field), fmt.Sprintf("event %d: %v; nothing was published", i, err))
+			c.problem(http.StatusUnprocessableEntity, fmt.Sprintf("events[%d].%s", i, field), fmt.Sprintf("event %d: %v; nothing was published", i, err))
 			return
 		}
-		evs[i] = ev.event(r)
+		evs[i] = ev.event(c)
 	}
-	ctx, cancel := context.WithTimeout(requestTrace(r), 30*time.Second)
-	defer cancel()
-	res, err := s.cfg.Producer.PublishBatch(ctx, evs)
+	res, err := s.cfg.Producer.PublishBatch(c.tracedWithin(30*time.Second), evs)
 	var be *relay.BatchError
 	if errors.As(err, &be) {
-		publishProblem(w, fmt.Sprintf("events[%d].", be.Index), fmt.Errorf("%w; nothing was published", be))
+		publishProblem(c.w, fmt.Sprintf("events[%d].", be.Index), fmt.Errorf("%w; nothing was published", be))
 		return
 	}
 	if err != nil {
-		problem(w, http.StatusServiceUnavailable, "", "no event was stored: "+err.Error())
+		c.problem(http.StatusServiceUnavailable, "", "no event was stored: "+err.Error())
 		return
 	}
 	out := make([]batchResult, len(res))
@@ -210,15 +197,5 @@ func (s *Server) publishBatch(w http.ResponseWriter, r *http.Request) {
 		stored++
 		out[i].Seq, out[i].Duplicate = r.Seq, &r.Duplicate
 	}
-	writeJSON(w, http.StatusAccepted, map[string]any{"results": out, "stored": stored, "failed": len(res) - stored})
-}
-
-// requestTrace is r's context with the trace context of its traceparent
-// and tracestate headers, if it has a valid one: a producer that traces
-// (relay.Producer.TraceWith) continues it in each event's publish span.
-func requestTrace(r *http.Request) context.Context {
-	if r.Header.Get("Traceparent") == "" {
-		return r.Context()
-	}
-	return propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	c.json(http.StatusAccepted, map[string]any{"results": out, "stored": stored, "failed": len(res) - stored})
 }

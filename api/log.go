@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -47,73 +46,64 @@ func queryTime(q url.Values, name string) (time.Time, error) {
 }
 
 // attempts answers GET /v1/attempts: the delivery log, newest first.
-func (s *Server) attempts(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	if !queryParams(w, q, "dest", "event", "status", "since", "until", "limit", "cursor") {
+func (s *Server) attempts(c *call) {
+	q := c.r.URL.Query()
+	if !queryParams(c.w, q, "dest", "event", "status", "since", "until", "limit", "cursor") {
 		return
 	}
 	aq := relay.AttemptQuery{Dest: q.Get("dest"), EventID: q.Get("event"), Status: q.Get("status")}
 	var err error
 	if aq.Since, err = queryTime(q, "since"); err != nil {
-		problem(w, http.StatusBadRequest, "since", err.Error())
+		c.problem(http.StatusBadRequest, "since", err.Error())
 		return
 	}
 	if aq.Until, err = queryTime(q, "until"); err != nil {
-		problem(w, http.StatusBadRequest, "until", err.Error())
+		c.problem(http.StatusBadRequest, "until", err.Error())
 		return
 	}
 	if v := q.Get("limit"); v != "" {
 		if aq.Limit, err = strconv.Atoi(v); err != nil || aq.Limit < 1 {
-			problem(w, http.StatusBadRequest, "limit", fmt.Sprintf("%q: give a number from 1 to %d", v, relay.MaxAttemptLimit))
+			c.problem(http.StatusBadRequest, "limit", fmt.Sprintf("%q: give a number from 1 to %d", v, relay.MaxAttemptLimit))
 			return
 		}
 	}
 	if v := q.Get("cursor"); v != "" {
 		if aq.Before, err = strconv.ParseUint(v, 10, 64); err != nil || aq.Before == 0 {
-			problem(w, http.StatusBadRequest, "cursor", fmt.Sprintf("%q: give the next value of an earlier page", v))
+			c.problem(http.StatusBadRequest, "cursor", fmt.Sprintf("%q: give the next value of an earlier page", v))
 			return
 		}
 	}
 	if err := aq.Validate(); err != nil {
 		var qe *relay.QueryError
 		if errors.As(err, &qe) {
-			problem(w, http.StatusBadRequest, qe.Field, qe.Err.Error())
+			c.problem(http.StatusBadRequest, qe.Field, qe.Err.Error())
 			return
 		}
-		problem(w, http.StatusBadRequest, "", err.Error())
+		c.problem(http.StatusBadRequest, "", err.Error())
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-	defer cancel()
-	page, err := relay.ReadAttempts(ctx, s.cfg.JS, aq)
+	page, err := relay.ReadAttempts(c.within(30*time.Second), s.cfg.JS, aq)
 	if err != nil {
-		problem(w, http.StatusServiceUnavailable, "", "cannot read the delivery log now: "+err.Error())
+		c.problem(http.StatusServiceUnavailable, "", "cannot read the delivery log now: "+err.Error())
 		return
 	}
 	out := map[string]any{"attempts": page.Attempts}
 	if page.Next != 0 {
 		out["next"] = strconv.FormatUint(page.Next, 10)
 	}
-	writeJSON(w, http.StatusOK, out)
+	c.json(http.StatusOK, out)
 }
 
 // event answers GET /v1/events/{id}: the event and where its delivery to
 // each destination stands.
-func (s *Server) event(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if err := relay.ValidateEventID(id); err != nil {
-		problem(w, http.StatusBadRequest, "id", err.Error())
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-	defer cancel()
-	v, err := relay.LookupEvent(ctx, s.cfg.JS, id)
+func (s *Server) event(c *call) {
+	v, err := relay.LookupEvent(c.within(30*time.Second), s.cfg.JS, c.id)
 	switch {
 	case errors.Is(err, relay.ErrEventNotFound):
-		problem(w, http.StatusNotFound, "id", fmt.Sprintf("event %q: %v (not attempted yet, or recorded longer ago than the log keeps)", id, err))
+		c.problem(http.StatusNotFound, "id", fmt.Sprintf("event %q: %v (not attempted yet, or recorded longer ago than the log keeps)", c.id, err))
 	case err != nil:
-		problem(w, http.StatusServiceUnavailable, "", "cannot read the delivery log now: "+err.Error())
+		c.problem(http.StatusServiceUnavailable, "", "cannot read the delivery log now: "+err.Error())
 	default:
-		writeJSON(w, http.StatusOK, v)
+		c.json(http.StatusOK, v)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 )
 
 // operations are the OpenAPI operations the tests sent a request to,
@@ -25,12 +26,19 @@ func exercised(operationID string) {
 	operations.hit[operationID] = true
 }
 
-// TestMain runs the tests, then, when the whole package ran (no -run or
-// -skip), fails if an operation of the OpenAPI document was never
-// exercised by a test: every operation the document promises is tested
-// against it.
+// TestMain runs the tests, then fails if a goroutine outlived them (every
+// server and loop a test starts must stop with it), and, when the whole
+// package ran (no -run or -skip), if an operation of the OpenAPI document
+// was never exercised by a test: every operation the document promises is
+// tested against it.
 func TestMain(m *testing.M) {
 	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "FAIL: goleak: %v\n", err)
+			code = 1
+		}
+	}
 	if code == 0 && flag.Lookup("test.run").Value.String() == "" && flag.Lookup("test.skip").Value.String() == "" {
 		operations.Lock()
 		missing := untested(operations.hit)

@@ -61,9 +61,21 @@ func TestRetryingEventsListedAndSkipped(t *testing.T) {
 
 	code, m = e.do("POST", "/v1/destinations/down/retrying/evt-stuck/skip", e.read, "application/json", []byte(`{}`))
 	require.Equal(t, 403, code, "a read key cannot skip: %v", m)
-	code, m = e.do("POST", "/v1/destinations/down/retrying/evt-stuck/skip", e.admin, "application/json", []byte(`{"reason":"customer gone"}`))
+	// The reason is one line of at most 200 characters (not bytes).
+	for _, tc := range []struct{ reason, detail string }{
+		{`two\nlines`, "one line of text: character 4 is a control character (U+000A)"},
+		{`\u001b[2Jcleared`, "control character (U+001B)"},
+		{strings.Repeat("é", 201), "a skip reason of 201 characters: give at most 200"},
+	} {
+		code, m = e.do("POST", "/v1/destinations/down/retrying/evt-stuck/skip", e.admin, "application/json", []byte(`{"reason":"`+tc.reason+`"}`))
+		require.Equal(t, 422, code, "%q: %v", tc.reason, m)
+		require.Equal(t, "reason", m["field"])
+		require.Contains(t, m["detail"], tc.detail)
+	}
+	why := strings.Repeat("é", 200) // 400 bytes
+	code, m = e.do("POST", "/v1/destinations/down/retrying/evt-stuck/skip", e.admin, "application/json", []byte(`{"reason":"  `+why+` "}`))
 	require.Equal(t, 200, code, m)
-	require.Equal(t, "customer gone", m["skip"])
+	require.Equal(t, why, m["skip"], "trimmed")
 
 	// At its next delivery it is dead-lettered, reason skipped, with no
 	// second attempt.

@@ -93,35 +93,38 @@ func NewServer(cfg Config) *Server {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(OpenAPI)
 	})
+	// Each route: the key's scope it needs (auth), then what its handler
+	// works on (handle).
 	for _, rt := range []struct {
 		pattern string
 		scope   Scope
-		h       http.HandlerFunc
+		needs   needs
+		h       func(*call)
 	}{
-		{"POST /v1/events", ScopePublish, s.publish},
-		{"POST /v1/events:batch", ScopePublish, s.publishBatch},
-		{"GET /v1/stats", ScopeRead, s.stats},
-		{"GET /v1/key", scopeAny, s.whoami},
-		{"GET /v1/destinations/{name}/retrying", ScopeRead, s.listRetrying},
-		{"POST /v1/destinations/{name}/retrying/{id}/skip", ScopeAdmin, s.skipRetrying},
-		{"GET /v1/attempts", ScopeRead, s.attempts},
-		{"GET /v1/events/{id}", ScopeRead, s.event},
-		{"GET /v1/events/{id}/body", ScopeRead, s.eventBody},
-		{"GET /v1/destinations", ScopeRead, s.listDests},
-		{"POST /v1/destinations", ScopeAdmin, s.createDest},
-		{"GET /v1/destinations/{name}", ScopeRead, s.getDest},
-		{"PATCH /v1/destinations/{name}", ScopeAdmin, s.updateDest},
-		{"DELETE /v1/destinations/{name}", ScopeAdmin, s.removeDest},
-		{"POST /v1/destinations/{name}/pause", ScopeAdmin, s.pauseDest},
-		{"POST /v1/destinations/{name}/resume", ScopeAdmin, s.resumeDest},
-		{"POST /v1/destinations/{name}/rotate-secret", ScopeAdmin, s.rotateSecret},
-		{"GET /v1/dead-letters", ScopeRead, s.listLetters},
-		{"GET /v1/dead-letters/{seq}", ScopeRead, s.getLetter},
-		{"GET /v1/dead-letters/{seq}/body", ScopeRead, s.letterBody},
-		{"POST /v1/dead-letters/replay", ScopeAdmin, s.replayLetters},
-		{"POST /v1/dead-letters/purge", ScopeAdmin, s.purgeLetters},
+		{"POST /v1/events", ScopePublish, 0, s.publish},
+		{"POST /v1/events:batch", ScopePublish, 0, s.publishBatch},
+		{"GET /v1/stats", ScopeRead, 0, s.stats},
+		{"GET /v1/key", scopeAny, 0, s.whoami},
+		{"GET /v1/destinations/{name}/retrying", ScopeRead, needName, s.listRetrying},
+		{"POST /v1/destinations/{name}/retrying/{id}/skip", ScopeAdmin, needName, s.skipRetrying},
+		{"GET /v1/attempts", ScopeRead, 0, s.attempts},
+		{"GET /v1/events/{id}", ScopeRead, needEventID, s.event},
+		{"GET /v1/events/{id}/body", ScopeRead, needEventID, s.eventBody},
+		{"GET /v1/destinations", ScopeRead, needDests, s.listDests},
+		{"POST /v1/destinations", ScopeAdmin, needDests, s.createDest},
+		{"GET /v1/destinations/{name}", ScopeRead, needName, s.getDest},
+		{"PATCH /v1/destinations/{name}", ScopeAdmin, needName, s.updateDest},
+		{"DELETE /v1/destinations/{name}", ScopeAdmin, needName, s.removeDest},
+		{"POST /v1/destinations/{name}/pause", ScopeAdmin, needName, s.pauseDest},
+		{"POST /v1/destinations/{name}/resume", ScopeAdmin, needName, s.resumeDest},
+		{"POST /v1/destinations/{name}/rotate-secret", ScopeAdmin, needName, s.rotateSecret},
+		{"GET /v1/dead-letters", ScopeRead, needLetters, s.listLetters},
+		{"GET /v1/dead-letters/{seq}", ScopeRead, needSeq, s.getLetter},
+		{"GET /v1/dead-letters/{seq}/body", ScopeRead, needSeq, s.letterBody},
+		{"POST /v1/dead-letters/replay", ScopeAdmin, needLetters, s.replayLetters},
+		{"POST /v1/dead-letters/purge", ScopeAdmin, needLetters, s.purgeLetters},
 	} {
-		s.mux.Handle(rt.pattern, s.auth(rt.scope, rt.h))
+		s.mux.Handle(rt.pattern, s.auth(rt.scope, s.handle(rt.needs, rt.h)))
 	}
 	s.mux.HandleFunc("/", s.notFound)
 	return s
@@ -373,16 +376,14 @@ func jsonKind(t reflect.Type) string {
 	return "another type"
 }
 
-func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-	defer cancel()
-	all, err := relay.Stats(ctx, s.cfg.JS, nil)
+func (s *Server) stats(c *call) {
+	all, err := relay.Stats(c.within(30*time.Second), s.cfg.JS, nil)
 	if err != nil {
-		problem(w, http.StatusServiceUnavailable, "", "cannot read the destinations' state now: "+err.Error())
+		c.problem(http.StatusServiceUnavailable, "", "cannot read the destinations' state now: "+err.Error())
 		return
 	}
 	if all == nil {
 		all = []relay.DestStats{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"destinations": all})
+	c.json(http.StatusOK, map[string]any{"destinations": all})
 }

@@ -8,10 +8,14 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -35,6 +39,43 @@ type Head struct {
 	// Skip is set once an operator skipped it (SkipHead): relay
 	// dead-letters it at its next delivery.
 	Skip string `json:"skip,omitempty"`
+}
+
+// The operator's reason of a skip (SkipHead, SkipEvent), kept with the dead
+// letter as its note.
+const (
+	// DefaultSkipReason is the reason of a skip given none.
+	DefaultSkipReason = "skipped by an operator"
+	// MaxSkipReason is the most characters (Unicode code points) of a
+	// skip's reason, after its surrounding white space is trimmed.
+	MaxSkipReason = 200
+)
+
+// SkipReason is reason as a skip keeps it: trimmed of surrounding white
+// space, DefaultSkipReason when blank. It must then be one line of valid
+// UTF-8 text (no control character: it is shown in tables and on
+// terminals) of at most MaxSkipReason characters; an error says what is
+// wrong otherwise. Characters rather than bytes: a reason is read by
+// people, in any script.
+func SkipReason(reason string) (string, error) {
+	why := strings.TrimSpace(reason)
+	if why == "" {
+		return DefaultSkipReason, nil
+	}
+	if !utf8.ValidString(why) {
+		return "", errors.New("a skip reason must be UTF-8 text")
+	}
+	n := 0
+	for _, c := range why {
+		n++
+		if unicode.IsControl(c) {
+			return "", fmt.Errorf("a skip reason is one line of text: character %d is a control character (%U)", n, c)
+		}
+	}
+	if n > MaxSkipReason {
+		return "", fmt.Errorf("a skip reason of %d characters: give at most %d", n, MaxSkipReason)
+	}
+	return why, nil
 }
 
 // ErrNotAHead is returned by SkipHead for an event that is not the head of
@@ -100,14 +141,18 @@ func (s *Store) Heads(ctx context.Context, name string) ([]Head, error) {
 }
 
 // SkipHead gives up on the head seq of the ordered destination name: relay
-// dead-letters it (reason skipped, with why and its history) at its next
-// delivery, without attempting it, and the keys of its partition go on.
-// The head must have failed an attempt already. If it is waiting for its
-// next attempt, SkipHead naks its last delivery so that the next one is
-// now, not after its backoff. If an attempt of it is in flight, that
-// attempt decides: delivered, the skip is moot; failed, relay
-// dead-letters it at once.
+// dead-letters it (reason skipped, with why, as SkipReason keeps it, and
+// its history) at its next delivery, without attempting it, and the keys
+// of its partition go on. The head must have failed an attempt already.
+// If it is waiting for its next attempt, SkipHead naks its last delivery
+// so that the next one is now, not after its backoff. If an attempt of it
+// is in flight, that attempt decides: delivered, the skip is moot; failed,
+// relay dead-letters it at once.
 func (s *Store) SkipHead(ctx context.Context, name string, seq uint64, why string) (Head, error) {
+	why, err := SkipReason(why)
+	if err != nil {
+		return Head{}, err
+	}
 	heads, err := s.Heads(ctx, name)
 	if err != nil {
 		return Head{}, err
@@ -136,6 +181,57 @@ func (s *Store) SkipHead(ctx context.Context, name string, seq uint64, why strin
 		return h, fmt.Errorf("event %d of %s is marked, and is dead-lettered at its next delivery, but bringing that forward failed: %w", seq, name, err)
 	}
 	return h, nil
+}
+
+// headPoll is how often WaitHeadLeft looks at the partition's ack floor.
+const headPoll = 100 * time.Millisecond
+
+// WaitHeadLeft waits up to wait for the head h of the ordered destination
+// name (as Heads or SkipHead returned it) to leave its partition: its
+// partition's consumer has acknowledged it (ack floor at or past h.Seq).
+// It returns whether the head left and, if it did, its dead letter (nil
+// when it left delivered): the letter of h.Seq that died after the head's
+// last attempt, by relay's clock, less a second for this machine's. A head
+// still there after wait is no error (left false); ctx ending is.
+func (s *Store) WaitHeadLeft(ctx context.Context, name string, h Head, wait time.Duration) (left bool, letter *dlq.Letter, err error) {
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	tick := time.NewTicker(headPoll)
+	defer tick.Stop()
+	for last := false; ; {
+		c, err := s.js.Consumer(ctx, stream.EventsStream, PartitionConsumerName(name, h.Partition))
+		if err != nil {
+			return false, nil, fmt.Errorf("partition %d of %s: %w", h.Partition, name, err)
+		}
+		if c.CachedInfo().AckFloor.Stream >= h.Seq {
+			break
+		}
+		if last {
+			return false, nil, nil
+		}
+		select {
+		case <-tick.C:
+		case <-wctx.Done():
+			if err := ctx.Err(); err != nil {
+				return false, nil, err
+			}
+			last = true // one more look, at the end of wait
+		}
+	}
+	letters, err := dlq.Open(ctx, s.js)
+	if err != nil {
+		return true, nil, err
+	}
+	ls, err := letters.List(ctx, dlq.Filter{Dest: name, Since: h.LastAttempt.Add(-time.Second)}, 0)
+	if err != nil {
+		return true, nil, err
+	}
+	for i := range ls {
+		if ls[i].StreamSeq == h.Seq {
+			return true, &ls[i], nil
+		}
+	}
+	return true, nil, nil
 }
 
 // markSkip sets an operator's skip mark in the attempt record under key,
@@ -240,17 +336,21 @@ var ErrNotRetrying = errors.New("no failed attempt of it is on record")
 
 // SkipEvent gives up on event id of the unordered destination name, which
 // has failed an attempt and waits for its next: relay dead-letters it
-// (reason skipped, with why and its history) at its next delivery instead
-// of attempting it, whether that delivery comes from JetStream when its
-// backoff ends or from Redis, where it may be parked. If an attempt of it
-// is in flight, that attempt decides: delivered, the skip is moot; failed,
-// relay dead-letters it at once.
+// (reason skipped, with why as SkipReason keeps it, and its history) at its
+// next delivery instead of attempting it, whether that delivery comes from
+// JetStream when its backoff ends or from Redis, where it may be parked.
+// If an attempt of it is in flight, that attempt decides: delivered, the
+// skip is moot; failed, relay dead-letters it at once.
 //
 // Unlike SkipHead it does not bring the next delivery forward: an
 // unordered consumer's last delivery says nothing about one event, so
 // relay cannot tell whether an attempt of it is in flight, and a nak while
 // one is would hand it out twice at once.
 func (s *Store) SkipEvent(ctx context.Context, name, id, why string) (Retrying, error) {
+	why, err := SkipReason(why)
+	if err != nil {
+		return Retrying{}, err
+	}
 	d, err := s.Get(ctx, name)
 	if err != nil {
 		return Retrying{}, err

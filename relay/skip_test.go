@@ -7,12 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/streamtest"
 )
 
@@ -166,4 +169,117 @@ func TestTwoMessagesWithOneEventIDAreLogged(t *testing.T) {
 	require.Empty(t, r.recordAttempt(ctx, again, 1, Result{Status: 503}, "$JS.ACK.z"))
 	require.Contains(t, buf.String(), "two messages with one event id are in retry at once")
 	require.Contains(t, buf.String(), "other_seq=7")
+}
+
+// A skip's reason, as SkipReason keeps it: trimmed, the default when
+// blank, one line of at most MaxSkipReason characters (not bytes).
+func TestSkipReason(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in, want, err string
+	}{
+		{in: "", want: DefaultSkipReason},
+		{in: " \t\n ", want: DefaultSkipReason},
+		{in: "  ticket 42 ", want: "ticket 42"},
+		{in: strings.Repeat("é", MaxSkipReason), want: strings.Repeat("é", MaxSkipReason)}, // 400 bytes
+		{in: strings.Repeat("x", MaxSkipReason+1), err: "a skip reason of 201 characters: give at most 200"},
+		{in: strings.Repeat("日", MaxSkipReason+5), err: "a skip reason of 205 characters: give at most 200"},
+		{in: "two\nlines", err: "a skip reason is one line of text: character 4 is a control character (U+000A)"},
+		{in: "tab\there", err: "a skip reason is one line of text: character 4 is a control character (U+0009)"},
+		{in: "\x1b[2Jcleared", err: "a skip reason is one line of text: character 1 is a control character (U+001B)"},
+		{in: "bad \xff byte", err: "a skip reason must be UTF-8 text"},
+	} {
+		got, err := SkipReason(tc.in)
+		if tc.err != "" {
+			require.EqualError(t, err, tc.err, "%q", tc.in)
+			continue
+		}
+		require.NoError(t, err, "%q", tc.in)
+		require.Equal(t, tc.want, got, "%q", tc.in)
+	}
+}
+
+// SkipHead and SkipEvent check the reason before anything else.
+func TestSkipsCheckTheirReason(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, err := NewStore(ctx, streamtest.Start(t).JS)
+	require.NoError(t, err)
+	_, err = st.SkipHead(ctx, "nobody", 1, "two\nlines")
+	require.ErrorContains(t, err, "one line of text")
+	_, err = st.SkipEvent(ctx, "nobody", "evt", strings.Repeat("x", 201))
+	require.ErrorContains(t, err, "201 characters")
+}
+
+// WaitHeadLeft waits for a head to leave its partition and tells how it
+// left: dead-lettered (with its letter) or delivered; still there when the
+// wait ends is no error, the context ending is.
+func TestWaitHeadLeft(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	js := streamtest.Start(t).JS
+	st, err := NewStore(ctx, js)
+	require.NoError(t, err)
+	subject := stream.InSubject("o", "")
+	c, err := js.CreateOrUpdateConsumer(ctx, stream.EventsStream, jetstream.ConsumerConfig{
+		Durable: PartitionConsumerName("o", 0), FilterSubject: subject, AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: time.Hour, MaxAckPending: 1,
+	})
+	require.NoError(t, err)
+	// head publishes an event and takes it from the partition, unacked.
+	head := func(id string) (Head, jetstream.Msg) {
+		t.Helper()
+		_, err := js.Publish(ctx, subject, []byte(`{}`))
+		require.NoError(t, err)
+		b, err := c.Fetch(1, jetstream.FetchMaxWait(30*time.Second))
+		require.NoError(t, err)
+		m := <-b.Messages()
+		require.NotNil(t, m, "no event handed out: %v", b.Error())
+		meta, err := m.Metadata()
+		require.NoError(t, err)
+		return Head{Partition: 0, Seq: meta.Sequence.Stream, EventID: id, LastAttempt: time.Now()}, m
+	}
+	// waitLeft runs WaitHeadLeft while ack settles the head.
+	type result struct {
+		left   bool
+		letter *dlq.Letter
+		err    error
+	}
+	waitLeft := func(ctx context.Context, h Head, wait time.Duration, ack func()) result {
+		t.Helper()
+		done := make(chan result, 1)
+		go func() {
+			left, l, err := st.WaitHeadLeft(ctx, "o", h, wait)
+			done <- result{left, l, err}
+		}()
+		ack()
+		return <-done
+	}
+
+	h1, m1 := head("e1")
+	got := waitLeft(ctx, h1, 200*time.Millisecond, func() {})
+	require.Equal(t, result{}, got, "still at the head: not left, no error")
+
+	// Dead-lettered: relay writes the letter, then acks the head.
+	_, err = dlq.Writer{JS: js}.Write(ctx, dlq.Letter{DeadAt: time.Now().UTC(), Dest: "o", EventID: "e1", Reason: ReasonSkipped,
+		Subject: subject, StreamSeq: h1.Seq, Body: []byte(`{}`)})
+	require.NoError(t, err)
+	got = waitLeft(ctx, h1, time.Minute, func() { require.NoError(t, m1.DoubleAck(ctx)) })
+	require.NoError(t, got.err)
+	require.True(t, got.left)
+	require.NotNil(t, got.letter)
+	require.Equal(t, h1.Seq, got.letter.StreamSeq)
+	require.Equal(t, ReasonSkipped, got.letter.Reason)
+
+	// Delivered: acked, no letter.
+	h2, m2 := head("e2")
+	got = waitLeft(ctx, h2, time.Minute, func() { require.NoError(t, m2.DoubleAck(ctx)) })
+	require.Equal(t, result{left: true}, got)
+
+	// The context ends first.
+	h3, _ := head("e3")
+	cctx, cancel := context.WithCancel(ctx)
+	got = waitLeft(cctx, h3, time.Minute, cancel)
+	require.False(t, got.left)
+	require.ErrorIs(t, got.err, context.Canceled)
 }

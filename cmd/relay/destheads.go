@@ -6,14 +6,11 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode/utf8"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/urfave/cli/v2"
 
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/relay"
-	"github.com/relaydev/relay/stream"
 )
 
 // The commands that look at, and dead-letter, events that wait for a
@@ -103,7 +100,7 @@ func (o *skipHeadOpts) Run(ctx context.Context, e *env) error {
 		fmt.Fprintln(w, "relay dead-letters it at its next delivery, or after the attempt in flight if that fails")
 		return nil
 	}
-	left, letter, err := waitSkipped(ctx, cl.js, name, h, o.wait)
+	left, letter, err := st.WaitHeadLeft(ctx, name, h, o.wait)
 	switch {
 	case err != nil:
 		return err
@@ -237,52 +234,18 @@ func (o *skipOpts) Run(ctx context.Context, e *env) error {
 	return nil
 }
 
-// waitSkipped waits up to wait for the head h of name to leave its
-// partition, and returns whether it did and, if so, its dead letter (nil
-// when it left delivered).
-func waitSkipped(ctx context.Context, js jetstream.JetStream, name string, h relay.Head, wait time.Duration) (bool, *dlq.Letter, error) {
-	deadline := time.Now().Add(wait)
-	for {
-		c, err := js.Consumer(ctx, stream.EventsStream, relay.PartitionConsumerName(name, h.Partition))
-		if err != nil {
-			return false, nil, err
-		}
-		if c.CachedInfo().AckFloor.Stream >= h.Seq {
-			break
-		}
-		if time.Now().After(deadline) {
-			return false, nil, nil
-		}
-		select {
-		case <-ctx.Done():
-			return false, nil, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	letters, err := dlq.Open(ctx, js)
-	if err != nil {
-		return true, nil, err
-	}
-	// Only letters that died after the head's last attempt, by relay's
-	// clock (this machine's may differ).
-	ls, err := letters.List(ctx, dlq.Filter{Dest: name, Since: h.LastAttempt.Add(-time.Second)}, 0)
-	if err != nil {
-		return true, nil, err
-	}
-	for i := range ls {
-		if ls[i].StreamSeq == h.Seq {
-			return true, &ls[i], nil
-		}
-	}
-	return true, nil, nil
+// skipReasonFlag is the --reason of skip and skip-head.
+func skipReasonFlag() cli.Flag {
+	return &cli.StringFlag{Name: "reason", Value: relay.DefaultSkipReason,
+		Usage: fmt.Sprintf("why, kept with the dead letter: one line, at most %d characters (blank: the default)", relay.MaxSkipReason)}
 }
 
-// skipReason is the --reason of skip and skip-head, trimmed: 1 to 200
-// characters, kept with the dead letter.
+// skipReason is the --reason of skip and skip-head as relay keeps it
+// (relay.SkipReason), or a usage error.
 func skipReason(reason string) (string, error) {
-	why := strings.TrimSpace(reason)
-	if n := utf8.RuneCountInString(why); n == 0 || n > 200 {
-		return "", usagef("--reason: give 1 to 200 characters, not %d", n)
+	why, err := relay.SkipReason(reason)
+	if err != nil {
+		return "", usagef("--reason: %v", err)
 	}
 	return why, nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -69,65 +68,56 @@ func (o *dlqReplayOpts) Run(ctx context.Context, e *env) error {
 		}
 	}
 	w := e.out
-	opts := dlq.ReplayOptions{ToDest: to, DryRun: o.dryRun, Interval: o.interval}
-	if o.dryRun {
-		n := 0
-		err := st.ReplayEach(ctx, o.filter, opts, func(_, _ int, s dlq.ReplayStep) error {
-			l := s.Letter
-			if s.Skipped != "" {
-				fmt.Fprintf(w, "would skip dead letter %d: %s\n", l.Seq, oneLine(s.Skipped))
-				return nil
-			}
-			n++
-			fmt.Fprintf(w, "would replay dead letter %d (event %s, %s) to %s\n", l.Seq, oneLine(l.EventID), oneLine(l.Reason), s.Dest)
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(w, "dry run: %d dead letters would be replayed; nothing was changed\n", n)
-		return nil
-	}
 	var prog *progress
-	n, dups, total := 0, 0, 0
-	var skipped []string
-	err = st.ReplayEach(ctx, o.filter, opts, func(_, all int, s dlq.ReplayStep) error {
-		l := s.Letter
-		if prog == nil {
-			prog, total = newProgress(w, all), all
-		}
-		switch {
-		case s.Skipped != "":
-			// It can never be replayed: say so, and go on with the others.
-			skipped = append(skipped, strconv.FormatUint(l.Seq, 10))
-			prog.step(fmt.Sprintf("skipped dead letter %d: %s", l.Seq, oneLine(s.Skipped)))
-			return nil
-		case s.Err != nil:
-			return fmt.Errorf("%w (replayed %d of %d before this; re-running is safe)", s.Err, n, all)
-		}
-		n++
-		note := ""
-		if s.Ack.Duplicate {
-			dups++
-			note = " (already replayed before: not published again)"
-		}
-		prog.step(fmt.Sprintf("replayed dead letter %d (event %s) to %s as event seq %d%s", l.Seq, oneLine(l.EventID), s.Dest, s.Ack.Sequence, note))
-		return nil
+	rep, err := relay.ReplayDeadLetters(ctx, relay.DeadLetterReplay{
+		Letters: st, JS: cl.js, By: "relay dlq replay", Filter: o.filter,
+		Options:       dlq.ReplayOptions{ToDest: to, DryRun: o.dryRun, Interval: o.interval},
+		StopOnFailure: true,
+		Step: func(_, all int, s dlq.ReplayStep) {
+			l := s.Letter
+			if o.dryRun {
+				if s.Skipped != "" {
+					fmt.Fprintf(w, "would skip dead letter %d: %s\n", l.Seq, oneLine(s.Skipped))
+				} else {
+					fmt.Fprintf(w, "would replay dead letter %d (event %s, %s) to %s\n", l.Seq, oneLine(l.EventID), oneLine(l.Reason), s.Dest)
+				}
+				return
+			}
+			if prog == nil {
+				prog = newProgress(w, all)
+			}
+			switch {
+			case s.Skipped != "":
+				// It can never be replayed: say so, and go on with the others.
+				prog.step(fmt.Sprintf("skipped dead letter %d: %s", l.Seq, oneLine(s.Skipped)))
+			case s.Err != nil:
+				// ReplayDeadLetters stops, and says how far it came.
+			default:
+				note := ""
+				if s.Ack.Duplicate {
+					note = " (already replayed before: not published again)"
+				}
+				prog.step(fmt.Sprintf("replayed dead letter %d (event %s) to %s as event seq %d%s", l.Seq, oneLine(l.EventID), s.Dest, s.Ack.Sequence, note))
+			}
+		},
 	})
 	if prog != nil {
 		prog.end()
 	}
-	if errors.Is(err, dlq.ErrInterrupted) {
-		return fmt.Errorf("interrupted after %d of %d; re-running is safe", n, total)
-	}
 	if err != nil {
 		return err
 	}
-	if n == dups {
-		// Nothing published: nothing to tell.
-	} else if err := relay.PublishOpEvent(ctx, cl.js, relay.OpEvent{Type: relay.OpReplayFinished, ID: relay.NewReplayID(), Data: relay.ReplayFinished{
-		At: time.Now().UTC(), By: "relay dlq replay", Dest: o.filter.Dest, ToDest: opts.ToDest, Matched: total, Replayed: n, Duplicates: dups, Skipped: len(skipped)}}); err != nil {
-		fmt.Fprintf(e.errOut, "warning: cannot publish relay.replay.finished: %v\n", err)
+	if o.dryRun {
+		fmt.Fprintf(w, "dry run: %d dead letters would be replayed; nothing was changed\n", rep.Replayed)
+		return nil
+	}
+	if rep.EventErr != nil {
+		fmt.Fprintf(e.errOut, "warning: cannot publish relay.replay.finished: %v\n", rep.EventErr)
+	}
+	n, dups := rep.Replayed, rep.Duplicates
+	skipped := make([]string, len(rep.Skipped))
+	for i, s := range rep.Skipped {
+		skipped[i] = strconv.FormatUint(s.Seq, 10)
 	}
 	fmt.Fprintf(w, "replayed %d dead letters", n)
 	if dups > 0 {

@@ -1,0 +1,132 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/stream"
+)
+
+// needs are what a route's handler works on, checked and looked up before
+// it runs (Server.handle), in this order; the first that fails is answered
+// and the handler does not run.
+type needs uint8
+
+const (
+	// needDests: the destination store (503 without one).
+	needDests needs = 1 << iota
+	// needName: the path's {name}, a destination's name (404 if it
+	// cannot be one); the destination store too.
+	needName
+	// needLetters: the dead-letter store (503 without one).
+	needLetters
+	// needSeq: the path's {seq}, a dead-letter sequence (400 if it is
+	// not one); the dead-letter store too.
+	needSeq
+	// needEventID: the path's {id}, an event id (400 if it cannot be one).
+	needEventID
+)
+
+// call is one request to a route, as its handler takes it: what the route
+// needs, checked and looked up, and the request's key.
+type call struct {
+	w http.ResponseWriter
+	r *http.Request
+	// key is the request's API key (set by auth), without its hash.
+	key Key
+
+	dests   *relay.Store // needDests, needName
+	letters *dlq.Store   // needLetters, needSeq
+	name    string       // needName
+	seq     uint64       // needSeq
+	id      string       // needEventID
+
+	cancels []context.CancelFunc
+}
+
+// handle is h as an http.HandlerFunc: it checks and looks up what h needs,
+// answering the problem itself when one fails, and ends the contexts h
+// took (within) when h returns.
+func (s *Server) handle(n needs, h func(*call)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		c := &call{w: w, r: r}
+		c.key, _ = r.Context().Value(keyOfRequest{}).(Key)
+		defer func() {
+			for _, cancel := range c.cancels {
+				cancel()
+			}
+		}()
+		var ok bool
+		if n&(needDests|needName) != 0 {
+			if c.dests, ok = s.dests(w); !ok {
+				return
+			}
+		}
+		if n&needName != 0 {
+			c.name = r.PathValue("name")
+			if err := stream.ValidateDestName(c.name); err != nil {
+				problem(w, http.StatusNotFound, "", fmt.Sprintf("%v: %s", relay.ErrNotFound, c.name))
+				return
+			}
+		}
+		if n&(needLetters|needSeq) != 0 {
+			if c.letters, ok = s.letters(w); !ok {
+				return
+			}
+		}
+		if n&needSeq != 0 {
+			seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
+			if err != nil || seq == 0 {
+				problem(w, http.StatusBadRequest, "seq", fmt.Sprintf("%q: give a dead-letter sequence (seq in GET /v1/dead-letters)", r.PathValue("seq")))
+				return
+			}
+			c.seq = seq
+		}
+		if n&needEventID != 0 {
+			c.id = r.PathValue("id")
+			if err := relay.ValidateEventID(c.id); err != nil {
+				problem(w, http.StatusBadRequest, "id", err.Error())
+				return
+			}
+		}
+		h(c)
+	}
+}
+
+// within is the request's context, ended after d from now, or when the
+// handler returns.
+func (c *call) within(d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(c.r.Context(), d)
+	c.cancels = append(c.cancels, cancel)
+	return ctx
+}
+
+// tracedWithin is within with the trace context of the request's
+// traceparent and tracestate headers, if it has a valid one: a producer
+// that traces (relay.Producer.TraceWith) continues it in each event's
+// publish span.
+func (c *call) tracedWithin(d time.Duration) context.Context {
+	ctx := c.r.Context()
+	if c.r.Header.Get("Traceparent") != "" {
+		ctx = propagation.TraceContext{}.Extract(ctx, propagation.HeaderCarrier(c.r.Header))
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
+	c.cancels = append(c.cancels, cancel)
+	return ctx
+}
+
+// admin reports whether the request came with an admin key.
+func (c *call) admin() bool { return c.key.Scope == ScopeAdmin }
+
+// problem answers an RFC 9457 problem (see problem).
+func (c *call) problem(status int, field, detail string) { problem(c.w, status, field, detail) }
+
+// json answers v as JSON with status.
+func (c *call) json(status int, v any) { writeJSON(c.w, status, v) }

@@ -1,0 +1,13 @@
+package ui
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package's tests when a goroutine outlives them: every
+// server, loop and browser a test starts must stop with it.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
