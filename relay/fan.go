@@ -36,7 +36,7 @@ import (
 
 // fanParent is a fan-out message and its shares not done yet.
 type fanParent struct {
-	msg *stream.PulledMsg
+	msg delivered
 	ev  stream.Envelope
 	js  jetstream.JetStream
 	r   *Relay
@@ -59,9 +59,9 @@ func (p *fanParent) shareDone(ok bool) {
 	switch {
 	case !last:
 	case failed:
-		_ = p.msg.NakWithDelay(jitter(time.Second))
+		_ = p.msg.Redeliver(jitter(time.Second))
 	default:
-		_ = p.msg.Ack()
+		_ = p.msg.Acknowledge()
 	}
 }
 
@@ -92,8 +92,9 @@ func (p *fanParent) split(dest string, attempt int, notBefore time.Time) {
 
 // fanDelivery is one destination's share of a fan-out message, handled as
 // an event of the destination: its subject is the destination's, its
-// reply, headers and body the fan-out message's. Acking or terminating it
-// ends the share; a nak or a hand-back splits it off.
+// reply, headers and body the fan-out message's. It is read as a message
+// and settled as one (settler): acking or terminating it ends the share,
+// redelivering or handing it back splits it off.
 type fanDelivery struct {
 	parent  *fanParent
 	dest    string
@@ -113,12 +114,10 @@ func (f *fanDelivery) done() error {
 	return nil
 }
 
-func (f *fanDelivery) Ack() error                         { return f.done() }
-func (f *fanDelivery) DoubleAck(context.Context) error    { return f.done() }
-func (f *fanDelivery) Term() error                        { return f.done() }
-func (f *fanDelivery) TermWithReason(string) error        { return f.done() }
-func (f *fanDelivery) Nak() error                         { return f.splitOff(0) }
-func (f *fanDelivery) NakWithDelay(d time.Duration) error { return f.splitOff(d) }
+func (f *fanDelivery) Acknowledge() error                         { return f.done() }
+func (f *fanDelivery) AcknowledgeConfirmed(context.Context) error { return f.done() }
+func (f *fanDelivery) Terminate(string) error                     { return f.done() }
+func (f *fanDelivery) Redeliver(delay time.Duration) error        { return f.splitOff(delay) }
 
 // HandBack is a stop handing back a share still queued, never attempted
 // here: split off as it came, without reading its attempt log.
@@ -150,12 +149,12 @@ func (f *fanDelivery) splitOff(delay time.Duration) error {
 // admitFan sorts out a fan-out message: a share queued for each shared
 // destination named that can take it, the others split off. It returns
 // the destinations named.
-func (s *sharedLoop) admitFan(msg *stream.PulledMsg, meta jetstream.MsgMetadata, now time.Time) int {
+func (s *sharedLoop) admitFan(msg delivered, meta jetstream.MsgMetadata, now time.Time) int {
 	ev, err := stream.Decode(stream.FanSubject, meta.Sequence.Stream, meta.Timestamp, msg.Headers(), msg.Data())
 	dests := strings.Split(msg.Headers().Get(stream.HdrFanDests), ",")
 	if err != nil || len(dests) == 0 || dests[0] == "" {
 		s.r.log.Error("fan-out message without destinations; terminating it", "seq", meta.Sequence.Stream)
-		_ = msg.Term()
+		_ = msg.Terminate("")
 		return 1
 	}
 	p := &fanParent{msg: msg, ev: ev, js: s.pub, r: s.r, left: len(dests), splits: &s.splits}
@@ -178,7 +177,7 @@ func (s *sharedLoop) admitFan(msg *stream.PulledMsg, meta jetstream.MsgMetadata,
 			continue
 		}
 		fd := &fanDelivery{parent: p, dest: name, subject: stream.InSubject(name, "")}
-		s.enqueue(name, &held{pinged: pinged{pulled: fd, last: now}, dest: name, size: len(msg.Data())})
+		s.enqueue(name, &held{pinged: pinged{delivered: fd, last: now}, dest: name, size: len(msg.Data())})
 	}
 	return len(dests)
 }

@@ -157,13 +157,6 @@ type held struct {
 	slot chan struct{}
 }
 
-// pulled is a message a pull loop holds: a *stream.PulledMsg, or one
-// destination's share of a fan-out message (fanDelivery).
-type pulled interface {
-	jetstream.Msg
-	HandBack(confirm bool) error
-}
-
 // destQueue is a shared destination's queue in the shared loop.
 type destQueue struct {
 	queue []*held
@@ -297,7 +290,7 @@ func (r *Relay) consumeShared(cons jetstream.Consumer, stopped <-chan struct{}) 
 				h.began.Store(time.Now().UnixNano())
 				r.handle(dctx, h, nil)
 				<-r.inFlight
-				if fd, ok := h.pulled.(*fanDelivery); ok {
+				if fd, ok := h.delivered.(*fanDelivery); ok {
 					// Left without an outcome (Decide's Leave): JetStream
 					// would hand the whole fan-out message out again. Through
 					// settle: no ping of the parent may follow its nak.
@@ -448,7 +441,7 @@ loop:
 	}
 	for _, m := range drained {
 		if st, _ := p.Status(m, time.Now()); st == stream.PullEvent {
-			back = append(back, &held{pinged: pinged{pulled: stream.NewPulledMsg(m, s.nc)}})
+			back = append(back, &held{pinged: pinged{delivered: pulledMsg(stream.NewPulledMsg(m, s.nc))}})
 		}
 	}
 	for i, h := range back {
@@ -516,7 +509,7 @@ func (s *sharedLoop) room(d Destination) int {
 // admit sorts out an event the shared consumer handed out.
 func (s *sharedLoop) admit(m *nats.Msg, now time.Time) {
 	r := s.r
-	msg := stream.NewPulledMsg(m, s.nc)
+	msg := pulledMsg(stream.NewPulledMsg(m, s.nc))
 	size := float64(max(len(m.Data), 1))
 	if s.avgSize == 0 {
 		s.avgSize = size
@@ -541,7 +534,7 @@ func (s *sharedLoop) admit(m *nats.Msg, now time.Time) {
 	if !ok || err != nil {
 		// Not an event the filters select: the worker terminates it as
 		// unreadable.
-		s.enqueue("", &held{pinged: pinged{pulled: msg, last: now}})
+		s.enqueue("", &held{pinged: pinged{delivered: msg, last: now}})
 		return
 	}
 	seq := meta.Sequence.Stream
@@ -553,13 +546,13 @@ func (s *sharedLoop) admit(m *nats.Msg, now time.Time) {
 	case !d.Shared || seq < d.StartSeq:
 		// Served by consumers of its own, or published before the
 		// destination existed (the unknown-destination check's).
-		_ = msg.Ack()
+		_ = msg.Acknowledge()
 		return
 	}
 	if nb := m.Header.Get(stream.HdrNotBefore); nb != "" {
 		// A retry split off a fan-out message: not before its wait.
 		if t, err := time.Parse(time.RFC3339Nano, nb); err == nil && now.Before(t) {
-			_ = msg.NakWithDelay(t.Sub(now))
+			_ = msg.Redeliver(t.Sub(now))
 			return
 		}
 	}
@@ -571,17 +564,17 @@ func (s *sharedLoop) admit(m *nats.Msg, now time.Time) {
 		if s.openLane(d, q) {
 			s.toLane(msg, d)
 		} else {
-			_ = msg.NakWithDelay(jitter(min(d.PausedUntil.Sub(now), time.Minute)))
+			_ = msg.Redeliver(jitter(min(d.PausedUntil.Sub(now), time.Minute)))
 		}
 	case q.lane != nil:
 		s.toLane(msg, d)
 	case len(q.queue)+q.busy < s.room(d):
-		s.enqueue(d.Name, &held{pinged: pinged{pulled: msg, last: now}, dest: d.Name, size: len(m.Data)})
+		s.enqueue(d.Name, &held{pinged: pinged{delivered: msg, last: now}, dest: d.Name, size: len(m.Data)})
 	case s.slow(q, now) && s.openLane(d, q):
 		s.toLane(msg, d)
 	default:
 		// It keeps up, and a burst filled its queue: back shortly.
-		_ = msg.NakWithDelay(jitter(time.Second))
+		_ = msg.Redeliver(jitter(time.Second))
 	}
 }
 
@@ -686,11 +679,11 @@ func (s *sharedLoop) pings(now time.Time) {
 // waits if the store has the destination (this replica has not applied it
 // yet), and is acked if not (the unknown-destination check dead-letters
 // it, by the same rule).
-func (s *sharedLoop) lookUp(msg *stream.PulledMsg, dest string, seq uint64) {
+func (s *sharedLoop) lookUp(msg delivered, dest string, seq uint64) {
 	select {
 	case s.unknown <- struct{}{}:
 	default:
-		_ = msg.NakWithDelay(jitter(2 * time.Second))
+		_ = msg.Redeliver(jitter(2 * time.Second))
 		return
 	}
 	go func() {
@@ -699,41 +692,41 @@ func (s *sharedLoop) lookUp(msg *stream.PulledMsg, dest string, seq uint64) {
 		defer cancel()
 		ok, err := s.r.exists(ctx, dest, seq)
 		if err != nil || ok {
-			_ = msg.NakWithDelay(jitter(2 * time.Second))
+			_ = msg.Redeliver(jitter(2 * time.Second))
 			return
 		}
-		_ = msg.Ack()
+		_ = msg.Acknowledge()
 	}()
 }
 
 // toLane moves msg to d's lane: republished, then acked once stored.
-func (s *sharedLoop) toLane(msg *stream.PulledMsg, d Destination) {
+func (s *sharedLoop) toLane(msg delivered, d Destination) {
 	if s.moving >= laneMoving {
-		_ = msg.NakWithDelay(jitter(time.Second))
+		_ = msg.Redeliver(jitter(time.Second))
 		return
 	}
 	meta, _ := stream.ParseAck(msg.Reply())
 	e, err := stream.Decode(msg.Subject(), meta.Sequence.Stream, meta.Timestamp, msg.Headers(), msg.Data())
 	if err != nil {
-		_ = msg.NakWithDelay(jitter(time.Second))
+		_ = msg.Redeliver(jitter(time.Second))
 		return
 	}
 	s.moving++
 	s.queue(d.Name, time.Now()).moving++
-	h := &held{pinged: pinged{pulled: msg}, dest: d.Name}
+	h := &held{pinged: pinged{delivered: msg}, dest: d.Name}
 	f, err := s.pub.PublishMsgAsync(e.Msg(stream.Laned, stream.LaneSubject(d.Name)), jetstream.WithExpectStream(stream.EventsStream))
 	if err != nil {
-		_ = msg.NakWithDelay(jitter(time.Second))
+		_ = msg.Redeliver(jitter(time.Second))
 		s.moved <- h
 		return
 	}
 	go func() {
 		select {
 		case <-f.Ok():
-			_ = msg.Ack()
+			_ = msg.Acknowledge()
 		case err := <-f.Err():
 			s.r.log.Debug("cannot move an event to its destination's lane; it comes back", "dest", d.Name, "err", err)
-			_ = msg.NakWithDelay(jitter(time.Second))
+			_ = msg.Redeliver(jitter(time.Second))
 		}
 		s.moved <- h
 	}()
