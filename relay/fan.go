@@ -56,12 +56,8 @@ func (p *fanParent) shareDone(ok bool) {
 	p.failed = p.failed || !ok
 	last, failed := p.left == 0, p.failed
 	p.mu.Unlock()
-	switch {
-	case !last:
-	case failed:
-		_ = p.msg.Redeliver(jitter(time.Second))
-	default:
-		_ = p.msg.Acknowledge()
+	if last {
+		settleAdmitted(p.msg, DecideAdmit(AdmitInput{Fan: true, SharesDone: true, SplitFailed: failed}))
 	}
 }
 
@@ -154,30 +150,31 @@ func (s *sharedLoop) admitFan(msg delivered, meta jetstream.MsgMetadata, now tim
 	dests := strings.Split(msg.Headers().Get(stream.HdrFanDests), ",")
 	if err != nil || len(dests) == 0 || dests[0] == "" {
 		s.r.log.Error("fan-out message without destinations; terminating it", "seq", meta.Sequence.Stream)
-		_ = msg.Terminate("")
+		settleAdmitted(msg, DecideAdmit(AdmitInput{Fan: true, Unreadable: true}))
 		return 1
 	}
 	p := &fanParent{msg: msg, ev: ev, js: s.pub, r: s.r, left: len(dests), splits: &s.splits}
 	for _, name := range dests {
-		d, known := s.r.dests.get(name)
-		if meta.NumDelivered > 1 || !known || !d.Shared || now.Before(d.PausedUntil) {
-			p.split(name, 0, time.Time{})
-			continue
+		in := AdmitInput{Share: true, Redelivered: meta.NumDelivered > 1, Now: now}
+		in.Dest, in.Known = s.r.dests.get(name)
+		var q *destQueue
+	decide:
+		for {
+			switch DecideAdmit(in).Action {
+			case ReadQueue:
+				q = s.queue(name, now)
+				s.readQueue(&in, q, now)
+			case OpenLane:
+				in.LaneAsked, in.LaneOpen = true, s.openLane(in.Dest, q)
+			case Queue:
+				fd := &fanDelivery{parent: p, dest: name, subject: stream.InSubject(name, "")}
+				s.enqueue(name, &held{pinged: pinged{delivered: fd, last: now}, dest: name, size: len(msg.Data())})
+				break decide
+			default: // Split: to its lane, or to wait in the shared consumer
+				p.split(name, 0, time.Time{})
+				break decide
+			}
 		}
-		q := s.queue(name, now)
-		// A share over the destination's room waits in its queue while
-		// it keeps up, up to twice the room (the puller asks for no more
-		// than the rooms hold, in shares, but a fan-out message may name
-		// some destinations more than others); beyond, or once the
-		// destination does not keep up, it is split off (and goes to its
-		// lane, or waits in the shared consumer).
-		full := len(q.queue)+q.busy >= s.room(d)
-		if q.lane != nil || full && s.slow(q, now) && s.openLane(d, q) || len(q.queue)+q.busy >= 2*s.room(d) {
-			p.split(name, 0, time.Time{})
-			continue
-		}
-		fd := &fanDelivery{parent: p, dest: name, subject: stream.InSubject(name, "")}
-		s.enqueue(name, &held{pinged: pinged{delivered: fd, last: now}, dest: name, size: len(msg.Data())})
 	}
 	return len(dests)
 }
