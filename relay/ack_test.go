@@ -27,6 +27,10 @@ func (m *ackMsg) DoubleAck(context.Context) error {
 	m.acked = append(m.acked, "double-ack")
 	return m.doubleAckErr
 }
+func (m *ackMsg) HandBack(bool) error { m.acked = append(m.acked, "hand-back"); return nil }
+
+// settles is m as relay settles it.
+func settles[M jsMessage](m M) delivered { return jsMsg[M]{m} }
 
 // TestRetriedEventKeepsItsHistoryUntilItsAckIsConfirmed: a retried event's
 // attempt history is deleted only once JetStream confirmed its ack. If the
@@ -44,7 +48,7 @@ func TestRetriedEventKeepsItsHistoryUntilItsAckIsConfirmed(t *testing.T) {
 
 	// Attempt 2 succeeds, but the ack's confirmation never comes.
 	lost := &ackMsg{doubleAckErr: nats.ErrTimeout}
-	err = r.act(ctx, lost, ev, 2, nil, &Outcome{Decision: Decision{Action: Ack}})
+	err = r.act(ctx, settles(lost), ev, 2, nil, &Outcome{Decision: Decision{Action: Ack}})
 	require.ErrorIs(t, err, nats.ErrTimeout)
 	require.Equal(t, []string{"double-ack"}, lost.acked, "a retried event's ack is confirmed, not fire-and-forget")
 	_, err = r.attempts.Get(ctx, historyKey(ev))
@@ -53,14 +57,14 @@ func TestRetriedEventKeepsItsHistoryUntilItsAckIsConfirmed(t *testing.T) {
 
 	// The redelivery succeeds and its ack is confirmed: now it goes.
 	ok := &ackMsg{}
-	require.NoError(t, r.act(ctx, ok, ev, 2, nil, &Outcome{Decision: Decision{Action: Ack}}))
+	require.NoError(t, r.act(ctx, settles(ok), ev, 2, nil, &Outcome{Decision: Decision{Action: Ack}}))
 	_, err = r.attempts.Get(ctx, historyKey(ev))
 	require.True(t, errors.Is(err, jetstream.ErrKeyNotFound), "history deleted after the confirmed ack, got %v", err)
 
 	// A first attempt on the hot path is acked without waiting for a
 	// confirmation.
 	first := &ackMsg{}
-	require.NoError(t, r.act(ctx, first, event{dest: "orders", id: "evt_2", seq: 8}, 1, nil, &Outcome{Decision: Decision{Action: Ack}}))
+	require.NoError(t, r.act(ctx, settles(first), event{dest: "orders", id: "evt_2", seq: 8}, 1, nil, &Outcome{Decision: Decision{Action: Ack}}))
 	require.Equal(t, []string{"ack"}, first.acked)
 }
 
@@ -83,7 +87,7 @@ func TestOrderedHeadIsAckedOnceItsMarkIsConfirmed(t *testing.T) {
 
 	mark := newPartitionMark(r.ordered, nc, "orders", 0)
 	head := &ackMsg{}
-	require.NoError(t, r.act(ctx, head, event{dest: "orders", id: "evt_1", seq: 7}, 1, mark, &Outcome{Decision: Decision{Action: Ack}}))
+	require.NoError(t, r.act(ctx, settles(head), event{dest: "orders", id: "evt_1", seq: 7}, 1, mark, &Outcome{Decision: Decision{Action: Ack}}))
 	require.Equal(t, []string{"ack"}, head.acked, "the mark was confirmed: a plain ack")
 	e, err := r.ordered.Get(ctx, "orders.0")
 	require.NoError(t, err)
@@ -123,7 +127,7 @@ func TestOrderedHeadIsAckedOnceItsMarkIsConfirmed(t *testing.T) {
 
 	require.NoError(t, srv.JS.DeleteKeyValue(ctx, r.ordered.Bucket()))
 	unmarked := &ackMsg{}
-	require.NoError(t, r.act(ctx, unmarked, event{dest: "orders", id: "evt_2", seq: 8}, 1, mark, &Outcome{Decision: Decision{Action: Ack}}))
+	require.NoError(t, r.act(ctx, settles(unmarked), event{dest: "orders", id: "evt_2", seq: 8}, 1, mark, &Outcome{Decision: Decision{Action: Ack}}))
 	require.Equal(t, []string{"double-ack"}, unmarked.acked, "without its mark, the ack is confirmed")
 }
 

@@ -80,7 +80,8 @@ func BenchmarkCheckRouted(b *testing.B) {
 // ackedMsg is a benchMsg whose ack succeeds.
 type ackedMsg struct{ benchMsg }
 
-func (ackedMsg) Ack() error { return nil }
+func (ackedMsg) Ack() error          { return nil }
+func (ackedMsg) HandBack(bool) error { return nil }
 
 // answer204 answers every request 204 without a network.
 type answer204 struct{}
@@ -125,7 +126,7 @@ func BenchmarkAttempt(b *testing.B) {
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {
-				r.handle(ctx, m, nil)
+				r.handle(ctx, jsMsg[ackedMsg]{m}, nil)
 			}
 			if outcomes != b.N {
 				b.Fatalf("%d of %d attempts delivered", outcomes, b.N)

@@ -261,7 +261,7 @@ loop:
 				st, err := p.Status(m, now)
 				switch st {
 				case stream.PullEvent:
-					queue = append(queue, &pinged{pulled: stream.NewPulledMsg(m, nc), last: now})
+					queue = append(queue, &pinged{delivered: pulledMsg(stream.NewPulledMsg(m, nc)), last: now})
 					size := float64(max(len(m.Data), 1))
 					if avgSize == 0 {
 						avgSize = size
@@ -334,13 +334,13 @@ loop:
 	// AckWait. First stop asking (and let what was on its way arrive), so
 	// that what is handed back is not handed to this replica again.
 	drained := p.Stop(5 * time.Second)
-	back := make([]pulled, 0, len(queue)+len(drained))
+	back := make([]settler, 0, len(queue)+len(drained))
 	for _, q := range queue {
 		back = append(back, q)
 	}
 	for _, m := range drained {
 		if st, _ := p.Status(m, time.Now()); st == stream.PullEvent {
-			back = append(back, stream.NewPulledMsg(m, nc))
+			back = append(back, pulledMsg(stream.NewPulledMsg(m, nc)))
 		}
 	}
 	// All but the last go back now; the last once the workers are done,

@@ -267,3 +267,154 @@ func effectOf(res Result, d Destination) Effect {
 	}
 	return Failing
 }
+
+// AdmitInput is what the shared consumer's loop knows of a message it was
+// handed, for DecideAdmit: the message and its destination and, as the
+// loop learns them, the store's answer, the destination's queue and lane
+// on this replica, and the end of a move to the lane. A field not filled
+// in yet says nothing.
+type AdmitInput struct {
+	// Unreadable: not an event the shared consumer's filters select (no
+	// JetStream metadata, the subject of no event), or a fan-out message
+	// without destinations.
+	Unreadable bool
+	// Fan: the message is a fan-out message, as a whole. SharesDone:
+	// every one of its shares is done; SplitFailed: one of them could not
+	// be split off.
+	Fan         bool
+	SharesDone  bool
+	SplitFailed bool
+	// Share: this is one destination's share of a fan-out message.
+	// Redelivered: the fan-out message was delivered before (a replica
+	// died holding it).
+	Share       bool
+	Redelivered bool
+
+	// Known: this replica knows the destination; Dest is it. Seq is the
+	// event's stream sequence.
+	Known bool
+	Dest  Destination
+	Seq   uint64
+	// LookupsFull: the lookups in the store of destinations this replica
+	// does not know are at their bound (unknownChecks). LookedUp: the
+	// store was asked; InStore: it has the destination (this replica has
+	// not applied it yet), or did not answer.
+	LookupsFull bool
+	LookedUp    bool
+	InStore     bool
+
+	// Now is when it is decided. NotBefore is the time before which the
+	// event is not attempted (a retry split off a fan-out message, its
+	// Relay-Not-Before header); zero: none.
+	Now       time.Time
+	NotBefore time.Time
+
+	// QueueRead: the destination's queue on this replica was looked at.
+	// Held is what it holds (queued and being attempted), Room how many it
+	// may hold; Slow (looked at once Held reaches Room): the destination
+	// does not keep up (an attempt, or the head of its queue, older than
+	// laneSlow). LaneOpen: this replica works the destination's lane.
+	// MovesFull: the events on their way to lanes are at their bound
+	// (laneMoving).
+	QueueRead bool
+	Held      int
+	Room      int
+	Slow      bool
+	LaneOpen  bool
+	MovesFull bool
+	// LaneAsked: the lane was asked to open; LaneOpen says whether it did.
+	LaneAsked bool
+
+	// Moved: the event is stored in its lane. MoveFailed: moving it there
+	// failed.
+	Moved      bool
+	MoveFailed bool
+}
+
+// DecideAdmit turns what the shared consumer's loop knows of a message into
+// what to do with it, as Decide does for a delivery: it is pure, and the
+// one place the shared loop's settlements are decided.
+//
+// It returns an outcome (Queue, Pass, ToLane, AckMoved, Split, HandBack or
+// Terminate) or one of the steps LookUp, ReadQueue and OpenLane, which ask
+// for the next thing to learn. A hand-back's Delay is jittered (Jitter),
+// but for a Relay-Not-Before's.
+func DecideAdmit(in AdmitInput) Decision {
+	back := func(d time.Duration) Decision { return Decision{Action: HandBack, Delay: d, Jitter: true} }
+	switch {
+	case in.Fan && in.Unreadable:
+		return Decision{Action: Terminate}
+	case in.Fan && in.SharesDone && in.SplitFailed:
+		// The message comes back; its shares are delivered again (the
+		// same webhook-id).
+		return back(time.Second)
+	case in.Fan && in.SharesDone:
+		return Decision{Action: AckMoved}
+	case in.Unreadable:
+		// A worker's Decide terminates it as unreadable.
+		return Decision{Action: Queue}
+	case in.Moved:
+		return Decision{Action: AckMoved}
+	case in.MoveFailed:
+		return back(time.Second)
+	}
+	paused := in.Known && in.Now.Before(in.Dest.PausedUntil)
+	if in.Share {
+		switch {
+		case in.Redelivered || !in.Known || !in.Dest.Shared || paused:
+			return Decision{Action: Split}
+		case !in.QueueRead:
+			return Decision{Action: ReadQueue}
+		case in.LaneOpen:
+			return Decision{Action: Split}
+		case in.Held >= in.Room && in.Slow && !in.LaneAsked:
+			return Decision{Action: OpenLane}
+		case in.Held >= 2*in.Room:
+			// A share over the destination's room waits in its queue
+			// while it keeps up, up to twice the room (a fan-out
+			// message may name some destinations more than others).
+			return Decision{Action: Split}
+		}
+		return Decision{Action: Queue}
+	}
+	switch {
+	case !in.Known && (in.LookupsFull || in.InStore):
+		return back(2 * time.Second)
+	case !in.Known && !in.LookedUp:
+		return Decision{Action: LookUp}
+	case !in.Known, !in.Dest.Shared, in.Seq < in.Dest.StartSeq:
+		// Unknown to the store too (the unknown-destination check
+		// dead-letters it, by the same rule), served by consumers of its
+		// own, or published before the destination existed.
+		return Decision{Action: Pass}
+	case in.Now.Before(in.NotBefore):
+		// A retry split off a fan-out message: not before its wait.
+		return Decision{Action: HandBack, Delay: in.NotBefore.Sub(in.Now)}
+	case !in.QueueRead:
+		return Decision{Action: ReadQueue}
+	}
+	toLane := Decision{Action: ToLane}
+	if in.MovesFull {
+		toLane = back(time.Second)
+	}
+	switch {
+	case paused && !in.LaneOpen && !in.LaneAsked:
+		// Its lane's consumer is paused with it: its events wait there,
+		// not in the shared consumer.
+		return Decision{Action: OpenLane}
+	case paused && in.LaneOpen:
+		return toLane
+	case paused:
+		return back(min(in.Dest.PausedUntil.Sub(in.Now), time.Minute))
+	case in.LaneOpen:
+		// While its lane has events, its new events go there too.
+		return toLane
+	case in.Held < in.Room:
+		return Decision{Action: Queue}
+	case in.Slow && !in.LaneAsked:
+		return Decision{Action: OpenLane}
+	}
+	// It keeps up (or its lane cannot open), and a burst filled its
+	// queue: back shortly.
+	return back(time.Second)
+}

@@ -126,3 +126,85 @@ func TestDecideOutcomes(t *testing.T) {
 		require.True(t, outcomes[a], "no row decides %s", a)
 	}
 }
+
+// Every outcome of the shared consumer's admission is a row here;
+// docs/architecture.md has the same table in words.
+func TestDecideAdmitOutcomes(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	dest := Destination{Name: "d", Shared: true, StartSeq: 10}.WithDefaults()
+	// event is an event of a known shared destination, its queue read:
+	// room for it, its lane closed.
+	event := func(f func(*AdmitInput)) AdmitInput {
+		in := AdmitInput{Known: true, Dest: dest, Seq: 20, Now: now, QueueRead: true, Held: 3, Room: 10}
+		f(&in)
+		return in
+	}
+	share := func(f func(*AdmitInput)) AdmitInput {
+		return event(func(in *AdmitInput) { in.Share, in.Seq = true, 0; f(in) })
+	}
+	back := func(d time.Duration) Decision { return Decision{Action: HandBack, Delay: d, Jitter: true} }
+	full := func(in *AdmitInput) { in.Held = 10 }
+	slow := func(in *AdmitInput) { full(in); in.Slow = true }
+	paused := func(in *AdmitInput) { in.Dest.PausedUntil = now.Add(10 * time.Second) }
+
+	tests := []struct {
+		name string
+		in   AdmitInput
+		want Decision
+	}{
+		// An event.
+		{"unreadable: a worker terminates it", AdmitInput{Unreadable: true}, Decision{Action: Queue}},
+		{"unknown: look it up", AdmitInput{Seq: 20, Now: now}, Decision{Action: LookUp}},
+		{"unknown, lookups at their bound: back", AdmitInput{LookupsFull: true}, back(2 * time.Second)},
+		{"unknown, in the store (not applied here yet): back", AdmitInput{LookedUp: true, InStore: true}, back(2 * time.Second)},
+		{"unknown, not in the store: passed on to the unknown-destination check", AdmitInput{LookedUp: true}, Decision{Action: Pass}},
+		{"not shared: its own consumer has it", event(func(in *AdmitInput) { in.Dest.Shared = false }), Decision{Action: Pass}},
+		{"older than its destination", event(func(in *AdmitInput) { in.Seq = 9 }), Decision{Action: Pass}},
+		{"Relay-Not-Before to come: back until then", event(func(in *AdmitInput) { in.NotBefore = now.Add(5 * time.Second) }), Decision{Action: HandBack, Delay: 5 * time.Second}},
+		{"Relay-Not-Before passed", event(func(in *AdmitInput) { in.NotBefore = now.Add(-time.Second) }), Decision{Action: Queue}},
+		{"Relay-Not-Before to come, not shared", event(func(in *AdmitInput) { in.Dest.Shared, in.NotBefore = false, now.Add(time.Hour) }), Decision{Action: Pass}},
+		{"queue not read yet", event(func(in *AdmitInput) { in.QueueRead = false }), Decision{Action: ReadQueue}},
+		{"room in its queue", event(func(*AdmitInput) {}), Decision{Action: Queue}},
+		{"queue full, keeping up: back", event(full), back(time.Second)},
+		{"queue full, slow: open its lane", event(slow), Decision{Action: OpenLane}},
+		{"queue full, slow, lane opened: to its lane", event(func(in *AdmitInput) { slow(in); in.LaneAsked, in.LaneOpen = true, true }), Decision{Action: ToLane}},
+		{"queue full, slow, lane cannot open: back", event(func(in *AdmitInput) { slow(in); in.LaneAsked = true }), back(time.Second)},
+		{"queue full, slow, lane opened, moves at their bound: back", event(func(in *AdmitInput) { slow(in); in.LaneAsked, in.LaneOpen, in.MovesFull = true, true, true }), back(time.Second)},
+		{"lane open: to its lane", event(func(in *AdmitInput) { in.LaneOpen = true }), Decision{Action: ToLane}},
+		{"lane open, moves at their bound: back", event(func(in *AdmitInput) { in.LaneOpen, in.MovesFull = true, true }), back(time.Second)},
+		{"paused: open its lane", event(paused), Decision{Action: OpenLane}},
+		{"paused, lane open: to its lane", event(func(in *AdmitInput) { paused(in); in.LaneOpen = true }), Decision{Action: ToLane}},
+		{"paused, lane cannot open: back until the pause ends", event(func(in *AdmitInput) { paused(in); in.LaneAsked = true }), back(10 * time.Second)},
+		{"paused long, lane cannot open: back within a minute", event(func(in *AdmitInput) { in.Dest.PausedUntil, in.LaneAsked = Forever, true }), back(time.Minute)},
+		{"moved to its lane: acked", event(func(in *AdmitInput) { in.LaneOpen, in.Moved = true, true }), Decision{Action: AckMoved}},
+		{"move failed: back", event(func(in *AdmitInput) { in.LaneOpen, in.MoveFailed = true, true }), back(time.Second)},
+		// A fan-out message, and its shares.
+		{"fan-out message without destinations", AdmitInput{Fan: true, Unreadable: true}, Decision{Action: Terminate}},
+		{"fan-out message, its shares done", AdmitInput{Fan: true, SharesDone: true}, Decision{Action: AckMoved}},
+		{"fan-out message, a share not split off: back", AdmitInput{Fan: true, SharesDone: true, SplitFailed: true}, back(time.Second)},
+		{"share: room in its queue", share(func(*AdmitInput) {}), Decision{Action: Queue}},
+		{"share, queue not read yet", share(func(in *AdmitInput) { in.QueueRead = false }), Decision{Action: ReadQueue}},
+		{"share of a message delivered again: split off", share(func(in *AdmitInput) { in.Redelivered = true }), Decision{Action: Split}},
+		{"share of an unknown destination: split off", AdmitInput{Share: true, Now: now}, Decision{Action: Split}},
+		{"share of a destination not shared: split off", share(func(in *AdmitInput) { in.Dest.Shared = false }), Decision{Action: Split}},
+		{"share, destination paused: split off", share(paused), Decision{Action: Split}},
+		{"share, lane open: split off", share(func(in *AdmitInput) { in.LaneOpen = true }), Decision{Action: Split}},
+		{"share, queue full, keeping up: queued", share(full), Decision{Action: Queue}},
+		{"share, queue full, slow: open its lane", share(slow), Decision{Action: OpenLane}},
+		{"share, queue full, slow, lane opened: split off", share(func(in *AdmitInput) { slow(in); in.LaneAsked, in.LaneOpen = true, true }), Decision{Action: Split}},
+		{"share, queue full, slow, lane cannot open: queued", share(func(in *AdmitInput) { slow(in); in.LaneAsked = true }), Decision{Action: Queue}},
+		{"share, twice its room: split off", share(func(in *AdmitInput) { in.Held = 20 }), Decision{Action: Split}},
+	}
+	outcomes := map[Action]bool{}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tc.want, DecideAdmit(tc.in))
+		})
+		outcomes[tc.want.Action] = true
+	}
+	for _, a := range []Action{Queue, Pass, ToLane, AckMoved, Split, HandBack, Terminate, LookUp, ReadQueue, OpenLane} {
+		require.True(t, outcomes[a], "no row decides %s", a)
+	}
+}

@@ -37,7 +37,7 @@ type event struct {
 	parked uint64
 }
 
-func eventOf(msg jetstream.Msg) (event, error) {
+func eventOf(msg message) (event, error) {
 	info, ok := parseAckReply(msg.Reply())
 	if !ok {
 		meta, err := msg.Metadata()

@@ -36,7 +36,7 @@ import (
 
 // fanParent is a fan-out message and its shares not done yet.
 type fanParent struct {
-	msg *stream.PulledMsg
+	msg delivered
 	ev  stream.Envelope
 	js  jetstream.JetStream
 	r   *Relay
@@ -56,12 +56,8 @@ func (p *fanParent) shareDone(ok bool) {
 	p.failed = p.failed || !ok
 	last, failed := p.left == 0, p.failed
 	p.mu.Unlock()
-	switch {
-	case !last:
-	case failed:
-		_ = p.msg.NakWithDelay(jitter(time.Second))
-	default:
-		_ = p.msg.Ack()
+	if last {
+		settleAdmitted(p.msg, DecideAdmit(AdmitInput{Fan: true, SharesDone: true, SplitFailed: failed}))
 	}
 }
 
@@ -92,8 +88,9 @@ func (p *fanParent) split(dest string, attempt int, notBefore time.Time) {
 
 // fanDelivery is one destination's share of a fan-out message, handled as
 // an event of the destination: its subject is the destination's, its
-// reply, headers and body the fan-out message's. Acking or terminating it
-// ends the share; a nak or a hand-back splits it off.
+// reply, headers and body the fan-out message's. It is read as a message
+// and settled as one (settler): acking or terminating it ends the share,
+// redelivering or handing it back splits it off.
 type fanDelivery struct {
 	parent  *fanParent
 	dest    string
@@ -113,12 +110,10 @@ func (f *fanDelivery) done() error {
 	return nil
 }
 
-func (f *fanDelivery) Ack() error                         { return f.done() }
-func (f *fanDelivery) DoubleAck(context.Context) error    { return f.done() }
-func (f *fanDelivery) Term() error                        { return f.done() }
-func (f *fanDelivery) TermWithReason(string) error        { return f.done() }
-func (f *fanDelivery) Nak() error                         { return f.splitOff(0) }
-func (f *fanDelivery) NakWithDelay(d time.Duration) error { return f.splitOff(d) }
+func (f *fanDelivery) Acknowledge() error                         { return f.done() }
+func (f *fanDelivery) AcknowledgeConfirmed(context.Context) error { return f.done() }
+func (f *fanDelivery) Terminate(string) error                     { return f.done() }
+func (f *fanDelivery) Redeliver(delay time.Duration) error        { return f.splitOff(delay) }
 
 // HandBack is a stop handing back a share still queued, never attempted
 // here: split off as it came, without reading its attempt log.
@@ -150,35 +145,36 @@ func (f *fanDelivery) splitOff(delay time.Duration) error {
 // admitFan sorts out a fan-out message: a share queued for each shared
 // destination named that can take it, the others split off. It returns
 // the destinations named.
-func (s *sharedLoop) admitFan(msg *stream.PulledMsg, meta jetstream.MsgMetadata, now time.Time) int {
+func (s *sharedLoop) admitFan(msg delivered, meta jetstream.MsgMetadata, now time.Time) int {
 	ev, err := stream.Decode(stream.FanSubject, meta.Sequence.Stream, meta.Timestamp, msg.Headers(), msg.Data())
 	dests := strings.Split(msg.Headers().Get(stream.HdrFanDests), ",")
 	if err != nil || len(dests) == 0 || dests[0] == "" {
 		s.r.log.Error("fan-out message without destinations; terminating it", "seq", meta.Sequence.Stream)
-		_ = msg.Term()
+		settleAdmitted(msg, DecideAdmit(AdmitInput{Fan: true, Unreadable: true}))
 		return 1
 	}
 	p := &fanParent{msg: msg, ev: ev, js: s.pub, r: s.r, left: len(dests), splits: &s.splits}
 	for _, name := range dests {
-		d, known := s.r.dests.get(name)
-		if meta.NumDelivered > 1 || !known || !d.Shared || now.Before(d.PausedUntil) {
-			p.split(name, 0, time.Time{})
-			continue
+		in := AdmitInput{Share: true, Redelivered: meta.NumDelivered > 1, Now: now}
+		in.Dest, in.Known = s.r.dests.get(name)
+		var q *destQueue
+	decide:
+		for {
+			switch DecideAdmit(in).Action {
+			case ReadQueue:
+				q = s.queue(name, now)
+				s.readQueue(&in, q, now)
+			case OpenLane:
+				in.LaneAsked, in.LaneOpen = true, s.openLane(in.Dest, q)
+			case Queue:
+				fd := &fanDelivery{parent: p, dest: name, subject: stream.InSubject(name, "")}
+				s.enqueue(name, &held{pinged: pinged{delivered: fd, last: now}, dest: name, size: len(msg.Data())})
+				break decide
+			default: // Split: to its lane, or to wait in the shared consumer
+				p.split(name, 0, time.Time{})
+				break decide
+			}
 		}
-		q := s.queue(name, now)
-		// A share over the destination's room waits in its queue while
-		// it keeps up, up to twice the room (the puller asks for no more
-		// than the rooms hold, in shares, but a fan-out message may name
-		// some destinations more than others); beyond, or once the
-		// destination does not keep up, it is split off (and goes to its
-		// lane, or waits in the shared consumer).
-		full := len(q.queue)+q.busy >= s.room(d)
-		if q.lane != nil || full && s.slow(q, now) && s.openLane(d, q) || len(q.queue)+q.busy >= 2*s.room(d) {
-			p.split(name, 0, time.Time{})
-			continue
-		}
-		fd := &fanDelivery{parent: p, dest: name, subject: stream.InSubject(name, "")}
-		s.enqueue(name, &held{pinged: pinged{pulled: fd, last: now}, dest: name, size: len(msg.Data())})
 	}
 	return len(dests)
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relaydev/relay/dlq"
@@ -24,7 +23,7 @@ import (
 // Decide asks for (the rate limit, the attempt log, the attempt itself)
 // until Decide chooses an outcome, and then carries that out. mark is set
 // when msg heads an ordered key: its partition's mark.
-func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, mark *partitionMark) {
+func (r *Relay) handle(ctx context.Context, msg delivered, mark *partitionMark) {
 	ev, err := eventOf(msg)
 	if err != nil {
 		r.log.Error("cannot read event; terminating it", "subject", msg.Subject(), "err", err)
@@ -255,14 +254,14 @@ func (r *Relay) findPark(in *Input, ev event) {
 // execute carries out dec, an outcome of Decide for ev's delivery as in
 // describes it, and returns what became of it. ctx carries the attempt's
 // span, if any, for the spans of what it leads to; it is not cancelled.
-func (r *Relay) execute(ctx context.Context, msg jetstream.Msg, ev *event, mark *partitionMark, in Input, dec Decision) Outcome {
+func (r *Relay) execute(ctx context.Context, msg delivered, ev *event, mark *partitionMark, in Input, dec Decision) Outcome {
 	out := Outcome{Dest: ev.dest, EventID: ev.id, Seq: ev.seq, Attempt: in.Attempt, Decision: dec, note: in.Skip}
 	if in.Sent {
 		out.Result = in.Result
 	}
 	switch dec.Action {
 	case Terminate:
-		_ = msg.TermWithReason(dec.Reason)
+		_ = msg.Terminate(dec.Reason)
 		return out
 	case HandBack:
 		if in.Sent {
@@ -346,13 +345,13 @@ const ackTimeout = 10 * time.Second
 // when ev heads an ordered key: its acks are confirmed, after the mark
 // recorded it settled, and its long waits are not parked in Redis. ctx
 // carries the attempt's span, if any; act bounds its waits itself.
-func (r *Relay) act(ctx context.Context, msg jetstream.Msg, ev event, attempt int, mark *partitionMark, out *Outcome) error {
+func (r *Relay) act(ctx context.Context, msg delivered, ev event, attempt int, mark *partitionMark, out *Outcome) error {
 	ordered := mark != nil
 	if (out.Decision.Action == Ack || out.Decision.Action == AckFiltered) && attempt == 1 && !ordered {
 		// The hot path. The ack is not confirmed: confirming would cost a
 		// round trip per event and change nothing, since a lost ack means
 		// the event comes back (a duplicate), confirmed or not.
-		return msg.Ack()
+		return msg.Acknowledge()
 	}
 	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
 	defer cancel()
@@ -365,7 +364,7 @@ func (r *Relay) act(ctx context.Context, msg jetstream.Msg, ev event, attempt in
 			if attempt > 1 {
 				r.forgetHistory(ctx, ev)
 			}
-			return msg.Ack()
+			return msg.Acknowledge()
 		}
 		if attempt > 1 {
 			// A parked event: its done mark answers for the ack, should a
@@ -374,7 +373,7 @@ func (r *Relay) act(ctx context.Context, msg jetstream.Msg, ev event, attempt in
 		}
 		// Confirmed: a retried event's history is deleted only once its
 		// ack is certain (else a lost ack would bring it back without one).
-		if err := msg.DoubleAck(ctx); err != nil {
+		if err := msg.AcknowledgeConfirmed(ctx); err != nil {
 			return fmt.Errorf("ack not confirmed (the event may be delivered again): %w", err)
 		}
 		if attempt > 1 {
@@ -417,7 +416,7 @@ func (r *Relay) act(ctx context.Context, msg jetstream.Msg, ev event, attempt in
 			}
 			out.Decision.Action = Retry
 		}
-		return msg.NakWithDelay(out.Decision.Delay)
+		return msg.Redeliver(out.Decision.Delay)
 	}
 	return r.deadLetter(ctx, msg, ev, attempt, mark, out)
 }
@@ -428,25 +427,25 @@ const deadLetterRetry = 5 * time.Second
 
 // deadLetter writes ev's dead letter and then terminates msg. mark is set
 // when ev heads an ordered key.
-func (r *Relay) deadLetter(ctx context.Context, msg jetstream.Msg, ev event, attempt int, mark *partitionMark, out *Outcome) error {
+func (r *Relay) deadLetter(ctx context.Context, msg delivered, ev event, attempt int, mark *partitionMark, out *Outcome) error {
 	if err := r.writeDeadLetter(ctx, ev, attempt, out); err != nil {
 		if errors.Is(err, dlq.ErrPermanent) {
 			// Coming back would not help: attempted again and again, never
 			// dead-lettered. Reported; the event stays in the event log.
 			r.deadLetterFailed(ctx, ev, out.Decision.Reason, err)
 			r.settleOrdered(ctx, mark, ev)
-			if terr := msg.TermWithReason(ReasonDeadLetterFailed); terr != nil {
+			if terr := msg.Terminate(ReasonDeadLetterFailed); terr != nil {
 				return errors.Join(err, terr)
 			}
 			r.forgetHistory(ctx, ev)
 			return err
 		}
 		// Keep the event: it comes back and is dead-lettered then.
-		_ = msg.NakWithDelay(deadLetterRetry)
+		_ = msg.Redeliver(deadLetterRetry)
 		return err
 	}
 	r.settleOrdered(ctx, mark, ev)
-	if err := msg.TermWithReason(out.Decision.Reason); err != nil {
+	if err := msg.Terminate(out.Decision.Reason); err != nil {
 		return fmt.Errorf("dead-lettered, but terminating the original failed (it comes back and is dropped as a duplicate): %w", err)
 	}
 	r.forgetHistory(ctx, ev)
@@ -530,7 +529,7 @@ func (r *Relay) parkEntry(ev event, attempt int, hdr nats.Header, due time.Time)
 // The attempt log must say the park began (attemptLog.Parking). When relay
 // traces, the parked entry carries the context of the park's span (a child
 // of ctx's), so that its promotion continues the trace.
-func (r *Relay) park(ctx context.Context, msg jetstream.Msg, ev event, attempt int, delay time.Duration) (_ bool, err error) {
+func (r *Relay) park(ctx context.Context, msg delivered, ev event, attempt int, delay time.Duration) (_ bool, err error) {
 	hdr := ev.hdr
 	if r.tracer != nil {
 		var span trace.Span
@@ -553,7 +552,7 @@ func (r *Relay) park(ctx context.Context, msg jetstream.Msg, ev event, attempt i
 		// the message is looked for in Redis when it comes back.
 		r.log.Warn("parked, but cannot record it in the attempt log (if this message comes back, relay looks for its copy first)", "dest", ev.dest, "event_id", ev.id, "err", err)
 	}
-	if err := msg.DoubleAck(ctx); err != nil {
+	if err := msg.AcknowledgeConfirmed(ctx); err != nil {
 		// Parked, but JetStream may deliver it again as well: at least once.
 		return true, fmt.Errorf("parked, but the ack was not confirmed (the event may be attempted twice): %w", err)
 	}
@@ -605,18 +604,18 @@ func (r *Relay) settleOrdered(ctx context.Context, mark *partitionMark, ev event
 
 // ackSettled acknowledges, without an attempt, a message whose event was
 // settled before: why says how relay knows.
-func (r *Relay) ackSettled(msg jetstream.Msg, ev event, why string) {
+func (r *Relay) ackSettled(msg delivered, ev event, why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 	defer cancel()
-	err := msg.DoubleAck(ctx)
+	err := msg.AcknowledgeConfirmed(ctx)
 	r.log.Info("acknowledged without an attempt: "+why, "dest", ev.dest, "event_id", ev.id, "seq", ev.seq, "err", err)
 	r.cfg.Metrics.settledAgain(ev.dest)
 }
 
 // handBack hands msg back to JetStream without an attempt (attempts are
 // counted in the attempt log, so this uses none up).
-func (r *Relay) handBack(msg jetstream.Msg, delay time.Duration) {
-	_ = msg.NakWithDelay(delay)
+func (r *Relay) handBack(msg delivered, delay time.Duration) {
+	_ = msg.Redeliver(delay)
 }
 
 func (r *Relay) logOutcome(o Outcome) {
@@ -665,7 +664,7 @@ func (r *Relay) logOutcome(o Outcome) {
 // while this attempt ran: it heard nothing of the event for AckWait (the
 // process was stopped, or paused as long). An event relay pings knows how
 // long that was; for another, the attempt's duration stands in.
-func late(msg jetstream.Msg, res Result, ackWait time.Duration) bool {
+func late(msg delivered, res Result, ackWait time.Duration) bool {
 	if p, ok := msg.(interface{ unheard(time.Time) time.Duration }); ok {
 		return p.unheard(time.Now()) > ackWait-time.Second
 	}

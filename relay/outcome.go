@@ -71,6 +71,26 @@ const (
 	// AckFiltered: the destination's filter turned the event down:
 	// acknowledge it without an attempt.
 	AckFiltered
+
+	// The shared consumer's admission's outcomes (DecideAdmit).
+
+	// Queue: queue the event (or the fan-out share) for a worker of this
+	// replica, whose Decide then decides on it.
+	Queue
+	// Pass: not the shared consumer's to deliver (its destination has
+	// consumers of its own, or is unknown, or the event is older than it):
+	// acknowledge it; its own consumer, or the unknown-destination check,
+	// has it.
+	Pass
+	// ToLane: move the event to its destination's lane (republish it
+	// there); the move's end is decided on next.
+	ToLane
+	// AckMoved: the event is stored elsewhere (its lane), or a fan-out
+	// message's shares are all done or split off: acknowledge the message.
+	AckMoved
+	// Split: split a fan-out share off, as a copy of its own
+	// (stream.Split).
+	Split
 )
 
 // The steps Decide asks for before it can choose an outcome.
@@ -84,6 +104,16 @@ const (
 	// FindPark: find out whether the event whose park a crash left in
 	// doubt has its copy (Relay.findPark).
 	FindPark
+
+	// The steps of the shared consumer's admission (DecideAdmit).
+
+	// LookUp: ask the store whether it has a destination this replica
+	// does not know.
+	LookUp
+	// ReadQueue: look at the destination's queue here and its lane.
+	ReadQueue
+	// OpenLane: open the destination's lane on this replica.
+	OpenLane
 )
 
 func (a Action) String() string {
@@ -112,6 +142,22 @@ func (a Action) String() string {
 		return "send"
 	case FindPark:
 		return "find_park"
+	case Queue:
+		return "queued"
+	case Pass:
+		return "passed"
+	case ToLane:
+		return "to_lane"
+	case AckMoved:
+		return "moved"
+	case Split:
+		return "split"
+	case LookUp:
+		return "look_up"
+	case ReadQueue:
+		return "read_queue"
+	case OpenLane:
+		return "open_lane"
 	}
 	return "unknown"
 }
@@ -153,7 +199,10 @@ func Reasons() []string {
 type Decision struct {
 	Action Action
 	Delay  time.Duration // with Retry, Park and HandBack
-	Reason string        // with DeadLetter and Terminate
+	// Jitter: lengthen Delay by up to a tenth at random, so that events
+	// handed back together do not all come back at once (DecideAdmit).
+	Jitter bool
+	Reason string // with DeadLetter and Terminate
 	// Note explains Reason where the reason alone does not (which header
 	// made the event invalid); it becomes the dead letter's note.
 	Note string

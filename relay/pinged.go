@@ -28,12 +28,11 @@ func (r *Relay) ackWaitNow() time.Duration {
 }
 
 // pinged is an event a replica holds, queued or being attempted. The pull
-// loop that took it restarts its AckWait (ping) until the worker acts on
-// it: its acks, naks, terms and hand-backs go through pinged, which then
-// stops the pings (one after a nak would turn the nak's delay into
-// AckWait).
+// loop that took it restarts its AckWait (ping) until the worker settles
+// it: its settlements go through pinged, which then stops the pings (one
+// after a nak would turn the nak's delay into AckWait).
 type pinged struct {
-	pulled
+	delivered
 
 	mu   sync.Mutex
 	done bool
@@ -53,20 +52,18 @@ func (p *pinged) settle(f func() error) error {
 	return f()
 }
 
-func (p *pinged) Ack() error { return p.settle(p.pulled.Ack) }
-func (p *pinged) DoubleAck(ctx context.Context) error {
-	return p.settle(func() error { return p.pulled.DoubleAck(ctx) })
+func (p *pinged) Acknowledge() error { return p.settle(p.delivered.Acknowledge) }
+func (p *pinged) AcknowledgeConfirmed(ctx context.Context) error {
+	return p.settle(func() error { return p.delivered.AcknowledgeConfirmed(ctx) })
 }
-func (p *pinged) Nak() error { return p.settle(p.pulled.Nak) }
-func (p *pinged) NakWithDelay(d time.Duration) error {
-	return p.settle(func() error { return p.pulled.NakWithDelay(d) })
+func (p *pinged) Redeliver(d time.Duration) error {
+	return p.settle(func() error { return p.delivered.Redeliver(d) })
 }
-func (p *pinged) Term() error { return p.settle(p.pulled.Term) }
-func (p *pinged) TermWithReason(reason string) error {
-	return p.settle(func() error { return p.pulled.TermWithReason(reason) })
+func (p *pinged) Terminate(reason string) error {
+	return p.settle(func() error { return p.delivered.Terminate(reason) })
 }
 func (p *pinged) HandBack(confirm bool) error {
-	return p.settle(func() error { return p.pulled.HandBack(confirm) })
+	return p.settle(func() error { return p.delivered.HandBack(confirm) })
 }
 
 // ping restarts the event's AckWait at now, unless a worker acted on it.
@@ -79,7 +76,7 @@ func (p *pinged) ping(now time.Time, connected bool) {
 	if p.done || !connected {
 		return
 	}
-	if p.pulled.InProgress() != nil {
+	if p.delivered.InProgress() != nil {
 		return // not sent: the silence goes on
 	}
 	p.gap = max(p.gap, now.Sub(p.last))

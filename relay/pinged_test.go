@@ -29,7 +29,7 @@ func TestPingedStopsAtItsSettlement(t *testing.T) {
 	t.Parallel()
 	m := &saidMsg{}
 	t0 := time.Unix(1000, 0)
-	p := &pinged{pulled: m, last: t0}
+	p := &pinged{delivered: settles(m), last: t0}
 	p.ping(t0.Add(10*time.Second), true)
 	p.ping(t0.Add(14*time.Second), true)
 	require.Equal(t, 10*time.Second, p.unheard(t0.Add(15*time.Second)), "the longest gap: arrival to the first ping")
@@ -37,7 +37,7 @@ func TestPingedStopsAtItsSettlement(t *testing.T) {
 	// Cut off from the server: nothing sent, and the silence goes on.
 	p.ping(t0.Add(24*time.Second), false)
 	require.Equal(t, 20*time.Second, p.unheard(t0.Add(34*time.Second)), "a ping while disconnected is not heard")
-	require.NoError(t, p.NakWithDelay(time.Second))
+	require.NoError(t, p.Redeliver(time.Second))
 	p.ping(t0.Add(40*time.Second), true)
 	require.Equal(t, []string{"+WPI", "+WPI", "-NAK"}, m.said)
 }
@@ -48,16 +48,16 @@ func TestLateIsAboutSilenceNotDuration(t *testing.T) {
 	t.Parallel()
 	const ackWait = 30 * time.Second
 	long := Result{Duration: time.Minute}
-	pingedNow := &pinged{pulled: &saidMsg{}, last: time.Now()}
+	pingedNow := &pinged{delivered: settles(&saidMsg{}), last: time.Now()}
 	require.False(t, late(pingedNow, long, ackWait), "pinged all along")
-	silent := &pinged{pulled: &saidMsg{}, last: time.Now().Add(-ackWait)}
+	silent := &pinged{delivered: settles(&saidMsg{}), last: time.Now().Add(-ackWait)}
 	require.True(t, late(silent, Result{Duration: time.Second}, ackWait), "nothing heard for AckWait")
-	stopped := &pinged{pulled: &saidMsg{}, last: time.Now().Add(-time.Minute)}
+	stopped := &pinged{delivered: settles(&saidMsg{}), last: time.Now().Add(-time.Minute)}
 	stopped.ping(time.Now(), true) // pinged again once resumed: the gap stays
 	require.True(t, late(stopped, long, ackWait))
 	// A message relay does not ping: the attempt's duration stands in.
-	require.True(t, late(&saidMsg{}, long, ackWait))
-	require.False(t, late(&saidMsg{}, Result{Duration: time.Second}, ackWait))
+	require.True(t, late(settles(&saidMsg{}), long, ackWait))
+	require.False(t, late(settles(&saidMsg{}), Result{Duration: time.Second}, ackWait))
 }
 
 func TestConfigAckWait(t *testing.T) {

@@ -157,13 +157,6 @@ type held struct {
 	slot chan struct{}
 }
 
-// pulled is a message a pull loop holds: a *stream.PulledMsg, or one
-// destination's share of a fan-out message (fanDelivery).
-type pulled interface {
-	jetstream.Msg
-	HandBack(confirm bool) error
-}
-
 // destQueue is a shared destination's queue in the shared loop.
 type destQueue struct {
 	queue []*held
@@ -297,7 +290,7 @@ func (r *Relay) consumeShared(cons jetstream.Consumer, stopped <-chan struct{}) 
 				h.began.Store(time.Now().UnixNano())
 				r.handle(dctx, h, nil)
 				<-r.inFlight
-				if fd, ok := h.pulled.(*fanDelivery); ok {
+				if fd, ok := h.delivered.(*fanDelivery); ok {
 					// Left without an outcome (Decide's Leave): JetStream
 					// would hand the whole fan-out message out again. Through
 					// settle: no ping of the parent may follow its nak.
@@ -448,7 +441,7 @@ loop:
 	}
 	for _, m := range drained {
 		if st, _ := p.Status(m, time.Now()); st == stream.PullEvent {
-			back = append(back, &held{pinged: pinged{pulled: stream.NewPulledMsg(m, s.nc)}})
+			back = append(back, &held{pinged: pinged{delivered: pulledMsg(stream.NewPulledMsg(m, s.nc))}})
 		}
 	}
 	for i, h := range back {
@@ -516,7 +509,7 @@ func (s *sharedLoop) room(d Destination) int {
 // admit sorts out an event the shared consumer handed out.
 func (s *sharedLoop) admit(m *nats.Msg, now time.Time) {
 	r := s.r
-	msg := stream.NewPulledMsg(m, s.nc)
+	msg := pulledMsg(stream.NewPulledMsg(m, s.nc))
 	size := float64(max(len(m.Data), 1))
 	if s.avgSize == 0 {
 		s.avgSize = size
@@ -538,50 +531,69 @@ func (s *sharedLoop) admit(m *nats.Msg, now time.Time) {
 		return
 	}
 	p, err := stream.ParseSubject(m.Subject)
-	if !ok || err != nil {
-		// Not an event the filters select: the worker terminates it as
-		// unreadable.
-		s.enqueue("", &held{pinged: pinged{pulled: msg, last: now}})
-		return
-	}
-	seq := meta.Sequence.Stream
-	d, known := r.dests.get(p.Dest)
-	switch {
-	case !known:
-		s.lookUp(msg, p.Dest, seq)
-		return
-	case !d.Shared || seq < d.StartSeq:
-		// Served by consumers of its own, or published before the
-		// destination existed (the unknown-destination check's).
-		_ = msg.Ack()
-		return
-	}
-	if nb := m.Header.Get(stream.HdrNotBefore); nb != "" {
-		// A retry split off a fan-out message: not before its wait.
-		if t, err := time.Parse(time.RFC3339Nano, nb); err == nil && now.Before(t) {
-			_ = msg.NakWithDelay(t.Sub(now))
-			return
+	in := AdmitInput{Unreadable: !ok || err != nil, Now: now, Seq: meta.Sequence.Stream}
+	if !in.Unreadable {
+		in.Dest, in.Known = r.dests.get(p.Dest)
+		in.LookupsFull = len(s.unknown) == cap(s.unknown)
+		if nb := m.Header.Get(stream.HdrNotBefore); nb != "" {
+			if t, err := time.Parse(time.RFC3339Nano, nb); err == nil {
+				in.NotBefore = t
+			}
 		}
 	}
-	q := s.queue(d.Name, now)
-	switch {
-	case now.Before(d.PausedUntil):
-		// Its lane's consumer is paused with it: its events wait there,
-		// not in the shared consumer.
-		if s.openLane(d, q) {
-			s.toLane(msg, d)
-		} else {
-			_ = msg.NakWithDelay(jitter(min(d.PausedUntil.Sub(now), time.Minute)))
+	var q *destQueue
+	for {
+		dec := DecideAdmit(in)
+		switch dec.Action {
+		case LookUp:
+			s.lookUp(msg, p.Dest, in)
+		case ReadQueue:
+			q = s.queue(in.Dest.Name, now)
+			s.readQueue(&in, q, now)
+			continue
+		case OpenLane:
+			in.LaneAsked, in.LaneOpen = true, s.openLane(in.Dest, q)
+			continue
+		case Queue:
+			if in.Unreadable {
+				// The worker terminates it as unreadable.
+				s.enqueue("", &held{pinged: pinged{delivered: msg, last: now}})
+			} else {
+				s.enqueue(in.Dest.Name, &held{pinged: pinged{delivered: msg, last: now}, dest: in.Dest.Name, size: len(m.Data)})
+			}
+		case ToLane:
+			s.toLane(msg, in.Dest, in)
+		default:
+			settleAdmitted(msg, dec)
 		}
-	case q.lane != nil:
-		s.toLane(msg, d)
-	case len(q.queue)+q.busy < s.room(d):
-		s.enqueue(d.Name, &held{pinged: pinged{pulled: msg, last: now}, dest: d.Name, size: len(m.Data)})
-	case s.slow(q, now) && s.openLane(d, q):
-		s.toLane(msg, d)
-	default:
-		// It keeps up, and a burst filled its queue: back shortly.
-		_ = msg.NakWithDelay(jitter(time.Second))
+		return
+	}
+}
+
+// readQueue fills in what in says of q, its destination's queue on this
+// replica, at now.
+func (s *sharedLoop) readQueue(in *AdmitInput, q *destQueue, now time.Time) {
+	in.QueueRead = true
+	in.Held, in.Room = len(q.queue)+q.busy, s.room(in.Dest)
+	in.Slow = in.Held >= in.Room && s.slow(q, now)
+	in.LaneOpen = q.lane != nil
+	in.MovesFull = s.moving >= laneMoving
+}
+
+// settleAdmitted carries out dec, a settlement DecideAdmit chose for msg (Pass,
+// AckMoved, HandBack or Terminate).
+func settleAdmitted(msg settler, dec Decision) {
+	switch dec.Action {
+	case Pass, AckMoved:
+		_ = msg.Acknowledge()
+	case HandBack:
+		delay := dec.Delay
+		if dec.Jitter {
+			delay = jitter(delay)
+		}
+		_ = msg.Redeliver(delay)
+	case Terminate:
+		_ = msg.Terminate(dec.Reason)
 	}
 }
 
@@ -682,59 +694,51 @@ func (s *sharedLoop) pings(now time.Time) {
 	}
 }
 
-// lookUp settles an event of a destination this replica does not know: it
-// waits if the store has the destination (this replica has not applied it
-// yet), and is acked if not (the unknown-destination check dead-letters
-// it, by the same rule).
-func (s *sharedLoop) lookUp(msg *stream.PulledMsg, dest string, seq uint64) {
-	select {
-	case s.unknown <- struct{}{}:
-	default:
-		_ = msg.NakWithDelay(jitter(2 * time.Second))
-		return
-	}
+// lookUp settles an event of a destination this replica does not know
+// (in): it waits if the store has the destination (this replica has not
+// applied it yet), and is acked if not (the unknown-destination check
+// dead-letters it, by the same rule).
+func (s *sharedLoop) lookUp(msg delivered, dest string, in AdmitInput) {
+	s.unknown <- struct{}{} // room: DecideAdmit saw no LookupsFull
 	go func() {
 		defer func() { <-s.unknown }()
 		ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 		defer cancel()
-		ok, err := s.r.exists(ctx, dest, seq)
-		if err != nil || ok {
-			_ = msg.NakWithDelay(jitter(2 * time.Second))
-			return
-		}
-		_ = msg.Ack()
+		ok, err := s.r.exists(ctx, dest, in.Seq)
+		in.LookedUp, in.InStore = true, err != nil || ok
+		settleAdmitted(msg, DecideAdmit(in))
 	}()
 }
 
-// toLane moves msg to d's lane: republished, then acked once stored.
-func (s *sharedLoop) toLane(msg *stream.PulledMsg, d Destination) {
-	if s.moving >= laneMoving {
-		_ = msg.NakWithDelay(jitter(time.Second))
-		return
-	}
+// toLane moves msg to d's lane: republished, then settled as DecideAdmit
+// decides on the move's end (in): acked once stored.
+func (s *sharedLoop) toLane(msg delivered, d Destination, in AdmitInput) {
 	meta, _ := stream.ParseAck(msg.Reply())
 	e, err := stream.Decode(msg.Subject(), meta.Sequence.Stream, meta.Timestamp, msg.Headers(), msg.Data())
 	if err != nil {
-		_ = msg.NakWithDelay(jitter(time.Second))
+		in.MoveFailed = true
+		settleAdmitted(msg, DecideAdmit(in))
 		return
 	}
 	s.moving++
 	s.queue(d.Name, time.Now()).moving++
-	h := &held{pinged: pinged{pulled: msg}, dest: d.Name}
+	h := &held{pinged: pinged{delivered: msg}, dest: d.Name}
 	f, err := s.pub.PublishMsgAsync(e.Msg(stream.Laned, stream.LaneSubject(d.Name)), jetstream.WithExpectStream(stream.EventsStream))
 	if err != nil {
-		_ = msg.NakWithDelay(jitter(time.Second))
+		in.MoveFailed = true
+		settleAdmitted(msg, DecideAdmit(in))
 		s.moved <- h
 		return
 	}
 	go func() {
 		select {
 		case <-f.Ok():
-			_ = msg.Ack()
+			in.Moved = true
 		case err := <-f.Err():
 			s.r.log.Debug("cannot move an event to its destination's lane; it comes back", "dest", d.Name, "err", err)
-			_ = msg.NakWithDelay(jitter(time.Second))
+			in.MoveFailed = true
 		}
+		settleAdmitted(msg, DecideAdmit(in))
 		s.moved <- h
 	}()
 }
