@@ -23,7 +23,7 @@ import (
 // until Decide chooses an outcome, and then carries that out. mark is set
 // when msg heads an ordered key: its partition's mark.
 func (r *Relay) handle(ctx context.Context, msg jetstream.Msg, mark *partitionMark) {
-	ev, err := eventOf(msg)
+	ev, err := r.eventOf(msg)
 	if err != nil {
 		r.log.Error("cannot read event; terminating it", "subject", msg.Subject(), "err", err)
 		r.execute(context.Background(), msg, &ev, mark, Input{Unreadable: true}, Decide(Input{Unreadable: true}))

@@ -556,8 +556,9 @@ func (s *sharedLoop) admit(m *nats.Msg, now time.Time) {
 		_ = msg.Ack()
 		return
 	}
-	if nb := m.Header.Get(stream.HdrNotBefore); nb != "" {
-		// A retry split off a fan-out message: not before its wait.
+	if nb := m.Header.Get(stream.HdrNotBefore); nb != "" && r.seal.Valid(m.Header) {
+		// A retry split off a fan-out message: not before its wait. (A
+		// producer's is not relay's: ignored.)
 		if t, err := time.Parse(time.RFC3339Nano, nb); err == nil && now.Before(t) {
 			_ = msg.NakWithDelay(t.Sub(now))
 			return
@@ -713,7 +714,7 @@ func (s *sharedLoop) toLane(msg *stream.PulledMsg, d Destination) {
 		return
 	}
 	meta, _ := stream.ParseAck(msg.Reply())
-	e, err := stream.Decode(msg.Subject(), meta.Sequence.Stream, meta.Timestamp, msg.Headers(), msg.Data())
+	e, err := stream.Decode(msg.Subject(), meta.Sequence.Stream, meta.Timestamp, msg.Headers(), msg.Data(), s.r.seal)
 	if err != nil {
 		_ = msg.NakWithDelay(jitter(time.Second))
 		return
@@ -721,7 +722,7 @@ func (s *sharedLoop) toLane(msg *stream.PulledMsg, d Destination) {
 	s.moving++
 	s.queue(d.Name, time.Now()).moving++
 	h := &held{pinged: pinged{pulled: msg}, dest: d.Name}
-	f, err := s.pub.PublishMsgAsync(e.Msg(stream.Laned, stream.LaneSubject(d.Name)), jetstream.WithExpectStream(stream.EventsStream))
+	f, err := s.pub.PublishMsgAsync(e.Msg(stream.Laned, stream.LaneSubject(d.Name), s.r.seal), jetstream.WithExpectStream(stream.EventsStream))
 	if err != nil {
 		_ = msg.NakWithDelay(jitter(time.Second))
 		s.moved <- h

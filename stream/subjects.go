@@ -230,6 +230,7 @@ const (
 	HdrOrigin    = "Relay-Origin-Seq" // stream sequence of the message a republished event first came in as
 	HdrFanDests  = "Relay-Fan-Dests"  // the shared destinations a fan-out message is for, comma-separated
 	HdrNotBefore = "Relay-Not-Before" // RFC 3339 time before which a Split copy is not attempted
+	HdrSeal      = "Relay-Seal"       // relay's seal of its republishes' headers (see Seal)
 
 	// Dead-letter headers.
 	HdrFirst      = "Relay-First-Attempt" // RFC 3339 time of the first attempt
