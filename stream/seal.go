@@ -163,7 +163,7 @@ func (s *Seal) Valid(h nats.Header) bool {
 // relay's (Relay-*), of which Relay-Event-Id and Relay-Order-Key only.
 // Case does not matter.
 func ProducerHeader(name string) bool {
-	if len(name) < len("relay-") || !strings.EqualFold(name[:len("relay-")], "relay-") {
+	if !hasPrefixFold(name, "relay-") {
 		return true
 	}
 	return strings.EqualFold(name, HdrEventID) || strings.EqualFold(name, HdrKey)

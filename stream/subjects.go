@@ -261,6 +261,11 @@ const HdrPending = "Nats-Pending-Messages"
 // IsContractHeader reports whether a header belongs to NATS or relay rather
 // than to the event (such headers are not passed on to destinations).
 func IsContractHeader(name string) bool {
-	l := strings.ToLower(name)
-	return strings.HasPrefix(l, "nats-") || strings.HasPrefix(l, "relay-")
+	return hasPrefixFold(name, "nats-") || hasPrefixFold(name, "relay-")
+}
+
+// hasPrefixFold is strings.HasPrefix without regard to case (and without
+// allocating: this runs for every header of every delivery).
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
