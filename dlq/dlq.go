@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -354,6 +355,28 @@ type Store struct {
 	st jetstream.Stream
 	// tracer makes the replays' spans (nil: no tracing).
 	tracer trace.Tracer
+	// seal seals the replays, loaded at the first (see stream.Seal).
+	seal *lazySeal
+}
+
+// lazySeal is relay's seal, loaded from the relay_state bucket when first
+// needed: reading dead letters does not need it.
+type lazySeal struct {
+	mu   sync.Mutex
+	seal *stream.Seal
+}
+
+func (l *lazySeal) get(ctx context.Context, js jetstream.JetStream) (*stream.Seal, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.seal == nil {
+		s, err := stream.LoadSeal(ctx, js)
+		if err != nil {
+			return nil, err
+		}
+		l.seal = s
+	}
+	return l.seal, nil
 }
 
 // SpanReplay is the span of a dead letter replayed.
@@ -382,7 +405,7 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open dead-letter stream %s: %w", stream.DLQStream, err)
 	}
-	return &Store{js: js, st: st}, nil
+	return &Store{js: js, st: st, seal: &lazySeal{}}, nil
 }
 
 // Filter selects dead letters. Zero fields select everything.
@@ -609,6 +632,10 @@ func (s *Store) Replay(ctx context.Context, l Letter, toDest string) (_ *jetstre
 	if toDest != "" {
 		p.Dest = toDest
 	}
+	seal, err := s.seal.get(ctx, s.js)
+	if err != nil {
+		return nil, fmt.Errorf("replay dead letter %d: %w", l.Seq, err)
+	}
 	env := stream.Envelope{ID: l.EventID, Dest: p.Dest, Key: l.Key, Type: l.Type, Seq: l.Seq, Headers: l.Headers, Body: l.Body}
 	if s.tracer != nil {
 		if !trace.SpanContextFromContext(ctx).IsValid() {
@@ -626,7 +653,7 @@ func (s *Store) Replay(ctx context.Context, l Letter, toDest string) (_ *jetstre
 		}()
 		env.Headers = stream.WithTrace(ctx, env.Headers)
 	}
-	ack, err := s.js.PublishMsg(ctx, env.Msg(stream.ReplayedDeadLetter, p.InputSubject(env.Key)))
+	ack, err := s.js.PublishMsg(ctx, env.Msg(stream.ReplayedDeadLetter, p.InputSubject(env.Key), seal))
 	if err != nil {
 		return nil, fmt.Errorf("replay dead letter %d: publish: %w", l.Seq, err)
 	}

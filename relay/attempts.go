@@ -392,7 +392,11 @@ func LookupEvent(ctx context.Context, js jetstream.JetStream, id string) (EventV
 	if _, ok := stream.TypeOf(m.Subject); ok {
 		env, err = stream.DecodeTyped(m.Subject, m.Sequence, m.Time, m.Header, m.Data)
 	} else {
-		env, err = stream.Decode(m.Subject, m.Sequence, m.Time, m.Header, m.Data)
+		var seal *stream.Seal
+		if seal, err = stream.LoadSeal(ctx, js); err != nil {
+			return EventView{}, err
+		}
+		env, err = stream.Decode(m.Subject, m.Sequence, m.Time, m.Header, m.Data, seal)
 	}
 	if err != nil || env.ID != id {
 		return v, nil // the sequence holds another event: this one is gone

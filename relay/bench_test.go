@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/webhook"
 
 	"github.com/nats-io/nats.go"
@@ -36,14 +37,45 @@ func BenchmarkEventOf(b *testing.B) {
 		hdr:     nats.Header{"Nats-Msg-Id": {"evt_06h2rcpt1p0j6zbfdgx7z5g334"}, "Content-Type": {"application/json"}, "X-Trace": {"abc"}},
 		reply:   "$JS.ACK._.ACCHASH.RELAY_EVENTS.relay_orders.1.123456.120000.1764500000123456789.42.tok",
 	}
+	r := &Relay{seal: benchSeal(b)}
 	b.ReportAllocs()
 	for b.Loop() {
-		ev, err := eventOf(m)
+		ev, err := r.eventOf(m)
 		if err != nil || ev.id == "" {
 			b.Fatal(err)
 		}
 		_ = eventHeaders(m.hdr)
 	}
+}
+
+// BenchmarkEventOfCopy is BenchmarkEventOf for a copy of relay's (a retry
+// promoted from Redis), whose seal is checked.
+func BenchmarkEventOfCopy(b *testing.B) {
+	seal := benchSeal(b)
+	env := stream.Envelope{ID: "evt_06h2rcpt1p0j6zbfdgx7z5g334", Attempt: 3, Origin: 17, Published: time.Now(),
+		Headers: nats.Header{"Content-Type": {"application/json"}, "X-Trace": {"abc"}}}
+	m := benchMsg{
+		subject: "relay.ev.orders.17",
+		hdr:     env.Header(stream.Promoted, seal),
+		reply:   "$JS.ACK._.ACCHASH.RELAY_EVENTS.relay_orders.1.123456.120000.1764500000123456789.42.tok",
+	}
+	r := &Relay{seal: seal}
+	b.ReportAllocs()
+	for b.Loop() {
+		ev, err := r.eventOf(m)
+		if err != nil || ev.prior != 3 {
+			b.Fatal(err, ev.prior)
+		}
+		_ = eventHeaders(m.hdr)
+	}
+}
+
+func benchSeal(b *testing.B) *stream.Seal {
+	s, err := stream.NewSeal(make([]byte, stream.MinSealKey))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
 }
 
 func BenchmarkDecide(b *testing.B) {

@@ -62,7 +62,7 @@ func TestReplayDeadLettersCountsAndTellsOnce(t *testing.T) {
 	// a1 was replayed before (its replay's dedup id is taken): it is not
 	// published again.
 	env := stream.Envelope{ID: a1.EventID, Dest: "a", Seq: a1.Seq, Body: a1.Body}
-	_, err = f.js.PublishMsg(ctx, env.Msg(stream.ReplayedDeadLetter, stream.InSubject("a", "")))
+	_, err = f.js.PublishMsg(ctx, env.Msg(stream.ReplayedDeadLetter, stream.InSubject("a", ""), nil))
 	require.NoError(t, err)
 
 	dry, err := ReplayDeadLetters(ctx, DeadLetterReplay{Letters: f.letters, By: "test", Filter: dlq.Filter{Dest: "a"}, Options: dlq.ReplayOptions{DryRun: true}})
@@ -100,7 +100,7 @@ func TestReplayDeadLettersCountsAndTellsOnce(t *testing.T) {
 	// b1, replayed before: nothing new published, nothing told.
 	b1 := f.write(t, "b", "b2")
 	env = stream.Envelope{ID: b1.EventID, Dest: "b", Seq: b1.Seq, Body: b1.Body}
-	_, err = f.js.PublishMsg(ctx, env.Msg(stream.ReplayedDeadLetter, stream.InSubject("b", "")))
+	_, err = f.js.PublishMsg(ctx, env.Msg(stream.ReplayedDeadLetter, stream.InSubject("b", ""), nil))
 	require.NoError(t, err)
 	rep, err = ReplayDeadLetters(ctx, DeadLetterReplay{Letters: f.letters, JS: f.js, By: "test", Filter: dlq.Filter{Seqs: []uint64{b1.Seq}}})
 	require.NoError(t, err)

@@ -37,7 +37,10 @@ type event struct {
 	parked uint64
 }
 
-func eventOf(msg message) (event, error) {
+// eventOf takes apart a delivered message. Relay's headers on a message
+// without relay's seal (a producer's) are dropped, and said so in a
+// warning a minute per destination at most.
+func (r *Relay) eventOf(msg message) (event, error) {
 	info, ok := parseAckReply(msg.Reply())
 	if !ok {
 		meta, err := msg.Metadata()
@@ -46,25 +49,34 @@ func eventOf(msg message) (event, error) {
 		}
 		info = ackInfo{streamSeq: meta.Sequence.Stream, delivered: meta.NumDelivered, stored: meta.Timestamp}
 	}
-	return newEvent(msg.Subject(), info, msg.Data(), msg.Headers())
+	ev, unsealed, err := newEvent(msg.Subject(), info, msg.Data(), msg.Headers(), r.seal)
+	if unsealed != nil && err == nil {
+		if ok, held := r.unsealedWarn.allow(ev.dest, r.cfg.Now()); ok {
+			r.log.Warn("relay's headers on an event relay did not publish were dropped: a producer may not set them (see docs/security.md#producers-and-relays-headers)",
+				"dest", ev.dest, "event_id", ev.id, "seq", ev.seq, "headers", unsealed, "held_back", held)
+		}
+	}
+	return ev, err
 }
 
 // rawEvent is eventOf for a message read from the stream by sequence (as if
-// delivered once).
-func rawEvent(msg *jetstream.RawStreamMsg) (event, error) {
-	return newEvent(msg.Subject, ackInfo{streamSeq: msg.Sequence, delivered: 1, stored: msg.Time}, msg.Data, msg.Header)
+// delivered once), seal its seal (see stream.Decode).
+func rawEvent(msg *jetstream.RawStreamMsg, seal *stream.Seal) (event, error) {
+	ev, _, err := newEvent(msg.Subject, ackInfo{streamSeq: msg.Sequence, delivered: 1, stored: msg.Time}, msg.Data, msg.Header, seal)
+	return ev, err
 }
 
-// newEvent takes apart an event stored on subject.
-func newEvent(subject string, info ackInfo, body []byte, h nats.Header) (event, error) {
-	e, err := stream.Decode(subject, info.streamSeq, info.stored, h, body)
+// newEvent takes apart an event stored on subject, and names the headers
+// of relay's it dropped for want of seal's seal (see stream.Decode).
+func newEvent(subject string, info ackInfo, body []byte, h nats.Header, seal *stream.Seal) (event, []string, error) {
+	e, err := stream.Decode(subject, info.streamSeq, info.stored, h, body, seal)
 	if err != nil {
-		return event{}, err
+		return event{}, nil, err
 	}
 	return event{
 		id: e.ID, dest: e.Dest, key: e.Key, seq: e.Seq, subject: subject, prior: e.Attempt, origin: e.Origin,
-		delivered: info.delivered, stored: e.Stored, published: e.Published, body: body, hdr: h,
-	}, nil
+		delivered: info.delivered, stored: e.Stored, published: e.Published, body: body, hdr: e.Headers,
+	}, e.Unsealed, nil
 }
 
 // eventHeaders returns the event's own headers to pass on, nil if none.

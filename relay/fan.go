@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"time"
 
@@ -67,7 +66,7 @@ func (p *fanParent) shareDone(ok bool) {
 func (p *fanParent) split(dest string, attempt int, notBefore time.Time) {
 	c := p.ev
 	c.Dest, c.Attempt, c.NotBefore = dest, attempt, notBefore
-	f, err := p.js.PublishMsgAsync(c.Msg(stream.Split, stream.InSubject(dest, p.ev.Key)))
+	f, err := p.js.PublishMsgAsync(c.Msg(stream.Split, stream.InSubject(dest, p.ev.Key), p.r.seal))
 	if err != nil {
 		p.r.log.Warn("cannot split a fan-out share off to its destination; the fan-out message comes back", "dest", dest, "event_id", p.ev.ID, "err", err)
 		p.shareDone(false)
@@ -146,10 +145,10 @@ func (f *fanDelivery) splitOff(delay time.Duration) error {
 // destination named that can take it, the others split off. It returns
 // the destinations named.
 func (s *sharedLoop) admitFan(msg delivered, meta jetstream.MsgMetadata, now time.Time) int {
-	ev, err := stream.Decode(stream.FanSubject, meta.Sequence.Stream, meta.Timestamp, msg.Headers(), msg.Data())
-	dests := strings.Split(msg.Headers().Get(stream.HdrFanDests), ",")
+	ev, err := stream.Decode(stream.FanSubject, meta.Sequence.Stream, meta.Timestamp, msg.Headers(), msg.Data(), s.r.seal)
+	dests := ev.Dests
 	if err != nil || len(dests) == 0 || dests[0] == "" {
-		s.r.log.Error("fan-out message without destinations; terminating it", "seq", meta.Sequence.Stream)
+		s.r.log.Error("fan-out message without destinations (or without relay's seal: not relay's); terminating it", "seq", meta.Sequence.Stream)
 		settleAdmitted(msg, DecideAdmit(AdmitInput{Fan: true, Unreadable: true}))
 		return 1
 	}

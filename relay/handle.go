@@ -24,7 +24,7 @@ import (
 // until Decide chooses an outcome, and then carries that out. mark is set
 // when msg heads an ordered key: its partition's mark.
 func (r *Relay) handle(ctx context.Context, msg delivered, mark *partitionMark) {
-	ev, err := eventOf(msg)
+	ev, err := r.eventOf(msg)
 	if err != nil {
 		r.log.Error("cannot read event; terminating it", "subject", msg.Subject(), "err", err)
 		r.execute(context.Background(), msg, &ev, mark, Input{Unreadable: true}, Decide(Input{Unreadable: true}))
@@ -233,7 +233,7 @@ func (r *Relay) findPark(in *Input, ev event) {
 	}
 	how := "its park, interrupted by a crash, reached Redis"
 	if !parked {
-		ack, err := r.cfg.JS.PublishMsg(ctx, e.Envelope().Msg(stream.Promoted, e.Subject))
+		ack, err := r.cfg.JS.PublishMsg(ctx, e.Envelope().Msg(stream.Promoted, e.Subject, r.seal))
 		if err != nil {
 			in.ParkUnknown = "republish: " + err.Error()
 			r.log.Warn("cannot republish an event whose park a crash interrupted; it waits", "dest", ev.dest, "event_id", ev.id, "seq", ev.seq, "err", err)

@@ -64,7 +64,7 @@ func PublishOpEvent(ctx context.Context, js jetstream.JetStream, ev OpEvent) err
 	env := stream.Envelope{ID: ev.ID, Type: ev.Type, Body: body, Headers: map[string][]string{"Content-Type": {"application/json"}}}
 	ctx, cancel := context.WithTimeout(ctx, opPublishTimeout)
 	defer cancel()
-	if _, err := js.PublishMsg(ctx, env.Msg(stream.Produced, stream.TypeSubject(ev.Type))); err != nil {
+	if _, err := js.PublishMsg(ctx, env.Msg(stream.Produced, stream.TypeSubject(ev.Type), nil)); err != nil {
 		return fmt.Errorf("publish operator event %s: %w", ev.Type, err)
 	}
 	return nil

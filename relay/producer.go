@@ -261,7 +261,7 @@ func (p *Producer) prepare(ctx context.Context, ev *Event) (_ *nats.Msg, span tr
 		}()
 		env.Headers = stream.WithTrace(ctx, env.Headers)
 	}
-	m := env.Msg(stream.Produced, subject)
+	m := env.Msg(stream.Produced, subject, nil)
 	size := int64(len(m.Data) + len(m.Subject))
 	if ev.Type != "" {
 		// Room for what the router adds to each copy (see TypedOverhead).
@@ -467,7 +467,7 @@ func TypedOverhead(id, typ string) int64 {
 	const dedup = len("Nats-Msg-Id") + len("route:") + 20 + 1 + 64 + 4 // route:<seq>:<dest>, replacing the id
 	const published = len(stream.HdrPublished) + len("2006-01-02T15:04:05.999999999Z") + 4
 	const subject = len(stream.InPrefix) + 1 + 64 + 1 + 64 // relay.in.<dest>.<key token>
-	return int64(dedup + published + subject + len(stream.HdrEventID) + len(id) + 4 + len(stream.HdrType) + len(typ) + 4)
+	return int64(dedup + published + subject + len(stream.HdrEventID) + len(id) + 4 + len(stream.HdrType) + len(typ) + 4 + stream.SealHeaderBytes)
 }
 
 func (p *Producer) checkDest(ctx context.Context, dest string) error {

@@ -128,7 +128,7 @@ func TestProducerScopesIdempotency(t *testing.T) {
 	require.NoError(t, err)
 	raw, err := s.GetMsg(ctx, first.Seq)
 	require.NoError(t, err)
-	ev, err := rawEvent(raw)
+	ev, err := rawEvent(raw, nil)
 	require.NoError(t, err)
 	require.Equal(t, "order-1", ev.id)
 	require.Equal(t, DedupID("key:a", "orders", "", "order-1"), raw.Header.Get("Nats-Msg-Id"))

@@ -56,7 +56,7 @@ func TestParkInterruptedByACrashDeliversOnce(t *testing.T) {
 			// more.
 			raw, err := stream.GetMsg(ctx, srv.JS, stream.EventsStream, pub.Seq, "")
 			require.NoError(t, err)
-			ev, err := rawEvent(raw)
+			ev, err := rawEvent(raw, nil)
 			require.NoError(t, err)
 			killed, err := New(ctx, Config{JS: srv.JS, Schedule: sched})
 			require.NoError(t, err)

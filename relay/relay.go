@@ -230,6 +230,12 @@ type Relay struct {
 	// maxMsg is the largest message the events stream takes from relay:
 	// the stream's limit or the server's, the smaller.
 	maxMsg int
+	// seal seals relay's republishes and tells them from a producer's
+	// messages (see stream.Seal).
+	seal *stream.Seal
+	// unsealedWarn keeps "relay headers dropped" to a line per
+	// destination a minute.
+	unsealedWarn quiet
 	// retryAtStart are the attempt-log keys of the events in retry when
 	// Run started (see inRetryAtStart). Not changed after that.
 	retryAtStart map[string]struct{}
@@ -303,12 +309,18 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open stream %s: %w", stream.EventsStream, err)
 	}
+	seal, err := stream.LoadSeal(ctx, cfg.JS)
+	if err != nil {
+		return nil, err
+	}
 	maxMsg := int(cfg.JS.Conn().MaxPayload())
 	if m := int(evs.CachedInfo().Config.MaxMsgSize); m > 0 && (maxMsg <= 0 || m < maxMsg) {
 		maxMsg = m
 	}
 	r := &Relay{
 		maxMsg:       maxMsg,
+		seal:         seal,
+		unsealedWarn: quiet{interval: time.Minute},
 		cfg:          cfg,
 		log:          cfg.Logger,
 		store:        st,

@@ -85,6 +85,10 @@ func replayLog(ctx context.Context, js jetstream.JetStream, r LogReplay, dryRun 
 	if _, err := st.Get(ctx, to); err != nil {
 		return 0, err
 	}
+	seal, err := stream.LoadSeal(ctx, js)
+	if err != nil {
+		return 0, err
+	}
 	filters := stream.DestFilters(r.Dest)
 	switch {
 	case r.Type != "":
@@ -96,11 +100,13 @@ func replayLog(ctx context.Context, js jetstream.JetStream, r LogReplay, dryRun 
 	}
 	n := 0
 	err = stream.Read(ctx, js, stream.EventsStream, stream.ReadOptions{Filters: filters, Since: r.Since}, func(m *jetstream.RawStreamMsg) error {
-		decode := stream.Decode
+		var ev stream.Envelope
+		var err error
 		if r.Type != "" {
-			decode = stream.DecodeTyped
+			ev, err = stream.DecodeTyped(m.Subject, m.Sequence, m.Time, m.Header, m.Data)
+		} else {
+			ev, err = stream.Decode(m.Subject, m.Sequence, m.Time, m.Header, m.Data, seal)
 		}
-		ev, err := decode(m.Subject, m.Sequence, m.Time, m.Header, m.Data)
 		if err != nil {
 			return nil // not an event relay could deliver either
 		}
@@ -122,7 +128,7 @@ func replayLog(ctx context.Context, js jetstream.JetStream, r LogReplay, dryRun 
 				subject = p.InputSubject(ev.Key)
 			}
 			ev.Dest = to
-			ack, err := js.PublishMsg(ctx, ev.Msg(stream.ReplayedLog, subject))
+			ack, err := js.PublishMsg(ctx, ev.Msg(stream.ReplayedLog, subject, seal))
 			if err != nil {
 				return fmt.Errorf("replay event %s (seq %d): %w", ev.ID, ev.Seq, err)
 			}

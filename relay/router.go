@@ -432,7 +432,7 @@ func (ro *router) copy(ctx context.Context, m *jetstream.RawStreamMsg) (routed, 
 	for _, d := range own {
 		c := ev
 		c.Dest = d
-		f, err := ro.pub.PublishMsgAsync(c.Msg(stream.Routed, stream.InSubject(d, ev.Key)))
+		f, err := ro.pub.PublishMsgAsync(c.Msg(stream.Routed, stream.InSubject(d, ev.Key), ro.r.seal))
 		if err != nil {
 			return fail(d, err)
 		}
@@ -442,7 +442,7 @@ func (ro *router) copy(ctx context.Context, m *jetstream.RawStreamMsg) (routed, 
 	// by another replica) makes the same chunks, with the same dedup ids.
 	slices.Sort(shared)
 	for chunk := range slices.Chunk(shared, stream.FanChunk) {
-		f, err := ro.pub.PublishMsgAsync(fanMsg(ev, chunk))
+		f, err := ro.pub.PublishMsgAsync(fanMsg(ev, chunk, ro.r.seal))
 		if err != nil {
 			return fail(strings.Join(chunk, ","), err)
 		}
@@ -453,19 +453,17 @@ func (ro *router) copy(ctx context.Context, m *jetstream.RawStreamMsg) (routed, 
 }
 
 // fanMsg is typed event ev's fan-out message to the shared destinations
-// dests. Its dedup id names them all (a hash): the same event routed again
-// to other destinations is not dropped as a duplicate.
-func fanMsg(ev stream.Envelope, dests []string) *nats.Msg {
+// dests, sealed with seal. Its dedup id names them all (a hash): the same
+// event routed again to other destinations is not dropped as a duplicate.
+func fanMsg(ev stream.Envelope, dests []string, seal *stream.Seal) *nats.Msg {
 	c := ev
 	h := fnv.New64a()
 	for _, d := range dests {
 		h.Write([]byte(d))
 		h.Write([]byte{','})
 	}
-	c.Dest = strconv.FormatUint(h.Sum64(), 36)
-	m := c.Msg(stream.Fanned, stream.FanSubject)
-	m.Header.Set(stream.HdrFanDests, strings.Join(dests, ","))
-	return m
+	c.Dest, c.Dests = strconv.FormatUint(h.Sum64(), 36), dests
+	return c.Msg(stream.Fanned, stream.FanSubject, seal)
 }
 
 // confirm waits for p's copies to be stored. A copy refused for good (too
@@ -488,7 +486,7 @@ func (ro *router) confirm(ctx context.Context, p routed) error {
 			for _, d := range pub.dests {
 				c := p.ev
 				c.Dest = d
-				_, err := ro.pub.PublishMsg(ctx, c.Msg(stream.Routed, stream.InSubject(d, p.ev.Key)))
+				_, err := ro.pub.PublishMsg(ctx, c.Msg(stream.Routed, stream.InSubject(d, p.ev.Key), ro.r.seal))
 				switch {
 				case tooLarge(err):
 					ro.deadLetterTooLarge(ctx, p, d, err)
@@ -515,7 +513,7 @@ func tooLarge(err error) bool {
 func (ro *router) deadLetterTooLarge(ctx context.Context, p routed, dest string, cause error) {
 	r := ro.r
 	subject := stream.InSubject(dest, p.ev.Key)
-	ev := event{dest: dest, id: p.ev.ID, seq: p.seq, subject: subject, body: p.ev.Body, hdr: p.ev.Header(stream.Routed)}
+	ev := event{dest: dest, id: p.ev.ID, seq: p.seq, subject: subject, body: p.ev.Body, hdr: p.ev.Header(stream.Routed, r.seal)}
 	out := Outcome{Dest: dest, EventID: p.ev.ID, Seq: p.seq, Decision: Decision{Action: DeadLetter, Reason: ReasonInvalidEvent,
 		Note: "too large to copy for this destination once relay's headers are added: " + cause.Error()}}
 	if err := r.writeDeadLetter(ctx, ev, 0, &out); err != nil {

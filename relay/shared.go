@@ -535,7 +535,8 @@ func (s *sharedLoop) admit(m *nats.Msg, now time.Time) {
 	if !in.Unreadable {
 		in.Dest, in.Known = r.dests.get(p.Dest)
 		in.LookupsFull = len(s.unknown) == cap(s.unknown)
-		if nb := m.Header.Get(stream.HdrNotBefore); nb != "" {
+		if nb := m.Header.Get(stream.HdrNotBefore); nb != "" && r.seal.Valid(m.Header) {
+			// A producer's Relay-Not-Before is not relay's: ignored.
 			if t, err := time.Parse(time.RFC3339Nano, nb); err == nil {
 				in.NotBefore = t
 			}
@@ -714,7 +715,7 @@ func (s *sharedLoop) lookUp(msg delivered, dest string, in AdmitInput) {
 // decides on the move's end (in): acked once stored.
 func (s *sharedLoop) toLane(msg delivered, d Destination, in AdmitInput) {
 	meta, _ := stream.ParseAck(msg.Reply())
-	e, err := stream.Decode(msg.Subject(), meta.Sequence.Stream, meta.Timestamp, msg.Headers(), msg.Data())
+	e, err := stream.Decode(msg.Subject(), meta.Sequence.Stream, meta.Timestamp, msg.Headers(), msg.Data(), s.r.seal)
 	if err != nil {
 		in.MoveFailed = true
 		settleAdmitted(msg, DecideAdmit(in))
@@ -723,7 +724,7 @@ func (s *sharedLoop) toLane(msg delivered, d Destination, in AdmitInput) {
 	s.moving++
 	s.queue(d.Name, time.Now()).moving++
 	h := &held{pinged: pinged{delivered: msg}, dest: d.Name}
-	f, err := s.pub.PublishMsgAsync(e.Msg(stream.Laned, stream.LaneSubject(d.Name)), jetstream.WithExpectStream(stream.EventsStream))
+	f, err := s.pub.PublishMsgAsync(e.Msg(stream.Laned, stream.LaneSubject(d.Name), s.r.seal), jetstream.WithExpectStream(stream.EventsStream))
 	if err != nil {
 		in.MoveFailed = true
 		settleAdmitted(msg, DecideAdmit(in))

@@ -101,6 +101,10 @@ func (s *Store) Heads(ctx context.Context, name string) ([]Head, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s: %w", stream.AttemptsBucket, err)
 	}
+	seal, err := stream.LoadSeal(ctx, s.js)
+	if err != nil {
+		return nil, err
+	}
 	var heads []Head
 	for i := range d.Partitions {
 		c, err := s.js.Consumer(ctx, stream.EventsStream, PartitionConsumerName(name, i))
@@ -124,7 +128,7 @@ func (s *Store) Heads(ctx context.Context, name string) ([]Head, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read event %d: %w", seq, err)
 		}
-		ev, err := rawEvent(m)
+		ev, err := rawEvent(m, seal)
 		if err != nil {
 			return nil, err
 		}

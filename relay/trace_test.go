@@ -242,7 +242,7 @@ func TestTraceHeadersKeptOnRepublish(t *testing.T) {
 	h := nats.Header{"Traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}, "tracestate": {"k=v"}, "X-Own": {"1"}}
 	env := stream.Envelope{ID: "evt_1", Dest: "d", Attempt: 2, Origin: 7, Headers: h}
 	for _, k := range []stream.Kind{stream.Promoted, stream.ReplayedDeadLetter, stream.ReplayedLog, stream.Routed, stream.Laned, stream.Fanned, stream.Split} {
-		out := env.Header(k)
+		out := env.Header(k, nil)
 		require.Equal(t, h["Traceparent"], out["Traceparent"], k.String())
 		require.Equal(t, h["tracestate"], out["tracestate"], k.String())
 	}

@@ -383,7 +383,7 @@ func (r *Relay) deadLetterUnknown(ctx context.Context, m *jetstream.RawStreamMsg
 		}
 		return err
 	}
-	ev, err := rawEvent(full)
+	ev, err := rawEvent(full, r.seal)
 	if err != nil {
 		return nil // not an event relay can read
 	}

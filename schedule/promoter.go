@@ -40,6 +40,10 @@ type Promoter struct {
 	Now func() time.Time
 	// Logger. Optional, default slog.Default().
 	Logger *slog.Logger
+	// Seal seals the republished events as relay's own (see stream.Seal).
+	// Optional, default the seal in JS's relay_state bucket (loaded by
+	// Run once, by PromoteDue at each call).
+	Seal *stream.Seal
 	// TracerProvider makes a span (SpanPromote) per entry republished, a
 	// child of the span whose context the entry carries (the park's), and
 	// the republished event carries its context. Optional: nil traces
@@ -83,6 +87,9 @@ func (p Promoter) Run(ctx context.Context) error {
 	defer t.Stop()
 	failing := false
 	for {
+		if p.Seal == nil {
+			p.Seal, _ = stream.LoadSeal(ctx, p.JS) // else PromoteDue tries, and says why
+		}
 		n, err := p.PromoteDue(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -112,6 +119,13 @@ func (p Promoter) Run(ctx context.Context) error {
 // returns how many it republished.
 func (p Promoter) PromoteDue(ctx context.Context) (int, error) {
 	p = p.WithDefaults()
+	if p.Seal == nil {
+		s, err := stream.LoadSeal(ctx, p.JS)
+		if err != nil {
+			return 0, err
+		}
+		p.Seal = s
+	}
 	dests, err := p.Store.Dests(ctx)
 	if err != nil {
 		return 0, err
@@ -172,7 +186,7 @@ func (p Promoter) promoteDest(ctx context.Context, dest string) (int, error) {
 		if spans != nil {
 			e.Headers = stream.WithTrace(trace.ContextWithSpan(ctx, spans[i]), e.Headers)
 		}
-		f, err := p.JS.PublishMsgAsync(e.Envelope().Msg(stream.Promoted, e.Subject))
+		f, err := p.JS.PublishMsgAsync(e.Envelope().Msg(stream.Promoted, e.Subject, p.Seal))
 		if err != nil {
 			end(i, err)
 			errs = append(errs, err)

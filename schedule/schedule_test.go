@@ -537,7 +537,7 @@ func TestEntryEnvelopeIsWhatThePromoterPublishes(t *testing.T) {
 		Headers: nats.Header{"X-Trace": {"t"}, stream.HdrMsgID: {"evt-1"}, stream.HdrKey: {"k1"}, stream.HdrType: {"order.created"}, stream.HdrAttempt: {"1"}},
 		Body:    []byte(`{}`),
 	}
-	m := e.Envelope().Msg(stream.Promoted, e.Subject)
+	m := e.Envelope().Msg(stream.Promoted, e.Subject, nil)
 	require.Equal(t, "relay.in.orders.k1", m.Subject)
 	require.Equal(t, []byte(`{}`), m.Data)
 	require.Equal(t, nats.Header{

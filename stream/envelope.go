@@ -56,17 +56,25 @@ type Envelope struct {
 	// NotBefore, on a Split publish, is when its delivery may be attempted
 	// (Relay-Not-Before): a retry's wait.
 	NotBefore time.Time
+	// Dests, on a Fanned publish, are the shared destinations it is for
+	// (Relay-Fan-Dests).
+	Dests []string
 	// Dedup, on a Produced publish, is its dedup id when it is not the
 	// event id: relay's producer scopes idempotency to who publishes and
 	// to what (see relay.DedupID), and the id then travels in
 	// Relay-Event-Id.
 	Dedup string
 	// Copied reports a message relay republished (a retry from Redis, a
-	// replay, a move to a lane: it carries Relay-Event-Id and a dedup id
-	// of relay's, park:, replay:, log: or lane:), not one a producer
-	// published. A typed event's copy for a destination (Routed) is that
-	// destination's original, not Copied.
+	// replay, a move to a lane: it carries Relay-Event-Id, a dedup id of
+	// relay's, park:, replay:, log: or lane:, and a valid seal), not one a
+	// producer published. A typed event's copy for a destination (Routed)
+	// is that destination's original, not Copied.
 	Copied bool
+	// Unsealed, on a message Decode read, names the headers only relay may
+	// set (see ProducerHeader) that the message carried without a valid
+	// seal: Decode dropped them, from Headers too, and read the message as
+	// a producer's without them.
+	Unsealed []string
 }
 
 // Kind is which publish of an event a message is. It decides the dedup id
@@ -79,12 +87,13 @@ type Envelope struct {
 //	ReplayedLog         log:<Dest>:<Seq in the log>      yes             no: a replay starts again
 //	Routed              route:<Seq of the typed event>:<Dest>  yes       Relay-Published only
 //	Laned               lane:<Seq on the shared consumer>  yes           yes
-//	Fanned              fan:<Origin>:<Dest>              yes             Relay-Published, -Origin-Seq
+//	Fanned              fan:<Origin>:<Dest>              yes             Relay-Published, -Origin-Seq, -Fan-Dests
 //	Split               route:<Origin>:<Dest>            yes             yes, and Relay-Not-Before when set
 //
 // Every kind carries the event's own headers, the body, Relay-Order-Key
 // when Key is set and Relay-Event-Type when Type is. No other header is
-// carried over.
+// carried over. Every kind but Produced is sealed (Relay-Seal, see Seal):
+// Decode trusts relay's headers on a message only when its seal holds.
 type Kind uint8
 
 const (
@@ -112,7 +121,7 @@ const (
 	// origin and the publish time.
 	Laned
 	// Fanned is a typed event's fan-out to shared destinations (on
-	// FanSubject, the destinations in Relay-Fan-Dests, set by the caller):
+	// FanSubject, the destinations Dests in Relay-Fan-Dests):
 	// Origin is the typed event's sequence and Dest a name for the set of
 	// destinations (the router's: a hash of them), so a router that
 	// crashed after publishing publishes nothing twice.
@@ -172,11 +181,15 @@ const maxAttempt = 1_000_000
 // Decode reads the envelope of the event stored at seq on subject at time
 // stored. The id is Relay-Event-Id, else Nats-Msg-Id, else one made from
 // seq and stored; an attempt count that is not a number in [0, 1000000)
-// is read as 0; Origin defaults to seq and Published to stored. A message
-// carrying Relay-Event-Id is Copied only when its dedup id is of relay's
-// republishes (park:, replay:, log:, lane:). It fails
-// only when subject is not an event subject.
-func Decode(subject string, seq uint64, stored time.Time, h nats.Header, body []byte) (Envelope, error) {
+// is read as 0; Origin defaults to seq and Published to stored. The
+// headers only relay may set (see ProducerHeader) are read only when the
+// message carries seal's valid seal; without it they are dropped (see
+// Unsealed), so that a producer cannot set the attempts made, the origin,
+// the publish time, the wait or the type of an event it publishes. A
+// message carrying Relay-Event-Id is Copied only when it is sealed and its
+// dedup id is of relay's republishes (park:, replay:, log:, lane:). It
+// fails only when subject is not an event subject.
+func Decode(subject string, seq uint64, stored time.Time, h nats.Header, body []byte, seal *Seal) (Envelope, error) {
 	var p Parsed
 	var err error
 	if subject != FanSubject { // a fan-out message has no destination of its own
@@ -185,8 +198,15 @@ func Decode(subject string, seq uint64, stored time.Time, h nats.Header, body []
 		}
 	}
 	e := Envelope{Dest: p.Dest, Subject: subject, Seq: seq, Stored: stored, Headers: h, Body: body, Origin: seq, Published: stored}
+	sealed := h[HdrSeal] != nil && seal.Valid(h)
+	if !sealed {
+		if e.Unsealed = unsealed(h); e.Unsealed != nil {
+			h = without(h, e.Unsealed)
+			e.Headers = h
+		}
+	}
 	if id := h.Get(HdrEventID); id != "" {
-		e.ID, e.Copied = id, copied(h.Get(HdrMsgID))
+		e.ID, e.Copied = id, sealed && copied(h.Get(HdrMsgID))
 	} else if id := h.Get(HdrMsgID); id != "" {
 		e.ID = id
 	} else {
@@ -212,6 +232,9 @@ func Decode(subject string, seq uint64, stored time.Time, h nats.Header, body []
 		if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
 			e.NotBefore = t
 		}
+	}
+	if s := h.Get(HdrFanDests); s != "" {
+		e.Dests = strings.Split(s, ",")
 	}
 	return e, nil
 }
@@ -260,8 +283,10 @@ func (e Envelope) MsgID(k Kind) string {
 }
 
 // Header returns the headers of a publish of kind k: the event's own
-// headers and the contract headers k carries (see Kind).
-func (e Envelope) Header(k Kind) nats.Header {
+// headers and the contract headers k carries (see Kind), sealed with seal
+// unless k is Produced. A nil seal seals nothing: relay's headers on the
+// message are then read as a producer's, and dropped.
+func (e Envelope) Header(k Kind, seal *Seal) nats.Header {
 	h := OwnHeader(e.Headers)
 	h.Set(HdrMsgID, e.MsgID(k))
 	if e.Key != "" {
@@ -282,6 +307,7 @@ func (e Envelope) Header(k Kind) nats.Header {
 	}
 	if k == Fanned {
 		h.Set(HdrOrigin, strconv.FormatUint(e.Origin, 10))
+		h.Set(HdrFanDests, strings.Join(e.Dests, ","))
 	}
 	if k == Split {
 		if e.Attempt > 0 {
@@ -302,12 +328,14 @@ func (e Envelope) Header(k Kind) nats.Header {
 		}
 		h.Set(HdrOrigin, strconv.FormatUint(e.Origin, 10))
 	}
+	seal.seal(h)
 	return h
 }
 
-// Msg is the message of a publish of kind k to subject.
-func (e Envelope) Msg(k Kind, subject string) *nats.Msg {
-	return &nats.Msg{Subject: subject, Header: e.Header(k), Data: e.Body}
+// Msg is the message of a publish of kind k to subject, sealed with seal
+// unless k is Produced (see Header).
+func (e Envelope) Msg(k Kind, subject string, seal *Seal) *nats.Msg {
+	return &nats.Msg{Subject: subject, Header: e.Header(k, seal), Data: e.Body}
 }
 
 // OwnHeader returns the event's own headers in h (those that are not

@@ -1,12 +1,21 @@
 package stream
 
 import (
+	"bytes"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 )
+
+// testSeal returns a seal with a fixed secret of n.
+func testSeal(t testing.TB, n byte) *Seal {
+	t.Helper()
+	s, err := NewSeal(bytes.Repeat([]byte{n}, MinSealKey))
+	require.NoError(t, err)
+	return s
+}
 
 // fullEnvelope has every field set, and headers of its own beside contract
 // headers that no publish may carry over.
@@ -64,8 +73,8 @@ func TestEnvelopeHeaderTable(t *testing.T) {
 		t.Run(tt.kind.String(), func(t *testing.T) {
 			e := fullEnvelope()
 			require.Equal(t, tt.msgID, e.MsgID(tt.kind))
-			require.Equal(t, tt.want, e.Header(tt.kind))
-			m := e.Msg(tt.kind, "relay.in.orders.k")
+			require.Equal(t, tt.want, e.Header(tt.kind, nil))
+			m := e.Msg(tt.kind, "relay.in.orders.k", nil)
 			require.Equal(t, "relay.in.orders.k", m.Subject)
 			require.Equal(t, tt.want, m.Header)
 			require.Equal(t, []byte(`{"n":1}`), m.Data)
@@ -80,15 +89,15 @@ func TestEnvelopeHeaderTable(t *testing.T) {
 func TestEnvelopeHeaderLeavesUnsetFieldsOut(t *testing.T) {
 	t.Parallel()
 	e := Envelope{ID: "evt-1", Seq: 5, Dest: "d", Origin: 3}
-	require.Equal(t, nats.Header{HdrMsgID: {"evt-1"}}, e.Header(Produced))
+	require.Equal(t, nats.Header{HdrMsgID: {"evt-1"}}, e.Header(Produced, nil))
 	scoped := e
 	scoped.Dedup = "pub:0123"
-	require.Equal(t, nats.Header{HdrMsgID: {"pub:0123"}, HdrEventID: {"evt-1"}}, scoped.Header(Produced), "a scoped dedup id, the id beside it")
-	require.Equal(t, nats.Header{HdrMsgID: {"park:evt-1:0@3"}, HdrEventID: {"evt-1"}, HdrAttempt: {"0"}, HdrOrigin: {"3"}}, e.Header(Promoted))
+	require.Equal(t, nats.Header{HdrMsgID: {"pub:0123"}, HdrEventID: {"evt-1"}}, scoped.Header(Produced, nil), "a scoped dedup id, the id beside it")
+	require.Equal(t, nats.Header{HdrMsgID: {"park:evt-1:0@3"}, HdrEventID: {"evt-1"}, HdrAttempt: {"0"}, HdrOrigin: {"3"}}, e.Header(Promoted, nil))
 	e.Attempt = 2
 	require.Equal(t, "park:evt-1:2@3", e.MsgID(Promoted), "the origin ends the dedup id")
-	require.Equal(t, nats.Header{HdrMsgID: {"replay:5"}, HdrEventID: {"evt-1"}}, e.Header(ReplayedDeadLetter))
-	require.Equal(t, nats.Header{HdrMsgID: {"log:d:5"}, HdrEventID: {"evt-1"}}, e.Header(ReplayedLog))
+	require.Equal(t, nats.Header{HdrMsgID: {"replay:5"}, HdrEventID: {"evt-1"}}, e.Header(ReplayedDeadLetter, nil))
+	require.Equal(t, nats.Header{HdrMsgID: {"log:d:5"}, HdrEventID: {"evt-1"}}, e.Header(ReplayedLog, nil))
 }
 
 // TestEnvelopeRoundTrip publishes an envelope as every kind and decodes the
@@ -98,6 +107,7 @@ func TestEnvelopeHeaderLeavesUnsetFieldsOut(t *testing.T) {
 // stored).
 func TestEnvelopeRoundTrip(t *testing.T) {
 	t.Parallel()
+	seal := testSeal(t, 1)
 	stored := time.Date(2025, 3, 2, 8, 0, 0, 0, time.UTC)
 	const newSeq = 500
 	subject := KeyedSubject("orders", "customer 42")
@@ -122,8 +132,9 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 			if tt.kind == Produced {
 				in.Attempt, in.Origin, in.Published = 0, 0, time.Time{}
 			}
-			m := in.Msg(tt.kind, "relay.in.orders."+KeyToken(in.Key))
-			out, err := Decode(subject, newSeq, stored, m.Header, m.Data)
+			m := in.Msg(tt.kind, "relay.in.orders."+KeyToken(in.Key), seal)
+			require.Equal(t, tt.kind != Produced, m.Header.Get(HdrSeal) != "", "relay's publishes are sealed, a producer's not")
+			out, err := Decode(subject, newSeq, stored, m.Header, m.Data, seal)
 			require.NoError(t, err)
 			require.Equal(t, "evt-1", out.ID)
 			require.Equal(t, "orders", out.Dest)
@@ -136,18 +147,21 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 			require.Equal(t, stored, out.Stored)
 			require.Equal(t, subject, out.Subject)
 			require.Equal(t, own, OwnHeader(out.Headers))
+			require.Nil(t, out.Unsealed)
 			require.Equal(t, []byte(`{"n":1}`), out.Body)
 			require.Equal(t, tt.msgIDAfter, out.Headers.Get(HdrMsgID))
 			if tt.kind == Promoted {
 				// A copy promoted again keeps its retry state and dedup id.
-				require.Equal(t, m.Header, out.Header(Promoted))
+				require.Equal(t, m.Header, out.Header(Promoted, seal))
 			}
 		})
 	}
 }
 
+// TestDecodeTable: what Decode reads from a message of relay's own (sealed).
 func TestDecodeTable(t *testing.T) {
 	t.Parallel()
+	seal := testSeal(t, 1)
 	stored := time.UnixMilli(1_700_000_000_123).UTC()
 	pub := "2025-03-01T11:00:00.000000005Z"
 	pubT, _ := time.Parse(time.RFC3339Nano, pub)
@@ -183,8 +197,14 @@ func TestDecodeTable(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e, err := Decode("relay.in.orders", 42, stored, tt.h, []byte("b"))
+			h := nats.Header{}
+			for k, vs := range tt.h {
+				h[k] = vs
+			}
+			seal.seal(h)
+			e, err := Decode("relay.in.orders", 42, stored, h, []byte("b"), seal)
 			require.NoError(t, err)
+			require.Nil(t, e.Unsealed)
 			require.Equal(t, tt.id, e.ID)
 			require.Equal(t, tt.copied, e.Copied)
 			require.Equal(t, tt.attempt, e.Attempt)
@@ -193,11 +213,101 @@ func TestDecodeTable(t *testing.T) {
 			require.Equal(t, tt.key, e.Key)
 			require.Equal(t, "orders", e.Dest)
 			require.Equal(t, []byte("b"), e.Body)
-			require.Equal(t, tt.h, e.Headers, "the stored headers are kept as they are")
+			require.Equal(t, h, e.Headers, "the stored headers are kept as they are")
 		})
 	}
-	_, err := Decode("relay.dlq.orders.x.y.z", 1, stored, nil, nil)
+	_, err := Decode("relay.dlq.orders.x.y.z", 1, stored, nil, nil, seal)
 	require.ErrorContains(t, err, "not a relay event subject")
+}
+
+// TestDecodeDropsRelaysHeadersWithoutItsSeal: a message without relay's
+// valid seal is a producer's, whatever its headers say: of relay's headers
+// it keeps Relay-Event-Id and Relay-Order-Key, and the others (the
+// attempts made, the origin, the publish time, the wait, the type, a
+// fan-out's destinations, a seal that does not hold) are dropped, from
+// Headers too, and named in Unsealed. Nothing it says makes it a copy.
+func TestDecodeDropsRelaysHeadersWithoutItsSeal(t *testing.T) {
+	t.Parallel()
+	seal := testSeal(t, 1)
+	stored := time.UnixMilli(1_700_000_000_123).UTC()
+	forged := func() nats.Header {
+		return nats.Header{
+			HdrMsgID: {"park:evt-1:3@10"}, HdrEventID: {"evt-1"}, HdrKey: {"k"}, "X-Own": {"x"},
+			HdrAttempt: {"999999"}, HdrOrigin: {"5"}, HdrPublished: {"2020-01-01T00:00:00Z"},
+			HdrNotBefore: {"2999-01-01T00:00:00Z"}, HdrType: {"order.paid"}, HdrFanDests: {"a,b"},
+			"relay-attempt": {"7"}, "Relay-Reason": {"x"},
+		}
+	}
+	relays := []string{HdrAttempt, HdrOrigin, HdrPublished, HdrNotBefore, HdrType, HdrFanDests, "relay-attempt", "Relay-Reason"}
+	sealedThen := func(edit func(nats.Header)) nats.Header {
+		h := forged()
+		seal.seal(h)
+		edit(h)
+		return h
+	}
+	for _, tt := range []struct {
+		name  string
+		h     nats.Header
+		seal  *Seal
+		extra []string // dropped besides relays
+	}{
+		{"no seal", forged(), seal, nil},
+		{"no seal to check with", sealedThen(func(nats.Header) {}), nil, []string{HdrSeal}},
+		{"another secret's seal", func() nats.Header { h := forged(); testSeal(t, 2).seal(h); return h }(), seal, []string{HdrSeal}},
+		{"a value changed after sealing", sealedThen(func(h nats.Header) { h.Set(HdrAttempt, "999998") }), seal, []string{HdrSeal}},
+		{"the dedup id changed after sealing", sealedThen(func(h nats.Header) { h.Set(HdrMsgID, "park:evt-1:4@10") }), seal, []string{HdrSeal}},
+		{"the event id changed after sealing", sealedThen(func(h nats.Header) { h.Set(HdrEventID, "evt-2") }), seal, []string{HdrSeal}},
+		{"a seal too short", sealedThen(func(h nats.Header) { h.Set(HdrSeal, h.Get(HdrSeal)[1:]) }), seal, []string{HdrSeal}},
+		{"a seal not base64", sealedThen(func(h nats.Header) { h.Set(HdrSeal, "!"+h.Get(HdrSeal)[1:]) }), seal, []string{HdrSeal}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			given := nats.Header{}
+			for k, vs := range tt.h {
+				given[k] = vs
+			}
+			e, err := Decode("relay.in.orders", 42, stored, tt.h, []byte("b"), tt.seal)
+			require.NoError(t, err)
+			require.Equal(t, given.Get(HdrEventID), e.ID, "Relay-Event-Id is a producer's to set")
+			require.Equal(t, "k", e.Key)
+			require.False(t, e.Copied, "a dedup id of relay's does not make a copy")
+			require.Zero(t, e.Attempt)
+			require.Equal(t, uint64(42), e.Origin)
+			require.Equal(t, stored, e.Published)
+			require.Zero(t, e.NotBefore)
+			require.Empty(t, e.Type)
+			require.Nil(t, e.Dests)
+			require.ElementsMatch(t, append(relays, tt.extra...), e.Unsealed)
+			require.Equal(t, nats.Header{HdrMsgID: given[HdrMsgID], HdrEventID: given[HdrEventID], HdrKey: {"k"}, "X-Own": {"x"}}, e.Headers)
+			require.Equal(t, given, tt.h, "the message's own headers are left as they were")
+		})
+	}
+
+	// A producer's message without relay's headers is read as it is, its
+	// headers not copied.
+	h := nats.Header{HdrMsgID: {"pub:01"}, HdrEventID: {"evt-1"}, HdrKey: {"k"}, "X-Own": {"x"}, "Nats-Expected-Stream": {"RELAY_EVENTS"}}
+	e, err := Decode("relay.in.orders", 42, stored, h, nil, seal)
+	require.NoError(t, err)
+	require.Nil(t, e.Unsealed)
+	h["X-Later"] = []string{"y"}
+	require.Equal(t, "y", e.Headers.Get("X-Later"), "the same map")
+}
+
+// Every publish of relay's is sealed, and its seal holds for its headers
+// only; a producer's publish is not sealed.
+func TestSealSealsRelaysPublishesOnly(t *testing.T) {
+	t.Parallel()
+	seal := testSeal(t, 1)
+	e := fullEnvelope()
+	e.Type, e.NotBefore, e.Dests = "order.paid", time.Now(), []string{"a", "b"}
+	for _, k := range []Kind{Produced, Promoted, ReplayedDeadLetter, ReplayedLog, Routed, Laned, Fanned, Split} {
+		h := e.Header(k, seal)
+		require.Equal(t, k != Produced, seal.Valid(h), k.String())
+		require.False(t, testSeal(t, 2).Valid(h), "another secret's seal: %s", k)
+		require.False(t, (*Seal)(nil).Valid(h), k.String())
+		require.Empty(t, e.Header(k, nil).Get(HdrSeal), "no seal without one: %s", k)
+	}
+	_, err := NewSeal(make([]byte, MinSealKey-1))
+	require.ErrorContains(t, err, "too short")
 }
 
 func TestEnvelopeHTTPHeader(t *testing.T) {
@@ -226,11 +336,17 @@ func TestEnvelopeCarriesTheType(t *testing.T) {
 	e := fullEnvelope()
 	e.Type = "order.created"
 	stored := time.Date(2025, 3, 2, 8, 0, 0, 0, time.UTC)
+	seal := testSeal(t, 1)
 	for _, k := range []Kind{Produced, Promoted, ReplayedDeadLetter, ReplayedLog, Routed} {
-		h := e.Header(k)
+		h := e.Header(k, seal)
 		require.Equal(t, "order.created", h.Get(HdrType), k.String())
-		out, err := Decode("relay.in.orders", 9, stored, h, nil)
+		out, err := Decode("relay.in.orders", 9, stored, h, nil, seal)
 		require.NoError(t, err)
+		if k == Produced {
+			// Only relay types an event for a destination.
+			require.Empty(t, out.Type, k.String())
+			continue
+		}
 		require.Equal(t, "order.created", out.Type, k.String())
 	}
 
@@ -241,7 +357,7 @@ func TestEnvelopeCarriesTheType(t *testing.T) {
 		Stored: stored, Origin: 12, Published: stored, Headers: h, Body: []byte("{}")}, typed)
 	typed.Dest = "billing"
 	require.Equal(t, "route:12:billing", typed.MsgID(Routed))
-	c := typed.Header(Routed)
+	c := typed.Header(Routed, nil)
 	require.Equal(t, nats.Header{HdrMsgID: {"route:12:billing"}, HdrEventID: {"evt-9"}, HdrKey: {"customer 42"}, HdrType: {"order.created"},
 		HdrPublished: {stored.Format(time.RFC3339Nano)}, "X-Trace": {"t"}}, c)
 
@@ -252,7 +368,7 @@ func TestEnvelopeCarriesTheType(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "evt-9", typed.ID)
 	typed.Dest = "billing"
-	require.Equal(t, "evt-9", typed.Header(Routed).Get(HdrEventID))
+	require.Equal(t, "evt-9", typed.Header(Routed, nil).Get(HdrEventID))
 
 	noID, err := DecodeTyped(TypeSubject("a"), 3, stored, nil, nil)
 	require.NoError(t, err)

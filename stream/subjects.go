@@ -230,6 +230,7 @@ const (
 	HdrOrigin    = "Relay-Origin-Seq" // stream sequence of the message a republished event first came in as
 	HdrFanDests  = "Relay-Fan-Dests"  // the shared destinations a fan-out message is for, comma-separated
 	HdrNotBefore = "Relay-Not-Before" // RFC 3339 time before which a Split copy is not attempted
+	HdrSeal      = "Relay-Seal"       // relay's seal of its republishes' headers (see Seal)
 
 	// Dead-letter headers.
 	HdrFirst      = "Relay-First-Attempt" // RFC 3339 time of the first attempt
@@ -260,6 +261,11 @@ const HdrPending = "Nats-Pending-Messages"
 // IsContractHeader reports whether a header belongs to NATS or relay rather
 // than to the event (such headers are not passed on to destinations).
 func IsContractHeader(name string) bool {
-	l := strings.ToLower(name)
-	return strings.HasPrefix(l, "nats-") || strings.HasPrefix(l, "relay-")
+	return hasPrefixFold(name, "nats-") || hasPrefixFold(name, "relay-")
+}
+
+// hasPrefixFold is strings.HasPrefix without regard to case (and without
+// allocating: this runs for every header of every delivery).
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }

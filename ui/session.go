@@ -10,8 +10,6 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -28,28 +26,7 @@ const sessionSecretKey = "ui-session-secret"
 
 // loadSecret returns the session secret, creating it if none exists.
 func loadSecret(ctx context.Context, js jetstream.JetStream) ([]byte, error) {
-	kv, err := js.KeyValue(ctx, stream.StateBucket)
-	if err != nil {
-		return nil, fmt.Errorf("open bucket %s: %w", stream.StateBucket, err)
-	}
-	for range 3 {
-		e, err := kv.Get(ctx, sessionSecretKey)
-		if err == nil && len(e.Value()) == 32 {
-			return e.Value(), nil
-		}
-		if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-			return nil, fmt.Errorf("read the dashboard's session secret: %w", err)
-		}
-		secret := make([]byte, 32)
-		_, _ = rand.Read(secret)
-		if _, err := kv.Create(ctx, sessionSecretKey, secret); err == nil {
-			return secret, nil
-		} else if !errors.Is(err, jetstream.ErrKeyExists) {
-			return nil, fmt.Errorf("store the dashboard's session secret: %w", err)
-		}
-		// Another replica created it first: read theirs.
-	}
-	return nil, errors.New("cannot agree on the dashboard's session secret with the other replicas")
+	return stream.LoadSecret(ctx, js, sessionSecretKey, "the dashboard's session secret")
 }
 
 // session is what a session cookie holds, sealed: the API key the user
