@@ -175,10 +175,10 @@ func TestRateLimitHoldsAndSparesOthers(t *testing.T) {
 	free := newSink(t, nil)
 	e.addDest(relay.Destination{Name: "slow", URL: limited.URL, RateLimit: 50, Concurrency: 16})
 	e.addDest(relay.Destination{Name: "fast", URL: free.URL, Concurrency: 16})
-	e.startRelay()
 	// A backlog of 20 seconds at the limit: the other destination's 500
-	// events, published after it, are delivered long before it drains,
-	// however slowly a loaded machine publishes them.
+	// events, published after it, are delivered long before it drains.
+	// Both are published before relay starts, so that a loaded machine's
+	// slow publishing does not eat into the limited one's 20 seconds.
 	const slow = 1000
 	for range slow {
 		e.publish("slow", "", `{}`)
@@ -186,6 +186,7 @@ func TestRateLimitHoldsAndSparesOthers(t *testing.T) {
 	for range 500 {
 		e.publish("fast", "", `{}`)
 	}
+	e.startRelay()
 	eventually(t, 20*time.Second, func() bool { return len(free.delivered()) == 500 }, "the other destination is not held back")
 	require.Less(t, len(limited.delivered()), slow, "the limited one is still going when the other is done")
 	eventually(t, time.Minute, func() bool { return len(limited.delivered()) == slow }, "limited deliveries done")

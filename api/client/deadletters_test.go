@@ -88,6 +88,9 @@ func TestDeadLetters(t *testing.T) {
 	raw, err := e.read.DeadLetterBody(ctx, l.Seq)
 	require.NoError(t, err)
 	require.Equal(t, `{"n":1}`, string(raw), "the bytes published")
+	// The event's body is found through its attempt's record, which the
+	// delivery log writes moments after the dead letter.
+	e.waitAttempts(AttemptQuery{EventID: "evt-json"}, 1)
 	raw, err = e.read.EventBody(ctx, "evt-json")
 	require.NoError(t, err)
 	require.Equal(t, `{"n":1}`, string(raw))
