@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"regexp"
 	"strings"
 	"time"
 
@@ -100,13 +101,14 @@ func CompileFilter(src string) (*Filter, error) {
 	}
 	f := &Filter{}
 	uses := &usesVisitor{f: f}
+	bounds := &boundsVisitor{}
 	opts := []expr.Option{
 		expr.Env(filterEnv{}),
 		expr.AsBool(),
 		expr.MaxNodes(maxFilterNodes),
 		expr.Patch(nilSafe{}),
 		expr.Patch(uses),
-		expr.Patch(boundsVisitor{}),
+		expr.Patch(bounds),
 	}
 	for op, name := range nilSafeCompare {
 		opts = append(opts, expr.Function(name, compareFunc(op), new(func(any, any) bool)))
@@ -118,6 +120,14 @@ func CompileFilter(src string) (*Filter, error) {
 		return nil, fmt.Errorf("filter does not compile: %s", err.Error())
 	}
 	f.prog = prog
+	for _, p := range bounds.patterns {
+		if len(p) > maxFilterPattern {
+			return nil, fmt.Errorf("filter does not compile: a matches pattern is %d bytes; the limit is %d", len(p), maxFilterPattern)
+		}
+		if _, err := regexp.Compile(p); err != nil {
+			return nil, fmt.Errorf("filter does not compile: matches %q: %v", p, err)
+		}
+	}
 	// A filter past its bounds on a small event would be past them on
 	// every event: refused now, not when events come.
 	if _, err := f.Match(context.Background(), sampleFilterEvent); errors.Is(err, errFilterBounds) {

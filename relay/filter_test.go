@@ -212,3 +212,31 @@ func TestFilterRefusesBeforeBuilding(t *testing.T) {
 		require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(48<<20), src)
 	}
 }
+
+// matches is under the bounds too: a pattern built from the event or by
+// the filter is bounded in size, each match looks at the clock, and a
+// constant pattern that does not compile is refused when saved. (A
+// reviewer's filter compiled a 1 MB pattern a thousand times, 251 GB, in
+// 15 minutes, and was accepted.)
+func TestFilterMatchesIsBounded(t *testing.T) {
+	t.Parallel()
+	_, err := CompileFilter(`let p = repeat("(a|b)", 200000); count(1..1000, {body matches p}) >= 0`)
+	require.ErrorContains(t, err, "filter is refused")
+	require.ErrorContains(t, err, "a matches pattern is 1000000 bytes; the limit is 4096")
+	_, err = CompileFilter(`data.region matches "[("`)
+	require.ErrorContains(t, err, "filter does not compile: matches \"[(\"")
+
+	// A constant pattern over a large body, many times: stopped by the
+	// clock, not after the whole loop.
+	f, err := CompileFilter(`count(1..200, {body matches "(x|y)*z"}) >= 0`)
+	require.NoError(t, err)
+	_, err = f.Match(context.Background(), filterEvent{body: []byte(strings.Repeat("x", 1<<20))})
+	require.ErrorIs(t, err, errFilterBounds)
+	require.ErrorContains(t, err, "longer than 1s")
+
+	ok, err := CompileFilter(`data.region matches "^e" && "x" matches data.p`)
+	require.NoError(t, err)
+	got, err := ok.Match(context.Background(), filterEvent{body: []byte(`{"region":"eu","p":"^x$"}`)})
+	require.NoError(t, err)
+	require.True(t, got)
+}

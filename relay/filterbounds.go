@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"regexp"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -30,8 +31,11 @@ func (filterBoundsError) Is(target error) bool { return target == errFilterBound
 // one evaluation, on one goroutine.
 type filterBudget struct {
 	steps, built int
-	deadline     time.Time
-	done         <-chan struct{} // a shutdown
+	// regexps are the patterns of matches compiled so far in this
+	// evaluation (at most maxFilterRegexps).
+	regexps  map[string]*regexp.Regexp
+	deadline time.Time
+	done     <-chan struct{} // a shutdown
 	// over: a bound was passed; stopped: done was closed.
 	over, stopped bool
 }
@@ -82,6 +86,7 @@ func (b *filterBudget) charge(v any) error {
 // The functions boundsVisitor calls. Their first argument is the
 // evaluation's budget (filterEnv.Budget).
 const (
+	fnMatches   = "__relay_matches"
 	fnStep      = "__relay_step"
 	fnCharge    = "__relay_charge"
 	fnChargeStr = "__relay_charge_str"
@@ -90,10 +95,13 @@ const (
 
 // boundsVisitor puts a filter under its bounds: the body of every
 // predicate first takes a step, and every call and + whose result can be
-// large is charged.
-type boundsVisitor struct{}
+// large is charged. It notes the constant patterns of matches, which
+// CompileFilter checks.
+type boundsVisitor struct {
+	patterns []string
+}
 
-func (boundsVisitor) Visit(node *ast.Node) {
+func (v *boundsVisitor) Visit(node *ast.Node) {
 	switch n := (*node).(type) {
 	case *ast.PredicateNode:
 		n.Node = &ast.SequenceNode{Nodes: []ast.Node{budgetCall(fnStep), n.Node}}
@@ -105,10 +113,60 @@ func (boundsVisitor) Visit(node *ast.Node) {
 	case *ast.BuiltinNode:
 		chargeNode(node)
 	case *ast.BinaryNode:
-		if n.Operator == "+" {
+		switch n.Operator {
+		case "+":
 			chargeNode(node)
+		case "matches":
+			// A regular expression's match runs over the whole string,
+			// and one not constant is compiled at each evaluation: each
+			// looks at the clock, and a pattern's size is bounded.
+			if p, ok := n.Right.(*ast.StringNode); ok {
+				v.patterns = append(v.patterns, p.Value)
+			}
+			ast.Patch(node, budgetCall(fnMatches, n.Left, n.Right))
 		}
 	}
+}
+
+// Bounds of matches.
+const (
+	// maxFilterPattern bounds a regular expression's source, in bytes.
+	maxFilterPattern = 4096
+	// maxFilterRegexps bounds the patterns one evaluation compiles.
+	maxFilterRegexps = 16
+)
+
+// matches is s matches pattern, under b: the clock and a shutdown looked
+// at first, the pattern bounded in size and compiled once per evaluation.
+func (b *filterBudget) matches(s, pattern any) (bool, error) {
+	str, ok1 := s.(string)
+	pat, ok2 := pattern.(string)
+	if !ok1 || !ok2 {
+		return false, fmt.Errorf("matches needs two strings, not %T and %T", s, pattern)
+	}
+	if err := b.check(); err != nil {
+		return false, err
+	}
+	re := b.regexps[pat]
+	if re == nil {
+		if len(pat) > maxFilterPattern {
+			b.over = true
+			return false, filterBoundsError(fmt.Sprintf("a matches pattern is %d bytes; the limit is %d", len(pat), maxFilterPattern))
+		}
+		if len(b.regexps) >= maxFilterRegexps {
+			b.over = true
+			return false, filterBoundsError(fmt.Sprintf("the filter compiled more than %d patterns of matches on this event", maxFilterRegexps))
+		}
+		var err error
+		if re, err = regexp.Compile(pat); err != nil {
+			return false, err
+		}
+		if b.regexps == nil {
+			b.regexps = map[string]*regexp.Regexp{}
+		}
+		b.regexps[pat] = re
+	}
+	return re.MatchString(str), nil
 }
 
 // chargeNode wraps the call at node in a charge of its result, unless the
@@ -141,6 +199,9 @@ func budgetCall(fn string, args ...ast.Node) *ast.CallNode {
 func boundedFunctions() []expr.Option {
 	budget := func(v any) *filterBudget { return v.(*filterBudget) }
 	opts := []expr.Option{
+		expr.Function(fnMatches, func(args ...any) (any, error) {
+			return budget(args[0]).matches(args[1], args[2])
+		}, new(func(*filterBudget, any, any) bool)),
 		expr.Function(fnStep, func(args ...any) (any, error) {
 			return true, budget(args[0]).step()
 		}, new(func(*filterBudget) bool)),

@@ -253,9 +253,29 @@ func (b *BodyTemplate) render(ctx context.Context, ev TemplateEvent, limit int, 
 		case errors.Is(err, errRenderBuilt):
 			return nil, renderBoundsError{errRenderBuilt}
 		}
-		return nil, err
+		return nil, withoutAction(err)
 	}
 	return w.buf.Bytes(), nil
+}
+
+// withoutAction is err, a template's execution error, without the action
+// that failed ("executing "body" at <join "key" .Data.items>: "): the
+// action quotes the template's text, its literals too, and the error is
+// logged and kept in the dead letter, which read keys see, while the
+// template may hold a credential and is shown to admin keys only. The
+// position (body:1:37) says where it is.
+func withoutAction(err error) error {
+	msg := err.Error()
+	const at = `executing "body" at <`
+	i := strings.Index(msg, at)
+	if i < 0 {
+		return err
+	}
+	j := strings.LastIndex(msg[i:], ">: ")
+	if j < 0 {
+		return errors.New(msg[:i] + "executing the template failed")
+	}
+	return errors.New(msg[:i] + msg[i+j+len(">: "):])
 }
 
 // renderWriter collects a rendering, and ends it past its limits.
@@ -514,6 +534,18 @@ func printfFunc(st *renderState, format string, args ...any) (string, error) {
 	}
 	if largest > 0 && verbs > MaxRenderedBody/largest {
 		return "", errBuiltTooLarge
+	}
+	// fmt pads every element of a list or map to a width: a width counts
+	// once per value printed.
+	if widths > 0 {
+		leaves := 0
+		for _, a := range args {
+			leaves += valueLeaves(a, MaxRenderedBody)
+		}
+		if leaves > MaxRenderedBody/widths {
+			return "", errBuiltTooLarge
+		}
+		widths *= max(leaves, 1)
 	}
 	if err := st.reserve(len(format) + widths + verbs*largest); err != nil {
 		return "", err

@@ -430,3 +430,31 @@ func TestEnvelopeTemplateOfTheDocs(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, `{"type": "order.paid", "id": "evt-1", "timestamp": "2026-03-04T05:06:07Z", "data": {"amount":150}}`, strings.TrimSuffix(out, "\n"), "as the doc shows it (a file's last newline is sent too)")
 }
+
+// A printf width pads every element of a list or map: %1000v of a list of
+// 110,000 numbers is 110 MB, refused before it is built (a reviewer saw
+// 360 MB built before the check).
+func TestBodyTemplatePrintfWidthCountsEachElement(t *testing.T) {
+	t.Parallel()
+	list := NewTemplateEvent("e1", "", "", "d", tmplTime, []byte("["+strings.Repeat("0,", 110_000)+"0]"), nil)
+	_, err := mustCompile(t, `{{printf "%1000v" .Data}}`).Render(context.Background(), list)
+	require.ErrorIs(t, err, errRenderBounds)
+	require.ErrorContains(t, err, "a string the template builds is over the limit")
+	out, err := mustCompile(t, `{{printf "%5v|" .Data}}`).Render(context.Background(), operatorEvent(`[1,2]`))
+	require.NoError(t, err)
+	require.Equal(t, "[    1     2]|", string(out))
+}
+
+// A template's error names where it failed, never the action's text: the
+// action quotes the template, which may hold a credential and is shown to
+// admin keys only, while the error goes to the log and the dead letter.
+func TestBodyTemplateErrorDoesNotQuoteTheTemplate(t *testing.T) {
+	t.Parallel()
+	b := mustCompile(t, `{"auth":"{{"sk_live_9f8e7d"}}","v":{{join "sk_live_9f8e7d" .Data.items}}}`)
+	_, err := b.Render(context.Background(), operatorEvent(`{"items":{"a":1}}`))
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "sk_live")
+	require.Equal(t, "template: body:1:37: error calling join: join: map is not a list", err.Error())
+	_, err = mustCompile(t, `{{.Data.reason}}`).Render(context.Background(), operatorEvent(`{}`))
+	require.EqualError(t, err, `template: body:1:7: map has no entry for key "reason"`)
+}

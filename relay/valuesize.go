@@ -22,6 +22,52 @@ func valueSize(v any, limit int) (int, bool) {
 
 type sizer struct {
 	n, limit int
+	// leaves counts the values that are not lists, maps or structs: what a
+	// printf width pads, each.
+	leaves int
+}
+
+// valueLeaves counts the values in v that are not lists, maps or structs
+// (a []byte is one), stopping past limit.
+func valueLeaves(v any, limit int) int {
+	s := sizer{limit: 1 << 62}
+	s.countLeaves(reflect.ValueOf(v), limit)
+	return s.leaves
+}
+
+func (s *sizer) countLeaves(v reflect.Value, limit int) {
+	if s.leaves > limit {
+		return
+	}
+	switch v.Kind() {
+	case reflect.Interface, reflect.Pointer:
+		if !v.IsNil() {
+			s.countLeaves(v.Elem(), limit)
+			return
+		}
+	case reflect.Slice, reflect.Array:
+		if v.Type().Elem().Kind() != reflect.Uint8 {
+			for i := 0; i < v.Len() && s.leaves <= limit; i++ {
+				s.countLeaves(v.Index(i), limit)
+			}
+			return
+		}
+	case reflect.Map:
+		it := v.MapRange()
+		for it.Next() && s.leaves <= limit {
+			s.countLeaves(it.Key(), limit)
+			s.countLeaves(it.Value(), limit)
+		}
+		return
+	case reflect.Struct:
+		if v.Type() != timeType {
+			for i := 0; i < v.NumField() && s.leaves <= limit; i++ {
+				s.countLeaves(v.Field(i), limit)
+			}
+			return
+		}
+	}
+	s.leaves++
 }
 
 // Sizes of what has no length of its own.
