@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/dlq"
-	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/opevent"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -216,7 +216,7 @@ func TestDeadLettersReplay(t *testing.T) {
 	require.Equal(t, stream.InSubject("other", ""), raw.Subject)
 	done, err := s.GetMsg(ctx, e.lastSeq())
 	require.NoError(t, err)
-	require.Equal(t, stream.TypeSubject(relay.OpReplayFinished), done.Subject)
+	require.Equal(t, stream.TypeSubject(opevent.ReplayFinished), done.Subject)
 	require.JSONEq(t, `"api"`, mustField(t, done.Data, "by"))
 
 	// By filter: the malformed one is skipped and stays.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/opevent"
 	"github.com/relaydev/relay/relay"
 )
 
@@ -41,9 +42,9 @@ func TestReplayFinishedIsAnOperatorEvent(t *testing.T) {
 	var body map[string]any
 	eventually(t, 30*time.Second, func() bool {
 		for _, h := range s.all() {
-			if h.Header.Get("Relay-Event-Type") == relay.OpReplayFinished {
+			if h.Header.Get("Relay-Event-Type") == opevent.ReplayFinished {
 				require.NoError(t, json.Unmarshal([]byte(h.Body), &body))
-				require.True(t, strings.HasPrefix(h.ID, relay.OpReplayFinished+":"), h.ID)
+				require.True(t, strings.HasPrefix(h.ID, opevent.ReplayFinished+":"), h.ID)
 				return true
 			}
 		}

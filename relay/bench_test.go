@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/opevent"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/webhook"
 
@@ -180,7 +181,7 @@ func BenchmarkTemplateRender(b *testing.B) {
 		b.Fatal(err)
 	}
 	body := []byte(`{"dest":"orders","at":"2026-12-02T01:02:03Z","paused_until":"2026-12-02T02:02:03Z","trips":1,"threshold":5}`)
-	ev := NewTemplateEvent("relay.destination.breaker_opened:orders:1:1", OpBreakerOpened, "", "slack", time.Now(), body, nil)
+	ev := NewTemplateEvent("relay.destination.breaker_opened:orders:1:1", opevent.BreakerOpened, "", "slack", time.Now(), body, nil)
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := tmpl.Render(context.Background(), ev); err != nil {

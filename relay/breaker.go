@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relaydev/relay/opevent"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -77,8 +78,8 @@ func (r *Relay) affect(d Destination, dec Decision, probing bool, eventID string
 	case Disabled:
 		if r.pause(d, Forever, PauseGone) && emit {
 			now := r.cfg.Now()
-			r.emitOp(OpEvent{Type: OpDisabled, ID: opID(OpDisabled, d.Name, PauseGone, millis(now)),
-				Data: disabled{Dest: d.Name, At: now.UTC(), Reason: PauseGone, EventID: eventID}})
+			r.emitOp(opevent.Event{Type: opevent.Disabled, ID: opevent.ID(opevent.Disabled, d.Name, PauseGone, opevent.Millis(now)),
+				Data: opevent.DisabledBody{Dest: d.Name, At: now.UTC(), Reason: PauseGone, EventID: eventID}})
 		}
 		r.log.Error("destination answered 410 Gone: disabled until 'relay dest resume'", "dest", d.Name, "event_id", eventID)
 	}
@@ -114,8 +115,8 @@ func (r *Relay) openCircuit(name string, emit bool) {
 	r.cfg.Metrics.paused(name, PauseCircuitOpen)
 	r.log.Warn("circuit open: destination paused after consecutive failures", "dest", name, "until", d.PausedUntil, "trips", d.BreakerTrips)
 	if emit {
-		r.emitOp(OpEvent{Type: OpBreakerOpened, ID: opID(OpBreakerOpened, name, strconv.Itoa(d.BreakerTrips), millis(d.PausedUntil)),
-			Data: breakerOpened{Dest: name, At: now.UTC(), PausedUntil: d.PausedUntil.UTC(), Trips: d.BreakerTrips, Threshold: d.BreakerThreshold}})
+		r.emitOp(opevent.Event{Type: opevent.BreakerOpened, ID: opevent.ID(opevent.BreakerOpened, name, strconv.Itoa(d.BreakerTrips), opevent.Millis(d.PausedUntil)),
+			Data: opevent.BreakerOpenedBody{Dest: name, At: now.UTC(), PausedUntil: d.PausedUntil.UTC(), Trips: d.BreakerTrips, Threshold: d.BreakerThreshold}})
 	}
 }
 
@@ -133,7 +134,7 @@ func (r *Relay) closeCircuit(name string, emit bool) {
 		r.log.Info("circuit closed: the probe succeeded", "dest", name)
 		if emit {
 			now := r.cfg.Now()
-			r.emitOp(OpEvent{Type: OpBreakerClosed, ID: opID(OpBreakerClosed, name, millis(now)), Data: breakerClosed{Dest: name, At: now.UTC()}})
+			r.emitOp(opevent.Event{Type: opevent.BreakerClosed, ID: opevent.ID(opevent.BreakerClosed, name, opevent.Millis(now)), Data: opevent.BreakerClosedBody{Dest: name, At: now.UTC()}})
 		}
 	} else if !errors.Is(err, errNoChange) {
 		r.log.Error("cannot close the circuit", "dest", name, "err", err)

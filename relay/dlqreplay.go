@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/opevent"
 )
 
 // DeadLetterReplay is a replay of dead letters, as 'relay dlq replay' and
@@ -123,7 +124,7 @@ func ReplayDeadLetters(ctx context.Context, r DeadLetterReplay) (ReplayReport, e
 	if r.Now != nil {
 		now = r.Now
 	}
-	rep.EventErr = PublishOpEvent(ctx, r.JS, OpEvent{Type: OpReplayFinished, ID: NewReplayID(), Data: ReplayFinished{
+	rep.EventErr = opevent.Publish(ctx, r.JS, opevent.Event{Type: opevent.ReplayFinished, ID: opevent.NewReplayID(), Data: opevent.ReplayFinishedBody{
 		At: now().UTC(), By: r.By, Dest: r.Filter.Dest, ToDest: r.Options.ToDest, Matched: rep.Matched,
 		Replayed: rep.Replayed, Duplicates: rep.Duplicates, Skipped: len(rep.Skipped), Failed: len(rep.Failed)}})
 	return rep, nil

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/opevent"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/streamtest"
 )
@@ -91,10 +92,10 @@ func TestReplayDeadLettersCountsAndTellsOnce(t *testing.T) {
 	require.Equal(t, 1, rep.Duplicates)
 	require.Len(t, rep.Skipped, 1)
 	require.Empty(t, rep.Failed)
-	done := storedOpEvents(t, f.js)[OpReplayFinished]
+	done := storedOpEvents(t, f.js)[opevent.ReplayFinished]
 	require.Len(t, done, 1)
 	delete(done[0], "_id")
-	require.Equal(t, map[string]any{"type": OpReplayFinished, "at": "2026-05-06T07:08:09Z", "by": "test", "dest": "a", "to_dest": "c",
+	require.Equal(t, map[string]any{"type": opevent.ReplayFinished, "at": "2026-05-06T07:08:09Z", "by": "test", "dest": "a", "to_dest": "c",
 		"matched": float64(3), "replayed": float64(2), "duplicates": float64(1), "skipped": float64(1), "failed": float64(0)}, done[0])
 
 	// b1, replayed before: nothing new published, nothing told.
@@ -105,7 +106,7 @@ func TestReplayDeadLettersCountsAndTellsOnce(t *testing.T) {
 	rep, err = ReplayDeadLetters(ctx, DeadLetterReplay{Letters: f.letters, JS: f.js, By: "test", Filter: dlq.Filter{Seqs: []uint64{b1.Seq}}})
 	require.NoError(t, err)
 	require.Equal(t, 1, rep.Duplicates)
-	require.Len(t, storedOpEvents(t, f.js)[OpReplayFinished], 1, "a replay of duplicates only tells nothing")
+	require.Len(t, storedOpEvents(t, f.js)[opevent.ReplayFinished], 1, "a replay of duplicates only tells nothing")
 }
 
 // A letter whose replay fails ends a replay with StopOnFailure, with an
@@ -134,7 +135,7 @@ func TestReplayDeadLettersOnFailure(t *testing.T) {
 	require.Len(t, rep.Failed, 1)
 	require.Equal(t, gone.Seq, rep.Failed[0].Seq)
 	require.Contains(t, rep.Failed[0].Detail, "no longer holds it")
-	done := storedOpEvents(t, f.js)[OpReplayFinished]
+	done := storedOpEvents(t, f.js)[opevent.ReplayFinished]
 	require.Len(t, done, 1)
 	require.Equal(t, float64(1), done[0]["failed"])
 	require.Equal(t, float64(1), done[0]["replayed"])

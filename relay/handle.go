@@ -15,6 +15,7 @@ import (
 
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/failpoint"
+	"github.com/relaydev/relay/opevent"
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/stream"
 )
@@ -291,7 +292,7 @@ func (r *Relay) execute(ctx context.Context, msg delivered, ev *event, mark *par
 	// back. After act, a failure's bookkeeping (its history in the attempt
 	// log) delays it, and failures held up together by a slow write would
 	// arrive back to back, "consecutive".
-	r.affect(in.Dest, dec, in.Probing, ev.id, !IsOpEvent(ev.hdr.Get(stream.HdrType)))
+	r.affect(in.Dest, dec, in.Probing, ev.id, !opevent.Is(ev.hdr.Get(stream.HdrType)))
 	out.Err = r.act(ctx, msg, *ev, in.Attempt, mark, &out)
 	r.logOutcome(out)
 	r.recordOutcome(ev, in.Dest, &out, in.Sent)

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/opevent"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/streamtest"
 )
@@ -43,7 +44,7 @@ func (f *logFixture) opHits(dest, typ string, n int) []sinkHit {
 func storedOpEvents(t *testing.T, js jetstream.JetStream) map[string][]map[string]any {
 	t.Helper()
 	out := map[string][]map[string]any{}
-	err := stream.Read(context.Background(), js, stream.EventsStream, stream.ReadOptions{Filters: []string{stream.TypeSubject(OpPrefix + ">")}},
+	err := stream.Read(context.Background(), js, stream.EventsStream, stream.ReadOptions{Filters: []string{stream.TypeSubject(opevent.Prefix + ">")}},
 		func(m *jetstream.RawStreamMsg) error {
 			typ, _ := stream.TypeOf(m.Subject)
 			var body map[string]any
@@ -80,15 +81,15 @@ func TestOperatorEventsAreDelivered(t *testing.T) {
 	_, err := f.prod.Publish(context.Background(), Event{Dest: "gone", ID: "evt-410", Data: []byte(`{}`)})
 	require.NoError(t, err)
 
-	opened := f.opHits("ops", OpBreakerOpened, 1)[0]
+	opened := f.opHits("ops", opevent.BreakerOpened, 1)[0]
 	var b map[string]any
 	require.NoError(t, json.Unmarshal([]byte(opened.Body), &b))
 	require.Equal(t, "orders", b["dest"])
 	require.Equal(t, float64(1), b["trips"])
 	require.Equal(t, float64(2), b["threshold"])
-	require.True(t, strings.HasPrefix(opened.ID, OpBreakerOpened+":orders:1:"), opened.ID)
+	require.True(t, strings.HasPrefix(opened.ID, opevent.BreakerOpened+":orders:1:"), opened.ID)
 
-	gone := f.opHits("ops", OpDisabled, 1)[0]
+	gone := f.opHits("ops", opevent.Disabled, 1)[0]
 	require.NoError(t, json.Unmarshal([]byte(gone.Body), &b))
 	require.Equal(t, "gone", b["dest"])
 	require.Equal(t, PauseGone, b["reason"])
@@ -100,7 +101,7 @@ func TestOperatorEventsAreDelivered(t *testing.T) {
 	// The operator pause of 'relay dest pause' is told too.
 	_, err = f.st.Pause(context.Background(), "orders", Forever)
 	require.NoError(t, err)
-	paused := f.opHits("ops", OpDisabled, 2)
+	paused := f.opHits("ops", opevent.Disabled, 2)
 	require.NoError(t, json.Unmarshal([]byte(paused[1].Body), &b))
 	require.Equal(t, PauseOperator, b["reason"])
 }
@@ -153,7 +154,7 @@ func TestNoOperatorEventAboutOperatorEvents(t *testing.T) {
 	_, err = f.prod.Publish(context.Background(), Event{Dest: "bad", Data: []byte(`{}`)})
 	require.NoError(t, err)
 	deadline = time.Now().Add(60 * time.Second)
-	for len(storedOpEvents(t, f.srv.JS)[OpDeadLetters]) == 0 {
+	for len(storedOpEvents(t, f.srv.JS)[opevent.DeadLetters]) == 0 {
 		if time.Now().After(deadline) {
 			var letters []string
 			_ = stream.Read(context.Background(), f.srv.JS, stream.DLQStream, stream.ReadOptions{HeadersOnly: true},
@@ -167,12 +168,12 @@ func TestNoOperatorEventAboutOperatorEvents(t *testing.T) {
 	}
 	f.stop() // waits for every emission in flight
 	evs := storedOpEvents(t, f.srv.JS)
-	for _, e := range evs[OpBreakerOpened] {
+	for _, e := range evs[opevent.BreakerOpened] {
 		require.Equal(t, "orders", e["dest"], "no breaker_opened about ops: %v", evs)
 	}
-	require.Len(t, evs[OpBreakerOpened], 1)
-	require.NotEmpty(t, evs[OpDeadLetters])
-	for _, e := range evs[OpDeadLetters] {
+	require.Len(t, evs[opevent.BreakerOpened], 1)
+	require.NotEmpty(t, evs[opevent.DeadLetters])
+	for _, e := range evs[opevent.DeadLetters] {
 		require.Equal(t, "bad", e["dest"], "no dead_letters about ops' operator events: %v", evs)
 	}
 }
@@ -201,7 +202,7 @@ func TestBacklogStaleIsToldOnce(t *testing.T) {
 	}
 	_, err = f.prod.Publish(context.Background(), Event{Dest: "crm", Data: []byte(`{}`)})
 	require.NoError(t, err)
-	stale := f.opHits("ops", OpBacklogStale, 1)[0]
+	stale := f.opHits("ops", opevent.BacklogStale, 1)[0]
 	var b map[string]any
 	require.NoError(t, json.Unmarshal([]byte(stale.Body), &b))
 	require.Equal(t, "crm", b["dest"])
@@ -216,7 +217,7 @@ func TestBacklogStaleIsToldOnce(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	f.stop()
-	require.Len(t, storedOpEvents(t, f.srv.JS)[OpBacklogStale], 1)
+	require.Len(t, storedOpEvents(t, f.srv.JS)[opevent.BacklogStale], 1)
 }
 
 // An operator event's body names its type ("type", first), so that a
@@ -227,30 +228,30 @@ func TestOperatorEventBodiesNameTheirType(t *testing.T) {
 	ctx := context.Background()
 	js := streamtest.Start(t).JS
 	at := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
-	for _, ev := range []OpEvent{
-		{Type: OpBreakerClosed, ID: "c1", Data: breakerClosed{Dest: "orders", At: at}},
-		{Type: OpReplayFinished, ID: "r1", Data: ReplayFinished{At: at, By: "api", Replayed: 2}},
-		{Type: OpDeadLetters, ID: "d1", Data: &deadLetters{Dest: "orders", Count: 1, Reasons: map[string]int{"max_attempts": 1}}},
+	for _, ev := range []opevent.Event{
+		{Type: opevent.BreakerClosed, ID: "c1", Data: opevent.BreakerClosedBody{Dest: "orders", At: at}},
+		{Type: opevent.ReplayFinished, ID: "r1", Data: opevent.ReplayFinishedBody{At: at, By: "api", Replayed: 2}},
+		{Type: opevent.DeadLetters, ID: "d1", Data: &opevent.DeadLettersBody{Dest: "orders", Count: 1, Reasons: map[string]int{"max_attempts": 1}}},
 	} {
-		require.NoError(t, PublishOpEvent(ctx, js, ev))
+		require.NoError(t, opevent.Publish(ctx, js, ev))
 	}
 	stored := storedOpEvents(t, js)
-	closed := stored[OpBreakerClosed][0]
-	require.Equal(t, OpBreakerClosed, closed["type"])
+	closed := stored[opevent.BreakerClosed][0]
+	require.Equal(t, opevent.BreakerClosed, closed["type"])
 	require.Equal(t, "orders", closed["dest"])
 	require.Equal(t, "2026-03-04T05:06:07Z", closed["at"])
-	replay := stored[OpReplayFinished][0]
-	require.Equal(t, OpReplayFinished, replay["type"])
+	replay := stored[opevent.ReplayFinished][0]
+	require.Equal(t, opevent.ReplayFinished, replay["type"])
 	require.Equal(t, float64(2), replay["replayed"])
-	require.Equal(t, OpDeadLetters, stored[OpDeadLetters][0]["type"])
+	require.Equal(t, opevent.DeadLetters, stored[opevent.DeadLetters][0]["type"])
 
-	err := stream.Read(ctx, js, stream.EventsStream, stream.ReadOptions{Filters: []string{stream.TypeSubject(OpBreakerClosed)}},
+	err := stream.Read(ctx, js, stream.EventsStream, stream.ReadOptions{Filters: []string{stream.TypeSubject(opevent.BreakerClosed)}},
 		func(m *jetstream.RawStreamMsg) error {
-			require.True(t, strings.HasPrefix(string(m.Data), `{"type":"`+OpBreakerClosed+`",`), "type comes first: %s", m.Data)
+			require.True(t, strings.HasPrefix(string(m.Data), `{"type":"`+opevent.BreakerClosed+`",`), "type comes first: %s", m.Data)
 			return nil
 		})
 	require.NoError(t, err)
 
-	err = PublishOpEvent(ctx, js, OpEvent{Type: OpBreakerClosed, ID: "x", Data: "not an object"})
+	err = opevent.Publish(ctx, js, opevent.Event{Type: opevent.BreakerClosed, ID: "x", Data: "not an object"})
 	require.ErrorContains(t, err, "not a JSON object")
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaydev/relay/opevent"
 	"github.com/relaydev/relay/webhook"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -238,8 +239,8 @@ func (s *Store) Pause(ctx context.Context, name string, until time.Time) (Destin
 	})
 	if err == nil {
 		now := s.now()
-		_ = PublishOpEvent(ctx, s.js, OpEvent{Type: OpDisabled, ID: opID(OpDisabled, name, PauseOperator, millis(now)),
-			Data: disabled{Dest: name, At: now.UTC(), Reason: PauseOperator, PausedUntil: d.PausedUntil.UTC()}})
+		_ = opevent.Publish(ctx, s.js, opevent.Event{Type: opevent.Disabled, ID: opevent.ID(opevent.Disabled, name, PauseOperator, opevent.Millis(now)),
+			Data: opevent.DisabledBody{Dest: name, At: now.UTC(), Reason: PauseOperator, PausedUntil: d.PausedUntil.UTC()}})
 	}
 	return d, err
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/relaydev/relay/opevent"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 )
@@ -137,7 +138,7 @@ func (o *replayOpts) Run(ctx context.Context, e *env) error {
 	}
 	if n == dups {
 		// Nothing published: nothing to tell.
-	} else if err := relay.PublishOpEvent(ctx, cl.js, relay.OpEvent{Type: relay.OpReplayFinished, ID: relay.NewReplayID(), Data: relay.ReplayFinished{
+	} else if err := opevent.Publish(ctx, cl.js, opevent.Event{Type: opevent.ReplayFinished, ID: opevent.NewReplayID(), Data: opevent.ReplayFinishedBody{
 		At: time.Now().UTC(), By: "relay replay", Dest: *o.dest, ToDest: o.toDest, Matched: n, Replayed: n - dups, Duplicates: dups}}); err != nil {
 		fmt.Fprintf(e.errOut, "warning: cannot publish relay.replay.finished: %v\n", err)
 	}

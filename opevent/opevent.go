@@ -1,0 +1,158 @@
+// Package opevent publishes operator events: typed events relay publishes
+// about itself, under the reserved prefix "relay.". Any destination may
+// subscribe to them (--type 'relay.>') and gets them with every guarantee
+// of a delivery. Each has a stable id (its Nats-Msg-Id and webhook-id), so
+// that one published twice is stored once within the duplicate window and
+// deduplicated by its receiver after. docs/operator-events.md has their
+// bodies' JSON schemas.
+package opevent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaydev/relay/stream"
+)
+
+// The operator events' types.
+const (
+	BreakerOpened  = "relay.destination.breaker_opened"
+	BreakerClosed  = "relay.destination.breaker_closed"
+	Disabled       = "relay.destination.disabled"
+	BacklogStale   = "relay.destination.backlog_stale"
+	DeadLetters    = "relay.dead_letters"
+	ReplayFinished = "relay.replay.finished"
+)
+
+// Prefix starts every operator event's type.
+const Prefix = stream.ReservedTypePrefix
+
+// Is reports whether typ is an operator event's type. relay emits
+// no operator event about the delivery of one: an operations destination
+// that is down must not feed itself.
+func Is(typ string) bool { return strings.HasPrefix(typ, Prefix) }
+
+// Event is an operator event to publish.
+type Event struct {
+	Type string
+	// ID is stable: the same occurrence always gets the same id.
+	ID   string
+	Data any
+}
+
+// opPublishTimeout bounds the publish of an operator event.
+const opPublishTimeout = 5 * time.Second
+
+// Publish stores ev as a typed event, deduplicated by its id. Its
+// body is ev.Data, a JSON object, with the event's type as its first
+// field, "type": a receiver tells the event from its body alone.
+func Publish(ctx context.Context, js jetstream.JetStream, ev Event) error {
+	body, err := opBody(ev)
+	if err != nil {
+		return err
+	}
+	env := stream.Envelope{ID: ev.ID, Type: ev.Type, Body: body, Headers: map[string][]string{"Content-Type": {"application/json"}}}
+	ctx, cancel := context.WithTimeout(ctx, opPublishTimeout)
+	defer cancel()
+	if _, err := js.PublishMsg(ctx, env.Msg(stream.Produced, stream.TypeSubject(ev.Type), nil)); err != nil {
+		return fmt.Errorf("publish operator event %s: %w", ev.Type, err)
+	}
+	return nil
+}
+
+// opBody is ev.Data as JSON with "type": ev.Type first.
+func opBody(ev Event) ([]byte, error) {
+	data, err := json.Marshal(ev.Data)
+	if err != nil {
+		return nil, fmt.Errorf("operator event %s: %w", ev.Type, err)
+	}
+	if len(data) < 2 || data[0] != '{' {
+		return nil, fmt.Errorf("operator event %s: its data %s is not a JSON object", ev.Type, data)
+	}
+	typ, _ := json.Marshal(ev.Type)
+	body := append([]byte(`{"type":`), typ...)
+	if data[1] != '}' {
+		body = append(body, ',')
+	}
+	return append(body, data[1:]...), nil
+}
+
+// ID is a stable id: the type and the parts that name the occurrence.
+func ID(typ string, parts ...string) string {
+	return typ + ":" + strings.Join(parts, ":")
+}
+
+// Millis is t in Unix milliseconds, as ids print it.
+func Millis(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }
+
+// NewReplayID is the id of one replay's relay.replay.finished.
+func NewReplayID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return ID(ReplayFinished, hex.EncodeToString(b))
+}
+
+// ReplayFinishedBody is the body of relay.replay.finished.
+type ReplayFinishedBody struct {
+	At time.Time `json:"at"`
+	// By is what replayed: "relay dlq replay", "relay replay", or "api".
+	By         string `json:"by"`
+	Dest       string `json:"dest,omitempty"`
+	ToDest     string `json:"to_dest,omitempty"`
+	Matched    int    `json:"matched"`
+	Replayed   int    `json:"replayed"`
+	Duplicates int    `json:"duplicates"`
+	Skipped    int    `json:"skipped"`
+	Failed     int    `json:"failed"`
+}
+
+// The bodies of the destination events.
+type BreakerOpenedBody struct {
+	Dest        string    `json:"dest"`
+	At          time.Time `json:"at"`
+	PausedUntil time.Time `json:"paused_until"`
+	Trips       int       `json:"trips"`
+	Threshold   int       `json:"threshold"`
+}
+
+type BreakerClosedBody struct {
+	Dest string    `json:"dest"`
+	At   time.Time `json:"at"`
+}
+
+type DisabledBody struct {
+	Dest string    `json:"dest"`
+	At   time.Time `json:"at"`
+	// Reason is gone (it answered 410) or operator.
+	Reason      string    `json:"reason"`
+	PausedUntil time.Time `json:"paused_until,omitzero"`
+	EventID     string    `json:"event_id,omitempty"`
+}
+
+type BacklogStaleBody struct {
+	Dest              string    `json:"dest"`
+	At                time.Time `json:"at"`
+	OldestUndelivered time.Time `json:"oldest_undelivered"`
+	AgeSeconds        float64   `json:"age_seconds"`
+	Backlog           uint64    `json:"backlog"`
+	ThresholdSeconds  float64   `json:"threshold_seconds"`
+}
+
+type DeadLettersBody struct {
+	Dest        string         `json:"dest"`
+	WindowStart time.Time      `json:"window_start"`
+	WindowEnd   time.Time      `json:"window_end"`
+	Count       int            `json:"count"`
+	Reasons     map[string]int `json:"reasons"`
+	EventIDs    []string       `json:"event_ids"`
+}
+
+// OpsKey is the key, in the relay_state bucket, of the operator-events
