@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/webhook"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -218,7 +219,7 @@ func TestDestinationsRefuseBadRequests(t *testing.T) {
 	require.NoError(t, err)
 	// The address policy of the relays, as 'relay run' records it: public
 	// addresses only.
-	require.NoError(t, relay.AgreeNetPolicy(ctx, e.srv.JS, relay.NetPolicy{}))
+	require.NoError(t, egress.AgreePolicy(ctx, e.srv.JS, egress.Policy{}))
 	big := `{"name":"big","url":"https://x.example.com","filter":"` + strings.Repeat("x", 70<<10) + `"}`
 	for _, tc := range []struct {
 		name, method, path, key, ct, body string

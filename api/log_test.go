@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/relay"
 )
 
@@ -23,7 +24,7 @@ func runRelay(t *testing.T, e *apiEnv) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r, err := relay.New(ctx, relay.Config{JS: e.srv.JS, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		HTTPClient: relay.NewHTTPClient(relay.HTTPOptions{Guard: relay.NetGuard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})})
+		HTTPClient: egress.NewClient(egress.Options{Guard: egress.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})})
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 )
@@ -168,7 +169,7 @@ func runWithPermissions(t *testing.T, perms *server.Permissions) {
 	rctx, cancel := context.WithCancel(ctx)
 	r, err := relay.New(rctx, relay.Config{
 		JS:         js,
-		HTTPClient: relay.NewHTTPClient(relay.HTTPOptions{Guard: relay.NetGuard{Allow: loopback}}),
+		HTTPClient: egress.NewClient(egress.Options{Guard: egress.Guard{Allow: loopback}}),
 		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	require.NoError(t, err)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/webhook"
 
 	"github.com/stretchr/testify/require"
@@ -234,7 +235,7 @@ func TestDestURLPoolOnTheCommandLine(t *testing.T) {
 	require.Contains(t, out, `url-strategy "random"`)
 
 	// The relays reach public addresses only.
-	require.NoError(t, relay.AgreeNetPolicy(context.Background(), e.js, relay.NetPolicy{}))
+	require.NoError(t, egress.AgreePolicy(context.Background(), e.js, egress.Policy{}))
 	code, out = e.relayCLI("dest", "add", "q", "--no-secret", "--url", "http://93.184.216.34/hook", "--url", "http://10.1.2.3/hook")
 	require.Equal(t, 2, code, out)
 	require.Contains(t, out, "--url http://10.1.2.3/hook: 10.1.2.3 is 10.1.2.3, a non-public address")

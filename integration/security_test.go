@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/webhook"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
@@ -127,7 +128,7 @@ func TestDeliveryToABlockedAddressIsDeadLettered(t *testing.T) {
 	s := newSink(t, nil)
 	e.addDest(relay.Destination{Name: "ssrf", URL: s.URL, Retry: fast(5)})
 	// The default guard: loopback is not allowed.
-	e.startRelay(func(c *relay.Config) { c.HTTPClient = relay.NewHTTPClient(relay.HTTPOptions{}) })
+	e.startRelay(func(c *relay.Config) { c.HTTPClient = egress.NewClient(egress.Options{}) })
 	e.publish("ssrf", "", `{}`)
 	eventually(t, 10*time.Second, func() bool { return len(e.deadLetters("ssrf")) == 1 }, "dead-lettered")
 	l := e.deadLetters("ssrf")[0]

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/streamtest"
 )
@@ -74,7 +75,7 @@ func startLogFixture(t *testing.T, cfg Config) *logFixture {
 	f.prod, err = NewProducer(ctx, f.srv.JS)
 	require.NoError(t, err)
 	cfg.JS = f.srv.JS
-	cfg.HTTPClient = NewHTTPClient(HTTPOptions{Guard: NetGuard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
+	cfg.HTTPClient = egress.NewClient(egress.Options{Guard: egress.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
 	cfg.OnDelivery = func(o Outcome) {
 		f.mu.Lock()
 		f.settled[o.EventID]++

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"github.com/relaydev/relay/egress"
 	"io"
 	"net"
 	"net/http"
@@ -149,8 +150,8 @@ func FuzzNetGuardPermits(f *testing.F) {
 	}
 	f.Add([]byte{})
 	f.Add([]byte{0xff, 0xff})
-	var zero NetGuard
-	allowAll := NetGuard{Allow: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}}
+	var zero egress.Guard
+	allowAll := egress.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}}
 	mustBlock := []netip.Prefix{
 		netip.MustParsePrefix("127.0.0.0/8"),
 		netip.MustParsePrefix("10.0.0.0/8"),
@@ -188,14 +189,14 @@ func FuzzNetGuardPermits(f *testing.F) {
 				}
 			}
 		}
-		if !(NetGuard{Off: true}).Permits(a) {
+		if !(egress.Guard{Off: true}).Permits(a) {
 			t.Fatalf("Off refuses %s", a)
 		}
 		if !allowAll.Permits(a) {
 			t.Fatalf("allowing everything refuses %s", a)
 		}
 		// Allowing a range opens it and nothing else.
-		one := NetGuard{Allow: []netip.Prefix{netip.PrefixFrom(u, u.BitLen())}}
+		one := egress.Guard{Allow: []netip.Prefix{netip.PrefixFrom(u, u.BitLen())}}
 		if !one.Permits(a) {
 			t.Fatalf("allowing %s/%d does not permit %s", u, u.BitLen(), a)
 		}

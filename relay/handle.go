@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/internal/failpoint"
 	"github.com/relaydev/relay/opevent"
 	"github.com/relaydev/relay/schedule"
@@ -641,7 +642,7 @@ func (r *Relay) logOutcome(o Outcome) {
 	}
 	if o.Result.Err != nil {
 		attrs = append(attrs, "error", o.Result.Err.Error())
-		if f, ok := errors.AsType[*DNSFailure](o.Result.Err); ok {
+		if f, ok := errors.AsType[*egress.DNSFailure](o.Result.Err); ok {
 			attrs = append(attrs, "dns_error", f.Detail())
 		}
 	}

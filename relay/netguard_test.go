@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/egress"
 	"github.com/stretchr/testify/require"
 )
 
@@ -133,14 +134,14 @@ func TestNetGuardPermitsTable(t *testing.T) {
 		"2001:4860:4860::8888", // outside 2001::/23
 		"2001:db9::1",          // just above 2001:db8::/32
 	}
-	var zero NetGuard
+	var zero egress.Guard
 	for _, s := range blocked {
 		t.Run("blocked "+s, func(t *testing.T) {
 			t.Parallel()
 			a, err := netip.ParseAddr(s)
 			require.NoError(t, err)
 			require.False(t, zero.Permits(a), "zero guard must refuse %s", s)
-			require.True(t, NetGuard{Off: true}.Permits(a), "Off must permit %s", s)
+			require.True(t, egress.Guard{Off: true}.Permits(a), "Off must permit %s", s)
 		})
 	}
 	for _, s := range permitted {
@@ -149,13 +150,13 @@ func TestNetGuardPermitsTable(t *testing.T) {
 			a, err := netip.ParseAddr(s)
 			require.NoError(t, err)
 			require.True(t, zero.Permits(a), "zero guard must permit %s", s)
-			require.True(t, NetGuard{Off: true}.Permits(a), "Off must permit %s", s)
+			require.True(t, egress.Guard{Off: true}.Permits(a), "Off must permit %s", s)
 		})
 	}
 
 	t.Run("allow 127.0.0.0/8", func(t *testing.T) {
 		t.Parallel()
-		g := NetGuard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+		g := egress.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
 		require.True(t, g.Permits(netip.MustParseAddr("127.0.0.1")))
 		require.True(t, g.Permits(netip.MustParseAddr("127.255.255.254")))
 		require.True(t, g.Permits(netip.MustParseAddr("::ffff:127.0.0.1")), "an IPv4-mapped form of an allowed address is allowed")
@@ -166,7 +167,7 @@ func TestNetGuardPermitsTable(t *testing.T) {
 	})
 	t.Run("allow a single host", func(t *testing.T) {
 		t.Parallel()
-		g := NetGuard{Allow: []netip.Prefix{netip.MustParsePrefix("10.0.0.5/32")}}
+		g := egress.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("10.0.0.5/32")}}
 		require.True(t, g.Permits(netip.MustParseAddr("10.0.0.5")))
 		require.True(t, g.Permits(netip.MustParseAddr("::ffff:10.0.0.5")))
 		require.False(t, g.Permits(netip.MustParseAddr("10.0.0.4")))
@@ -174,12 +175,12 @@ func TestNetGuardPermitsTable(t *testing.T) {
 	})
 	t.Run("allow a zoned link-local range", func(t *testing.T) {
 		t.Parallel()
-		g := NetGuard{Allow: []netip.Prefix{netip.MustParsePrefix("fe80::/10")}}
+		g := egress.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("fe80::/10")}}
 		require.True(t, g.Permits(netip.MustParseAddr("fe80::1%eth0")), "the zone must not defeat an allow")
 	})
 	t.Run("off permits everything", func(t *testing.T) {
 		t.Parallel()
-		g := NetGuard{Off: true}
+		g := egress.Guard{Off: true}
 		for _, s := range append(append([]string{}, blocked...), permitted...) {
 			require.True(t, g.Permits(netip.MustParseAddr(s)), s)
 		}
@@ -187,7 +188,7 @@ func TestNetGuardPermitsTable(t *testing.T) {
 	t.Run("the invalid address is refused", func(t *testing.T) {
 		t.Parallel()
 		require.False(t, zero.Permits(netip.Addr{}))
-		require.False(t, NetGuard{Allow: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}}.Permits(netip.Addr{}),
+		require.False(t, egress.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}}.Permits(netip.Addr{}),
 			"no allow range contains the invalid address")
 	})
 }
@@ -226,7 +227,7 @@ func TestParseAllowNets(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := ParseAllowNets(tc.in)
+			got, err := egress.ParseAllowNets(tc.in)
 			if tc.wantErr != "" {
 				require.Error(t, err)
 				require.Contains(t, err.Error(), tc.wantErr, "the error must name the input")
@@ -239,9 +240,9 @@ func TestParseAllowNets(t *testing.T) {
 	}
 	t.Run("parsed ranges work in a guard", func(t *testing.T) {
 		t.Parallel()
-		allow, err := ParseAllowNets([]string{"127.0.0.1"})
+		allow, err := egress.ParseAllowNets([]string{"127.0.0.1"})
 		require.NoError(t, err)
-		g := NetGuard{Allow: allow}
+		g := egress.Guard{Allow: allow}
 		require.True(t, g.Permits(netip.MustParseAddr("127.0.0.1")))
 		require.True(t, g.Permits(netip.MustParseAddr("::ffff:127.0.0.1")))
 		require.False(t, g.Permits(netip.MustParseAddr("127.0.0.2")))
@@ -266,9 +267,9 @@ func netguardTestServer(t *testing.T, h http.HandlerFunc) (*httptest.Server, *at
 }
 
 // netguardTestSender is a Sender delivering through a client with guard g.
-func netguardTestSender(t *testing.T, g NetGuard) *Sender {
+func netguardTestSender(t *testing.T, g egress.Guard) *Sender {
 	t.Helper()
-	c := NewHTTPClient(HTTPOptions{Guard: g})
+	c := egress.NewClient(egress.Options{Guard: g})
 	t.Cleanup(c.CloseIdleConnections)
 	return &Sender{Client: c, Now: time.Now}
 }
@@ -300,7 +301,7 @@ func TestGuardBlocksHostnameResolvingToLoopback(t *testing.T) {
 	t.Parallel()
 	srv, hits := netguardTestServer(t, nil)
 	var lookups atomic.Int64
-	s := netguardTestSender(t, NetGuard{Lookup: netguardTestLookup(map[string][]netip.Addr{
+	s := netguardTestSender(t, egress.Guard{Lookup: netguardTestLookup(map[string][]netip.Addr{
 		"evil.test": {netip.MustParseAddr("127.0.0.1")},
 	}, &lookups)})
 	d := netguardTestDest("http://evil.test:" + netguardTestPort(t, srv) + "/hook")
@@ -312,7 +313,7 @@ func TestGuardBlocksHostnameResolvingToLoopback(t *testing.T) {
 	require.Contains(t, res.Err.Error(), "blocked address")
 	require.Contains(t, res.Err.Error(), "evil.test")
 	require.Contains(t, res.Err.Error(), "127.0.0.1")
-	var be *BlockedError
+	var be *egress.BlockedError
 	require.True(t, errors.As(res.Err, &be), "the error must wrap a *BlockedError: %v", res.Err)
 	require.Equal(t, "evil.test", be.Host)
 	require.Equal(t, netip.MustParseAddr("127.0.0.1"), be.Addr)
@@ -331,7 +332,7 @@ func TestGuardBlocksWhenEveryResolvedAddressIsBlocked(t *testing.T) {
 	srv, hits := netguardTestServer(t, nil)
 	var lookups atomic.Int64
 	// Every answer is non-public: nothing may be dialled.
-	s := netguardTestSender(t, NetGuard{Lookup: netguardTestLookup(map[string][]netip.Addr{
+	s := netguardTestSender(t, egress.Guard{Lookup: netguardTestLookup(map[string][]netip.Addr{
 		"rebind.test": {
 			netip.MustParseAddr("::ffff:127.0.0.1"),
 			netip.MustParseAddr("169.254.169.254"),
@@ -342,7 +343,7 @@ func TestGuardBlocksWhenEveryResolvedAddressIsBlocked(t *testing.T) {
 	res := s.Send(t.Context(), d, Delivery{ID: "evt_1"})
 	require.True(t, res.Blocked, "result: %+v", res)
 	require.Equal(t, 0, res.Status)
-	var be *BlockedError
+	var be *egress.BlockedError
 	require.ErrorAs(t, res.Err, &be)
 	require.Equal(t, netip.MustParseAddr("127.0.0.1"), be.Addr, "the reported address is unmapped")
 	require.Zero(t, hits.Load())
@@ -358,7 +359,7 @@ func TestGuardDialsOnlyThePermittedAnswers(t *testing.T) {
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { forbiddenHits.Add(1) }),
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { allowedHits.Add(1) }))
 	var lookups atomic.Int64
-	s := netguardTestSender(t, NetGuard{
+	s := netguardTestSender(t, egress.Guard{
 		Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
 		Lookup: netguardTestLookup(map[string][]netip.Addr{
 			"mixed.test": {netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("169.254.169.254"), netip.MustParseAddr("127.0.0.1")},
@@ -375,7 +376,7 @@ func TestGuardDialsOnlyThePermittedAnswers(t *testing.T) {
 
 	// Without the allowed answer the name is blocked, and the forbidden
 	// server still sees nothing.
-	s = netguardTestSender(t, NetGuard{
+	s = netguardTestSender(t, egress.Guard{
 		Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
 		Lookup: netguardTestLookup(map[string][]netip.Addr{
 			"mixed.test": {netip.MustParseAddr("127.0.0.2")},
@@ -417,7 +418,7 @@ func TestGuardBlocksIPv4MappedLoopback(t *testing.T) {
 	t.Parallel()
 	srv, hits := netguardTestServer(t, nil)
 	var lookups atomic.Int64
-	s := netguardTestSender(t, NetGuard{Lookup: netguardTestLookup(nil, &lookups)})
+	s := netguardTestSender(t, egress.Guard{Lookup: netguardTestLookup(nil, &lookups)})
 	for _, host := range []string{"[::ffff:127.0.0.1]", "127.0.0.1", "[::ffff:7f00:1]"} {
 		t.Run(host, func(t *testing.T) {
 			d := netguardTestDest("http://" + host + ":" + netguardTestPort(t, srv) + "/")
@@ -436,7 +437,7 @@ func TestGuardAllowsAllowedRange(t *testing.T) {
 	t.Parallel()
 	srv, hits := netguardTestServer(t, nil)
 	var lookups atomic.Int64
-	s := netguardTestSender(t, NetGuard{
+	s := netguardTestSender(t, egress.Guard{
 		Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 		Lookup: netguardTestLookup(map[string][]netip.Addr{
 			"hook.test": {netip.MustParseAddr("127.0.0.1")},
@@ -466,7 +467,7 @@ func TestGuardAllowDoesNotOpenOtherRanges(t *testing.T) {
 	srv, hits := netguardTestServer(t, nil)
 	var lookups atomic.Int64
 	// Only 127.0.0.2 is allowed; the server listens on 127.0.0.1.
-	s := netguardTestSender(t, NetGuard{
+	s := netguardTestSender(t, egress.Guard{
 		Allow:  []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")},
 		Lookup: netguardTestLookup(nil, &lookups),
 	})
@@ -481,7 +482,7 @@ func TestRedirectToMetadataIsNotFollowed(t *testing.T) {
 		http.Redirect(w, r, "http://169.254.169.254/latest/meta-data/", http.StatusFound)
 	})
 	var lookups atomic.Int64
-	s := netguardTestSender(t, NetGuard{
+	s := netguardTestSender(t, egress.Guard{
 		Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 		Lookup: func(_ context.Context, host string) ([]netip.Addr, error) {
 			lookups.Add(1)
@@ -513,7 +514,7 @@ func TestRedirectToLoopbackIsNotFollowedEvenWhenAllowed(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusOK)
 	})
-	s := netguardTestSender(t, NetGuard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	s := netguardTestSender(t, egress.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
 	res := s.Send(t.Context(), netguardTestDest(srv.URL+"/hook"), Delivery{ID: "evt_1"})
 	require.NoError(t, res.Err)
 	require.Equal(t, http.StatusTemporaryRedirect, res.Status)

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/streamtest"
 )
@@ -22,12 +23,12 @@ func TestReplicasAgreeOnTheAddressPolicy(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	js := streamtest.Start(t).JS
-	loop := NetPolicy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+	loop := egress.Policy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
 
-	_, ok, err := RecordedNetPolicy(ctx, js)
+	_, ok, err := egress.RecordedPolicy(ctx, js)
 	require.NoError(t, err)
 	require.False(t, ok, "nothing recorded before a relay starts")
-	require.NoError(t, AgreeNetPolicy(ctx, js, loop), "no replica runs: any policy is accepted")
+	require.NoError(t, egress.AgreePolicy(ctx, js, loop), "no replica runs: any policy is accepted")
 
 	// The replicas bucket's own watch says when the relay has announced
 	// itself (the registry is not relay's to signal from here).
@@ -56,17 +57,17 @@ func TestReplicasAgreeOnTheAddressPolicy(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, keys, 1, "the relay announces itself")
 
-	err = AgreeNetPolicy(ctx, js, NetPolicy{})
-	var pe *NetPolicyError
+	err = egress.AgreePolicy(ctx, js, egress.Policy{})
+	var pe *egress.PolicyError
 	require.True(t, errors.As(err, &pe), "%v", err)
 	require.True(t, pe.Theirs.Equal(loop))
 	require.Contains(t, err.Error(), "--allow-net")
 	require.Contains(t, err.Error(), "public addresses and 127.0.0.0/8")
 
 	// The same ranges, given another way, agree.
-	same := NetPolicy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/8"), netip.MustParsePrefix("127.0.0.0/8")}}
-	require.NoError(t, AgreeNetPolicy(ctx, js, same))
-	got, ok, err := RecordedNetPolicy(ctx, js)
+	same := egress.Policy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/8"), netip.MustParsePrefix("127.0.0.0/8")}}
+	require.NoError(t, egress.AgreePolicy(ctx, js, same))
+	got, ok, err := egress.RecordedPolicy(ctx, js)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.True(t, got.Equal(loop), "recorded %v", got)
@@ -75,13 +76,13 @@ func TestReplicasAgreeOnTheAddressPolicy(t *testing.T) {
 func TestNetPolicyCheckURL(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	loop := NetPolicy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
-	var be *BlockedError
-	require.True(t, errors.As(NetPolicy{}.CheckURL(ctx, "http://127.0.0.1:8080/hook"), &be))
+	loop := egress.Policy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+	var be *egress.BlockedError
+	require.True(t, errors.As(egress.Policy{}.CheckURL(ctx, "http://127.0.0.1:8080/hook"), &be))
 	require.Equal(t, netip.MustParseAddr("127.0.0.1"), be.Addr)
-	require.True(t, errors.As(NetPolicy{}.CheckURL(ctx, "http://[::1]/hook"), &be))
+	require.True(t, errors.As(egress.Policy{}.CheckURL(ctx, "http://[::1]/hook"), &be))
 	require.True(t, errors.As(loop.CheckURL(ctx, "http://10.0.0.1/hook"), &be))
 	require.NoError(t, loop.CheckURL(ctx, "http://127.0.0.1:8080/hook"))
-	require.NoError(t, NetPolicy{}.CheckURL(ctx, "https://93.184.215.14/hook"))
-	require.NoError(t, NetPolicy{}.CheckURL(ctx, "https://relay-test.invalid/hook"), "a name that does not resolve is left to the delivery")
+	require.NoError(t, egress.Policy{}.CheckURL(ctx, "https://93.184.215.14/hook"))
+	require.NoError(t, egress.Policy{}.CheckURL(ctx, "https://relay-test.invalid/hook"), "a name that does not resolve is left to the delivery")
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/schedule/redistest"
 	"github.com/relaydev/relay/stream"
@@ -73,7 +74,7 @@ func TestParkInterruptedByACrashDeliversOnce(t *testing.T) {
 			}
 
 			runRelay(t, Config{JS: srv.JS, Schedule: sched,
-				HTTPClient: NewHTTPClient(HTTPOptions{Guard: NetGuard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})})
+				HTTPClient: egress.NewClient(egress.Options{Guard: egress.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})})
 			idle := func() bool { // the relay creates its consumer as it starts
 				cons, err := srv.JS.Consumer(ctx, stream.EventsStream, ConsumerName("crashed"))
 				if err != nil {

@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/stream"
 )
@@ -66,7 +67,7 @@ type Config struct {
 	// NetPolicy is the address policy HTTPClient enforces, announced to
 	// the other replicas with this one's heartbeat (see NetPolicy).
 	// Optional: nil announces none.
-	NetPolicy *NetPolicy
+	NetPolicy *egress.Policy
 	// URLCooldown is how long a URL of a destination's pool is avoided
 	// after consecutive failed attempts to it; it doubles with each
 	// consecutive cool-down, up to 8 times. Optional, default 30s.
@@ -140,7 +141,7 @@ func (cfg Config) WithDefaults() Config {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = NewHTTPClient(HTTPOptions{})
+		cfg.HTTPClient = egress.NewClient(egress.Options{})
 	}
 	if cfg.ShutdownGrace == 0 {
 		cfg.ShutdownGrace = 10 * time.Second

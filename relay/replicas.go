@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -94,4 +95,15 @@ func (r *Relay) shortestAckWait(ctx context.Context, kv jetstream.KeyValue, self
 // replicaID names this process in the replicas bucket.
 func replicaID() string {
 	return fmt.Sprintf("r-%s", NewEventID()[4:])
+}
+
+// replicaRecord is a replica's entry in the replicas bucket.
+type replicaRecord struct {
+	At time.Time `json:"at"`
+	// NetPolicy is absent for a relay that announces none (Config.NetPolicy
+	// nil).
+	NetPolicy *egress.Policy `json:"allow_net,omitempty"`
+	// AckWait is the replica's Config.AckWait (absent before relay
+	// announced it).
+	AckWait time.Duration `json:"ack_wait,omitempty"`
 }

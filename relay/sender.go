@@ -3,7 +3,6 @@ package relay
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/webhook"
 
 	"go.opentelemetry.io/otel/propagation"
@@ -124,57 +124,7 @@ func (s *Sender) transport() http.RoundTripper {
 	return defaultTransport()
 }
 
-var defaultTransport = sync.OnceValue(func() http.RoundTripper { return NewHTTPClient(HTTPOptions{}).Transport })
-
-// HTTPOptions shape the client relay delivers with. The zero value is the
-// safe default.
-type HTTPOptions struct {
-	// Guard decides which addresses may be dialled. The zero value refuses
-	// loopback, private, link-local and other non-public addresses.
-	Guard NetGuard
-	// ConnectTimeout bounds a TCP connect. Optional, default 10s.
-	ConnectTimeout time.Duration
-	// TLSHandshakeTimeout bounds a TLS handshake. Optional, default 10s.
-	TLSHandshakeTimeout time.Duration
-	// ResponseHeaderTimeout bounds the wait for the response headers once
-	// the request is sent. Optional, default none (the destination's total
-	// timeout still applies).
-	ResponseHeaderTimeout time.Duration
-	// InsecureSkipVerify turns off TLS certificate verification. Dangerous.
-	InsecureSkipVerify bool
-}
-
-// NewHTTPClient returns the client relay delivers with: the address guard,
-// no redirects followed, no proxy from the environment (it would bypass the
-// guard), no cookies, keep-alive connections per destination host.
-func NewHTTPClient(o HTTPOptions) *http.Client {
-	if o.ConnectTimeout == 0 {
-		o.ConnectTimeout = 10 * time.Second
-	}
-	if o.TLSHandshakeTimeout == 0 {
-		o.TLSHandshakeTimeout = 10 * time.Second
-	}
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.Proxy = nil
-	// Keep every connection a destination's workers use: many destinations
-	// on one host (a shared ingress) must not churn connections. Idle ones
-	// close after 90s.
-	t.MaxIdleConns = 0 // no total limit
-	t.MaxIdleConnsPerHost = 4096
-	t.IdleConnTimeout = 90 * time.Second
-	t.DialContext = o.Guard.dialContext(&net.Dialer{Timeout: o.ConnectTimeout, KeepAlive: 30 * time.Second})
-	t.TLSHandshakeTimeout = o.TLSHandshakeTimeout
-	t.ResponseHeaderTimeout = o.ResponseHeaderTimeout
-	if o.InsecureSkipVerify {
-		t.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // the operator asked, loudly
-	}
-	return &http.Client{
-		Transport: t,
-		CheckRedirect: func(*http.Request, []*http.Request) error {
-			return http.ErrUseLastResponse
-		},
-	}
-}
+var defaultTransport = sync.OnceValue(func() http.RoundTripper { return egress.NewClient(egress.Options{}).Transport })
 
 // Send makes one attempt to deliver ev to d and reports what came back. It
 // never returns early without a Result: errors are in Result.Err. An event
@@ -248,10 +198,10 @@ func (s *Sender) Send(ctx context.Context, d Destination, ev Delivery) Result {
 	// request.
 	resp, err := s.transport().RoundTrip(req)
 	if err != nil {
-		var be *BlockedError
+		var be *egress.BlockedError
 		// As http.Client reports it, but the URL redacted: the error is
 		// logged and kept in the history and the dead letter.
-		err = &url.Error{Op: "Post", URL: RedactURL(d.URL), Err: withoutResolver(err)}
+		err = &url.Error{Op: "Post", URL: RedactURL(d.URL), Err: egress.WithoutResolver(err)}
 		return Result{Err: transportError(err, d), Blocked: errors.As(err, &be), Duration: s.Now().Sub(now)}
 	}
 	var body, kept []byte
@@ -306,48 +256,6 @@ func transportError(err error, d Destination) error {
 		return fmt.Errorf("timeout: %w", err)
 	}
 	return err
-}
-
-// DNSFailure is a failed lookup of a destination's host name. Its text
-// names the host and what failed (not found, a timeout), not the resolver
-// that answered: attempt errors are shown to read keys (the delivery log,
-// the dashboard, dead letters), and the resolver's address belongs to the
-// network relay runs in. The relay's log line of the attempt has the
-// lookup's own error (Detail).
-type DNSFailure struct {
-	Host string
-	// IsNotFound: the name does not exist; IsTimeout: the resolver did not
-	// answer in time.
-	IsNotFound, IsTimeout bool
-	err                   *net.DNSError
-}
-
-func (e *DNSFailure) Error() string {
-	switch {
-	case e.IsNotFound:
-		return "DNS lookup failed: host " + e.Host + " not found"
-	case e.IsTimeout:
-		return "DNS lookup failed: timeout looking up " + e.Host
-	}
-	return "DNS lookup failed for " + e.Host
-}
-
-// Detail is the lookup's own error, resolver included: for the relay's log.
-func (e *DNSFailure) Detail() string { return e.err.Error() }
-
-// Timeout reports a lookup that timed out (url.Error and net.Error ask).
-func (e *DNSFailure) Timeout() bool { return e.err.Timeout() }
-
-func (e *DNSFailure) Unwrap() error { return e.err }
-
-// withoutResolver is err with a failed DNS lookup in it told as a
-// *DNSFailure, and err itself otherwise.
-func withoutResolver(err error) error {
-	de, ok := errors.AsType[*net.DNSError](err)
-	if !ok {
-		return err
-	}
-	return &DNSFailure{Host: de.Name, IsNotFound: de.IsNotFound, IsTimeout: de.IsTimeout, err: de}
 }
 
 func snippet(b []byte) string {

@@ -20,6 +20,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/webhook"
 
 	"github.com/stretchr/testify/require"
@@ -29,7 +30,7 @@ import (
 // that it can reach httptest servers.
 func senderTestSender(t *testing.T) *Sender {
 	t.Helper()
-	c := NewHTTPClient(HTTPOptions{Guard: NetGuard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
+	c := egress.NewClient(egress.Options{Guard: egress.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
 	t.Cleanup(c.CloseIdleConnections)
 	return &Sender{Client: c, Now: time.Now}
 }
@@ -213,7 +214,7 @@ func TestSenderRetryAfterHostileValues(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusTooManyRequests)
 	})
-	c := NewHTTPClient(HTTPOptions{Guard: NetGuard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
+	c := egress.NewClient(egress.Options{Guard: egress.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
 	t.Cleanup(c.CloseIdleConnections)
 	s := &Sender{Client: c, Now: func() time.Time { return now }}
 
@@ -330,7 +331,7 @@ func TestSenderHeaders(t *testing.T) {
 	u, err := url.Parse(srv.URL)
 	require.NoError(t, err)
 	now := time.Unix(1_900_000_000, 0)
-	c := NewHTTPClient(HTTPOptions{Guard: NetGuard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
+	c := egress.NewClient(egress.Options{Guard: egress.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
 	t.Cleanup(c.CloseIdleConnections)
 	s := &Sender{Client: c, Now: func() time.Time { return now }}
 	secret := webhook.GenerateSecret()
@@ -541,7 +542,7 @@ func TestSenderDNSFailureHidesTheResolver(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			c := NewHTTPClient(HTTPOptions{Guard: NetGuard{Lookup: func(context.Context, string) ([]netip.Addr, error) { return nil, tc.err }}})
+			c := egress.NewClient(egress.Options{Guard: egress.Guard{Lookup: func(context.Context, string) ([]netip.Addr, error) { return nil, tc.err }}})
 			s := &Sender{Client: c, Now: time.Now}
 			res := s.Send(t.Context(), senderTestDest("https://hooks.example.test/h", 5*time.Second), Delivery{ID: "evt_1"})
 			require.Error(t, res.Err)

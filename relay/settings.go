@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/opevent"
 	"github.com/relaydev/relay/webhook"
 
@@ -314,10 +315,10 @@ func (s *Store) RemoveIdle(ctx context.Context, name string, force bool) error {
 // dead-lettered.
 type BlockedURLError struct {
 	URL     string
-	Blocked *BlockedError
+	Blocked *egress.BlockedError
 	// Policy is the relays' policy, as the last 'relay run' to start
 	// recorded it.
-	Policy NetPolicy
+	Policy egress.Policy
 }
 
 func (e *BlockedURLError) Error() string {
@@ -339,12 +340,12 @@ func (e *BlockedURLError) AllowNet() string {
 // it, blocks. Without a recorded policy, or one it cannot read, it checks
 // nothing: each delivery checks again.
 func CheckPool(ctx context.Context, js jetstream.JetStream, urls []string) error {
-	p, ok, err := RecordedNetPolicy(ctx, js)
+	p, ok, err := egress.RecordedPolicy(ctx, js)
 	if err != nil || !ok {
 		return nil
 	}
 	for _, u := range urls {
-		var be *BlockedError
+		var be *egress.BlockedError
 		if errors.As(p.CheckURL(ctx, u), &be) {
 			return &BlockedURLError{URL: u, Blocked: be, Policy: p}
 		}

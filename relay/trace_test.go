@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/schedule/redistest"
 	"github.com/relaydev/relay/stream"
@@ -64,7 +65,7 @@ func startTraceFixture(t *testing.T, answer func(n int) int) *traceFixture {
 	f.prod.TraceWith(f.tp)
 	runRelay(t, Config{
 		JS: f.srv.JS, Schedule: sched, ParkThreshold: 150 * time.Millisecond, TracerProvider: f.tp, NoAttemptLog: true,
-		HTTPClient: NewHTTPClient(HTTPOptions{Guard: NetGuard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}}),
+		HTTPClient: egress.NewClient(egress.Options{Guard: egress.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}}),
 	})
 	pctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})

@@ -28,6 +28,7 @@ import (
 
 	"github.com/relaydev/relay/api"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream/streamtest"
 	"github.com/relaydev/relay/ui"
@@ -113,7 +114,7 @@ func startDash(t *testing.T) *dashEnv {
 
 	rctx, cancel := context.WithCancel(ctx)
 	r, err := relay.New(rctx, relay.Config{JS: srv.JS, Logger: quiet, SecretKey: secret,
-		HTTPClient: relay.NewHTTPClient(relay.HTTPOptions{Guard: relay.NetGuard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})})
+		HTTPClient: egress.NewClient(egress.Options{Guard: egress.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})})
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- r.Run(rctx) }()

@@ -26,6 +26,7 @@ import (
 
 	"github.com/relaydev/relay/api"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream/streamtest"
 )
@@ -62,7 +63,7 @@ func setup(t *testing.T) *env {
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	r, err := relay.New(runCtx, relay.Config{JS: srv.JS, Logger: logger,
-		HTTPClient: relay.NewHTTPClient(relay.HTTPOptions{Guard: relay.NetGuard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})})
+		HTTPClient: egress.NewClient(egress.Options{Guard: egress.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})})
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- r.Run(runCtx) }()

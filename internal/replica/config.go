@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 )
@@ -337,7 +338,7 @@ func (cfg Config) Validate() error {
 			}
 		}
 	}
-	if _, err := relay.ParseAllowNets(cfg.AllowNet); err != nil {
+	if _, err := egress.ParseAllowNets(cfg.AllowNet); err != nil {
 		return &ConfigError{err.Error()}
 	}
 	if len(cfg.SecretKey) > 0 && len(cfg.SecretKey) < relay.MinKeyLen {

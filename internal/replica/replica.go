@@ -30,6 +30,7 @@ import (
 
 	"github.com/relaydev/relay/api"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/stream"
@@ -113,8 +114,8 @@ func (r *Replica) Start(ctx context.Context) (err error) {
 	}
 	setupCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	var policy *relay.NetPolicy
-	allow, err := relay.ParseAllowNets(cfg.AllowNet)
+	var policy *egress.Policy
+	allow, err := egress.ParseAllowNets(cfg.AllowNet)
 	if err != nil {
 		return &ConfigError{err.Error()}
 	}
@@ -132,8 +133,8 @@ func (r *Replica) Start(ctx context.Context) (err error) {
 	ecfg := relay.Config{JS: r.js, Logger: log, NetPolicy: policy, SecretKey: cfg.SecretKey, PreviousSecretKeys: cfg.PreviousSecretKeys, ShutdownGrace: cfg.ShutdownGrace, ParkThreshold: cfg.ParkThreshold, MaxInFlight: cfg.MaxInFlight, AckWait: cfg.AckWait,
 		NoAttemptLog: cfg.NoAttemptLog, NoOperatorEvents: cfg.NoOperatorEvents, AlertBacklogAge: cfg.AlertBacklogAge, AlertDeadLetters: cfg.AlertDeadLetters, LogResponseBytes: cfg.LogResponseBytes,
 		TracerProvider: cfg.TracerProvider,
-		HTTPClient: relay.NewHTTPClient(relay.HTTPOptions{
-			Guard:                 relay.NetGuard{Allow: allow},
+		HTTPClient: egress.NewClient(egress.Options{
+			Guard:                 egress.Guard{Allow: allow},
 			ConnectTimeout:        cfg.ConnectTimeout,
 			TLSHandshakeTimeout:   cfg.TLSHandshakeTimeout,
 			ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
@@ -350,9 +351,9 @@ func ensureRetrying(ctx context.Context, log *slog.Logger, js jetstream.JetStrea
 
 // agreePolicy logs the address policy of AllowNet and records it as the
 // replicas', unless a live replica runs with another.
-func (r *Replica) agreePolicy(ctx context.Context, allow []netip.Prefix) (*relay.NetPolicy, error) {
+func (r *Replica) agreePolicy(ctx context.Context, allow []netip.Prefix) (*egress.Policy, error) {
 	log := r.log
-	policy := relay.NetPolicy{Allow: allow}
+	policy := egress.Policy{Allow: allow}
 	if len(allow) > 0 {
 		log.Warn("address policy: deliveries may reach these non-public ranges", "allow_net", policy.String())
 	} else {
@@ -360,8 +361,8 @@ func (r *Replica) agreePolicy(ctx context.Context, allow []netip.Prefix) (*relay
 	}
 	// Every replica must run with the same policy; 'relay dest add'
 	// checks URLs against the one recorded here.
-	if err := relay.AgreeNetPolicy(ctx, r.js, policy); err != nil {
-		var pe *relay.NetPolicyError
+	if err := egress.AgreePolicy(ctx, r.js, policy); err != nil {
+		var pe *egress.PolicyError
 		if errors.As(err, &pe) {
 			return nil, &ConfigError{err.Error()}
 		}

@@ -1,4 +1,4 @@
-package relay
+package egress
 
 import (
 	"context"
@@ -17,19 +17,19 @@ import (
 	"github.com/relaydev/relay/stream"
 )
 
-// NetPolicy is what deliveries may reach beyond public addresses: the
+// Policy is what deliveries may reach beyond public addresses: the
 // ranges of relay run's --allow-net. Every replica must run with the same
 // one, or an event's fate would depend on the replica that took it. Each
 // replica announces its policy with its heartbeat; 'relay run' refuses to
 // start when a live replica announces another (AgreeNetPolicy), and records
 // the policy so that 'relay dest add' and 'dest update' refuse a URL it
 // blocks (CheckURL) instead of letting its events be dead-lettered.
-type NetPolicy struct {
+type Policy struct {
 	Allow []netip.Prefix
 }
 
 // ranges are p's ranges as text, sorted, without repeats.
-func (p NetPolicy) ranges() []string {
+func (p Policy) ranges() []string {
 	out := make([]string, 0, len(p.Allow))
 	for _, a := range p.Allow {
 		out = append(out, a.Masked().String())
@@ -39,7 +39,7 @@ func (p NetPolicy) ranges() []string {
 }
 
 // String describes p for logs and messages.
-func (p NetPolicy) String() string {
+func (p Policy) String() string {
 	if len(p.Allow) == 0 {
 		return "public addresses only"
 	}
@@ -47,11 +47,11 @@ func (p NetPolicy) String() string {
 }
 
 // Equal reports whether p and q allow the same ranges.
-func (p NetPolicy) Equal(q NetPolicy) bool { return slices.Equal(p.ranges(), q.ranges()) }
+func (p Policy) Equal(q Policy) bool { return slices.Equal(p.ranges(), q.ranges()) }
 
-func (p NetPolicy) MarshalJSON() ([]byte, error) { return json.Marshal(p.ranges()) }
+func (p Policy) MarshalJSON() ([]byte, error) { return json.Marshal(p.ranges()) }
 
-func (p *NetPolicy) UnmarshalJSON(b []byte) error {
+func (p *Policy) UnmarshalJSON(b []byte) error {
 	var rs []string
 	if err := json.Unmarshal(b, &rs); err != nil {
 		return err
@@ -64,36 +64,25 @@ func (p *NetPolicy) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// replicaRecord is a replica's entry in the replicas bucket.
-type replicaRecord struct {
-	At time.Time `json:"at"`
-	// NetPolicy is absent for a relay that announces none (Config.NetPolicy
-	// nil).
-	NetPolicy *NetPolicy `json:"allow_net,omitempty"`
-	// AckWait is the replica's Config.AckWait (absent before relay
-	// announced it).
-	AckWait time.Duration `json:"ack_wait,omitempty"`
-}
-
-// NetPolicyKey is the key of the StateBucket entry holding the policy the
+// PolicyKey is the key of the StateBucket entry holding the policy the
 // replicas run with, as the last one to start recorded it.
-const NetPolicyKey = "net_policy"
+const PolicyKey = "net_policy"
 
-// NetPolicyError says that a live replica runs with another policy.
-type NetPolicyError struct {
+// PolicyError says that a live replica runs with another policy.
+type PolicyError struct {
 	Replica      string
-	Ours, Theirs NetPolicy
+	Ours, Theirs Policy
 }
 
-func (e *NetPolicyError) Error() string {
+func (e *PolicyError) Error() string {
 	return fmt.Sprintf("this relay's --allow-net differs from that of the running replica %s: it may reach %s, this one %s. "+
 		"Every replica must run with the same --allow-net (RELAY_ALLOW_NET), or an event's fate would depend on the replica that takes it; "+
 		"to change it, stop them all and start them with the new one", e.Replica, e.Theirs, e.Ours)
 }
 
-// AgreeNetPolicy returns a *NetPolicyError if a live replica announces a
+// AgreePolicy returns a *NetPolicyError if a live replica announces a
 // policy other than p, and otherwise records p as the replicas' policy.
-func AgreeNetPolicy(ctx context.Context, js jetstream.JetStream, p NetPolicy) error {
+func AgreePolicy(ctx context.Context, js jetstream.JetStream, p Policy) error {
 	kv, err := js.KeyValue(ctx, stream.ReplicasBucket)
 	if err != nil {
 		return fmt.Errorf("open bucket %s: %w", stream.ReplicasBucket, err)
@@ -108,12 +97,15 @@ func AgreeNetPolicy(ctx context.Context, js jetstream.JetStream, p NetPolicy) er
 		if err != nil {
 			continue // gone since it was listed
 		}
-		var rec replicaRecord
+		// The replica's record (replicaRecord in relay): only its policy.
+		var rec struct {
+			NetPolicy *Policy `json:"allow_net"`
+		}
 		if json.Unmarshal(e.Value(), &rec) != nil || rec.NetPolicy == nil {
 			continue
 		}
 		if !rec.NetPolicy.Equal(p) {
-			return &NetPolicyError{Replica: k, Ours: p, Theirs: *rec.NetPolicy}
+			return &PolicyError{Replica: k, Ours: p, Theirs: *rec.NetPolicy}
 		}
 	}
 	state, err := js.KeyValue(ctx, stream.StateBucket)
@@ -124,28 +116,28 @@ func AgreeNetPolicy(ctx context.Context, js jetstream.JetStream, p NetPolicy) er
 	if err != nil {
 		return err
 	}
-	if _, err := state.Put(ctx, NetPolicyKey, b); err != nil {
+	if _, err := state.Put(ctx, PolicyKey, b); err != nil {
 		return fmt.Errorf("record the address policy: %w", err)
 	}
 	return nil
 }
 
-// RecordedNetPolicy returns the policy the last 'relay run' to start
+// RecordedPolicy returns the policy the last 'relay run' to start
 // recorded; ok is false if none did.
-func RecordedNetPolicy(ctx context.Context, js jetstream.JetStream) (p NetPolicy, ok bool, err error) {
+func RecordedPolicy(ctx context.Context, js jetstream.JetStream) (p Policy, ok bool, err error) {
 	state, err := js.KeyValue(ctx, stream.StateBucket)
 	if err != nil {
-		return NetPolicy{}, false, fmt.Errorf("open bucket %s: %w", stream.StateBucket, err)
+		return Policy{}, false, fmt.Errorf("open bucket %s: %w", stream.StateBucket, err)
 	}
-	e, err := state.Get(ctx, NetPolicyKey)
+	e, err := state.Get(ctx, PolicyKey)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return NetPolicy{}, false, nil
+		return Policy{}, false, nil
 	}
 	if err != nil {
-		return NetPolicy{}, false, fmt.Errorf("read %s/%s: %w", stream.StateBucket, NetPolicyKey, err)
+		return Policy{}, false, fmt.Errorf("read %s/%s: %w", stream.StateBucket, PolicyKey, err)
 	}
 	if err := json.Unmarshal(e.Value(), &p); err != nil {
-		return NetPolicy{}, false, fmt.Errorf("%s/%s holds %q, not an address policy: %w", stream.StateBucket, NetPolicyKey, e.Value(), err)
+		return Policy{}, false, fmt.Errorf("%s/%s holds %q, not an address policy: %w", stream.StateBucket, PolicyKey, e.Value(), err)
 	}
 	return p, true, nil
 }
@@ -153,7 +145,7 @@ func RecordedNetPolicy(ctx context.Context, js jetstream.JetStream) (p NetPolicy
 // CheckURL returns a *BlockedError if the host of rawURL is, or resolves
 // only to, addresses p blocks. A name that does not resolve (within 2s) passes:
 // each delivery resolves it again and checks what it gets.
-func (p NetPolicy) CheckURL(ctx context.Context, rawURL string) error {
+func (p Policy) CheckURL(ctx context.Context, rawURL string) error {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil // Destination.Validate says what is wrong with it
@@ -169,7 +161,7 @@ func (p NetPolicy) CheckURL(ctx context.Context, rawURL string) error {
 			return nil
 		}
 	}
-	g := NetGuard{Allow: p.Allow}
+	g := Guard{Allow: p.Allow}
 	for _, ip := range ips {
 		if g.Permits(ip) {
 			return nil // a delivery connects to the addresses permitted

@@ -1,4 +1,7 @@
-package relay
+// Package egress is how relay reaches destinations: the address guard
+// (checked at dial time, so a name cannot rebind past it), the policy the
+// replicas agree on, and the HTTP client that delivers.
+package egress
 
 import (
 	"context"
@@ -59,9 +62,9 @@ func (e *BlockedError) Error() string {
 	return fmt.Sprintf("blocked address: %s resolves to %s, a non-public address (allow it with --allow-net)", e.Host, e.Addr)
 }
 
-// NetGuard decides which addresses deliveries may connect to. The zero value
+// Guard decides which addresses deliveries may connect to. The zero value
 // refuses every non-public address.
-type NetGuard struct {
+type Guard struct {
 	// Allow opens these ranges, checked before the blocked ones.
 	Allow []netip.Prefix
 	// Off turns the guard off entirely.
@@ -72,7 +75,7 @@ type NetGuard struct {
 }
 
 // Permits reports whether a delivery may connect to ip.
-func (g NetGuard) Permits(ip netip.Addr) bool {
+func (g Guard) Permits(ip netip.Addr) bool {
 	if g.Off {
 		return true
 	}
@@ -123,7 +126,7 @@ func ParseAllowNets(vals []string) ([]netip.Prefix, error) {
 // dialContext resolves the host itself, refuses blocked addresses, and dials
 // the permitted ones. Checking the addresses actually dialled, not the name,
 // covers DNS rebinding.
-func (g NetGuard) dialContext(d *net.Dialer) func(ctx context.Context, network, addr string) (net.Conn, error) {
+func (g Guard) dialContext(d *net.Dialer) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	lookup := g.Lookup
 	if lookup == nil {
 		lookup = func(ctx context.Context, host string) ([]netip.Addr, error) {
