@@ -34,7 +34,7 @@ func (s *Server) listRetrying(c *call) {
 		}
 		limit = n
 	}
-	evs, err := c.dests.Retrying(c.within(30*time.Second), c.name, limit)
+	evs, err := relay.ListRetrying(c.within(30*time.Second), c.dests, c.name, limit)
 	if err != nil {
 		destProblem(c.w, nil, err)
 		return
@@ -63,7 +63,7 @@ func (s *Server) skipRetrying(c *call) {
 		c.problem(http.StatusUnprocessableEntity, "reason", err.Error())
 		return
 	}
-	sk, err := c.dests.SkipEvent(c.within(30*time.Second), c.name, c.r.PathValue("id"), why)
+	sk, err := relay.SkipEvent(c.within(30*time.Second), c.dests, c.name, c.r.PathValue("id"), why)
 	switch {
 	case errors.Is(err, relay.ErrNotRetrying):
 		c.problem(http.StatusNotFound, "id", err.Error())

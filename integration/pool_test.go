@@ -171,7 +171,7 @@ func TestURLPoolIndexIsInTheHistoryAndTheDeadLetter(t *testing.T) {
 	ctx := context.Background()
 	var inRetry relay.Retrying
 	eventually(t, time.Minute, func() bool {
-		rs, err := e.store.Retrying(ctx, "rr", 0)
+		rs, err := relay.ListRetrying(ctx, e.store, "rr", 0)
 		require.NoError(t, err)
 		if len(rs) == 1 && rs[0].LastURL != nil {
 			inRetry = rs[0]

@@ -47,7 +47,7 @@ func TestSkipHeadDeadLettersTheBlockedHeadNow(t *testing.T) {
 	var heads []relay.Head
 	eventually(t, 10*time.Second, func() bool {
 		var err error
-		heads, err = e.store.Heads(context.Background(), "stuck")
+		heads, err = relay.Heads(context.Background(), e.store, "stuck")
 		return err == nil && len(heads) == 1 && heads[0].Attempts == 1
 	}, "the head failed once and blocks its key")
 	h := heads[0]
@@ -101,7 +101,7 @@ func TestSkipHeadDeadLettersTheBlockedHeadNow(t *testing.T) {
 	code, out = e.relayCLI("dlq", "show", fmt.Sprint(ls[0].Seq))
 	require.Equal(t, 0, code, out)
 	require.True(t, strings.Contains(out, "reason:        skipped") && strings.Contains(out, "note:          bad payload, ticket 42"), out)
-	heads, err := e.store.Heads(context.Background(), "stuck")
+	heads, err := relay.Heads(context.Background(), e.store, "stuck")
 	require.NoError(t, err)
 	require.Empty(t, heads)
 }
@@ -151,7 +151,7 @@ func TestSkipHeadWhileAnAttemptIsInFlight(t *testing.T) {
 			case <-time.After(15 * time.Second):
 				t.Fatal("the head's second attempt never came")
 			}
-			_, err := e.store.SkipHead(context.Background(), "race", head.Seq, "ops")
+			_, err := relay.SkipHead(context.Background(), e.store, "race", head.Seq, "ops")
 			require.NoError(t, err)
 			// Nothing may move while the attempt is in flight: a second
 			// delivery of the head would be dead-lettered here at once
@@ -261,7 +261,7 @@ func TestSkipEventDeadLettersItAtItsNextDelivery(t *testing.T) {
 				code, out = e.relayCLI(append([]string{"dest", "skip", name, "--event", listed.EventID, "--redis-mode", "primary"}, skipFlags...)...)
 				require.Equal(t, 2, code, out)
 				require.Contains(t, out, `--redis-mode "primary": give single, cluster or sentinel`)
-				rs, err := e.store.Retrying(context.Background(), name, 0)
+				rs, err := relay.ListRetrying(context.Background(), e.store, name, 0)
 				require.NoError(t, err)
 				require.Len(t, rs, 1)
 				require.Empty(t, rs[0].Skip, "not marked")

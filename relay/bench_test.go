@@ -99,7 +99,7 @@ func BenchmarkCheckRouted(b *testing.B) {
 		Sequence: 123456,
 		Header:   nats.Header{"Nats-Msg-Id": {"evt_06h2rcpt1p0j6zbfdgx7z5g334"}, "Nats-Msg-Size": {"1024"}},
 	}
-	r := &Relay{dests: watch{dests: map[string]Destination{"orders": {Name: "orders", StartSeq: 1}}}}
+	r := &Relay{dests: NewWatch(Destination{Name: "orders", StartSeq: 1})}
 	c := &unroutedCheck{dests: r, letters: r}
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -145,7 +145,7 @@ func BenchmarkAttempt(b *testing.B) {
 			r := &Relay{
 				cfg: cfg, log: cfg.Logger, tracer: tracerOf(cfg.TracerProvider),
 				sender:   &Sender{Client: &http.Client{Transport: answer204{}}, Now: time.Now},
-				dests:    watch{dests: map[string]Destination{"orders": d}},
+				dests:    NewWatch(d),
 				breakers: breakers{probing: map[string]bool{}, failures: map[string]int{}},
 				pools:    newURLPools(cfg.URLCooldown),
 				limits:   limits{byDest: map[string]*limit{}, replicas: 1},

@@ -3,15 +3,11 @@ package relay
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/relaydev/relay/opevent"
-	"github.com/relaydev/relay/stream"
 )
 
 // breakers counts consecutive failures per destination in this replica and
@@ -173,23 +169,4 @@ func (r *Relay) applyPause(d Destination) {
 	if err := r.store.ApplyPause(ctx, d); err != nil {
 		r.log.Warn("cannot pause or resume consumers", "dest", d.Name, "err", err)
 	}
-}
-
-// ApplyPause pauses or resumes d's consumers in JetStream to match
-// d.PausedUntil. Consumers that do not exist yet are created paused later.
-func (s *Store) ApplyPause(ctx context.Context, d Destination) error {
-	paused := s.now().Before(d.PausedUntil)
-	var errs []error
-	for _, c := range d.WithDefaults().consumerNames() {
-		var err error
-		if paused {
-			_, err = s.js.PauseConsumer(ctx, stream.EventsStream, c, d.PausedUntil)
-		} else {
-			_, err = s.js.ResumeConsumer(ctx, stream.EventsStream, c)
-		}
-		if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			errs = append(errs, fmt.Errorf("consumer %s: %w", c, err))
-		}
-	}
-	return errors.Join(errs...)
 }

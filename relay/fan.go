@@ -155,7 +155,7 @@ func (s *sharedLoop) admitFan(msg delivered, meta jetstream.MsgMetadata, now tim
 	p := &fanParent{msg: msg, ev: ev, js: s.pub, r: s.r, left: len(dests), splits: &s.splits}
 	for _, name := range dests {
 		in := AdmitInput{Share: true, Redelivered: meta.NumDelivered > 1, Now: now}
-		in.Dest, in.Known = s.r.dests.get(name)
+		in.Dest, in.Known = s.r.dests.Get(name)
 		var q *destQueue
 	decide:
 		for {

@@ -160,7 +160,7 @@ func (r *Relay) input(ctx context.Context, ev event, mark *partitionMark) Input 
 		}
 		in.MarkUnreadable, in.Settled = err != nil, settled
 	}
-	in.Dest, in.Known = r.dests.get(ev.dest)
+	in.Dest, in.Known = r.dests.Get(ev.dest)
 	if in.Known && in.Dest.PauseReason == PauseCircuitOpen && !in.Now.Before(in.Dest.PausedUntil) {
 		// The circuit's pause is over: one probe per replica decides.
 		in.Probing = r.breakers.tryProbe(in.Dest.Name)
@@ -201,7 +201,7 @@ func (r *Relay) readLogInto(in *Input, ev *event) {
 		// from Redis, none for an event never parked.
 		in.Settled = r.doneParked(ctx, *ev)
 	}
-	in.Attempt, in.Skip = max(l.Made, ev.prior)+1, l.skipOf(*ev)
+	in.Attempt, in.Skip = max(l.Made, ev.prior)+1, l.skipAt((*ev).seq, (*ev).origin)
 	ev.parked = l.handedOn()
 }
 

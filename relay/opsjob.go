@@ -155,7 +155,7 @@ func (j *opsJob) checkBacklogs(ctx context.Context) {
 // backlog is of operator events, and an alert about it would be one about
 // their delivery.
 func (j *opsJob) onlyOpEvents(dest string) bool {
-	d, ok := j.r.dests.get(dest)
+	d, ok := j.r.dests.Get(dest)
 	if !ok || len(d.Types) == 0 {
 		return false
 	}

@@ -7,16 +7,6 @@ import (
 	"time"
 )
 
-// DefaultAckWait is Config.AckWait's default: the AckWait of relay's
-// consumers. A replica restarts it (an in-progress ack) every third of it
-// for every event it holds, queued or being attempted, so that an attempt
-// of any timeout, and a wait for the destination's rate limit, fit in it;
-// and an event held by a replica that died or stopped (kill -9, SIGSTOP, a
-// network cut) goes to another within AckWait, whatever the destination's
-// timeout. A third leaves room for a ping late by a few seconds (a busy
-// machine, a reconnect).
-const DefaultAckWait = 30 * time.Second
-
 // ackWaitNow is the AckWait held events go by: this replica's, or a
 // shorter one of a live replica, which may have set it on the consumers
 // (replicas should all run with the same; see runRegistry).

@@ -209,9 +209,6 @@ func (cfg Config) Validate() error {
 // keeps unless Config.LogResponseBytes says otherwise.
 const DefaultLogResponseBytes = 1024
 
-// ConsumerName is the durable consumer of destination dest.
-func ConsumerName(dest string) string { return "relay_" + dest }
-
 // Relay delivers events to their destinations.
 type Relay struct {
 	cfg      Config
@@ -225,7 +222,7 @@ type Relay struct {
 	tracer trace.Tracer
 	// logw writes the delivery log (nil: off).
 	logw  *logWriter
-	dests watch
+	dests *Watch
 	// ordered holds the partition marks of ordered destinations.
 	ordered jetstream.KeyValue
 	// maxMsg is the largest message the events stream takes from relay:
@@ -330,7 +327,7 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 		events:       evs,
 		dlq:          dlq.Writer{JS: cfg.JS},
 		sender:       &Sender{Client: cfg.HTTPClient, Now: cfg.Now, KeepBody: max(cfg.LogResponseBytes, 0), KeepHeaders: !cfg.NoAttemptLog},
-		dests:        watch{dests: map[string]Destination{}},
+		dests:        NewWatch(),
 		workers:      map[string]*worker{},
 		unserved:     map[string]error{},
 		sharedPaused: map[string]time.Time{},
@@ -419,7 +416,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	}()
 
 	r.running.Store(true)
-	r.log.Info("relay running", "destinations", len(r.dests.dests))
+	r.log.Info("relay running", "destinations", len(r.dests.All()))
 	r.signals.running.Signal(struct{}{})
 	// Reconcile now and then too: a consumer that could not be created, or
 	// one deleted under a running worker, gets another try.
@@ -469,56 +466,32 @@ loop:
 // apply takes in e, an entry of the destinations bucket. live says it
 // changed while relay runs (not loaded at start): the change is logged.
 func (r *Relay) apply(e jetstream.KeyValueEntry, live bool) {
-	r.dests.mu.Lock()
-	defer r.dests.mu.Unlock()
-	defer r.dests.appliedLocked(e.Revision())
-	before, had := r.dests.dests[e.Key()]
-	if e.Operation() != jetstream.KeyValuePut {
-		if had && live {
-			r.log.Info("destination removed", "dest", e.Key())
-		}
-		delete(r.dests.dests, e.Key())
-		return
-	}
-	d, open, err := r.store.decode(e.Key(), e.Value())
-	if err != nil {
-		r.log.Error("destination stored corrupt; ignoring it", "dest", e.Key(), "err", err)
-		delete(r.dests.dests, e.Key())
-		return
-	}
-	if !open {
+	ch, err := r.dests.Apply(r.store, e)
+	switch {
+	case errors.Is(err, ErrSealed):
 		// Its events wait in JetStream until relay runs with the right key.
 		r.log.Error("cannot use destination: "+ErrSealed.Error(), "dest", e.Key())
-		delete(r.dests.dests, e.Key())
 		return
-	}
-	// Validated as 'relay dest add' validates it: a record written to the
-	// bucket by other means is not trusted.
-	d = d.WithDefaults()
-	if err = d.Validate(); err == nil && d.Name != e.Key() {
-		err = fmt.Errorf("it is stored under the key %q but names %q", e.Key(), d.Name)
-	}
-	if err != nil {
+	case errors.Is(err, ErrStoredInvalid):
 		// Its events wait in JetStream until the record is fixed.
 		r.log.Error("destination stored invalid; not used until it is fixed ('relay dest update')", "dest", e.Key(), "err", err)
-		delete(r.dests.dests, e.Key())
+		return
+	case err != nil:
+		r.log.Error("destination stored corrupt; ignoring it", "dest", e.Key(), "err", err)
 		return
 	}
-	if d.Filter != "" {
-		// Compiled once per version; Validate compiled it already.
-		d.filter, _ = CompileFilter(d.Filter)
-	}
-	if d.BodyTemplate != "" {
-		d.bodyTemplate, _ = CompileBodyTemplate(d.BodyTemplate)
-	}
-	r.dests.dests[e.Key()] = d
+	d := ch.After
 	switch {
 	case !live:
-	case !had:
+	case !ch.Put:
+		if ch.Had {
+			r.log.Info("destination removed", "dest", e.Key())
+		}
+	case !ch.Had:
 		r.log.Info("destination added", "dest", d.Name, "url", RedactURL(d.URL), "ordered", d.Ordered)
 	default:
-		if ch := changedSettings(before, d); len(ch) > 0 {
-			r.log.Info("destination changed", "dest", d.Name, "changed", strings.Join(ch, ","))
+		if changed := changedSettings(ch.Before, d); len(changed) > 0 {
+			r.log.Info("destination changed", "dest", d.Name, "changed", strings.Join(changed, ","))
 		}
 	}
 }
@@ -554,12 +527,7 @@ const reconcileEvery = 5 * time.Second
 // reconcile starts a worker for each destination without one, restarts those
 // whose consumer settings changed, and stops those of removed destinations.
 func (r *Relay) reconcile(ctx context.Context) {
-	r.dests.mu.RLock()
-	want := make(map[string]Destination, len(r.dests.dests))
-	for k, d := range r.dests.dests {
-		want[k] = d
-	}
-	r.dests.mu.RUnlock()
+	want := r.dests.All()
 
 	r.mu.Lock()
 	defer r.mu.Unlock()

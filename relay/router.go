@@ -331,14 +331,9 @@ const markWait = 5 * time.Second
 // subscriptions, until this replica has applied the change: the typed
 // events after the mark go by it (see stream.SubPrefix).
 func (ro *router) awaitChange(ctx context.Context, dest string, seq uint64) error {
-	kv := ro.r.store.kv
 	for wait, deadline := 10*time.Millisecond, ro.now().Add(markWait); ; wait = min(2*wait, 500*time.Millisecond) {
-		e, err := kv.Get(ctx, dest)
-		if err == nil {
-			d, _, derr := ro.r.store.decode(dest, e.Value())
-			if derr == nil && d.marks(seq) {
-				return ro.r.dests.waitRev(ctx, e.Revision())
-			}
+		if rev, marked, err := ro.r.store.MarkedAt(ctx, dest, seq); err == nil && marked {
+			return ro.r.dests.WaitRev(ctx, rev)
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -358,17 +353,19 @@ func (ro *router) awaitChange(ctx context.Context, dest string, seq uint64) erro
 // subscribers returns the destinations subscribed to typ when the event
 // stored at seq was stored.
 func (ro *router) subscribers(typ string, seq uint64) []string {
-	w := &ro.r.dests
-	w.mu.RLock()
-	gen := w.gen
-	ro.mu.Lock()
-	if ro.gen != gen || ro.cache == nil {
-		ro.gen, ro.cache = gen, map[string][]Destination{}
-	}
-	ds, ok := ro.cache[typ]
-	if !ok {
+	var ds []Destination
+	ro.r.dests.View(func(gen uint64, dests map[string]Destination) {
+		ro.mu.Lock()
+		defer ro.mu.Unlock()
+		if ro.gen != gen || ro.cache == nil {
+			ro.gen, ro.cache = gen, map[string][]Destination{}
+		}
+		var ok bool
+		if ds, ok = ro.cache[typ]; ok {
+			return
+		}
 		// Those with a pattern, current or ended, that matches typ.
-		for _, d := range w.dests {
+		for _, d := range dests {
 			match := len(d.Subscriptions) == 0 && d.Subscribed(typ, ^uint64(0))
 			for _, s := range d.Subscriptions {
 				match = match || stream.TypeMatches(s.Pattern, typ)
@@ -378,9 +375,7 @@ func (ro *router) subscribers(typ string, seq uint64) []string {
 			}
 		}
 		ro.cache[typ] = ds
-	}
-	ro.mu.Unlock()
-	w.mu.RUnlock()
+	})
 	var out []string
 	for _, d := range ds {
 		if d.Subscribed(typ, seq) {
@@ -414,7 +409,7 @@ func (ro *router) copy(ctx context.Context, m *jetstream.RawStreamMsg) (routed, 
 	// the others a copy each.
 	var own, shared []string
 	for _, name := range p.dests {
-		if d, ok := ro.r.dests.get(name); ok && d.Shared {
+		if d, ok := ro.r.dests.Get(name); ok && d.Shared {
 			shared = append(shared, name)
 		} else {
 			own = append(own, name)

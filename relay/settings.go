@@ -352,3 +352,22 @@ func CheckPool(ctx context.Context, js jetstream.JetStream, urls []string) error
 	}
 	return nil
 }
+
+// ApplyPause pauses or resumes d's consumers in JetStream to match
+// d.PausedUntil. Consumers that do not exist yet are created paused later.
+func (s *Store) ApplyPause(ctx context.Context, d Destination) error {
+	paused := s.now().Before(d.PausedUntil)
+	var errs []error
+	for _, c := range d.WithDefaults().consumerNames() {
+		var err error
+		if paused {
+			_, err = s.js.PauseConsumer(ctx, stream.EventsStream, c, d.PausedUntil)
+		} else {
+			_, err = s.js.ResumeConsumer(ctx, stream.EventsStream, c)
+		}
+		if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			errs = append(errs, fmt.Errorf("consumer %s: %w", c, err))
+		}
+	}
+	return errors.Join(errs...)
+}

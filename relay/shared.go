@@ -2,10 +2,8 @@ package relay
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,21 +42,8 @@ import (
 // hangs thus holds at most its queue of the shared consumer's events, and
 // costs the others nothing more.
 
-// SharedConsumer is the durable consumer of the events stream that serves
-// every shared destination. Destination names have no upper-case letters:
-// it never collides with a destination's consumer.
-const SharedConsumer = "relay_Shared"
-
-// LaneConsumerName is the durable consumer of shared destination dest's
-// lane.
-func LaneConsumerName(dest string) string { return "relay_" + dest + "_L" }
-
 const (
-	// sharedMaxAckPending bounds the shared consumer's events handed out
-	// and not acknowledged: held by the replicas, and waiting in JetStream
-	// for a retry (a destination's queue bounds what it holds, and its lane
-	// takes what it cannot take in time).
-	sharedMaxAckPending = 100_000
+
 	// laneSlow is how long an attempt may run, or an event wait in its
 	// destination's queue, before the destination counts as not keeping
 	// up: the events that then find its queue full go to its lane.
@@ -75,55 +60,6 @@ const (
 	// replica does not know (yet) at once.
 	unknownChecks = 8
 )
-
-// sharedConsumerConfig is the shared consumer's configuration, starting
-// at stream sequence start when it is created.
-func sharedConsumerConfig(start uint64, ackWait time.Duration) jetstream.ConsumerConfig {
-	return jetstream.ConsumerConfig{
-		Durable:        SharedConsumer,
-		Description:    "relay deliveries to the shared destinations",
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    max(start, 1),
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        ackWait,
-		MaxDeliver:     -1,
-		MaxAckPending:  sharedMaxAckPending,
-		FilterSubjects: stream.SharedFilters(),
-	}
-}
-
-// ensureShared creates the shared consumer, starting at stream sequence
-// start, unless it exists. A replica gives its AckWait, which an existing
-// consumer takes on; 0 (relay dest add) keeps an existing consumer's, and
-// creates one with DefaultAckWait.
-func ensureShared(ctx context.Context, js jetstream.JetStream, start uint64, ackWait time.Duration) error {
-	if c, err := js.Consumer(ctx, stream.EventsStream, SharedConsumer); err == nil {
-		// One made by an earlier relay may filter fewer subjects (it
-		// had no fan-out messages): it takes them on from now.
-		cfg := c.CachedInfo().Config
-		want := stream.SharedFilters()
-		if !slices.Equal(cfg.FilterSubjects, want) || ackWait != 0 && cfg.AckWait != ackWait {
-			cfg.FilterSubjects, cfg.FilterSubject = want, ""
-			if ackWait != 0 {
-				cfg.AckWait = ackWait
-			}
-			if _, err := js.UpdateConsumer(ctx, stream.EventsStream, cfg); err != nil {
-				return fmt.Errorf("update consumer %s: %w", SharedConsumer, err)
-			}
-		}
-		return nil
-	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return fmt.Errorf("consumer %s: %w", SharedConsumer, err)
-	}
-	if ackWait == 0 {
-		ackWait = DefaultAckWait
-	}
-	_, err := js.CreateConsumer(ctx, stream.EventsStream, sharedConsumerConfig(start, ackWait))
-	if err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
-		return fmt.Errorf("create consumer %s: %w", SharedConsumer, err)
-	}
-	return nil
-}
 
 // laneSpec is the consumer of shared destination d's lane.
 func (r *Relay) laneSpec(d Destination) consumerSpec {
@@ -489,7 +425,7 @@ func (s *sharedLoop) hold() int {
 		if q.lane != nil {
 			continue
 		}
-		if d, ok := s.r.dests.get(name); ok {
+		if d, ok := s.r.dests.Get(name); ok {
 			n += s.room(d)
 		}
 	}
@@ -533,7 +469,7 @@ func (s *sharedLoop) admit(m *nats.Msg, now time.Time) {
 	p, err := stream.ParseSubject(m.Subject)
 	in := AdmitInput{Unreadable: !ok || err != nil, Now: now, Seq: meta.Sequence.Stream}
 	if !in.Unreadable {
-		in.Dest, in.Known = r.dests.get(p.Dest)
+		in.Dest, in.Known = r.dests.Get(p.Dest)
 		in.LookupsFull = len(s.unknown) == cap(s.unknown)
 		if nb := m.Header.Get(stream.HdrNotBefore); nb != "" && r.seal.Valid(m.Header) {
 			// A producer's Relay-Not-Before is not relay's: ignored.
@@ -778,7 +714,7 @@ func (s *sharedLoop) closeLane(ld laneDrained) {
 	if q == nil || q.lane == nil || q.moving > 0 || !q.lastMoved.Before(ld.since) {
 		return
 	}
-	if d, ok := s.r.dests.get(ld.name); s.slow(q, time.Now()) || ok && time.Now().Before(d.PausedUntil) {
+	if d, ok := s.r.dests.Get(ld.name); s.slow(q, time.Now()) || ok && time.Now().Before(d.PausedUntil) {
 		return
 	}
 	go q.lane.stop()
@@ -843,7 +779,7 @@ func (s *sharedLoop) resumeLanes() {
 	}
 	now := time.Now()
 	for _, name := range names {
-		if d, ok := s.r.dests.get(name); ok && d.Shared {
+		if d, ok := s.r.dests.Get(name); ok && d.Shared {
 			if q := s.queue(name, now); q.lane == nil {
 				s.openLane(d, q)
 			}
@@ -863,7 +799,7 @@ type destSlots struct {
 // of is dest's slots: a channel with room for its concurrency.
 func (ds *destSlots) of(dest string) chan struct{} {
 	n := DefaultConcurrency
-	if d, ok := ds.r.dests.get(dest); ok {
+	if d, ok := ds.r.dests.Get(dest); ok {
 		n = d.Concurrency
 	}
 	ds.mu.Lock()

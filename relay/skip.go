@@ -84,7 +84,7 @@ var ErrNotAHead = errors.New("not the head of a partition waiting for a retry")
 
 // Heads lists the heads of the ordered destination name's partitions: the
 // events handed out and not acknowledged, one at most per partition.
-func (s *Store) Heads(ctx context.Context, name string) ([]Head, error) {
+func Heads(ctx context.Context, s *Store, name string) ([]Head, error) {
 	d, err := s.Get(ctx, name)
 	if err != nil {
 		return nil, err
@@ -93,21 +93,21 @@ func (s *Store) Heads(ctx context.Context, name string) ([]Head, error) {
 	if !d.Ordered {
 		return nil, fmt.Errorf("destination %s is not ordered: no key of it waits for another event", name)
 	}
-	events, err := s.js.Stream(ctx, stream.EventsStream)
+	events, err := s.JetStream().Stream(ctx, stream.EventsStream)
 	if err != nil {
 		return nil, fmt.Errorf("events stream: %w", err)
 	}
-	attempts, err := s.js.KeyValue(ctx, stream.AttemptsBucket)
+	attempts, err := s.JetStream().KeyValue(ctx, stream.AttemptsBucket)
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s: %w", stream.AttemptsBucket, err)
 	}
-	seal, err := stream.LoadSeal(ctx, s.js)
+	seal, err := stream.LoadSeal(ctx, s.JetStream())
 	if err != nil {
 		return nil, err
 	}
 	var heads []Head
 	for i := range d.Partitions {
-		c, err := s.js.Consumer(ctx, stream.EventsStream, PartitionConsumerName(name, i))
+		c, err := s.JetStream().Consumer(ctx, stream.EventsStream, PartitionConsumerName(name, i))
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {
 			continue // no relay has run since it was added
 		}
@@ -128,13 +128,13 @@ func (s *Store) Heads(ctx context.Context, name string) ([]Head, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read event %d: %w", seq, err)
 		}
-		ev, err := rawEvent(m, seal)
+		ev, err := stream.Decode(m.Subject, m.Sequence, m.Time, m.Header, m.Data, seal)
 		if err != nil {
 			return nil, err
 		}
-		h := Head{Partition: i, Seq: seq, EventID: ev.id, Key: ev.key}
-		if l, _, err := readAttemptLog(ctx, attempts, historyKey(ev)); err == nil {
-			h.Attempts, h.Skip = l.Made, l.skipOf(ev)
+		h := Head{Partition: i, Seq: seq, EventID: ev.ID, Key: ev.Key}
+		if l, _, err := readAttemptLog(ctx, attempts, historyKeyOf(name, ev.ID)); err == nil {
+			h.Attempts, h.Skip = l.Made, l.skipAt(ev.Seq, ev.Origin)
 			h.LastAttempt, h.LastError, h.LastURL = l.last()
 		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return nil, fmt.Errorf("read attempts of event %d: %w", seq, err)
@@ -152,12 +152,12 @@ func (s *Store) Heads(ctx context.Context, name string) ([]Head, error) {
 // so that the next one is now, not after its backoff. If an attempt of it
 // is in flight, that attempt decides: delivered, the skip is moot; failed,
 // relay dead-letters it at once.
-func (s *Store) SkipHead(ctx context.Context, name string, seq uint64, why string) (Head, error) {
+func SkipHead(ctx context.Context, s *Store, name string, seq uint64, why string) (Head, error) {
 	why, err := SkipReason(why)
 	if err != nil {
 		return Head{}, err
 	}
-	heads, err := s.Heads(ctx, name)
+	heads, err := Heads(ctx, s, name)
 	if err != nil {
 		return Head{}, err
 	}
@@ -170,7 +170,7 @@ func (s *Store) SkipHead(ctx context.Context, name string, seq uint64, why strin
 	if h.Seq == 0 {
 		return Head{}, fmt.Errorf("event %d of %s: %w ('relay dest heads %s' lists them)", seq, name, ErrNotAHead, name)
 	}
-	l, err := s.markSkip(ctx, historyKey(event{dest: name, id: h.EventID}), func(l *attemptLog) error {
+	l, err := markSkip(ctx, s, historyKeyOf(name, h.EventID), func(l *attemptLog) error {
 		l.Skip, l.SkipSeq = why, seq
 		return nil
 	})
@@ -181,7 +181,7 @@ func (s *Store) SkipHead(ctx context.Context, name string, seq uint64, why strin
 		return Head{}, fmt.Errorf("event %d of %s: %w", seq, name, err)
 	}
 	h.Skip = why
-	if err := s.nakIfWaiting(ctx, name, h.Partition, l.Reply); err != nil {
+	if err := nakIfWaiting(ctx, s, name, h.Partition, l.Reply); err != nil {
 		return h, fmt.Errorf("event %d of %s is marked, and is dead-lettered at its next delivery, but bringing that forward failed: %w", seq, name, err)
 	}
 	return h, nil
@@ -197,13 +197,13 @@ const headPoll = 100 * time.Millisecond
 // when it left delivered): the letter of h.Seq that died after the head's
 // last attempt, by relay's clock, less a second for this machine's. A head
 // still there after wait is no error (left false); ctx ending is.
-func (s *Store) WaitHeadLeft(ctx context.Context, name string, h Head, wait time.Duration) (left bool, letter *dlq.Letter, err error) {
+func WaitHeadLeft(ctx context.Context, s *Store, name string, h Head, wait time.Duration) (left bool, letter *dlq.Letter, err error) {
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	tick := time.NewTicker(headPoll)
 	defer tick.Stop()
 	for last := false; ; {
-		c, err := s.js.Consumer(ctx, stream.EventsStream, PartitionConsumerName(name, h.Partition))
+		c, err := s.JetStream().Consumer(ctx, stream.EventsStream, PartitionConsumerName(name, h.Partition))
 		if err != nil {
 			return false, nil, fmt.Errorf("partition %d of %s: %w", h.Partition, name, err)
 		}
@@ -222,7 +222,7 @@ func (s *Store) WaitHeadLeft(ctx context.Context, name string, h Head, wait time
 			last = true // one more look, at the end of wait
 		}
 	}
-	letters, err := dlq.Open(ctx, s.js)
+	letters, err := dlq.Open(ctx, s.JetStream())
 	if err != nil {
 		return true, nil, err
 	}
@@ -242,8 +242,8 @@ func (s *Store) WaitHeadLeft(ctx context.Context, name string, h Head, wait time
 // with a compare-and-set, again when an attempt was recorded meanwhile.
 // mark edits the record as read, or refuses it with an error. It returns
 // the record as written; jetstream.ErrKeyNotFound when there is none.
-func (s *Store) markSkip(ctx context.Context, key string, mark func(*attemptLog) error) (attemptLog, error) {
-	attempts, err := s.js.KeyValue(ctx, stream.AttemptsBucket)
+func markSkip(ctx context.Context, s *Store, key string, mark func(*attemptLog) error) (attemptLog, error) {
+	attempts, err := s.JetStream().KeyValue(ctx, stream.AttemptsBucket)
 	if err != nil {
 		return attemptLog{}, fmt.Errorf("open bucket %s: %w", stream.AttemptsBucket, err)
 	}
@@ -275,25 +275,25 @@ type Retrying struct {
 // only while it applies to the event's last failed delivery (not when it
 // was left behind for a replay of the same id).
 func retryingOf(l attemptLog) Retrying {
-	info, _ := parseAckReply(l.Reply)
-	r := Retrying{EventID: l.Event, Seq: info.streamSeq, Attempts: l.Made, Origin: l.Origin}
-	if l.SkipSeq == info.streamSeq || l.SkipOrigin != 0 && l.SkipOrigin == l.Origin {
+	seq := ackSeq(l.Reply)
+	r := Retrying{EventID: l.Event, Seq: seq, Attempts: l.Made, Origin: l.Origin}
+	if l.SkipSeq == seq || l.SkipOrigin != 0 && l.SkipOrigin == l.Origin {
 		r.Skip = l.Skip
 	}
 	r.LastAttempt, r.LastError, r.LastURL = l.last()
 	return r
 }
 
-// Retrying lists up to limit events of destination name that have failed
+// ListRetrying lists up to limit events of destination name that have failed
 // attempts on record (limit 0: all), the ones whose last attempt failed
 // longest ago first. It reads every record of the destination, in one
 // pass. An ordered destination's are the heads of its partitions ('relay
 // dest heads' says more about them).
-func (s *Store) Retrying(ctx context.Context, name string, limit int) ([]Retrying, error) {
+func ListRetrying(ctx context.Context, s *Store, name string, limit int) ([]Retrying, error) {
 	if _, err := s.Get(ctx, name); err != nil {
 		return nil, err
 	}
-	attempts, err := s.js.KeyValue(ctx, stream.AttemptsBucket)
+	attempts, err := s.JetStream().KeyValue(ctx, stream.AttemptsBucket)
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s: %w", stream.AttemptsBucket, err)
 	}
@@ -350,7 +350,7 @@ var ErrNotRetrying = errors.New("no failed attempt of it is on record")
 // unordered consumer's last delivery says nothing about one event, so
 // relay cannot tell whether an attempt of it is in flight, and a nak while
 // one is would hand it out twice at once.
-func (s *Store) SkipEvent(ctx context.Context, name, id, why string) (Retrying, error) {
+func SkipEvent(ctx context.Context, s *Store, name, id, why string) (Retrying, error) {
 	why, err := SkipReason(why)
 	if err != nil {
 		return Retrying{}, err
@@ -362,13 +362,13 @@ func (s *Store) SkipEvent(ctx context.Context, name, id, why string) (Retrying, 
 	if d.Ordered {
 		return Retrying{}, &kindError{msg: fmt.Sprintf("destination %s is ordered: its events in retry are the heads of their partitions ('relay dest heads %s', 'relay dest skip-head')", name, name), kind: ErrOrdered}
 	}
-	l, err := s.markSkip(ctx, historyKey(event{dest: name, id: id}), func(l *attemptLog) error {
-		info, _ := parseAckReply(l.Reply)
-		if info.streamSeq == 0 {
+	l, err := markSkip(ctx, s, historyKeyOf(name, id), func(l *attemptLog) error {
+		seq := ackSeq(l.Reply)
+		if seq == 0 {
 			// No delivery recorded: nothing says where it waits.
 			return fmt.Errorf("%w that says where it waits; try again after its next attempt", ErrNotRetrying)
 		}
-		l.Skip, l.SkipSeq, l.SkipOrigin = why, info.streamSeq, l.Origin
+		l.Skip, l.SkipSeq, l.SkipOrigin = why, seq, l.Origin
 		return nil
 	})
 	switch {
@@ -388,20 +388,20 @@ func (s *Store) SkipEvent(ctx context.Context, name, id, why string) (Retrying, 
 // flight (or its delivery was read after the mark was set, and it is
 // dead-lettered without one): a nak would hand the head out a second time
 // while that attempt runs.
-func (s *Store) nakIfWaiting(ctx context.Context, name string, i int, reply string) error {
-	info, ok := parseAckReply(reply)
+func nakIfWaiting(ctx context.Context, s *Store, name string, i int, reply string) error {
+	md, ok := stream.ParseAck(reply)
 	if !ok {
 		return nil // no delivery recorded: the next one comes after the backoff
 	}
-	c, err := s.js.Consumer(ctx, stream.EventsStream, PartitionConsumerName(name, i))
+	c, err := s.JetStream().Consumer(ctx, stream.EventsStream, PartitionConsumerName(name, i))
 	if err != nil {
 		return err
 	}
-	if c.CachedInfo().Delivered.Consumer != info.consSeq {
+	if c.CachedInfo().Delivered.Consumer != md.Sequence.Consumer {
 		return nil
 	}
 	// A nak from an earlier delivery is accepted; this one is the last.
-	nc := s.js.Conn()
+	nc := s.JetStream().Conn()
 	if err := stream.NakSubject(nc, reply); err != nil {
 		return err
 	}
@@ -422,3 +422,10 @@ type kindError struct {
 
 func (e *kindError) Error() string { return e.msg }
 func (e *kindError) Unwrap() error { return e.kind }
+
+// ackSeq is the stream sequence of the delivery with ack subject reply, 0
+// if reply is none.
+func ackSeq(reply string) uint64 {
+	md, _ := stream.ParseAck(reply)
+	return md.Sequence.Stream
+}

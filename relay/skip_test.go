@@ -43,8 +43,8 @@ func TestAttemptLogKeepsASkipMarkForItsSequence(t *testing.T) {
 	require.Equal(t, "$JS.ACK.y", l.Reply)
 
 	replay := event{dest: "orders", id: "evt_1", seq: 12}
-	require.Empty(t, l.skipOf(replay), "a replay of the event is another stored event")
-	require.Equal(t, "ops", l.skipOf(ev))
+	require.Empty(t, l.skipAt(replay.seq, replay.origin), "a replay of the event is another stored event")
+	require.Equal(t, "ops", l.skipAt(ev.seq, ev.origin))
 }
 
 // A mark set by SkipEvent applies to the event's stored message and to
@@ -52,13 +52,13 @@ func TestAttemptLogKeepsASkipMarkForItsSequence(t *testing.T) {
 // event is a message of its own origin, parked or not, and is not skipped.
 func TestSkipEventMarkFollowsTheEventOutOfRedis(t *testing.T) {
 	l := attemptLog{Made: 2, Skip: "ops", SkipSeq: 7, SkipOrigin: 7}
-	require.Equal(t, "ops", l.skipOf(event{id: "evt_1", seq: 7, origin: 7}), "still in JetStream")
-	require.Equal(t, "ops", l.skipOf(event{id: "evt_1", seq: 30, origin: 7, prior: 2}), "promoted from Redis")
-	require.Equal(t, "ops", l.skipOf(event{id: "evt_1", seq: 31, origin: 7, prior: 3}), "promoted after another attempt")
-	require.Empty(t, l.skipOf(event{id: "evt_1", seq: 40, origin: 40}), "a replay")
-	require.Empty(t, l.skipOf(event{id: "evt_1", seq: 45, origin: 40, prior: 5}), "a replay, parked and promoted")
+	require.Equal(t, "ops", l.skipAt(event{id: "evt_1", seq: 7, origin: 7}.seq, event{id: "evt_1", seq: 7, origin: 7}.origin), "still in JetStream")
+	require.Equal(t, "ops", l.skipAt(event{id: "evt_1", seq: 30, origin: 7, prior: 2}.seq, event{id: "evt_1", seq: 30, origin: 7, prior: 2}.origin), "promoted from Redis")
+	require.Equal(t, "ops", l.skipAt(event{id: "evt_1", seq: 31, origin: 7, prior: 3}.seq, event{id: "evt_1", seq: 31, origin: 7, prior: 3}.origin), "promoted after another attempt")
+	require.Empty(t, l.skipAt(event{id: "evt_1", seq: 40, origin: 40}.seq, event{id: "evt_1", seq: 40, origin: 40}.origin), "a replay")
+	require.Empty(t, l.skipAt(event{id: "evt_1", seq: 45, origin: 40, prior: 5}.seq, event{id: "evt_1", seq: 45, origin: 40, prior: 5}.origin), "a replay, parked and promoted")
 	head := attemptLog{Made: 2, Skip: "ops", SkipSeq: 7}
-	require.Empty(t, head.skipOf(event{id: "evt_1", seq: 30, origin: 7, prior: 2}), "SkipHead's mark holds for its sequence only")
+	require.Empty(t, head.skipAt(event{id: "evt_1", seq: 30, origin: 7, prior: 2}.seq, event{id: "evt_1", seq: 30, origin: 7, prior: 2}.origin), "SkipHead's mark holds for its sequence only")
 }
 
 // recordAttempt keeps the origin of the delivery it records, which
@@ -135,7 +135,7 @@ func TestRetryingListsTheLongestWaitingFirst(t *testing.T) {
 	record("orders", "a", 1, base.Add(3*time.Minute))
 	record("orders2", "x", 4, base)
 
-	rs, err := st.Retrying(ctx, "orders", 0)
+	rs, err := ListRetrying(ctx, st, "orders", 0)
 	require.NoError(t, err)
 	var ids []string
 	for _, x := range rs {
@@ -145,11 +145,11 @@ func TestRetryingListsTheLongestWaitingFirst(t *testing.T) {
 	require.Equal(t, uint64(2), rs[0].Seq)
 	require.Equal(t, 1, rs[0].Attempts)
 	require.Equal(t, "status 503", rs[0].LastError)
-	rs, err = st.Retrying(ctx, "orders", 2)
+	rs, err = ListRetrying(ctx, st, "orders", 2)
 	require.NoError(t, err)
 	require.Len(t, rs, 2)
 	require.Equal(t, "b", rs[0].EventID)
-	_, err = st.Retrying(ctx, "nosuch", 0)
+	_, err = ListRetrying(ctx, st, "nosuch", 0)
 	require.Error(t, err)
 }
 
@@ -205,9 +205,9 @@ func TestSkipsCheckTheirReason(t *testing.T) {
 	ctx := context.Background()
 	st, err := NewStore(ctx, streamtest.Start(t).JS)
 	require.NoError(t, err)
-	_, err = st.SkipHead(ctx, "nobody", 1, "two\nlines")
+	_, err = SkipHead(ctx, st, "nobody", 1, "two\nlines")
 	require.ErrorContains(t, err, "one line of text")
-	_, err = st.SkipEvent(ctx, "nobody", "evt", strings.Repeat("x", 201))
+	_, err = SkipEvent(ctx, st, "nobody", "evt", strings.Repeat("x", 201))
 	require.ErrorContains(t, err, "201 characters")
 }
 
@@ -249,7 +249,7 @@ func TestWaitHeadLeft(t *testing.T) {
 		t.Helper()
 		done := make(chan result, 1)
 		go func() {
-			left, l, err := st.WaitHeadLeft(ctx, "o", h, wait)
+			left, l, err := WaitHeadLeft(ctx, st, "o", h, wait)
 			done <- result{left, l, err}
 		}()
 		ack()

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -87,6 +88,9 @@ func NewStore(ctx context.Context, js jetstream.JetStream, opts ...StoreOption) 
 	}
 	return s, nil
 }
+
+// JetStream is the JetStream context the store works in.
+func (s *Store) JetStream() jetstream.JetStream { return s.js }
 
 // Encrypts reports whether the store encrypts secrets.
 func (s *Store) Encrypts() bool { return s.sealer != nil }
@@ -530,8 +534,10 @@ func (s *Store) Pending(ctx context.Context, name string) (uint64, error) {
 	return n, nil
 }
 
-// watch keeps a live copy of all destinations.
-type watch struct {
+// Watch is a live copy of every destination, as the destinations bucket
+// holds them: the engine's view, fed by Apply. The zero value is empty and
+// ready.
+type Watch struct {
 	mu    sync.RWMutex
 	dests map[string]Destination
 	// rev is the destinations bucket's revision applied last, gen counts
@@ -541,9 +547,76 @@ type watch struct {
 	moved chan struct{}
 }
 
+// NewWatch returns a watch holding ds (for tests and benchmarks).
+func NewWatch(ds ...Destination) *Watch {
+	w := &Watch{dests: map[string]Destination{}}
+	for _, d := range ds {
+		w.dests[d.Name] = d
+	}
+	return w
+}
+
+// ErrStoredInvalid is Apply's error for an entry that does not pass
+// Destination.Validate: its events wait until the record is fixed.
+var ErrStoredInvalid = errors.New("destination stored invalid")
+
+// Change is what one entry of the destinations bucket did to a Watch.
+type Change struct {
+	// Before is the destination the entry replaced, if Had.
+	Before Destination
+	Had    bool
+	// After is the destination now, if Put (not removed, not refused).
+	After Destination
+	Put   bool
+}
+
+// Apply takes in e, an entry of the destinations bucket, opened with s's
+// key. A put is decoded and validated as 'relay dest add' validates it (a
+// record written to the bucket by other means is not trusted) and its
+// filter and template compiled; one that fails (ErrSealed, ErrStoredInvalid,
+// or a corrupt record) is dropped from the watch, with the error saying why.
+func (w *Watch) Apply(s *Store, e jetstream.KeyValueEntry) (Change, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	defer w.appliedLocked(e.Revision())
+	if w.dests == nil {
+		w.dests = map[string]Destination{}
+	}
+	var ch Change
+	ch.Before, ch.Had = w.dests[e.Key()]
+	delete(w.dests, e.Key())
+	if e.Operation() != jetstream.KeyValuePut {
+		return ch, nil
+	}
+	d, open, err := s.decode(e.Key(), e.Value())
+	if err != nil {
+		return ch, err
+	}
+	if !open {
+		return ch, ErrSealed
+	}
+	d = d.WithDefaults()
+	if err = d.Validate(); err == nil && d.Name != e.Key() {
+		err = fmt.Errorf("it is stored under the key %q but names %q", e.Key(), d.Name)
+	}
+	if err != nil {
+		return ch, fmt.Errorf("%w: %w", ErrStoredInvalid, err)
+	}
+	if d.Filter != "" {
+		// Compiled once per version; Validate compiled it already.
+		d.filter, _ = CompileFilter(d.Filter)
+	}
+	if d.BodyTemplate != "" {
+		d.bodyTemplate, _ = CompileBodyTemplate(d.BodyTemplate)
+	}
+	w.dests[e.Key()] = d
+	ch.After, ch.Put = d, true
+	return ch, nil
+}
+
 // appliedLocked records a change of the bucket at revision rev; w.mu is
 // held.
-func (w *watch) appliedLocked(rev uint64) {
+func (w *Watch) appliedLocked(rev uint64) {
 	w.rev = max(w.rev, rev)
 	w.gen++
 	if w.moved != nil {
@@ -552,9 +625,9 @@ func (w *watch) appliedLocked(rev uint64) {
 	w.moved = make(chan struct{})
 }
 
-// waitRev waits until the change at revision rev, or a later one, is
+// WaitRev waits until the change at revision rev, or a later one, is
 // applied.
-func (w *watch) waitRev(ctx context.Context, rev uint64) error {
+func (w *Watch) WaitRev(ctx context.Context, rev uint64) error {
 	for {
 		w.mu.Lock()
 		if w.rev >= rev {
@@ -574,11 +647,43 @@ func (w *watch) waitRev(ctx context.Context, rev uint64) error {
 	}
 }
 
-func (w *watch) get(name string) (Destination, bool) {
+// Get returns destination name, if the watch has it.
+func (w *Watch) Get(name string) (Destination, bool) {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	d, ok := w.dests[name]
 	return d, ok
+}
+
+// All returns a copy of every destination the watch has, by name.
+func (w *Watch) All() map[string]Destination {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	return maps.Clone(w.dests)
+}
+
+// View calls fn with the watch's destinations, read-locked, and the count
+// of changes applied so far (a cache of what fn derives is good while the
+// count is the same). fn must not keep dests or change it.
+func (w *Watch) View(fn func(gen uint64, dests map[string]Destination)) {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	fn(w.gen, w.dests)
+}
+
+// MarkedAt reports whether destination dest's stored record has the
+// subscription change marked at stream sequence seq (see stream.SubPrefix),
+// and the record's revision.
+func (s *Store) MarkedAt(ctx context.Context, dest string, seq uint64) (rev uint64, marked bool, err error) {
+	e, err := s.kv.Get(ctx, dest)
+	if err != nil {
+		return 0, false, err
+	}
+	d, _, err := s.decode(dest, e.Value())
+	if err != nil {
+		return 0, false, err
+	}
+	return e.Revision(), d.marks(seq), nil
 }
 
 func sortDests(ds []Destination) {

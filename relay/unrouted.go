@@ -85,25 +85,6 @@ func CheckLag(ctx context.Context, js jetstream.JetStream) (uint64, error) {
 	return pendingAfter(ctx, js, checkFilters, st.checkedIn(s.CachedInfo().Created))
 }
 
-// pendingAfter counts the events of the events stream on filters stored
-// after sequence after: an ephemeral consumer's count of what it has to
-// deliver is exact (the server walks the subjects' index for it).
-func pendingAfter(ctx context.Context, js jetstream.JetStream, filters []string, after uint64) (uint64, error) {
-	cfg := jetstream.ConsumerConfig{Description: "relay count", FilterSubjects: filters, AckPolicy: jetstream.AckNonePolicy,
-		MemoryStorage: true, InactiveThreshold: 10 * time.Second, Replicas: 1}
-	if after > 0 {
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, after+1
-	}
-	c, err := js.CreateConsumer(ctx, stream.EventsStream, cfg)
-	if err != nil {
-		return 0, fmt.Errorf("count events of %s: %w", stream.EventsStream, err)
-	}
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	defer func() { _ = js.DeleteConsumer(dctx, stream.EventsStream, c.CachedInfo().Name) }()
-	return c.CachedInfo().NumPending, nil
-}
-
 func decodeCheckState(b []byte) (CheckState, error) {
 	var st CheckState
 	if err := json.Unmarshal(b, &st); err != nil {
@@ -347,7 +328,7 @@ func (r *Relay) runUnrouted(ctx context.Context, id string) {
 
 // routes: see knownDests.
 func (r *Relay) routes(dest string, seq uint64) bool {
-	d, ok := r.dests.get(dest)
+	d, ok := r.dests.Get(dest)
 	return ok && seq >= d.StartSeq
 }
 

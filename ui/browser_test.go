@@ -638,7 +638,7 @@ func TestSkipAnEventWhoseIDLooksLikeAPath(t *testing.T) {
 	victim, err := e.st.Get(context.Background(), "victim")
 	require.NoError(t, err)
 	require.True(t, victim.PausedUntil.IsZero(), "the other destination was not paused")
-	rs, err := e.st.Retrying(context.Background(), "crm", 10)
+	rs, err := relay.ListRetrying(context.Background(), e.st, "crm", 10)
 	require.NoError(t, err)
 	require.Len(t, rs, 1)
 	require.Equal(t, id, rs[0].EventID)

@@ -39,7 +39,7 @@ func (o *headsOpts) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer cl.close()
-	heads, err := st.Heads(ctx, o.name)
+	heads, err := relay.Heads(ctx, st, o.name)
 	if err != nil {
 		return err
 	}
@@ -91,7 +91,7 @@ func (o *skipHeadOpts) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer cl.close()
-	h, err := st.SkipHead(ctx, name, seq, o.reason)
+	h, err := relay.SkipHead(ctx, st, name, seq, o.reason)
 	if err != nil {
 		return err
 	}
@@ -100,7 +100,7 @@ func (o *skipHeadOpts) Run(ctx context.Context, e *env) error {
 		fmt.Fprintln(w, "relay dead-letters it at its next delivery, or after the attempt in flight if that fails")
 		return nil
 	}
-	left, letter, err := st.WaitHeadLeft(ctx, name, h, o.wait)
+	left, letter, err := relay.WaitHeadLeft(ctx, st, name, h, o.wait)
 	switch {
 	case err != nil:
 		return err
@@ -143,7 +143,7 @@ func (o *retryingOpts) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer cl.close()
-	rs, err := st.Retrying(ctx, o.name, o.limit)
+	rs, err := relay.ListRetrying(ctx, st, o.name, o.limit)
 	if err != nil {
 		return err
 	}
@@ -210,7 +210,7 @@ func (o *skipOpts) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer closeSched()
-	sk, err := st.SkipEvent(ctx, name, id, o.reason)
+	sk, err := relay.SkipEvent(ctx, st, name, id, o.reason)
 	if err != nil {
 		return err
 	}
