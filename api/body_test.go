@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/relay"
 )
 
@@ -65,7 +66,7 @@ func TestBodiesDownloadAsTheirExactBytes(t *testing.T) {
 	// '/' and a '"' is one path segment and no part of the file name.
 	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	t.Cleanup(sink.Close)
-	_, err := mustStore(t, e).Add(context.Background(), relay.Destination{Name: "calm", URL: sink.URL})
+	_, err := mustStore(t, e).Add(context.Background(), destination.Destination{Name: "calm", URL: sink.URL})
 	require.NoError(t, err)
 	runRelay(t, e)
 	prod, err := relay.NewProducer(context.Background(), e.srv.JS)

@@ -9,6 +9,7 @@ import (
 
 	"go.opentelemetry.io/otel/propagation"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
@@ -42,11 +43,11 @@ type call struct {
 	// key is the request's API key (set by auth), without its hash.
 	key Key
 
-	dests   *relay.Store // needDests, needName
-	letters *dlq.Store   // needLetters, needSeq
-	name    string       // needName
-	seq     uint64       // needSeq
-	id      string       // needEventID
+	dests   *destination.Store // needDests, needName
+	letters *dlq.Store         // needLetters, needSeq
+	name    string             // needName
+	seq     uint64             // needSeq
+	id      string             // needEventID
 
 	cancels []context.CancelFunc
 }
@@ -72,7 +73,7 @@ func (s *Server) handle(n needs, h func(*call)) http.HandlerFunc {
 		if n&needName != 0 {
 			c.name = r.PathValue("name")
 			if err := stream.ValidateDestName(c.name); err != nil {
-				problem(w, http.StatusNotFound, "", fmt.Sprintf("%v: %s", relay.ErrNotFound, c.name))
+				problem(w, http.StatusNotFound, "", fmt.Sprintf("%v: %s", destination.ErrNotFound, c.name))
 				return
 			}
 		}

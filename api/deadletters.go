@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
@@ -173,7 +174,7 @@ func (s *Server) getLetter(c *call) {
 	if out.Unavailable == "" {
 		out.Body = dlq.BodyOf(out.Letter.Body)
 	}
-	out.Letter.Headers = relay.RedactHeaders(out.Letter.Headers)
+	out.Letter.Headers = destination.RedactHeaders(out.Letter.Headers)
 	c.json(http.StatusOK, out)
 }
 
@@ -244,7 +245,7 @@ func (s *Server) replayLetters(c *call) {
 		if !ok {
 			return
 		}
-		if _, err := ds.Get(ctx, body.ToDest); errors.Is(err, relay.ErrNotFound) {
+		if _, err := ds.Get(ctx, body.ToDest); errors.Is(err, destination.ErrNotFound) {
 			c.problem(http.StatusNotFound, "to_dest", "to_dest: "+err.Error())
 			return
 		} else if err != nil {

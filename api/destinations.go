@@ -8,9 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/webhook"
 
-	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -58,7 +58,7 @@ type destView struct {
 
 // viewOf is d as the API shows it; admin: to an admin key, with its body
 // template's text.
-func viewOf(d relay.Destination, now time.Time, admin bool) destView {
+func viewOf(d destination.Destination, now time.Time, admin bool) destView {
 	d = d.WithDefaults()
 	r := d.Redacted()
 	v := destView{
@@ -83,7 +83,7 @@ func viewOf(d relay.Destination, now time.Time, admin bool) destView {
 		v.HeaderNames = append(v.HeaderNames, k)
 	}
 	slices.Sort(v.HeaderNames)
-	if now.Before(d.PausedUntil) && !d.PausedUntil.Equal(relay.Forever) {
+	if now.Before(d.PausedUntil) && !d.PausedUntil.Equal(destination.Forever) {
 		v.PausedUntil = &d.PausedUntil
 	}
 	return v
@@ -130,8 +130,8 @@ type fieldError struct {
 func (e *fieldError) Error() string { return e.err.Error() }
 
 // settings are c as relay takes them.
-func (c destChange) settings() (relay.DestinationSettings, error) {
-	s := relay.DestinationSettings{
+func (c destChange) settings() (destination.Settings, error) {
+	s := destination.Settings{
 		URLStrategy: c.URLStrategy, Headers: c.Headers, MaxAttempts: c.MaxAttempts, Jitter: c.Jitter,
 		Concurrency: c.Concurrency, RateLimit: c.RateLimit, BreakerThreshold: c.BreakerThreshold, OnGone: c.OnGone,
 		Ordered: c.Ordered, Shared: c.Shared, Partitions: c.Partitions, OnFailure: c.OnFailure, Types: c.Types, Filter: c.Filter,
@@ -199,24 +199,24 @@ func fieldOf(c *destChange) func(setting string) string {
 func destProblem(w http.ResponseWriter, c *destChange, err error) {
 	var (
 		fe *fieldError
-		se *relay.SettingError
-		be *relay.BlockedURLError
-		pe *relay.PendingError
+		se *destination.SettingError
+		be *destination.BlockedURLError
+		pe *destination.PendingError
 	)
 	switch {
 	case errors.As(err, &fe):
 		problem(w, http.StatusUnprocessableEntity, fe.field, fe.Error())
-	case errors.Is(err, relay.ErrSealed):
+	case errors.Is(err, destination.ErrSealed):
 		problem(w, http.StatusServiceUnavailable, "", "cannot change the destination: "+err.Error())
 	case errors.As(err, &se):
 		problem(w, http.StatusUnprocessableEntity, fieldOf(c)(se.Setting), se.Text(fieldOf(c)))
 	case errors.As(err, &be):
 		problem(w, http.StatusUnprocessableEntity, fieldOf(c)("url"), be.Error())
-	case errors.Is(err, relay.ErrNotFound):
+	case errors.Is(err, destination.ErrNotFound):
 		problem(w, http.StatusNotFound, "", err.Error())
-	case errors.Is(err, relay.ErrExists):
+	case errors.Is(err, destination.ErrExists):
 		problem(w, http.StatusConflict, "name", err.Error())
-	case errors.Is(err, relay.ErrLayoutFixed):
+	case errors.Is(err, destination.ErrLayoutFixed):
 		field := ""
 		switch {
 		case c == nil:
@@ -230,7 +230,7 @@ func destProblem(w http.ResponseWriter, c *destChange, err error) {
 		problem(w, http.StatusConflict, field, err.Error())
 	case errors.As(err, &pe):
 		problem(w, http.StatusConflict, "", fmt.Sprintf("destination %s still has %d undelivered events; they stay in the event log but will not be delivered: add ?force=true to remove it anyway", pe.Dest, pe.Pending))
-	case errors.Is(err, relay.ErrNoConsumerRoom), errors.Is(err, relay.ErrWouldStoreInClear):
+	case errors.Is(err, destination.ErrNoConsumerRoom), errors.Is(err, destination.ErrWouldStoreInClear):
 		problem(w, http.StatusConflict, "", err.Error())
 	default:
 		problem(w, http.StatusServiceUnavailable, "", "cannot reach relay's destinations now: "+err.Error())
@@ -238,7 +238,7 @@ func destProblem(w http.ResponseWriter, c *destChange, err error) {
 }
 
 // dests is the destination store, or false after answering 503.
-func (s *Server) dests(w http.ResponseWriter) (*relay.Store, bool) {
+func (s *Server) dests(w http.ResponseWriter) (*destination.Store, bool) {
 	if s.cfg.Dests == nil {
 		problem(w, http.StatusServiceUnavailable, "", "this server does not serve destinations (no store configured)")
 		return nil, false
@@ -295,7 +295,7 @@ func (s *Server) createDest(c *call) {
 		return
 	}
 	ctx := c.within(30 * time.Second)
-	if err := relay.CheckPool(ctx, s.cfg.JS, d.Pool()); err != nil {
+	if err := destination.CheckPool(ctx, s.cfg.JS, d.Pool()); err != nil {
 		destProblem(c.w, &body, err)
 		return
 	}
@@ -328,12 +328,12 @@ func (s *Server) updateDest(c *call) {
 	}
 	ctx := c.within(30 * time.Second)
 	if set.URLs != nil {
-		if err := relay.CheckPool(ctx, s.cfg.JS, set.URLs); err != nil {
+		if err := destination.CheckPool(ctx, s.cfg.JS, set.URLs); err != nil {
 			destProblem(c.w, &body, err)
 			return
 		}
 	}
-	d, err := c.dests.Update(ctx, c.name, func(d *relay.Destination) error {
+	d, err := c.dests.Update(ctx, c.name, func(d *destination.Destination) error {
 		set.Apply(d)
 		return nil
 	})
@@ -380,7 +380,7 @@ func (s *Server) pauseDest(c *call) {
 	if !s.readOptionalJSON(c.w, c.r, &body) {
 		return
 	}
-	until := relay.Forever
+	until := destination.Forever
 	if body.For != nil {
 		d, err := time.ParseDuration(*body.For)
 		if err != nil || d <= 0 {

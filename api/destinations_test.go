@@ -11,13 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/webhook"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -100,7 +100,7 @@ func TestDestinationsOverHTTP(t *testing.T) {
 	// Pause, for a while or until resumed; resume.
 	code, m = e.do("POST", "/v1/destinations/orders/pause", e.admin, "application/json", nil)
 	require.Equal(t, http.StatusOK, code, "no body, whatever its type: %v", m)
-	require.Equal(t, relay.PauseOperator, m["state"])
+	require.Equal(t, destination.PauseOperator, m["state"])
 	require.NotContains(t, m, "paused_until", "until resumed")
 	code, m = e.send("POST", "/v1/destinations/orders/pause", e.admin, `{"for":"10m"}`)
 	require.Equal(t, http.StatusOK, code, m)
@@ -109,7 +109,7 @@ func TestDestinationsOverHTTP(t *testing.T) {
 	require.WithinDuration(t, time.Now().Add(10*time.Minute), until, time.Minute)
 	code, m = e.do("POST", "/v1/destinations/orders/resume", e.admin, "", nil)
 	require.Equal(t, http.StatusOK, code, m)
-	require.Equal(t, relay.StateActive, m["state"])
+	require.Equal(t, destination.StateActive, m["state"])
 
 	// Rotate: a generated secret is answered once; the old one signs during
 	// the overlap. A secret given is not answered.
@@ -144,7 +144,7 @@ func TestDestinationRemovalWaitsForItsEvents(t *testing.T) {
 	require.NoError(t, err)
 	// The consumer relay would have, with an event waiting.
 	_, err = e.srv.JS.CreateOrUpdateConsumer(ctx, stream.EventsStream, jetstream.ConsumerConfig{
-		Durable: relay.ConsumerName("orders"), FilterSubjects: stream.DestFilters("orders"), AckPolicy: jetstream.AckExplicitPolicy})
+		Durable: destination.ConsumerName("orders"), FilterSubjects: stream.DestFilters("orders"), AckPolicy: jetstream.AckExplicitPolicy})
 	require.NoError(t, err)
 	code, m := e.send("POST", "/v1/events", e.publish, `{"dest":"orders","data":1}`)
 	require.Equal(t, http.StatusAccepted, code, m)
@@ -159,7 +159,7 @@ func TestDestinationRemovalWaitsForItsEvents(t *testing.T) {
 	code, m = e.do("DELETE", "/v1/destinations/orders?force=true", e.admin, "", nil)
 	require.Equal(t, http.StatusNoContent, code, m)
 	_, err = mustStore(t, e).Get(ctx, "orders")
-	require.ErrorIs(t, err, relay.ErrNotFound)
+	require.ErrorIs(t, err, destination.ErrNotFound)
 }
 
 // A destination's body template and its content type, through the API:
@@ -311,7 +311,7 @@ func TestDestinationsRefuseBadRequests(t *testing.T) {
 	d, err := mustStore(t, e).Get(ctx, "orders")
 	require.NoError(t, err)
 	require.Equal(t, destFor("orders").URL, d.URL, "refused changes changed nothing")
-	require.Equal(t, relay.StateActive, d.State(time.Now()))
+	require.Equal(t, destination.StateActive, d.State(time.Now()))
 	_, err = mustStore(t, e).Get(ctx, "x")
-	require.ErrorIs(t, err, relay.ErrNotFound, "nothing refused was added")
+	require.ErrorIs(t, err, destination.ErrNotFound, "nothing refused was added")
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 )
@@ -71,7 +72,7 @@ func (ev newEvent) check() (field string, err error) {
 		}
 	}
 	for k, v := range ev.Headers {
-		if err := relay.ValidateEventHeader(k, v); err != nil {
+		if err := destination.ValidateEventHeader(k, v); err != nil {
 			return "headers", err
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 )
@@ -131,8 +132,8 @@ func TestPublishBatchRefusesBadRequestsWhole(t *testing.T) {
 }
 
 // destFor is a destination for the tests, named name.
-func destFor(name string) relay.Destination {
-	return relay.Destination{Name: name, URL: fmt.Sprintf("https://%s.example.com/hooks", name)}
+func destFor(name string) destination.Destination {
+	return destination.Destination{Name: name, URL: fmt.Sprintf("https://%s.example.com/hooks", name)}
 }
 
 // TestPublishContinuesTheRequestsTrace: a request's traceparent is

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream/streamtest"
 )
@@ -27,11 +28,11 @@ func fuzzServer(f *testing.F) (http.Handler, string) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	st, err := relay.NewStore(ctx, srv.JS)
+	st, err := destination.NewStore(ctx, srv.JS)
 	if err != nil {
 		f.Fatal(err)
 	}
-	if _, err := st.Add(ctx, relay.Destination{Name: "orders", URL: "https://example.com/hooks"}); err != nil {
+	if _, err := st.Add(ctx, destination.Destination{Name: "orders", URL: "https://example.com/hooks"}); err != nil {
 		f.Fatal(err)
 	}
 	key, _, err := keys.Create(ctx, "fuzz", ScopeAdmin)

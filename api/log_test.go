@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/relay"
 )
@@ -70,10 +71,10 @@ func TestDeliveryLogOverHTTP(t *testing.T) {
 	t.Cleanup(sink.Close)
 	st := mustStore(t, e)
 	ctx := context.Background()
-	retry := relay.RetryPolicy{Base: relay.Duration(20 * time.Millisecond), Max: relay.Duration(50 * time.Millisecond)}
-	_, err := st.Add(ctx, relay.Destination{Name: "flaky", URL: sink.URL + "/flaky", Retry: retry})
+	retry := destination.RetryPolicy{Base: destination.Duration(20 * time.Millisecond), Max: destination.Duration(50 * time.Millisecond)}
+	_, err := st.Add(ctx, destination.Destination{Name: "flaky", URL: sink.URL + "/flaky", Retry: retry})
 	require.NoError(t, err)
-	_, err = st.Add(ctx, relay.Destination{Name: "calm", URL: sink.URL + "/calm", Types: []string{"order.created"}})
+	_, err = st.Add(ctx, destination.Destination{Name: "calm", URL: sink.URL + "/calm", Types: []string{"order.created"}})
 	require.NoError(t, err)
 	runRelay(t, e)
 

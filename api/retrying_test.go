@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/relay"
 )
 
@@ -38,9 +39,9 @@ func TestRetryingEventsListedAndSkipped(t *testing.T) {
 	st := mustStore(t, e)
 	ctx := context.Background()
 	// The retry comes after 2s: long enough to list and skip it first.
-	_, err := st.Add(ctx, relay.Destination{Name: "down", URL: sink.URL, Retry: relay.RetryPolicy{Base: relay.Duration(2 * time.Second), NoJitter: true, MaxAttempts: 10}})
+	_, err := st.Add(ctx, destination.Destination{Name: "down", URL: sink.URL, Retry: destination.RetryPolicy{Base: destination.Duration(2 * time.Second), NoJitter: true, MaxAttempts: 10}})
 	require.NoError(t, err)
-	_, err = st.Add(ctx, relay.Destination{Name: "keyed", URL: sink.URL, Ordered: true})
+	_, err = st.Add(ctx, destination.Destination{Name: "keyed", URL: sink.URL, Ordered: true})
 	require.NoError(t, err)
 	runRelay(t, e)
 	code, m := e.do("POST", "/v1/events", e.publish, "application/json", []byte(`{"dest":"down","data":1}`), "Idempotency-Key", "evt-stuck")

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/time/rate"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/relay"
 )
@@ -40,7 +41,7 @@ type Config struct {
 	// Dests is the destination store, opened with relay's secret key (if
 	// it has one) so that the secrets it stores are sealed like the
 	// CLI's. Optional: without it the destination resources answer 503.
-	Dests *relay.Store
+	Dests *destination.Store
 	// DeadLetters is the dead-letter store. Optional: without it the
 	// dead-letter resources answer 503.
 	DeadLetters *dlq.Store

@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
@@ -59,7 +60,7 @@ func startTracedAPI(t *testing.T, tp trace.TracerProvider) *apiEnv {
 	prod, err := relay.NewProducer(ctx, srv.JS)
 	require.NoError(t, err)
 	prod.TraceWith(tp)
-	dests, err := relay.NewStore(ctx, srv.JS)
+	dests, err := destination.NewStore(ctx, srv.JS)
 	require.NoError(t, err)
 	letters, err := dlq.Open(ctx, srv.JS)
 	require.NoError(t, err)
@@ -146,7 +147,7 @@ func TestPublishOverHTTP(t *testing.T) {
 	t.Parallel()
 	e := startAPI(t)
 	ctx := context.Background()
-	_, err := mustStore(t, e).Add(ctx, relay.Destination{Name: "orders", URL: "https://example.com/hooks"})
+	_, err := mustStore(t, e).Add(ctx, destination.Destination{Name: "orders", URL: "https://example.com/hooks"})
 	require.NoError(t, err)
 
 	code, m := e.do("POST", "/v1/events", e.publish, "application/json", []byte(`{"dest":"orders","key":"c1","data":{"amount":5}}`), "Idempotency-Key", "evt-1")
@@ -180,7 +181,7 @@ func TestPublishOverHTTP(t *testing.T) {
 func TestPublishOverHTTPRefusesBadRequests(t *testing.T) {
 	t.Parallel()
 	e := startAPI(t)
-	_, err := mustStore(t, e).Add(context.Background(), relay.Destination{Name: "orders", URL: "https://example.com/hooks"})
+	_, err := mustStore(t, e).Add(context.Background(), destination.Destination{Name: "orders", URL: "https://example.com/hooks"})
 	require.NoError(t, err)
 	big := `{"dest":"orders","data":"` + strings.Repeat("x", 70<<10) + `"}`
 	for _, tc := range []struct {
@@ -234,7 +235,7 @@ const testBodyTimeout = 3 * time.Second
 func TestStalledBodyGets408(t *testing.T) {
 	t.Parallel()
 	e := startAPI(t)
-	_, err := mustStore(t, e).Add(context.Background(), relay.Destination{Name: "orders", URL: "https://example.com/hooks"})
+	_, err := mustStore(t, e).Add(context.Background(), destination.Destination{Name: "orders", URL: "https://example.com/hooks"})
 	require.NoError(t, err)
 	u, err := url.Parse(e.url)
 	require.NoError(t, err)
@@ -259,7 +260,7 @@ func TestStalledBodyGets408(t *testing.T) {
 func TestStatsOverHTTPAndTheDocument(t *testing.T) {
 	t.Parallel()
 	e := startAPI(t)
-	_, err := mustStore(t, e).Add(context.Background(), relay.Destination{Name: "orders", URL: "https://example.com/hooks"})
+	_, err := mustStore(t, e).Add(context.Background(), destination.Destination{Name: "orders", URL: "https://example.com/hooks"})
 	require.NoError(t, err)
 	code, m := e.do("GET", "/v1/stats", e.read, "", nil)
 	require.Equal(t, 200, code, m)
@@ -303,9 +304,9 @@ func TestFailedKeysAreLimitedPerAddress(t *testing.T) {
 	require.Equal(t, 429, code, "no key, still over the address's budget")
 }
 
-func mustStore(t *testing.T, e *apiEnv) *relay.Store {
+func mustStore(t *testing.T, e *apiEnv) *destination.Store {
 	t.Helper()
-	st, err := relay.NewStore(context.Background(), e.srv.JS)
+	st, err := destination.NewStore(context.Background(), e.srv.JS)
 	require.NoError(t, err)
 	return st
 }
@@ -329,7 +330,7 @@ func TestRevokedAndWrongKeysChangeNothing(t *testing.T) {
 	code, _ = e.do("POST", "/v1/destinations", wrong, "application/json", body)
 	require.Equal(t, 401, code, "the right id, a wrong secret")
 	_, err = mustStore(t, e).Get(ctx, "sneaky")
-	require.ErrorIs(t, err, relay.ErrNotFound, "nothing was created")
+	require.ErrorIs(t, err, destination.ErrNotFound, "nothing was created")
 	out := e.logs.String()
 	require.Contains(t, out, "key=ops", "the key whose secret was wrong is named")
 	require.NotContains(t, out, e.admin[len("relay_0123456789abcdef_"):], "never the key")

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/destination"
 )
 
 var apiURLRE = regexp.MustCompile(`msg="serving the HTTP API and the dashboard" url=(\S+)`)
@@ -19,7 +19,7 @@ func TestEventPublishedOverHTTPIsDelivered(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	s := newSink(t, nil)
-	e.addDest(relay.Destination{Name: "http-in", URL: s.URL})
+	e.addDest(destination.Destination{Name: "http-in", URL: s.URL})
 	code, out := e.relayCLI("api-key", "create", "--name", "svc", "--scope", "publish")
 	require.Equal(t, 0, code, out)
 	key := regexp.MustCompile(`relay_[0-9a-f]{16}_\S+`).FindString(out)

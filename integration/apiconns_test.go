@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/destination"
 )
 
 // startAPIProc runs 'relay run --api-addr' with args against e's server,
@@ -75,7 +75,7 @@ func TestIdleAPIConnectionsDoNotExhaustRelaysDescriptors(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	s := newSink(t, nil)
-	e.addDest(relay.Destination{Name: "held-open", URL: s.URL})
+	e.addDest(destination.Destination{Name: "held-open", URL: s.URL})
 	const maxConns, held = 20, 300
 	p, base, ops, key := startAPIProc(t, e, "--api-max-conns", strconv.Itoa(maxConns))
 	pid := p.cmd.Process.Pid

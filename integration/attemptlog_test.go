@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 )
@@ -35,9 +36,9 @@ func TestEventsShowAndAttemptsFromTheCLI(t *testing.T) {
 		_, _ = w.Write([]byte(`{"thanks":true}`))
 		return 200
 	})
-	e.addDest(relay.Destination{Name: "shop", URL: s.URL, Retry: fast(3), Filter: `data.skip != true`})
+	e.addDest(destination.Destination{Name: "shop", URL: s.URL, Retry: fast(3), Filter: `data.skip != true`})
 	// A long first wait: the event stays in retry while the test looks.
-	e.addDest(relay.Destination{Name: "slow", URL: s.URL, Retry: relay.RetryPolicy{Base: relay.Duration(time.Hour), NoJitter: true, MaxAttempts: 5}})
+	e.addDest(destination.Destination{Name: "slow", URL: s.URL, Retry: destination.RetryPolicy{Base: destination.Duration(time.Hour), NoJitter: true, MaxAttempts: 5}})
 	rec, _ := e.startRelay()
 
 	pub := func(dest, id, body string) {
@@ -126,7 +127,7 @@ func TestDeliveryLogKeepsWithinItsSize(t *testing.T) {
 		_, _ = w.Write([]byte(big))
 		return 200
 	})
-	e.addDest(relay.Destination{Name: "chatty", URL: s.URL})
+	e.addDest(destination.Destination{Name: "chatty", URL: s.URL})
 	rec, _ := e.startRelay(func(c *relay.Config) { c.LogResponseBytes = 4000 })
 	const n = 600 // about 4.3 KB a record: 2.5 MB in all
 	var last string

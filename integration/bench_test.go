@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/relay"
 )
 
@@ -23,7 +24,7 @@ func BenchmarkReplicas(b *testing.B) {
 				w.WriteHeader(http.StatusNoContent)
 				return http.StatusNoContent
 			})
-			e.addDest(relay.Destination{Name: "bench", URL: s.URL, Concurrency: 16})
+			e.addDest(destination.Destination{Name: "bench", URL: s.URL, Concurrency: 16})
 			for range b.N {
 				if _, err := e.prod.Publish(b.Context(), relay.Event{Dest: "bench", Data: []byte(`{"x":1}`)}); err != nil {
 					b.Fatal(err)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -21,8 +21,8 @@ func TestFaultClusterBouncedRepeatedly(t *testing.T) {
 
 	const keys = 10
 	o := newOrderSink(t, 0)
-	_, err := st.Add(ctx, relay.Destination{Name: "bounce", URL: o.URL, Ordered: true, Partitions: 4, Timeout: relay.Duration(500 * time.Millisecond),
-		Retry: relay.RetryPolicy{Base: relay.Duration(50 * time.Millisecond), Max: relay.Duration(500 * time.Millisecond), MaxAttempts: 20}})
+	_, err := st.Add(ctx, destination.Destination{Name: "bounce", URL: o.URL, Ordered: true, Partitions: 4, Timeout: destination.Duration(500 * time.Millisecond),
+		Retry: destination.RetryPolicy{Base: destination.Duration(50 * time.Millisecond), Max: destination.Duration(500 * time.Millisecond), MaxAttempts: 20}})
 	require.NoError(t, err)
 	for range 2 {
 		// AckWait 6s, as in TestClusterNodeRestartKeepsOrderAndLosesNothing.

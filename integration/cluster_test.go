@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/embedded"
@@ -77,7 +78,7 @@ func (c *cluster) urls() string {
 
 // startClusterClient starts a 3-node cluster, connects to it, and sets up
 // relay's streams with 3 replicas once the cluster has a leader.
-func startClusterClient(t *testing.T) (*cluster, jetstream.JetStream, *relay.Store, *relay.Producer) {
+func startClusterClient(t *testing.T) (*cluster, jetstream.JetStream, *destination.Store, *relay.Producer) {
 	t.Helper()
 	c := startCluster(t)
 	nc, err := nats.Connect(c.urls(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
@@ -89,7 +90,7 @@ func startClusterClient(t *testing.T) (*cluster, jetstream.JetStream, *relay.Sto
 	eventually(t, 30*time.Second, func() bool {
 		return stream.Ensure(ctx, js, stream.Config{Replicas: 3}) == nil
 	}, "streams created once the cluster has a leader")
-	st, err := relay.NewStore(ctx, js)
+	st, err := destination.NewStore(ctx, js)
 	require.NoError(t, err)
 	prod, err := relay.NewProducer(ctx, js)
 	require.NoError(t, err)
@@ -120,8 +121,8 @@ func TestClusterNodeRestartKeepsOrderAndLosesNothing(t *testing.T) {
 
 	const keys, perKey = 20, 50
 	o := newOrderSink(t, 0.1)
-	_, err := st.Add(ctx, relay.Destination{Name: "clu", URL: o.URL, Ordered: true, Partitions: 8, Timeout: relay.Duration(500 * time.Millisecond),
-		Retry: relay.RetryPolicy{Base: relay.Duration(20 * time.Millisecond), Max: relay.Duration(200 * time.Millisecond), MaxAttempts: 10}})
+	_, err := st.Add(ctx, destination.Destination{Name: "clu", URL: o.URL, Ordered: true, Partitions: 8, Timeout: destination.Duration(500 * time.Millisecond),
+		Retry: destination.RetryPolicy{Base: destination.Duration(20 * time.Millisecond), Max: destination.Duration(200 * time.Millisecond), MaxAttempts: 10}})
 	require.NoError(t, err)
 	for range 2 {
 		// AckWait 6s: heads whose acks the restart lost come back soon.

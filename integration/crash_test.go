@@ -20,6 +20,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/schedule/redistest"
@@ -123,8 +124,8 @@ func TestFaultCrashOfEmbeddedNATSDeliversNoParkedEventTwice(t *testing.T) {
 		return faultOK(w)
 	})
 	// AckWait is 7s (--ack-wait); the first retry waits 1s: parked.
-	_, err := er.store.Add(context.Background(), relay.Destination{Name: "crashpark", URL: s.URL, Timeout: relay.Duration(time.Second),
-		Retry: relay.RetryPolicy{Base: relay.Duration(time.Second), Max: relay.Duration(2 * time.Second), NoJitter: true, MaxAttempts: 5}})
+	_, err := er.store.Add(context.Background(), destination.Destination{Name: "crashpark", URL: s.URL, Timeout: destination.Duration(time.Second),
+		Retry: destination.RetryPolicy{Base: destination.Duration(time.Second), Max: destination.Duration(2 * time.Second), NoJitter: true, MaxAttempts: 5}})
 	require.NoError(t, err)
 	const n = 10
 	published := map[string]string{}
@@ -140,7 +141,7 @@ func TestFaultCrashOfEmbeddedNATSDeliversNoParkedEventTwice(t *testing.T) {
 	st := schedule.NewStore(rs.Client())
 	eventually(t, 60*time.Second, func() bool {
 		ps, err := st.Stats(context.Background(), "crashpark")
-		return len(s.delivered()) == n && err == nil && ps.Parked == 0 && er.idle(relay.ConsumerName("crashpark"))
+		return len(s.delivered()) == n && err == nil && ps.Parked == 0 && er.idle(destination.ConsumerName("crashpark"))
 	}, "every event delivered, nothing parked or pending")
 	for id, times := range s.delivered() {
 		require.Equal(t, 1, times, "event %s delivered %d times", id, times)
@@ -167,7 +168,7 @@ func TestFaultCrashOfEmbeddedNATSKeepsOrder(t *testing.T) {
 		mu.Unlock()
 		return faultOK(w)
 	})
-	_, err := er.store.Add(context.Background(), relay.Destination{Name: "crashord", URL: s.URL, Ordered: true, Partitions: 1, Timeout: relay.Duration(time.Second)})
+	_, err := er.store.Add(context.Background(), destination.Destination{Name: "crashord", URL: s.URL, Ordered: true, Partitions: 1, Timeout: destination.Duration(time.Second)})
 	require.NoError(t, err)
 	send := func(from, to int) {
 		for i := from; i < to; i++ {
@@ -179,7 +180,7 @@ func TestFaultCrashOfEmbeddedNATSKeepsOrder(t *testing.T) {
 	er.crash()
 	er.start()
 	send(20, 40)
-	partition := relay.PartitionConsumerName("crashord", 0)
+	partition := destination.PartitionConsumerName("crashord", 0)
 	eventually(t, 60*time.Second, func() bool { return s.len() >= 40 && er.idle(partition) }, "events 20-39 delivered, nothing pending")
 	mu.Lock()
 	defer mu.Unlock()
@@ -206,8 +207,8 @@ func TestFaultKilledBetweenParkAndItsRecordDeliversOnce(t *testing.T) {
 		}
 		return faultOK(w)
 	})
-	e.addDest(relay.Destination{Name: "parkrec", URL: s.URL, Timeout: relay.Duration(time.Second), Retry: relay.RetryPolicy{
-		Base: relay.Duration(time.Second), Max: relay.Duration(2 * time.Second), NoJitter: true, MaxAttempts: 5}})
+	e.addDest(destination.Destination{Name: "parkrec", URL: s.URL, Timeout: destination.Duration(time.Second), Retry: destination.RetryPolicy{
+		Base: destination.Duration(time.Second), Max: destination.Duration(2 * time.Second), NoJitter: true, MaxAttempts: 5}})
 	// AckWait 7s: the original, never acked, comes back 7s after its delivery.
 	args := []string{"--nats-url", e.url, "run", "--redis-url", r.URL(), "--park-threshold", "500ms", "--ack-wait", "7s"}
 

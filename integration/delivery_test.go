@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/webhook"
 
 	"github.com/nats-io/nats.go"
@@ -27,8 +28,8 @@ import (
 )
 
 // fast is a retry policy for tests: short waits, no jitter unless asked.
-func fast(attempts int) relay.RetryPolicy {
-	return relay.RetryPolicy{Base: relay.Duration(50 * time.Millisecond), Max: relay.Duration(time.Second), NoJitter: true, MaxAttempts: attempts}
+func fast(attempts int) destination.RetryPolicy {
+	return destination.RetryPolicy{Base: destination.Duration(50 * time.Millisecond), Max: destination.Duration(time.Second), NoJitter: true, MaxAttempts: attempts}
 }
 
 func TestHappyPathDeliversEachEventOnceAndAcksIt(t *testing.T) {
@@ -36,7 +37,7 @@ func TestHappyPathDeliversEachEventOnceAndAcksIt(t *testing.T) {
 	e := setup(t)
 	s := newSink(t, nil)
 	secret := webhook.GenerateSecret()
-	e.addDest(relay.Destination{Name: "happy", URL: s.URL + "/hook", Secret: secret, Concurrency: 32})
+	e.addDest(destination.Destination{Name: "happy", URL: s.URL + "/hook", Secret: secret, Concurrency: 32})
 	e.startRelay()
 
 	const n = 1000
@@ -77,8 +78,8 @@ func TestFlakyDestinationIsRetriedWithGrowingWaits(t *testing.T) {
 	})
 	base := 300 * time.Millisecond
 	const jitter = 0.2
-	e.addDest(relay.Destination{Name: "flaky", URL: s.URL, Retry: relay.RetryPolicy{
-		Base: relay.Duration(base), Max: relay.Duration(10 * time.Second), Jitter: jitter, MaxAttempts: 5}})
+	e.addDest(destination.Destination{Name: "flaky", URL: s.URL, Retry: destination.RetryPolicy{
+		Base: destination.Duration(base), Max: destination.Duration(10 * time.Second), Jitter: jitter, MaxAttempts: 5}})
 	rec, _ := e.startRelay()
 	res := e.publish("flaky", "", `{"x":1}`)
 
@@ -115,7 +116,7 @@ func TestAlways500IsDeadLetteredWithItsHistory(t *testing.T) {
 		fmt.Fprint(w, "boom: database down")
 		return http.StatusInternalServerError
 	})
-	e.addDest(relay.Destination{Name: "broken", URL: s.URL, Retry: fast(3)})
+	e.addDest(destination.Destination{Name: "broken", URL: s.URL, Retry: fast(3)})
 	e.startRelay()
 	res, err := e.prod.Publish(context.Background(), relay.Event{Dest: "broken", Key: "cust-7", Data: []byte(`{"a":1}`), Headers: map[string]string{"X-Trace": "t1"}})
 	require.NoError(t, err)
@@ -167,7 +168,7 @@ func TestPermanentStatusIsDeadLetteredAfterOneAttempt(t *testing.T) {
 				w.WriteHeader(status)
 				return status
 			})
-			e.addDest(relay.Destination{Name: "perm", URL: s.URL, Retry: fast(5), OnGone: relay.OnGoneDeadLetter})
+			e.addDest(destination.Destination{Name: "perm", URL: s.URL, Retry: fast(5), OnGone: destination.OnGoneDeadLetter})
 			e.startRelay()
 			e.publish("perm", "", `{}`)
 			eventually(t, 10*time.Second, func() bool { return len(e.deadLetters("perm")) == 1 && e.settled("perm") }, "one dead letter")
@@ -198,8 +199,8 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 	})
 	// Without Retry-After the next attempt would come after 50ms.
 	p := fast(5)
-	p.Max = relay.Duration(10 * time.Second)
-	e.addDest(relay.Destination{Name: "limited", URL: s.URL, Retry: p})
+	p.Max = destination.Duration(10 * time.Second)
+	e.addDest(destination.Destination{Name: "limited", URL: s.URL, Retry: p})
 	rec, _ := e.startRelay()
 	res := e.publish("limited", "", `{}`)
 	eventually(t, time.Minute, func() bool { return s.delivered()[res.ID] == 1 }, "delivery after the 429")
@@ -229,8 +230,8 @@ func TestUnreachableDestinationIsRetriedThenDeadLettered(t *testing.T) {
 	})
 
 	e := setup(t)
-	e.addDest(relay.Destination{Name: "refused", URL: refused, Retry: fast(3)})
-	e.addDest(relay.Destination{Name: "slow", URL: hang.URL, Timeout: relay.Duration(200 * time.Millisecond), Retry: fast(2)})
+	e.addDest(destination.Destination{Name: "refused", URL: refused, Retry: fast(3)})
+	e.addDest(destination.Destination{Name: "slow", URL: hang.URL, Timeout: destination.Duration(200 * time.Millisecond), Retry: fast(2)})
 	e.startRelay()
 	e.publish("refused", "", `{}`)
 	e.publish("slow", "", `{}`)
@@ -265,8 +266,8 @@ func TestHangingDestinationDoesNotHoldBackAHealthyOne(t *testing.T) {
 
 	e := setup(t)
 	// The hanging destination's attempts can only end by its 30s timeout.
-	e.addDest(relay.Destination{Name: "hung", URL: hung.URL, Concurrency: 4})
-	e.addDest(relay.Destination{Name: "healthy", URL: healthy.URL, Concurrency: 8})
+	e.addDest(destination.Destination{Name: "hung", URL: hung.URL, Concurrency: 4})
+	e.addDest(destination.Destination{Name: "healthy", URL: healthy.URL, Concurrency: 8})
 	rec, _ := e.startRelay()
 
 	for range 50 {
@@ -287,7 +288,7 @@ func TestEventForUnknownDestinationIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	s := newSink(t, nil)
-	e.addDest(relay.Destination{Name: "known", URL: s.URL})
+	e.addDest(destination.Destination{Name: "known", URL: s.URL})
 	e.startRelay()
 
 	// A producer with a plain NATS client, not even JetStream publish.
@@ -322,7 +323,7 @@ func TestRetryAfterIsCappedByMaxBackoff(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 		return http.StatusOK
 	})
-	e.addDest(relay.Destination{Name: "capped", URL: s.URL, Retry: fast(5)}) // max backoff 1s
+	e.addDest(destination.Destination{Name: "capped", URL: s.URL, Retry: fast(5)}) // max backoff 1s
 	rec, _ := e.startRelay()
 	res := e.publish("capped", "", `{}`)
 	eventually(t, time.Minute, func() bool { return s.delivered()[res.ID] == 1 }, "delivery after the capped wait")
@@ -340,11 +341,11 @@ func TestRunningRelayFollowsDestinationChanges(t *testing.T) {
 	second := newSink(t, nil)
 	e.startRelay()
 
-	e.addDest(relay.Destination{Name: "live", URL: first.URL})
+	e.addDest(destination.Destination{Name: "live", URL: first.URL})
 	a := e.publish("live", "", `{"n":1}`)
 	eventually(t, 10*time.Second, func() bool { return first.delivered()[a.ID] == 1 }, "delivery to the first URL")
 
-	_, err := e.store.Update(context.Background(), "live", func(d *relay.Destination) error {
+	_, err := e.store.Update(context.Background(), "live", func(d *destination.Destination) error {
 		d.URL = second.URL
 		d.Concurrency = 3 // a consumer setting: the worker restarts
 		return nil
@@ -393,7 +394,7 @@ func TestUnknownDestinationsAreDeadLetteredOnceAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	s := newSink(t, nil)
-	e.addDest(relay.Destination{Name: "known", URL: s.URL})
+	e.addDest(destination.Destination{Name: "known", URL: s.URL})
 	ctx := context.Background()
 	ghosts := map[string]bool{}
 	publish := func(from, to int) {
@@ -464,10 +465,10 @@ func TestPullRequestsAskForShortHeartbeats(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	s := newSink(t, nil)
-	e.addDest(relay.Destination{Name: "hb", URL: s.URL})
+	e.addDest(destination.Destination{Name: "hb", URL: s.URL})
 	// The pull requests of the destination's consumer, as the server
 	// receives them.
-	reqs := streamtest.WatchPullRequests(t, e.nc, "$JS.API.CONSUMER.MSG.NEXT."+stream.EventsStream+"."+relay.ConsumerName("hb"))
+	reqs := streamtest.WatchPullRequests(t, e.nc, "$JS.API.CONSUMER.MSG.NEXT."+stream.EventsStream+"."+destination.ConsumerName("hb"))
 	e.startRelay()
 	streamtest.RequireShortHeartbeats(t, reqs, "the destination's consumer")
 	e.publish("hb", "", `{}`)
@@ -481,8 +482,8 @@ func TestPullRequestsBoundTheirBytes(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	s := newSink(t, nil)
-	e.addDest(relay.Destination{Name: "mb", URL: s.URL})
-	reqs := streamtest.WatchPullRequests(t, e.nc, "$JS.API.CONSUMER.MSG.NEXT."+stream.EventsStream+"."+relay.ConsumerName("mb"))
+	e.addDest(destination.Destination{Name: "mb", URL: s.URL})
+	reqs := streamtest.WatchPullRequests(t, e.nc, "$JS.API.CONSUMER.MSG.NEXT."+stream.EventsStream+"."+destination.ConsumerName("mb"))
 	e.startRelay()
 	select {
 	case r := <-reqs:
@@ -501,7 +502,7 @@ func TestEventsThatWaitedInRelaysQueueGetAnInProgressAck(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	s, arrived, release := gatedSink(t, 0)
-	e.addDest(relay.Destination{Name: "buf", URL: s.URL, Concurrency: 2, Timeout: relay.Duration(10 * time.Second)})
+	e.addDest(destination.Destination{Name: "buf", URL: s.URL, Concurrency: 2, Timeout: destination.Duration(10 * time.Second)})
 	// AckWait 6s: events held over 2s are restarted.
 	const restartAfter = 2 * time.Second
 
@@ -594,7 +595,7 @@ func TestQueuedEventsKeepTheirAckWait(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 		return http.StatusNoContent
 	})
-	e.addDest(relay.Destination{Name: "slowq", URL: s.URL, Concurrency: 1, Timeout: relay.Duration(2 * time.Second)})
+	e.addDest(destination.Destination{Name: "slowq", URL: s.URL, Concurrency: 1, Timeout: destination.Duration(2 * time.Second)})
 	acks := e.watchAcks("slowq")
 	var last uint64
 	for range 4 {
@@ -652,8 +653,8 @@ func TestLongAttemptsKeepTheirAckWait(t *testing.T) {
 		w.WriteHeader(http.StatusInternalServerError)
 		return http.StatusInternalServerError
 	})
-	e.addDest(relay.Destination{Name: "long", URL: s.URL, Concurrency: 4, Timeout: relay.Duration(20 * time.Second),
-		Retry: relay.RetryPolicy{Base: relay.Duration(100 * time.Millisecond), NoJitter: true, MaxAttempts: 5}})
+	e.addDest(destination.Destination{Name: "long", URL: s.URL, Concurrency: 4, Timeout: destination.Duration(20 * time.Second),
+		Retry: destination.RetryPolicy{Base: destination.Duration(100 * time.Millisecond), NoJitter: true, MaxAttempts: 5}})
 	acks := e.watchAcks("long")
 	rec, _ := e.startRelay(func(c *relay.Config) { c.AckWait = ackWait })
 	res := e.publish("long", "", `{}`)
@@ -715,8 +716,8 @@ func TestStoppingReplicaKeepsItsAttemptsAckWait(t *testing.T) {
 				w.WriteHeader(http.StatusNoContent)
 				return http.StatusNoContent
 			})
-			e.addDest(relay.Destination{Name: "slow", URL: s.URL, Concurrency: 4, Shared: shared,
-				Timeout: relay.Duration(20 * time.Second)})
+			e.addDest(destination.Destination{Name: "slow", URL: s.URL, Concurrency: 4, Shared: shared,
+				Timeout: destination.Duration(20 * time.Second)})
 			mod := func(c *relay.Config) {
 				c.AckWait = ackWait
 				c.ShutdownGrace = 30 * time.Second
@@ -780,7 +781,7 @@ func TestReplicaPingsByTheShortestLiveAckWait(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 		return http.StatusNoContent
 	})
-	e.addDest(relay.Destination{Name: "mixed", URL: s.URL, Timeout: relay.Duration(20 * time.Second)})
+	e.addDest(destination.Destination{Name: "mixed", URL: s.URL, Timeout: destination.Duration(20 * time.Second)})
 	acks := e.watchAcks("mixed")
 	var logs lockedBuffer
 	e.startRelay(func(c *relay.Config) {
@@ -837,7 +838,7 @@ func TestStoppingRelayHandsItsBufferBack(t *testing.T) {
 	e := setup(t)
 	s, arrived, release := gatedSink(t, 2)
 	// AckWait 30s: longer than the test waits.
-	e.addDest(relay.Destination{Name: "hb", URL: s.URL, Concurrency: 2, Timeout: relay.Duration(30 * time.Second)})
+	e.addDest(destination.Destination{Name: "hb", URL: s.URL, Concurrency: 2, Timeout: destination.Duration(30 * time.Second)})
 	acks := e.watchAcks("hb")
 
 	_, stopA := e.startRelay()
@@ -879,7 +880,7 @@ func TestBurstLargerThanTheConcurrencyIsTakenInAtOnce(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	s, arrived, release := gatedSink(t, 0)
-	e.addDest(relay.Destination{Name: "burst", URL: s.URL, Concurrency: 2})
+	e.addDest(destination.Destination{Name: "burst", URL: s.URL, Concurrency: 2})
 	e.startRelay()
 	for range 8 {
 		e.publish("burst", "", `{}`)
@@ -901,7 +902,7 @@ func TestLargeEventsAreQueuedWithinAByteBudget(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	s, arrived, release := gatedSink(t, 0)
-	e.addDest(relay.Destination{Name: "large", URL: s.URL, Concurrency: 4})
+	e.addDest(destination.Destination{Name: "large", URL: s.URL, Concurrency: 4})
 	e.startRelay()
 	const size = 900 << 10
 	body := `{"p":"` + strings.Repeat("x", size-8) + `"}`
@@ -930,7 +931,7 @@ func TestEventWithAStatusHeaderAndNoBodyIsDelivered(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	s := newSink(t, nil)
-	e.addDest(relay.Destination{Name: "st", URL: s.URL})
+	e.addDest(destination.Destination{Name: "st", URL: s.URL})
 	e.startRelay()
 	m := nats.NewMsg(stream.DestFilters("st")[0])
 	m.Header.Set("Status", "404")
@@ -953,7 +954,7 @@ func TestUnknownDestinationCheckReadsPastAnEventWithAStatusHeader(t *testing.T) 
 	t.Parallel()
 	e := setup(t)
 	s := newSink(t, nil)
-	e.addDest(relay.Destination{Name: "known", URL: s.URL})
+	e.addDest(destination.Destination{Name: "known", URL: s.URL})
 	e.startRelay()
 	publish := func(dest, id, body string, status bool) {
 		m := nats.NewMsg(stream.DestFilters(dest)[0])
@@ -1019,7 +1020,7 @@ func gatedSink(t *testing.T, held int32) (s *sink, arrived *atomic.Int32, releas
 func (e *env) watchAcks(dest string) <-chan *nats.Msg {
 	e.t.Helper()
 	acks := make(chan *nats.Msg, 256)
-	sub, err := e.nc.ChanSubscribe("$JS.ACK."+stream.EventsStream+"."+relay.ConsumerName(dest)+".>", acks)
+	sub, err := e.nc.ChanSubscribe("$JS.ACK."+stream.EventsStream+"."+destination.ConsumerName(dest)+".>", acks)
 	require.NoError(e.t, err)
 	e.t.Cleanup(func() { _ = sub.Unsubscribe() })
 	require.NoError(e.t, e.nc.Flush())
@@ -1029,7 +1030,7 @@ func (e *env) watchAcks(dest string) <-chan *nats.Msg {
 // ackPending returns how many of dest's events JetStream has handed out
 // and not had settled, or -1 if it cannot tell.
 func (e *env) ackPending(dest string) int {
-	cons, err := e.js.Consumer(context.Background(), stream.EventsStream, relay.ConsumerName(dest))
+	cons, err := e.js.Consumer(context.Background(), stream.EventsStream, destination.ConsumerName(dest))
 	if err != nil {
 		return -1
 	}
@@ -1046,7 +1047,7 @@ func (e *env) ackPending(dest string) int {
 func (e *env) countAcks(dest string, count func(kind string) bool) *atomic.Int64 {
 	e.t.Helper()
 	var n atomic.Int64
-	sub, err := e.nc.Subscribe("$JS.ACK."+stream.EventsStream+"."+relay.ConsumerName(dest)+".>", func(m *nats.Msg) {
+	sub, err := e.nc.Subscribe("$JS.ACK."+stream.EventsStream+"."+destination.ConsumerName(dest)+".>", func(m *nats.Msg) {
 		if count(string(m.Data)) {
 			n.Add(1)
 		}
@@ -1067,7 +1068,7 @@ func TestMaxInFlightBoundsAllDestinationsTogether(t *testing.T) {
 	s, arrived, release := gatedSink(t, 0)
 	names := []string{"own1", "own2", "own3", "shared1"}
 	for _, n := range names {
-		e.addDest(relay.Destination{Name: n, URL: s.URL, Concurrency: 4, Shared: n == "shared1"})
+		e.addDest(destination.Destination{Name: n, URL: s.URL, Concurrency: 4, Shared: n == "shared1"})
 	}
 	e.startRelay(func(c *relay.Config) { c.MaxInFlight = 5 })
 	const per = 6
@@ -1106,14 +1107,14 @@ func TestQueuesShareTheReplicasRoom(t *testing.T) {
 	s, arrived, release := gatedSink(t, 0)
 	names := []string{"q1", "q2", "q3"}
 	for _, n := range names {
-		e.addDest(relay.Destination{Name: n, URL: s.URL, Concurrency: 4})
+		e.addDest(destination.Destination{Name: n, URL: s.URL, Concurrency: 4})
 	}
 	e.startRelay(func(c *relay.Config) { c.MaxInFlight = 4 })
 	// Every destination's pull loop runs (it asks for events) before any
 	// event comes: the first to come would otherwise take a larger share.
 	eventually(t, 20*time.Second, func() bool {
 		for _, n := range names {
-			if c := e.consumerInfo(relay.ConsumerName(n)); c == nil || c.NumWaiting == 0 {
+			if c := e.consumerInfo(destination.ConsumerName(n)); c == nil || c.NumWaiting == 0 {
 				return false
 			}
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/relay"
 )
 
@@ -63,10 +64,10 @@ func TestFaultDiskFull(t *testing.T) {
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	ctx := context.Background()
-	st, err := relay.NewStore(ctx, js)
+	st, err := destination.NewStore(ctx, js)
 	require.NoError(t, err)
-	_, err = st.Add(ctx, relay.Destination{Name: "full", URL: s.URL, BreakerThreshold: -1,
-		Retry: relay.RetryPolicy{Base: relay.Duration(200 * time.Millisecond), Max: relay.Duration(time.Second), MaxAttempts: 1000}})
+	_, err = st.Add(ctx, destination.Destination{Name: "full", URL: s.URL, BreakerThreshold: -1,
+		Retry: destination.RetryPolicy{Base: destination.Duration(200 * time.Millisecond), Max: destination.Duration(time.Second), MaxAttempts: 1000}})
 	require.NoError(t, err)
 	prod, err := relay.NewProducer(ctx, js)
 	require.NoError(t, err)

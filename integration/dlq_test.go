@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
@@ -50,7 +51,7 @@ func TestReplayOfAThousandDeadLettersDeliversEachOnce(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	s, gone := fixable(t)
-	e.addDest(relay.Destination{Name: "bulk", URL: s.URL, Concurrency: 32})
+	e.addDest(destination.Destination{Name: "bulk", URL: s.URL, Concurrency: 32})
 	e.startRelay()
 	const n = 1000
 	ids := deadLetterMany(t, e, "bulk", n, gone)
@@ -75,7 +76,7 @@ func TestReplayKilledHalfwayAndRerun(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	s, gone := fixable(t)
-	e.addDest(relay.Destination{Name: "half", URL: s.URL})
+	e.addDest(destination.Destination{Name: "half", URL: s.URL})
 	e.startRelay()
 	const n = 40
 	deadLetterMany(t, e, "half", n, gone)
@@ -109,7 +110,7 @@ func TestLogReplayRedeliversTheRange(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	s := newSink(t, nil)
-	e.addDest(relay.Destination{Name: "log", URL: s.URL})
+	e.addDest(destination.Destination{Name: "log", URL: s.URL})
 	e.startRelay()
 
 	early := e.publish("log", "a", `{"n":0}`)
@@ -180,7 +181,7 @@ func TestFailedDeadLetterWriteKeepsTheEvent(t *testing.T) {
 		w.WriteHeader(http.StatusBadRequest)
 		return http.StatusBadRequest
 	})
-	e.addDest(relay.Destination{Name: "perm", URL: s.URL, Retry: fast(5)})
+	e.addDest(destination.Destination{Name: "perm", URL: s.URL, Retry: fast(5)})
 	rec, _ := e.startRelay()
 	id := e.publish("perm", "", `{"keep":"me"}`).ID
 	failedWrites := func() int {
@@ -189,7 +190,7 @@ func TestFailedDeadLetterWriteKeepsTheEvent(t *testing.T) {
 	// The write fails, the event is handed back (5s), comes back, fails again.
 	eventually(t, 30*time.Second, func() bool { return failedWrites() >= 2 }, "two failed dead-letter writes")
 	require.Empty(t, e.deadLetters("perm"))
-	c, err := e.js.Consumer(ctx, stream.EventsStream, relay.ConsumerName("perm"))
+	c, err := e.js.Consumer(ctx, stream.EventsStream, destination.ConsumerName("perm"))
 	require.NoError(t, err)
 	info, err := c.Info(ctx)
 	require.NoError(t, err)
@@ -223,7 +224,7 @@ func TestEventWithAStatusHeaderAndNoBodyIsListedAndReplayed(t *testing.T) {
 		w.WriteHeader(http.StatusBadRequest)
 		return http.StatusBadRequest
 	})
-	e.addDest(relay.Destination{Name: "odd", URL: s.URL})
+	e.addDest(destination.Destination{Name: "odd", URL: s.URL})
 	e.startRelay()
 	from := time.Now().Add(-time.Second)
 	m := nats.NewMsg(stream.DestFilters("odd")[0])

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
@@ -36,7 +37,7 @@ func setupDefaultServer(t *testing.T) *env {
 	require.NoError(t, err)
 	ctx := context.Background()
 	require.NoError(t, stream.Ensure(ctx, js, stream.Config{}))
-	st, err := relay.NewStore(ctx, js)
+	st, err := destination.NewStore(ctx, js)
 	require.NoError(t, err)
 	p, err := relay.NewProducer(ctx, js)
 	require.NoError(t, err)
@@ -75,8 +76,8 @@ func TestFaultMaxSizeEventWithFiftyAttemptsIsDeadLettered(t *testing.T) {
 		_, _ = w.Write([]byte(answer))
 		return http.StatusInternalServerError
 	})
-	e.addDest(relay.Destination{Name: "big", URL: s.URL, BreakerThreshold: -1, Retry: relay.RetryPolicy{
-		Base: relay.Duration(10 * time.Millisecond), Max: relay.Duration(10 * time.Millisecond), NoJitter: true, MaxAttempts: 50}})
+	e.addDest(destination.Destination{Name: "big", URL: s.URL, BreakerThreshold: -1, Retry: destination.RetryPolicy{
+		Base: destination.Duration(10 * time.Millisecond), Max: destination.Duration(10 * time.Millisecond), NoJitter: true, MaxAttempts: 50}})
 	body := maxSizeBody("big", "evt_big", true)
 	res, err := e.prod.Publish(ctx, relay.Event{Dest: "big", ID: "evt_big", Data: body})
 	require.NoError(t, err, "the producer accepts an event of exactly the limit")
@@ -144,7 +145,7 @@ func TestDeadLetterThatCannotBeStoredIsReportedNotRetried(t *testing.T) {
 		w.WriteHeader(http.StatusBadRequest)
 		return http.StatusBadRequest
 	})
-	e.addDest(relay.Destination{Name: "nodlq", URL: s.URL})
+	e.addDest(destination.Destination{Name: "nodlq", URL: s.URL})
 	rec, _ := e.startRelay()
 	res := e.publish("nodlq", "", `{"x":1}`)
 	// The outcome is recorded after the ack that settles the consumer:

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/relay"
 )
@@ -46,10 +47,10 @@ func TestTypedEventFansOutToItsSubscribersOnly(t *testing.T) {
 	ok := newSink(t, nil)
 	failing := newSink(t, func(_ hit, w http.ResponseWriter) int { w.WriteHeader(500); return 500 })
 	other := newSink(t, nil)
-	fast := relay.RetryPolicy{MaxAttempts: 2, Base: relay.Duration(50 * time.Millisecond), Max: relay.Duration(100 * time.Millisecond)}
-	e.addDest(relay.Destination{Name: "crm", URL: ok.URL, Types: []string{"order.*"}})
-	e.addDest(relay.Destination{Name: "ads", URL: failing.URL, Types: []string{"order.created"}, Retry: fast, BreakerThreshold: -1})
-	e.addDest(relay.Destination{Name: "billing", URL: other.URL, Types: []string{"invoice.>"}})
+	fast := destination.RetryPolicy{MaxAttempts: 2, Base: destination.Duration(50 * time.Millisecond), Max: destination.Duration(100 * time.Millisecond)}
+	e.addDest(destination.Destination{Name: "crm", URL: ok.URL, Types: []string{"order.*"}})
+	e.addDest(destination.Destination{Name: "ads", URL: failing.URL, Types: []string{"order.created"}, Retry: fast, BreakerThreshold: -1})
+	e.addDest(destination.Destination{Name: "billing", URL: other.URL, Types: []string{"invoice.>"}})
 	e.startRelay()
 
 	var ids []string
@@ -102,7 +103,7 @@ func TestTypePatternsRouteAsNATSWildcards(t *testing.T) {
 	sinks := map[string]*sink{}
 	for name, ps := range patterns {
 		sinks[name] = newSink(t, nil)
-		e.addDest(relay.Destination{Name: name, URL: sinks[name].URL, Types: ps})
+		e.addDest(destination.Destination{Name: name, URL: sinks[name].URL, Types: ps})
 	}
 	e.startRelay()
 	want := map[string][]string{}
@@ -160,7 +161,7 @@ func TestUnsubscribedTypedEventsAreCountedAndBackfilledByReplay(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	s := newSink(t, nil)
-	e.addDest(relay.Destination{Name: "late", URL: s.URL})
+	e.addDest(destination.Destination{Name: "late", URL: s.URL})
 	e.startRelay()
 	var early []string
 	for range 3 {
@@ -170,7 +171,7 @@ func TestUnsubscribedTypedEventsAreCountedAndBackfilledByReplay(t *testing.T) {
 	require.Empty(t, e.deadLetters("late"))
 	require.Empty(t, e.deadLetters(""))
 
-	_, err := e.store.Update(context.Background(), "late", func(d *relay.Destination) error {
+	_, err := e.store.Update(context.Background(), "late", func(d *destination.Destination) error {
 		d.Types = []string{"user.*"}
 		return nil
 	})
@@ -196,7 +197,7 @@ func TestSubscriptionChangesWhileEventsFlow(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	s := newSink(t, nil)
-	e.addDest(relay.Destination{Name: "flip", URL: s.URL, Types: []string{"a.x"}})
+	e.addDest(destination.Destination{Name: "flip", URL: s.URL, Types: []string{"a.x"}})
 	e.startRelay()
 
 	type pub struct {
@@ -232,7 +233,7 @@ func TestSubscriptionChangesWhileEventsFlow(t *testing.T) {
 	for i, types := range [][]string{{"b.*"}, {"a.*"}, nil, {"a.x", "c"}} {
 		before := published()
 		eventually(t, time.Minute, func() bool { return published() >= before+30 }, "events flowing before change %d", i)
-		_, err := e.store.Update(context.Background(), "flip", func(d *relay.Destination) error {
+		_, err := e.store.Update(context.Background(), "flip", func(d *destination.Destination) error {
 			d.Types = types
 			return nil
 		})
@@ -281,9 +282,9 @@ func TestTypedEventsKeepKeyOrderForEachSubscriber(t *testing.T) {
 		return 200
 	})
 	steady := newSink(t, nil)
-	retry := relay.RetryPolicy{Base: relay.Duration(20 * time.Millisecond), Max: relay.Duration(50 * time.Millisecond)}
-	e.addDest(relay.Destination{Name: "flaky", URL: flaky.URL, Types: []string{"acct.>"}, Ordered: true, Partitions: 4, Retry: retry})
-	e.addDest(relay.Destination{Name: "steady", URL: steady.URL, Types: []string{"acct.*"}, Ordered: true, Partitions: 2})
+	retry := destination.RetryPolicy{Base: destination.Duration(20 * time.Millisecond), Max: destination.Duration(50 * time.Millisecond)}
+	e.addDest(destination.Destination{Name: "flaky", URL: flaky.URL, Types: []string{"acct.>"}, Ordered: true, Partitions: 4, Retry: retry})
+	e.addDest(destination.Destination{Name: "steady", URL: steady.URL, Types: []string{"acct.*"}, Ordered: true, Partitions: 2})
 	e.startRelay()
 
 	const keysN, perKey = 5, 20
@@ -334,8 +335,8 @@ func faultKilledRouter(t *testing.T, shared bool) {
 	e := setup(t)
 	ctx := context.Background()
 	a, b := newSink(t, nil), newSink(t, nil)
-	e.addDest(relay.Destination{Name: "suba", URL: a.URL, Types: []string{"order.*"}, Shared: shared})
-	e.addDest(relay.Destination{Name: "subb", URL: b.URL, Types: []string{"order.>"}, Shared: shared})
+	e.addDest(destination.Destination{Name: "suba", URL: a.URL, Types: []string{"order.*"}, Shared: shared})
+	e.addDest(destination.Destination{Name: "subb", URL: b.URL, Types: []string{"order.>"}, Shared: shared})
 	p1 := faultRun(t, e.url)
 	var first relay.RouterState
 	eventually(t, 20*time.Second, func() bool {
@@ -385,7 +386,7 @@ func TestReplayedTypedDeadLetterKeepsItsType(t *testing.T) {
 		w.WriteHeader(http.StatusBadRequest)
 		return http.StatusBadRequest
 	})
-	e.addDest(relay.Destination{Name: "ads", URL: s.URL, Types: []string{"order.*"}, Filter: `type == "order.created"`})
+	e.addDest(destination.Destination{Name: "ads", URL: s.URL, Types: []string{"order.*"}, Filter: `type == "order.created"`})
 	e.startRelay()
 	id := e.publishType("order.created", "", `{"n":1}`).ID
 	eventually(t, 30*time.Second, func() bool { return len(e.deadLetters("ads")) == 1 }, "dead-lettered")
@@ -415,7 +416,7 @@ func TestSpoofedOperatorTypeIsNotRouted(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	all := newSink(t, nil)
-	e.addDest(relay.Destination{Name: "all", URL: all.URL, Types: []string{">"}})
+	e.addDest(destination.Destination{Name: "all", URL: all.URL, Types: []string{">"}})
 	e.startRelay()
 	for _, typ := range []string{"Relay.destination.disabled", "RELAY.dead_letters"} {
 		_, err := e.js.PublishMsg(context.Background(), &nats.Msg{Subject: "relay.type." + typ, Data: []byte(`{}`), Header: nats.Header{"Nats-Msg-Id": []string{typ}}})

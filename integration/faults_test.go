@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 )
@@ -126,7 +127,7 @@ func faultOK(w http.ResponseWriter) int {
 // flushes), runs a relay, publishes one event for d with key, SIGKILLs the
 // relay right after the sink answered, and starts a second relay. It
 // reports whether the first relay had logged the delivery.
-func faultKillAfter2xx(t *testing.T, e *env, d relay.Destination, key string) (*sink, relay.Published, bool) {
+func faultKillAfter2xx(t *testing.T, e *env, d destination.Destination, key string) (*sink, relay.Published, bool) {
 	t.Helper()
 	answered := make(chan struct{})
 	var once sync.Once
@@ -163,7 +164,7 @@ func TestFaultKillAfter2xxBeforeAck(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	// AckWait is 7s (faultKillAfter2xx).
-	s, res, loggedFirst := faultKillAfter2xx(t, e, relay.Destination{Name: "kill2xx", Timeout: relay.Duration(time.Second)}, "")
+	s, res, loggedFirst := faultKillAfter2xx(t, e, destination.Destination{Name: "kill2xx", Timeout: destination.Duration(time.Second)}, "")
 	// A logged delivery means the ack was handed to the NATS client, not
 	// that it reached the server (acks of unordered first attempts are not
 	// confirmed): either way the event is delivered once or twice.
@@ -209,8 +210,8 @@ func TestFaultSigstopLongerThanAckWait(t *testing.T) {
 		return faultOK(w)
 	})
 	t.Cleanup(releaseA) // before the sink's Close, which waits for the handler
-	e.addDest(relay.Destination{Name: "stalled", URL: s.URL, Timeout: relay.Duration(time.Second),
-		Retry: relay.RetryPolicy{Base: relay.Duration(100 * time.Millisecond), MaxAttempts: 5}})
+	e.addDest(destination.Destination{Name: "stalled", URL: s.URL, Timeout: destination.Duration(time.Second),
+		Retry: destination.RetryPolicy{Base: destination.Duration(100 * time.Millisecond), MaxAttempts: 5}})
 	const ackWait = 7 * time.Second // --ack-wait, for a shorter test than the default 30s
 
 	a := faultRun(t, e.url, "--ack-wait", ackWait.String())
@@ -282,8 +283,8 @@ func TestFaultTwoHundredAfterTimeout(t *testing.T) {
 		}
 		return faultOK(w)
 	})
-	e.addDest(relay.Destination{Name: "late", URL: s.URL, Timeout: relay.Duration(time.Second),
-		Retry: relay.RetryPolicy{Base: relay.Duration(100 * time.Millisecond), NoJitter: true, MaxAttempts: 5}})
+	e.addDest(destination.Destination{Name: "late", URL: s.URL, Timeout: destination.Duration(time.Second),
+		Retry: destination.RetryPolicy{Base: destination.Duration(100 * time.Millisecond), NoJitter: true, MaxAttempts: 5}})
 	p := faultRun(t, e.url)
 	res := e.publish("late", "", `{"late":true}`)
 	eventually(t, 20*time.Second, func() bool { return s.delivered()[res.ID] == 2 && e.settled("late") },
@@ -343,7 +344,7 @@ func faultStallListener(t *testing.T) (addr string, accepted *atomic.Int32) {
 func TestFaultHostileConnections(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	fast := relay.RetryPolicy{Base: relay.Duration(100 * time.Millisecond), Max: relay.Duration(200 * time.Millisecond), NoJitter: true}
+	fast := destination.RetryPolicy{Base: destination.Duration(100 * time.Millisecond), Max: destination.Duration(200 * time.Millisecond), NoJitter: true}
 
 	// (a) The first request's connection is reset (RST), the second's closed
 	// (EOF), both without a response.
@@ -363,7 +364,7 @@ func TestFaultHostileConnections(t *testing.T) {
 	})
 	pa := fast
 	pa.MaxAttempts = 5
-	e.addDest(relay.Destination{Name: "reset", URL: reset.URL, Timeout: relay.Duration(time.Second), Retry: pa})
+	e.addDest(destination.Destination{Name: "reset", URL: reset.URL, Timeout: destination.Duration(time.Second), Retry: pa})
 
 	// (b) TLS that never shakes hands. The destination's own timeout is
 	// longer than the handshake timeout, so the handshake timeout is what
@@ -371,7 +372,7 @@ func TestFaultHostileConnections(t *testing.T) {
 	stall, accepted := faultStallListener(t)
 	pb := fast
 	pb.MaxAttempts = 2
-	e.addDest(relay.Destination{Name: "tlsstall", URL: "https://" + stall + "/hook", Timeout: relay.Duration(3 * time.Second), Retry: pb})
+	e.addDest(destination.Destination{Name: "tlsstall", URL: "https://" + stall + "/hook", Timeout: destination.Duration(3 * time.Second), Retry: pb})
 
 	// (c) A slow drip: 200 at once, then one byte per 100ms.
 	drip := newSink(t, func(h hit, w http.ResponseWriter) int {
@@ -391,7 +392,7 @@ func TestFaultHostileConnections(t *testing.T) {
 		}
 		return http.StatusOK
 	})
-	e.addDest(relay.Destination{Name: "drip", URL: drip.URL, Timeout: relay.Duration(time.Second), Retry: pb})
+	e.addDest(destination.Destination{Name: "drip", URL: drip.URL, Timeout: destination.Duration(time.Second), Retry: pb})
 
 	p := faultRun(t, e.url, "--tls-handshake-timeout", "1s")
 	body := func(dest string) string { return fmt.Sprintf(`{"dest":%q}`, dest) }
@@ -447,7 +448,7 @@ func TestFaultNATSRestartMidRun(t *testing.T) {
 	})
 	// Concurrency 2 keeps the run long enough (about 1.3s of deliveries) to
 	// restart NATS in the middle of it.
-	e.addDest(relay.Destination{Name: "restart", URL: s.URL, Timeout: relay.Duration(time.Second), Concurrency: 2})
+	e.addDest(destination.Destination{Name: "restart", URL: s.URL, Timeout: destination.Duration(time.Second), Concurrency: 2})
 	published := map[string]string{}
 	for i := range n {
 		b := fmt.Sprintf(`{"n":%d}`, i)
@@ -576,7 +577,7 @@ func TestFaultNetworkCutLongerThanAckWait(t *testing.T) {
 		}
 		return faultOK(w)
 	})
-	e.addDest(relay.Destination{Name: "cut", URL: s.URL, Timeout: relay.Duration(time.Second)})
+	e.addDest(destination.Destination{Name: "cut", URL: s.URL, Timeout: destination.Duration(time.Second)})
 	const ackWait = 7 * time.Second // --ack-wait
 	published := map[string]string{}
 	pub := func(i int) {
@@ -635,10 +636,10 @@ func TestFaultKillAfter2xxBeforeAckOrdered(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	const partitions = 2
-	s, res, ackedFirst := faultKillAfter2xx(t, e, relay.Destination{Name: "killord", Ordered: true, Partitions: partitions, Timeout: relay.Duration(time.Second)}, "customer-1")
+	s, res, ackedFirst := faultKillAfter2xx(t, e, destination.Destination{Name: "killord", Ordered: true, Partitions: partitions, Timeout: destination.Duration(time.Second)}, "customer-1")
 	settled := func() bool {
 		for i := range partitions {
-			c, err := e.js.Consumer(context.Background(), stream.EventsStream, relay.PartitionConsumerName("killord", i))
+			c, err := e.js.Consumer(context.Background(), stream.EventsStream, destination.PartitionConsumerName("killord", i))
 			if err != nil {
 				return false
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/relay"
 )
 
@@ -22,7 +23,7 @@ func TestFilterDeliversDropsAndDeadLetters(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	s := newSink(t, nil)
-	e.addDest(relay.Destination{Name: "eu-big", URL: s.URL, Retry: fast(3),
+	e.addDest(destination.Destination{Name: "eu-big", URL: s.URL, Retry: fast(3),
 		Filter: `data.amount > 100 && headers["X-Region"] == "eu"`})
 	reg := prometheus.NewRegistry()
 	rec, _ := e.startRelay(func(c *relay.Config) { c.Metrics = relay.NewMetrics(reg) })
@@ -66,7 +67,7 @@ func TestFilterChangedByDestUpdateAppliesWithoutRestart(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	s := newSink(t, nil)
-	e.addDest(relay.Destination{Name: "live", URL: s.URL, Filter: `data.keep == true`})
+	e.addDest(destination.Destination{Name: "live", URL: s.URL, Filter: `data.keep == true`})
 	rec, _ := e.startRelay()
 
 	n := 0
@@ -119,7 +120,7 @@ func TestFilterOnAnOrderedDestinationKeepsOrder(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	s := newSink(t, nil)
-	e.addDest(relay.Destination{Name: "ord", URL: s.URL, Ordered: true, Partitions: 1, Filter: `data.keep == true`})
+	e.addDest(destination.Destination{Name: "ord", URL: s.URL, Ordered: true, Partitions: 1, Filter: `data.keep == true`})
 	rec, _ := e.startRelay()
 	var want []string
 	for i := range 20 {

@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/replica"
 	"github.com/relaydev/relay/relay"
@@ -59,7 +60,7 @@ type env struct {
 	url   string
 	nc    *nats.Conn
 	js    jetstream.JetStream
-	store *relay.Store
+	store *destination.Store
 	prod  *relay.Producer
 }
 
@@ -82,7 +83,7 @@ func setup(t testing.TB) *env {
 	require.NoError(t, err)
 	ctx := context.Background()
 	require.NoError(t, stream.Ensure(ctx, js, stream.Config{}))
-	st, err := relay.NewStore(ctx, js)
+	st, err := destination.NewStore(ctx, js)
 	require.NoError(t, err)
 	p, err := relay.NewProducer(ctx, js)
 	require.NoError(t, err)
@@ -100,7 +101,7 @@ func (e *env) restartNATS() {
 	e.srv = s
 }
 
-func (e *env) addDest(d relay.Destination) relay.Destination {
+func (e *env) addDest(d destination.Destination) destination.Destination {
 	e.t.Helper()
 	d, err := e.store.Add(context.Background(), d)
 	require.NoError(e.t, err)
@@ -182,15 +183,15 @@ func (e *env) startRelay(mods ...func(*relay.Config)) (*outcomes, func()) {
 // shared destinations at once) and dest's lane, if it has one.
 func (e *env) settled(dest string) bool {
 	ctx := context.Background()
-	name := relay.ConsumerName(dest)
+	name := destination.ConsumerName(dest)
 	if d, err := e.store.Get(ctx, dest); err == nil && d.Shared {
-		if c, err := e.js.Consumer(ctx, stream.EventsStream, relay.LaneConsumerName(dest)); err == nil {
+		if c, err := e.js.Consumer(ctx, stream.EventsStream, destination.LaneConsumerName(dest)); err == nil {
 			info, err := c.Info(ctx)
 			if err != nil || info.NumPending > 0 || info.NumAckPending > 0 {
 				return false
 			}
 		}
-		name = relay.SharedConsumer
+		name = destination.SharedConsumer
 	}
 	c, err := e.js.Consumer(ctx, stream.EventsStream, name)
 	if err != nil {

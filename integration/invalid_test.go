@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 )
@@ -33,8 +34,8 @@ func (e *env) watchCircuit(dest string) *atomic.Int64 {
 			if en == nil || en.Operation() != jetstream.KeyValuePut {
 				continue
 			}
-			var d relay.Destination
-			if json.Unmarshal(en.Value(), &d) == nil && d.PauseReason == relay.PauseCircuitOpen {
+			var d destination.Destination
+			if json.Unmarshal(en.Value(), &d) == nil && d.PauseReason == destination.PauseCircuitOpen {
 				opened.Add(1)
 			}
 		}
@@ -50,7 +51,7 @@ func TestInvalidEventsAreDeadLetteredWithoutOpeningTheCircuit(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	s := newSink(t, nil)
-	e.addDest(relay.Destination{Name: "poison", URL: s.URL, BreakerThreshold: 3})
+	e.addDest(destination.Destination{Name: "poison", URL: s.URL, BreakerThreshold: 3})
 	opened := e.watchCircuit("poison")
 	ctx := context.Background()
 	pub := func(id string, hdr map[string]string) {
@@ -112,8 +113,8 @@ func TestFailedProbesUseUpAttempts(t *testing.T) {
 		return http.StatusInternalServerError
 	})
 	// Every failure opens the circuit: attempts 2 and 3 are probes.
-	e.addDest(relay.Destination{Name: "probed", URL: s.URL, BreakerThreshold: 1, BreakerPause: relay.Duration(time.Second),
-		Retry: relay.RetryPolicy{Base: relay.Duration(100 * time.Millisecond), Max: relay.Duration(time.Second), MaxAttempts: 3}})
+	e.addDest(destination.Destination{Name: "probed", URL: s.URL, BreakerThreshold: 1, BreakerPause: destination.Duration(time.Second),
+		Retry: destination.RetryPolicy{Base: destination.Duration(100 * time.Millisecond), Max: destination.Duration(time.Second), MaxAttempts: 3}})
 	opened := e.watchCircuit("probed")
 	ev := e.publish("probed", "", `{}`)
 	rec, _ := e.startRelay()

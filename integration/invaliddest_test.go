@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 )
@@ -42,11 +43,11 @@ func TestInvalidDestinationRecordIsNotUsed(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
 	s := newSink(t, nil)
-	d := e.addDest(relay.Destination{Name: "hand", URL: s.URL})
+	d := e.addDest(destination.Destination{Name: "hand", URL: s.URL})
 	kv, err := e.js.KeyValue(ctx, stream.DestBucket)
 	require.NoError(t, err)
 	bad := d
-	bad.Timeout = relay.Duration(time.Hour)
+	bad.Timeout = destination.Duration(time.Hour)
 	b, err := json.Marshal(bad)
 	require.NoError(t, err)
 	_, err = kv.Put(ctx, "hand", b)

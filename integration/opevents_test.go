@@ -10,8 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/opevent"
-	"github.com/relaydev/relay/relay"
 )
 
 // A dead letter replayed with the CLI is told to an operations destination
@@ -30,8 +30,8 @@ func TestReplayFinishedIsAnOperatorEvent(t *testing.T) {
 		w.WriteHeader(200)
 		return 200
 	})
-	e.addDest(relay.Destination{Name: "ops", URL: s.URL + "/ops", Types: []string{"relay.replay.*"}})
-	e.addDest(relay.Destination{Name: "shop", URL: s.URL + "/shop", Retry: fast(2)})
+	e.addDest(destination.Destination{Name: "ops", URL: s.URL + "/ops", Types: []string{"relay.replay.*"}})
+	e.addDest(destination.Destination{Name: "shop", URL: s.URL + "/shop", Retry: fast(2)})
 	e.startRelay()
 	e.publish("shop", "", `{"refuse":true}`)
 	eventually(t, 30*time.Second, func() bool { return len(e.deadLetters("shop")) == 1 }, "dead-lettered")

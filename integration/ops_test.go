@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/schedule/redistest"
@@ -40,7 +41,7 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 		return http.StatusOK
 	})
-	e.addDest(relay.Destination{Name: "m", URL: s.URL, Retry: fast(5)})
+	e.addDest(destination.Destination{Name: "m", URL: s.URL, Retry: fast(5)})
 	reg := prometheus.NewRegistry()
 	m := relay.NewMetrics(reg)
 	reg.MustRegister(relay.NewStateCollector(e.js, nil))
@@ -145,8 +146,8 @@ func TestCircuitBreakerRidesOutAnOutage(t *testing.T) {
 	// every event within 45s. With it, an event uses up an attempt only when
 	// it is a probe, once per 2s pause: 40 attempts outlast the 60s outage
 	// even if one event were every probe.
-	e.addDest(relay.Destination{Name: "down", URL: s.URL, BreakerThreshold: 10, BreakerPause: relay.Duration(2 * time.Second),
-		Retry: relay.RetryPolicy{Base: relay.Duration(100 * time.Millisecond), Max: relay.Duration(time.Second), MaxAttempts: 40}})
+	e.addDest(destination.Destination{Name: "down", URL: s.URL, BreakerThreshold: 10, BreakerPause: destination.Duration(2 * time.Second),
+		Retry: destination.RetryPolicy{Base: destination.Duration(100 * time.Millisecond), Max: destination.Duration(time.Second), MaxAttempts: 40}})
 	const n = 1000
 	for range n {
 		e.publish("down", "", `{}`)
@@ -154,7 +155,7 @@ func TestCircuitBreakerRidesOutAnOutage(t *testing.T) {
 	rec, _ := e.startRelay()
 	eventually(t, time.Minute, func() bool {
 		d, err := e.store.Get(context.Background(), "down")
-		return err == nil && d.PauseReason == relay.PauseCircuitOpen
+		return err == nil && d.PauseReason == destination.PauseCircuitOpen
 	}, "the circuit opens")
 	outage := time.NewTimer(60 * time.Second)
 	<-outage.C
@@ -173,8 +174,8 @@ func TestRateLimitHoldsAndSparesOthers(t *testing.T) {
 	e := setup(t)
 	limited := newSink(t, nil)
 	free := newSink(t, nil)
-	e.addDest(relay.Destination{Name: "slow", URL: limited.URL, RateLimit: 50, Concurrency: 16})
-	e.addDest(relay.Destination{Name: "fast", URL: free.URL, Concurrency: 16})
+	e.addDest(destination.Destination{Name: "slow", URL: limited.URL, RateLimit: 50, Concurrency: 16})
+	e.addDest(destination.Destination{Name: "fast", URL: free.URL, Concurrency: 16})
 	// A backlog of 20 seconds at the limit: the other destination's 500
 	// events, published after it, are delivered long before it drains.
 	// Both are published before relay starts, so that a loaded machine's
@@ -219,7 +220,7 @@ func TestPauseResumeAndStatsJSON(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	s := newSink(t, nil)
-	e.addDest(relay.Destination{Name: "op", URL: s.URL})
+	e.addDest(destination.Destination{Name: "op", URL: s.URL})
 	e.startRelay()
 	cli := func(args ...string) string {
 		p := startProc(t, append([]string{"--nats-url", e.url}, args...)...)
@@ -234,26 +235,26 @@ func TestPauseResumeAndStatsJSON(t *testing.T) {
 	}
 	a := e.publish("op", "", `{}`)
 	eventually(t, 10*time.Second, func() bool { return s.delivered()[a.ID] == 1 }, "delivered while active")
-	require.Equal(t, relay.StateActive, stats().State)
+	require.Equal(t, destination.StateActive, stats().State)
 
 	require.Contains(t, cli("dest", "pause", "op"), "paused destination op")
 	for range 5 {
 		e.publish("op", "", `{}`)
 	}
 	st := stats()
-	require.Equal(t, relay.PauseOperator, st.State)
+	require.Equal(t, destination.PauseOperator, st.State)
 	require.Equal(t, uint64(5), st.Backlog, "nothing is handed out while paused")
 	require.Equal(t, 1, len(s.delivered()))
 
 	require.Contains(t, cli("dest", "resume", "op"), "resumed destination op")
 	eventually(t, 10*time.Second, func() bool { return len(s.delivered()) == 6 }, "delivered after resume")
-	require.Equal(t, relay.StateActive, stats().State)
+	require.Equal(t, destination.StateActive, stats().State)
 }
 
 func TestStatsWatchRepeatsUntilInterrupted(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	e.addDest(relay.Destination{Name: "w", URL: "https://example.test/hook"})
+	e.addDest(destination.Destination{Name: "w", URL: "https://example.test/hook"})
 	p := startProc(t, "--nats-url", e.url, "stats", "--watch", "200ms", "--json")
 	// Let it print a few rounds (every 200ms), then interrupt it as an
 	// operator would.
@@ -288,7 +289,7 @@ func TestSpreadFailuresDoNotOpenTheCircuit(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 		return http.StatusOK
 	})
-	e.addDest(relay.Destination{Name: "spread", URL: s.URL, Concurrency: 64, Retry: fast(5)})
+	e.addDest(destination.Destination{Name: "spread", URL: s.URL, Concurrency: 64, Retry: fast(5)})
 	rec, _ := e.startRelay()
 	const n = 5000
 	for i := range n {
@@ -317,7 +318,7 @@ func TestRateLimitFarBelowConcurrencyDeliversOnce(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	s := newSink(t, nil)
-	e.addDest(relay.Destination{Name: "trickle", URL: s.URL, RateLimit: 2, Concurrency: 16, Timeout: relay.Duration(time.Second)})
+	e.addDest(destination.Destination{Name: "trickle", URL: s.URL, RateLimit: 2, Concurrency: 16, Timeout: destination.Duration(time.Second)})
 	// relay's answers to JetStream for each copy of an event it was
 	// handed: an ack, a nak or a term settles the copy.
 	settled := e.countAcks("trickle", func(kind string) bool { return kind != "+WPI" })
@@ -330,7 +331,7 @@ func TestRateLimitFarBelowConcurrencyDeliversOnce(t *testing.T) {
 	var cons jetstream.Consumer
 	eventually(t, 10*time.Second, func() bool {
 		var err error
-		cons, err = e.js.Consumer(context.Background(), stream.EventsStream, relay.ConsumerName("trickle"))
+		cons, err = e.js.Consumer(context.Background(), stream.EventsStream, destination.ConsumerName("trickle"))
 		return err == nil
 	}, "relay made the destination's consumer")
 	// Until relay has settled every copy JetStream handed it: a second
@@ -359,7 +360,7 @@ func TestRateLimitedBacklogComesBackInTurn(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	s := newSink(t, nil)
-	e.addDest(relay.Destination{Name: "slowlane", URL: s.URL, RateLimit: 5, Concurrency: 16, Timeout: relay.Duration(time.Second)})
+	e.addDest(destination.Destination{Name: "slowlane", URL: s.URL, RateLimit: 5, Concurrency: 16, Timeout: destination.Duration(time.Second)})
 	naks := e.countAcks("slowlane", func(kind string) bool { return strings.HasPrefix(kind, "-NAK") })
 	const n = 150
 	for range n {
@@ -382,7 +383,7 @@ func TestRateLimitedBacklogComesBackInTurn(t *testing.T) {
 
 	// Without the limit, the rest goes out as their turns come (the last
 	// about 30s after the start), each event once.
-	_, err := e.store.Update(context.Background(), "slowlane", func(d *relay.Destination) error {
+	_, err := e.store.Update(context.Background(), "slowlane", func(d *destination.Destination) error {
 		d.RateLimit = 0
 		return nil
 	})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/relay"
 )
 
@@ -127,8 +128,8 @@ func runOrdering(t *testing.T, killOne bool) {
 	e := setup(t)
 	const keys, perKey = 100, 100
 	o := newOrderSink(t, 0.2)
-	e.addDest(relay.Destination{Name: "ord", URL: o.URL, Ordered: true, Partitions: 32, Timeout: relay.Duration(300 * time.Millisecond),
-		Retry: relay.RetryPolicy{Base: relay.Duration(20 * time.Millisecond), Max: relay.Duration(200 * time.Millisecond), MaxAttempts: 10}})
+	e.addDest(destination.Destination{Name: "ord", URL: o.URL, Ordered: true, Partitions: 32, Timeout: destination.Duration(300 * time.Millisecond),
+		Retry: destination.RetryPolicy{Base: destination.Duration(20 * time.Millisecond), Max: destination.Duration(200 * time.Millisecond), MaxAttempts: 10}})
 	var replicas []*proc
 	for range 3 {
 		// AckWait 6s: the heads a killed replica held come back soon.
@@ -174,7 +175,7 @@ func TestOrderingSurvivesAKilledReplica(t *testing.T) {
 // attempts and lets the key go on.
 func TestOrderedFailurePolicies(t *testing.T) {
 	t.Parallel()
-	for _, policy := range []string{relay.OnFailureBlock, relay.OnFailureSkip} {
+	for _, policy := range []string{destination.OnFailureBlock, destination.OnFailureSkip} {
 		t.Run(policy, func(t *testing.T) {
 			t.Parallel()
 			e := setup(t)
@@ -190,13 +191,13 @@ func TestOrderedFailurePolicies(t *testing.T) {
 				w.WriteHeader(http.StatusOK)
 				return http.StatusOK
 			})
-			e.addDest(relay.Destination{Name: "pol", URL: s.URL, Ordered: true, Partitions: 1, OnFailure: policy,
-				Retry: relay.RetryPolicy{Base: relay.Duration(20 * time.Millisecond), Max: relay.Duration(50 * time.Millisecond), NoJitter: true, MaxAttempts: 3}})
+			e.addDest(destination.Destination{Name: "pol", URL: s.URL, Ordered: true, Partitions: 1, OnFailure: policy,
+				Retry: destination.RetryPolicy{Base: destination.Duration(20 * time.Millisecond), Max: destination.Duration(50 * time.Millisecond), NoJitter: true, MaxAttempts: 3}})
 			rec, _ := e.startRelay()
 			head := e.publish("pol", "k", `{"k":"k","n":0}`)
 			next := e.publish("pol", "k", `{"k":"k","n":1}`)
 
-			if policy == relay.OnFailureSkip {
+			if policy == destination.OnFailureSkip {
 				eventually(t, 10*time.Second, func() bool { return s.delivered()[next.ID] == 1 }, "the key goes on")
 				ls := e.deadLetters("pol")
 				require.Len(t, ls, 1)

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/schedule"
@@ -33,13 +34,13 @@ func TestFaultCorruptAndForeignParkedEntriesAreSetAside(t *testing.T) {
 	r := redistest.Start(t, redistest.Options{})
 	st := schedule.NewStore(r.Client())
 	s := newSink(t, failing(1))
-	victim := e.addDest(relay.Destination{Name: "victim", URL: s.URL})
+	victim := e.addDest(destination.Destination{Name: "victim", URL: s.URL})
 	kv, err := e.js.KeyValue(ctx, stream.DestBucket)
 	require.NoError(t, err)
 	before, err := kv.Get(ctx, victim.Name)
 	require.NoError(t, err)
-	e.addDest(relay.Destination{Name: "park", URL: s.URL, Retry: relay.RetryPolicy{
-		Base: relay.Duration(time.Second), Max: relay.Duration(time.Second), NoJitter: true, MaxAttempts: 5}})
+	e.addDest(destination.Destination{Name: "park", URL: s.URL, Retry: destination.RetryPolicy{
+		Base: destination.Duration(time.Second), Max: destination.Duration(time.Second), NoJitter: true, MaxAttempts: 5}})
 	e.startRelay(func(c *relay.Config) { c.Schedule, c.ParkThreshold = st, 500*time.Millisecond })
 	res := e.publish("park", "", `{"p":1}`)
 	eventually(t, 15*time.Second, func() bool {

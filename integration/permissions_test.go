@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/relay"
@@ -141,7 +142,7 @@ func runWithPermissions(t *testing.T, perms *server.Permissions) {
 	require.NoError(t, err)
 	require.NoError(t, snc.Flush())
 	require.NoError(t, stream.Ensure(ctx, js, stream.Config{}))
-	st, err := relay.NewStore(ctx, js)
+	st, err := destination.NewStore(ctx, js)
 	require.NoError(t, err)
 
 	ok := newSink(t, nil)
@@ -157,7 +158,7 @@ func runWithPermissions(t *testing.T, perms *server.Permissions) {
 		w.WriteHeader(http.StatusGone)
 		return http.StatusGone
 	})
-	for _, d := range []relay.Destination{
+	for _, d := range []destination.Destination{
 		{Name: "ok", URL: ok.URL},
 		{Name: "flaky", URL: flaky.URL, Retry: fast(3)},
 		{Name: "gone", URL: gone.URL},
@@ -195,7 +196,7 @@ func runWithPermissions(t *testing.T, perms *server.Permissions) {
 	eventually(t, 30*time.Second, func() bool {
 		g, err := st.Get(ctx, "gone")
 		return ok.delivered()[ids["ok"]] == 1 && flaky.delivered()[ids["flaky"]] == 1 &&
-			err == nil && g.PauseReason == relay.PauseGone
+			err == nil && g.PauseReason == destination.PauseGone
 	}, "delivered to ok, to flaky on its second attempt, and gone paused")
 
 	letters, err := dlq.Open(ctx, js)
@@ -208,7 +209,7 @@ func runWithPermissions(t *testing.T, perms *server.Permissions) {
 	require.Equal(t, relay.ReasonUnknownDestination, ghost[0].Reason)
 
 	// Replay it once "ghost" exists.
-	_, err = st.Add(ctx, relay.Destination{Name: "ghost", URL: ok.URL})
+	_, err = st.Add(ctx, destination.Destination{Name: "ghost", URL: ok.URL})
 	require.NoError(t, err)
 	_, err = letters.Replay(ctx, ghost[0], "")
 	require.NoError(t, err)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/relay"
 )
 
@@ -34,12 +35,12 @@ func TestFaultPoisonousFilterAndTemplate(t *testing.T) {
 	e := setup(t)
 	healthy := newSink(t, func(_ hit, w http.ResponseWriter) int { return faultOK(w) })
 	never := newSink(t, func(_ hit, w http.ResponseWriter) int { return faultOK(w) })
-	e.addDest(relay.Destination{Name: "healthy", URL: healthy.URL})
+	e.addDest(destination.Destination{Name: "healthy", URL: healthy.URL})
 	// Each of these is within its bounds on a small event: they are saved,
 	// and meet the large event only when it comes.
-	e.addDest(relay.Destination{Name: "repeat", URL: never.URL, Filter: `len(repeat(body, 2000)) > 0`})
-	e.addDest(relay.Destination{Name: "nested", URL: never.URL, Filter: `all(data, {all(data, {true})})`})
-	e.addDest(relay.Destination{Name: "print", URL: never.URL, BodyTemplate: `{{print` + strings.Repeat(" .Body", 400) + `}}`})
+	e.addDest(destination.Destination{Name: "repeat", URL: never.URL, Filter: `len(repeat(body, 2000)) > 0`})
+	e.addDest(destination.Destination{Name: "nested", URL: never.URL, Filter: `all(data, {all(data, {true})})`})
+	e.addDest(destination.Destination{Name: "print", URL: never.URL, BodyTemplate: `{{print` + strings.Repeat(" .Body", 400) + `}}`})
 
 	p := faultRun(t, e.url, "--ack-wait", "10s", "--shutdown-grace", "5s")
 	limitMemory(t, p, poisonMemoryLimit)

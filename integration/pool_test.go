@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/webhook"
 
@@ -65,7 +66,7 @@ func TestURLPoolFailsOverAndComesBack(t *testing.T) {
 	second := newSink(t, nil)
 	e := setup(t)
 	secret := webhook.GenerateSecret()
-	e.addDest(relay.Destination{Name: "pool", URL: down, URLs: []string{down, second.URL + "/hook"},
+	e.addDest(destination.Destination{Name: "pool", URL: down, URLs: []string{down, second.URL + "/hook"},
 		Secret: secret, Headers: map[string]string{"X-Tenant": "t1"}, Retry: fast(20)})
 	rec, _ := e.startRelay(func(c *relay.Config) { c.URLCooldown = 500 * time.Millisecond })
 
@@ -135,7 +136,7 @@ func TestURLPoolRoundRobinSpreadsAttempts(t *testing.T) {
 	t.Parallel()
 	a, b := newSink(t, nil), newSink(t, nil)
 	e := setup(t)
-	e.addDest(relay.Destination{Name: "rr", URL: a.URL, URLs: []string{a.URL, b.URL}, URLStrategy: relay.URLRoundRobin, Retry: fast(5)})
+	e.addDest(destination.Destination{Name: "rr", URL: a.URL, URLs: []string{a.URL, b.URL}, URLStrategy: destination.URLRoundRobin, Retry: fast(5)})
 	rec, _ := e.startRelay()
 	const n = 60
 	for i := range n {
@@ -161,9 +162,9 @@ func TestURLPoolIndexIsInTheHistoryAndTheDeadLetter(t *testing.T) {
 	}
 	a, b := newSink(t, fail), newSink(t, fail)
 	e := setup(t)
-	retry := relay.RetryPolicy{Base: relay.Duration(2 * time.Second), Max: relay.Duration(4 * time.Second), NoJitter: true, MaxAttempts: 3}
-	e.addDest(relay.Destination{Name: "rr", URL: a.URL, URLs: []string{a.URL, b.URL}, URLStrategy: relay.URLRoundRobin, Retry: retry})
-	e.addDest(relay.Destination{Name: "single", URL: a.URL, Retry: fast(2)})
+	retry := destination.RetryPolicy{Base: destination.Duration(2 * time.Second), Max: destination.Duration(4 * time.Second), NoJitter: true, MaxAttempts: 3}
+	e.addDest(destination.Destination{Name: "rr", URL: a.URL, URLs: []string{a.URL, b.URL}, URLStrategy: destination.URLRoundRobin, Retry: retry})
+	e.addDest(destination.Destination{Name: "single", URL: a.URL, Retry: fast(2)})
 	e.startRelay()
 	res := e.publish("rr", "", `{}`)
 	e.publish("single", "", `{}`)
@@ -218,10 +219,10 @@ func TestDestURLPoolOnTheCommandLine(t *testing.T) {
 	require.Contains(t, out, "round-robin: [0] https://a.test/hook?x=xxxxx [1] https://b.test/hook")
 	code, out = e.relayCLI("dest", "list", "--json")
 	require.Equal(t, 0, code, out)
-	var d relay.Destination
+	var d destination.Destination
 	require.NoError(t, json.Unmarshal([]byte(strings.TrimSpace(out)), &d))
 	require.Equal(t, []string{"https://a.test/hook?x=xxxxx", "https://b.test/hook"}, d.URLs)
-	require.Equal(t, relay.URLRoundRobin, d.URLStrategy)
+	require.Equal(t, destination.URLRoundRobin, d.URLStrategy)
 
 	got, err := e.store.Get(context.Background(), "p")
 	require.NoError(t, err)
@@ -240,7 +241,7 @@ func TestDestURLPoolOnTheCommandLine(t *testing.T) {
 	require.Equal(t, 2, code, out)
 	require.Contains(t, out, "--url http://10.1.2.3/hook: 10.1.2.3 is 10.1.2.3, a non-public address")
 	_, err = e.store.Get(context.Background(), "q")
-	require.ErrorIs(t, err, relay.ErrNotFound, "not added")
+	require.ErrorIs(t, err, destination.ErrNotFound, "not added")
 	code, out = e.relayCLI("dest", "update", "p", "--url", "http://93.184.216.34/hook", "--url", "http://127.0.0.1:9/hook")
 	require.Equal(t, 2, code, out)
 	require.Contains(t, out, "--url http://127.0.0.1:9/hook: 127.0.0.1 is 127.0.0.1, a non-public address")
@@ -252,5 +253,5 @@ func TestDestURLPoolOnTheCommandLine(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "http://93.184.216.34/hook", got.URL)
 	require.Nil(t, got.URLs)
-	require.Equal(t, relay.URLRoundRobin, got.URLStrategy, "the strategy is kept")
+	require.Equal(t, destination.URLRoundRobin, got.URLStrategy, "the strategy is kept")
 }

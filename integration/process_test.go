@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/destination"
 )
 
 // A relay killed with SIGKILL while the destination is still answering has
@@ -30,7 +30,7 @@ func TestKilledRelayLosesNothing(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 		return http.StatusOK
 	})
-	e.addDest(relay.Destination{Name: "crash", URL: s.URL, Timeout: relay.Duration(time.Second)})
+	e.addDest(destination.Destination{Name: "crash", URL: s.URL, Timeout: destination.Duration(time.Second)})
 
 	// AckWait 7s: the killed relay's event comes back within the test's wait.
 	p1 := startProc(t, "--nats-url", e.url, "run", "--ack-wait", "7s")
@@ -68,7 +68,7 @@ func TestSigtermUnderLoadLosesNothing(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 		return http.StatusNoContent
 	})
-	e.addDest(relay.Destination{Name: "load", URL: s.URL, Concurrency: 8})
+	e.addDest(destination.Destination{Name: "load", URL: s.URL, Concurrency: 8})
 	const n = 600
 	ids := map[string]bool{}
 	for range n {

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 )
@@ -24,8 +25,8 @@ func TestProducerCannotSetRelaysHeaders(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	s := newSink(t, nil)
-	e.addDest(relay.Destination{Name: "own", URL: s.URL + "/own", BodyTemplate: `type={{.Type}} time={{.Time.Format "2006"}}`, BodyContentType: "text/plain"})
-	e.addDest(relay.Destination{Name: "shared", URL: s.URL + "/shared", Shared: true})
+	e.addDest(destination.Destination{Name: "own", URL: s.URL + "/own", BodyTemplate: `type={{.Type}} time={{.Time.Format "2006"}}`, BodyContentType: "text/plain"})
+	e.addDest(destination.Destination{Name: "shared", URL: s.URL + "/shared", Shared: true})
 	rec, _ := e.startRelay()
 
 	for _, dest := range []string{"own", "shared"} {

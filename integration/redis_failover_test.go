@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/schedule/redistest"
 )
@@ -34,8 +34,8 @@ func TestFaultRedisFailoverLosesNoParkedEvent(t *testing.T) {
 	s := newSink(t, failing(1)) // every event's first attempt fails
 	// Waits of 20s: the parked events are due after the failover, however
 	// slow the machine.
-	e.addDest(relay.Destination{Name: "failover", URL: s.URL, BreakerThreshold: -1, Retry: relay.RetryPolicy{
-		Base: relay.Duration(20 * time.Second), Max: relay.Duration(30 * time.Second), NoJitter: true, MaxAttempts: 5}})
+	e.addDest(destination.Destination{Name: "failover", URL: s.URL, BreakerThreshold: -1, Retry: destination.RetryPolicy{
+		Base: destination.Duration(20 * time.Second), Max: destination.Duration(30 * time.Second), NoJitter: true, MaxAttempts: 5}})
 	p := faultRun(t, e.url, "--redis-mode", "sentinel", "--redis-url", sentinel.URL(),
 		"--park-threshold", "500ms", "--redis-replica-wait", "1s")
 	require.True(t, p.logged("replicas_confirming=1"), p.output())
@@ -98,8 +98,8 @@ func TestRedisClusterParksAndPromotes(t *testing.T) {
 	e := setup(t)
 	primary, replica := redistest.StartCluster(t)
 	s := newSink(t, failing(1))
-	e.addDest(relay.Destination{Name: "rc", URL: s.URL, Retry: relay.RetryPolicy{
-		Base: relay.Duration(time.Second), Max: relay.Duration(10 * time.Second), NoJitter: true, MaxAttempts: 5}})
+	e.addDest(destination.Destination{Name: "rc", URL: s.URL, Retry: destination.RetryPolicy{
+		Base: destination.Duration(time.Second), Max: destination.Duration(10 * time.Second), NoJitter: true, MaxAttempts: 5}})
 	p := faultRun(t, e.url, "--redis-mode", "cluster", "--redis-url", redistest.ClusterURL(primary, replica), "--park-threshold", "500ms")
 	require.True(t, p.logged("replicas_confirming=1"), p.output())
 	const n = 10

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream/streamtest"
 )
@@ -26,7 +27,7 @@ func dialEnv(t *testing.T, url string) *env {
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	ctx := context.Background()
-	st, err := relay.NewStore(ctx, js)
+	st, err := destination.NewStore(ctx, js)
 	require.NoError(t, err)
 	p, err := relay.NewProducer(ctx, js)
 	require.NoError(t, err)
@@ -47,7 +48,7 @@ func TestEmbeddedRestartDeliversHandedBackEventsAtOnce(t *testing.T) {
 	e := dialEnv(t, fmt.Sprintf("nats://127.0.0.1:%d", port))
 
 	s, arrived, release := gatedSink(t, 4)
-	e.addDest(relay.Destination{Name: "hb", URL: s.URL, Concurrency: 4, Timeout: relay.Duration(5 * time.Minute)})
+	e.addDest(destination.Destination{Name: "hb", URL: s.URL, Concurrency: 4, Timeout: destination.Duration(5 * time.Minute)})
 	acks := e.watchAcks("hb")
 	const n = 40
 	for range n {

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/schedule/redistest"
@@ -70,8 +71,8 @@ func TestLongWaitIsParkedInRedisAndComesBack(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 		return http.StatusOK
 	})
-	e.addDest(relay.Destination{Name: "park", URL: s.URL, Retry: relay.RetryPolicy{
-		Base: relay.Duration(1500 * time.Millisecond), Max: relay.Duration(10 * time.Second), NoJitter: true, MaxAttempts: 5}})
+	e.addDest(destination.Destination{Name: "park", URL: s.URL, Retry: destination.RetryPolicy{
+		Base: destination.Duration(1500 * time.Millisecond), Max: destination.Duration(10 * time.Second), NoJitter: true, MaxAttempts: 5}})
 	rec, _ := e.startRelay(withRedis)
 	res := e.publish("park", "cust-1", `{"p":1}`)
 
@@ -110,8 +111,8 @@ func TestParkedEventsSurviveARedisRestart(t *testing.T) {
 	r := redistest.Start(t, redistest.Options{AppendOnly: true})
 	st, withRedis := e.withSchedule(r)
 	s := newSink(t, failing(1))
-	e.addDest(relay.Destination{Name: "aof", URL: s.URL, BreakerThreshold: -1, Retry: relay.RetryPolicy{
-		Base: relay.Duration(3 * time.Second), Max: relay.Duration(10 * time.Second), NoJitter: true, MaxAttempts: 5}})
+	e.addDest(destination.Destination{Name: "aof", URL: s.URL, BreakerThreshold: -1, Retry: destination.RetryPolicy{
+		Base: destination.Duration(3 * time.Second), Max: destination.Duration(10 * time.Second), NoJitter: true, MaxAttempts: 5}})
 	e.startRelay(withRedis)
 	const n = 50
 	for range n {
@@ -139,8 +140,8 @@ func TestUnreachableRedisFallsBackToJetStream(t *testing.T) {
 	dead := schedule.NewStore(redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond}))
 
 	s := newSink(t, failing(1))
-	e.addDest(relay.Destination{Name: "noredis", URL: s.URL, Retry: relay.RetryPolicy{
-		Base: relay.Duration(time.Second), Max: relay.Duration(10 * time.Second), NoJitter: true, MaxAttempts: 5}})
+	e.addDest(destination.Destination{Name: "noredis", URL: s.URL, Retry: destination.RetryPolicy{
+		Base: destination.Duration(time.Second), Max: destination.Duration(10 * time.Second), NoJitter: true, MaxAttempts: 5}})
 	rec, _ := e.startRelay(func(c *relay.Config) { c.Schedule = dead; c.ParkThreshold = 500 * time.Millisecond })
 	res := e.publish("noredis", "", `{}`)
 	eventually(t, 15*time.Second, func() bool { return s.delivered()[res.ID] == 1 && e.settled("noredis") }, "delivered without Redis")
@@ -176,8 +177,8 @@ func TestPromoterKilledMidPromotion(t *testing.T) {
 			})
 			// AckWait 7s (--ack-wait): what the killed relay had already
 			// pulled comes back quickly.
-			e.addDest(relay.Destination{Name: "fp", URL: s.URL, Timeout: relay.Duration(time.Second), Retry: relay.RetryPolicy{
-				Base: relay.Duration(time.Second), Max: relay.Duration(10 * time.Second), NoJitter: true, MaxAttempts: 5}})
+			e.addDest(destination.Destination{Name: "fp", URL: s.URL, Timeout: destination.Duration(time.Second), Retry: destination.RetryPolicy{
+				Base: destination.Duration(time.Second), Max: destination.Duration(10 * time.Second), NoJitter: true, MaxAttempts: 5}})
 			args := []string{"--nats-url", e.url, "run", "--redis-url", r.URL(), "--park-threshold", "500ms", "--park-lease", "2s", "--ack-wait", "7s"}
 
 			p1 := startProcEnv(t, []string{"RELAY_FAILPOINT=" + point}, args...)
@@ -226,9 +227,9 @@ func TestStatsShowBacklogParkedAndDeadLetters(t *testing.T) {
 	bad := newSink(t, func(h hit, w http.ResponseWriter) int { w.WriteHeader(http.StatusNotFound); return http.StatusNotFound })
 	slow := newSink(t, failing(1))
 	ok := newSink(t, nil)
-	e.addDest(relay.Destination{Name: "dead", URL: bad.URL})
-	e.addDest(relay.Destination{Name: "parked", URL: slow.URL, Retry: relay.RetryPolicy{Base: relay.Duration(time.Hour), MaxAttempts: 3}})
-	e.addDest(relay.Destination{Name: "backlog", URL: ok.URL})
+	e.addDest(destination.Destination{Name: "dead", URL: bad.URL})
+	e.addDest(destination.Destination{Name: "parked", URL: slow.URL, Retry: destination.RetryPolicy{Base: destination.Duration(time.Hour), MaxAttempts: 3}})
+	e.addDest(destination.Destination{Name: "backlog", URL: ok.URL})
 	_, stop := e.startRelay(withRedis)
 	e.publish("dead", "", `{}`)
 	e.publish("parked", "", `{}`)
@@ -262,8 +263,8 @@ func TestOrderedKeysAreNotParked(t *testing.T) {
 	r := redistest.Start(t, redistest.Options{})
 	st, withRedis := e.withSchedule(r)
 	s := newSink(t, failing(2))
-	e.addDest(relay.Destination{Name: "ordpark", URL: s.URL, Ordered: true, Partitions: 1,
-		Retry: relay.RetryPolicy{Base: relay.Duration(600 * time.Millisecond), Max: relay.Duration(time.Second), NoJitter: true, MaxAttempts: 5}})
+	e.addDest(destination.Destination{Name: "ordpark", URL: s.URL, Ordered: true, Partitions: 1,
+		Retry: destination.RetryPolicy{Base: destination.Duration(600 * time.Millisecond), Max: destination.Duration(time.Second), NoJitter: true, MaxAttempts: 5}})
 	rec, _ := e.startRelay(withRedis) // parks waits of 500ms or more
 	head := e.publish("ordpark", "k", `{"n":0}`)
 	next := e.publish("ordpark", "k", `{"n":1}`)
@@ -296,8 +297,8 @@ func TestRunWithTooFewRedisReplicas(t *testing.T) {
 	e := setup(t)
 	r := redistest.Start(t, redistest.Options{})
 	s := newSink(t, failing(1))
-	e.addDest(relay.Destination{Name: "fewrep", URL: s.URL, Retry: relay.RetryPolicy{
-		Base: relay.Duration(time.Second), Max: relay.Duration(time.Second), NoJitter: true, MaxAttempts: 3}})
+	e.addDest(destination.Destination{Name: "fewrep", URL: s.URL, Retry: destination.RetryPolicy{
+		Base: destination.Duration(time.Second), Max: destination.Duration(time.Second), NoJitter: true, MaxAttempts: 3}})
 
 	code, out := e.relayCLI("run", "--redis-url", r.URL()+"?read_timeout=200ms", "--redis-replicas", "1", "--redis-replica-wait", "500ms")
 	require.Equal(t, 2, code, out)
@@ -325,8 +326,8 @@ func TestParkedTypedEventKeepsItsTypeAndKey(t *testing.T) {
 	r := redistest.Start(t, redistest.Options{})
 	_, withRedis := e.withSchedule(r)
 	s := newSink(t, failing(1))
-	e.addDest(relay.Destination{Name: "typed", URL: s.URL, Types: []string{"order.*"}, Filter: `type == "order.created" && key == "cust-1"`,
-		Retry: relay.RetryPolicy{Base: relay.Duration(time.Second), Max: relay.Duration(time.Second), NoJitter: true, MaxAttempts: 5}})
+	e.addDest(destination.Destination{Name: "typed", URL: s.URL, Types: []string{"order.*"}, Filter: `type == "order.created" && key == "cust-1"`,
+		Retry: destination.RetryPolicy{Base: destination.Duration(time.Second), Max: destination.Duration(time.Second), NoJitter: true, MaxAttempts: 5}})
 	rec, _ := e.startRelay(withRedis)
 	id := e.publishType("order.created", "cust-1", `{"n":1}`).ID
 	eventually(t, 30*time.Second, func() bool { return s.delivered()[id] == 1 }, "delivered after its wait in Redis")

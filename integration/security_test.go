@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/webhook"
 
@@ -32,7 +33,7 @@ func TestSignaturesVerifyWithTheReferenceLibraryAcrossARotation(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 		return http.StatusOK
 	})
-	e.addDest(relay.Destination{Name: "sig", URL: s.URL, Secret: oldSecret})
+	e.addDest(destination.Destination{Name: "sig", URL: s.URL, Secret: oldSecret})
 	e.startRelay()
 	next := func() check {
 		select {
@@ -48,7 +49,7 @@ func TestSignaturesVerifyWithTheReferenceLibraryAcrossARotation(t *testing.T) {
 	require.Equal(t, check{old: true, new: false}, next())
 
 	// Rotate with an overlap: both secrets sign.
-	_, err = e.store.Update(context.Background(), "sig", func(d *relay.Destination) error {
+	_, err = e.store.Update(context.Background(), "sig", func(d *destination.Destination) error {
 		d.PrevSecret, d.PrevSecretUntil, d.Secret = d.Secret, time.Now().Add(time.Hour), newSecret
 		return nil
 	})
@@ -62,7 +63,7 @@ func TestSignaturesVerifyWithTheReferenceLibraryAcrossARotation(t *testing.T) {
 	require.Equal(t, check{old: true, new: true}, next(), "during the overlap both secrets verify")
 
 	// After the overlap only the new secret signs.
-	_, err = e.store.Update(context.Background(), "sig", func(d *relay.Destination) error {
+	_, err = e.store.Update(context.Background(), "sig", func(d *destination.Destination) error {
 		d.PrevSecretUntil = time.Now().Add(-time.Second)
 		return nil
 	})
@@ -80,12 +81,12 @@ func TestSecretsAreEncryptedAtRest(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	key := []byte("0123456789abcdef0123456789abcdef")
-	sealed, err := relay.NewStore(context.Background(), e.js, relay.WithSecretKey(key))
+	sealed, err := destination.NewStore(context.Background(), e.js, destination.WithSecretKey(key))
 	require.NoError(t, err)
 	secret := webhook.GenerateSecret()
 	s := newSink(t, nil)
 	// Header values are sealed too: any of them may be a credential.
-	_, err = sealed.Add(context.Background(), relay.Destination{Name: "enc", URL: s.URL, Secret: secret,
+	_, err = sealed.Add(context.Background(), destination.Destination{Name: "enc", URL: s.URL, Secret: secret,
 		Headers: map[string]string{"Authorization": "Bearer at-rest-token"}})
 	require.NoError(t, err)
 
@@ -106,8 +107,8 @@ func TestSecretsAreEncryptedAtRest(t *testing.T) {
 	// A relay without the key leaves the destination alone: its events wait.
 	rec, stop := e.startRelay()
 	res := e.publish("enc", "", `{}`)
-	_, err = e.store.Update(context.Background(), "enc", func(d *relay.Destination) error { return nil })
-	require.ErrorIs(t, err, relay.ErrSealed, "no update without the key")
+	_, err = e.store.Update(context.Background(), "enc", func(d *destination.Destination) error { return nil })
+	require.ErrorIs(t, err, destination.ErrSealed, "no update without the key")
 	stop()
 	require.Zero(t, rec.count(func(relay.Outcome) bool { return true }), "nothing was attempted without the key")
 	require.Zero(t, s.len())
@@ -126,7 +127,7 @@ func TestDeliveryToABlockedAddressIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	s := newSink(t, nil)
-	e.addDest(relay.Destination{Name: "ssrf", URL: s.URL, Retry: fast(5)})
+	e.addDest(destination.Destination{Name: "ssrf", URL: s.URL, Retry: fast(5)})
 	// The default guard: loopback is not allowed.
 	e.startRelay(func(c *relay.Config) { c.HTTPClient = egress.NewClient(egress.Options{}) })
 	e.publish("ssrf", "", `{}`)
@@ -145,11 +146,11 @@ func TestRelayOpensSecretsSealedWithThePreviousKey(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	oldKey, newKey := []byte("the-old-operator-key-123456789"), []byte("the-new-operator-key-987654321")
-	byOld, err := relay.NewStore(context.Background(), e.js, relay.WithSecretKey(oldKey))
+	byOld, err := destination.NewStore(context.Background(), e.js, destination.WithSecretKey(oldKey))
 	require.NoError(t, err)
 	secret := webhook.GenerateSecret()
 	s := newSink(t, nil)
-	_, err = byOld.Add(context.Background(), relay.Destination{Name: "rotating", URL: s.URL, Secret: secret})
+	_, err = byOld.Add(context.Background(), destination.Destination{Name: "rotating", URL: s.URL, Secret: secret})
 	require.NoError(t, err)
 
 	e.startRelay(func(c *relay.Config) { c.SecretKey, c.PreviousSecretKeys = newKey, [][]byte{oldKey} })

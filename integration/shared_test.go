@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 )
@@ -57,11 +58,11 @@ func TestSharedDestinationsDeliverEachEventOnce(t *testing.T) {
 	const dests, per = 20, 25
 	var names []string
 	for i := range dests {
-		d := e.addDest(relay.Destination{Name: "s" + string(rune('a'+i)), URL: s.URL, Shared: true})
+		d := e.addDest(destination.Destination{Name: "s" + string(rune('a'+i)), URL: s.URL, Shared: true})
 		names = append(names, d.Name)
 	}
-	e.addDest(relay.Destination{Name: "own", URL: s.URL})
-	e.addDest(relay.Destination{Name: "ord", URL: s.URL, Ordered: true, Partitions: 2})
+	e.addDest(destination.Destination{Name: "own", URL: s.URL})
+	e.addDest(destination.Destination{Name: "ord", URL: s.URL, Ordered: true, Partitions: 2})
 	e.startRelay()
 
 	want := map[string]bool{}
@@ -95,8 +96,8 @@ func TestSharedHangingDestinationDoesNotHoldBackAHealthyOne(t *testing.T) {
 	healthy := newSink(t, nil)
 
 	e := setup(t)
-	e.addDest(relay.Destination{Name: "hung", URL: hung.URL, Concurrency: 4, Shared: true})
-	e.addDest(relay.Destination{Name: "healthy", URL: healthy.URL, Concurrency: 8, Shared: true})
+	e.addDest(destination.Destination{Name: "hung", URL: hung.URL, Concurrency: 4, Shared: true})
+	e.addDest(destination.Destination{Name: "healthy", URL: healthy.URL, Concurrency: 8, Shared: true})
 	rec, _ := e.startRelay()
 
 	const stuck = 2000
@@ -115,8 +116,8 @@ func TestSharedHangingDestinationDoesNotHoldBackAHealthyOne(t *testing.T) {
 	// shared consumer ends up holding at most the hanging destination's
 	// queue, pullRounds rounds of its concurrency.
 	eventually(t, 30*time.Second, func() bool {
-		lane := e.consumerInfo(relay.LaneConsumerName("hung"))
-		shared := e.consumerInfo(relay.SharedConsumer)
+		lane := e.consumerInfo(destination.LaneConsumerName("hung"))
+		shared := e.consumerInfo(destination.SharedConsumer)
 		return lane != nil && shared != nil && shared.NumPending == 0 && shared.NumAckPending <= 4*4 &&
 			lane.NumPending+uint64(lane.NumAckPending)+uint64(shared.NumAckPending) == stuck
 	}, "the hanging destination's events are in its lane, but for its queue")
@@ -129,12 +130,12 @@ func TestSharedPausedDestinationWaitsInItsLane(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	s := newSink(t, nil)
-	e.addDest(relay.Destination{Name: "p", URL: s.URL, Shared: true})
-	e.addDest(relay.Destination{Name: "q", URL: s.URL, Shared: true})
+	e.addDest(destination.Destination{Name: "p", URL: s.URL, Shared: true})
+	e.addDest(destination.Destination{Name: "q", URL: s.URL, Shared: true})
 	e.startRelay()
 	ctx := context.Background()
-	_, err := e.store.Update(ctx, "p", func(d *relay.Destination) error {
-		d.PausedUntil, d.PauseReason = time.Now().Add(time.Hour), relay.PauseOperator
+	_, err := e.store.Update(ctx, "p", func(d *destination.Destination) error {
+		d.PausedUntil, d.PauseReason = time.Now().Add(time.Hour), destination.PauseOperator
 		return nil
 	})
 	require.NoError(t, err)
@@ -144,7 +145,7 @@ func TestSharedPausedDestinationWaitsInItsLane(t *testing.T) {
 	var ids []string
 	eventually(t, 20*time.Second, func() bool {
 		ids = append(ids, e.publish("p", "", `{}`).ID)
-		return e.consumerInfo(relay.LaneConsumerName("p")) != nil
+		return e.consumerInfo(destination.LaneConsumerName("p")) != nil
 	}, "p's lane opened")
 	const n = 50
 	for range n {
@@ -153,12 +154,12 @@ func TestSharedPausedDestinationWaitsInItsLane(t *testing.T) {
 	idq := e.publish("q", "", `{}`).ID
 	eventually(t, 20*time.Second, func() bool { return s.delivered()[idq] == 1 }, "q is not paused")
 	eventually(t, 20*time.Second, func() bool {
-		lane := e.consumerInfo(relay.LaneConsumerName("p"))
+		lane := e.consumerInfo(destination.LaneConsumerName("p"))
 		return lane.NumPending >= n && lane.Paused
 	}, "p's events wait in its paused lane")
 	before := len(s.delivered())
 
-	_, err = e.store.Update(ctx, "p", func(d *relay.Destination) error {
+	_, err = e.store.Update(ctx, "p", func(d *destination.Destination) error {
 		d.PausedUntil, d.PauseReason = time.Time{}, ""
 		return nil
 	})
@@ -181,7 +182,7 @@ func TestSharedConsumerLeavesUnknownDestinationsToTheCheck(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	s := newSink(t, nil)
-	e.addDest(relay.Destination{Name: "known", URL: s.URL, Shared: true})
+	e.addDest(destination.Destination{Name: "known", URL: s.URL, Shared: true})
 	e.startRelay()
 	require.NoError(t, e.nc.PublishMsg(&nats.Msg{Subject: stream.InSubject("ghost", ""), Data: []byte(`{}`)}))
 	id := e.publish("known", "", `{}`).ID
@@ -202,8 +203,8 @@ func TestFaultKilledRelayLosesNoSharedEvent(t *testing.T) {
 		return http.StatusOK
 	})
 	fast := newSink(t, nil)
-	e.addDest(relay.Destination{Name: "slow", URL: slow.URL, Concurrency: 2, Shared: true})
-	e.addDest(relay.Destination{Name: "fast", URL: fast.URL, Shared: true})
+	e.addDest(destination.Destination{Name: "slow", URL: slow.URL, Concurrency: 2, Shared: true})
+	e.addDest(destination.Destination{Name: "fast", URL: fast.URL, Shared: true})
 	const n = 400
 	want := map[string]bool{}
 	for range n {
@@ -254,8 +255,8 @@ func TestSharedDestinationsRetryAndDeadLetterWithTwoReplicas(t *testing.T) {
 	})
 	// Every first attempt fails: no circuit breaker, which would
 	// pause it.
-	e.addDest(relay.Destination{Name: "flaky", URL: flaky.URL, Retry: fast(5), BreakerThreshold: -1, Shared: true})
-	e.addDest(relay.Destination{Name: "broken", URL: broken.URL, Retry: fast(3), Shared: true})
+	e.addDest(destination.Destination{Name: "flaky", URL: flaky.URL, Retry: fast(5), BreakerThreshold: -1, Shared: true})
+	e.addDest(destination.Destination{Name: "broken", URL: broken.URL, Retry: fast(3), Shared: true})
 	rec1, _ := e.startRelay()
 	rec2, _ := e.startRelay()
 
@@ -320,12 +321,12 @@ func TestFanOutToSharedSubscribers(t *testing.T) {
 	})
 	types := []string{"order.*"}
 	for _, n := range []string{"s1", "s2", "s3"} {
-		e.addDest(relay.Destination{Name: n, URL: sinks[n].URL, Types: types, Shared: true})
+		e.addDest(destination.Destination{Name: n, URL: sinks[n].URL, Types: types, Shared: true})
 	}
-	e.addDest(relay.Destination{Name: "flaky", URL: flaky.URL, Types: types, Retry: fast(5), BreakerThreshold: -1, Shared: true})
-	e.addDest(relay.Destination{Name: "later", URL: sinks["later"].URL, Types: types, Shared: true,
-		PausedUntil: time.Now().Add(time.Hour), PauseReason: relay.PauseOperator})
-	e.addDest(relay.Destination{Name: "own", URL: sinks["own"].URL, Types: types})
+	e.addDest(destination.Destination{Name: "flaky", URL: flaky.URL, Types: types, Retry: fast(5), BreakerThreshold: -1, Shared: true})
+	e.addDest(destination.Destination{Name: "later", URL: sinks["later"].URL, Types: types, Shared: true,
+		PausedUntil: time.Now().Add(time.Hour), PauseReason: destination.PauseOperator})
+	e.addDest(destination.Destination{Name: "own", URL: sinks["own"].URL, Types: types})
 	e.startRelay()
 
 	const n = 50
@@ -358,7 +359,7 @@ func TestFanOutToSharedSubscribers(t *testing.T) {
 	require.Equal(t, uint64(n), e.subjectCount(stream.InSubject("own", "")), "a copy for the destination with its own consumer")
 	require.Equal(t, uint64(n), e.subjectCount(stream.FanSubject), "one fan-out message per event")
 
-	_, err := e.store.Update(context.Background(), "later", func(d *relay.Destination) error {
+	_, err := e.store.Update(context.Background(), "later", func(d *destination.Destination) error {
 		d.PausedUntil, d.PauseReason = time.Time{}, ""
 		return nil
 	})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/schedule/redistest"
@@ -37,9 +38,9 @@ func TestSkipHeadDeadLettersTheBlockedHeadNow(t *testing.T) {
 		return http.StatusOK
 	})
 	// The head's next attempt would be a minute away.
-	e.addDest(relay.Destination{Name: "stuck", URL: s.URL, Ordered: true, Partitions: 2,
-		Retry: relay.RetryPolicy{Base: relay.Duration(time.Minute), Max: relay.Duration(time.Hour), NoJitter: true, MaxAttempts: 3}})
-	e.addDest(relay.Destination{Name: "plain", URL: s.URL})
+	e.addDest(destination.Destination{Name: "stuck", URL: s.URL, Ordered: true, Partitions: 2,
+		Retry: destination.RetryPolicy{Base: destination.Duration(time.Minute), Max: destination.Duration(time.Hour), NoJitter: true, MaxAttempts: 3}})
+	e.addDest(destination.Destination{Name: "plain", URL: s.URL})
 	e.startRelay()
 	head := e.publish("stuck", "k", `{"k":"k","n":0}`)
 	next := e.publish("stuck", "k", `{"k":"k","n":1}`)
@@ -140,8 +141,8 @@ func TestSkipHeadWhileAnAttemptIsInFlight(t *testing.T) {
 			})
 			done = make(chan struct{})
 			t.Cleanup(func() { close(done) }) // before the sink stops
-			e.addDest(relay.Destination{Name: "race", URL: s.URL, Ordered: true, Partitions: 1, BreakerThreshold: -1,
-				Retry: relay.RetryPolicy{Base: relay.Duration(300 * time.Millisecond), Max: relay.Duration(time.Minute), NoJitter: true, MaxAttempts: 3}})
+			e.addDest(destination.Destination{Name: "race", URL: s.URL, Ordered: true, Partitions: 1, BreakerThreshold: -1,
+				Retry: destination.RetryPolicy{Base: destination.Duration(300 * time.Millisecond), Max: destination.Duration(time.Minute), NoJitter: true, MaxAttempts: 3}})
 			e.startRelay()
 			e.startRelay()
 			head := e.publish("race", "k", `{"k":"k","n":0}`)
@@ -204,9 +205,9 @@ func TestSkipEventDeadLettersItAtItsNextDelivery(t *testing.T) {
 			if where == "redis-now" {
 				wait = time.Hour
 			}
-			e.addDest(relay.Destination{Name: name, URL: s.URL,
-				Retry: relay.RetryPolicy{Base: relay.Duration(wait), Max: relay.Duration(wait), NoJitter: true, MaxAttempts: 20}})
-			e.addDest(relay.Destination{Name: name + "ord", URL: s.URL, Ordered: true, Partitions: 1})
+			e.addDest(destination.Destination{Name: name, URL: s.URL,
+				Retry: destination.RetryPolicy{Base: destination.Duration(wait), Max: destination.Duration(wait), NoJitter: true, MaxAttempts: 20}})
+			e.addDest(destination.Destination{Name: name + "ord", URL: s.URL, Ordered: true, Partitions: 1})
 			var opts []func(*relay.Config)
 			var parked func() int64
 			var skipFlags []string

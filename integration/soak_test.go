@@ -13,7 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/destination"
 )
 
 // rssKB reads a process's resident set size from /proc.
@@ -53,8 +53,8 @@ func TestSoak(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 		return http.StatusNoContent
 	})
-	e.addDest(relay.Destination{Name: "soak", URL: s.URL, Concurrency: 16,
-		Retry: relay.RetryPolicy{Base: relay.Duration(100 * time.Millisecond), Max: relay.Duration(2 * time.Second), MaxAttempts: 20}})
+	e.addDest(destination.Destination{Name: "soak", URL: s.URL, Concurrency: 16,
+		Retry: destination.RetryPolicy{Base: destination.Duration(100 * time.Millisecond), Max: destination.Duration(2 * time.Second), MaxAttempts: 20}})
 	steady := startProc(t, "--nats-url", e.url, "--log-level", "warn", "run")
 	restarted := startProc(t, "--nats-url", e.url, "--log-level", "warn", "run")
 

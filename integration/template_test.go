@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/webhook"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
@@ -35,7 +36,7 @@ func TestBodyTemplateRendersSignsAndDeadLettersFailures(t *testing.T) {
 	require.Equal(t, 2, code, out)
 	require.Contains(t, out, "--body-template: body template does not compile")
 	_, err := e.store.Get(context.Background(), "slack")
-	require.ErrorIs(t, err, relay.ErrNotFound)
+	require.ErrorIs(t, err, destination.ErrNotFound)
 
 	code, out = e.relayCLI("dest", "add", "slack", "--url", s.URL+"/slack", "--secret", secret,
 		"--type", "ops.>", "--body-template", "../docs/templates/slack.tmpl")
@@ -61,7 +62,7 @@ func TestBodyTemplateRendersSignsAndDeadLettersFailures(t *testing.T) {
 	eventually(t, 60*time.Second, func() bool { return rec.count(anyOutcome) == 6 && e.settled("slack") && e.settled("strict") },
 		"six outcomes and settled consumers (have %d)", rec.count(anyOutcome))
 
-	tmpl, err := relay.CompileBodyTemplate(mustRead(t, "../docs/templates/slack.tmpl"))
+	tmpl, err := destination.CompileBodyTemplate(mustRead(t, "../docs/templates/slack.tmpl"))
 	require.NoError(t, err)
 	wh, err := standardwebhooks.NewWebhook(secret)
 	require.NoError(t, err)
@@ -90,7 +91,7 @@ func TestBodyTemplateRendersSignsAndDeadLettersFailures(t *testing.T) {
 		default:
 			data = "breaker opened <orders>"
 		}
-		want, err := tmpl.Render(context.Background(), relay.NewTemplateEvent(res.ID, "ops.destination.breaker_opened", "", "slack", e.storedAt(res.Seq), []byte(data), nil))
+		want, err := tmpl.Render(context.Background(), destination.NewTemplateEvent(res.ID, "ops.destination.breaker_opened", "", "slack", e.storedAt(res.Seq), []byte(data), nil))
 		require.NoError(t, err)
 		require.JSONEq(t, string(want), bodies[res.ID])
 	}

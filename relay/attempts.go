@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -404,7 +405,7 @@ func LookupEvent(ctx context.Context, js jetstream.JetStream, id string) (EventV
 	v.Stored, v.Body = true, env.Body
 	v.Type, v.Key = env.Type, env.Key
 	if h := stream.OwnHeader(env.Headers); len(h) > 0 {
-		v.Headers = RedactHeaders(h)
+		v.Headers = destination.RedactHeaders(h)
 	}
 	return v, nil
 }

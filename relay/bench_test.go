@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/opevent"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/webhook"
@@ -80,7 +81,7 @@ func benchSeal(b *testing.B) *stream.Seal {
 }
 
 func BenchmarkDecide(b *testing.B) {
-	p := RetryPolicy{}.WithDefaults()
+	p := destination.RetryPolicy{}.WithDefaults()
 	results := []Result{{Status: 204}, {Status: 503}, {Status: 429, HasRetryAfter: true, RetryAfter: 5 * time.Second}, {Status: 404}, {Err: http.ErrHandlerTimeout}}
 	b.ReportAllocs()
 	i := 0
@@ -99,7 +100,7 @@ func BenchmarkCheckRouted(b *testing.B) {
 		Sequence: 123456,
 		Header:   nats.Header{"Nats-Msg-Id": {"evt_06h2rcpt1p0j6zbfdgx7z5g334"}, "Nats-Msg-Size": {"1024"}},
 	}
-	r := &Relay{dests: NewWatch(Destination{Name: "orders", StartSeq: 1})}
+	r := &Relay{dests: destination.NewWatch(destination.Destination{Name: "orders", StartSeq: 1})}
 	c := &unroutedCheck{dests: r, letters: r}
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -135,7 +136,7 @@ func BenchmarkAttempt(b *testing.B) {
 		reply:   "$JS.ACK._.ACCHASH.RELAY_EVENTS.relay_orders.1.123456.120000.1764500000123456789.42.tok",
 		data:    []byte(`{"id":1}`),
 	}}
-	d := Destination{Name: "orders", URL: "https://hooks.example.com/in", Secret: webhook.GenerateSecret()}.WithDefaults()
+	d := destination.Destination{Name: "orders", URL: "https://hooks.example.com/in", Secret: webhook.GenerateSecret()}.WithDefaults()
 	for _, tc := range []struct {
 		name string
 		tp   trace.TracerProvider
@@ -145,7 +146,7 @@ func BenchmarkAttempt(b *testing.B) {
 			r := &Relay{
 				cfg: cfg, log: cfg.Logger, tracer: tracerOf(cfg.TracerProvider),
 				sender:   &Sender{Client: &http.Client{Transport: answer204{}}, Now: time.Now},
-				dests:    NewWatch(d),
+				dests:    destination.NewWatch(d),
 				breakers: breakers{probing: map[string]bool{}, failures: map[string]int{}},
 				pools:    newURLPools(cfg.URLCooldown),
 				limits:   limits{byDest: map[string]*limit{}, replicas: 1},
@@ -176,12 +177,12 @@ func BenchmarkTemplateRender(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	tmpl, err := CompileBodyTemplate(string(src))
+	tmpl, err := destination.CompileBodyTemplate(string(src))
 	if err != nil {
 		b.Fatal(err)
 	}
 	body := []byte(`{"dest":"orders","at":"2026-12-02T01:02:03Z","paused_until":"2026-12-02T02:02:03Z","trips":1,"threshold":5}`)
-	ev := NewTemplateEvent("relay.destination.breaker_opened:orders:1:1", opevent.BreakerOpened, "", "slack", time.Now(), body, nil)
+	ev := destination.NewTemplateEvent("relay.destination.breaker_opened:orders:1:1", opevent.BreakerOpened, "", "slack", time.Now(), body, nil)
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := tmpl.Render(context.Background(), ev); err != nil {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/opevent"
 )
 
@@ -58,11 +59,11 @@ func (b *breakers) succeeded(dest string) {
 // disabling after a 410. probing says the attempt was the circuit's probe;
 // emit, that a change it makes may be told in an operator event (not when
 // the attempt delivered one: no feedback loop).
-func (r *Relay) affect(d Destination, dec Decision, probing bool, eventID string, emit bool) {
+func (r *Relay) affect(d destination.Destination, dec Decision, probing bool, eventID string, emit bool) {
 	switch dec.Effect {
 	case Healthy:
 		r.breakers.succeeded(d.Name)
-		if d.PauseReason == PauseCircuitOpen {
+		if d.PauseReason == destination.PauseCircuitOpen {
 			r.closeCircuit(d.Name, emit)
 		}
 	case Failing:
@@ -70,12 +71,12 @@ func (r *Relay) affect(d Destination, dec Decision, probing bool, eventID string
 			r.openCircuit(d.Name, emit)
 		}
 	case PauseRequested:
-		r.pause(d, r.cfg.Now().Add(dec.Pause), PauseRetryAfter)
+		r.pause(d, r.cfg.Now().Add(dec.Pause), destination.PauseRetryAfter)
 	case Disabled:
-		if r.pause(d, Forever, PauseGone) && emit {
+		if r.pause(d, destination.Forever, destination.PauseGone) && emit {
 			now := r.cfg.Now()
-			r.emitOp(opevent.Event{Type: opevent.Disabled, ID: opevent.ID(opevent.Disabled, d.Name, PauseGone, opevent.Millis(now)),
-				Data: opevent.DisabledBody{Dest: d.Name, At: now.UTC(), Reason: PauseGone, EventID: eventID}})
+			r.emitOp(opevent.Event{Type: opevent.Disabled, ID: opevent.ID(opevent.Disabled, d.Name, destination.PauseGone, opevent.Millis(now)),
+				Data: opevent.DisabledBody{Dest: d.Name, At: now.UTC(), Reason: destination.PauseGone, EventID: eventID}})
 		}
 		r.log.Error("destination answered 410 Gone: disabled until 'relay dest resume'", "dest", d.Name, "event_id", eventID)
 	}
@@ -88,7 +89,7 @@ func (r *Relay) openCircuit(name string, emit bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 	defer cancel()
 	now := r.cfg.Now()
-	d, err := r.store.Update(ctx, name, func(d *Destination) error {
+	d, err := r.store.Update(ctx, name, func(d *destination.Destination) error {
 		if now.Before(d.PausedUntil) {
 			return errNoChange // already paused (by another replica, or longer)
 		}
@@ -97,7 +98,7 @@ func (r *Relay) openCircuit(name string, emit bool) {
 			pause *= 2
 		}
 		d.PausedUntil = now.Add(min(pause, max(time.Duration(d.Retry.Max), time.Duration(d.BreakerPause))))
-		d.PauseReason = PauseCircuitOpen
+		d.PauseReason = destination.PauseCircuitOpen
 		d.BreakerTrips++
 		return nil
 	})
@@ -108,7 +109,7 @@ func (r *Relay) openCircuit(name string, emit bool) {
 		r.log.Error("cannot open the circuit", "dest", name, "err", err)
 		return
 	}
-	r.cfg.Metrics.paused(name, PauseCircuitOpen)
+	r.cfg.Metrics.paused(name, destination.PauseCircuitOpen)
 	r.log.Warn("circuit open: destination paused after consecutive failures", "dest", name, "until", d.PausedUntil, "trips", d.BreakerTrips)
 	if emit {
 		r.emitOp(opevent.Event{Type: opevent.BreakerOpened, ID: opevent.ID(opevent.BreakerOpened, name, strconv.Itoa(d.BreakerTrips), opevent.Millis(d.PausedUntil)),
@@ -119,8 +120,8 @@ func (r *Relay) openCircuit(name string, emit bool) {
 func (r *Relay) closeCircuit(name string, emit bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 	defer cancel()
-	_, err := r.store.Update(ctx, name, func(d *Destination) error {
-		if d.PauseReason != PauseCircuitOpen {
+	_, err := r.store.Update(ctx, name, func(d *destination.Destination) error {
+		if d.PauseReason != destination.PauseCircuitOpen {
 			return errNoChange
 		}
 		d.PausedUntil, d.PauseReason, d.BreakerTrips = time.Time{}, "", 0
@@ -139,10 +140,10 @@ func (r *Relay) closeCircuit(name string, emit bool) {
 
 // pause pauses d until until for reason, unless it is paused longer
 // already; it reports whether it did.
-func (r *Relay) pause(d Destination, until time.Time, reason string) bool {
+func (r *Relay) pause(d destination.Destination, until time.Time, reason string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 	defer cancel()
-	_, err := r.store.Update(ctx, d.Name, func(d *Destination) error {
+	_, err := r.store.Update(ctx, d.Name, func(d *destination.Destination) error {
 		if !d.PausedUntil.Before(until) {
 			return errNoChange
 		}
@@ -163,7 +164,7 @@ func (r *Relay) pause(d Destination, until time.Time, reason string) bool {
 var errNoChange = errors.New("no change")
 
 // applyPause pauses or resumes d's consumers in JetStream to match d.
-func (r *Relay) applyPause(d Destination) {
+func (r *Relay) applyPause(d destination.Destination) {
 	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 	defer cancel()
 	if err := r.store.ApplyPause(ctx, d); err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/stream/streamtest"
 )
 
@@ -49,10 +50,10 @@ func TestDestinationChangesAreLogged(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	js := streamtest.Start(t).JS
-	st, err := NewStore(ctx, js)
+	st, err := destination.NewStore(ctx, js)
 	require.NoError(t, err)
 	// One before the start: loaded, not reported as added.
-	_, err = st.Add(ctx, Destination{Name: "early", URL: "https://example.test/early"})
+	_, err = st.Add(ctx, destination.Destination{Name: "early", URL: "https://example.test/early"})
 	require.NoError(t, err)
 
 	var logs lockedBuffer
@@ -70,7 +71,7 @@ func TestDestinationChangesAreLogged(t *testing.T) {
 	require.NotEmpty(t, logs.lineWith("relay running"))
 
 	const secret = "whsec_c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0"
-	_, err = st.Add(ctx, Destination{Name: "orders", URL: "https://example.test/hook?token=tok-123", Secret: secret,
+	_, err = st.Add(ctx, destination.Destination{Name: "orders", URL: "https://example.test/hook?token=tok-123", Secret: secret,
 		Headers: map[string]string{"Authorization": "Bearer hdr-value-1"}})
 	require.NoError(t, err)
 	require.Equal(t, "orders", r.signals.destApplied.WaitOrTimeout())
@@ -80,8 +81,8 @@ func TestDestinationChangesAreLogged(t *testing.T) {
 	require.Contains(t, added, "dest=orders")
 	require.Contains(t, added, "token=xxxxx", "the URL as printed everywhere: query values hidden")
 
-	_, err = st.Update(ctx, "orders", func(d *Destination) error {
-		d.Timeout = Duration(5 * time.Second)
+	_, err = st.Update(ctx, "orders", func(d *destination.Destination) error {
+		d.Timeout = destination.Duration(5 * time.Second)
 		d.Headers = map[string]string{"Authorization": "Bearer hdr-value-2"}
 		return nil
 	})

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/stream/streamtest"
 )
 
@@ -59,13 +60,13 @@ func TestStatsStateFollowsTheClock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	js := streamtest.Start(t).JS
-	st, err := NewStore(ctx, js)
+	st, err := destination.NewStore(ctx, js)
 	require.NoError(t, err)
 	until := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
-	_, err = st.Add(ctx, Destination{Name: "orders", URL: "https://example.test/hook"})
+	_, err = st.Add(ctx, destination.Destination{Name: "orders", URL: "https://example.test/hook"})
 	require.NoError(t, err)
-	_, err = st.Update(ctx, "orders", func(d *Destination) error {
-		d.PausedUntil, d.PauseReason = until, PauseOperator
+	_, err = st.Update(ctx, "orders", func(d *destination.Destination) error {
+		d.PausedUntil, d.PauseReason = until, destination.PauseOperator
 		return nil
 	})
 	require.NoError(t, err)
@@ -77,7 +78,7 @@ func TestStatsStateFollowsTheClock(t *testing.T) {
 	all, err := stats(ctx, js, nil, clock.Now)
 	require.NoError(t, err)
 	require.Len(t, all, 1)
-	require.Equal(t, PauseOperator, all[0].State, "before its pause ends")
+	require.Equal(t, destination.PauseOperator, all[0].State, "before its pause ends")
 	require.True(t, until.Equal(all[0].PausedUntil))
 	require.Equal(t, 1.0, pausedGauge(t, c, "orders"))
 
@@ -85,7 +86,7 @@ func TestStatsStateFollowsTheClock(t *testing.T) {
 	all, err = stats(ctx, js, nil, clock.Now)
 	require.NoError(t, err)
 	require.Len(t, all, 1)
-	require.Equal(t, StateActive, all[0].State, "once its pause ended")
+	require.Equal(t, destination.StateActive, all[0].State, "once its pause ended")
 	require.True(t, all[0].PausedUntil.IsZero(), "an active destination shows no pause")
 	require.Equal(t, 0.0, pausedGauge(t, c, "orders"))
 }
@@ -97,9 +98,9 @@ func TestProducerTrustsAKnownDestinationByItsClock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	js := streamtest.Start(t).JS
-	st, err := NewStore(ctx, js)
+	st, err := destination.NewStore(ctx, js)
 	require.NoError(t, err)
-	_, err = st.Add(ctx, Destination{Name: "orders", URL: "https://example.test/hook"})
+	_, err = st.Add(ctx, destination.Destination{Name: "orders", URL: "https://example.test/hook"})
 	require.NoError(t, err)
 	p, err := NewProducer(ctx, js)
 	require.NoError(t, err)
@@ -126,9 +127,9 @@ func TestLogReplayEndsAtTheClocksNow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	js := streamtest.Start(t).JS
-	st, err := NewStore(ctx, js)
+	st, err := destination.NewStore(ctx, js)
 	require.NoError(t, err)
-	_, err = st.Add(ctx, Destination{Name: "orders", URL: "https://example.test/hook"})
+	_, err = st.Add(ctx, destination.Destination{Name: "orders", URL: "https://example.test/hook"})
 	require.NoError(t, err)
 	p, err := NewProducer(ctx, js)
 	require.NoError(t, err)

@@ -10,12 +10,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/stream"
 )
 
 // worker pulls and delivers the events of one destination.
 type worker struct {
-	dest   Destination
+	dest   destination.Destination
 	cancel context.CancelFunc
 	done   chan struct{} // all its pull loops ended
 	broken chan struct{} // one of its pull loops ended
@@ -53,7 +54,7 @@ type consumerSpec struct {
 // specs lays out d's consumers: one for all its events, or, for an ordered
 // destination, one for its events without an order key and one per partition
 // with a single event in flight.
-func (r *Relay) specs(d Destination) []consumerSpec {
+func (r *Relay) specs(d destination.Destination) []consumerSpec {
 	base := jetstream.ConsumerConfig{
 		PauseUntil:    pauseUntil(d, r.cfg.Now()),
 		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
@@ -64,7 +65,7 @@ func (r *Relay) specs(d Destination) []consumerSpec {
 		MaxAckPending: r.cfg.MaxAckPending,
 	}
 	main := base
-	main.Durable = ConsumerName(d.Name)
+	main.Durable = destination.ConsumerName(d.Name)
 	main.Description = "relay deliveries to " + d.Name
 	main.FilterSubjects = stream.DestFilters(d.Name)
 	if !d.Ordered {
@@ -75,16 +76,16 @@ func (r *Relay) specs(d Destination) []consumerSpec {
 	out := []consumerSpec{{cfg: main, concurrency: d.Concurrency}}
 	for i := range d.Partitions {
 		c := base
-		c.Durable = PartitionConsumerName(d.Name, i)
+		c.Durable = destination.PartitionConsumerName(d.Name, i)
 		c.Description = fmt.Sprintf("relay ordered deliveries to %s, partition %d of %d", d.Name, i, d.Partitions)
-		c.FilterSubjects = d.partitionFilters(i)
+		c.FilterSubjects = d.PartitionFilters(i)
 		c.MaxAckPending = 1
 		out = append(out, consumerSpec{cfg: c, concurrency: 1, ordered: true, partition: i})
 	}
 	return out
 }
 
-func pauseUntil(d Destination, now time.Time) *time.Time {
+func pauseUntil(d destination.Destination, now time.Time) *time.Time {
 	if now.Before(d.PausedUntil) {
 		t := d.PausedUntil
 		return &t
@@ -92,7 +93,7 @@ func pauseUntil(d Destination, now time.Time) *time.Time {
 	return nil
 }
 
-func (r *Relay) startWorker(parent context.Context, d Destination) (*worker, error) {
+func (r *Relay) startWorker(parent context.Context, d destination.Destination) (*worker, error) {
 	specs := r.specs(d)
 	conss := make([]jetstream.Consumer, len(specs))
 	for i, sp := range specs {
@@ -148,7 +149,7 @@ const pullRounds = 4
 const queueBytes = 8 << 20
 
 // consume runs one destination's pull loop until stopped is closed.
-func (r *Relay) consume(cons jetstream.Consumer, d Destination, sp consumerSpec, stopped <-chan struct{}) {
+func (r *Relay) consume(cons jetstream.Consumer, d destination.Destination, sp consumerSpec, stopped <-chan struct{}) {
 	// Pull requests expire well within AckWait: a process that stops
 	// (SIGSTOP) must not hold an open pull that would swallow the
 	// redelivery meant for another replica.

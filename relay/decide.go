@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"github.com/relaydev/relay/destination"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -37,7 +38,7 @@ type Input struct {
 
 	// Known: the destination exists; Dest is it, with its defaults.
 	Known bool
-	Dest  Destination
+	Dest  destination.Destination
 	// Filtered: the destination's filter turned the event down.
 	// FilterErr: evaluating the filter failed; it says why.
 	Filtered  bool
@@ -156,7 +157,7 @@ func Decide(in Input) Decision {
 			return Decision{Action: ReadLog}
 		case in.Filtered:
 			return Decision{Action: AckFiltered}
-		case in.Ordered && in.Dest.OnFailure == OnFailureBlock:
+		case in.Ordered && in.Dest.OnFailure == destination.OnFailureBlock:
 			// The head of a blocked key waits for the filter to be
 			// fixed: nothing overtakes it.
 			return Decision{Action: HandBack, Delay: configErrorWait}
@@ -183,7 +184,7 @@ func Decide(in Input) Decision {
 		return Decision{Action: ReadLog}
 	}
 	policy := in.Dest.Retry
-	if in.Ordered && in.Dest.OnFailure == OnFailureBlock {
+	if in.Ordered && in.Dest.OnFailure == destination.OnFailureBlock {
 		// The head of a blocked key is retried until it is delivered.
 		policy.MaxAttempts = math.MaxInt32
 	}
@@ -203,7 +204,7 @@ func Decide(in Input) Decision {
 			// A previous run gave up and crashed before the event was
 			// terminated (or the policy changed): do not send again.
 			return Decision{Action: DeadLetter, Reason: ReasonMaxAttempts}
-		case in.TemplateErr != "" && in.Ordered && in.Dest.OnFailure == OnFailureBlock:
+		case in.TemplateErr != "" && in.Ordered && in.Dest.OnFailure == destination.OnFailureBlock:
 			// As for a failed filter: the key waits for the template to
 			// be fixed, nothing overtakes its head.
 			return Decision{Action: HandBack, Delay: configErrorWait}
@@ -237,7 +238,7 @@ func Decide(in Input) Decision {
 		dec.Action, dec.Delay, dec.Reason = Retry, time.Minute, ""
 	case dec.Effect == PauseRequested:
 		dec.Pause = min(res.RetryAfter, time.Duration(in.Dest.Retry.Max))
-	case dec.Reason == ReasonBlockedAddress && in.Ordered && in.Dest.OnFailure == OnFailureBlock:
+	case dec.Reason == ReasonBlockedAddress && in.Ordered && in.Dest.OnFailure == destination.OnFailureBlock:
 		// The address is the destination's, not the event's: its key
 		// waits, as for any failure, until the address (its DNS, or
 		// --allow-net) lets the head through. Dead-lettering would drain
@@ -251,13 +252,13 @@ func Decide(in Input) Decision {
 }
 
 // effectOf is what an attempt's result says about destination d.
-func effectOf(res Result, d Destination) Effect {
+func effectOf(res Result, d destination.Destination) Effect {
 	switch {
 	case !res.Attempted():
 		return NoEffect
 	case res.Status >= 200 && res.Status <= 299:
 		return Healthy
-	case res.Status == http.StatusGone && d.OnGone == OnGoneDisable:
+	case res.Status == http.StatusGone && d.OnGone == destination.OnGoneDisable:
 		return Disabled
 	case !res.Retryable() || res.Blocked:
 		return NoEffect // the destination answered; the event is at fault
@@ -293,7 +294,7 @@ type AdmitInput struct {
 	// Known: this replica knows the destination; Dest is it. Seq is the
 	// event's stream sequence.
 	Known bool
-	Dest  Destination
+	Dest  destination.Destination
 	Seq   uint64
 	// LookupsFull: the lookups in the store of destinations this replica
 	// does not know are at their bound (unknownChecks). LookedUp: the

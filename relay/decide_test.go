@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/stretchr/testify/require"
 )
 
@@ -15,8 +16,8 @@ import (
 func TestDecideOutcomes(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	policy := RetryPolicy{Base: Duration(time.Second), Max: Duration(time.Minute), NoJitter: true, MaxAttempts: 3}.WithDefaults()
-	dest := Destination{Name: "d", Retry: policy}.WithDefaults()
+	policy := destination.RetryPolicy{Base: destination.Duration(time.Second), Max: destination.Duration(time.Minute), NoJitter: true, MaxAttempts: 3}.WithDefaults()
+	dest := destination.Destination{Name: "d", Retry: policy}.WithDefaults()
 	// ready is a delivery with nothing against an attempt: the log read.
 	ready := func() Input {
 		return Input{Known: true, Dest: dest, Now: now, Attempt: 1, NeedLog: true, LogRead: true, ParkThreshold: 30 * time.Second}
@@ -40,23 +41,25 @@ func TestDecideOutcomes(t *testing.T) {
 		{"settled before (ordered mark, or parked)", with(func(in *Input) { in.Settled = true }), Decision{Action: AckSettled}},
 		{"settled before, destination paused", with(func(in *Input) { in.Settled, in.Dest.PausedUntil = true, now.Add(time.Hour) }), Decision{Action: AckSettled}},
 		{"filter or template cut short by a shutdown", with(func(in *Input) { in.Interrupted = true }), Decision{Action: HandBack}},
-		{"template cut short by a shutdown, head of a blocked key", with(func(in *Input) { in.Interrupted, in.Ordered, in.Dest.OnFailure = true, true, OnFailureBlock }), Decision{Action: HandBack}},
+		{"template cut short by a shutdown, head of a blocked key", with(func(in *Input) {
+			in.Interrupted, in.Ordered, in.Dest.OnFailure = true, true, destination.OnFailureBlock
+		}), Decision{Action: HandBack}},
 		{"park in doubt: look for its copy", with(func(in *Input) { in.ParkInDoubt = true }), Decision{Action: FindPark}},
-		{"park in doubt, destination paused: look first", with(func(in *Input) { in.ParkInDoubt, in.Dest.PausedUntil = true, Forever }), Decision{Action: FindPark}},
+		{"park in doubt, destination paused: look first", with(func(in *Input) { in.ParkInDoubt, in.Dest.PausedUntil = true, destination.Forever }), Decision{Action: FindPark}},
 		{"park in doubt, its copy exists", with(func(in *Input) { in.ParkInDoubt, in.ParkLooked, in.ParkFound = true, true, true }), Decision{Action: AckSettled}},
 		{"park in doubt, its copy exists, filtered out", with(func(in *Input) { in.ParkInDoubt, in.ParkLooked, in.ParkFound, in.Filtered = true, true, true, true }), Decision{Action: AckSettled}},
 		{"park in doubt, look failed: waits", with(func(in *Input) { in.ParkInDoubt, in.ParkLooked, in.ParkUnknown = true, true, "refused" }), Decision{Action: HandBack, Delay: time.Second}},
 		{"park in doubt, no copy: attempted", with(func(in *Input) { in.ParkInDoubt, in.ParkLooked = true, true }), Decision{Action: Send}},
 		{"filtered out", with(func(in *Input) { in.Filtered = true }), Decision{Action: AckFiltered}},
-		{"filtered out, destination paused", with(func(in *Input) { in.Filtered, in.Dest.PausedUntil = true, Forever }), Decision{Action: AckFiltered}},
+		{"filtered out, destination paused", with(func(in *Input) { in.Filtered, in.Dest.PausedUntil = true, destination.Forever }), Decision{Action: AckFiltered}},
 		{"filtered out, rate limited", with(func(in *Input) { in.Filtered, in.RateLimited = true, true }), Decision{Action: AckFiltered}},
 		{"filtered out, settled before", with(func(in *Input) { in.Filtered, in.Settled = true, true }), Decision{Action: AckSettled}},
 		{"filtered out, log to read", with(func(in *Input) { in.Filtered, in.LogRead = true, false }), Decision{Action: ReadLog}},
 		{"filter failed", with(func(in *Input) { in.FilterErr = "invalid operation: string > int (1:13)" }), Decision{Action: DeadLetter, Reason: ReasonFilterError, Note: "invalid operation: string > int (1:13)"}},
-		{"filter failed, head of a blocked key", with(func(in *Input) { in.FilterErr, in.Ordered, in.Dest.OnFailure = "x", true, OnFailureBlock }), Decision{Action: HandBack, Delay: 30 * time.Second}},
-		{"filter failed, head of a skipping key", with(func(in *Input) { in.FilterErr, in.Ordered, in.Dest.OnFailure = "x", true, OnFailureSkip }), Decision{Action: DeadLetter, Reason: ReasonFilterError, Note: "x"}},
+		{"filter failed, head of a blocked key", with(func(in *Input) { in.FilterErr, in.Ordered, in.Dest.OnFailure = "x", true, destination.OnFailureBlock }), Decision{Action: HandBack, Delay: 30 * time.Second}},
+		{"filter failed, head of a skipping key", with(func(in *Input) { in.FilterErr, in.Ordered, in.Dest.OnFailure = "x", true, destination.OnFailureSkip }), Decision{Action: DeadLetter, Reason: ReasonFilterError, Note: "x"}},
 		{"paused", with(func(in *Input) { in.Dest.PausedUntil = now.Add(10 * time.Second) }), Decision{Action: HandBack, Delay: 10 * time.Second}},
-		{"paused long: back within a minute", with(func(in *Input) { in.Dest.PausedUntil = Forever }), Decision{Action: HandBack, Delay: time.Minute}},
+		{"paused long: back within a minute", with(func(in *Input) { in.Dest.PausedUntil = destination.Forever }), Decision{Action: HandBack, Delay: time.Minute}},
 		{"circuit probe taken", with(func(in *Input) { in.ProbeTaken = true }), Decision{Action: HandBack, Delay: time.Second}},
 		{"rate limit not asked", with(func(in *Input) { in.RateLimited = true }), Decision{Action: WaitRate}},
 		{"rate limit says wait", with(func(in *Input) { in.RateLimited, in.RateAsked, in.RateWait = true, true, 7*time.Second }), Decision{Action: HandBack, Delay: 7 * time.Second}},
@@ -66,10 +69,10 @@ func TestDecideOutcomes(t *testing.T) {
 		{"skipped by an operator", with(func(in *Input) { in.Skip = "wrong payload" }), Decision{Action: DeadLetter, Reason: ReasonSkipped}},
 		{"unknown destination", Input{Now: now, Attempt: 1}, Decision{Action: DeadLetter, Reason: ReasonUnknownDestination}},
 		{"attempts used up before", with(func(in *Input) { in.Attempt = 4 }), Decision{Action: DeadLetter, Reason: ReasonMaxAttempts}},
-		{"blocked ordered key: attempts never run out", with(func(in *Input) { in.Attempt, in.Ordered, in.Dest.OnFailure = 4, true, OnFailureBlock }), Decision{Action: Send}},
+		{"blocked ordered key: attempts never run out", with(func(in *Input) { in.Attempt, in.Ordered, in.Dest.OnFailure = 4, true, destination.OnFailureBlock }), Decision{Action: Send}},
 		{"body template failed", with(func(in *Input) { in.TemplateErr = `map has no entry for key "reason"` }), Decision{Action: DeadLetter, Reason: ReasonTemplateError, Note: `map has no entry for key "reason"`}},
-		{"body template failed, head of a blocked key", with(func(in *Input) { in.TemplateErr, in.Ordered, in.Dest.OnFailure = "x", true, OnFailureBlock }), Decision{Action: HandBack, Delay: 30 * time.Second}},
-		{"body template failed, head of a skipping key", with(func(in *Input) { in.TemplateErr, in.Ordered, in.Dest.OnFailure = "x", true, OnFailureSkip }), Decision{Action: DeadLetter, Reason: ReasonTemplateError, Note: "x"}},
+		{"body template failed, head of a blocked key", with(func(in *Input) { in.TemplateErr, in.Ordered, in.Dest.OnFailure = "x", true, destination.OnFailureBlock }), Decision{Action: HandBack, Delay: 30 * time.Second}},
+		{"body template failed, head of a skipping key", with(func(in *Input) { in.TemplateErr, in.Ordered, in.Dest.OnFailure = "x", true, destination.OnFailureSkip }), Decision{Action: DeadLetter, Reason: ReasonTemplateError, Note: "x"}},
 		{"body template failed, skipped by an operator", with(func(in *Input) { in.TemplateErr, in.Skip = "x", "wrong payload" }), Decision{Action: DeadLetter, Reason: ReasonSkipped}},
 		{"ready", ready(), Decision{Action: Send}},
 
@@ -82,18 +85,18 @@ func TestDecideOutcomes(t *testing.T) {
 		{"Retry-After capped by the policy", with(result(Result{Status: 503, RetryAfter: time.Hour, HasRetryAfter: true})), Decision{Action: Retry, Delay: time.Minute, Effect: PauseRequested, Pause: time.Minute}},
 		{"410, disable", with(result(Result{Status: http.StatusGone})), Decision{Action: Retry, Delay: time.Minute, Effect: Disabled}},
 		{"410, dead-letter", with(func(in *Input) {
-			in.Dest.OnGone = OnGoneDeadLetter
+			in.Dest.OnGone = destination.OnGoneDeadLetter
 			in.Sent, in.Result = true, Result{Status: http.StatusGone}
 		}), Decision{Action: DeadLetter, Reason: ReasonPermanentStatus}},
 		{"4xx", with(result(Result{Status: 400})), Decision{Action: DeadLetter, Reason: ReasonPermanentStatus}},
 		{"redirect", with(result(Result{Status: 302})), Decision{Action: DeadLetter, Reason: ReasonRedirect}},
 		{"blocked address", with(result(Result{Blocked: true, Err: errors.New("blocked")})), Decision{Action: DeadLetter, Reason: ReasonBlockedAddress}},
 		{"blocked address, head of a blocked key", with(func(in *Input) {
-			in.Ordered, in.Dest.OnFailure = true, OnFailureBlock
+			in.Ordered, in.Dest.OnFailure = true, destination.OnFailureBlock
 			in.Sent, in.Result = true, Result{Blocked: true, Err: errors.New("blocked")}
 		}), Decision{Action: Retry, Delay: time.Second}},
 		{"blocked address, head of a skipping key", with(func(in *Input) {
-			in.Ordered, in.Dest.OnFailure = true, OnFailureSkip
+			in.Ordered, in.Dest.OnFailure = true, destination.OnFailureSkip
 			in.Sent, in.Result = true, Result{Blocked: true, Err: errors.New("blocked")}
 		}), Decision{Action: DeadLetter, Reason: ReasonBlockedAddress}},
 		{"invalid event", with(result(Result{Err: invalid})), Decision{Action: DeadLetter, Reason: ReasonInvalidEvent, Note: invalid.Error()}},
@@ -111,7 +114,7 @@ func TestDecideOutcomes(t *testing.T) {
 		{"delivered after AckWait", with(func(in *Input) { in.Late = true; in.Sent, in.Result = true, Result{Status: 200} }), Decision{Action: Ack, Effect: Healthy}},
 		{"head of a key delivered after AckWait", with(func(in *Input) { in.Late, in.Ordered = true, true; in.Sent, in.Result = true, Result{Status: 200} }), Decision{Action: Leave}},
 		{"unheard of for AckWait before its attempt", with(func(in *Input) { in.Late = true }), Decision{Action: Leave}},
-		{"head of a key unheard of for AckWait before its attempt", with(func(in *Input) { in.Late, in.Ordered, in.Dest.OnFailure = true, true, OnFailureBlock }), Decision{Action: Leave}},
+		{"head of a key unheard of for AckWait before its attempt", with(func(in *Input) { in.Late, in.Ordered, in.Dest.OnFailure = true, true, destination.OnFailureBlock }), Decision{Action: Leave}},
 	}
 	outcomes := map[Action]bool{}
 	for _, tc := range tests {
@@ -132,7 +135,7 @@ func TestDecideOutcomes(t *testing.T) {
 func TestDecideAdmitOutcomes(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	dest := Destination{Name: "d", Shared: true, StartSeq: 10}.WithDefaults()
+	dest := destination.Destination{Name: "d", Shared: true, StartSeq: 10}.WithDefaults()
 	// event is an event of a known shared destination, its queue read:
 	// room for it, its lane closed.
 	event := func(f func(*AdmitInput)) AdmitInput {
@@ -176,7 +179,7 @@ func TestDecideAdmitOutcomes(t *testing.T) {
 		{"paused: open its lane", event(paused), Decision{Action: OpenLane}},
 		{"paused, lane open: to its lane", event(func(in *AdmitInput) { paused(in); in.LaneOpen = true }), Decision{Action: ToLane}},
 		{"paused, lane cannot open: back until the pause ends", event(func(in *AdmitInput) { paused(in); in.LaneAsked = true }), back(10 * time.Second)},
-		{"paused long, lane cannot open: back within a minute", event(func(in *AdmitInput) { in.Dest.PausedUntil, in.LaneAsked = Forever, true }), back(time.Minute)},
+		{"paused long, lane cannot open: back within a minute", event(func(in *AdmitInput) { in.Dest.PausedUntil, in.LaneAsked = destination.Forever, true }), back(time.Minute)},
 		{"moved to its lane: acked", event(func(in *AdmitInput) { in.LaneOpen, in.Moved = true, true }), Decision{Action: AckMoved}},
 		{"move failed: back", event(func(in *AdmitInput) { in.LaneOpen, in.MoveFailed = true, true }), back(time.Second)},
 		// A fan-out message, and its shares.

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/stream"
 )
@@ -215,7 +216,7 @@ func (w *logWriter) gather(rec *AttemptRecord) {
 			if len(w.redacted) > 10000 {
 				clear(w.redacted)
 			}
-			u = RedactURL(rec.URL)
+			u = destination.RedactURL(rec.URL)
 			w.redacted[rec.URL] = u
 		}
 		rec.URL = u
@@ -424,7 +425,7 @@ func (w *logWriter) close(timeout time.Duration) {
 // recordOutcome adds out, the outcome of ev's delivery, to the delivery
 // log (when relay keeps one): an attempt whatever came of it, or an event
 // settled without one.
-func (r *Relay) recordOutcome(ev *event, d Destination, out *Outcome, sent bool) {
+func (r *Relay) recordOutcome(ev *event, d destination.Destination, out *Outcome, sent bool) {
 	if r.logw == nil {
 		return
 	}

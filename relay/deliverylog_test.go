@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/stream"
@@ -33,7 +34,7 @@ type logFixture struct {
 	srv  streamtest.Server
 	sink *httptest.Server
 	prod *Producer
-	st   *Store
+	st   *destination.Store
 
 	mu       sync.Mutex
 	settled  map[string]int // outcomes by event id
@@ -70,7 +71,7 @@ func startLogFixture(t *testing.T, cfg Config) *logFixture {
 	t.Cleanup(f.sink.Close)
 	ctx := context.Background()
 	var err error
-	f.st, err = NewStore(ctx, f.srv.JS)
+	f.st, err = destination.NewStore(ctx, f.srv.JS)
 	require.NoError(t, err)
 	f.prod, err = NewProducer(ctx, f.srv.JS)
 	require.NoError(t, err)
@@ -99,11 +100,11 @@ func startLogFixture(t *testing.T, cfg Config) *logFixture {
 	return f
 }
 
-func (f *logFixture) addDest(d Destination) {
+func (f *logFixture) addDest(d destination.Destination) {
 	f.t.Helper()
 	d.URL = f.sink.URL + "/" + d.Name
-	if d.Retry == (RetryPolicy{}) {
-		d.Retry = RetryPolicy{Base: Duration(50 * time.Millisecond), Max: Duration(100 * time.Millisecond), MaxAttempts: 3}
+	if d.Retry == (destination.RetryPolicy{}) {
+		d.Retry = destination.RetryPolicy{Base: destination.Duration(50 * time.Millisecond), Max: destination.Duration(100 * time.Millisecond), MaxAttempts: 3}
 	}
 	_, err := f.st.Add(context.Background(), d)
 	require.NoError(f.t, err)
@@ -142,7 +143,7 @@ func TestDeliveryLogRecordsEveryOutcome(t *testing.T) {
 		}
 		return 200, `{"received":true}`
 	}
-	for _, d := range []Destination{
+	for _, d := range []destination.Destination{
 		{Name: "ok", Types: []string{"order.created"}},
 		{Name: "flaky", Types: []string{"order.created"}},
 		{Name: "gone"},
@@ -248,7 +249,7 @@ func TestDeliveryLogRecordsEveryOutcome(t *testing.T) {
 func TestDeliveryLogOffRecordsNothing(t *testing.T) {
 	f := startLogFixture(t, Config{NoAttemptLog: true})
 	f.answer = func(string, int) (int, string) { return 200, "ok" }
-	f.addDest(Destination{Name: "ok"})
+	f.addDest(destination.Destination{Name: "ok"})
 	_, err := f.prod.Publish(context.Background(), Event{Dest: "ok", ID: "evt_1", Data: []byte(`{}`)})
 	require.NoError(t, err)
 	deadline := time.Now().Add(30 * time.Second)
@@ -425,7 +426,7 @@ func TestDeadLetterNotWrittenIsRecordedAsARetry(t *testing.T) {
 	require.NoError(t, err)
 	go r.logw.run()
 	defer r.logw.close(5 * time.Second)
-	d := Destination{Name: "d", URL: "https://example.com"}
+	d := destination.Destination{Name: "d", URL: "https://example.com"}
 	dead := Decision{Action: DeadLetter, Reason: ReasonMaxAttempts}
 	r.recordOutcome(&event{id: "evt_again", dest: "d", hdr: nats.Header{}, origin: 1}, d,
 		&Outcome{Attempt: 3, Decision: dead, Result: Result{Status: 503}, Err: errors.New("nats: timeout")}, true)

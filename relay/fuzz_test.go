@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/egress"
 	"io"
 	"net"
@@ -72,7 +73,7 @@ func FuzzParseRetryAfter(f *testing.F) {
 			}
 		}
 		// Whatever the destination sends, a policy's Max caps the wait.
-		p := RetryPolicy{Max: Duration(10 * time.Second), NoJitter: true}.WithDefaults()
+		p := destination.RetryPolicy{Max: destination.Duration(10 * time.Second), NoJitter: true}.WithDefaults()
 		dec := classify(Result{Status: http.StatusTooManyRequests, RetryAfter: d, HasRetryAfter: ok}, 1, p, nil)
 		if dec.Action != Retry || dec.Delay < 0 || dec.Delay > 10*time.Second {
 			t.Fatalf("Decide with Retry-After %q: %+v", v, dec)
@@ -94,7 +95,7 @@ func FuzzValidateURL(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, u string) {
-		err := ValidateURL(u)
+		err := destination.ValidateURL(u)
 		if err != nil {
 			// Error texts end up in logs and API answers: they never
 			// contain a password given in the URL.
@@ -228,8 +229,8 @@ func FuzzValidateHeader(f *testing.F) {
 		return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", r)
 	}
 	f.Fuzz(func(t *testing.T, name, value string) {
-		err := ValidateHeader(name, value)
-		eerr := ValidateEventHeader(name, value)
+		err := destination.ValidateHeader(name, value)
+		eerr := destination.ValidateEventHeader(name, value)
 		if !strings.EqualFold(name, "Content-Type") && (err == nil) != (eerr == nil) {
 			t.Fatalf("ValidateHeader and ValidateEventHeader disagree on %q: %v / %v", name, err, eerr)
 		}
@@ -303,7 +304,7 @@ func FuzzDeliveryValidate(f *testing.F) {
 		if rerr != nil {
 			t.Fatal(rerr)
 		}
-		if !relaySets(name) {
+		if !destination.RelaySets(name) {
 			req.Header[name] = []string{value}
 		}
 		if strings.EqualFold(name, "Content-Type") {

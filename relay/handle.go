@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/internal/failpoint"
@@ -54,7 +55,7 @@ func (r *Relay) handle(ctx context.Context, msg delivered, mark *partitionMark) 
 			}
 			d, err := r.delivery(ctx, in.Dest, ev)
 			switch {
-			case errors.Is(err, errRenderStopped):
+			case errors.Is(err, destination.ErrRenderStopped):
 				in.Interrupted = true // decided on next: no request is made
 				continue
 			case err != nil:
@@ -90,13 +91,13 @@ func (r *Relay) handle(ctx context.Context, msg delivered, mark *partitionMark) 
 // body, or what d's body template renders for it. A template that fails
 // returns why (its first line), and logs it; one cut short by a shutdown
 // (ctx) returns errRenderStopped.
-func (r *Relay) delivery(ctx context.Context, d Destination, ev event) (Delivery, error) {
+func (r *Relay) delivery(ctx context.Context, d destination.Destination, ev event) (Delivery, error) {
 	dl := Delivery{ID: ev.id, Type: ev.hdr.Get(stream.HdrType), Body: ev.body, Headers: eventHeaders(ev.hdr)}
-	if d.bodyTemplate == nil {
+	if d.CompiledTemplate() == nil {
 		return dl, nil
 	}
-	body, err := d.bodyTemplate.Render(ctx, NewTemplateEvent(dl.ID, dl.Type, ev.key, ev.dest, ev.published, ev.body, dl.Headers))
-	if errors.Is(err, errRenderStopped) {
+	body, err := d.CompiledTemplate().Render(ctx, destination.NewTemplateEvent(dl.ID, dl.Type, ev.key, ev.dest, ev.published, ev.body, dl.Headers))
+	if errors.Is(err, destination.ErrRenderStopped) {
 		return dl, err
 	}
 	if err != nil {
@@ -111,7 +112,7 @@ func (r *Relay) delivery(ctx context.Context, d Destination, ev event) (Delivery
 // send makes one attempt to deliver ev to d, at the URL of d's pool that
 // the pool's state picks, and records in that state what the attempt said
 // about the URL.
-func (r *Relay) send(ctx context.Context, d Destination, ev Delivery) Result {
+func (r *Relay) send(ctx context.Context, d destination.Destination, ev Delivery) Result {
 	pool := d.Pool()
 	if len(pool) < 2 {
 		return r.sender.Send(ctx, d, ev)
@@ -161,16 +162,16 @@ func (r *Relay) input(ctx context.Context, ev event, mark *partitionMark) Input 
 		in.MarkUnreadable, in.Settled = err != nil, settled
 	}
 	in.Dest, in.Known = r.dests.Get(ev.dest)
-	if in.Known && in.Dest.PauseReason == PauseCircuitOpen && !in.Now.Before(in.Dest.PausedUntil) {
+	if in.Known && in.Dest.PauseReason == destination.PauseCircuitOpen && !in.Now.Before(in.Dest.PausedUntil) {
 		// The circuit's pause is over: one probe per replica decides.
 		in.Probing = r.breakers.tryProbe(in.Dest.Name)
 		in.ProbeTaken = !in.Probing
 	}
 	in.RateLimited = in.Known && in.Dest.RateLimit > 0
-	if in.Known && in.Dest.filter != nil {
-		ok, err := in.Dest.filter.Match(ctx, filterEvent{id: ev.id, key: ev.key, dest: ev.dest, typ: ev.hdr.Get(stream.HdrType), body: ev.body, headers: eventHeaders(ev.hdr)})
+	if in.Known && in.Dest.CompiledFilter() != nil {
+		ok, err := in.Dest.CompiledFilter().Match(ctx, destination.FilterEvent{ID: ev.id, Key: ev.key, Dest: ev.dest, Type: ev.hdr.Get(stream.HdrType), Body: ev.body, Headers: eventHeaders(ev.hdr)})
 		switch {
-		case errors.Is(err, errFilterStopped):
+		case errors.Is(err, destination.ErrFilterStopped):
 			in.Interrupted = true
 			return in
 		case err != nil:
@@ -311,11 +312,11 @@ func (r *Relay) execute(ctx context.Context, msg delivered, ev *event, mark *par
 // Its AckWait is restarted while the worker waits (see pinged), but a
 // worker that waits holds its place among the destination's concurrency
 // and the replica's --max-in-flight.
-func (r *Relay) waitRate(ctx context.Context, lim *limit, d Destination, ordered bool) time.Duration {
+func (r *Relay) waitRate(ctx context.Context, lim *limit, d destination.Destination, ordered bool) time.Duration {
 	if lim == nil {
 		return 0
 	}
-	res, delay, ok := lim.reserve(d.longWait())
+	res, delay, ok := lim.reserve(d.LongWait())
 	if !ok {
 		if ordered {
 			// The head of a key: back when the limit allows, give or

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/stream"
 )
@@ -193,7 +194,7 @@ type destMetrics struct {
 	attempts, latency lazy[prometheus.Observer]
 	outcomes          [4]lazy[prometheus.Counter] // delivered, retried, blocked, dead_lettered
 	filtered          lazy[prometheus.Counter]
-	byURL             [MaxPoolURLs]lazy[*urlMetrics]
+	byURL             [destination.MaxPoolURLs]lazy[*urlMetrics]
 }
 
 // urlMetrics are the attempt series of one URL of a destination's pool.
@@ -203,7 +204,7 @@ type urlMetrics struct {
 }
 
 // urlLabels are the values of the url label, by index in the pool.
-var urlLabels = func() (l [MaxPoolURLs]string) {
+var urlLabels = func() (l [destination.MaxPoolURLs]string) {
 	for i := range l {
 		l[i] = strconv.Itoa(i)
 	}
@@ -212,7 +213,7 @@ var urlLabels = func() (l [MaxPoolURLs]string) {
 
 // urlIndex is the pool index r's attempt went to, as a label value.
 func urlIndex(r Result) int {
-	if r.URL < 0 || r.URL >= MaxPoolURLs {
+	if r.URL < 0 || r.URL >= destination.MaxPoolURLs {
 		return 0
 	}
 	return r.URL
@@ -418,7 +419,7 @@ func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 	if lag, err := CheckLag(ctx, c.JS); err == nil {
 		ch <- prometheus.MustNewConstMetric(c.checkLag, prometheus.GaugeValue, float64(lag))
 	}
-	if cons, err := c.JS.Consumer(ctx, stream.EventsStream, SharedConsumer); err == nil {
+	if cons, err := c.JS.Consumer(ctx, stream.EventsStream, destination.SharedConsumer); err == nil {
 		info := cons.CachedInfo()
 		ch <- prometheus.MustNewConstMetric(c.sharedBacklog, prometheus.GaugeValue, float64(info.NumPending))
 		ch <- prometheus.MustNewConstMetric(c.sharedUnacked, prometheus.GaugeValue, float64(info.NumAckPending))
@@ -446,7 +447,7 @@ func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		g(c.oldest, age)
 		p := 0.0
-		if s.State != StateActive {
+		if s.State != destination.StateActive {
 			p = 1
 		}
 		g(c.paused, p)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/egress"
 	"github.com/stretchr/testify/require"
 )
@@ -274,8 +275,8 @@ func netguardTestSender(t *testing.T, g egress.Guard) *Sender {
 	return &Sender{Client: c, Now: time.Now}
 }
 
-func netguardTestDest(u string) Destination {
-	return Destination{Name: "d", URL: u, Timeout: Duration(2 * time.Second)}.WithDefaults()
+func netguardTestDest(u string) destination.Destination {
+	return destination.Destination{Name: "d", URL: u, Timeout: destination.Duration(2 * time.Second)}.WithDefaults()
 }
 
 func netguardTestPort(t *testing.T, srv *httptest.Server) string {
@@ -320,7 +321,7 @@ func TestGuardBlocksHostnameResolvingToLoopback(t *testing.T) {
 	require.Positive(t, lookups.Load(), "the guard's resolver must have been used")
 	require.Zero(t, hits.Load(), "no request may reach the server")
 
-	p := RetryPolicy{}.WithDefaults()
+	p := destination.RetryPolicy{}.WithDefaults()
 	dec := classify(res, 1, p, nil)
 	require.Equal(t, DeadLetter, dec.Action)
 	require.Equal(t, ReasonBlockedAddress, dec.Reason)
@@ -426,7 +427,7 @@ func TestGuardBlocksIPv4MappedLoopback(t *testing.T) {
 			require.True(t, res.Blocked, "result: %+v", res)
 			require.Equal(t, 0, res.Status)
 			require.ErrorContains(t, res.Err, "blocked address")
-			require.Equal(t, DeadLetter, classify(res, 1, RetryPolicy{}.WithDefaults(), nil).Action)
+			require.Equal(t, DeadLetter, classify(res, 1, destination.RetryPolicy{}.WithDefaults(), nil).Action)
 		})
 	}
 	require.Zero(t, hits.Load(), "no request may reach the server")
@@ -456,7 +457,7 @@ func TestGuardAllowsAllowedRange(t *testing.T) {
 		require.NoError(t, res.Err, u)
 		require.False(t, res.Blocked, u)
 		require.Equal(t, http.StatusOK, res.Status, u)
-		require.Equal(t, Ack, classify(res, 1, RetryPolicy{}.WithDefaults(), nil).Action, u)
+		require.Equal(t, Ack, classify(res, 1, destination.RetryPolicy{}.WithDefaults(), nil).Action, u)
 		require.Equal(t, want, hits.Load(), "exactly one request per send: %s", u)
 	}
 	require.Positive(t, lookups.Load(), "the host name went through the guard's resolver")
@@ -497,7 +498,7 @@ func TestRedirectToMetadataIsNotFollowed(t *testing.T) {
 	require.Equal(t, int64(1), hits.Load(), "exactly one request reached the server")
 	require.Zero(t, lookups.Load())
 
-	dec := classify(res, 1, RetryPolicy{}.WithDefaults(), nil)
+	dec := classify(res, 1, destination.RetryPolicy{}.WithDefaults(), nil)
 	require.Equal(t, DeadLetter, dec.Action)
 	require.Equal(t, ReasonRedirect, dec.Reason)
 	require.Equal(t, "redirect", dec.Reason)

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/opevent"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/streamtest"
@@ -71,9 +72,9 @@ func TestOperatorEventsAreDelivered(t *testing.T) {
 		}
 		return 200, ""
 	}
-	f.addDest(Destination{Name: "ops", Types: []string{"relay.>"}})
-	f.addDest(Destination{Name: "orders", BreakerThreshold: 2, BreakerPause: Duration(time.Hour)})
-	f.addDest(Destination{Name: "gone"})
+	f.addDest(destination.Destination{Name: "ops", Types: []string{"relay.>"}})
+	f.addDest(destination.Destination{Name: "orders", BreakerThreshold: 2, BreakerPause: destination.Duration(time.Hour)})
+	f.addDest(destination.Destination{Name: "gone"})
 	for range 3 {
 		_, err := f.prod.Publish(context.Background(), Event{Dest: "orders", Data: []byte(`{}`)})
 		require.NoError(t, err)
@@ -92,18 +93,18 @@ func TestOperatorEventsAreDelivered(t *testing.T) {
 	gone := f.opHits("ops", opevent.Disabled, 1)[0]
 	require.NoError(t, json.Unmarshal([]byte(gone.Body), &b))
 	require.Equal(t, "gone", b["dest"])
-	require.Equal(t, PauseGone, b["reason"])
+	require.Equal(t, destination.PauseGone, b["reason"])
 	require.Equal(t, "evt-410", b["event_id"])
 
 	// 410 is permanent: the gone destination's event is dead-lettered, as
 	// are the orders' once they give up; relay.dead_letters says so per
 	// destination. (orders' circuit is open an hour: its events wait.)
 	// The operator pause of 'relay dest pause' is told too.
-	_, err = f.st.Pause(context.Background(), "orders", Forever)
+	_, err = f.st.Pause(context.Background(), "orders", destination.Forever)
 	require.NoError(t, err)
 	paused := f.opHits("ops", opevent.Disabled, 2)
 	require.NoError(t, json.Unmarshal([]byte(paused[1].Body), &b))
-	require.Equal(t, PauseOperator, b["reason"])
+	require.Equal(t, destination.PauseOperator, b["reason"])
 }
 
 // TestNoOperatorEventAboutOperatorEvents: an operations destination that
@@ -120,9 +121,9 @@ func TestNoOperatorEventAboutOperatorEvents(t *testing.T) {
 	}
 	// ops gives up at the first failure: dead-lettered, and its breaker
 	// opens.
-	f.addDest(Destination{Name: "ops", Types: []string{"relay.>"}, BreakerThreshold: 1, BreakerPause: Duration(time.Hour), Retry: RetryPolicy{MaxAttempts: 1}})
-	f.addDest(Destination{Name: "orders", BreakerThreshold: 1, BreakerPause: Duration(time.Hour)})
-	f.addDest(Destination{Name: "bad"})
+	f.addDest(destination.Destination{Name: "ops", Types: []string{"relay.>"}, BreakerThreshold: 1, BreakerPause: destination.Duration(time.Hour), Retry: destination.RetryPolicy{MaxAttempts: 1}})
+	f.addDest(destination.Destination{Name: "orders", BreakerThreshold: 1, BreakerPause: destination.Duration(time.Hour)})
+	f.addDest(destination.Destination{Name: "bad"})
 	_, err := f.prod.Publish(context.Background(), Event{Dest: "orders", Data: []byte(`{}`)})
 	require.NoError(t, err)
 
@@ -132,7 +133,7 @@ func TestNoOperatorEventAboutOperatorEvents(t *testing.T) {
 	for {
 		d, err := f.st.Get(context.Background(), "ops")
 		require.NoError(t, err)
-		if d.PauseReason == PauseCircuitOpen {
+		if d.PauseReason == destination.PauseCircuitOpen {
 			break
 		}
 		require.False(t, time.Now().After(deadline), "ops' breaker never opened")
@@ -183,15 +184,15 @@ func TestNoOperatorEventAboutOperatorEvents(t *testing.T) {
 func TestBacklogStaleIsToldOnce(t *testing.T) {
 	f := startLogFixture(t, Config{AlertBacklogAge: 300 * time.Millisecond, opsEvery: 100 * time.Millisecond})
 	f.answer = func(string, int) (int, string) { return 200, "" }
-	f.addDest(Destination{Name: "ops", Types: []string{"relay.>"}})
-	f.addDest(Destination{Name: "crm"})
-	_, err := f.st.Pause(context.Background(), "crm", Forever)
+	f.addDest(destination.Destination{Name: "ops", Types: []string{"relay.>"}})
+	f.addDest(destination.Destination{Name: "crm"})
+	_, err := f.st.Pause(context.Background(), "crm", destination.Forever)
 	require.NoError(t, err)
 	// Published once relay paused its consumer: before that, relay may
 	// have taken it (in flight, not in the backlog).
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		c, err := f.srv.JS.Consumer(context.Background(), stream.EventsStream, ConsumerName("crm"))
+		c, err := f.srv.JS.Consumer(context.Background(), stream.EventsStream, destination.ConsumerName("crm"))
 		if err == nil {
 			if info, err := c.Info(context.Background()); err == nil && info.Paused {
 				break

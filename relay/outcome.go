@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 )
 
@@ -248,7 +249,7 @@ func (r Result) Attempted() bool {
 // classify turns the result of attempt number attempt (1-based) under
 // policy p into Ack, Retry or DeadLetter: the part of Decide that looks at
 // the result alone.
-func classify(res Result, attempt int, p RetryPolicy, rnd *rand.Rand) Decision {
+func classify(res Result, attempt int, p destination.RetryPolicy, rnd *rand.Rand) Decision {
 	if ie := res.invalid(); ie != nil {
 		return Decision{Action: DeadLetter, Reason: ReasonInvalidEvent, Note: ie.Error()}
 	}

@@ -8,15 +8,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/stretchr/testify/require"
 )
 
 func TestDecideTable(t *testing.T) {
 	t.Parallel()
 	// 2s base, 1h cap, no jitter, 5 attempts.
-	p := RetryPolicy{NoJitter: true, MaxAttempts: 5}.WithDefaults()
-	require.Equal(t, Duration(2*time.Second), p.Base)
-	require.Equal(t, Duration(time.Hour), p.Max)
+	p := destination.RetryPolicy{NoJitter: true, MaxAttempts: 5}.WithDefaults()
+	require.Equal(t, destination.Duration(2*time.Second), p.Base)
+	require.Equal(t, destination.Duration(time.Hour), p.Max)
 
 	connRefused := errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
 	ack := Decision{Action: Ack}
@@ -103,7 +104,7 @@ func TestDecideTable(t *testing.T) {
 
 func TestDecideJitteredRetryStaysInWindow(t *testing.T) {
 	t.Parallel()
-	p := RetryPolicy{}.WithDefaults()
+	p := destination.RetryPolicy{}.WithDefaults()
 	rnd := rand.New(rand.NewPCG(1, 2))
 	seen := map[time.Duration]bool{}
 	for range 500 {

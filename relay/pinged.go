@@ -3,6 +3,7 @@ package relay
 import (
 	"cmp"
 	"context"
+	"github.com/relaydev/relay/destination"
 	"sync"
 	"time"
 )
@@ -14,7 +15,7 @@ func (r *Relay) ackWaitNow() time.Duration {
 	if d := time.Duration(r.ackWait.Load()); d > 0 {
 		return d
 	}
-	return cmp.Or(r.cfg.AckWait, DefaultAckWait) // a Relay not made by New
+	return cmp.Or(r.cfg.AckWait, destination.DefaultAckWait) // a Relay not made by New
 }
 
 // pinged is an event a replica holds, queued or being attempted. The pull

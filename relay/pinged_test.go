@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/stream/streamtest"
 )
 
@@ -63,7 +64,7 @@ func TestLateIsAboutSilenceNotDuration(t *testing.T) {
 func TestConfigAckWait(t *testing.T) {
 	t.Parallel()
 	cfg := Config{JS: streamtest.Start(t).JS}.WithDefaults()
-	require.Equal(t, DefaultAckWait, cfg.AckWait)
+	require.Equal(t, destination.DefaultAckWait, cfg.AckWait)
 	for _, bad := range []time.Duration{time.Second, 11 * time.Minute} {
 		c := cfg
 		c.AckWait = bad

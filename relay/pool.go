@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"github.com/relaydev/relay/destination"
 	"slices"
 	"sync"
 	"time"
@@ -72,7 +73,7 @@ func (u *urlState) available(now time.Time) bool {
 // pick is the index in d's pool of the URL the next attempt goes to.
 // Each pick of a destination with a pool must be followed by a report of
 // the attempt's effect.
-func (p *urlPools) pick(d Destination, now time.Time) int {
+func (p *urlPools) pick(d destination.Destination, now time.Time) int {
 	pool := d.Pool()
 	if len(pool) < 2 {
 		return 0
@@ -82,7 +83,7 @@ func (p *urlPools) pick(d Destination, now time.Time) int {
 	st := p.state(d.Name, pool)
 	n := len(pool)
 	start := 0
-	rr := d.URLStrategy == URLRoundRobin
+	rr := d.URLStrategy == destination.URLRoundRobin
 	if rr {
 		start = st.next % n
 	}
@@ -113,7 +114,7 @@ func (p *urlPools) pick(d Destination, now time.Time) int {
 }
 
 // report records what an attempt to URL i of d's pool said about it at now.
-func (p *urlPools) report(d Destination, i int, eff Effect, now time.Time) {
+func (p *urlPools) report(d destination.Destination, i int, eff Effect, now time.Time) {
 	pool := d.Pool()
 	if len(pool) < 2 {
 		return

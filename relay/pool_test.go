@@ -6,11 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/stretchr/testify/require"
 )
 
-func poolDest(strategy string, urls ...string) Destination {
-	d := Destination{Name: "d", URLStrategy: strategy}
+func poolDest(strategy string, urls ...string) destination.Destination {
+	d := destination.Destination{Name: "d", URLStrategy: strategy}
 	d.SetPool(urls)
 	return d.WithDefaults()
 }
@@ -23,7 +24,7 @@ func poolDest(strategy string, urls ...string) Destination {
 func TestFailoverCoolsAFailingURLDown(t *testing.T) {
 	t.Parallel()
 	p := newURLPools(time.Minute)
-	d := poolDest(URLFailover, "http://a.test/", "http://b.test/")
+	d := poolDest(destination.URLFailover, "http://a.test/", "http://b.test/")
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
 	for i := range urlFailuresToCool {
@@ -77,7 +78,7 @@ func TestFailoverCoolsAFailingURLDown(t *testing.T) {
 func TestEveryURLCoolingDownUsesTheOneThatEndsFirst(t *testing.T) {
 	t.Parallel()
 	p := newURLPools(time.Minute)
-	d := poolDest(URLFailover, "http://a.test/", "http://b.test/", "http://c.test/")
+	d := poolDest(destination.URLFailover, "http://a.test/", "http://b.test/", "http://c.test/")
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	p.pick(d, t0)
 	for _, i := range []int{2, 0, 1} { // URL 2 cools down first, then 0, then 1
@@ -97,7 +98,7 @@ func TestEveryURLCoolingDownUsesTheOneThatEndsFirst(t *testing.T) {
 func TestRoundRobinTakesTurnsAndSkipsACoolingURL(t *testing.T) {
 	t.Parallel()
 	p := newURLPools(time.Minute)
-	d := poolDest(URLRoundRobin, "http://a.test/", "http://b.test/", "http://c.test/")
+	d := poolDest(destination.URLRoundRobin, "http://a.test/", "http://b.test/", "http://c.test/")
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	var got []int
 	for range 6 {
@@ -119,15 +120,15 @@ func TestChangedPoolStartsAfresh(t *testing.T) {
 	t.Parallel()
 	p := newURLPools(time.Minute)
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	d := poolDest(URLFailover, "http://a.test/", "http://b.test/")
+	d := poolDest(destination.URLFailover, "http://a.test/", "http://b.test/")
 	for range urlFailuresToCool {
 		require.Equal(t, 0, p.pick(d, t0))
 		p.report(d, 0, Failing, t0)
 	}
 	require.Equal(t, 1, p.pick(d, t0))
-	d2 := poolDest(URLFailover, "http://a.test/", "http://c.test/")
+	d2 := poolDest(destination.URLFailover, "http://a.test/", "http://c.test/")
 	require.Equal(t, 0, p.pick(d2, t0))
-	one := poolDest(URLFailover, "http://a.test/")
+	one := poolDest(destination.URLFailover, "http://a.test/")
 	for range 2 * urlFailuresToCool {
 		p.report(one, 0, Failing, t0)
 		require.Equal(t, 0, p.pick(one, t0))
@@ -136,28 +137,28 @@ func TestChangedPoolStartsAfresh(t *testing.T) {
 
 func TestPoolValidation(t *testing.T) {
 	t.Parallel()
-	many := make([]string, MaxPoolURLs+1)
+	many := make([]string, destination.MaxPoolURLs+1)
 	for i := range many {
 		many[i] = "http://h" + string(rune('a'+i)) + ".test/"
 	}
 	for _, c := range []struct {
 		name string
-		d    Destination
+		d    destination.Destination
 		want string
 	}{
-		{"one URL in urls", Destination{URL: "http://a.test/", URLs: []string{"http://a.test/"}}, "two URLs or more"},
-		{"first is not url", Destination{URL: "http://a.test/", URLs: []string{"http://b.test/", "http://a.test/"}}, "first URL of the pool"},
-		{"bad second", Destination{URL: "http://a.test/", URLs: []string{"http://a.test/", "ftp://b.test/"}}, `URL 2 of the pool: URL "ftp://b.test/": scheme must be http or https`},
-		{"credentials", Destination{URL: "http://a.test/", URLs: []string{"http://a.test/", "http://u:p@b.test/"}}, "URL 2 of the pool: URL must not contain credentials"},
-		{"repeated", Destination{URL: "http://a.test/", URLs: []string{"http://a.test/", "http://b.test/", "http://a.test/"}}, "URL 3 of the pool repeats URL 1"},
-		{"too many", Destination{URL: many[0], URLs: many}, "at most 10 URLs; 11 given"},
-		{"strategy", Destination{URL: "http://a.test/", URLStrategy: "random"}, `url-strategy "random": use "failover" or "round-robin"`},
+		{"one URL in urls", destination.Destination{URL: "http://a.test/", URLs: []string{"http://a.test/"}}, "two URLs or more"},
+		{"first is not url", destination.Destination{URL: "http://a.test/", URLs: []string{"http://b.test/", "http://a.test/"}}, "first URL of the pool"},
+		{"bad second", destination.Destination{URL: "http://a.test/", URLs: []string{"http://a.test/", "ftp://b.test/"}}, `URL 2 of the pool: URL "ftp://b.test/": scheme must be http or https`},
+		{"credentials", destination.Destination{URL: "http://a.test/", URLs: []string{"http://a.test/", "http://u:p@b.test/"}}, "URL 2 of the pool: URL must not contain credentials"},
+		{"repeated", destination.Destination{URL: "http://a.test/", URLs: []string{"http://a.test/", "http://b.test/", "http://a.test/"}}, "URL 3 of the pool repeats URL 1"},
+		{"too many", destination.Destination{URL: many[0], URLs: many}, "at most 10 URLs; 11 given"},
+		{"strategy", destination.Destination{URL: "http://a.test/", URLStrategy: "random"}, `url-strategy "random": use "failover" or "round-robin"`},
 	} {
 		c.d.Name = "d"
 		err := c.d.WithDefaults().Validate()
 		require.ErrorContains(t, err, c.want, c.name)
 	}
-	d := poolDest(URLRoundRobin, "http://a.test/", "http://b.test/?token=s3cret")
+	d := poolDest(destination.URLRoundRobin, "http://a.test/", "http://b.test/?token=s3cret")
 	require.NoError(t, d.Validate())
 	require.Equal(t, []string{"http://a.test/", "http://b.test/?token=xxxxx"}, d.Redacted().URLs, "every URL of the pool is redacted")
 	require.Equal(t, []string{"http://a.test/"}, poolDest("", "http://a.test/").Pool())

@@ -23,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -76,7 +77,7 @@ var ErrEventTooLarge = errors.New("event too large")
 // Producer publishes events, checking first that their destination exists.
 type Producer struct {
 	js      jetstream.JetStream
-	store   *Store
+	store   *destination.Store
 	maxSize int64 // the events stream's largest message (0: unknown)
 	// now is the clock that ages what known says. Default time.Now.
 	now func() time.Time
@@ -104,7 +105,7 @@ func (p *Producer) TraceWith(tp trace.TracerProvider) {
 
 // NewProducer returns a producer publishing through js.
 func NewProducer(ctx context.Context, js jetstream.JetStream) (*Producer, error) {
-	st, err := NewStore(ctx, js)
+	st, err := destination.NewStore(ctx, js)
 	if err != nil {
 		return nil, err
 	}
@@ -231,7 +232,7 @@ func (p *Producer) prepare(ctx context.Context, ev *Event) (_ *nats.Msg, span tr
 	env := stream.Envelope{ID: ev.ID, Dest: ev.Dest, Key: ev.Key, Headers: make(nats.Header, len(ev.Headers)), Body: ev.Data,
 		Dedup: DedupID(ev.Scope, ev.Dest, ev.Type, ev.ID)}
 	for k, v := range ev.Headers {
-		if err := ValidateEventHeader(k, v); err != nil {
+		if err := destination.ValidateEventHeader(k, v); err != nil {
 			return nil, nil, err
 		}
 		env.Headers.Set(k, v)
@@ -478,7 +479,7 @@ func (p *Producer) checkDest(ctx context.Context, dest string) error {
 		return nil
 	}
 	if _, err := p.store.Get(ctx, dest); err != nil {
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, destination.ErrNotFound) {
 			return fmt.Errorf("%w %q: add it with 'relay dest add %s --url ...' first; nothing was published", ErrUnknownDestination, dest, dest)
 		}
 		return err

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/stream/streamtest"
 )
 
@@ -14,17 +15,17 @@ import (
 // orders and billing.
 type producerFixture struct {
 	prod  *Producer
-	store *Store
+	store *destination.Store
 }
 
 func setupProducer(t *testing.T) producerFixture {
 	t.Helper()
 	ctx := context.Background()
 	js := streamtest.Start(t).JS
-	st, err := NewStore(ctx, js)
+	st, err := destination.NewStore(ctx, js)
 	require.NoError(t, err)
 	for _, name := range []string{"orders", "billing"} {
-		_, err = st.Add(ctx, Destination{Name: name, URL: "https://example.test/" + name})
+		_, err = st.Add(ctx, destination.Destination{Name: name, URL: "https://example.test/" + name})
 		require.NoError(t, err)
 	}
 	p, err := NewProducer(ctx, js)

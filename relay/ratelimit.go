@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/relaydev/relay/destination"
 	"golang.org/x/time/rate"
 )
 
@@ -81,7 +82,7 @@ func (l *limit) turn(now time.Time, earliest time.Duration) time.Duration {
 	return t.Sub(now)
 }
 
-func (r *Relay) limiter(d Destination) *limit {
+func (r *Relay) limiter(d destination.Destination) *limit {
 	if d.RateLimit <= 0 {
 		return nil
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/stretchr/testify/require"
 )
 
@@ -76,7 +77,7 @@ func TestOrderedHeadIsNotQueuedBehindTheTurns(t *testing.T) {
 	t.Parallel()
 	r := &Relay{cfg: Config{Now: time.Now}}
 	// One per 10s, 4 workers: a round of the workers is 40s.
-	d := Destination{Name: "d", RateLimit: 0.1, Concurrency: 4, Timeout: Duration(2 * time.Second)}
+	d := destination.Destination{Name: "d", RateLimit: 0.1, Concurrency: 4, Timeout: destination.Duration(2 * time.Second)}
 	lim := newLimit(d.RateLimit, 1)
 	require.Zero(t, r.waitRate(context.Background(), lim, d, false), "the first slot is free")
 	var last time.Duration

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/schedule/redistest"
@@ -43,9 +44,9 @@ func TestParkInterruptedByACrashDeliversOnce(t *testing.T) {
 				w.WriteHeader(http.StatusOK)
 			}))
 			t.Cleanup(sink.Close)
-			st, err := NewStore(ctx, srv.JS)
+			st, err := destination.NewStore(ctx, srv.JS)
 			require.NoError(t, err)
-			_, err = st.Add(ctx, Destination{Name: "crashed", URL: sink.URL})
+			_, err = st.Add(ctx, destination.Destination{Name: "crashed", URL: sink.URL})
 			require.NoError(t, err)
 			prod, err := NewProducer(ctx, srv.JS)
 			require.NoError(t, err)
@@ -76,7 +77,7 @@ func TestParkInterruptedByACrashDeliversOnce(t *testing.T) {
 			runRelay(t, Config{JS: srv.JS, Schedule: sched,
 				HTTPClient: egress.NewClient(egress.Options{Guard: egress.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})})
 			idle := func() bool { // the relay creates its consumer as it starts
-				cons, err := srv.JS.Consumer(ctx, stream.EventsStream, ConsumerName("crashed"))
+				cons, err := srv.JS.Consumer(ctx, stream.EventsStream, destination.ConsumerName("crashed"))
 				if err != nil {
 					return false
 				}

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/schedule"
@@ -165,7 +166,7 @@ func (cfg Config) WithDefaults() Config {
 		cfg.MaxInFlight = 1024
 	}
 	if cfg.AckWait == 0 {
-		cfg.AckWait = DefaultAckWait
+		cfg.AckWait = destination.DefaultAckWait
 	}
 	if cfg.alertWindow == 0 {
 		cfg.alertWindow = time.Minute
@@ -213,7 +214,7 @@ const DefaultLogResponseBytes = 1024
 type Relay struct {
 	cfg      Config
 	log      *slog.Logger
-	store    *Store
+	store    *destination.Store
 	attempts jetstream.KeyValue
 	events   jetstream.Stream
 	dlq      dlq.Writer
@@ -222,7 +223,7 @@ type Relay struct {
 	tracer trace.Tracer
 	// logw writes the delivery log (nil: off).
 	logw  *logWriter
-	dests *Watch
+	dests *destination.Watch
 	// ordered holds the partition marks of ordered destinations.
 	ordered jetstream.KeyValue
 	// maxMsg is the largest message the events stream takes from relay:
@@ -291,7 +292,7 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	st, err := NewStore(ctx, cfg.JS, WithSecretKey(cfg.SecretKey, cfg.PreviousSecretKeys...), WithClock(cfg.Now))
+	st, err := destination.NewStore(ctx, cfg.JS, destination.WithSecretKey(cfg.SecretKey, cfg.PreviousSecretKeys...), destination.WithClock(cfg.Now))
 	if err != nil {
 		return nil, err
 	}
@@ -327,7 +328,7 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 		events:       evs,
 		dlq:          dlq.Writer{JS: cfg.JS},
 		sender:       &Sender{Client: cfg.HTTPClient, Now: cfg.Now, KeepBody: max(cfg.LogResponseBytes, 0), KeepHeaders: !cfg.NoAttemptLog},
-		dests:        NewWatch(),
+		dests:        destination.NewWatch(),
 		workers:      map[string]*worker{},
 		unserved:     map[string]error{},
 		sharedPaused: map[string]time.Time{},
@@ -359,7 +360,7 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 // deliveries finish within the shutdown grace, hands back what remains, and
 // returns nil. It returns early with an error only if it cannot start.
 func (r *Relay) Run(ctx context.Context) error {
-	w, err := r.store.kv.WatchAll(ctx)
+	w, err := r.store.WatchAll(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while starting: nothing was handed out yet
@@ -468,11 +469,11 @@ loop:
 func (r *Relay) apply(e jetstream.KeyValueEntry, live bool) {
 	ch, err := r.dests.Apply(r.store, e)
 	switch {
-	case errors.Is(err, ErrSealed):
+	case errors.Is(err, destination.ErrSealed):
 		// Its events wait in JetStream until relay runs with the right key.
-		r.log.Error("cannot use destination: "+ErrSealed.Error(), "dest", e.Key())
+		r.log.Error("cannot use destination: "+destination.ErrSealed.Error(), "dest", e.Key())
 		return
-	case errors.Is(err, ErrStoredInvalid):
+	case errors.Is(err, destination.ErrStoredInvalid):
 		// Its events wait in JetStream until the record is fixed.
 		r.log.Error("destination stored invalid; not used until it is fixed ('relay dest update')", "dest", e.Key(), "err", err)
 		return
@@ -488,7 +489,7 @@ func (r *Relay) apply(e jetstream.KeyValueEntry, live bool) {
 			r.log.Info("destination removed", "dest", e.Key())
 		}
 	case !ch.Had:
-		r.log.Info("destination added", "dest", d.Name, "url", RedactURL(d.URL), "ordered", d.Ordered)
+		r.log.Info("destination added", "dest", d.Name, "url", destination.RedactURL(d.URL), "ordered", d.Ordered)
 	default:
 		if changed := changedSettings(ch.Before, d); len(changed) > 0 {
 			r.log.Info("destination changed", "dest", d.Name, "changed", strings.Join(changed, ","))
@@ -499,7 +500,7 @@ func (r *Relay) apply(e jetstream.KeyValueEntry, live bool) {
 // changedSettings names the settings of a destination that differ between
 // before and after, by their JSON names ("url", "retry", "headers"...):
 // names only, so that no secret or header value reaches the log.
-func changedSettings(before, after Destination) []string {
+func changedSettings(before, after destination.Destination) []string {
 	var b, a map[string]json.RawMessage
 	bb, _ := json.Marshal(before)
 	ab, _ := json.Marshal(after)
@@ -558,11 +559,11 @@ func (r *Relay) reconcile(ctx context.Context) {
 			continue
 		}
 		wk, err := r.startWorker(ctx, d)
-		if ConsumerLimitError(err) {
+		if destination.ConsumerLimitError(err) {
 			r.unserved[name] = err
 			if ok, _ := r.limitWarn.allow(name, time.Now()); ok {
 				r.log.Error("cannot consume for destination: the events stream has reached its consumer limit; its events wait in the log. Raise 'relay run --max-consumers' or remove destinations no longer used",
-					"dest", name, "consumers_needed", d.consumerCount(), "err", err)
+					"dest", name, "consumers_needed", d.ConsumerCount(), "err", err)
 			}
 			continue
 		}
@@ -587,7 +588,7 @@ func (r *Relay) reconcile(ctx context.Context) {
 
 // reconcileShared starts the shared loop when a destination in want is
 // shared, and again if it ended (its consumer deleted). Under r.mu.
-func (r *Relay) reconcileShared(ctx context.Context, want map[string]Destination) {
+func (r *Relay) reconcileShared(ctx context.Context, want map[string]destination.Destination) {
 	if r.shared != nil && !r.shared.exited() {
 		return
 	}
@@ -606,7 +607,7 @@ func (r *Relay) reconcileShared(ctx context.Context, want map[string]Destination
 	}
 	wk, err := r.startShared(ctx, start)
 	if err != nil {
-		if ok, _ := r.limitWarn.allow(SharedConsumer, time.Now()); ok {
+		if ok, _ := r.limitWarn.allow(destination.SharedConsumer, time.Now()); ok {
 			r.log.Error("cannot consume for the shared destinations; retrying every 5s", "err", err)
 		}
 		return
@@ -637,5 +638,5 @@ func (r *Relay) Serving() error {
 		names, more = names[:5], fmt.Sprintf(" and %d more", len(names)-5)
 	}
 	return fmt.Errorf("%w: %d destinations are not consumed, the events stream has reached its consumer limit (relay run --max-consumers): %s%s",
-		ErrNoConsumerRoom, n, strings.Join(names, ", "), more)
+		destination.ErrNoConsumerRoom, n, strings.Join(names, ", "), more)
 }

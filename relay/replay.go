@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -78,7 +79,7 @@ func replayLog(ctx context.Context, js jetstream.JetStream, r LogReplay, dryRun 
 	if r.ToDest != "" {
 		to = r.ToDest
 	}
-	st, err := NewStore(ctx, js)
+	st, err := destination.NewStore(ctx, js)
 	if err != nil {
 		return 0, err
 	}

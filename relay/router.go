@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/stream"
 )
@@ -114,7 +115,7 @@ func RouterLag(ctx context.Context, js jetstream.JetStream) (uint64, error) {
 	if !st.Stream.Equal(s.CachedInfo().Created) {
 		routed = 0
 	}
-	return pendingAfter(ctx, js, []string{stream.TypeFilter(">")}, routed)
+	return destination.CountAfter(ctx, js, []string{stream.TypeFilter(">")}, routed)
 }
 
 // routerWindow is how many typed events may have copies unconfirmed, and
@@ -182,7 +183,7 @@ type router struct {
 	// destinations' generation gen.
 	mu    sync.Mutex
 	gen   uint64
-	cache map[string][]Destination
+	cache map[string][]destination.Destination
 }
 
 // runRouter takes part in routing until ctx ends.
@@ -353,12 +354,12 @@ func (ro *router) awaitChange(ctx context.Context, dest string, seq uint64) erro
 // subscribers returns the destinations subscribed to typ when the event
 // stored at seq was stored.
 func (ro *router) subscribers(typ string, seq uint64) []string {
-	var ds []Destination
-	ro.r.dests.View(func(gen uint64, dests map[string]Destination) {
+	var ds []destination.Destination
+	ro.r.dests.View(func(gen uint64, dests map[string]destination.Destination) {
 		ro.mu.Lock()
 		defer ro.mu.Unlock()
 		if ro.gen != gen || ro.cache == nil {
-			ro.gen, ro.cache = gen, map[string][]Destination{}
+			ro.gen, ro.cache = gen, map[string][]destination.Destination{}
 		}
 		var ok bool
 		if ds, ok = ro.cache[typ]; ok {

@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/webhook"
 
@@ -65,16 +66,16 @@ func (ev Delivery) Validate() error {
 	}
 	for k, vs := range ev.Headers {
 		if strings.EqualFold(k, "Content-Type") {
-			if err := validHeaderName(k); err != nil {
+			if err := destination.ValidHeaderName(k); err != nil {
 				return &InvalidEventError{Header: k, Err: err}
 			}
-		} else if relaySets(k) {
+		} else if destination.RelaySets(k) {
 			continue // not passed on: relay's own value is sent
-		} else if err := validHeaderName(k); err != nil {
+		} else if err := destination.ValidHeaderName(k); err != nil {
 			return &InvalidEventError{Header: k, Err: err}
 		}
 		for _, v := range vs {
-			if err := validHeaderValue(k, v); err != nil {
+			if err := destination.ValidHeaderValue(k, v); err != nil {
 				return &InvalidEventError{Header: k, Err: err}
 			}
 		}
@@ -130,7 +131,7 @@ var defaultTransport = sync.OnceValue(func() http.RoundTripper { return egress.N
 // never returns early without a Result: errors are in Result.Err. An event
 // that cannot become a valid request (Delivery.Validate) is not sent: its
 // Result.Err is an *InvalidEventError.
-func (s *Sender) Send(ctx context.Context, d Destination, ev Delivery) Result {
+func (s *Sender) Send(ctx context.Context, d destination.Destination, ev Delivery) Result {
 	if err := ev.Validate(); err != nil {
 		return Result{Err: err}
 	}
@@ -141,13 +142,13 @@ func (s *Sender) Send(ctx context.Context, d Destination, ev Delivery) Result {
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {
-			ue.URL = RedactURL(ue.URL) // the error is logged and kept in the history
+			ue.URL = destination.RedactURL(ue.URL) // the error is logged and kept in the history
 		}
 		return Result{Err: fmt.Errorf("build request: %w", err)}
 	}
 	traced := ev.Trace.IsValid()
 	for k, vs := range ev.Headers {
-		if relaySets(k) || traced && stream.IsTraceHeader(k) {
+		if destination.RelaySets(k) || traced && stream.IsTraceHeader(k) {
 			continue // never let an event override what relay sets
 		}
 		for _, v := range vs {
@@ -201,7 +202,7 @@ func (s *Sender) Send(ctx context.Context, d Destination, ev Delivery) Result {
 		var be *egress.BlockedError
 		// As http.Client reports it, but the URL redacted: the error is
 		// logged and kept in the history and the dead letter.
-		err = &url.Error{Op: "Post", URL: RedactURL(d.URL), Err: egress.WithoutResolver(err)}
+		err = &url.Error{Op: "Post", URL: destination.RedactURL(d.URL), Err: egress.WithoutResolver(err)}
 		return Result{Err: transportError(err, d), Blocked: errors.As(err, &be), Duration: s.Now().Sub(now)}
 	}
 	var body, kept []byte
@@ -247,7 +248,7 @@ func (s *Sender) Send(ctx context.Context, d Destination, ev Delivery) Result {
 }
 
 // transportError gives a transport error a short, useful text.
-func transportError(err error, d Destination) error {
+func transportError(err error, d destination.Destination) error {
 	var ne net.Error
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):

@@ -20,6 +20,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/webhook"
 
@@ -66,8 +67,8 @@ func senderTestHandlerReleased(t *testing.T, done <-chan struct{}) {
 	}
 }
 
-func senderTestDest(u string, timeout time.Duration) Destination {
-	return Destination{Name: "d", URL: u, Timeout: Duration(timeout)}.WithDefaults()
+func senderTestDest(u string, timeout time.Duration) destination.Destination {
+	return destination.Destination{Name: "d", URL: u, Timeout: destination.Duration(timeout)}.WithDefaults()
 }
 
 func TestSenderSlowDripBodyTimesOut(t *testing.T) {
@@ -98,7 +99,7 @@ func TestSenderSlowDripBodyTimesOut(t *testing.T) {
 	require.GreaterOrEqual(t, res.Duration, 400*time.Millisecond, "the attempt lasted until the timeout")
 	require.Error(t, res.Err, "a body that never ends within the timeout is a failed attempt, not a delivery: %+v", res)
 	require.Contains(t, res.Err.Error(), "timeout")
-	require.NotEqual(t, Ack, classify(res, 1, RetryPolicy{}.WithDefaults(), nil).Action, "an attempt that timed out must not be acknowledged")
+	require.NotEqual(t, Ack, classify(res, 1, destination.RetryPolicy{}.WithDefaults(), nil).Action, "an attempt that timed out must not be acknowledged")
 	senderTestHandlerReleased(t, done)
 }
 
@@ -114,7 +115,7 @@ func TestSenderSlowHeadersTimesOut(t *testing.T) {
 	require.Equal(t, 0, res.Status)
 	require.False(t, res.Blocked)
 	require.ErrorContains(t, res.Err, "timeout after 300ms")
-	dec := classify(res, 1, RetryPolicy{NoJitter: true}.WithDefaults(), nil)
+	dec := classify(res, 1, destination.RetryPolicy{NoJitter: true}.WithDefaults(), nil)
 	require.Equal(t, Decision{Action: Retry, Delay: 2 * time.Second}, dec, "a timeout is retried")
 	senderTestHandlerReleased(t, done)
 }
@@ -138,7 +139,7 @@ func TestSenderEndless500Body(t *testing.T) {
 	require.Equal(t, http.StatusInternalServerError, res.Status)
 	require.LessOrEqual(t, len(res.Snippet), 256)
 	require.Equal(t, strings.Repeat("x", 256), res.Snippet)
-	require.Equal(t, Retry, classify(res, 1, RetryPolicy{}.WithDefaults(), nil).Action)
+	require.Equal(t, Retry, classify(res, 1, destination.RetryPolicy{}.WithDefaults(), nil).Action)
 	senderTestHandlerReleased(t, done)
 }
 
@@ -200,7 +201,7 @@ func TestSenderSuccessBodyIsNotKept(t *testing.T) {
 	require.NoError(t, res.Err)
 	require.Equal(t, http.StatusOK, res.Status)
 	require.Empty(t, res.Snippet, "only failed responses keep a snippet")
-	require.Equal(t, Ack, classify(res, 1, RetryPolicy{}.WithDefaults(), nil).Action)
+	require.Equal(t, Ack, classify(res, 1, destination.RetryPolicy{}.WithDefaults(), nil).Action)
 }
 
 func TestSenderRetryAfterHostileValues(t *testing.T) {
@@ -218,7 +219,7 @@ func TestSenderRetryAfterHostileValues(t *testing.T) {
 	t.Cleanup(c.CloseIdleConnections)
 	s := &Sender{Client: c, Now: func() time.Time { return now }}
 
-	policy := RetryPolicy{Max: Duration(10 * time.Second)}.WithDefaults()
+	policy := destination.RetryPolicy{Max: destination.Duration(10 * time.Second)}.WithDefaults()
 	require.NoError(t, policy.Validate())
 	const month = 30 * 24 * time.Hour
 	tests := []struct {
@@ -501,7 +502,7 @@ func TestSenderDoesNotSendAnInvalidEvent(t *testing.T) {
 		require.Zero(t, res.Status)
 		require.False(t, res.Retryable())
 		require.False(t, res.Attempted())
-		d := classify(res, 1, RetryPolicy{}.WithDefaults(), nil)
+		d := classify(res, 1, destination.RetryPolicy{}.WithDefaults(), nil)
 		require.Equal(t, ReasonInvalidEvent, d.Reason)
 		require.Contains(t, d.Note, ie.Header)
 	}

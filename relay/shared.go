@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -62,10 +63,10 @@ const (
 )
 
 // laneSpec is the consumer of shared destination d's lane.
-func (r *Relay) laneSpec(d Destination) consumerSpec {
+func (r *Relay) laneSpec(d destination.Destination) consumerSpec {
 	return consumerSpec{
 		cfg: jetstream.ConsumerConfig{
-			Durable:       LaneConsumerName(d.Name),
+			Durable:       destination.LaneConsumerName(d.Name),
 			Description:   "relay deliveries to " + d.Name + " that did not keep up (its lane)",
 			DeliverPolicy: jetstream.DeliverAllPolicy,
 			AckPolicy:     jetstream.AckExplicitPolicy,
@@ -150,12 +151,12 @@ type sharedLoop struct {
 // it is missing (then from the first event of a shared destination that
 // may not have been delivered: some may be delivered again).
 func (r *Relay) startShared(parent context.Context, start uint64) (*worker, error) {
-	if err := ensureShared(parent, r.cfg.JS, start, r.cfg.AckWait); err != nil {
+	if err := destination.EnsureShared(parent, r.cfg.JS, start, r.cfg.AckWait); err != nil {
 		return nil, err
 	}
-	cons, err := r.cfg.JS.Consumer(parent, stream.EventsStream, SharedConsumer)
+	cons, err := r.cfg.JS.Consumer(parent, stream.EventsStream, destination.SharedConsumer)
 	if err != nil {
-		return nil, fmt.Errorf("consumer %s: %w", SharedConsumer, err)
+		return nil, fmt.Errorf("consumer %s: %w", destination.SharedConsumer, err)
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
 	wk := &worker{cancel: cancel, done: make(chan struct{}), broken: make(chan struct{})}
@@ -182,7 +183,7 @@ func (r *Relay) consumeShared(cons jetstream.Consumer, stopped <-chan struct{}) 
 	// The server refuses a pull request whose heartbeat is over half its
 	// expiry (at an AckWait under 8s).
 	hb := min(pullHeartbeat, expiry/2)
-	p, err := stream.NewPuller(r.cfg.JS, stream.EventsStream, SharedConsumer, expiry, hb, queueBytes)
+	p, err := stream.NewPuller(r.cfg.JS, stream.EventsStream, destination.SharedConsumer, expiry, hb, queueBytes)
 	if err != nil {
 		r.log.Error("cannot pull the shared consumer", "err", err)
 		return
@@ -429,13 +430,13 @@ func (s *sharedLoop) hold() int {
 			n += s.room(d)
 		}
 	}
-	return min(max(n, DefaultConcurrency*pullRounds), s.r.cfg.MaxInFlight*pullRounds)
+	return min(max(n, destination.DefaultConcurrency*pullRounds), s.r.cfg.MaxInFlight*pullRounds)
 }
 
 // room is how many events destination d may hold here, queued and being
 // attempted: pullRounds rounds of its concurrency, the queue beyond one
 // round bounded by queueBytes of events by their average size.
-func (s *sharedLoop) room(d Destination) int {
+func (s *sharedLoop) room(d destination.Destination) int {
 	if s.avgSize == 0 {
 		return d.Concurrency * pullRounds
 	}
@@ -649,7 +650,7 @@ func (s *sharedLoop) lookUp(msg delivered, dest string, in AdmitInput) {
 
 // toLane moves msg to d's lane: republished, then settled as DecideAdmit
 // decides on the move's end (in): acked once stored.
-func (s *sharedLoop) toLane(msg delivered, d Destination, in AdmitInput) {
+func (s *sharedLoop) toLane(msg delivered, d destination.Destination, in AdmitInput) {
 	meta, _ := stream.ParseAck(msg.Reply())
 	e, err := stream.Decode(msg.Subject(), meta.Sequence.Stream, meta.Timestamp, msg.Headers(), msg.Data(), s.r.seal)
 	if err != nil {
@@ -682,7 +683,7 @@ func (s *sharedLoop) toLane(msg delivered, d Destination, in AdmitInput) {
 
 // openLane starts working d's lane on this replica, and reports whether it
 // is worked.
-func (s *sharedLoop) openLane(d Destination, q *destQueue) bool {
+func (s *sharedLoop) openLane(d destination.Destination, q *destQueue) bool {
 	if q.lane != nil {
 		return true
 	}
@@ -749,7 +750,7 @@ func (s *sharedLoop) checkLanes(now time.Time) {
 		defer report(laneDrained{})
 		for _, name := range names {
 			ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
-			c, err := s.r.cfg.JS.Consumer(ctx, stream.EventsStream, LaneConsumerName(name))
+			c, err := s.r.cfg.JS.Consumer(ctx, stream.EventsStream, destination.LaneConsumerName(name))
 			cancel()
 			if err != nil {
 				continue
@@ -798,7 +799,7 @@ type destSlots struct {
 
 // of is dest's slots: a channel with room for its concurrency.
 func (ds *destSlots) of(dest string) chan struct{} {
-	n := DefaultConcurrency
+	n := destination.DefaultConcurrency
 	if d, ok := ds.r.dests.Get(dest); ok {
 		n = d.Concurrency
 	}
@@ -815,7 +816,7 @@ func (ds *destSlots) of(dest string) chan struct{} {
 }
 
 // startLane starts the pull loop of d's lane.
-func (r *Relay) startLane(parent context.Context, d Destination) (*worker, error) {
+func (r *Relay) startLane(parent context.Context, d destination.Destination) (*worker, error) {
 	sp := r.laneSpec(d)
 	sp.slots = r.slots.of(d.Name)
 	c, err := r.cfg.JS.CreateOrUpdateConsumer(parent, stream.EventsStream, sp.cfg)

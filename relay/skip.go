@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/stream"
 )
@@ -84,7 +85,7 @@ var ErrNotAHead = errors.New("not the head of a partition waiting for a retry")
 
 // Heads lists the heads of the ordered destination name's partitions: the
 // events handed out and not acknowledged, one at most per partition.
-func Heads(ctx context.Context, s *Store, name string) ([]Head, error) {
+func Heads(ctx context.Context, s *destination.Store, name string) ([]Head, error) {
 	d, err := s.Get(ctx, name)
 	if err != nil {
 		return nil, err
@@ -107,7 +108,7 @@ func Heads(ctx context.Context, s *Store, name string) ([]Head, error) {
 	}
 	var heads []Head
 	for i := range d.Partitions {
-		c, err := s.JetStream().Consumer(ctx, stream.EventsStream, PartitionConsumerName(name, i))
+		c, err := s.JetStream().Consumer(ctx, stream.EventsStream, destination.PartitionConsumerName(name, i))
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {
 			continue // no relay has run since it was added
 		}
@@ -152,7 +153,7 @@ func Heads(ctx context.Context, s *Store, name string) ([]Head, error) {
 // so that the next one is now, not after its backoff. If an attempt of it
 // is in flight, that attempt decides: delivered, the skip is moot; failed,
 // relay dead-letters it at once.
-func SkipHead(ctx context.Context, s *Store, name string, seq uint64, why string) (Head, error) {
+func SkipHead(ctx context.Context, s *destination.Store, name string, seq uint64, why string) (Head, error) {
 	why, err := SkipReason(why)
 	if err != nil {
 		return Head{}, err
@@ -197,13 +198,13 @@ const headPoll = 100 * time.Millisecond
 // when it left delivered): the letter of h.Seq that died after the head's
 // last attempt, by relay's clock, less a second for this machine's. A head
 // still there after wait is no error (left false); ctx ending is.
-func WaitHeadLeft(ctx context.Context, s *Store, name string, h Head, wait time.Duration) (left bool, letter *dlq.Letter, err error) {
+func WaitHeadLeft(ctx context.Context, s *destination.Store, name string, h Head, wait time.Duration) (left bool, letter *dlq.Letter, err error) {
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	tick := time.NewTicker(headPoll)
 	defer tick.Stop()
 	for last := false; ; {
-		c, err := s.JetStream().Consumer(ctx, stream.EventsStream, PartitionConsumerName(name, h.Partition))
+		c, err := s.JetStream().Consumer(ctx, stream.EventsStream, destination.PartitionConsumerName(name, h.Partition))
 		if err != nil {
 			return false, nil, fmt.Errorf("partition %d of %s: %w", h.Partition, name, err)
 		}
@@ -242,7 +243,7 @@ func WaitHeadLeft(ctx context.Context, s *Store, name string, h Head, wait time.
 // with a compare-and-set, again when an attempt was recorded meanwhile.
 // mark edits the record as read, or refuses it with an error. It returns
 // the record as written; jetstream.ErrKeyNotFound when there is none.
-func markSkip(ctx context.Context, s *Store, key string, mark func(*attemptLog) error) (attemptLog, error) {
+func markSkip(ctx context.Context, s *destination.Store, key string, mark func(*attemptLog) error) (attemptLog, error) {
 	attempts, err := s.JetStream().KeyValue(ctx, stream.AttemptsBucket)
 	if err != nil {
 		return attemptLog{}, fmt.Errorf("open bucket %s: %w", stream.AttemptsBucket, err)
@@ -289,7 +290,7 @@ func retryingOf(l attemptLog) Retrying {
 // longest ago first. It reads every record of the destination, in one
 // pass. An ordered destination's are the heads of its partitions ('relay
 // dest heads' says more about them).
-func ListRetrying(ctx context.Context, s *Store, name string, limit int) ([]Retrying, error) {
+func ListRetrying(ctx context.Context, s *destination.Store, name string, limit int) ([]Retrying, error) {
 	if _, err := s.Get(ctx, name); err != nil {
 		return nil, err
 	}
@@ -350,7 +351,7 @@ var ErrNotRetrying = errors.New("no failed attempt of it is on record")
 // unordered consumer's last delivery says nothing about one event, so
 // relay cannot tell whether an attempt of it is in flight, and a nak while
 // one is would hand it out twice at once.
-func SkipEvent(ctx context.Context, s *Store, name, id, why string) (Retrying, error) {
+func SkipEvent(ctx context.Context, s *destination.Store, name, id, why string) (Retrying, error) {
 	why, err := SkipReason(why)
 	if err != nil {
 		return Retrying{}, err
@@ -388,12 +389,12 @@ func SkipEvent(ctx context.Context, s *Store, name, id, why string) (Retrying, e
 // flight (or its delivery was read after the mark was set, and it is
 // dead-lettered without one): a nak would hand the head out a second time
 // while that attempt runs.
-func nakIfWaiting(ctx context.Context, s *Store, name string, i int, reply string) error {
+func nakIfWaiting(ctx context.Context, s *destination.Store, name string, i int, reply string) error {
 	md, ok := stream.ParseAck(reply)
 	if !ok {
 		return nil // no delivery recorded: the next one comes after the backoff
 	}
-	c, err := s.JetStream().Consumer(ctx, stream.EventsStream, PartitionConsumerName(name, i))
+	c, err := s.JetStream().Consumer(ctx, stream.EventsStream, destination.PartitionConsumerName(name, i))
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/streamtest"
@@ -118,10 +119,10 @@ func TestRetryingListsTheLongestWaitingFirst(t *testing.T) {
 	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	r, err := New(ctx, Config{JS: js, Now: func() time.Time { return now }})
 	require.NoError(t, err)
-	st, err := NewStore(ctx, js)
+	st, err := destination.NewStore(ctx, js)
 	require.NoError(t, err)
 	for _, name := range []string{"orders", "orders2"} {
-		_, err = st.Add(ctx, Destination{Name: name, URL: "https://example.com/hook"})
+		_, err = st.Add(ctx, destination.Destination{Name: name, URL: "https://example.com/hook"})
 		require.NoError(t, err)
 	}
 	record := func(dest, id string, seq uint64, at time.Time) {
@@ -203,7 +204,7 @@ func TestSkipReason(t *testing.T) {
 func TestSkipsCheckTheirReason(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, err := NewStore(ctx, streamtest.Start(t).JS)
+	st, err := destination.NewStore(ctx, streamtest.Start(t).JS)
 	require.NoError(t, err)
 	_, err = SkipHead(ctx, st, "nobody", 1, "two\nlines")
 	require.ErrorContains(t, err, "one line of text")
@@ -218,11 +219,11 @@ func TestWaitHeadLeft(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	js := streamtest.Start(t).JS
-	st, err := NewStore(ctx, js)
+	st, err := destination.NewStore(ctx, js)
 	require.NoError(t, err)
 	subject := stream.InSubject("o", "")
 	c, err := js.CreateOrUpdateConsumer(ctx, stream.EventsStream, jetstream.ConsumerConfig{
-		Durable: PartitionConsumerName("o", 0), FilterSubject: subject, AckPolicy: jetstream.AckExplicitPolicy,
+		Durable: destination.PartitionConsumerName("o", 0), FilterSubject: subject, AckPolicy: jetstream.AckExplicitPolicy,
 		AckWait: time.Hour, MaxAckPending: 1,
 	})
 	require.NoError(t, err)

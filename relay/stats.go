@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/stream"
@@ -65,7 +66,7 @@ func Stats(ctx context.Context, js jetstream.JetStream, sched *schedule.Store) (
 
 // stats is Stats with the clock that decides each destination's State.
 func stats(ctx context.Context, js jetstream.JetStream, sched *schedule.Store, now func() time.Time) ([]DestStats, error) {
-	st, err := NewStore(ctx, js, WithClock(now))
+	st, err := destination.NewStore(ctx, js, destination.WithClock(now))
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +91,7 @@ func stats(ctx context.Context, js jetstream.JetStream, sched *schedule.Store, n
 		return nil, err
 	}
 	evInfo := evs.CachedInfo()
-	limit := streamConsumerLimit(evInfo.Config)
+	limit := destination.StreamConsumerLimit(evInfo.Config)
 	full := evInfo.State.Consumers >= limit
 	// Every consumer's state in one listing, not one request per
 	// destination.
@@ -102,7 +103,7 @@ func stats(ctx context.Context, js jetstream.JetStream, sched *schedule.Store, n
 	if err := lister.Err(); err != nil {
 		return nil, err
 	}
-	shared := infos[SharedConsumer]
+	shared := infos[destination.SharedConsumer]
 	nShared := 0
 	for _, d := range dests {
 		if d.Shared {
@@ -113,7 +114,7 @@ func stats(ctx context.Context, js jetstream.JetStream, sched *schedule.Store, n
 	for _, d := range dests {
 		d = d.WithDefaults()
 		s := DestStats{Dest: d.Name, Parked: -1, DeadLetters: dead[d.Name], State: d.State(now())}
-		if s.State != StateActive && s.State != StateProbing {
+		if s.State != destination.StateActive && s.State != destination.StateProbing {
 			s.PausedUntil = d.PausedUntil
 		}
 		if f, _, err := readDeadLetterFailures(ctx, state, d.Name); err != nil {
@@ -132,7 +133,7 @@ func stats(ctx context.Context, js jetstream.JetStream, sched *schedule.Store, n
 			// short-lived consumer each.
 			if shared != nil && shared.NumPending > 0 && nShared <= maxSharedCounts {
 				after := max(shared.Delivered.Stream, d.StartSeq-1)
-				n, err := pendingAfter(ctx, js, stream.DestFilters(d.Name), after)
+				n, err := destination.CountAfter(ctx, js, stream.DestFilters(d.Name), after)
 				if err != nil {
 					return nil, err
 				}
@@ -142,7 +143,7 @@ func stats(ctx context.Context, js jetstream.JetStream, sched *schedule.Store, n
 				}
 			}
 		}
-		for i, name := range d.consumerNames() {
+		for i, name := range d.ConsumerNames() {
 			info := infos[name]
 			switch {
 			case info == nil && d.Shared:
@@ -197,7 +198,7 @@ const maxSharedCounts = 100
 // oldestInLane returns the time the oldest event in dest's lane was stored
 // there (moved), zero if none.
 func oldestInLane(ctx context.Context, js jetstream.JetStream, dest string) time.Time {
-	c, err := js.Consumer(ctx, stream.EventsStream, LaneConsumerName(dest))
+	c, err := js.Consumer(ctx, stream.EventsStream, destination.LaneConsumerName(dest))
 	if err != nil {
 		return time.Time{}
 	}

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -74,7 +75,7 @@ func (r *Relay) startSpan(ctx context.Context, ev event, name string, kind trace
 
 // endAttempt ends an attempt's span with what came of it: the HTTP status,
 // the URL's host, the attempt's duration and the outcome carried out.
-func endAttempt(span trace.Span, d Destination, out Outcome) {
+func endAttempt(span trace.Span, d destination.Destination, out Outcome) {
 	res := out.Result
 	u := d.URL
 	if pool := d.Pool(); res.Pooled && res.URL < len(pool) {

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/schedule"
@@ -34,7 +35,7 @@ type traceFixture struct {
 	rec  *tracetest.SpanRecorder
 	tp   *sdktrace.TracerProvider
 	prod *Producer
-	st   *Store
+	st   *destination.Store
 	sink *httptest.Server
 
 	mu      sync.Mutex
@@ -58,7 +59,7 @@ func startTraceFixture(t *testing.T, answer func(n int) int) *traceFixture {
 	rs := redistest.Start(t, redistest.Options{})
 	sched := schedule.NewStore(rs.Client())
 	var err error
-	f.st, err = NewStore(ctx, f.srv.JS)
+	f.st, err = destination.NewStore(ctx, f.srv.JS)
 	require.NoError(t, err)
 	f.prod, err = NewProducer(ctx, f.srv.JS)
 	require.NoError(t, err)
@@ -82,8 +83,8 @@ func startTraceFixture(t *testing.T, answer func(n int) int) *traceFixture {
 // the park threshold, then over it.
 func (f *traceFixture) addDest(name string) {
 	f.t.Helper()
-	_, err := f.st.Add(context.Background(), Destination{Name: name, URL: f.sink.URL + "/" + name,
-		Retry: RetryPolicy{Base: Duration(100 * time.Millisecond), Max: Duration(time.Second), NoJitter: true, MaxAttempts: 5}})
+	_, err := f.st.Add(context.Background(), destination.Destination{Name: name, URL: f.sink.URL + "/" + name,
+		Retry: destination.RetryPolicy{Base: destination.Duration(100 * time.Millisecond), Max: destination.Duration(time.Second), NoJitter: true, MaxAttempts: 5}})
 	require.NoError(f.t, err)
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/stream"
 )
@@ -82,7 +83,7 @@ func CheckLag(ctx context.Context, js jetstream.JetStream) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("look up stream %s: %w", stream.EventsStream, err)
 	}
-	return pendingAfter(ctx, js, checkFilters, st.checkedIn(s.CachedInfo().Created))
+	return destination.CountAfter(ctx, js, checkFilters, st.checkedIn(s.CachedInfo().Created))
 }
 
 func decodeCheckState(b []byte) (CheckState, error) {
@@ -343,12 +344,12 @@ func (r *Relay) exists(ctx context.Context, dest string, seq uint64) (bool, erro
 	switch {
 	case err == nil:
 		return seq >= d.StartSeq, nil
-	case errors.Is(err, errStoredCorrupt):
+	case errors.Is(err, destination.ErrStoredCorrupt):
 		// It exists, but relay cannot read it (and does not deliver it):
 		// its events wait for an operator, in the stream.
 		r.log.Debug("event for a destination stored corrupt left in the stream", "dest", dest, "seq", seq, "err", err)
 		return true, nil
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, destination.ErrNotFound):
 		return false, nil
 	}
 	return false, err

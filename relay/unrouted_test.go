@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/streamtest"
 )
@@ -321,15 +322,15 @@ func TestCheckLeaseWritesSurviveAStaleRevision(t *testing.T) {
 
 // addPausedDest adds destination name, paused forever: it is known, and
 // nothing is delivered to it.
-func addPausedDest(t *testing.T, js jetstream.JetStream, name string) Destination {
+func addPausedDest(t *testing.T, js jetstream.JetStream, name string) destination.Destination {
 	t.Helper()
 	ctx := context.Background()
-	st, err := NewStore(ctx, js)
+	st, err := destination.NewStore(ctx, js)
 	require.NoError(t, err)
-	_, err = st.Add(ctx, Destination{Name: name, URL: "https://example.com/hook"})
+	_, err = st.Add(ctx, destination.Destination{Name: name, URL: "https://example.com/hook"})
 	require.NoError(t, err)
-	d, err := st.Update(ctx, name, func(d *Destination) error {
-		d.PausedUntil = Forever
+	d, err := st.Update(ctx, name, func(d *destination.Destination) error {
+		d.PausedUntil = destination.Forever
 		return nil
 	})
 	require.NoError(t, err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/relay"
 )
 
@@ -58,7 +59,7 @@ func TestDeepBodyIsPreviewedAndDownloadedWhole(t *testing.T) {
 	t.Parallel()
 	e := startDash(t)
 	e.sink.setAnswer(func(*http.Request) int { return 400 })
-	e.addDest(relay.Destination{Name: "crm"})
+	e.addDest(destination.Destination{Name: "crm"})
 	const depth = 4000 // json.Indent made each page of it 32 MB
 	deep := []byte(strings.Repeat("[", depth) + " " + strings.Repeat("]", depth))
 	id := e.publish(relay.Event{Dest: "crm", ID: "evt-deep/1", Data: deep})

@@ -27,6 +27,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/api"
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/relay"
@@ -40,7 +41,7 @@ type dashEnv struct {
 	t     *testing.T
 	js    jetstream.JetStream
 	url   string
-	st    *relay.Store
+	st    *destination.Store
 	prod  *relay.Producer
 	admin string
 	read  string
@@ -75,7 +76,7 @@ func startDash(t *testing.T) *dashEnv {
 	ctx := context.Background()
 	secret := make([]byte, 32)
 	_, _ = rand.Read(secret)
-	st, err := relay.NewStore(ctx, srv.JS, relay.WithSecretKey(secret))
+	st, err := destination.NewStore(ctx, srv.JS, destination.WithSecretKey(secret))
 	require.NoError(t, err)
 	prod, err := relay.NewProducer(ctx, srv.JS)
 	require.NoError(t, err)
@@ -131,7 +132,7 @@ func startDash(t *testing.T) *dashEnv {
 	return e
 }
 
-func (e *dashEnv) addDest(d relay.Destination) {
+func (e *dashEnv) addDest(d destination.Destination) {
 	e.t.Helper()
 	if d.URL == "" {
 		d.URL = e.sink.URL + "/" + d.Name
@@ -354,9 +355,9 @@ func TestOverviewShowsCountsAndABreakerOpening(t *testing.T) {
 		}
 		return 200
 	})
-	e.addDest(relay.Destination{Name: "orders"})
-	e.addDest(relay.Destination{Name: "flaky", BreakerThreshold: 3, BreakerPause: relay.Duration(time.Minute),
-		Retry: relay.RetryPolicy{Base: relay.Duration(100 * time.Millisecond), Max: relay.Duration(200 * time.Millisecond), MaxAttempts: 100}})
+	e.addDest(destination.Destination{Name: "orders"})
+	e.addDest(destination.Destination{Name: "flaky", BreakerThreshold: 3, BreakerPause: destination.Duration(time.Minute),
+		Retry: destination.RetryPolicy{Base: destination.Duration(100 * time.Millisecond), Max: destination.Duration(200 * time.Millisecond), MaxAttempts: 100}})
 	p := openBrowser(t)
 	p.signIn(e.url, e.admin)
 	p.waitFor(`document.querySelector('tr[data-dest="orders"]') !== null`)
@@ -392,7 +393,7 @@ func TestDeadLetterReplayedFromThePageIsDelivered(t *testing.T) {
 	t.Parallel()
 	e := startDash(t)
 	e.sink.setAnswer(func(*http.Request) int { return 400 }) // permanent: dead-lettered at once
-	e.addDest(relay.Destination{Name: "billing"})
+	e.addDest(destination.Destination{Name: "billing"})
 	id := e.publish(relay.Event{Dest: "billing", Data: []byte(`{"invoice":7}`)})
 	p := openBrowser(t)
 	p.signIn(e.url, e.admin)
@@ -428,7 +429,7 @@ func TestDeadLetterReplayedFromThePageIsDelivered(t *testing.T) {
 func TestPauseAndResumeFromThePage(t *testing.T) {
 	t.Parallel()
 	e := startDash(t)
-	e.addDest(relay.Destination{Name: "crm"})
+	e.addDest(destination.Destination{Name: "crm"})
 	p := openBrowser(t)
 	p.signIn(e.url, e.admin)
 	p.do(chromedp.Navigate(e.url + "/ui/destinations/crm"))
@@ -484,7 +485,7 @@ func TestReadKeyHasNoActionThatWorks(t *testing.T) {
 	t.Parallel()
 	e := startDash(t)
 	e.sink.setAnswer(func(*http.Request) int { return 400 })
-	e.addDest(relay.Destination{Name: "crm"})
+	e.addDest(destination.Destination{Name: "crm"})
 	e.publish(relay.Event{Dest: "crm", Data: []byte(`{}`)})
 	p := openBrowser(t)
 	p.signIn(e.url, e.read)
@@ -534,7 +535,7 @@ func TestScriptInAnEventRunsNothing(t *testing.T) {
 	t.Parallel()
 	e := startDash(t)
 	e.sink.setAnswer(func(*http.Request) int { return 400 })
-	e.addDest(relay.Destination{Name: "crm"})
+	e.addDest(destination.Destination{Name: "crm"})
 	evil := `<script>alert(1)</script><img src=x onerror=alert(2)>`
 	id := e.publish(relay.Event{Dest: "crm", ID: "evt-<b>x</b>", Key: `"><script>alert(3)</script>`,
 		Headers: map[string]string{"X-Link": "javascript:alert(4)"}, Data: []byte(`{"note":"` + strings.ReplaceAll(evil, `"`, `\"`) + `"}`)})
@@ -565,7 +566,7 @@ func TestScriptInAnEventRunsNothing(t *testing.T) {
 func TestSendATestEvent(t *testing.T) {
 	t.Parallel()
 	e := startDash(t)
-	e.addDest(relay.Destination{Name: "orders"})
+	e.addDest(destination.Destination{Name: "orders"})
 	p := openBrowser(t)
 	p.signIn(e.url, e.admin)
 	p.do(chromedp.Navigate(e.url+"/ui/send"),
@@ -610,8 +611,8 @@ func TestSkipAnEventWhoseIDLooksLikeAPath(t *testing.T) {
 		}
 		return http.StatusOK
 	})
-	e.addDest(relay.Destination{Name: "crm", Retry: relay.RetryPolicy{Base: relay.Duration(time.Minute), Max: relay.Duration(time.Minute), MaxAttempts: 5}})
-	e.addDest(relay.Destination{Name: "victim"})
+	e.addDest(destination.Destination{Name: "crm", Retry: destination.RetryPolicy{Base: destination.Duration(time.Minute), Max: destination.Duration(time.Minute), MaxAttempts: 5}})
+	e.addDest(destination.Destination{Name: "victim"})
 	const id = "../../victim/pause?x=1#y"
 	e.publish(relay.Event{Dest: "crm", ID: id, Data: []byte(`{"n":1}`)})
 
@@ -668,7 +669,7 @@ func TestBodyTemplateTextIsForAdminKeysOnly(t *testing.T) {
 	t.Parallel()
 	e := startDash(t)
 	const tmpl = `{"routing_key":"rk-s3cret-42","summary":{{json .Type}}}`
-	e.addDest(relay.Destination{Name: "pd", BodyTemplate: tmpl})
+	e.addDest(destination.Destination{Name: "pd", BodyTemplate: tmpl})
 	sum := fmt.Sprintf("%x", sha256.Sum256([]byte(tmpl)))
 	p := openBrowser(t)
 	p.signIn(e.url, e.read)

@@ -25,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/api"
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/relay"
@@ -52,7 +53,7 @@ func setup(t *testing.T) *env {
 	require.NoError(t, err)
 	prod, err := relay.NewProducer(ctx, srv.JS)
 	require.NoError(t, err)
-	dests, err := relay.NewStore(ctx, srv.JS)
+	dests, err := destination.NewStore(ctx, srv.JS)
 	require.NoError(t, err)
 	letters, err := dlq.Open(ctx, srv.JS)
 	require.NoError(t, err)

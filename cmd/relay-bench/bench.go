@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/internal/replica"
 	"github.com/relaydev/relay/stream/embedded"
 	"github.com/relaydev/relay/webhook"
@@ -44,7 +45,7 @@ type bench struct {
 	natsURL string
 	nc      *nats.Conn
 	js      jetstream.JetStream
-	store   *relay.Store
+	store   *destination.Store
 	pub     *publisher
 	sink    *sinkProc
 	hc      *http.Client // talks to the sink's /count, /stats, /reset
@@ -135,7 +136,7 @@ func (b *bench) startNATS(ctx context.Context) (err error) {
 	if err := stream.Ensure(sctx, b.js, relayStreams(1)); err != nil {
 		return fmt.Errorf("set up relay's streams: %w", err)
 	}
-	b.store, err = relay.NewStore(sctx, b.js)
+	b.store, err = destination.NewStore(sctx, b.js)
 	if err != nil {
 		return err
 	}
@@ -191,7 +192,7 @@ func (b *bench) sinkURL(dest string) string { return "http://" + b.sink.addr + "
 
 // addDest creates a destination the way 'relay dest add' does: with a
 // generated signing secret, so relay signs every delivery.
-func (b *bench) addDest(ctx context.Context, d relay.Destination) error {
+func (b *bench) addDest(ctx context.Context, d destination.Destination) error {
 	if d.URL == "" {
 		d.URL = b.sinkURL(d.Name)
 	}
@@ -211,7 +212,7 @@ func (b *bench) addDest(ctx context.Context, d relay.Destination) error {
 // contract of its events, and it is paused for good so that no relay process
 // ever delivers them (and relay's unrouted-events check finds it).
 func (b *bench) addPausedDest(ctx context.Context, name string) error {
-	return b.addDest(ctx, relay.Destination{Name: name, PausedUntil: relay.Forever, PauseReason: relay.PauseOperator})
+	return b.addDest(ctx, destination.Destination{Name: name, PausedUntil: destination.Forever, PauseReason: destination.PauseOperator})
 }
 
 // --- the sink's control API ---

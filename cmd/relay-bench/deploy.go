@@ -7,13 +7,13 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/stream/embedded"
 	"github.com/relaydev/relay/webhook"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -157,11 +157,11 @@ func (b *bench) prepareDeployData(ctx context.Context, r *result, dir, dest stri
 	if err := stream.Ensure(ctx, js, relayStreams(1)); err != nil {
 		return err
 	}
-	st, err := relay.NewStore(ctx, js, relay.AllowStoringInClear())
+	st, err := destination.NewStore(ctx, js, destination.AllowStoringInClear())
 	if err != nil {
 		return err
 	}
-	if _, err := st.Add(ctx, relay.Destination{Name: dest, URL: b.sinkURL(dest), Concurrency: b.opts.concurrency, Secret: webhook.GenerateSecret()}); err != nil {
+	if _, err := st.Add(ctx, destination.Destination{Name: dest, URL: b.sinkURL(dest), Concurrency: b.opts.concurrency, Secret: webhook.GenerateSecret()}); err != nil {
 		return fmt.Errorf("add destination %s: %w", dest, err)
 	}
 	pub, err := newPublisher(nc)

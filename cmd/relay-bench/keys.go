@@ -11,7 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -52,7 +52,7 @@ func (b *bench) keysRun(ctx context.Context, distinct bool) (*result, error) {
 	if distinct {
 		r.System, dest = "relay, a key per event", "kn"
 	}
-	if err := b.addDest(ctx, relay.Destination{Name: dest, Ordered: true, PausedUntil: relay.Forever, PauseReason: relay.PauseOperator}); err != nil {
+	if err := b.addDest(ctx, destination.Destination{Name: dest, Ordered: true, PausedUntil: destination.Forever, PauseReason: destination.PauseOperator}); err != nil {
 		return nil, err
 	}
 	if err := b.settleUnrouted(ctx); err != nil {
@@ -91,7 +91,7 @@ func (b *bench) keysRun(ctx context.Context, distinct bool) (*result, error) {
 	r.Notes = append(r.Notes, fmt.Sprintf("%d events of %d bytes, %d subjects in the events stream; NATS server (bench process) RSS after GC %.0f MB before publishing, %.0f MB after (%+.0f MB)",
 		n, keysBodySize, subjects, base, r.NATSRSSMB, r.NATSRSSMB-base))
 
-	if _, err := b.store.Update(ctx, dest, func(d *relay.Destination) error {
+	if _, err := b.store.Update(ctx, dest, func(d *destination.Destination) error {
 		d.PausedUntil, d.PauseReason = time.Time{}, ""
 		return nil
 	}); err != nil {

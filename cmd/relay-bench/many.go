@@ -15,12 +15,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/webhook"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -84,7 +84,7 @@ func (b *bench) scenarioH(ctx context.Context) ([]*result, error) {
 	}
 	// Secrets in the clear: Add then skips its check that no other
 	// destination's secret is encrypted, a read of every destination.
-	st, err := relay.NewStore(ctx, js, relay.AllowStoringInClear())
+	st, err := destination.NewStore(ctx, js, destination.AllowStoringInClear())
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +109,7 @@ func (b *bench) scenarioH(ctx context.Context) ([]*result, error) {
 				}
 				t0 := time.Now()
 				actx, cancel := context.WithTimeout(ctx, time.Minute)
-				_, err := st.Add(actx, relay.Destination{Name: dests[i], URL: b.sinkURL(dests[i]), Secret: webhook.GenerateSecret(), Shared: b.opts.shared})
+				_, err := st.Add(actx, destination.Destination{Name: dests[i], URL: b.sinkURL(dests[i]), Secret: webhook.GenerateSecret(), Shared: b.opts.shared})
 				cancel()
 				if err != nil {
 					errs <- fmt.Errorf("add destination %s: %w", dests[i], err)

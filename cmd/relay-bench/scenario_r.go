@@ -12,7 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -55,7 +55,7 @@ func (b *bench) scenarioR(ctx context.Context) ([]*result, error) {
 	}
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	store, err := relay.NewStore(sctx, js)
+	store, err := destination.NewStore(sctx, js)
 	if err != nil {
 		return nil, err
 	}
@@ -128,9 +128,9 @@ func (s clusterSystem) first() *proc {
 // restart, in that order, the same two processes throughout.
 func (b *bench) clusterRelay(ctx context.Context, c *natsCluster, n int) ([]*result, error) {
 	const dest = "r"
-	sys := clusterSystem{name: "relay, 2 replicas", dest: dest, consumer: relay.ConsumerName(dest), relay: true}
+	sys := clusterSystem{name: "relay, 2 replicas", dest: dest, consumer: destination.ConsumerName(dest), relay: true}
 	tp := &result{Scenario: "r", Title: "cluster throughput", System: sys.name, Events: n, LatencyKind: "queue"}
-	if err := b.addDest(ctx, relay.Destination{Name: dest}); err != nil {
+	if err := b.addDest(ctx, destination.Destination{Name: dest}); err != nil {
 		return nil, err
 	}
 	if err := b.settleUnrouted(ctx); err != nil {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -325,7 +325,7 @@ func (b *bench) scenarioA(ctx context.Context) ([]*result, error) {
 				logf("  minimal loop in relay's place (-aa): %d delivered in %.2fs = %.0f/s", r.Delivered, r.Seconds, r.PerSecond)
 				return nil
 			}
-			if err := b.addDest(ctx, relay.Destination{Name: dest}); err != nil {
+			if err := b.addDest(ctx, destination.Destination{Name: dest}); err != nil {
 				return err
 			}
 			if err := b.relayRun(ctx, r, []string{dest}, n, b.opts.aLive); err != nil {
@@ -524,7 +524,7 @@ func (b *bench) latencyAt(ctx context.Context, rate float64, title, note, dest, 
 	if err := b.freshNATS(ctx); err != nil {
 		return nil, err
 	}
-	if err := b.addDest(ctx, relay.Destination{Name: dest}); err != nil {
+	if err := b.addDest(ctx, destination.Destination{Name: dest}); err != nil {
 		return nil, err
 	}
 	p, err := b.startRelay(dest)
@@ -558,7 +558,7 @@ func (b *bench) atRateMeasured(ctx context.Context, r *result, dest string, rate
 		if err := b.waitCheckCaughtUp(ctx, p, 5*time.Minute); err != nil {
 			return fmt.Errorf("warm-up: %w", err)
 		}
-		if err := b.waitConsumerIdle(ctx, relay.ConsumerName(dest), p, time.Minute); err != nil {
+		if err := b.waitConsumerIdle(ctx, destination.ConsumerName(dest), p, time.Minute); err != nil {
 			return fmt.Errorf("warm-up: %w", err)
 		}
 	}
@@ -591,8 +591,8 @@ func (b *bench) atRateMeasured(ctx context.Context, r *result, dest string, rate
 func (b *bench) scenarioC(ctx context.Context) ([]*result, error) {
 	n := b.opts.failN
 	r := &result{Scenario: "c", Title: "10% answered 503", System: "relay", Events: n, LatencyKind: "queue"}
-	d := relay.Destination{Name: "c", URL: b.sinkURL("c") + "?fail=10",
-		Retry: relay.RetryPolicy{Base: relay.Duration(100 * time.Millisecond), Max: relay.Duration(time.Second), NoJitter: true}}
+	d := destination.Destination{Name: "c", URL: b.sinkURL("c") + "?fail=10",
+		Retry: destination.RetryPolicy{Base: destination.Duration(100 * time.Millisecond), Max: destination.Duration(time.Second), NoJitter: true}}
 	if err := b.addDest(ctx, d); err != nil {
 		return nil, err
 	}
@@ -608,7 +608,7 @@ func (b *bench) scenarioC(ctx context.Context) ([]*result, error) {
 func (b *bench) scenarioD(ctx context.Context) ([]*result, error) {
 	n := b.opts.backlog
 	r := &result{Scenario: "d", Title: "backlog", System: "relay", Events: n, LatencyKind: "queue"}
-	if err := b.addDest(ctx, relay.Destination{Name: "d"}); err != nil {
+	if err := b.addDest(ctx, destination.Destination{Name: "d"}); err != nil {
 		return nil, err
 	}
 	if err := b.relayDrain(ctx, r, []string{"d"}, n); err != nil {
@@ -632,7 +632,7 @@ func (b *bench) scenarioE(ctx context.Context) ([]*result, error) {
 			return nil, err
 		}
 		dest := "eref" + strconv.Itoa(k)
-		if err := b.addDest(ctx, relay.Destination{Name: dest}); err != nil {
+		if err := b.addDest(ctx, destination.Destination{Name: dest}); err != nil {
 			return nil, err
 		}
 		if err := b.relayDrain(ctx, r, []string{dest}, b.opts.n); err != nil {
@@ -680,7 +680,7 @@ func (b *bench) manyDests(ctx context.Context, shared bool) (*result, error) {
 	dests := make([]string, 100)
 	for i := range dests {
 		dests[i] = prefix + strconv.Itoa(i)
-		if err := b.addDest(ctx, relay.Destination{Name: dests[i], Shared: shared}); err != nil {
+		if err := b.addDest(ctx, destination.Destination{Name: dests[i], Shared: shared}); err != nil {
 			return nil, err
 		}
 	}
@@ -716,7 +716,7 @@ func (b *bench) scenarioG(ctx context.Context) ([]*result, error) {
 			// Each subscriber its own URL path at the sink, which counts
 			// deliveries per (destination, webhook-id).
 			dests[i] = run + "-" + strconv.Itoa(i)
-			if err := b.addDest(ctx, relay.Destination{Name: dests[i], Types: []string{run + ".*"}, Shared: b.opts.shared}); err != nil {
+			if err := b.addDest(ctx, destination.Destination{Name: dests[i], Types: []string{run + ".*"}, Shared: b.opts.shared}); err != nil {
 				return nil, err
 			}
 		}
@@ -836,7 +836,7 @@ func (b *bench) redeliveries(ctx context.Context, dests []string, n int) string 
 	var delivered uint64
 	for _, d := range dests {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		c, err := b.js.Consumer(cctx, stream.EventsStream, relay.ConsumerName(d))
+		c, err := b.js.Consumer(cctx, stream.EventsStream, destination.ConsumerName(d))
 		if err == nil {
 			var info *jetstream.ConsumerInfo
 			if info, err = c.Info(cctx); err == nil {
@@ -845,7 +845,7 @@ func (b *bench) redeliveries(ctx context.Context, dests []string, n int) string 
 		}
 		cancel()
 		if err != nil {
-			return fmt.Sprintf("cannot read consumer %s: %v", relay.ConsumerName(d), err)
+			return fmt.Sprintf("cannot read consumer %s: %v", destination.ConsumerName(d), err)
 		}
 	}
 	if delivered <= uint64(n) {
@@ -877,7 +877,7 @@ func (b *bench) scenarioL(ctx context.Context) ([]*result, error) {
 			if logOn {
 				dest, b.relayArgs = "l"+strconv.Itoa(k)+"on", nil
 			}
-			if err := b.addDest(ctx, relay.Destination{Name: dest}); err != nil {
+			if err := b.addDest(ctx, destination.Destination{Name: dest}); err != nil {
 				return err
 			}
 			if err := b.relayRun(ctx, r, []string{dest}, n, false); err != nil {
@@ -903,7 +903,7 @@ func (b *bench) scenarioL(ctx context.Context) ([]*result, error) {
 	if err := b.freshNATS(ctx); err != nil {
 		return nil, err
 	}
-	if err := b.addDest(ctx, relay.Destination{Name: "lbig"}); err != nil {
+	if err := b.addDest(ctx, destination.Destination{Name: "lbig"}); err != nil {
 		return nil, err
 	}
 	if err := b.relayRun(ctx, big, []string{"lbig"}, 4*n, false); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
@@ -60,7 +61,7 @@ func TestDestAddListNeverShowsSecrets(t *testing.T) {
 	require.Equal(t, 0, code, errs)
 	require.NotContains(t, out, secret)
 	require.NotContains(t, out, "xyz")
-	var d relay.Destination
+	var d destination.Destination
 	require.NoError(t, json.Unmarshal([]byte(strings.TrimSpace(out)), &d))
 	require.Equal(t, "orders", d.Name)
 	require.Equal(t, 4, d.Retry.MaxAttempts)
@@ -480,7 +481,7 @@ func TestDestTypesAndPublishByType(t *testing.T) {
 	require.Equal(t, 0, code, errs)
 	code, out, errs = b.cli(t, "", "dest", "list", "--json")
 	require.Equal(t, 0, code, errs)
-	var d relay.Destination
+	var d destination.Destination
 	require.NoError(t, json.Unmarshal([]byte(strings.TrimSpace(out)), &d))
 	require.Equal(t, []string{"refund.created"}, d.Types)
 	require.Len(t, d.Subscriptions, 3, "one open, two ended")

@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/urfave/cli/v2"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
-	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -186,8 +186,8 @@ func keyFrom(flag, env, k, f string) ([]byte, error) {
 	if k == "" {
 		return nil, nil
 	}
-	if len(k) < relay.MinKeyLen {
-		return nil, usagef("the %s is %d bytes; use at least %d random bytes (openssl rand -base64 32)", strings.ReplaceAll(flag, "-", " "), len(k), relay.MinKeyLen)
+	if len(k) < destination.MinKeyLen {
+		return nil, usagef("the %s is %d bytes; use at least %d random bytes (openssl rand -base64 32)", strings.ReplaceAll(flag, "-", " "), len(k), destination.MinKeyLen)
 	}
 	return []byte(k), nil
 }
@@ -230,12 +230,12 @@ func (cl *client) close() {
 
 // dests opens the destination store with the secret keys, if any (opts
 // after them).
-func (cl *client) dests(ctx context.Context, opts ...relay.StoreOption) (*relay.Store, error) {
+func (cl *client) dests(ctx context.Context, opts ...destination.StoreOption) (*destination.Store, error) {
 	key, previous, err := cl.g.secretKeys()
 	if err != nil {
 		return nil, err
 	}
-	return relay.NewStore(ctx, cl.js, append([]relay.StoreOption{relay.WithSecretKey(key, previous...)}, opts...)...)
+	return destination.NewStore(ctx, cl.js, append([]destination.StoreOption{destination.WithSecretKey(key, previous...)}, opts...)...)
 }
 
 // deadLetters opens the dead-letter store.
@@ -244,7 +244,7 @@ func (cl *client) deadLetters(ctx context.Context) (*dlq.Store, error) {
 }
 
 // openDests is dial, then the destination store.
-func (e *env) openDests(ctx context.Context, limit time.Duration, opts ...relay.StoreOption) (context.Context, *client, *relay.Store, error) {
+func (e *env) openDests(ctx context.Context, limit time.Duration, opts ...destination.StoreOption) (context.Context, *client, *destination.Store, error) {
 	ctx, cl, err := e.dial(ctx, limit)
 	if err != nil {
 		return nil, nil, nil, err

@@ -15,7 +15,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/destination"
 )
 
 func destCommand() *cli.Command {
@@ -272,7 +272,7 @@ func listOf(c *cli.Context, name string) *[]string {
 
 // destSettings are the destination flags of add and update.
 type destSettings struct {
-	relay.DestinationSettings
+	destination.Settings
 	secret   *string // --secret
 	noSecret bool
 	header   *[]string // --header NAME=VALUE, parsed by Validate
@@ -283,7 +283,7 @@ type destSettings struct {
 
 func readDestSettings(c *cli.Context) destSettings {
 	return destSettings{
-		DestinationSettings: relay.DestinationSettings{
+		Settings: destination.Settings{
 			URLs:             urlsOf(c),
 			URLStrategy:      setOnly(c, "url-strategy", c.String),
 			Timeout:          setOnly(c, "timeout", c.Duration),
@@ -324,7 +324,7 @@ func urlsOf(c *cli.Context) []string {
 }
 
 // Validate checks the flags that exclude each other and parses --header,
-// then the settings as relay does (relay.DestinationSettings.Validate).
+// then the settings as relay does (destination.Settings.Validate).
 func (s *destSettings) Validate() error {
 	if s.secret != nil && s.noSecret {
 		return usagef("--secret and --no-secret exclude each other")
@@ -356,13 +356,13 @@ func (s *destSettings) Validate() error {
 		}
 		s.BodyTemplate = &src
 	}
-	return flagError(s.DestinationSettings.Validate())
+	return flagError(s.Settings.Validate())
 }
 
 // flagError is err, a usage error naming the flag when it is a
 // *relay.SettingError.
 func flagError(err error) error {
-	var se *relay.SettingError
+	var se *destination.SettingError
 	if errors.As(err, &se) {
 		return usageError{se.Text(func(s string) string { return "--" + s })}
 	}
@@ -375,8 +375,8 @@ type destAddOpts struct {
 	settings         destSettings
 	allowUnencrypted bool
 
-	dest      relay.Destination // Validate: the destination to add
-	generated bool              // Validate: its secret was generated
+	dest      destination.Destination // Validate: the destination to add
+	generated bool                    // Validate: its secret was generated
 }
 
 func readDestAdd(c *cli.Context) *destAddOpts {
@@ -402,9 +402,9 @@ func (o *destAddOpts) Validate() error {
 
 func (o *destAddOpts) Run(ctx context.Context, e *env) error {
 	d := o.dest
-	var opts []relay.StoreOption
+	var opts []destination.StoreOption
 	if o.allowUnencrypted {
-		opts = append(opts, relay.AllowStoringInClear())
+		opts = append(opts, destination.AllowStoringInClear())
 	}
 	ctx, cl, st, err := e.openDests(ctx, 30*time.Second, opts...)
 	if err != nil {
@@ -415,10 +415,10 @@ func (o *destAddOpts) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	d, err = st.Add(ctx, d)
-	if errors.Is(err, relay.ErrWouldStoreInClear) {
+	if errors.Is(err, destination.ErrWouldStoreInClear) {
 		return usagef("%v: give the key (--secret-key, RELAY_SECRET_KEY or --secret-key-file), or add --allow-unencrypted to store them unencrypted", err)
 	}
-	if errors.Is(err, relay.ErrNoConsumerRoom) {
+	if errors.Is(err, destination.ErrNoConsumerRoom) {
 		// Like a URL the address policy blocks: relay could never
 		// deliver its events, so nothing is stored.
 		return usageError{err.Error()}
@@ -463,7 +463,7 @@ func (o *destUpdateOpts) Run(ctx context.Context, e *env) error {
 			return err
 		}
 	}
-	d, err := st.Update(ctx, o.name, func(d *relay.Destination) error {
+	d, err := st.Update(ctx, o.name, func(d *destination.Destination) error {
 		o.settings.Apply(d)
 		return nil
 	})
@@ -504,7 +504,7 @@ func (o *destListOpts) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	if o.json {
-		return jsonLines(e.out, ds, func(d relay.Destination) any { return d.WithDefaults().Redacted() })
+		return jsonLines(e.out, ds, func(d destination.Destination) any { return d.WithDefaults().Redacted() })
 	}
 	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tURL\tSIGNED\tTIMEOUT\tMAX ATTEMPTS\tBACKOFF\tCONCURRENCY\tORDERED\tTYPES")
@@ -529,15 +529,15 @@ func (o *destListOpts) Run(ctx context.Context, e *env) error {
 
 // poolText shows d's URL, or its pool and strategy, redacted:
 // "https://a/h" or "failover: [0] https://a/h [1] https://b/h".
-func poolText(d relay.Destination) string {
+func poolText(d destination.Destination) string {
 	pool := d.Pool()
 	if len(pool) == 1 {
-		return relay.RedactURL(d.URL)
+		return destination.RedactURL(d.URL)
 	}
 	var b strings.Builder
-	b.WriteString(cmp.Or(d.URLStrategy, relay.URLFailover) + ":")
+	b.WriteString(cmp.Or(d.URLStrategy, destination.URLFailover) + ":")
 	for i, u := range pool {
-		fmt.Fprintf(&b, " [%d] %s", i, relay.RedactURL(u))
+		fmt.Fprintf(&b, " [%d] %s", i, destination.RedactURL(u))
 	}
 	return b.String()
 }
@@ -609,7 +609,7 @@ func (o *rekeyOpts) Run(ctx context.Context, e *env) error {
 	sealed := 0
 	for _, n := range names {
 		fmt.Fprintf(e.errOut, "%s: %v\n", n, res.Failed[n])
-		if errors.Is(res.Failed[n], relay.ErrSealed) {
+		if errors.Is(res.Failed[n], destination.ErrSealed) {
 			sealed++
 		}
 	}

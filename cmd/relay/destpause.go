@@ -5,11 +5,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/webhook"
 
 	"github.com/urfave/cli/v2"
-
-	"github.com/relaydev/relay/relay"
 )
 
 // The commands that change one setting of a destination now: pause,
@@ -44,7 +43,7 @@ func (o *pauseOpts) Validate() (err error) {
 
 func (o *pauseOpts) Run(ctx context.Context, e *env) error {
 	name := o.name
-	until := relay.Forever
+	until := destination.Forever
 	if o.pause && o.forDur != nil {
 		until = time.Now().Add(*o.forDur).UTC()
 	}
@@ -64,7 +63,7 @@ func (o *pauseOpts) Run(ctx context.Context, e *env) error {
 	switch {
 	case !o.pause:
 		fmt.Fprintf(e.out, "resumed destination %s\n", name)
-	case until.Equal(relay.Forever):
+	case until.Equal(destination.Forever):
 		fmt.Fprintf(e.out, "paused destination %s until 'relay dest resume %s'\n", name, name)
 	default:
 		fmt.Fprintf(e.out, "paused destination %s until %s\n", name, until.Format(time.RFC3339))

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/destination"
 )
 
 // A filter that does not compile, or is not boolean, is refused when it is
@@ -57,11 +57,11 @@ func TestDestFilterCompiledWhenSaved(t *testing.T) {
 }
 
 // listed is the one destination 'dest list --json' shows.
-func listed(t *testing.T, b bundle) relay.Destination {
+func listed(t *testing.T, b bundle) destination.Destination {
 	t.Helper()
 	code, out, errs := b.cli(t, "", "dest", "list", "--json")
 	require.Equal(t, 0, code, errs)
-	var d relay.Destination
+	var d destination.Destination
 	require.NoError(t, json.Unmarshal([]byte(strings.TrimSpace(out)), &d), out)
 	return d
 }

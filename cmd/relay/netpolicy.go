@@ -6,7 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/destination"
 )
 
 // checkNetPolicy refuses (exit 2) a destination URL, of the pool urls, that
@@ -14,8 +14,8 @@ import (
 // recorded it, blocks: its events would only be dead-lettered. Without a
 // recorded policy it checks nothing.
 func checkNetPolicy(ctx context.Context, js jetstream.JetStream, urls []string) error {
-	var be *relay.BlockedURLError
-	if !errors.As(relay.CheckPool(ctx, js, urls), &be) {
+	var be *destination.BlockedURLError
+	if !errors.As(destination.CheckPool(ctx, js, urls), &be) {
 		return nil
 	}
 	return usagef("--url %s: %s is %s, a non-public address, and the relays may reach %s; "+

@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 )
@@ -102,7 +103,7 @@ func (o *publishOpts) Validate() error {
 	}
 	// A header that cannot be sent is a usage error, like a malformed one.
 	for k, v := range hdrs {
-		if err := relay.ValidateEventHeader(k, v); err != nil {
+		if err := destination.ValidateEventHeader(k, v); err != nil {
 			return usagef("-H %s: %v", k, err)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v2"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/internal/replica"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
@@ -46,7 +47,7 @@ hands the rest back to JetStream, and exits 0.`,
 			&cli.BoolFlag{Name: "operator-events", EnvVars: []string{"RELAY_OPERATOR_EVENTS"}, Value: true, Usage: "publish operator events (relay.destination.breaker_opened, relay.dead_letters, ...: docs/operator-events.md); subscribe a destination with --type 'relay.>'"},
 			&cli.DurationFlag{Name: "alert-backlog-age", EnvVars: []string{"RELAY_ALERT_BACKLOG_AGE"}, Value: 5 * time.Minute, Usage: "emit relay.destination.backlog_stale when a destination's oldest undelivered event is older than this (0: never)"},
 			&cli.IntFlag{Name: "alert-dead-letters", EnvVars: []string{"RELAY_ALERT_DEAD_LETTERS"}, Value: 1, Usage: "emit relay.dead_letters for a destination with at least this many dead letters in a minute (0: never)"},
-			&cli.DurationFlag{Name: "ack-wait", EnvVars: []string{"RELAY_ACK_WAIT"}, Value: relay.DefaultAckWait, Usage: "how long NATS waits for the ack of an event handed to a replica before it hands it to another: how soon another replica delivers the events of one that died, stopped or lost its connection (3s to 10m; a replica restarts it every third of it while it holds an event, so attempts may take longer; give every replica the same)"},
+			&cli.DurationFlag{Name: "ack-wait", EnvVars: []string{"RELAY_ACK_WAIT"}, Value: destination.DefaultAckWait, Usage: "how long NATS waits for the ack of an event handed to a replica before it hands it to another: how soon another replica delivers the events of one that died, stopped or lost its connection (3s to 10m; a replica restarts it every third of it while it holds an event, so attempts may take longer; give every replica the same)"},
 			&cli.IntFlag{Name: "max-in-flight", EnvVars: []string{"RELAY_MAX_IN_FLIGHT"}, Value: 1024, Usage: "most attempts this replica makes at once, all destinations together (each also stays within its --concurrency): bounds its goroutines, sockets and memory however many destinations there are"},
 			&cli.DurationFlag{Name: "duplicate-window", EnvVars: []string{"RELAY_DUPLICATE_WINDOW"}, Value: 2 * time.Minute, Usage: "how long a re-published event id is dropped as a duplicate"},
 			&cli.StringFlag{Name: "redis-url", EnvVars: []string{"RELAY_REDIS_URL"}, Usage: "Redis for long waits: redis://[user:password@]host:port[/db] or rediss:// (TLS); without it every wait stays in JetStream"},

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -26,7 +26,7 @@ func TestRotateSecretAndEncryptionKey(t *testing.T) {
 	second := strings.TrimSpace(out[strings.Index(out, "whsec_"):])
 	require.NotEqual(t, first, second)
 
-	st, err := relay.NewStore(context.Background(), b.js, relay.WithSecretKey([]byte(key)))
+	st, err := destination.NewStore(context.Background(), b.js, destination.WithSecretKey([]byte(key)))
 	require.NoError(t, err)
 	d, err := st.Get(context.Background(), "rot")
 	require.NoError(t, err)
@@ -90,7 +90,7 @@ func TestRekeyAfterAKeyRotation(t *testing.T) {
 	require.Equal(t, 0, code, errs)
 	require.Contains(t, out, "resealed with the current key: 0 destinations; already sealed with it or without a secret: 3")
 
-	st, err := relay.NewStore(context.Background(), b.js, relay.WithSecretKey([]byte(newKey)))
+	st, err := destination.NewStore(context.Background(), b.js, destination.WithSecretKey([]byte(newKey)))
 	require.NoError(t, err)
 	for name, want := range map[string]string{"sealed": secret, "clear": clearSecret} {
 		d, err := st.Get(context.Background(), name)
@@ -103,11 +103,11 @@ func TestRekeyAfterAKeyRotation(t *testing.T) {
 	raw, err := kv.Get(context.Background(), "clear")
 	require.NoError(t, err)
 	require.NotContains(t, string(raw.Value()), strings.TrimPrefix(clearSecret, "whsec_"), "the secret stored in the clear is sealed now")
-	old, err := relay.NewStore(context.Background(), b.js, relay.WithSecretKey([]byte(oldKey)))
+	old, err := destination.NewStore(context.Background(), b.js, destination.WithSecretKey([]byte(oldKey)))
 	require.NoError(t, err)
 	d, err := old.Get(context.Background(), "sealed")
 	require.NoError(t, err)
-	require.ErrorIs(t, d.Validate(), relay.ErrSealed, "the old key no longer opens it")
+	require.ErrorIs(t, d.Validate(), destination.ErrSealed, "the old key no longer opens it")
 
 	code, _, errs = b.cli(t, "", "dest", "rekey")
 	require.Equal(t, 2, code)
@@ -141,7 +141,7 @@ func TestHeaderValuesAreEncryptedAndNeverPrinted(t *testing.T) {
 	for _, v := range values[:4] {
 		require.NotContains(t, string(raw.Value()), v, "a header value is stored in the clear")
 	}
-	st, err := relay.NewStore(ctx, b.js, relay.WithSecretKey([]byte(key)))
+	st, err := destination.NewStore(ctx, b.js, destination.WithSecretKey([]byte(key)))
 	require.NoError(t, err)
 	d, err := st.Get(ctx, "enc")
 	require.NoError(t, err)
@@ -171,7 +171,7 @@ func TestHeaderValuesAreEncryptedAndNeverPrinted(t *testing.T) {
 	require.Contains(t, errs, "encrypted")
 	require.Contains(t, errs, "--allow-unencrypted")
 	_, err = st.Get(ctx, "plain")
-	require.ErrorIs(t, err, relay.ErrNotFound)
+	require.ErrorIs(t, err, destination.ErrNotFound)
 	code, _, errs = b.cli(t, "", "dest", "add", "plain", "--url", "https://example.test/p", "--allow-unencrypted")
 	require.Equal(t, 0, code, errs)
 	// Without secrets there is nothing to encrypt.
@@ -187,7 +187,7 @@ func TestHeaderValuesMayHoldCommas(t *testing.T) {
 	code, _, errs := b.cli(t, "", "dest", "add", "commas", "--url", "https://example.test/h", "--no-secret",
 		"-H", "Accept=text/html, application/json", "-H", "Cookie=a=1,b=2")
 	require.Equal(t, 0, code, errs)
-	st, err := relay.NewStore(ctx, b.js)
+	st, err := destination.NewStore(ctx, b.js)
 	require.NoError(t, err)
 	d, err := st.Get(ctx, "commas")
 	require.NoError(t, err)

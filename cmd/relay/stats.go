@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v2"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/internal/replica"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/schedule"
@@ -103,7 +104,7 @@ func (o *statsOpts) print(ctx context.Context, w io.Writer, js jetstream.JetStre
 			}
 		}
 		if len(one) == 0 {
-			return fmt.Errorf("%w: %s", relay.ErrNotFound, d)
+			return fmt.Errorf("%w: %s", destination.ErrNotFound, d)
 		}
 		all = one
 	}
@@ -142,7 +143,7 @@ func (o *statsOpts) print(ctx context.Context, w io.Writer, js jetstream.JetStre
 			blocked = fmt.Sprintf("%d of %d", s.BlockedPartitions, s.Partitions)
 		}
 		state := s.State
-		if !s.PausedUntil.IsZero() && !s.PausedUntil.Equal(relay.Forever) {
+		if !s.PausedUntil.IsZero() && !s.PausedUntil.Equal(destination.Forever) {
 			state += " until " + s.PausedUntil.Format(time.RFC3339)
 		}
 		age := "-"

@@ -19,6 +19,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/relay"
 )
 
@@ -112,7 +113,7 @@ func (o tracingOpts) start(ctx context.Context, log *slog.Logger) (tp trace.Trac
 	sdk := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	// The SDK's own errors (an export that failed) go to relay's log.
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("tracing", "err", err) }))
-	log.Info("tracing: spans exported over OTLP", "endpoint", relay.RedactURL(cmp.Or(o.endpoint, getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), getenv("OTEL_EXPORTER_OTLP_ENDPOINT"))),
+	log.Info("tracing: spans exported over OTLP", "endpoint", destination.RedactURL(cmp.Or(o.endpoint, getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), getenv("OTEL_EXPORTER_OTLP_ENDPOINT"))),
 		"protocol", protocol, "sampler", cmp.Or(getenv("OTEL_TRACES_SAMPLER"), "parentbased_always_on"))
 	return sdk, func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

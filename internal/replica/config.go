@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
@@ -232,7 +233,7 @@ func (cfg Config) WithDefaults() Config {
 	setDefault(&cfg.DuplicateWindow, 2*time.Minute)
 	setDefault(&cfg.AttemptRetention, 7*24*time.Hour)
 	setDefault(&cfg.LogResponseBytes, relay.DefaultLogResponseBytes)
-	setDefault(&cfg.AckWait, relay.DefaultAckWait)
+	setDefault(&cfg.AckWait, destination.DefaultAckWait)
 	setDefault(&cfg.MaxInFlight, 1024)
 	setDefault(&cfg.ShutdownGrace, 10*time.Second)
 	setDefault(&cfg.ConnectTimeout, 10*time.Second)
@@ -341,8 +342,8 @@ func (cfg Config) Validate() error {
 	if _, err := egress.ParseAllowNets(cfg.AllowNet); err != nil {
 		return &ConfigError{err.Error()}
 	}
-	if len(cfg.SecretKey) > 0 && len(cfg.SecretKey) < relay.MinKeyLen {
-		return invalid("the secret key is %d bytes; use at least %d random bytes (openssl rand -base64 32)", len(cfg.SecretKey), relay.MinKeyLen)
+	if len(cfg.SecretKey) > 0 && len(cfg.SecretKey) < destination.MinKeyLen {
+		return invalid("the secret key is %d bytes; use at least %d random bytes (openssl rand -base64 32)", len(cfg.SecretKey), destination.MinKeyLen)
 	}
 	if len(cfg.PreviousSecretKeys) > 0 && len(cfg.SecretKey) == 0 {
 		return invalid("--previous-secret-key is the old key of a rotation: give the new one too (--secret-key or --secret-key-file)")

@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/relaydev/relay/api"
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/relay"
@@ -172,7 +173,7 @@ func (r *Replica) Start(ctx context.Context) (err error) {
 		}
 	}
 	if cfg.APIAddr != "" {
-		if err := r.serveAPI(setupCtx, relay.WithSecretKey(cfg.SecretKey, cfg.PreviousSecretKeys...)); err != nil {
+		if err := r.serveAPI(setupCtx, destination.WithSecretKey(cfg.SecretKey, cfg.PreviousSecretKeys...)); err != nil {
 			return err
 		}
 	}
@@ -417,7 +418,7 @@ func (r *Replica) serveMetrics(reg *prometheus.Registry, ready func(context.Cont
 // destination store is opened with secretKey, as the engine's. It refuses
 // a non-loopback address while no API key exists: the API would be open
 // to the network with no way in but to create a key.
-func (r *Replica) serveAPI(ctx context.Context, secretKey relay.StoreOption) error {
+func (r *Replica) serveAPI(ctx context.Context, secretKey destination.StoreOption) error {
 	cfg, log, js, tp := r.cfg, r.log, r.js, r.cfg.TracerProvider
 	keys, err := api.OpenKeys(ctx, js)
 	if err != nil {
@@ -444,7 +445,7 @@ func (r *Replica) serveAPI(ctx context.Context, secretKey relay.StoreOption) err
 		return err
 	}
 	prod.TraceWith(tp)
-	dests, err := relay.NewStore(ctx, js, secretKey)
+	dests, err := destination.NewStore(ctx, js, secretKey)
 	if err != nil {
 		ln.Close()
 		return err

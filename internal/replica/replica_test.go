@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/relay"
 )
 
@@ -99,9 +100,9 @@ func TestReplicaDeliversAndStops(t *testing.T) {
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	st, err := relay.NewStore(ctx, js, relay.AllowStoringInClear())
+	st, err := destination.NewStore(ctx, js, destination.AllowStoringInClear())
 	require.NoError(t, err)
-	_, err = st.Add(ctx, relay.Destination{Name: "orders", URL: sink.URL})
+	_, err = st.Add(ctx, destination.Destination{Name: "orders", URL: sink.URL})
 	require.NoError(t, err)
 	prod, err := relay.NewProducer(ctx, js)
 	require.NoError(t, err)

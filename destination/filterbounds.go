@@ -1,4 +1,4 @@
-package relay
+package destination
 
 import (
 	"errors"
@@ -58,7 +58,7 @@ func (b *filterBudget) check() error {
 	select {
 	case <-b.done:
 		b.stopped = true
-		return errFilterStopped
+		return ErrFilterStopped
 	default:
 	}
 	if time.Now().After(b.deadline) {

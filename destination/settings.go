@@ -1,4 +1,4 @@
-package relay
+package destination
 
 import (
 	"context"
@@ -52,10 +52,10 @@ func (e *SettingError) Text(name func(setting string) string) string {
 	return name(e.Setting) + e.Err.Error()
 }
 
-// DestinationSettings are a destination's settings as 'relay dest add',
+// Settings are a destination's settings as 'relay dest add',
 // 'relay dest update' and the HTTP API take them: a nil field was not given
 // (add: the default; update: unchanged).
-type DestinationSettings struct {
+type Settings struct {
 	// URLs is the URL pool, in order (one URL: a pool of one).
 	URLs []string
 	// URLStrategy is failover or round-robin.
@@ -98,7 +98,7 @@ type DestinationSettings struct {
 // Validate checks what Destination.Validate cannot tell once the settings
 // are applied (a max attempts of 0 would read as the default), and tidies
 // Types and Filter. Its errors are *SettingError.
-func (s *DestinationSettings) Validate() error {
+func (s *Settings) Validate() error {
 	if s.Types != nil {
 		var types []string
 		for _, t := range *s.Types {
@@ -162,7 +162,7 @@ func (s *DestinationSettings) Validate() error {
 }
 
 // Apply copies the settings given onto d.
-func (s DestinationSettings) Apply(d *Destination) {
+func (s Settings) Apply(d *Destination) {
 	if s.URLs != nil {
 		d.SetPool(s.URLs)
 	}
@@ -213,7 +213,7 @@ func set[T any](dst *T, v *T) {
 // NewDestination is the destination name with settings s, defaults for
 // the settings not given, and a generated signing secret unless s gives
 // one (generated says which). It is validated, not stored (Store.Add).
-func (s DestinationSettings) NewDestination(name string) (d Destination, generated bool, err error) {
+func (s Settings) NewDestination(name string) (d Destination, generated bool, err error) {
 	if err := s.Validate(); err != nil {
 		return Destination{}, false, err
 	}
@@ -358,7 +358,7 @@ func CheckPool(ctx context.Context, js jetstream.JetStream, urls []string) error
 func (s *Store) ApplyPause(ctx context.Context, d Destination) error {
 	paused := s.now().Before(d.PausedUntil)
 	var errs []error
-	for _, c := range d.WithDefaults().consumerNames() {
+	for _, c := range d.WithDefaults().ConsumerNames() {
 		var err error
 		if paused {
 			_, err = s.js.PauseConsumer(ctx, stream.EventsStream, c, d.PausedUntil)

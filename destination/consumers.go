@@ -1,4 +1,4 @@
-package relay
+package destination
 
 import (
 	"context"
@@ -46,7 +46,7 @@ func sharedConsumerConfig(start uint64, ackWait time.Duration) jetstream.Consume
 // start, unless it exists. A replica gives its AckWait, which an existing
 // consumer takes on; 0 (relay dest add) keeps an existing consumer's, and
 // creates one with DefaultAckWait.
-func ensureShared(ctx context.Context, js jetstream.JetStream, start uint64, ackWait time.Duration) error {
+func EnsureShared(ctx context.Context, js jetstream.JetStream, start uint64, ackWait time.Duration) error {
 	if c, err := js.Consumer(ctx, stream.EventsStream, SharedConsumer); err == nil {
 		// One made by an earlier relay may filter fewer subjects (it
 		// had no fan-out messages): it takes them on from now.
@@ -78,10 +78,10 @@ func ensureShared(ctx context.Context, js jetstream.JetStream, start uint64, ack
 // ConsumerName is the durable consumer of destination dest.
 func ConsumerName(dest string) string { return "relay_" + dest }
 
-// pendingAfter counts the events of the events stream on filters stored
+// CountAfter counts the events of the events stream on filters stored
 // after sequence after: an ephemeral consumer's count of what it has to
 // deliver is exact (the server walks the subjects' index for it).
-func pendingAfter(ctx context.Context, js jetstream.JetStream, filters []string, after uint64) (uint64, error) {
+func CountAfter(ctx context.Context, js jetstream.JetStream, filters []string, after uint64) (uint64, error) {
 	cfg := jetstream.ConsumerConfig{Description: "relay count", FilterSubjects: filters, AckPolicy: jetstream.AckNonePolicy,
 		MemoryStorage: true, InactiveThreshold: 10 * time.Second, Replicas: 1}
 	if after > 0 {

@@ -1,4 +1,4 @@
-package relay
+package destination
 
 import (
 	"context"
@@ -40,7 +40,7 @@ const (
 
 // errFilterStopped ends an evaluation cut short by a shutdown: the event
 // is not at fault.
-var errFilterStopped = errors.New("filter evaluation cut short by a shutdown")
+var ErrFilterStopped = errors.New("filter evaluation cut short by a shutdown")
 
 // Filter is a destination's compiled filter: a boolean expression over an
 // event (github.com/expr-lang/expr). It is safe for concurrent use.
@@ -75,10 +75,10 @@ type filterEnv struct {
 }
 
 // filterEvent is an event as a filter is evaluated on it.
-type filterEvent struct {
-	id, key, dest, typ string
-	body               []byte
-	headers            http.Header // the event's own, as passed on
+type FilterEvent struct {
+	ID, Key, Dest, Type string
+	Body                []byte
+	Headers             http.Header // the event's own, as passed on
 }
 
 // The functions the comparisons of values of unknown type (the event's
@@ -131,16 +131,16 @@ func CompileFilter(src string) (*Filter, error) {
 	// A filter past its bounds on a small event would be past them on
 	// every event: refused now, not when events come.
 	if _, err := f.Match(context.Background(), sampleFilterEvent); errors.Is(err, errFilterBounds) {
-		return nil, fmt.Errorf("filter is refused: on a sample event of %d bytes, %w", len(sampleFilterEvent.body), err)
+		return nil, fmt.Errorf("filter is refused: on a sample event of %d bytes, %w", len(sampleFilterEvent.Body), err)
 	}
 	return f, nil
 }
 
 // sampleFilterEvent is the small event a filter is tried on when saved.
-var sampleFilterEvent = filterEvent{
-	id: "sample", key: "key", dest: "dest", typ: "sample.type",
-	body:    []byte(`{"id":"sample","amount":100,"text":"` + strings.Repeat("x", 1000) + `","items":[{"sku":"a","n":1},{"sku":"b","n":2}]}`),
-	headers: http.Header{"Content-Type": {"application/json"}},
+var sampleFilterEvent = FilterEvent{
+	ID: "sample", Key: "key", Dest: "dest", Type: "sample.type",
+	Body:    []byte(`{"id":"sample","amount":100,"text":"` + strings.Repeat("x", 1000) + `","items":[{"sku":"a","n":1},{"sku":"b","n":2}]}`),
+	Headers: http.Header{"Content-Type": {"application/json"}},
 }
 
 // compareFunc is the comparison op for values of unknown type: false when
@@ -222,22 +222,22 @@ func (u *usesVisitor) Visit(node *ast.Node) {
 // is then errFilterBounds); its text is the first line of expr's, with the
 // position. When ctx ends (a shutdown), the evaluation stops within
 // moments and the error is errFilterStopped.
-func (f *Filter) Match(ctx context.Context, ev filterEvent) (bool, error) {
+func (f *Filter) Match(ctx context.Context, ev FilterEvent) (bool, error) {
 	// The real clock, not relay's: this bounds CPU time, not a decision.
 	b := &filterBudget{deadline: time.Now().Add(FilterTimeout), done: ctx.Done()}
-	env := filterEnv{ID: ev.id, Key: ev.key, Dest: ev.dest, Type: ev.typ, Budget: b}
+	env := filterEnv{ID: ev.ID, Key: ev.Key, Dest: ev.Dest, Type: ev.Type, Budget: b}
 	if f.usesData {
 		// Not JSON: data stays nil, and the filter can still read body.
-		if json.Unmarshal(ev.body, &env.Data) != nil {
+		if json.Unmarshal(ev.Body, &env.Data) != nil {
 			env.Data = nil
 		}
 	}
 	if f.usesBody {
-		env.Body = string(ev.body)
+		env.Body = string(ev.Body)
 	}
 	if f.usesHeaders {
-		env.Headers = make(map[string]string, len(ev.headers))
-		for k, vs := range ev.headers {
+		env.Headers = make(map[string]string, len(ev.Headers))
+		for k, vs := range ev.Headers {
 			if len(vs) > 0 {
 				env.Headers[k] = vs[0]
 			}
@@ -249,7 +249,7 @@ func (f *Filter) Match(ctx context.Context, ev filterEvent) (bool, error) {
 		msg, _, _ := strings.Cut(err.Error(), "\n")
 		switch {
 		case b.stopped:
-			return false, errFilterStopped
+			return false, ErrFilterStopped
 		case b.over, errors.Is(err, errFilterBounds),
 			// expr's own bound (filterMemoryBudget) is a panic's text.
 			strings.Contains(msg, "memory budget exceeded"):

@@ -1,4 +1,4 @@
-package relay
+package destination
 
 import (
 	"context"
@@ -288,14 +288,14 @@ func TestDestinationValidatesBodyTemplate(t *testing.T) {
 
 	// Settings: '' removes the template, and its content type with it.
 	with := Destination{Name: "d", URL: "https://x.example.com/h", BodyTemplate: "x", BodyContentType: "text/plain"}
-	s := DestinationSettings{BodyTemplate: new(" ")}
+	s := Settings{BodyTemplate: new(" ")}
 	require.NoError(t, s.Validate())
 	s.Apply(&with)
 	require.Empty(t, with.BodyTemplate)
 	require.Empty(t, with.BodyContentType)
 	require.NoError(t, with.WithDefaults().Validate())
 
-	s = DestinationSettings{BodyTemplate: new("{{.Nope")}
+	s = Settings{BodyTemplate: new("{{.Nope")}
 	var se *SettingError
 	require.ErrorAs(t, s.Validate(), &se)
 	require.Equal(t, "--body-template: body template does not compile: template: body:1: unclosed action", se.Text(func(s string) string { return "--" + s }))
@@ -370,7 +370,7 @@ func TestBodyTemplateStopsOnShutdown(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := b.Render(ctx, operatorEvent(`{"list":[`+strings.Repeat("1,", 10_000)+`1]}`))
-	require.ErrorIs(t, err, errRenderStopped)
+	require.ErrorIs(t, err, ErrRenderStopped)
 	require.NotErrorIs(t, err, errRenderBounds)
 }
 

@@ -1,4 +1,4 @@
-package relay
+package destination
 
 import (
 	"bytes"
@@ -75,7 +75,7 @@ var (
 	errRenderTimeout  = fmt.Errorf("rendering took longer than the limit of %s", RenderTimeout)
 	errRenderBuilt    = fmt.Errorf("the template built more than %d bytes of strings", MaxTemplateBuilt)
 	errBuiltTooLarge  = fmt.Errorf("a string the template builds is over the limit of %d bytes", MaxRenderedBody)
-	errRenderStopped  = errors.New("rendering cut short by a shutdown")
+	ErrRenderStopped  = errors.New("rendering cut short by a shutdown")
 )
 
 // CompileBodyTemplate compiles src, a body template. A template is one
@@ -112,9 +112,9 @@ func CompileBodyTemplate(src string) (*BodyTemplate, error) {
 		r.t = template.Must(t.Clone()).Funcs(bodyFuncs(r.st))
 		return r
 	}
-	sample := NewTemplateEvent("sample", "sample.type", "key", "dest", time.Unix(0, 0), sampleFilterEvent.body, sampleFilterEvent.headers)
+	sample := NewTemplateEvent("sample", "sample.type", "key", "dest", time.Unix(0, 0), sampleFilterEvent.Body, sampleFilterEvent.Headers)
 	if _, err := b.Render(context.Background(), sample); errors.Is(err, errRenderBounds) {
-		return nil, fmt.Errorf("body template is refused: on a sample event of %d bytes, %w", len(sampleFilterEvent.body), err)
+		return nil, fmt.Errorf("body template is refused: on a sample event of %d bytes, %w", len(sampleFilterEvent.Body), err)
 	}
 	return b, nil
 }
@@ -191,7 +191,7 @@ func (s *renderState) check() error {
 	}
 	select {
 	case <-s.done:
-		return errRenderStopped
+		return ErrRenderStopped
 	default:
 	}
 	// The clock every 16 checks: an empty loop's iteration costs about a
@@ -242,8 +242,8 @@ func (b *BodyTemplate) render(ctx context.Context, ev TemplateEvent, limit int, 
 	w := &renderWriter{st: r.st}
 	if err := r.t.Execute(w, ev); err != nil {
 		switch {
-		case errors.Is(err, errRenderStopped):
-			return nil, errRenderStopped
+		case errors.Is(err, ErrRenderStopped):
+			return nil, ErrRenderStopped
 		case errors.Is(err, errRenderTooLarge):
 			return nil, renderBoundsError{fmt.Errorf("the rendered body is over the limit of %d bytes", limit)}
 		case errors.Is(err, errBuiltTooLarge):
@@ -325,7 +325,7 @@ func ValidateContentType(ct string) error {
 	if typ, sub, ok := strings.Cut(mt, "/"); !ok || typ == "" || sub == "" {
 		return fmt.Errorf("content type %q is not type/subtype (give a media type such as application/json)", ct)
 	}
-	return validHeaderValue("Content-Type", ct)
+	return ValidHeaderValue("Content-Type", ct)
 }
 
 // bodyFuncs are the functions a body template has besides text/template's

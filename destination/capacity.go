@@ -1,4 +1,4 @@
-package relay
+package destination
 
 import (
 	"context"
@@ -34,7 +34,7 @@ type ConsumerRoom struct {
 func (c ConsumerRoom) Free() int { return max(0, c.Limit-c.Reserved-c.Used) }
 
 // consumerCount is how many consumers d needs (see consumerNames).
-func (d Destination) consumerCount() int {
+func (d Destination) ConsumerCount() int {
 	if d.Shared {
 		return 0
 	}
@@ -50,7 +50,7 @@ func (d Destination) consumerCount() int {
 
 // streamConsumerLimit is the consumer limit the server applies to a stream
 // of configuration cfg.
-func streamConsumerLimit(cfg jetstream.StreamConfig) int {
+func StreamConsumerLimit(cfg jetstream.StreamConfig) int {
 	if cfg.MaxConsumers > 0 {
 		return cfg.MaxConsumers
 	}
@@ -70,7 +70,7 @@ type roomCount struct {
 // the events stream's limit: one read of the destinations bucket, unless
 // it has not changed since this Store last counted.
 func (s *Store) consumerRoom(ctx context.Context, info *jetstream.StreamInfo) (ConsumerRoom, error) {
-	room := ConsumerRoom{Limit: streamConsumerLimit(info.Config), Reserved: stream.ReservedConsumers}
+	room := ConsumerRoom{Limit: StreamConsumerLimit(info.Config), Reserved: stream.ReservedConsumers}
 	rev, err := s.destsRev(ctx)
 	if err != nil {
 		return room, err
@@ -143,13 +143,13 @@ func (s *Store) countRoom(ctx context.Context, room *ConsumerRoom) error {
 		}
 		_ = json.Unmarshal(e.Value(), &d)
 		room.Dests++
-		room.Used += Destination{Ordered: d.Ordered, Partitions: d.Partitions, Shared: d.Shared}.consumerCount()
+		room.Used += Destination{Ordered: d.Ordered, Partitions: d.Partitions, Shared: d.Shared}.ConsumerCount()
 	}
 }
 
 // checkRoom refuses d when its consumers do not fit in room.
 func checkRoom(d Destination, room ConsumerRoom) error {
-	need := d.consumerCount()
+	need := d.ConsumerCount()
 	if need <= room.Free() {
 		return nil
 	}

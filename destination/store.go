@@ -1,4 +1,4 @@
-package relay
+package destination
 
 import (
 	"cmp"
@@ -89,6 +89,12 @@ func NewStore(ctx context.Context, js jetstream.JetStream, opts ...StoreOption) 
 	return s, nil
 }
 
+// WatchAll watches the destinations bucket: every record, then each
+// change (see Watch.Apply).
+func (s *Store) WatchAll(ctx context.Context) (jetstream.KeyWatcher, error) {
+	return s.kv.WatchAll(ctx)
+}
+
 // JetStream is the JetStream context the store works in.
 func (s *Store) JetStream() jetstream.JetStream { return s.js }
 
@@ -142,13 +148,13 @@ func eachSecret(d *Destination, fn func(v, aad string) (string, error)) error {
 }
 
 // errStoredCorrupt marks a stored destination that is not valid JSON.
-var errStoredCorrupt = errors.New("stored corrupt")
+var ErrStoredCorrupt = errors.New("stored corrupt")
 
 // decode unmarshals a stored destination and opens its secrets. A secret it
 // cannot open stays sealed (Validate then reports ErrSealed); open is false.
 func (s *Store) decode(name string, b []byte) (d Destination, open bool, err error) {
 	if err := json.Unmarshal(b, &d); err != nil {
-		return Destination{}, false, fmt.Errorf("destination %s is %w: %w", name, errStoredCorrupt, err)
+		return Destination{}, false, fmt.Errorf("destination %s is %w: %w", name, ErrStoredCorrupt, err)
 	}
 	open = eachSecret(&d, func(v, aad string) (string, error) { return s.sealer.open(v, aad) }) == nil
 	return d, open, nil
@@ -244,7 +250,7 @@ func (s *Store) Add(ctx context.Context, d Destination) (Destination, error) {
 	if d.Shared {
 		// The shared consumer must be there before the destination: it
 		// then delivers every event from StartSeq on.
-		if err := ensureShared(ctx, s.js, d.StartSeq, 0); err != nil {
+		if err := EnsureShared(ctx, s.js, d.StartSeq, 0); err != nil {
 			return Destination{}, err
 		}
 	}
@@ -268,7 +274,7 @@ func (s *Store) Add(ctx context.Context, d Destination) (Destination, error) {
 		}
 		return Destination{}, fmt.Errorf("store destination %s: %w", d.Name, err)
 	}
-	s.added(rev, d.consumerCount())
+	s.added(rev, d.ConsumerCount())
 	return d, nil
 }
 
@@ -413,7 +419,7 @@ func (s *Store) reseal(ctx context.Context, name string) (bool, error) {
 		}
 		var d Destination
 		if err := json.Unmarshal(e.Value(), &d); err != nil {
-			return false, fmt.Errorf("destination %s is %w: %w", name, errStoredCorrupt, err)
+			return false, fmt.Errorf("destination %s is %w: %w", name, ErrStoredCorrupt, err)
 		}
 		// An expired previous secret no longer signs: drop it.
 		stale := d.PrevSecret != "" && !d.PrevSecretUntil.IsZero() && s.now().After(d.PrevSecretUntil)
@@ -489,7 +495,7 @@ func (s *Store) Remove(ctx context.Context, name string) error {
 	if err := s.kv.Delete(ctx, name); err != nil {
 		return err
 	}
-	for _, c := range d.WithDefaults().consumerNames() {
+	for _, c := range d.WithDefaults().ConsumerNames() {
 		err := s.js.DeleteConsumer(ctx, stream.EventsStream, c)
 		if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return fmt.Errorf("delete consumer %s of %s: %w", c, name, err)
@@ -512,7 +518,7 @@ func (s *Store) Pending(ctx context.Context, name string) (uint64, error) {
 		c, err := s.js.Consumer(ctx, stream.EventsStream, SharedConsumer)
 		switch {
 		case err == nil:
-			n, err = pendingAfter(ctx, s.js, stream.DestFilters(name), max(c.CachedInfo().AckFloor.Stream, d.StartSeq-1))
+			n, err = CountAfter(ctx, s.js, stream.DestFilters(name), max(c.CachedInfo().AckFloor.Stream, d.StartSeq-1))
 			if err != nil {
 				return 0, err
 			}
@@ -520,7 +526,7 @@ func (s *Store) Pending(ctx context.Context, name string) (uint64, error) {
 			return 0, err
 		}
 	}
-	for _, cn := range d.WithDefaults().consumerNames() {
+	for _, cn := range d.WithDefaults().ConsumerNames() {
 		c, err := s.js.Consumer(ctx, stream.EventsStream, cn)
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {
 			continue

@@ -1,4 +1,9 @@
-package relay
+// Package destination is relay's destination model and its store: a
+// destination's settings, filter, body template, subscriptions and retry
+// policy, their validation, the sealing of its secrets at rest, the
+// destinations bucket (Store) and the engine's live copy of it (Watch), and
+// the JetStream consumers a destination is served by.
+package destination
 
 import (
 	"crypto/sha256"
@@ -256,32 +261,32 @@ var reservedHeaders = map[string]bool{
 // ValidateHeader reports a header that cannot be sent: an invalid name, a name
 // relay sets itself, or a value with control characters.
 func ValidateHeader(name, value string) error {
-	if err := validHeaderName(name); err != nil {
+	if err := ValidHeaderName(name); err != nil {
 		return err
 	}
-	if relaySets(name) {
+	if RelaySets(name) {
 		if stream.IsContractHeader(name) {
 			return fmt.Errorf("header %q uses a prefix reserved for NATS and relay (Nats-, Relay-)", name)
 		}
 		return fmt.Errorf("header %q is set by relay and cannot be overridden", name)
 	}
-	return validHeaderValue(name, value)
+	return ValidHeaderValue(name, value)
 }
 
 // ValidateEventHeader is ValidateHeader for the headers of an event, which may
 // also set Content-Type.
 func ValidateEventHeader(name, value string) error {
 	if strings.EqualFold(name, "Content-Type") {
-		if err := validHeaderName(name); err != nil {
+		if err := ValidHeaderName(name); err != nil {
 			return err
 		}
-		return validHeaderValue(name, value)
+		return ValidHeaderValue(name, value)
 	}
 	return ValidateHeader(name, value)
 }
 
 // validHeaderName reports a name that is not an HTTP token.
-func validHeaderName(name string) error {
+func ValidHeaderName(name string) error {
 	if name == "" || strings.ContainsFunc(name, func(r rune) bool {
 		return r <= ' ' || r >= 0x7f || strings.ContainsRune(`()<>@,;:\"/[]?={}`, r)
 	}) {
@@ -293,14 +298,14 @@ func validHeaderName(name string) error {
 // relaySets reports a header that relay sets (or that belongs to NATS and
 // relay): a destination may not configure it, and an event's is not passed
 // on. Content-Type is among them; an event's own is sent.
-func relaySets(name string) bool {
+func RelaySets(name string) bool {
 	l := strings.ToLower(name)
 	return reservedHeaders[l] || strings.HasPrefix(l, "webhook-") || stream.IsContractHeader(name)
 }
 
 // validHeaderValue reports a value HTTP cannot carry: control characters
 // other than tab. The value itself is not repeated (it may be a secret).
-func validHeaderValue(name, value string) error {
+func ValidHeaderValue(name, value string) error {
 	if strings.ContainsFunc(value, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }) {
 		return fmt.Errorf("header %q: value contains control characters (CR, LF, ...)", name)
 	}
@@ -529,7 +534,7 @@ func (d Destination) validateURLs() error {
 
 // longWait is the longest a worker waits for the destination's rate limit
 // before it hands the event back instead: half a timeout, at least 1s.
-func (d Destination) longWait() time.Duration {
+func (d Destination) LongWait() time.Duration {
 	return max(time.Second, time.Duration(d.Timeout)/2)
 }
 
@@ -591,7 +596,7 @@ func PartitionConsumerName(dest string, i int) string { return fmt.Sprintf("rela
 
 // consumerNames are all of d's consumers: the one for events without an order
 // key (all events, when d is not ordered), and one per partition.
-func (d Destination) consumerNames() []string {
+func (d Destination) ConsumerNames() []string {
 	if d.Shared {
 		// Its lane's, which it may have (see SharedConsumer).
 		return []string{LaneConsumerName(d.Name)}
@@ -606,13 +611,21 @@ func (d Destination) consumerNames() []string {
 }
 
 // partitionFilters are the subjects of partition i of ordered d.
-func (d Destination) partitionFilters(i int) []string {
+func (d Destination) PartitionFilters(i int) []string {
 	var f []string
 	for b := i; b < stream.Buckets; b += d.Partitions {
 		f = append(f, fmt.Sprintf("%s.%s.%d", stream.KeyedPrefix, d.Name, b))
 	}
 	return f
 }
+
+// CompiledFilter is the destination's filter, compiled, as a Watch holds
+// it (nil: none, or not from a Watch).
+func (d Destination) CompiledFilter() *Filter { return d.filter }
+
+// CompiledTemplate is the destination's body template, compiled, as a
+// Watch holds it (nil: none, or not from a Watch).
+func (d Destination) CompiledTemplate() *BodyTemplate { return d.bodyTemplate }
 
 // Duration is a time.Duration that reads and writes as "1m30s" in JSON.
 type Duration time.Duration

@@ -1,4 +1,4 @@
-package relay
+package destination
 
 import (
 	"context"
@@ -14,12 +14,12 @@ import (
 // false; what still fails is an error (the event is dead-lettered).
 func TestFilterMatch(t *testing.T) {
 	t.Parallel()
-	order := filterEvent{id: "ev1", key: "k1", dest: "d", body: []byte(`{"amount":150,"region":"eu","items":[{"sku":"a"}],"flag":true,"s":"x"}`),
-		headers: http.Header{"X-Region": {"eu", "us"}}}
-	notJSON := filterEvent{id: "ev2", dest: "d", body: []byte("plain text")}
+	order := FilterEvent{ID: "ev1", Key: "k1", Dest: "d", Body: []byte(`{"amount":150,"region":"eu","items":[{"sku":"a"}],"flag":true,"s":"x"}`),
+		Headers: http.Header{"X-Region": {"eu", "us"}}}
+	notJSON := FilterEvent{ID: "ev2", Dest: "d", Body: []byte("plain text")}
 	tests := []struct {
 		src     string
-		ev      filterEvent
+		ev      FilterEvent
 		want    bool
 		wantErr string
 	}{
@@ -38,8 +38,8 @@ func TestFilterMatch(t *testing.T) {
 		{`data.flag`, order, true, ""},
 		{`id == "ev1" && key == "k1" && dest == "d"`, order, true, ""},
 		{`type == ""`, order, true, ""}, // published for one destination
-		{`type startsWith "order."`, filterEvent{typ: "order.created", body: []byte("{}")}, true, ""},
-		{`type == "order.paid"`, filterEvent{typ: "order.created", body: []byte("{}")}, false, ""},
+		{`type startsWith "order."`, FilterEvent{Type: "order.created", Body: []byte("{}")}, true, ""},
+		{`type == "order.paid"`, FilterEvent{Type: "order.created", Body: []byte("{}")}, false, ""},
 		{`headers["X-Other"] == ""`, order, true, ""},
 		{`data.s > 100`, order, false, "invalid operation: string > int (1:8)"},
 		{`data.amount`, order, false, "float64"},
@@ -95,7 +95,7 @@ func BenchmarkFilter(b *testing.B) {
 	body := []byte(`{"amount":150,"currency":"EUR","customer":{"id":"c_123","name":"Ada","tags":["a","b"]},"note":"` +
 		strings.Repeat("x", 1024) + `"}`)
 	body = append(body[:1024-2], '"', '}') // 1 KiB exactly, still JSON
-	ev := filterEvent{id: "ev1", dest: "d", body: body, headers: http.Header{"X-Region": {"eu"}}}
+	ev := FilterEvent{ID: "ev1", Dest: "d", Body: body, Headers: http.Header{"X-Region": {"eu"}}}
 	for _, bc := range []struct{ name, src string }{
 		{"example", `data.amount > 100 && headers["X-Region"] == "eu"`},
 		{"headers-only", `headers["X-Region"] == "eu"`},
@@ -119,11 +119,11 @@ func BenchmarkFilter(b *testing.B) {
 // dead-lettered with filter_error) before anything past them is built.
 func TestFilterBoundsOnLargeEvents(t *testing.T) {
 	t.Parallel()
-	mib := filterEvent{id: "big", dest: "d", body: []byte(`{"s":"` + strings.Repeat("x", 1<<20) + `"}`)}
-	list := filterEvent{id: "list", dest: "d", body: []byte("[" + strings.Repeat("1,", 100_000) + "1]")}
+	mib := FilterEvent{ID: "big", Dest: "d", Body: []byte(`{"s":"` + strings.Repeat("x", 1<<20) + `"}`)}
+	list := FilterEvent{ID: "list", Dest: "d", Body: []byte("[" + strings.Repeat("1,", 100_000) + "1]")}
 	tests := []struct {
 		src  string
-		ev   filterEvent
+		ev   FilterEvent
 		want string
 	}{
 		// The red team's: 1 GB from one call, and a core held for minutes.
@@ -157,11 +157,11 @@ func TestFilterBoundsOnLargeEvents(t *testing.T) {
 // count what they build, not what they read.
 func TestFilterWithinBoundsOnLargeEvents(t *testing.T) {
 	t.Parallel()
-	mib := filterEvent{id: "big", dest: "d", body: []byte(`{"s":"` + strings.Repeat("x", 1<<20) + `","n":3}`)}
-	list := filterEvent{id: "list", dest: "d", body: []byte("[" + strings.Repeat("1,", 10_000) + "2]")}
+	mib := FilterEvent{ID: "big", Dest: "d", Body: []byte(`{"s":"` + strings.Repeat("x", 1<<20) + `","n":3}`)}
+	list := FilterEvent{ID: "list", Dest: "d", Body: []byte("[" + strings.Repeat("1,", 10_000) + "2]")}
 	for _, tc := range []struct {
 		src string
-		ev  filterEvent
+		ev  FilterEvent
 	}{
 		{`len(body) > 1000 && data.n == 3`, mib},
 		{`upper(data.s) startsWith "XX"`, mib},
@@ -186,15 +186,15 @@ func TestFilterStopsOnShutdown(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err = f.Match(ctx, filterEvent{body: []byte("[" + strings.Repeat("1,", 10_000) + "1]")})
-	require.ErrorIs(t, err, errFilterStopped)
+	_, err = f.Match(ctx, FilterEvent{Body: []byte("[" + strings.Repeat("1,", 10_000) + "1]")})
+	require.ErrorIs(t, err, ErrFilterStopped)
 	require.NotErrorIs(t, err, errFilterBounds)
 }
 
 // The red team's filter: repeat built 2 GB from a 1 MiB event before expr's
 // budget saw it. It is refused before anything is built.
 func TestFilterRefusesBeforeBuilding(t *testing.T) {
-	mib := filterEvent{id: "big", dest: "d", body: []byte(`{"s":"` + strings.Repeat("x", 1<<20) + `"}`)}
+	mib := FilterEvent{ID: "big", Dest: "d", Body: []byte(`{"s":"` + strings.Repeat("x", 1<<20) + `"}`)}
 	for _, src := range []string{
 		`len(repeat(body, 2000)) > 0`,
 		`len(join(map(1..1000, {body}), ",")) > 0`,
@@ -230,13 +230,13 @@ func TestFilterMatchesIsBounded(t *testing.T) {
 	// clock, not after the whole loop.
 	f, err := CompileFilter(`count(1..200, {body matches "(x|y)*z"}) >= 0`)
 	require.NoError(t, err)
-	_, err = f.Match(context.Background(), filterEvent{body: []byte(strings.Repeat("x", 1<<20))})
+	_, err = f.Match(context.Background(), FilterEvent{Body: []byte(strings.Repeat("x", 1<<20))})
 	require.ErrorIs(t, err, errFilterBounds)
 	require.ErrorContains(t, err, "longer than 1s")
 
 	ok, err := CompileFilter(`data.region matches "^e" && "x" matches data.p`)
 	require.NoError(t, err)
-	got, err := ok.Match(context.Background(), filterEvent{body: []byte(`{"region":"eu","p":"^x$"}`)})
+	got, err := ok.Match(context.Background(), FilterEvent{Body: []byte(`{"region":"eu","p":"^x$"}`)})
 	require.NoError(t, err)
 	require.True(t, got)
 }

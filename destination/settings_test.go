@@ -1,4 +1,4 @@
-package relay
+package destination
 
 import (
 	"errors"
@@ -13,8 +13,8 @@ import (
 // that the CLI and the HTTP API can point at their flag or field.
 func TestSettingErrorsNameTheSetting(t *testing.T) {
 	t.Parallel()
-	ptr := func(v any) DestinationSettings {
-		var s DestinationSettings
+	ptr := func(v any) Settings {
+		var s Settings
 		switch v := v.(type) {
 		case time.Duration:
 			s.Timeout = &v
@@ -30,7 +30,7 @@ func TestSettingErrorsNameTheSetting(t *testing.T) {
 	flag := func(s string) string { return "--" + s }
 	for _, tc := range []struct {
 		name     string
-		settings DestinationSettings
+		settings Settings
 		setting  string
 		flagText string
 	}{
@@ -40,10 +40,10 @@ func TestSettingErrorsNameTheSetting(t *testing.T) {
 		{"type twice", ptr([]string{"a", "a"}), "type", "--type a given twice"},
 		{"bad type", ptr([]string{"a b"}), "type", `--type: invalid event type pattern "a b"`},
 		{"bad filter", ptr("data.amount >"), "filter", "--filter: filter does not compile"},
-		{"bad url", DestinationSettings{URLs: []string{"ftp://x"}}, "url", `URL "ftp://x": scheme must be http or https`},
-		{"bad secret", DestinationSettings{Secret: new("nope")}, "secret", "not a Standard Webhooks secret: it must be \"whsec_<base64>\" (omit it to have one generated)"},
-		{"no partitions unordered", DestinationSettings{Partitions: new(4)}, "partitions", "partitions and on-failure apply to ordered destinations only"},
-		{"backoff", DestinationSettings{BackoffBase: new(time.Minute), BackoffMax: new(time.Second)}, "backoff-max", "maximum backoff 1s must not be below the base"},
+		{"bad url", Settings{URLs: []string{"ftp://x"}}, "url", `URL "ftp://x": scheme must be http or https`},
+		{"bad secret", Settings{Secret: new("nope")}, "secret", "not a Standard Webhooks secret: it must be \"whsec_<base64>\" (omit it to have one generated)"},
+		{"no partitions unordered", Settings{Partitions: new(4)}, "partitions", "partitions and on-failure apply to ordered destinations only"},
+		{"backoff", Settings{BackoffBase: new(time.Minute), BackoffMax: new(time.Second)}, "backoff-max", "maximum backoff 1s must not be below the base"},
 	} {
 		s := tc.settings
 		if s.URLs == nil {
@@ -56,13 +56,13 @@ func TestSettingErrorsNameTheSetting(t *testing.T) {
 		require.True(t, strings.HasPrefix(se.Text(flag), tc.flagText), "%s: %q", tc.name, se.Text(flag))
 	}
 
-	d, generated, err := DestinationSettings{URLs: []string{"https://a.example/h", "https://b.example/h"}, Types: &[]string{"", "order.*"}}.NewDestination("orders")
+	d, generated, err := Settings{URLs: []string{"https://a.example/h", "https://b.example/h"}, Types: &[]string{"", "order.*"}}.NewDestination("orders")
 	require.NoError(t, err)
 	require.True(t, generated, "no secret given: one is generated")
 	require.NotEmpty(t, d.Secret)
 	require.Equal(t, []string{"order.*"}, d.Types, "'' subscribes to none")
 	require.Equal(t, "https://a.example/h", d.URL)
-	_, generated, err = DestinationSettings{URLs: []string{"https://a.example/h"}, Secret: new("")}.NewDestination("orders")
+	_, generated, err = Settings{URLs: []string{"https://a.example/h"}, Secret: new("")}.NewDestination("orders")
 	require.NoError(t, err)
 	require.False(t, generated, "an empty secret: unsigned")
 }
