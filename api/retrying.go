@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/history"
 )
 
 // whoami answers GET /v1/key: the name and scope of the key the request
@@ -34,13 +34,13 @@ func (s *Server) listRetrying(c *call) {
 		}
 		limit = n
 	}
-	evs, err := relay.ListRetrying(c.within(30*time.Second), c.dests, c.name, limit)
+	evs, err := history.ListRetrying(c.within(30*time.Second), c.dests, c.name, limit)
 	if err != nil {
 		destProblem(c.w, nil, err)
 		return
 	}
 	if evs == nil {
-		evs = []relay.Retrying{}
+		evs = []history.Retrying{}
 	}
 	c.json(http.StatusOK, map[string]any{"events": evs})
 }
@@ -58,16 +58,16 @@ func (s *Server) skipRetrying(c *call) {
 	if !s.readOptionalJSON(c.w, c.r, &req) {
 		return
 	}
-	why, err := relay.SkipReason(req.Reason)
+	why, err := history.SkipReason(req.Reason)
 	if err != nil {
 		c.problem(http.StatusUnprocessableEntity, "reason", err.Error())
 		return
 	}
-	sk, err := relay.SkipEvent(c.within(30*time.Second), c.dests, c.name, c.r.PathValue("id"), why)
+	sk, err := history.SkipEvent(c.within(30*time.Second), c.dests, c.name, c.r.PathValue("id"), why)
 	switch {
-	case errors.Is(err, relay.ErrNotRetrying):
+	case errors.Is(err, history.ErrNotRetrying):
 		c.problem(http.StatusNotFound, "id", err.Error())
-	case errors.Is(err, relay.ErrOrdered):
+	case errors.Is(err, history.ErrOrdered):
 		c.problem(http.StatusConflict, "", err.Error())
 	case err != nil:
 		destProblem(c.w, nil, err)

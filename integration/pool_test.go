@@ -14,6 +14,7 @@ import (
 
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/egress"
+	"github.com/relaydev/relay/history"
 	"github.com/relaydev/relay/webhook"
 
 	"github.com/stretchr/testify/require"
@@ -170,9 +171,9 @@ func TestURLPoolIndexIsInTheHistoryAndTheDeadLetter(t *testing.T) {
 	e.publish("single", "", `{}`)
 
 	ctx := context.Background()
-	var inRetry relay.Retrying
+	var inRetry history.Retrying
 	eventually(t, time.Minute, func() bool {
-		rs, err := relay.ListRetrying(ctx, e.store, "rr", 0)
+		rs, err := history.ListRetrying(ctx, e.store, "rr", 0)
 		require.NoError(t, err)
 		if len(rs) == 1 && rs[0].LastURL != nil {
 			inRetry = rs[0]

@@ -15,6 +15,7 @@ import (
 
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/history"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/schedule/redistest"
 )
@@ -45,10 +46,10 @@ func TestSkipHeadDeadLettersTheBlockedHeadNow(t *testing.T) {
 	head := e.publish("stuck", "k", `{"k":"k","n":0}`)
 	next := e.publish("stuck", "k", `{"k":"k","n":1}`)
 
-	var heads []relay.Head
+	var heads []history.Head
 	eventually(t, 10*time.Second, func() bool {
 		var err error
-		heads, err = relay.Heads(context.Background(), e.store, "stuck")
+		heads, err = history.Heads(context.Background(), e.store, "stuck")
 		return err == nil && len(heads) == 1 && heads[0].Attempts == 1
 	}, "the head failed once and blocks its key")
 	h := heads[0]
@@ -64,7 +65,7 @@ func TestSkipHeadDeadLettersTheBlockedHeadNow(t *testing.T) {
 	require.Equal(t, []string{fmt.Sprint(h.Partition), fmt.Sprint(head.Seq), head.ID, "k", "1"}, strings.Fields(lines[1])[:5], out)
 	code, out = e.relayCLI("dest", "heads", "stuck", "--json")
 	require.Equal(t, 0, code, out)
-	var fromJSON relay.Head
+	var fromJSON history.Head
 	require.NoError(t, json.Unmarshal([]byte(out), &fromJSON), out)
 	require.Equal(t, h, fromJSON, "--json gives the same head")
 	code, out = e.relayCLI("dest", "skip-head", "stuck", "--seq", fmt.Sprint(next.Seq))
@@ -102,7 +103,7 @@ func TestSkipHeadDeadLettersTheBlockedHeadNow(t *testing.T) {
 	code, out = e.relayCLI("dlq", "show", fmt.Sprint(ls[0].Seq))
 	require.Equal(t, 0, code, out)
 	require.True(t, strings.Contains(out, "reason:        skipped") && strings.Contains(out, "note:          bad payload, ticket 42"), out)
-	heads, err := relay.Heads(context.Background(), e.store, "stuck")
+	heads, err := history.Heads(context.Background(), e.store, "stuck")
 	require.NoError(t, err)
 	require.Empty(t, heads)
 }
@@ -152,7 +153,7 @@ func TestSkipHeadWhileAnAttemptIsInFlight(t *testing.T) {
 			case <-time.After(15 * time.Second):
 				t.Fatal("the head's second attempt never came")
 			}
-			_, err := relay.SkipHead(context.Background(), e.store, "race", head.Seq, "ops")
+			_, err := history.SkipHead(context.Background(), e.store, "race", head.Seq, "ops")
 			require.NoError(t, err)
 			// Nothing may move while the attempt is in flight: a second
 			// delivery of the head would be dead-lettered here at once
@@ -251,7 +252,7 @@ func TestSkipEventDeadLettersItAtItsNextDelivery(t *testing.T) {
 			require.Contains(t, lines[1], "status 503")
 			code, out = e.relayCLI("dest", "retrying", name, "--json")
 			require.Equal(t, 0, code, out)
-			var listed relay.Retrying
+			var listed history.Retrying
 			require.NoError(t, json.Unmarshal([]byte(out), &listed), out)
 			require.Equal(t, bad.ID, listed.EventID)
 			require.Positive(t, listed.Attempts)
@@ -262,7 +263,7 @@ func TestSkipEventDeadLettersItAtItsNextDelivery(t *testing.T) {
 				code, out = e.relayCLI(append([]string{"dest", "skip", name, "--event", listed.EventID, "--redis-mode", "primary"}, skipFlags...)...)
 				require.Equal(t, 2, code, out)
 				require.Contains(t, out, `--redis-mode "primary": give single, cluster or sentinel`)
-				rs, err := relay.ListRetrying(context.Background(), e.store, name, 0)
+				rs, err := history.ListRetrying(context.Background(), e.store, name, 0)
 				require.NoError(t, err)
 				require.Len(t, rs, 1)
 				require.Empty(t, rs[0].Skip, "not marked")

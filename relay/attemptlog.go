@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/history"
 )
 
 func attemptOf(n int, at time.Time, res Result) dlq.Attempt {
@@ -26,17 +27,17 @@ func attemptOf(n int, at time.Time, res Result) dlq.Attempt {
 	return a
 }
 
-func historyKey(ev event) string { return historyKeyOf(ev.dest, ev.id) }
+func historyKey(ev event) string { return history.Key(ev.dest, ev.id) }
 
 // attemptLog returns what is recorded for ev (nothing if that fails).
-func (r *Relay) attemptLog(ctx context.Context, ev event) attemptLog {
+func (r *Relay) attemptLog(ctx context.Context, ev event) history.Log {
 	l, _ := r.readLog(ctx, ev)
 	return l
 }
 
 // readLog returns what is recorded for ev, and whether a record was found.
-func (r *Relay) readLog(ctx context.Context, ev event) (attemptLog, bool) {
-	l, _, err := readAttemptLog(ctx, r.attempts, historyKey(ev))
+func (r *Relay) readLog(ctx context.Context, ev event) (history.Log, bool) {
+	l, _, err := history.Read(ctx, r.attempts, historyKey(ev))
 	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		r.log.Warn("cannot read attempt history", "dest", ev.dest, "event_id", ev.id, "err", err)
 	}
@@ -63,7 +64,7 @@ func (r *Relay) recordAttempt(ctx context.Context, ev event, attempt int, res Re
 // it did, since after a crash nothing else would tell its message from
 // its copy in Redis.
 func (r *Relay) recordFailure(ctx context.Context, ev event, attempt int, res Result, reply string, parking bool) (string, bool) {
-	l, err := changeLog(ctx, r.attempts, historyKey(ev), true, 5, func(l *attemptLog, found bool) error {
+	l, err := history.Change(ctx, r.attempts, historyKey(ev), true, 5, func(l *history.Log, found bool) error {
 		if found && l.Origin != 0 && l.Origin != ev.origin {
 			r.log.Warn("two messages with one event id are in retry at once: their attempts share one record (publish each event id once)",
 				"dest", ev.dest, "event_id", ev.id, "seq", ev.seq, "other_seq", l.Origin)
@@ -85,7 +86,7 @@ func (r *Relay) recordFailure(ctx context.Context, ev event, attempt int, res Re
 		r.log.Warn("cannot record attempt history", "dest", ev.dest, "event_id", ev.id, "err", err)
 		return "", false
 	}
-	return l.skipAt(ev.seq, ev.origin), true
+	return l.SkipAt(ev.seq, ev.origin), true
 }
 
 // forgetHistory deletes ev's attempt log once ev is settled. Where the log

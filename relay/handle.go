@@ -192,9 +192,9 @@ func (r *Relay) readLogInto(in *Input, ev *event) {
 	defer cancel()
 	l, found := r.readLog(ctx, *ev)
 	in.LogRead = true
-	in.Settled = l.parkedAlready(*ev)
-	in.ParkInDoubt = !in.Settled && l.parkInDoubt(*ev)
-	if !in.Settled && !in.ParkInDoubt && r.cfg.Schedule != nil && (!found || l.handedOn() != 0) {
+	in.Settled = l.ParkedAlready((*ev).seq, (*ev).origin)
+	in.ParkInDoubt = !in.Settled && l.ParkInDoubt((*ev).seq, (*ev).origin)
+	if !in.Settled && !in.ParkInDoubt && r.cfg.Schedule != nil && (!found || l.HandedOn() != 0) {
 		// A parked event's done mark is written before the ack of the
 		// message that settles it, and its log deleted after (which a
 		// crash, or the NATS server gone, can prevent): this message
@@ -202,8 +202,8 @@ func (r *Relay) readLogInto(in *Input, ev *event) {
 		// from Redis, none for an event never parked.
 		in.Settled = r.doneParked(ctx, *ev)
 	}
-	in.Attempt, in.Skip = max(l.Made, ev.prior)+1, l.skipAt((*ev).seq, (*ev).origin)
-	ev.parked = l.handedOn()
+	in.Attempt, in.Skip = max(l.Made, ev.prior)+1, l.SkipAt((*ev).seq, (*ev).origin)
+	ev.parked = l.HandedOn()
 }
 
 // findPark finds out, for a message whose park is in doubt

@@ -38,6 +38,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relaydev/relay/history"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -194,27 +195,6 @@ func (r *Relay) inRetryAtStart(ev event) bool {
 	return ok
 }
 
-// parkedAlready reports whether l says ev was handed to Redis: ev is a
-// message of the event l records, at or below the last sequence parked, or
-// below the last one relay began to park (a message of the event that
-// came after ev is its copy). Its copy carries on; this message only came
-// back because its ack was lost.
-func (l attemptLog) parkedAlready(ev event) bool {
-	return ev.origin == l.Origin && (ev.seq <= l.Parked || ev.seq < l.Parking)
-}
-
-// parkInDoubt reports whether l says relay began to park ev itself and
-// never recorded that Redis took it: a crash came between, before or after
-// the entry was written. Whether ev has a copy must be found out
-// (Relay.findPark) before it is attempted.
-func (l attemptLog) parkInDoubt(ev event) bool {
-	return ev.origin == l.Origin && ev.seq == l.Parking && l.Parked < l.Parking
-}
-
-// handedOn is the last sequence of the event l records that relay parked,
-// or began to park (0: none).
-func (l attemptLog) handedOn() uint64 { return max(l.Parked, l.Parking) }
-
 // doneKey is where the parked sequence of an event in retry is kept once the
 // event is settled: its log is deleted, but the message it was parked from
 // may still come back. The key has three tokens, the logs two, so listing
@@ -232,7 +212,7 @@ type doneMark struct {
 // parked, before it is acked: a compare-and-set, so that an operator's mark
 // set meanwhile is kept.
 func (r *Relay) markParked(ctx context.Context, ev event) error {
-	_, err := changeLog(ctx, r.attempts, historyKey(ev), false, 5, func(l *attemptLog, _ bool) error {
+	_, err := history.Change(ctx, r.attempts, historyKey(ev), false, 5, func(l *history.Log, _ bool) error {
 		l.Parked, l.Origin = max(l.Parked, ev.seq), ev.origin
 		return nil
 	})
@@ -244,7 +224,7 @@ func (r *Relay) markParked(ctx context.Context, ev event) error {
 // comes back, without a look in Redis. A failure is logged; the message is
 // then looked for in Redis when it comes back.
 func (r *Relay) unpark(ctx context.Context, ev event) {
-	_, err := changeLog(ctx, r.attempts, historyKey(ev), false, 5, func(l *attemptLog, _ bool) error {
+	_, err := history.Change(ctx, r.attempts, historyKey(ev), false, 5, func(l *history.Log, _ bool) error {
 		if l.Parking == ev.seq && l.Parked < ev.seq {
 			l.Parking = l.Parked
 		}
@@ -269,5 +249,5 @@ func (r *Relay) doneParked(ctx context.Context, ev event) bool {
 	if json.Unmarshal(e.Value(), &m) != nil {
 		return false
 	}
-	return attemptLog{Parked: m.Parked, Origin: m.Origin}.parkedAlready(ev)
+	return history.Log{Parked: m.Parked, Origin: m.Origin}.ParkedAlready(ev.seq, ev.origin)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/history"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/streamtest"
 )
@@ -44,22 +45,22 @@ func TestAttemptLogKeepsASkipMarkForItsSequence(t *testing.T) {
 	require.Equal(t, "$JS.ACK.y", l.Reply)
 
 	replay := event{dest: "orders", id: "evt_1", seq: 12}
-	require.Empty(t, l.skipAt(replay.seq, replay.origin), "a replay of the event is another stored event")
-	require.Equal(t, "ops", l.skipAt(ev.seq, ev.origin))
+	require.Empty(t, l.SkipAt(replay.seq, replay.origin), "a replay of the event is another stored event")
+	require.Equal(t, "ops", l.SkipAt(ev.seq, ev.origin))
 }
 
 // A mark set by SkipEvent applies to the event's stored message and to
 // the messages that bring it back from Redis (same origin); a replay of the
 // event is a message of its own origin, parked or not, and is not skipped.
 func TestSkipEventMarkFollowsTheEventOutOfRedis(t *testing.T) {
-	l := attemptLog{Made: 2, Skip: "ops", SkipSeq: 7, SkipOrigin: 7}
-	require.Equal(t, "ops", l.skipAt(event{id: "evt_1", seq: 7, origin: 7}.seq, event{id: "evt_1", seq: 7, origin: 7}.origin), "still in JetStream")
-	require.Equal(t, "ops", l.skipAt(event{id: "evt_1", seq: 30, origin: 7, prior: 2}.seq, event{id: "evt_1", seq: 30, origin: 7, prior: 2}.origin), "promoted from Redis")
-	require.Equal(t, "ops", l.skipAt(event{id: "evt_1", seq: 31, origin: 7, prior: 3}.seq, event{id: "evt_1", seq: 31, origin: 7, prior: 3}.origin), "promoted after another attempt")
-	require.Empty(t, l.skipAt(event{id: "evt_1", seq: 40, origin: 40}.seq, event{id: "evt_1", seq: 40, origin: 40}.origin), "a replay")
-	require.Empty(t, l.skipAt(event{id: "evt_1", seq: 45, origin: 40, prior: 5}.seq, event{id: "evt_1", seq: 45, origin: 40, prior: 5}.origin), "a replay, parked and promoted")
-	head := attemptLog{Made: 2, Skip: "ops", SkipSeq: 7}
-	require.Empty(t, head.skipAt(event{id: "evt_1", seq: 30, origin: 7, prior: 2}.seq, event{id: "evt_1", seq: 30, origin: 7, prior: 2}.origin), "SkipHead's mark holds for its sequence only")
+	l := history.Log{Made: 2, Skip: "ops", SkipSeq: 7, SkipOrigin: 7}
+	require.Equal(t, "ops", l.SkipAt(event{id: "evt_1", seq: 7, origin: 7}.seq, event{id: "evt_1", seq: 7, origin: 7}.origin), "still in JetStream")
+	require.Equal(t, "ops", l.SkipAt(event{id: "evt_1", seq: 30, origin: 7, prior: 2}.seq, event{id: "evt_1", seq: 30, origin: 7, prior: 2}.origin), "promoted from Redis")
+	require.Equal(t, "ops", l.SkipAt(event{id: "evt_1", seq: 31, origin: 7, prior: 3}.seq, event{id: "evt_1", seq: 31, origin: 7, prior: 3}.origin), "promoted after another attempt")
+	require.Empty(t, l.SkipAt(event{id: "evt_1", seq: 40, origin: 40}.seq, event{id: "evt_1", seq: 40, origin: 40}.origin), "a replay")
+	require.Empty(t, l.SkipAt(event{id: "evt_1", seq: 45, origin: 40, prior: 5}.seq, event{id: "evt_1", seq: 45, origin: 40, prior: 5}.origin), "a replay, parked and promoted")
+	head := history.Log{Made: 2, Skip: "ops", SkipSeq: 7}
+	require.Empty(t, head.SkipAt(event{id: "evt_1", seq: 30, origin: 7, prior: 2}.seq, event{id: "evt_1", seq: 30, origin: 7, prior: 2}.origin), "SkipHead's mark holds for its sequence only")
 }
 
 // recordAttempt keeps the origin of the delivery it records, which
@@ -136,7 +137,7 @@ func TestRetryingListsTheLongestWaitingFirst(t *testing.T) {
 	record("orders", "a", 1, base.Add(3*time.Minute))
 	record("orders2", "x", 4, base)
 
-	rs, err := ListRetrying(ctx, st, "orders", 0)
+	rs, err := history.ListRetrying(ctx, st, "orders", 0)
 	require.NoError(t, err)
 	var ids []string
 	for _, x := range rs {
@@ -146,11 +147,11 @@ func TestRetryingListsTheLongestWaitingFirst(t *testing.T) {
 	require.Equal(t, uint64(2), rs[0].Seq)
 	require.Equal(t, 1, rs[0].Attempts)
 	require.Equal(t, "status 503", rs[0].LastError)
-	rs, err = ListRetrying(ctx, st, "orders", 2)
+	rs, err = history.ListRetrying(ctx, st, "orders", 2)
 	require.NoError(t, err)
 	require.Len(t, rs, 2)
 	require.Equal(t, "b", rs[0].EventID)
-	_, err = ListRetrying(ctx, st, "nosuch", 0)
+	_, err = history.ListRetrying(ctx, st, "nosuch", 0)
 	require.Error(t, err)
 }
 
@@ -179,18 +180,18 @@ func TestSkipReason(t *testing.T) {
 	for _, tc := range []struct {
 		in, want, err string
 	}{
-		{in: "", want: DefaultSkipReason},
-		{in: " \t\n ", want: DefaultSkipReason},
+		{in: "", want: history.DefaultSkipReason},
+		{in: " \t\n ", want: history.DefaultSkipReason},
 		{in: "  ticket 42 ", want: "ticket 42"},
-		{in: strings.Repeat("é", MaxSkipReason), want: strings.Repeat("é", MaxSkipReason)}, // 400 bytes
-		{in: strings.Repeat("x", MaxSkipReason+1), err: "a skip reason of 201 characters: give at most 200"},
-		{in: strings.Repeat("日", MaxSkipReason+5), err: "a skip reason of 205 characters: give at most 200"},
+		{in: strings.Repeat("é", history.MaxSkipReason), want: strings.Repeat("é", history.MaxSkipReason)}, // 400 bytes
+		{in: strings.Repeat("x", history.MaxSkipReason+1), err: "a skip reason of 201 characters: give at most 200"},
+		{in: strings.Repeat("日", history.MaxSkipReason+5), err: "a skip reason of 205 characters: give at most 200"},
 		{in: "two\nlines", err: "a skip reason is one line of text: character 4 is a control character (U+000A)"},
 		{in: "tab\there", err: "a skip reason is one line of text: character 4 is a control character (U+0009)"},
 		{in: "\x1b[2Jcleared", err: "a skip reason is one line of text: character 1 is a control character (U+001B)"},
 		{in: "bad \xff byte", err: "a skip reason must be UTF-8 text"},
 	} {
-		got, err := SkipReason(tc.in)
+		got, err := history.SkipReason(tc.in)
 		if tc.err != "" {
 			require.EqualError(t, err, tc.err, "%q", tc.in)
 			continue
@@ -206,9 +207,9 @@ func TestSkipsCheckTheirReason(t *testing.T) {
 	ctx := context.Background()
 	st, err := destination.NewStore(ctx, streamtest.Start(t).JS)
 	require.NoError(t, err)
-	_, err = SkipHead(ctx, st, "nobody", 1, "two\nlines")
+	_, err = history.SkipHead(ctx, st, "nobody", 1, "two\nlines")
 	require.ErrorContains(t, err, "one line of text")
-	_, err = SkipEvent(ctx, st, "nobody", "evt", strings.Repeat("x", 201))
+	_, err = history.SkipEvent(ctx, st, "nobody", "evt", strings.Repeat("x", 201))
 	require.ErrorContains(t, err, "201 characters")
 }
 
@@ -228,7 +229,7 @@ func TestWaitHeadLeft(t *testing.T) {
 	})
 	require.NoError(t, err)
 	// head publishes an event and takes it from the partition, unacked.
-	head := func(id string) (Head, jetstream.Msg) {
+	head := func(id string) (history.Head, jetstream.Msg) {
 		t.Helper()
 		_, err := js.Publish(ctx, subject, []byte(`{}`))
 		require.NoError(t, err)
@@ -238,7 +239,7 @@ func TestWaitHeadLeft(t *testing.T) {
 		require.NotNil(t, m, "no event handed out: %v", b.Error())
 		meta, err := m.Metadata()
 		require.NoError(t, err)
-		return Head{Partition: 0, Seq: meta.Sequence.Stream, EventID: id, LastAttempt: time.Now()}, m
+		return history.Head{Partition: 0, Seq: meta.Sequence.Stream, EventID: id, LastAttempt: time.Now()}, m
 	}
 	// waitLeft runs WaitHeadLeft while ack settles the head.
 	type result struct {
@@ -246,11 +247,11 @@ func TestWaitHeadLeft(t *testing.T) {
 		letter *dlq.Letter
 		err    error
 	}
-	waitLeft := func(ctx context.Context, h Head, wait time.Duration, ack func()) result {
+	waitLeft := func(ctx context.Context, h history.Head, wait time.Duration, ack func()) result {
 		t.Helper()
 		done := make(chan result, 1)
 		go func() {
-			left, l, err := WaitHeadLeft(ctx, st, "o", h, wait)
+			left, l, err := history.WaitHeadLeft(ctx, st, "o", h, wait)
 			done <- result{left, l, err}
 		}()
 		ack()

@@ -30,6 +30,7 @@ import (
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/egress"
+	"github.com/relaydev/relay/history"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream/streamtest"
 	"github.com/relaydev/relay/ui"
@@ -639,7 +640,7 @@ func TestSkipAnEventWhoseIDLooksLikeAPath(t *testing.T) {
 	victim, err := e.st.Get(context.Background(), "victim")
 	require.NoError(t, err)
 	require.True(t, victim.PausedUntil.IsZero(), "the other destination was not paused")
-	rs, err := relay.ListRetrying(context.Background(), e.st, "crm", 10)
+	rs, err := history.ListRetrying(context.Background(), e.st, "crm", 10)
 	require.NoError(t, err)
 	require.Len(t, rs, 1)
 	require.Equal(t, id, rs[0].EventID)

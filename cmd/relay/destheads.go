@@ -10,7 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/relaydev/relay/dlq"
-	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/history"
 )
 
 // The commands that look at, and dead-letter, events that wait for a
@@ -39,12 +39,12 @@ func (o *headsOpts) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer cl.close()
-	heads, err := relay.Heads(ctx, st, o.name)
+	heads, err := history.Heads(ctx, st, o.name)
 	if err != nil {
 		return err
 	}
 	if o.json {
-		return jsonLines(e.out, heads, func(h relay.Head) any { return h })
+		return jsonLines(e.out, heads, func(h history.Head) any { return h })
 	}
 	if len(heads) == 0 {
 		fmt.Fprintf(e.out, "no partition of %s has an event handed out and not acknowledged\n", o.name)
@@ -91,7 +91,7 @@ func (o *skipHeadOpts) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer cl.close()
-	h, err := relay.SkipHead(ctx, st, name, seq, o.reason)
+	h, err := history.SkipHead(ctx, st, name, seq, o.reason)
 	if err != nil {
 		return err
 	}
@@ -100,7 +100,7 @@ func (o *skipHeadOpts) Run(ctx context.Context, e *env) error {
 		fmt.Fprintln(w, "relay dead-letters it at its next delivery, or after the attempt in flight if that fails")
 		return nil
 	}
-	left, letter, err := relay.WaitHeadLeft(ctx, st, name, h, o.wait)
+	left, letter, err := history.WaitHeadLeft(ctx, st, name, h, o.wait)
 	switch {
 	case err != nil:
 		return err
@@ -143,12 +143,12 @@ func (o *retryingOpts) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer cl.close()
-	rs, err := relay.ListRetrying(ctx, st, o.name, o.limit)
+	rs, err := history.ListRetrying(ctx, st, o.name, o.limit)
 	if err != nil {
 		return err
 	}
 	if o.json {
-		return jsonLines(e.out, rs, func(r relay.Retrying) any { return r })
+		return jsonLines(e.out, rs, func(r history.Retrying) any { return r })
 	}
 	if len(rs) == 0 {
 		fmt.Fprintf(e.out, "no event of %s has a failed attempt on record\n", o.name)
@@ -210,7 +210,7 @@ func (o *skipOpts) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer closeSched()
-	sk, err := relay.SkipEvent(ctx, st, name, id, o.reason)
+	sk, err := history.SkipEvent(ctx, st, name, id, o.reason)
 	if err != nil {
 		return err
 	}
@@ -236,14 +236,14 @@ func (o *skipOpts) Run(ctx context.Context, e *env) error {
 
 // skipReasonFlag is the --reason of skip and skip-head.
 func skipReasonFlag() cli.Flag {
-	return &cli.StringFlag{Name: "reason", Value: relay.DefaultSkipReason,
-		Usage: fmt.Sprintf("why, kept with the dead letter: one line, at most %d characters (blank: the default)", relay.MaxSkipReason)}
+	return &cli.StringFlag{Name: "reason", Value: history.DefaultSkipReason,
+		Usage: fmt.Sprintf("why, kept with the dead letter: one line, at most %d characters (blank: the default)", history.MaxSkipReason)}
 }
 
 // skipReason is the --reason of skip and skip-head as relay keeps it
 // (relay.SkipReason), or a usage error.
 func skipReason(reason string) (string, error) {
-	why, err := relay.SkipReason(reason)
+	why, err := history.SkipReason(reason)
 	if err != nil {
 		return "", usagef("--reason: %v", err)
 	}

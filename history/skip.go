@@ -1,4 +1,4 @@
-package relay
+package history
 
 import (
 	"cmp"
@@ -134,8 +134,8 @@ func Heads(ctx context.Context, s *destination.Store, name string) ([]Head, erro
 			return nil, err
 		}
 		h := Head{Partition: i, Seq: seq, EventID: ev.ID, Key: ev.Key}
-		if l, _, err := readAttemptLog(ctx, attempts, historyKeyOf(name, ev.ID)); err == nil {
-			h.Attempts, h.Skip = l.Made, l.skipAt(ev.Seq, ev.Origin)
+		if l, _, err := Read(ctx, attempts, Key(name, ev.ID)); err == nil {
+			h.Attempts, h.Skip = l.Made, l.SkipAt(ev.Seq, ev.Origin)
 			h.LastAttempt, h.LastError, h.LastURL = l.last()
 		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return nil, fmt.Errorf("read attempts of event %d: %w", seq, err)
@@ -171,7 +171,7 @@ func SkipHead(ctx context.Context, s *destination.Store, name string, seq uint64
 	if h.Seq == 0 {
 		return Head{}, fmt.Errorf("event %d of %s: %w ('relay dest heads %s' lists them)", seq, name, ErrNotAHead, name)
 	}
-	l, err := markSkip(ctx, s, historyKeyOf(name, h.EventID), func(l *attemptLog) error {
+	l, err := markSkip(ctx, s, Key(name, h.EventID), func(l *Log) error {
 		l.Skip, l.SkipSeq = why, seq
 		return nil
 	})
@@ -196,7 +196,7 @@ const headPoll = 100 * time.Millisecond
 // partition's consumer has acknowledged it (ack floor at or past h.Seq).
 // It returns whether the head left and, if it did, its dead letter (nil
 // when it left delivered): the letter of h.Seq that died after the head's
-// last attempt, by relay's clock, less a second for this machine's. A head
+// Last attempt, by relay's clock, less a second for this machine's. A head
 // still there after wait is no error (left false); ctx ending is.
 func WaitHeadLeft(ctx context.Context, s *destination.Store, name string, h Head, wait time.Duration) (left bool, letter *dlq.Letter, err error) {
 	wctx, cancel := context.WithTimeout(ctx, wait)
@@ -243,12 +243,12 @@ func WaitHeadLeft(ctx context.Context, s *destination.Store, name string, h Head
 // with a compare-and-set, again when an attempt was recorded meanwhile.
 // mark edits the record as read, or refuses it with an error. It returns
 // the record as written; jetstream.ErrKeyNotFound when there is none.
-func markSkip(ctx context.Context, s *destination.Store, key string, mark func(*attemptLog) error) (attemptLog, error) {
+func markSkip(ctx context.Context, s *destination.Store, key string, mark func(*Log) error) (Log, error) {
 	attempts, err := s.JetStream().KeyValue(ctx, stream.AttemptsBucket)
 	if err != nil {
-		return attemptLog{}, fmt.Errorf("open bucket %s: %w", stream.AttemptsBucket, err)
+		return Log{}, fmt.Errorf("open bucket %s: %w", stream.AttemptsBucket, err)
 	}
-	return changeLog(ctx, attempts, key, false, 10, func(l *attemptLog, _ bool) error { return mark(l) })
+	return Change(ctx, attempts, key, false, 10, func(l *Log, _ bool) error { return mark(l) })
 }
 
 // Retrying is an event with failed attempts on record, waiting for its next
@@ -275,7 +275,7 @@ type Retrying struct {
 // retryingOf describes the event of attempt record l. A skip mark shows
 // only while it applies to the event's last failed delivery (not when it
 // was left behind for a replay of the same id).
-func retryingOf(l attemptLog) Retrying {
+func retryingOf(l Log) Retrying {
 	seq := ackSeq(l.Reply)
 	r := Retrying{EventID: l.Event, Seq: seq, Attempts: l.Made, Origin: l.Origin}
 	if l.SkipSeq == seq || l.SkipOrigin != 0 && l.SkipOrigin == l.Origin {
@@ -318,7 +318,7 @@ func ListRetrying(ctx context.Context, s *destination.Store, name string, limit 
 				done = true
 				break
 			}
-			var l attemptLog
+			var l Log
 			_ = json.Unmarshal(e.Value(), &l)
 			byKey[e.Key()] = retryingOf(l)
 		case <-ctx.Done():
@@ -363,7 +363,7 @@ func SkipEvent(ctx context.Context, s *destination.Store, name, id, why string) 
 	if d.Ordered {
 		return Retrying{}, &kindError{msg: fmt.Sprintf("destination %s is ordered: its events in retry are the heads of their partitions ('relay dest heads %s', 'relay dest skip-head')", name, name), kind: ErrOrdered}
 	}
-	l, err := markSkip(ctx, s, historyKeyOf(name, id), func(l *attemptLog) error {
+	l, err := markSkip(ctx, s, Key(name, id), func(l *Log) error {
 		seq := ackSeq(l.Reply)
 		if seq == 0 {
 			// No delivery recorded: nothing says where it waits.

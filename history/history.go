@@ -1,4 +1,8 @@
-package relay
+// Package history keeps what relay knows of each event in retry (its
+// failed attempts, the attempts counted, where it was parked) in the
+// relay_attempts bucket, and the operator's marks on it: skipping the head
+// of an ordered partition or an event in retry.
+package history
 
 import (
 	"context"
@@ -13,16 +17,16 @@ import (
 	"github.com/relaydev/relay/dlq"
 )
 
-// historyKeyOf is the key of the attempt log of event id of destination
+// Key is the key of the attempt log of event id of destination
 // dest in the relay_attempts bucket.
-func historyKeyOf(dest, id string) string {
+func Key(dest, id string) string {
 	sum := sha256.Sum256([]byte(id))
 	return dest + "." + hex.EncodeToString(sum[:16])
 }
 
-// attemptLog is what relay keeps about an event in retry: its failed
+// Log is what relay keeps about an event in retry: its failed
 // attempts (the history, trimmed) and how many attempts counted so far.
-type attemptLog struct {
+type Log struct {
 	// Event is the event's id (the key is a hash of it).
 	Event    string        `json:"event,omitempty"`
 	Attempts []dlq.Attempt `json:"attempts,omitempty"`
@@ -56,18 +60,18 @@ type attemptLog struct {
 	Parking uint64 `json:"parking,omitempty"`
 }
 
-// skipAt is the operator's reason to skip the event's message at stream
+// SkipAt is the operator's reason to skip the event's message at stream
 // sequence seq, first come in as origin, if l marks it.
-func (l attemptLog) skipAt(seq, origin uint64) string {
+func (l Log) SkipAt(seq, origin uint64) string {
 	if l.Skip != "" && (l.SkipSeq == seq || l.SkipOrigin != 0 && l.SkipOrigin == origin) {
 		return l.Skip
 	}
 	return ""
 }
 
-// last is when the last recorded attempt was made, how it failed, and the
+// Last is when the last recorded attempt was made, how it failed, and the
 // index of the URL of the destination's pool it went to (nil without a pool).
-func (l attemptLog) last() (time.Time, string, *int) {
+func (l Log) last() (time.Time, string, *int) {
 	if len(l.Attempts) == 0 {
 		return time.Time{}, "", nil
 	}
@@ -81,24 +85,24 @@ func (l attemptLog) last() (time.Time, string, *int) {
 	return a.At, fmt.Sprintf("status %d: %s", a.Status, a.Error), a.URL
 }
 
-// readAttemptLog reads the attempt log stored under key in the
+// Read reads the attempt log stored under key in the
 // relay_attempts bucket kv, and its revision (for a compare-and-set). A log
 // stored corrupt reads as empty.
-func readAttemptLog(ctx context.Context, kv jetstream.KeyValue, key string) (attemptLog, uint64, error) {
+func Read(ctx context.Context, kv jetstream.KeyValue, key string) (Log, uint64, error) {
 	e, err := kv.Get(ctx, key)
 	if err != nil {
-		return attemptLog{}, 0, err
+		return Log{}, 0, err
 	}
-	var l attemptLog
+	var l Log
 	_ = json.Unmarshal(e.Value(), &l)
 	return l, e.Revision(), nil
 }
 
 // errLogRaced: other writers changed the attempt log under every try of
 // changeLog.
-var errLogRaced = errors.New("it is being retried concurrently; try again")
+var ErrRaced = errors.New("it is being retried concurrently; try again")
 
-// changeLog applies change to the attempt log stored under key in kv, as a
+// Change applies change to the attempt log stored under key in kv, as a
 // compare-and-set: an operator's mark or another replica's attempt written
 // meanwhile is never lost, and the change is tried again on the new log, up
 // to tries times. found tells change whether there was a log. With create,
@@ -107,18 +111,18 @@ var errLogRaced = errors.New("it is being retried concurrently; try again")
 // none, never overwritten, since a write without its revision would replace
 // the history, the count and an operator's mark with this change alone.
 // Without create, a missing or unreadable log is an error.
-func changeLog(ctx context.Context, kv jetstream.KeyValue, key string, create bool, tries int, change func(l *attemptLog, found bool) error) (attemptLog, error) {
+func Change(ctx context.Context, kv jetstream.KeyValue, key string, create bool, tries int, change func(l *Log, found bool) error) (Log, error) {
 	for range tries {
-		l, rev, rerr := readAttemptLog(ctx, kv, key)
+		l, rev, rerr := Read(ctx, kv, key)
 		found := rerr == nil
 		if !found && !create {
-			return attemptLog{}, rerr
+			return Log{}, rerr
 		}
 		if !found {
-			l = attemptLog{}
+			l = Log{}
 		}
 		if err := change(&l, found); err != nil {
-			return attemptLog{}, err
+			return Log{}, err
 		}
 		b, _ := json.Marshal(l)
 		var err error
@@ -131,10 +135,32 @@ func changeLog(ctx context.Context, kv jetstream.KeyValue, key string, create bo
 		case err == nil:
 			return l, nil
 		case !errors.Is(err, jetstream.ErrKeyExists):
-			return attemptLog{}, err // failed for another reason than a race
+			return Log{}, err // failed for another reason than a race
 		case !found && !errors.Is(rerr, jetstream.ErrKeyNotFound):
-			return attemptLog{}, rerr // there is a log that cannot be read: leave it
+			return Log{}, rerr // there is a log that cannot be read: leave it
 		}
 	}
-	return attemptLog{}, errLogRaced
+	return Log{}, ErrRaced
 }
+
+// ParkedAlready reports whether l says the event's message at seq (first
+// come in as origin) was handed to Redis: it is a message of the event l records, at or below the last sequence parked, or
+// below the last one relay began to park (a message of the event that
+// came after ev is its copy). Its copy carries on; this message only came
+// back because its ack was lost.
+func (l Log) ParkedAlready(seq, origin uint64) bool {
+	return origin == l.Origin && (seq <= l.Parked || seq < l.Parking)
+}
+
+// ParkInDoubt reports whether l says relay began to park the message at
+// seq itself and
+// never recorded that Redis took it: a crash came between, before or after
+// the entry was written. Whether ev has a copy must be found out
+// (Relay.findPark) before it is attempted.
+func (l Log) ParkInDoubt(seq, origin uint64) bool {
+	return origin == l.Origin && seq == l.Parking && l.Parked < l.Parking
+}
+
+// HandedOn is the last sequence of the event l records that relay parked,
+// or began to park (0: none).
+func (l Log) HandedOn() uint64 { return max(l.Parked, l.Parking) }
