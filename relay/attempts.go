@@ -447,7 +447,7 @@ func (v EventView) MarshalJSON() ([]byte, error) {
 // not (another attempt follows it).
 func decisive(outcome string) (string, bool) {
 	switch outcome {
-	case Leave.String(), HandBack.String():
+	case OutcomeLeft, OutcomeHandedBack:
 		return "", false
 	}
 	return stateOf(outcome), true
@@ -455,13 +455,13 @@ func decisive(outcome string) (string, bool) {
 
 func stateOf(outcome string) string {
 	switch outcome {
-	case Ack.String():
+	case OutcomeDelivered:
 		return StateDelivered
-	case Retry.String():
+	case OutcomeRetry:
 		return StateRetrying
-	case DeadLetter.String():
+	case OutcomeDeadLetter:
 		return StateDead
-	case AckFiltered.String():
+	case OutcomeFiltered:
 		return StateFilteredOut
 	}
 	return outcome

@@ -2,20 +2,18 @@ package relay
 
 import (
 	"cmp"
-	"errors"
+	"crypto/rand"
 	"log/slog"
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaydev/relay/destination"
-	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/quiet"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -67,8 +65,26 @@ type AttemptRecord struct {
 	DestsMore int      `json:"dests_more,omitempty"`
 }
 
-// Outcomes of AttemptRecord besides Action.String's.
-const outcomeRouted = "routed"
+// The outcomes of an AttemptRecord (relay's Action.String gives the first
+// six).
+const (
+	OutcomeDelivered  = "delivered"
+	OutcomeRetry      = "retry"
+	OutcomeDeadLetter = "dead_letter"
+	OutcomeHandedBack = "handed_back"
+	OutcomeLeft       = "left"
+	OutcomeFiltered   = "filtered"
+	outcomeRouted     = "routed"
+)
+
+// Losses counts the records a log writer lost (relay's metrics do).
+type Losses interface {
+	// LogLost counts n records not written: dropped (the queue was full)
+	// or failed (JetStream did not store them).
+	LogLost(n int, dropped bool)
+	// LogIndexLost counts an index batch not stored.
+	LogIndexLost()
+}
 
 // maxRoutedDests bounds the subscribers a routing record names.
 const maxRoutedDests = 1000
@@ -96,14 +112,14 @@ const (
 type logWriter struct {
 	js      jetstream.JetStream
 	log     *slog.Logger
-	metrics *Metrics
+	metrics Losses
 	q       chan AttemptRecord
 	done    chan struct{}
 	// redacted caches RedactURL per URL (few distinct URLs, one per
 	// attempt).
 	redacted map[string]string
 	// warn keeps "cannot write the delivery log" to a line a minute.
-	warn quiet
+	warn quiet.Limiter
 	now  func() time.Time
 
 	// Owned by run.
@@ -157,9 +173,9 @@ const (
 
 // newLogWriter returns a writer of the delivery log on nc; Relay.Run runs
 // it.
-func newLogWriter(nc *nats.Conn, log *slog.Logger, m *Metrics, now func() time.Time) (*logWriter, error) {
+func newLogWriter(nc *nats.Conn, log *slog.Logger, m Losses, now func() time.Time) (*logWriter, error) {
 	w := &logWriter{log: log, metrics: m, q: make(chan AttemptRecord, logQueue), done: make(chan struct{}), redacted: map[string]string{}, now: now,
-		batches: map[string]*logBatch{}, index: map[string]*logBatch{}, batchID: "log-" + NewEventID()[4:] + "-"}
+		batches: map[string]*logBatch{}, index: map[string]*logBatch{}, batchID: "log-" + rand.Text() + "-"}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096), jetstream.WithPublishAsyncTimeout(10*time.Second))
 	if err != nil {
 		return nil, err
@@ -180,8 +196,8 @@ func (w *logWriter) add(rec AttemptRecord) {
 // lost counts n records lost: dropped before they were written, or not
 // stored.
 func (w *logWriter) lost(n int, dropped bool, err error) {
-	w.metrics.logLost(n, dropped)
-	if ok, held := w.warn.allow("", w.now()); ok {
+	w.metrics.LogLost(n, dropped)
+	if ok, held := w.warn.Allow("", w.now()); ok {
 		if dropped {
 			w.log.Warn("delivery log falling behind: records dropped (relay_attempt_log_dropped_total counts them)", "also_since_last_warning", held)
 		} else {
@@ -290,7 +306,7 @@ func (w *logWriter) flush() {
 	for subject, b := range w.index {
 		f, err := w.js.PublishMsgAsync(&nats.Msg{Subject: subject, Data: b.buf})
 		if err != nil {
-			w.metrics.logIndexLost()
+			w.metrics.LogIndexLost()
 		} else {
 			w.indexed = append(w.indexed, pendingBatch{f: f, n: len(b.ids)})
 		}
@@ -388,7 +404,7 @@ func (w *logWriter) collectIndexed(deadline time.Time) {
 		case !ok:
 			keep = append(keep, p)
 		case err != nil:
-			w.metrics.logIndexLost()
+			w.metrics.LogIndexLost()
 		}
 	}
 	clear(w.indexed[len(keep):])
@@ -422,99 +438,6 @@ func (w *logWriter) close(timeout time.Duration) {
 	}
 }
 
-// recordOutcome adds out, the outcome of ev's delivery, to the delivery
-// log (when relay keeps one): an attempt whatever came of it, or an event
-// settled without one.
-func (r *Relay) recordOutcome(ev *event, d destination.Destination, out *Outcome, sent bool) {
-	if r.logw == nil {
-		return
-	}
-	switch out.Decision.Action {
-	case Ack, Retry, Park, DeadLetter, AckFiltered:
-	case Leave, HandBack:
-		// An attempt outlived AckWait (left to the replica that has the
-		// event now) or was cut short by a stop (handed back): the
-		// destination may have had it, so it is recorded; it does not
-		// decide the event's state (stateOf).
-		if !sent {
-			return
-		}
-	default:
-		return
-	}
-	if out.Err != nil && out.Decision.Action != DeadLetter && !sent {
-		// Not carried out: the event comes back and the log records what
-		// happens then. (A dead letter that failed for good is recorded,
-		// and so is an attempt made: the destination had it.)
-		return
-	}
-	res := out.Result
-	rec := AttemptRecord{
-		EventID:  ev.id,
-		Type:     ev.hdr.Get(stream.HdrType),
-		Key:      ev.key,
-		Dest:     ev.dest,
-		Outcome:  out.Decision.Action.String(),
-		At:       r.cfg.Now().UTC(),
-		Class:    stream.LogClass(sent, res.Status),
-		Status:   res.Status,
-		EventSeq: ev.origin,
-	}
-	if sent {
-		rec.Attempt = out.Attempt
-		rec.At = rec.At.Add(-res.Duration)
-		rec.DurationMS = float64(res.Duration.Microseconds()) / 1000
-		rec.URL = d.URL
-		if res.Pooled {
-			if pool := d.Pool(); res.URL < len(pool) {
-				rec.URL = pool[res.URL]
-			}
-		}
-	}
-	switch {
-	case res.Err != nil:
-		rec.Error = res.Err.Error()
-	case res.Snippet != "" && len(res.Body) == 0:
-		rec.Error = res.Snippet
-	}
-	if len(res.Headers) > 0 {
-		rec.ResponseHeaders = make(map[string]string, len(res.Headers)/2)
-		for i := 0; i+1 < len(res.Headers); i += 2 {
-			rec.ResponseHeaders[res.Headers[i]] = res.Headers[i+1]
-		}
-	}
-	if len(res.Body) > 0 {
-		rec.ResponseBody = strings.ToValidUTF8(string(res.Body), string(utf8.RuneError))
-	}
-	switch out.Decision.Action {
-	case Retry, Park:
-		rec.RetryInMS, rec.Parked = out.Decision.Delay.Milliseconds(), out.Parked
-	case DeadLetter:
-		rec.Reason = out.Decision.Reason
-		switch {
-		case errors.Is(out.Err, dlq.ErrPermanent):
-			rec.Reason = ReasonDeadLetterFailed
-		case out.Err != nil:
-			// The dead letter was not written this time: the event comes
-			// back (deadLetter's nak) and is dead-lettered then.
-			rec.Outcome, rec.Reason, rec.RetryInMS = Retry.String(), "", deadLetterRetry.Milliseconds()
-		}
-	}
-	r.logw.add(rec)
-}
-
-// recordRouting adds a typed event's routing, confirmed, to the delivery
-// log.
-func (r *Relay) recordRouting(p routed) {
-	if r.logw == nil || p.ev.ID == "" {
-		return // off, or not a typed event
-	}
-	ev, dests := p.ev, p.dests
-	rec := AttemptRecord{EventID: ev.ID, Type: ev.Type, Key: ev.Key, Outcome: outcomeRouted, At: ev.Stored.UTC(), Class: stream.ClassNone, EventSeq: ev.Seq}
-	if len(dests) > maxRoutedDests {
-		rec.DestsMore = len(dests) - maxRoutedDests
-		dests = dests[:maxRoutedDests]
-	}
-	rec.Dests = dests
-	r.logw.add(rec)
-}
+// LoggedResponseHeaders are the response headers the delivery log keeps:
+// those that tell what the destination made of a request.
+var LoggedResponseHeaders = []string{"Content-Type", "Content-Length", "Location", "Retry-After", "Request-Id", "X-Request-Id", "X-Correlation-Id"}

@@ -51,7 +51,7 @@ func (r *Relay) eventOf(msg message) (event, error) {
 	}
 	ev, unsealed, err := newEvent(msg.Subject(), info, msg.Data(), msg.Headers(), r.seal)
 	if unsealed != nil && err == nil {
-		if ok, held := r.unsealedWarn.allow(ev.dest, r.cfg.Now()); ok {
+		if ok, held := r.unsealedWarn.Allow(ev.dest, r.cfg.Now()); ok {
 			r.log.Warn("relay's headers on an event relay did not publish were dropped: a producer may not set them (see docs/security.md#producers-and-relays-headers)",
 				"dest", ev.dest, "event_id", ev.id, "seq", ev.seq, "headers", unsealed, "held_back", held)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/internal/quiet"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -24,7 +25,7 @@ func TestEventOfDropsAProducersRelayHeaders(t *testing.T) {
 	seal, err := stream.NewSeal(bytes.Repeat([]byte{7}, stream.MinSealKey))
 	require.NoError(t, err)
 	r := &Relay{seal: seal, log: slog.New(slog.NewTextHandler(&logs, nil)), cfg: Config{Now: func() time.Time { return now }},
-		unsealedWarn: quiet{interval: time.Minute}}
+		unsealedWarn: quiet.Limiter{Interval: time.Minute}}
 	reply := "$JS.ACK._.ACCHASH.RELAY_EVENTS.relay_orders.1.123456.120000.1764500000123456789.42.tok"
 	forged := benchMsg{subject: "relay.in.orders", reply: reply, hdr: nats.Header{
 		stream.HdrMsgID: {"evt-1"}, stream.HdrAttempt: {"999999"}, stream.HdrOrigin: {"3"},

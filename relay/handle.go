@@ -414,7 +414,7 @@ func (r *Relay) act(ctx context.Context, msg delivered, ev event, attempt int, m
 				perr = err
 				r.unpark(ctx, ev)
 			}
-			if ok, held := r.parkWarn.allow(ev.dest, r.cfg.Now()); ok {
+			if ok, held := r.parkWarn.Allow(ev.dest, r.cfg.Now()); ok {
 				r.log.Warn("cannot park the event in Redis; it waits in JetStream instead", "dest", ev.dest, "event_id", ev.id, "err", perr, "also_since_last_warning", held)
 			}
 			out.Decision.Action = Retry

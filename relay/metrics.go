@@ -130,9 +130,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// logLost counts n delivery-log records lost: dropped before they were
+// LogLost counts n delivery-log records lost: dropped before they were
 // written, or not stored.
-func (m *Metrics) logLost(n int, dropped bool) {
+func (m *Metrics) LogLost(n int, dropped bool) {
 	switch {
 	case m == nil:
 	case dropped:
@@ -142,8 +142,8 @@ func (m *Metrics) logLost(n int, dropped bool) {
 	}
 }
 
-// logIndexLost counts a batch of the delivery log's index not stored.
-func (m *Metrics) logIndexLost() {
+// LogIndexLost counts a batch of the delivery log's index not stored.
+func (m *Metrics) LogIndexLost() {
 	if m != nil {
 		m.logIndexFailed.Inc()
 	}

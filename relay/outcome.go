@@ -120,21 +120,21 @@ const (
 func (a Action) String() string {
 	switch a {
 	case Ack:
-		return "delivered"
+		return OutcomeDelivered
 	case Retry, Park:
-		return "retry"
+		return OutcomeRetry
 	case DeadLetter:
-		return "dead_letter"
+		return OutcomeDeadLetter
 	case HandBack:
-		return "handed_back"
+		return OutcomeHandedBack
 	case AckSettled:
 		return "settled_before"
 	case Leave:
-		return "left"
+		return OutcomeLeft
 	case Terminate:
 		return "terminated"
 	case AckFiltered:
-		return "filtered"
+		return OutcomeFiltered
 	case WaitRate:
 		return "wait_rate"
 	case ReadLog:

@@ -23,6 +23,7 @@ import (
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/egress"
+	"github.com/relaydev/relay/internal/quiet"
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/stream"
 )
@@ -234,7 +235,7 @@ type Relay struct {
 	seal *stream.Seal
 	// unsealedWarn keeps "relay headers dropped" to a line per
 	// destination a minute.
-	unsealedWarn quiet
+	unsealedWarn quiet.Limiter
 	// retryAtStart are the attempt-log keys of the events in retry when
 	// Run started (see inRetryAtStart). Not changed after that.
 	retryAtStart map[string]struct{}
@@ -262,7 +263,7 @@ type Relay struct {
 	queues atomic.Int64
 	// laneWarn keeps "cannot open the lane" to a line per destination a
 	// minute.
-	laneWarn quiet
+	laneWarn quiet.Limiter
 	// unserved are the destinations whose consumers the server refused
 	// for the stream's consumer limit, with its answer (under mu).
 	unserved map[string]error
@@ -271,14 +272,14 @@ type Relay struct {
 	running atomic.Bool
 	// limitWarn keeps the consumer-limit error to one line per
 	// destination a minute (reconcile retries every reconcileEvery).
-	limitWarn quiet
+	limitWarn quiet.Limiter
 
 	breakers breakers
 	pools    *urlPools
 	limits   limits
 	// parkWarn keeps "cannot park" to one warning per destination every
 	// 10s (relay_park_failures_total counts them all).
-	parkWarn quiet
+	parkWarn quiet.Limiter
 
 	signals testSignals
 	// opsLooks counts the operator-events job's looks at the backlogs
@@ -319,7 +320,7 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 	r := &Relay{
 		maxMsg:       maxMsg,
 		seal:         seal,
-		unsealedWarn: quiet{interval: time.Minute},
+		unsealedWarn: quiet.Limiter{Interval: time.Minute},
 		cfg:          cfg,
 		log:          cfg.Logger,
 		store:        st,
@@ -332,12 +333,12 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 		workers:      map[string]*worker{},
 		unserved:     map[string]error{},
 		sharedPaused: map[string]time.Time{},
-		limitWarn:    quiet{interval: time.Minute},
-		laneWarn:     quiet{interval: time.Minute},
+		limitWarn:    quiet.Limiter{Interval: time.Minute},
+		laneWarn:     quiet.Limiter{Interval: time.Minute},
 		breakers:     breakers{probing: map[string]bool{}, failures: map[string]int{}},
 		pools:        newURLPools(cfg.URLCooldown),
 		limits:       limits{byDest: map[string]*limit{}, replicas: 1},
-		parkWarn:     quiet{interval: 10 * time.Second},
+		parkWarn:     quiet.Limiter{Interval: 10 * time.Second},
 		tracer:       tracerOf(cfg.TracerProvider),
 	}
 	r.slots = destSlots{r: r, m: map[string]chan struct{}{}}
@@ -561,7 +562,7 @@ func (r *Relay) reconcile(ctx context.Context) {
 		wk, err := r.startWorker(ctx, d)
 		if destination.ConsumerLimitError(err) {
 			r.unserved[name] = err
-			if ok, _ := r.limitWarn.allow(name, time.Now()); ok {
+			if ok, _ := r.limitWarn.Allow(name, time.Now()); ok {
 				r.log.Error("cannot consume for destination: the events stream has reached its consumer limit; its events wait in the log. Raise 'relay run --max-consumers' or remove destinations no longer used",
 					"dest", name, "consumers_needed", d.ConsumerCount(), "err", err)
 			}
@@ -607,7 +608,7 @@ func (r *Relay) reconcileShared(ctx context.Context, want map[string]destination
 	}
 	wk, err := r.startShared(ctx, start)
 	if err != nil {
-		if ok, _ := r.limitWarn.allow(destination.SharedConsumer, time.Now()); ok {
+		if ok, _ := r.limitWarn.Allow(destination.SharedConsumer, time.Now()); ok {
 			r.log.Error("cannot consume for the shared destinations; retrying every 5s", "err", err)
 		}
 		return

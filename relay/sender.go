@@ -114,10 +114,6 @@ type Sender struct {
 	KeepHeaders bool
 }
 
-// LoggedResponseHeaders are the response headers the delivery log keeps:
-// those that tell what the destination made of a request.
-var LoggedResponseHeaders = []string{"Content-Type", "Content-Length", "Location", "Retry-After", "Request-Id", "X-Request-Id", "X-Correlation-Id"}
-
 func (s *Sender) transport() http.RoundTripper {
 	if s.Client != nil && s.Client.Transport != nil {
 		return s.Client.Transport

@@ -689,7 +689,7 @@ func (s *sharedLoop) openLane(d destination.Destination, q *destQueue) bool {
 	}
 	wk, err := s.r.startLane(s.laneCtx, d)
 	if err != nil {
-		if ok, _ := s.r.laneWarn.allow(d.Name, time.Now()); ok {
+		if ok, _ := s.r.laneWarn.Allow(d.Name, time.Now()); ok {
 			s.r.log.Warn("cannot open the destination's lane; its events wait in the shared consumer", "dest", d.Name, "err", err)
 		}
 		return false

@@ -1,4 +1,4 @@
-package relay
+package quiet
 
 import (
 	"testing"
@@ -6,7 +6,7 @@ import (
 )
 
 func TestQuietLetsOneWarningThroughPerInterval(t *testing.T) {
-	q := quiet{interval: 10 * time.Second}
+	q := Limiter{Interval: 10 * time.Second}
 	t0 := time.Unix(1000, 0)
 	for _, c := range []struct {
 		key     string
@@ -22,7 +22,7 @@ func TestQuietLetsOneWarningThroughPerInterval(t *testing.T) {
 		{"a", 11 * time.Second, false, 0},
 		{"a", 30 * time.Second, true, 1},
 	} {
-		ok, dropped := q.allow(c.key, t0.Add(c.at))
+		ok, dropped := q.Allow(c.key, t0.Add(c.at))
 		if ok != c.ok || dropped != c.dropped {
 			t.Errorf("%s at %s: %v, %d; want %v, %d", c.key, c.at, ok, dropped, c.ok, c.dropped)
 		}

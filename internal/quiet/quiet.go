@@ -1,30 +1,32 @@
-package relay
+// Package quiet keeps a warning that can come once per event to a line
+// per interval and key.
+package quiet
 
 import (
 	"sync"
 	"time"
 )
 
-// quiet lets a warning that can come once per event through once per
+// Limiter lets a warning that can come once per event through once per
 // interval and key, and counts the rest: while Redis cannot take parks,
 // every long wait would log one.
-type quiet struct {
-	interval time.Duration
+type Limiter struct {
+	Interval time.Duration
 
 	mu      sync.Mutex
 	last    map[string]time.Time
 	dropped map[string]int
 }
 
-// allow reports whether the warning for key may be logged at now, and how
+// Allow reports whether the warning for key may be logged at now, and how
 // many were held back since the last one that was.
-func (q *quiet) allow(key string, now time.Time) (bool, int) {
+func (q *Limiter) Allow(key string, now time.Time) (bool, int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.last == nil {
 		q.last, q.dropped = map[string]time.Time{}, map[string]int{}
 	}
-	if t, ok := q.last[key]; ok && now.Sub(t) < q.interval {
+	if t, ok := q.last[key]; ok && now.Sub(t) < q.Interval {
 		q.dropped[key]++
 		return false, 0
 	}

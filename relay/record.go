@@ -1,0 +1,108 @@
+package relay
+
+import (
+	"errors"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/relaydev/relay/destination"
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/stream"
+)
+
+// recordOutcome adds out, the outcome of ev's delivery, to the delivery
+// log (when relay keeps one): an attempt whatever came of it, or an event
+// settled without one.
+func (r *Relay) recordOutcome(ev *event, d destination.Destination, out *Outcome, sent bool) {
+	if r.logw == nil {
+		return
+	}
+	switch out.Decision.Action {
+	case Ack, Retry, Park, DeadLetter, AckFiltered:
+	case Leave, HandBack:
+		// An attempt outlived AckWait (left to the replica that has the
+		// event now) or was cut short by a stop (handed back): the
+		// destination may have had it, so it is recorded; it does not
+		// decide the event's state (stateOf).
+		if !sent {
+			return
+		}
+	default:
+		return
+	}
+	if out.Err != nil && out.Decision.Action != DeadLetter && !sent {
+		// Not carried out: the event comes back and the log records what
+		// happens then. (A dead letter that failed for good is recorded,
+		// and so is an attempt made: the destination had it.)
+		return
+	}
+	res := out.Result
+	rec := AttemptRecord{
+		EventID:  ev.id,
+		Type:     ev.hdr.Get(stream.HdrType),
+		Key:      ev.key,
+		Dest:     ev.dest,
+		Outcome:  out.Decision.Action.String(),
+		At:       r.cfg.Now().UTC(),
+		Class:    stream.LogClass(sent, res.Status),
+		Status:   res.Status,
+		EventSeq: ev.origin,
+	}
+	if sent {
+		rec.Attempt = out.Attempt
+		rec.At = rec.At.Add(-res.Duration)
+		rec.DurationMS = float64(res.Duration.Microseconds()) / 1000
+		rec.URL = d.URL
+		if res.Pooled {
+			if pool := d.Pool(); res.URL < len(pool) {
+				rec.URL = pool[res.URL]
+			}
+		}
+	}
+	switch {
+	case res.Err != nil:
+		rec.Error = res.Err.Error()
+	case res.Snippet != "" && len(res.Body) == 0:
+		rec.Error = res.Snippet
+	}
+	if len(res.Headers) > 0 {
+		rec.ResponseHeaders = make(map[string]string, len(res.Headers)/2)
+		for i := 0; i+1 < len(res.Headers); i += 2 {
+			rec.ResponseHeaders[res.Headers[i]] = res.Headers[i+1]
+		}
+	}
+	if len(res.Body) > 0 {
+		rec.ResponseBody = strings.ToValidUTF8(string(res.Body), string(utf8.RuneError))
+	}
+	switch out.Decision.Action {
+	case Retry, Park:
+		rec.RetryInMS, rec.Parked = out.Decision.Delay.Milliseconds(), out.Parked
+	case DeadLetter:
+		rec.Reason = out.Decision.Reason
+		switch {
+		case errors.Is(out.Err, dlq.ErrPermanent):
+			rec.Reason = ReasonDeadLetterFailed
+		case out.Err != nil:
+			// The dead letter was not written this time: the event comes
+			// back (deadLetter's nak) and is dead-lettered then.
+			rec.Outcome, rec.Reason, rec.RetryInMS = Retry.String(), "", deadLetterRetry.Milliseconds()
+		}
+	}
+	r.logw.add(rec)
+}
+
+// recordRouting adds a typed event's routing, confirmed, to the delivery
+// log.
+func (r *Relay) recordRouting(p routed) {
+	if r.logw == nil || p.ev.ID == "" {
+		return // off, or not a typed event
+	}
+	ev, dests := p.ev, p.dests
+	rec := AttemptRecord{EventID: ev.ID, Type: ev.Type, Key: ev.Key, Outcome: outcomeRouted, At: ev.Stored.UTC(), Class: stream.ClassNone, EventSeq: ev.Seq}
+	if len(dests) > maxRoutedDests {
+		rec.DestsMore = len(dests) - maxRoutedDests
+		dests = dests[:maxRoutedDests]
+	}
+	rec.Dests = dests
+	r.logw.add(rec)
+}
