@@ -8,17 +8,17 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaydev/relay/deliverylog"
 	"github.com/relaydev/relay/dlq"
-	"github.com/relaydev/relay/relay"
 )
 
 // eventBody answers an event's body, its exact bytes, while the events
 // stream keeps it (getEventBody).
 func (s *Server) eventBody(c *call) {
 	id := c.id
-	v, err := relay.LookupEvent(c.within(30*time.Second), s.cfg.JS, id)
+	v, err := deliverylog.LookupEvent(c.within(30*time.Second), s.cfg.JS, id)
 	switch {
-	case errors.Is(err, relay.ErrEventNotFound):
+	case errors.Is(err, deliverylog.ErrEventNotFound):
 		c.problem(http.StatusNotFound, "id", fmt.Sprintf("event %q: %v (not attempted yet, or recorded longer ago than the log keeps)", id, err))
 	case err != nil:
 		c.problem(http.StatusServiceUnavailable, "", "cannot read the delivery log now: "+err.Error())

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/deliverylog"
 )
 
 // queryParams checks that q holds no parameter but those allowed, each
@@ -51,7 +51,7 @@ func (s *Server) attempts(c *call) {
 	if !queryParams(c.w, q, "dest", "event", "status", "since", "until", "limit", "cursor") {
 		return
 	}
-	aq := relay.AttemptQuery{Dest: q.Get("dest"), EventID: q.Get("event"), Status: q.Get("status")}
+	aq := deliverylog.AttemptQuery{Dest: q.Get("dest"), EventID: q.Get("event"), Status: q.Get("status")}
 	var err error
 	if aq.Since, err = queryTime(q, "since"); err != nil {
 		c.problem(http.StatusBadRequest, "since", err.Error())
@@ -63,7 +63,7 @@ func (s *Server) attempts(c *call) {
 	}
 	if v := q.Get("limit"); v != "" {
 		if aq.Limit, err = strconv.Atoi(v); err != nil || aq.Limit < 1 {
-			c.problem(http.StatusBadRequest, "limit", fmt.Sprintf("%q: give a number from 1 to %d", v, relay.MaxAttemptLimit))
+			c.problem(http.StatusBadRequest, "limit", fmt.Sprintf("%q: give a number from 1 to %d", v, deliverylog.MaxAttemptLimit))
 			return
 		}
 	}
@@ -74,7 +74,7 @@ func (s *Server) attempts(c *call) {
 		}
 	}
 	if err := aq.Validate(); err != nil {
-		var qe *relay.QueryError
+		var qe *deliverylog.QueryError
 		if errors.As(err, &qe) {
 			c.problem(http.StatusBadRequest, qe.Field, qe.Err.Error())
 			return
@@ -82,7 +82,7 @@ func (s *Server) attempts(c *call) {
 		c.problem(http.StatusBadRequest, "", err.Error())
 		return
 	}
-	page, err := relay.ReadAttempts(c.within(30*time.Second), s.cfg.JS, aq)
+	page, err := deliverylog.ReadAttempts(c.within(30*time.Second), s.cfg.JS, aq)
 	if err != nil {
 		c.problem(http.StatusServiceUnavailable, "", "cannot read the delivery log now: "+err.Error())
 		return
@@ -97,9 +97,9 @@ func (s *Server) attempts(c *call) {
 // event answers GET /v1/events/{id}: the event and where its delivery to
 // each destination stands.
 func (s *Server) event(c *call) {
-	v, err := relay.LookupEvent(c.within(30*time.Second), s.cfg.JS, c.id)
+	v, err := deliverylog.LookupEvent(c.within(30*time.Second), s.cfg.JS, c.id)
 	switch {
-	case errors.Is(err, relay.ErrEventNotFound):
+	case errors.Is(err, deliverylog.ErrEventNotFound):
 		c.problem(http.StatusNotFound, "id", fmt.Sprintf("event %q: %v (not attempted yet, or recorded longer ago than the log keeps)", c.id, err))
 	case err != nil:
 		c.problem(http.StatusServiceUnavailable, "", "cannot read the delivery log now: "+err.Error())

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/deliverylog"
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
@@ -139,7 +140,7 @@ func TestDeliveryLogKeepsWithinItsSize(t *testing.T) {
 	eventually(t, 120*time.Second, func() bool { return rec.count(anyOutcome) == n }, "%d delivered (have %d)", n, rec.count(anyOutcome))
 	// The newest record is written: the one of the last event.
 	eventually(t, 30*time.Second, func() bool {
-		page, err := relay.ReadAttempts(context.Background(), e.js, relay.AttemptQuery{Limit: 1, EventID: last})
+		page, err := deliverylog.ReadAttempts(context.Background(), e.js, deliverylog.AttemptQuery{Limit: 1, EventID: last})
 		require.NoError(t, err)
 		return len(page.Attempts) == 1
 	}, "the last event's record written")
@@ -149,7 +150,7 @@ func TestDeliveryLogKeepsWithinItsSize(t *testing.T) {
 	require.NoError(t, err)
 	require.LessOrEqual(t, info.State.Bytes, uint64(1<<20), "within its cap")
 	require.Greater(t, info.State.FirstSeq, uint64(1), "the oldest records went")
-	page, err := relay.ReadAttempts(context.Background(), e.js, relay.AttemptQuery{Dest: "chatty", Limit: 1000})
+	page, err := deliverylog.ReadAttempts(context.Background(), e.js, deliverylog.AttemptQuery{Dest: "chatty", Limit: 1000})
 	require.NoError(t, err)
 	require.Less(t, len(page.Attempts), n, "not every record is kept")
 	for i := 1; i < len(page.Attempts); i++ {

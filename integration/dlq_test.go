@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/deliverylog"
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/relay"
@@ -133,7 +134,7 @@ func TestLogReplayRedeliversTheRange(t *testing.T) {
 	require.True(t, e.storedAt(early.Seq).Before(from), "the early event must be older than the range (same timestamp otherwise)")
 
 	var replayed []string
-	n, err := relay.ReplayLog(context.Background(), e.js, relay.LogReplay{Dest: "log", Since: from, Until: to}, false, func(ev relay.ReplayedEvent) error {
+	n, err := deliverylog.ReplayLog(context.Background(), e.js, deliverylog.LogReplay{Dest: "log", Since: from, Until: to}, false, func(ev deliverylog.ReplayedEvent) error {
 		replayed = append(replayed, ev.ID)
 		return nil
 	})
@@ -149,7 +150,7 @@ func TestLogReplayRedeliversTheRange(t *testing.T) {
 
 	// One key only.
 	var keyed []string
-	_, err = relay.ReplayLog(context.Background(), e.js, relay.LogReplay{Dest: "log", Key: "b", Since: from, Until: to}, true, func(ev relay.ReplayedEvent) error {
+	_, err = deliverylog.ReplayLog(context.Background(), e.js, deliverylog.LogReplay{Dest: "log", Key: "b", Since: from, Until: to}, true, func(ev deliverylog.ReplayedEvent) error {
 		keyed = append(keyed, ev.ID)
 		return nil
 	})
@@ -251,7 +252,7 @@ func TestEventWithAStatusHeaderAndNoBodyIsListedAndReplayed(t *testing.T) {
 	require.NoError(t, err)
 	eventually(t, 15*time.Second, func() bool { return s.delivered()["evt_odd"] == 1 }, "replayed from the dead letters and delivered")
 
-	n, err := relay.ReplayLog(ctx, e.js, relay.LogReplay{Dest: "odd", Since: from, Until: time.Now().Add(time.Second)}, false, nil)
+	n, err := deliverylog.ReplayLog(ctx, e.js, deliverylog.LogReplay{Dest: "odd", Since: from, Until: time.Now().Add(time.Second)}, false, nil)
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "the log has it once (the dead letter's replay is a copy relay made)")
 	eventually(t, 15*time.Second, func() bool { return s.delivered()["evt_odd"] == 2 }, "replayed from the log and delivered")

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/deliverylog"
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/stream/streamtest"
 )
@@ -141,13 +142,13 @@ func TestLogReplayEndsAtTheClocksNow(t *testing.T) {
 	require.NoError(t, err)
 	stored := raw.Time
 
-	r := LogReplay{Dest: "orders", Since: stored.Add(-time.Hour)}
-	n, err := replayLog(ctx, js, r, true, nil, func() time.Time { return stored })
+	r := deliverylog.LogReplay{Dest: "orders", Since: stored.Add(-time.Hour)}
+	n, err := deliverylog.ReplayAt(ctx, js, r, true, nil, func() time.Time { return stored })
 	require.NoError(t, err)
 	require.Zero(t, n, "stored at the clock's now: after the end")
 
 	var ids []string
-	n, err = replayLog(ctx, js, r, true, func(ev ReplayedEvent) error { ids = append(ids, ev.ID); return nil },
+	n, err = deliverylog.ReplayAt(ctx, js, r, true, func(ev deliverylog.ReplayedEvent) error { ids = append(ids, ev.ID); return nil },
 		func() time.Time { return stored.Add(time.Millisecond) })
 	require.NoError(t, err)
 	require.Equal(t, 1, n)

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/deliverylog"
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/egress"
@@ -111,11 +112,11 @@ func (f *logFixture) addDest(d destination.Destination) {
 }
 
 // waitLog waits until the delivery log answers q with n records.
-func (f *logFixture) waitLog(q AttemptQuery, n int) []AttemptRecord {
+func (f *logFixture) waitLog(q deliverylog.AttemptQuery, n int) []deliverylog.AttemptRecord {
 	f.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		page, err := ReadAttempts(context.Background(), f.srv.JS, q)
+		page, err := deliverylog.ReadAttempts(context.Background(), f.srv.JS, q)
 		require.NoError(f.t, err)
 		if len(page.Attempts) >= n {
 			require.Len(f.t, page.Attempts, n, "no more records than attempts")
@@ -158,12 +159,12 @@ func TestDeliveryLogRecordsEveryOutcome(t *testing.T) {
 	_, err = f.prod.Publish(ctx, Event{Dest: "gone", ID: "evt_gone", Data: []byte(`{}`)})
 	require.NoError(t, err)
 
-	ok := f.waitLog(AttemptQuery{Dest: "ok"}, 1)[0]
+	ok := f.waitLog(deliverylog.AttemptQuery{Dest: "ok"}, 1)[0]
 	require.Equal(t, "evt_typed", ok.EventID)
 	require.Equal(t, "order.created", ok.Type)
 	require.Equal(t, "cust-1", ok.Key)
 	require.Equal(t, 1, ok.Attempt)
-	require.Equal(t, StateDelivered, stateOf(ok.Outcome))
+	require.Equal(t, deliverylog.StateDelivered, deliverylog.StateOf(ok.Outcome))
 	require.Equal(t, 200, ok.Status)
 	require.Equal(t, stream.Class2xx, ok.Class)
 	require.Equal(t, `{"received":true}`, ok.ResponseBody)
@@ -171,7 +172,7 @@ func TestDeliveryLogRecordsEveryOutcome(t *testing.T) {
 	require.Equal(t, f.sink.URL+"/ok", ok.URL)
 	require.NotZero(t, ok.Seq)
 
-	flaky := f.waitLog(AttemptQuery{Dest: "flaky"}, 2)
+	flaky := f.waitLog(deliverylog.AttemptQuery{Dest: "flaky"}, 2)
 	require.Equal(t, []int{2, 1}, []int{flaky[0].Attempt, flaky[1].Attempt}, "newest first")
 	require.Equal(t, "retry", flaky[1].Outcome)
 	require.Equal(t, 503, flaky[1].Status)
@@ -179,37 +180,37 @@ func TestDeliveryLogRecordsEveryOutcome(t *testing.T) {
 	require.Positive(t, flaky[1].RetryInMS)
 	require.Equal(t, "delivered", flaky[0].Outcome)
 
-	gone := f.waitLog(AttemptQuery{Dest: "gone"}, 1)[0]
+	gone := f.waitLog(deliverylog.AttemptQuery{Dest: "gone"}, 1)[0]
 	require.Equal(t, "dead_letter", gone.Outcome)
 	require.Equal(t, ReasonPermanentStatus, gone.Reason)
 	require.Len(t, gone.ResponseBody, DefaultLogResponseBytes, "the body is kept up to the limit")
 
-	picky := f.waitLog(AttemptQuery{Dest: "picky"}, 1)[0]
+	picky := f.waitLog(deliverylog.AttemptQuery{Dest: "picky"}, 1)[0]
 	require.Equal(t, "filtered", picky.Outcome)
 	require.Equal(t, stream.ClassNone, picky.Class)
 	require.Zero(t, picky.Attempt)
 
 	// Filters.
-	require.Len(t, f.waitLog(AttemptQuery{Status: "5xx"}, 1), 1)
-	require.Len(t, f.waitLog(AttemptQuery{Status: "503"}, 1), 1)
-	require.Len(t, f.waitLog(AttemptQuery{Status: "4xx"}, 1), 1)
-	require.Len(t, f.waitLog(AttemptQuery{EventID: "evt_typed"}, 4), 4)
-	require.Len(t, f.waitLog(AttemptQuery{EventID: "evt_typed", Dest: "flaky", Status: "2xx"}, 1), 1)
-	all := f.waitLog(AttemptQuery{}, 5)
-	require.Len(t, f.waitLog(AttemptQuery{Since: t0}, 5), 5)
-	require.Len(t, f.waitLog(AttemptQuery{Since: t0, Until: time.Now()}, 5), 5)
-	none, err := ReadAttempts(ctx, f.srv.JS, AttemptQuery{Until: t0})
+	require.Len(t, f.waitLog(deliverylog.AttemptQuery{Status: "5xx"}, 1), 1)
+	require.Len(t, f.waitLog(deliverylog.AttemptQuery{Status: "503"}, 1), 1)
+	require.Len(t, f.waitLog(deliverylog.AttemptQuery{Status: "4xx"}, 1), 1)
+	require.Len(t, f.waitLog(deliverylog.AttemptQuery{EventID: "evt_typed"}, 4), 4)
+	require.Len(t, f.waitLog(deliverylog.AttemptQuery{EventID: "evt_typed", Dest: "flaky", Status: "2xx"}, 1), 1)
+	all := f.waitLog(deliverylog.AttemptQuery{}, 5)
+	require.Len(t, f.waitLog(deliverylog.AttemptQuery{Since: t0}, 5), 5)
+	require.Len(t, f.waitLog(deliverylog.AttemptQuery{Since: t0, Until: time.Now()}, 5), 5)
+	none, err := deliverylog.ReadAttempts(ctx, f.srv.JS, deliverylog.AttemptQuery{Until: t0})
 	require.NoError(t, err)
 	require.Empty(t, none.Attempts)
-	none, err = ReadAttempts(ctx, f.srv.JS, AttemptQuery{Since: time.Now()})
+	none, err = deliverylog.ReadAttempts(ctx, f.srv.JS, deliverylog.AttemptQuery{Since: time.Now()})
 	require.NoError(t, err)
 	require.Empty(t, none.Attempts)
 
 	// Pages: two at a time, newest first, each record once.
 	var seen []uint64
-	q := AttemptQuery{Limit: 2}
+	q := deliverylog.AttemptQuery{Limit: 2}
 	for {
-		page, err := ReadAttempts(ctx, f.srv.JS, q)
+		page, err := deliverylog.ReadAttempts(ctx, f.srv.JS, q)
 		require.NoError(t, err)
 		for _, a := range page.Attempts {
 			seen = append(seen, a.Seq)
@@ -225,7 +226,7 @@ func TestDeliveryLogRecordsEveryOutcome(t *testing.T) {
 	}
 	require.Equal(t, want, seen)
 
-	v, err := LookupEvent(ctx, f.srv.JS, "evt_typed")
+	v, err := deliverylog.LookupEvent(ctx, f.srv.JS, "evt_typed")
 	require.NoError(t, err)
 	require.True(t, v.Stored)
 	require.Equal(t, `{"total":5}`, string(v.Body))
@@ -235,13 +236,13 @@ func TestDeliveryLogRecordsEveryOutcome(t *testing.T) {
 	for _, d := range v.Destinations {
 		states[d.Dest] = d.State
 	}
-	require.Equal(t, map[string]string{"ok": StateDelivered, "flaky": StateDelivered, "picky": StateFilteredOut}, states)
+	require.Equal(t, map[string]string{"ok": deliverylog.StateDelivered, "flaky": deliverylog.StateDelivered, "picky": deliverylog.StateFilteredOut}, states)
 
-	v, err = LookupEvent(ctx, f.srv.JS, "evt_gone")
+	v, err = deliverylog.LookupEvent(ctx, f.srv.JS, "evt_gone")
 	require.NoError(t, err)
-	require.Equal(t, StateDead, v.Destinations[0].State)
-	_, err = LookupEvent(ctx, f.srv.JS, "evt_nobody")
-	require.ErrorIs(t, err, ErrEventNotFound)
+	require.Equal(t, deliverylog.StateDead, v.Destinations[0].State)
+	_, err = deliverylog.LookupEvent(ctx, f.srv.JS, "evt_nobody")
+	require.ErrorIs(t, err, deliverylog.ErrEventNotFound)
 }
 
 // TestDeliveryLogOffRecordsNothing: with the log off, nothing is written
@@ -272,21 +273,21 @@ func TestDeliveryLogOffRecordsNothing(t *testing.T) {
 
 func TestAttemptQueryValidate(t *testing.T) {
 	for _, c := range []struct {
-		q     AttemptQuery
+		q     deliverylog.AttemptQuery
 		field string
 	}{
-		{AttemptQuery{Status: "6xx"}, "status"},
-		{AttemptQuery{Status: "99"}, "status"},
-		{AttemptQuery{Dest: "Bad Name"}, "dest"},
-		{AttemptQuery{Limit: MaxAttemptLimit + 1}, "limit"},
-		{AttemptQuery{Since: time.Unix(100, 0), Until: time.Unix(50, 0)}, "until"},
+		{deliverylog.AttemptQuery{Status: "6xx"}, "status"},
+		{deliverylog.AttemptQuery{Status: "99"}, "status"},
+		{deliverylog.AttemptQuery{Dest: "Bad Name"}, "dest"},
+		{deliverylog.AttemptQuery{Limit: deliverylog.MaxAttemptLimit + 1}, "limit"},
+		{deliverylog.AttemptQuery{Since: time.Unix(100, 0), Until: time.Unix(50, 0)}, "until"},
 	} {
-		var qe *QueryError
+		var qe *deliverylog.QueryError
 		require.ErrorAs(t, c.q.Validate(), &qe, "%+v", c.q)
 		require.Equal(t, c.field, qe.Field)
 	}
 	for _, s := range []string{"", "2xx", "5XX", "error", "none", "503", "200"} {
-		require.NoError(t, AttemptQuery{Status: s}.Validate(), s)
+		require.NoError(t, deliverylog.AttemptQuery{Status: s}.Validate(), s)
 	}
 }
 
@@ -302,14 +303,14 @@ func TestDeliveryLogKeepsBatchesThatWereNotStored(t *testing.T) {
 	require.NoError(t, srv.JS.DeleteStream(ctx, stream.LogStream))
 	var out lockedBuffer
 	logger := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	w, err := newLogWriter(srv.JS.Conn(), logger, nil, time.Now)
+	w, err := deliverylog.NewWriter(srv.JS.Conn(), logger, nil, time.Now)
 	require.NoError(t, err)
-	go w.run()
-	t.Cleanup(func() { w.close(10 * time.Second) })
+	go w.Run()
+	t.Cleanup(func() { w.Close(10 * time.Second) })
 
 	ids := []string{"evt_a", "evt_b", "evt_c"}
 	for i, id := range ids {
-		w.add(AttemptRecord{EventID: id, Dest: "d" + strconv.Itoa(i%2), Attempt: 1, Outcome: "delivered", At: time.Now().UTC(), Class: "2xx", Status: 204})
+		w.Add(deliverylog.AttemptRecord{EventID: id, Dest: "d" + strconv.Itoa(i%2), Attempt: 1, Outcome: "delivered", At: time.Now().UTC(), Class: "2xx", Status: 204})
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(out.String(), "trying again") {
@@ -321,7 +322,7 @@ func TestDeliveryLogKeepsBatchesThatWereNotStored(t *testing.T) {
 	require.NoError(t, stream.Ensure(ctx, srv.JS, stream.Config{}))
 	for _, id := range ids {
 		for {
-			page, err := ReadAttempts(ctx, srv.JS, AttemptQuery{EventID: id})
+			page, err := deliverylog.ReadAttempts(ctx, srv.JS, deliverylog.AttemptQuery{EventID: id})
 			if err == nil && len(page.Attempts) > 0 {
 				require.Len(t, page.Attempts, 1, "%s recorded once", id)
 				require.Equal(t, 204, page.Attempts[0].Status)
@@ -345,17 +346,17 @@ func TestAttemptPagesGoPastAFullWindow(t *testing.T) {
 	require.NoError(t, err)
 	const n = 150
 	for i := range n {
-		rec, err := json.Marshal(AttemptRecord{EventID: fmt.Sprintf("evt_%d", i), Dest: "d", Attempt: 1, Outcome: "delivered", Status: 200, Class: stream.Class2xx, At: time.Now()})
+		rec, err := json.Marshal(deliverylog.AttemptRecord{EventID: fmt.Sprintf("evt_%d", i), Dest: "d", Attempt: 1, Outcome: "delivered", Status: 200, Class: stream.Class2xx, At: time.Now()})
 		require.NoError(t, err)
 		_, err = srv.JS.Publish(ctx, stream.LogSubject("d", stream.Class2xx), append(rec, '\n'))
 		require.NoError(t, err)
 	}
 	for _, limit := range []int{64, 50, 1, 150} {
 		var ids []string
-		q := AttemptQuery{Limit: limit}
+		q := deliverylog.AttemptQuery{Limit: limit}
 		for pages := 0; ; pages++ {
 			require.Less(t, pages, n+2, "limit %d: the pages do not end", limit)
-			page, err := ReadAttempts(ctx, srv.JS, q)
+			page, err := deliverylog.ReadAttempts(ctx, srv.JS, q)
 			require.NoError(t, err)
 			require.LessOrEqual(t, len(page.Attempts), limit)
 			for _, a := range page.Attempts {
@@ -383,7 +384,7 @@ func TestEventStateIsItsLatestAttempts(t *testing.T) {
 	_, err := New(ctx, Config{JS: srv.JS})
 	require.NoError(t, err)
 	t0 := time.Now().UTC()
-	store := func(recs ...AttemptRecord) {
+	store := func(recs ...deliverylog.AttemptRecord) {
 		for _, r := range recs {
 			b, err := json.Marshal(r)
 			require.NoError(t, err)
@@ -395,8 +396,8 @@ func TestEventStateIsItsLatestAttempts(t *testing.T) {
 			require.NoError(t, err)
 		}
 	}
-	rec := func(dest string, attempt int, outcome string, status int, after time.Duration) AttemptRecord {
-		return AttemptRecord{EventID: "evt_1", Dest: dest, Attempt: attempt, Outcome: outcome, Status: status,
+	rec := func(dest string, attempt int, outcome string, status int, after time.Duration) deliverylog.AttemptRecord {
+		return deliverylog.AttemptRecord{EventID: "evt_1", Dest: dest, Attempt: attempt, Outcome: outcome, Status: status,
 			Class: stream.LogClass(true, status), At: t0.Add(after), EventSeq: 1}
 	}
 	store(
@@ -405,13 +406,13 @@ func TestEventStateIsItsLatestAttempts(t *testing.T) {
 		rec("a", 3, "left", 200, 5*time.Second),
 		rec("b", 1, "left", 0, 0),
 	)
-	v, err := LookupEvent(ctx, srv.JS, "evt_1")
+	v, err := deliverylog.LookupEvent(ctx, srv.JS, "evt_1")
 	require.NoError(t, err)
 	states := map[string]string{}
 	for _, d := range v.Destinations {
 		states[d.Dest] = d.State
 	}
-	require.Equal(t, map[string]string{"a": StateDelivered, "b": StateRetrying}, states)
+	require.Equal(t, map[string]string{"a": deliverylog.StateDelivered, "b": deliverylog.StateRetrying}, states)
 }
 
 // TestDeadLetterNotWrittenIsRecordedAsARetry: an event whose dead letter
@@ -424,23 +425,23 @@ func TestDeadLetterNotWrittenIsRecordedAsARetry(t *testing.T) {
 	srv := streamtest.Start(t)
 	r, err := New(ctx, Config{JS: srv.JS})
 	require.NoError(t, err)
-	go r.logw.run()
-	defer r.logw.close(5 * time.Second)
+	go r.logw.Run()
+	defer r.logw.Close(5 * time.Second)
 	d := destination.Destination{Name: "d", URL: "https://example.com"}
 	dead := Decision{Action: DeadLetter, Reason: ReasonMaxAttempts}
 	r.recordOutcome(&event{id: "evt_again", dest: "d", hdr: nats.Header{}, origin: 1}, d,
 		&Outcome{Attempt: 3, Decision: dead, Result: Result{Status: 503}, Err: errors.New("nats: timeout")}, true)
 	r.recordOutcome(&event{id: "evt_never", dest: "d", hdr: nats.Header{}, origin: 2}, d,
 		&Outcome{Attempt: 3, Decision: dead, Result: Result{Status: 503}, Err: fmt.Errorf("too large: %w", dlq.ErrPermanent)}, true)
-	var page AttemptPage
+	var page deliverylog.AttemptPage
 	deadline := time.Now().Add(30 * time.Second)
 	for len(page.Attempts) < 2 {
 		require.False(t, time.Now().After(deadline), "the records were not written")
 		time.Sleep(20 * time.Millisecond)
-		page, err = ReadAttempts(ctx, srv.JS, AttemptQuery{Dest: "d"})
+		page, err = deliverylog.ReadAttempts(ctx, srv.JS, deliverylog.AttemptQuery{Dest: "d"})
 		require.NoError(t, err)
 	}
-	got := map[string]AttemptRecord{}
+	got := map[string]deliverylog.AttemptRecord{}
 	for _, a := range page.Attempts {
 		got[a.EventID] = a
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaydev/relay/deliverylog"
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 )
@@ -120,21 +121,21 @@ const (
 func (a Action) String() string {
 	switch a {
 	case Ack:
-		return OutcomeDelivered
+		return deliverylog.OutcomeDelivered
 	case Retry, Park:
-		return OutcomeRetry
+		return deliverylog.OutcomeRetry
 	case DeadLetter:
-		return OutcomeDeadLetter
+		return deliverylog.OutcomeDeadLetter
 	case HandBack:
-		return OutcomeHandedBack
+		return deliverylog.OutcomeHandedBack
 	case AckSettled:
 		return "settled_before"
 	case Leave:
-		return OutcomeLeft
+		return deliverylog.OutcomeLeft
 	case Terminate:
 		return "terminated"
 	case AckFiltered:
-		return OutcomeFiltered
+		return deliverylog.OutcomeFiltered
 	case WaitRate:
 		return "wait_rate"
 	case ReadLog:

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/relaydev/relay/deliverylog"
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/stream"
@@ -37,7 +38,7 @@ func (r *Relay) recordOutcome(ev *event, d destination.Destination, out *Outcome
 		return
 	}
 	res := out.Result
-	rec := AttemptRecord{
+	rec := deliverylog.AttemptRecord{
 		EventID:  ev.id,
 		Type:     ev.hdr.Get(stream.HdrType),
 		Key:      ev.key,
@@ -88,7 +89,7 @@ func (r *Relay) recordOutcome(ev *event, d destination.Destination, out *Outcome
 			rec.Outcome, rec.Reason, rec.RetryInMS = Retry.String(), "", deadLetterRetry.Milliseconds()
 		}
 	}
-	r.logw.add(rec)
+	r.logw.Add(rec)
 }
 
 // recordRouting adds a typed event's routing, confirmed, to the delivery
@@ -98,11 +99,11 @@ func (r *Relay) recordRouting(p routed) {
 		return // off, or not a typed event
 	}
 	ev, dests := p.ev, p.dests
-	rec := AttemptRecord{EventID: ev.ID, Type: ev.Type, Key: ev.Key, Outcome: outcomeRouted, At: ev.Stored.UTC(), Class: stream.ClassNone, EventSeq: ev.Seq}
-	if len(dests) > maxRoutedDests {
-		rec.DestsMore = len(dests) - maxRoutedDests
-		dests = dests[:maxRoutedDests]
+	rec := deliverylog.AttemptRecord{EventID: ev.ID, Type: ev.Type, Key: ev.Key, Outcome: deliverylog.OutcomeRouted, At: ev.Stored.UTC(), Class: stream.ClassNone, EventSeq: ev.Seq}
+	if len(dests) > deliverylog.MaxRoutedDests {
+		rec.DestsMore = len(dests) - deliverylog.MaxRoutedDests
+		dests = dests[:deliverylog.MaxRoutedDests]
 	}
 	rec.Dests = dests
-	r.logw.add(rec)
+	r.logw.Add(rec)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/relaydev/relay/deliverylog"
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/egress"
@@ -223,7 +224,7 @@ type Relay struct {
 	// tracer makes relay's spans (nil: no tracing).
 	tracer trace.Tracer
 	// logw writes the delivery log (nil: off).
-	logw  *logWriter
+	logw  *deliverylog.Writer
 	dests *destination.Watch
 	// ordered holds the partition marks of ordered destinations.
 	ordered jetstream.KeyValue
@@ -348,7 +349,7 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 		if _, err := cfg.JS.Stream(ctx, stream.LogStream); err != nil {
 			return nil, fmt.Errorf("open stream %s: %w", stream.LogStream, err)
 		}
-		if r.logw, err = newLogWriter(cfg.JS.Conn(), cfg.Logger, cfg.Metrics, cfg.Now); err != nil {
+		if r.logw, err = deliverylog.NewWriter(cfg.JS.Conn(), cfg.Logger, cfg.Metrics, cfg.Now); err != nil {
 			return nil, err
 		}
 	} else {
@@ -392,8 +393,8 @@ func (r *Relay) Run(ctx context.Context) error {
 		r.log.Warn("cannot list the events in retry; an event parked just before a crash of the NATS server may be delivered twice", "err", err)
 	}
 	if r.logw != nil {
-		go r.logw.run()
-		defer r.logw.close(logFinish + time.Second)
+		go r.logw.Run()
+		defer r.logw.Close(deliverylog.FinishTimeout + time.Second)
 	}
 	r.reconcile(ctx)
 

@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/relaydev/relay/deliverylog"
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/webhook"
@@ -222,7 +223,7 @@ func (s *Sender) Send(ctx context.Context, d destination.Destination, ev Deliver
 		res.Body = kept
 	}
 	if s.KeepHeaders {
-		for _, k := range LoggedResponseHeaders {
+		for _, k := range deliverylog.LoggedResponseHeaders {
 			if v := resp.Header[k]; len(v) > 0 {
 				res.Headers = append(res.Headers, k, v[0])
 			}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/deliverylog"
 )
 
 func attemptsCommand() *cli.Command {
@@ -32,7 +32,7 @@ dead-lettered without an attempt. The log keeps records for --attempt-retention
 			&cli.StringFlag{Name: "status", Usage: "only this status code (503) or class (2xx, 3xx, 4xx, 5xx, error: no response, none: no attempt)"},
 			&cli.StringFlag{Name: "since", Usage: "only those recorded at or after this time (RFC 3339, or a duration ago like 1h)"},
 			&cli.StringFlag{Name: "until", Usage: "only those recorded before this time (RFC 3339, or a duration ago)"},
-			&cli.IntFlag{Name: "limit", Value: 100, Usage: fmt.Sprintf("at most this many (1 to %d)", relay.MaxAttemptLimit)},
+			&cli.IntFlag{Name: "limit", Value: 100, Usage: fmt.Sprintf("at most this many (1 to %d)", deliverylog.MaxAttemptLimit)},
 			&cli.Uint64Flag{Name: "before", Usage: "only those older than this record (a seq from an earlier listing: the next page)"},
 			&cli.BoolFlag{Name: "json", Usage: "one JSON object per line"},
 		},
@@ -62,7 +62,7 @@ type attemptsOpts struct {
 	before                            uint64
 	json                              bool
 
-	q relay.AttemptQuery // Validate
+	q deliverylog.AttemptQuery // Validate
 }
 
 func readAttempts(c *cli.Context) *attemptsOpts {
@@ -75,9 +75,9 @@ func (o *attemptsOpts) Validate() error {
 		return err
 	}
 	if o.limit < 1 {
-		return usagef("--limit %d: give 1 to %d", o.limit, relay.MaxAttemptLimit)
+		return usagef("--limit %d: give 1 to %d", o.limit, deliverylog.MaxAttemptLimit)
 	}
-	o.q = relay.AttemptQuery{Dest: o.dest, EventID: o.event, Status: o.status, Limit: o.limit, Before: o.before}
+	o.q = deliverylog.AttemptQuery{Dest: o.dest, EventID: o.event, Status: o.status, Limit: o.limit, Before: o.before}
 	var err error
 	if o.q.Since, err = parseWhen("since", o.since); err != nil {
 		return err
@@ -86,7 +86,7 @@ func (o *attemptsOpts) Validate() error {
 		return err
 	}
 	if err := o.q.Validate(); err != nil {
-		var qe *relay.QueryError
+		var qe *deliverylog.QueryError
 		if errors.As(err, &qe) {
 			return usagef("--%s: %v", qe.Field, qe.Err)
 		}
@@ -101,7 +101,7 @@ func (o *attemptsOpts) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer cl.close()
-	page, err := relay.ReadAttempts(ctx, cl.js, o.q)
+	page, err := deliverylog.ReadAttempts(ctx, cl.js, o.q)
 	if err != nil {
 		return err
 	}
@@ -123,7 +123,7 @@ func (o *attemptsOpts) Run(ctx context.Context, e *env) error {
 }
 
 // printAttempts prints records as a table; withEvent adds the event id.
-func printAttempts(w io.Writer, recs []relay.AttemptRecord, withEvent bool) {
+func printAttempts(w io.Writer, recs []deliverylog.AttemptRecord, withEvent bool) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if withEvent {
 		fmt.Fprintln(tw, "SEQ\tAT\tDEST\tEVENT\tATTEMPT\tSTATUS\tDURATION\tOUTCOME\tDETAIL")
@@ -185,8 +185,8 @@ func (o *eventShowOpts) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer cl.close()
-	v, err := relay.LookupEvent(ctx, cl.js, o.id)
-	if errors.Is(err, relay.ErrEventNotFound) {
+	v, err := deliverylog.LookupEvent(ctx, cl.js, o.id)
+	if errors.Is(err, deliverylog.ErrEventNotFound) {
 		return fmt.Errorf("event %q: %w (not attempted yet, or recorded longer ago than the log keeps; see 'relay attempts')", o.id, err)
 	}
 	if err != nil {
@@ -230,7 +230,7 @@ func (o *eventShowOpts) Run(ctx context.Context, e *env) error {
 
 // writeEventJSON writes v, indented (relay.EventView.MarshalJSON says how
 // its body is written).
-func writeEventJSON(w io.Writer, v relay.EventView) error {
+func writeEventJSON(w io.Writer, v deliverylog.EventView) error {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")

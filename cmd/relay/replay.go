@@ -7,8 +7,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/relaydev/relay/deliverylog"
 	"github.com/relaydev/relay/opevent"
-	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -100,9 +100,9 @@ func (o *replayOpts) Run(ctx context.Context, e *env) error {
 	prog := newProgress(w, 0)
 	dups := 0
 	var last time.Time // when the last event replayed was stored
-	n, err := relay.ReplayLog(ctx, cl.js, relay.LogReplay{
+	n, err := deliverylog.ReplayLog(ctx, cl.js, deliverylog.LogReplay{
 		Dest: *o.dest, ToDest: o.toDest, Key: o.key, Type: o.typ, Since: o.from, Until: o.to,
-	}, dry, func(ev relay.ReplayedEvent) error {
+	}, dry, func(ev deliverylog.ReplayedEvent) error {
 		last = ev.Stored
 		switch {
 		case dry:

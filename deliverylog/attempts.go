@@ -1,4 +1,4 @@
-package relay
+package deliverylog
 
 import (
 	"bytes"
@@ -109,7 +109,7 @@ func ReadAttempts(ctx context.Context, js jetstream.JetStream, q AttemptQuery) (
 	}
 	class, code, _ := q.statusFilter()
 	match := func(r *AttemptRecord) bool {
-		return r.Outcome != outcomeRouted &&
+		return r.Outcome != OutcomeRouted &&
 			(q.Dest == "" || r.Dest == q.Dest) && (class == "" || r.Class == class) && (code == 0 || r.Status == code) &&
 			(q.EventID == "" || r.EventID == q.EventID) &&
 			(q.Since.IsZero() || !r.At.Before(q.Since)) && (q.Until.IsZero() || r.At.Before(q.Until)) &&
@@ -347,10 +347,10 @@ func LookupEvent(ctx context.Context, js jetstream.JetStream, id string) (EventV
 		return EventView{}, err
 	}
 	for _, rec := range recs {
-		if v.Seq == 0 || rec.Outcome == outcomeRouted {
+		if v.Seq == 0 || rec.Outcome == OutcomeRouted {
 			v.Seq, v.Type, v.Key = rec.EventSeq, rec.Type, rec.Key
 		}
-		if rec.Outcome == outcomeRouted {
+		if rec.Outcome == OutcomeRouted {
 			v.RoutedTo = rec.Dests
 			for _, d := range rec.Dests {
 				if _, ok := byDest[d]; !ok {
@@ -450,10 +450,10 @@ func decisive(outcome string) (string, bool) {
 	case OutcomeLeft, OutcomeHandedBack:
 		return "", false
 	}
-	return stateOf(outcome), true
+	return StateOf(outcome), true
 }
 
-func stateOf(outcome string) string {
+func StateOf(outcome string) string {
 	switch outcome {
 	case OutcomeDelivered:
 		return StateDelivered

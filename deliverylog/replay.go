@@ -1,4 +1,4 @@
-package relay
+package deliverylog
 
 import (
 	"context"
@@ -50,11 +50,11 @@ type ReplayedEvent struct {
 // duplicate window publishes nothing twice. fn, when set, is called per event;
 // dryRun only calls it.
 func ReplayLog(ctx context.Context, js jetstream.JetStream, r LogReplay, dryRun bool, fn func(ReplayedEvent) error) (int, error) {
-	return replayLog(ctx, js, r, dryRun, fn, time.Now)
+	return ReplayAt(ctx, js, r, dryRun, fn, time.Now)
 }
 
-// replayLog is ReplayLog with the clock that gives Until its default.
-func replayLog(ctx context.Context, js jetstream.JetStream, r LogReplay, dryRun bool, fn func(ReplayedEvent) error, now func() time.Time) (int, error) {
+// ReplayAt is ReplayLog with the clock that gives Until its default.
+func ReplayAt(ctx context.Context, js jetstream.JetStream, r LogReplay, dryRun bool, fn func(ReplayedEvent) error, now func() time.Time) (int, error) {
 	if err := stream.ValidateDestName(r.Dest); err != nil {
 		return 0, err
 	}

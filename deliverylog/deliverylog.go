@@ -1,4 +1,8 @@
-package relay
+// Package deliverylog is relay's delivery log: a record of every attempt
+// and of every event settled without one (stream.LogStream), written off
+// the delivery path in batches (Writer), read by destination, status and
+// time (ReadAttempts), by event (LookupEvent), and replayed (ReplayLog).
+package deliverylog
 
 import (
 	"cmp"
@@ -74,7 +78,7 @@ const (
 	OutcomeHandedBack = "handed_back"
 	OutcomeLeft       = "left"
 	OutcomeFiltered   = "filtered"
-	outcomeRouted     = "routed"
+	OutcomeRouted     = "routed"
 )
 
 // Losses counts the records a log writer lost (relay's metrics do).
@@ -86,8 +90,8 @@ type Losses interface {
 	LogIndexLost()
 }
 
-// maxRoutedDests bounds the subscribers a routing record names.
-const maxRoutedDests = 1000
+// MaxRoutedDests bounds the subscribers a routing record names.
+const MaxRoutedDests = 1000
 
 // logQueue is how many records a writer holds before it drops new ones:
 // deliveries never wait for the log.
@@ -101,7 +105,7 @@ const (
 	logBatchBytes = 256 << 10
 )
 
-// logWriter writes the delivery log, off the delivery path: records queue,
+// Writer writes the delivery log, off the delivery path: records queue,
 // and one goroutine encodes them into batches, a batch per destination and
 // status class (stream.LogSubject), which it publishes every logFlush or
 // when full, each acknowledged by JetStream asynchronously. Once a batch is
@@ -109,7 +113,7 @@ const (
 // with the batch's sequence. A message costs the NATS server about as much
 // as a small record's whole delivery (measured): batching is what keeps the
 // log's cost to a few per cent of throughput.
-type logWriter struct {
+type Writer struct {
 	js      jetstream.JetStream
 	log     *slog.Logger
 	metrics Losses
@@ -171,10 +175,10 @@ const (
 	logRetryBytes = 16 << 20
 )
 
-// newLogWriter returns a writer of the delivery log on nc; Relay.Run runs
+// NewWriter returns a writer of the delivery log on nc; Relay.Run runs
 // it.
-func newLogWriter(nc *nats.Conn, log *slog.Logger, m Losses, now func() time.Time) (*logWriter, error) {
-	w := &logWriter{log: log, metrics: m, q: make(chan AttemptRecord, logQueue), done: make(chan struct{}), redacted: map[string]string{}, now: now,
+func NewWriter(nc *nats.Conn, log *slog.Logger, m Losses, now func() time.Time) (*Writer, error) {
+	w := &Writer{log: log, metrics: m, q: make(chan AttemptRecord, logQueue), done: make(chan struct{}), redacted: map[string]string{}, now: now,
 		batches: map[string]*logBatch{}, index: map[string]*logBatch{}, batchID: "log-" + rand.Text() + "-"}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096), jetstream.WithPublishAsyncTimeout(10*time.Second))
 	if err != nil {
@@ -184,8 +188,8 @@ func newLogWriter(nc *nats.Conn, log *slog.Logger, m Losses, now func() time.Tim
 	return w, nil
 }
 
-// add queues rec; it never waits.
-func (w *logWriter) add(rec AttemptRecord) {
+// Add queues rec; it never waits.
+func (w *Writer) Add(rec AttemptRecord) {
 	select {
 	case w.q <- rec:
 	default:
@@ -195,7 +199,7 @@ func (w *logWriter) add(rec AttemptRecord) {
 
 // lost counts n records lost: dropped before they were written, or not
 // stored.
-func (w *logWriter) lost(n int, dropped bool, err error) {
+func (w *Writer) lost(n int, dropped bool, err error) {
 	w.metrics.LogLost(n, dropped)
 	if ok, held := w.warn.Allow("", w.now()); ok {
 		if dropped {
@@ -206,7 +210,7 @@ func (w *logWriter) lost(n int, dropped bool, err error) {
 	}
 }
 
-func (w *logWriter) run() {
+func (w *Writer) Run() {
 	defer close(w.done)
 	tick := time.NewTicker(logFlush)
 	defer tick.Stop()
@@ -225,7 +229,7 @@ func (w *logWriter) run() {
 }
 
 // gather adds rec to its batch, and publishes the batch when full.
-func (w *logWriter) gather(rec *AttemptRecord) {
+func (w *Writer) gather(rec *AttemptRecord) {
 	if rec.URL != "" {
 		u, ok := w.redacted[rec.URL]
 		if !ok {
@@ -238,7 +242,7 @@ func (w *logWriter) gather(rec *AttemptRecord) {
 		rec.URL = u
 	}
 	dest := rec.Dest
-	if rec.Outcome == outcomeRouted {
+	if rec.Outcome == OutcomeRouted {
 		dest = stream.LogRoute
 	}
 	subject := stream.LogSubject(dest, rec.Class)
@@ -258,7 +262,7 @@ func (w *logWriter) gather(rec *AttemptRecord) {
 }
 
 // publish publishes batch b of records, its acknowledgement awaited.
-func (w *logWriter) publish(b *logBatch) {
+func (w *Writer) publish(b *logBatch) {
 	if b.msgID == "" {
 		w.batchSeq++
 		b.msgID = w.batchID + strconv.FormatUint(w.batchSeq, 36)
@@ -276,7 +280,7 @@ func (w *logWriter) publish(b *logBatch) {
 // again at the next flush, for logRetryFor from its first try and while
 // the batches kept stay within logRetryBytes; past that (or while the
 // writer finishes) its records are lost.
-func (w *logWriter) retry(b *logBatch, err error) {
+func (w *Writer) retry(b *logBatch, err error) {
 	if w.finishing || w.now().Sub(b.first) >= logRetryFor || w.retryBytes+len(b.buf) > logRetryBytes {
 		w.lost(len(b.ids), false, err)
 		return
@@ -289,7 +293,7 @@ func (w *logWriter) retry(b *logBatch, err error) {
 }
 
 // publishRetrying publishes again the batches not stored.
-func (w *logWriter) publishRetrying() {
+func (w *Writer) publishRetrying() {
 	bs := w.retrying
 	w.retrying, w.retryBytes = nil, 0
 	for _, b := range bs {
@@ -299,7 +303,7 @@ func (w *logWriter) publishRetrying() {
 
 // flush publishes what was gathered, and indexes the batches stored since
 // the last flush.
-func (w *logWriter) flush() {
+func (w *Writer) flush() {
 	w.publishRetrying()
 	w.publishGathered()
 	w.collect(time.Time{})
@@ -317,7 +321,7 @@ func (w *logWriter) flush() {
 
 // publishGathered publishes the batches gathered, in the order their first
 // records came.
-func (w *logWriter) publishGathered() {
+func (w *Writer) publishGathered() {
 	bs := slices.SortedFunc(maps.Values(w.batches), func(a, b *logBatch) int { return cmp.Compare(a.order, b.order) })
 	for _, b := range bs {
 		w.publish(b)
@@ -328,7 +332,7 @@ func (w *logWriter) publishGathered() {
 // collect takes the acknowledgements that came (until deadline, when it
 // is set, all of them): a stored batch's ids go to the index; a batch not
 // stored is counted lost.
-func (w *logWriter) collect(deadline time.Time) {
+func (w *Writer) collect(deadline time.Time) {
 	keep := w.stored[:0]
 	for _, p := range w.stored {
 		ack, err, ok := awaitAck(p.f, deadline)
@@ -374,7 +378,7 @@ func awaitAck(f jetstream.PubAckFuture, deadline time.Time) (*jetstream.PubAck, 
 
 // indexBatch adds the ids of the batch stored at seq to the index, once
 // each.
-func (w *logWriter) indexBatch(seq uint64, ids []string) {
+func (w *Writer) indexBatch(seq uint64, ids []string) {
 	for i, id := range ids {
 		if slices.Contains(ids[:i], id) {
 			continue
@@ -396,7 +400,7 @@ func (w *logWriter) indexBatch(seq uint64, ids []string) {
 
 // collectIndexed counts the index batches not stored (until deadline,
 // when it is set, all of them).
-func (w *logWriter) collectIndexed(deadline time.Time) {
+func (w *Writer) collectIndexed(deadline time.Time) {
 	keep := w.indexed[:0]
 	for _, p := range w.indexed {
 		_, err, ok := awaitAck(p.f, deadline)
@@ -413,8 +417,8 @@ func (w *logWriter) collectIndexed(deadline time.Time) {
 
 // finish writes everything within logFinish: the batches gathered, then,
 // once they are stored, their index.
-func (w *logWriter) finish() {
-	deadline := time.Now().Add(logFinish)
+func (w *Writer) finish() {
+	deadline := time.Now().Add(FinishTimeout)
 	w.publishRetrying()
 	w.finishing = true
 	w.publishGathered()
@@ -423,12 +427,12 @@ func (w *logWriter) finish() {
 	w.collectIndexed(deadline)
 }
 
-// logFinish bounds finish; close waits a little longer.
-const logFinish = 4 * time.Second
+// FinishTimeout bounds finish; close waits a little longer.
+const FinishTimeout = 4 * time.Second
 
-// close writes what is queued and waits up to timeout for JetStream to
+// Close writes what is queued and waits up to timeout for JetStream to
 // confirm it.
-func (w *logWriter) close(timeout time.Duration) {
+func (w *Writer) Close(timeout time.Duration) {
 	close(w.q)
 	t := time.NewTimer(timeout)
 	defer t.Stop()
