@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/relaydev/relay/destination"
+	"github.com/relaydev/relay/internal/spans"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 )
@@ -157,19 +158,19 @@ func TestPublishContinuesTheRequestsTrace(t *testing.T) {
 		seqs = append(seqs, uint64(r.(map[string]any)["seq"].(float64)))
 	}
 
-	spans := rec.Ended()
-	require.Len(t, spans, 3, "a publish span per event")
+	got := rec.Ended()
+	require.Len(t, got, 3, "a publish span per event")
 	s, err := e.srv.JS.Stream(ctx, stream.EventsStream)
 	require.NoError(t, err)
-	for i, sp := range spans {
-		require.Equal(t, relay.SpanPublish, sp.Name())
+	for i, sp := range got {
+		require.Equal(t, spans.Publish, sp.Name())
 		require.Equal(t, "4bf92f3577b34da6a3ce929d0e0e4736", sp.SpanContext().TraceID().String(), "span %d continues the request's trace", i)
 		require.Equal(t, "00f067aa0ba902b7", sp.Parent().SpanID().String())
 		raw, err := s.GetMsg(ctx, seqs[i])
 		require.NoError(t, err)
 		require.Equal(t, fmt.Sprintf("00-%s-%s-01", sp.SpanContext().TraceID(), sp.SpanContext().SpanID()), raw.Header.Get(stream.HdrTraceParent), "event %d carries its publish's context", i)
 	}
-	require.Equal(t, "vendor=1", spans[0].SpanContext().TraceState().String())
+	require.Equal(t, "vendor=1", got[0].SpanContext().TraceState().String())
 }
 
 // An Idempotency-Key is scoped to the API key that sends it and to the

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/destination"
+	"github.com/relaydev/relay/internal/spans"
 	"github.com/relaydev/relay/opevent"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/webhook"
@@ -144,7 +145,7 @@ func BenchmarkAttempt(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			cfg := Config{TracerProvider: tc.tp, Logger: slog.New(slog.DiscardHandler)}.WithDefaults()
 			r := &Relay{
-				cfg: cfg, log: cfg.Logger, tracer: tracerOf(cfg.TracerProvider),
+				cfg: cfg, log: cfg.Logger, tracer: spans.Tracer(cfg.TracerProvider),
 				sender:   &Sender{Client: &http.Client{Transport: answer204{}}, Now: time.Now},
 				dests:    destination.NewWatch(d),
 				breakers: breakers{probing: map[string]bool{}, failures: map[string]int{}},

@@ -17,6 +17,7 @@ import (
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/internal/failpoint"
+	"github.com/relaydev/relay/internal/spans"
 	"github.com/relaydev/relay/opevent"
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/stream"
@@ -64,7 +65,7 @@ func (r *Relay) handle(ctx context.Context, msg delivered, mark *partitionMark) 
 				continue
 			}
 			if r.tracer != nil {
-				_, span = r.startSpan(ctx, ev, SpanAttempt, trace.SpanKindClient, attrAttempt.Int(in.Attempt))
+				_, span = r.startSpan(ctx, ev, spans.Attempt, trace.SpanKindClient, spans.AttrAttempt.Int(in.Attempt))
 				d.Trace = span.SpanContext()
 			}
 			inf := r.cfg.Metrics.attemptStarted(in.Dest.Name)
@@ -463,8 +464,8 @@ func (r *Relay) writeDeadLetter(ctx context.Context, ev event, attempt int, out 
 	hdr := ev.hdr
 	if r.tracer != nil {
 		var span trace.Span
-		ctx, span = r.startSpan(ctx, ev, SpanDeadLetter, trace.SpanKindProducer, attrReason.String(out.Decision.Reason), attrAttempt.Int(max(attempt, 0)))
-		defer func() { endSpan(span, err) }()
+		ctx, span = r.startSpan(ctx, ev, spans.DeadLetter, trace.SpanKindProducer, spans.AttrReason.String(out.Decision.Reason), spans.AttrAttempt.Int(max(attempt, 0)))
+		defer func() { spans.End(span, err) }()
 		hdr = stream.WithTrace(ctx, ev.hdr)
 	}
 	hist := r.history(ctx, ev)
@@ -536,8 +537,8 @@ func (r *Relay) park(ctx context.Context, msg delivered, ev event, attempt int, 
 	hdr := ev.hdr
 	if r.tracer != nil {
 		var span trace.Span
-		ctx, span = r.startSpan(ctx, ev, SpanPark, trace.SpanKindProducer, attrAttempt.Int(attempt), attrRetryIn.Int64(delay.Milliseconds()))
-		defer func() { endSpan(span, err) }()
+		ctx, span = r.startSpan(ctx, ev, spans.Park, trace.SpanKindProducer, spans.AttrAttempt.Int(attempt), spans.AttrRetryIn.Int64(delay.Milliseconds()))
+		defer func() { spans.End(span, err) }()
 		hdr = stream.WithTrace(ctx, ev.hdr)
 	}
 	e, err := r.parkEntry(ev, attempt, hdr, r.cfg.Now().Add(delay))

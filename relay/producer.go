@@ -24,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relaydev/relay/destination"
+	"github.com/relaydev/relay/internal/spans"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -100,7 +101,7 @@ type Producer struct {
 // continue it. Call it before p publishes; nil (the default) traces
 // nothing.
 func (p *Producer) TraceWith(tp trace.TracerProvider) {
-	p.tracer = tracerOf(tp)
+	p.tracer = spans.Tracer(tp)
 }
 
 // NewProducer returns a producer publishing through js.
@@ -188,9 +189,9 @@ func endPublish(span trace.Span, ack *jetstream.PubAck, err error) {
 		return
 	}
 	if ack != nil {
-		span.SetAttributes(attrSeq.Int64(int64(ack.Sequence)), attrDup.Bool(ack.Duplicate))
+		span.SetAttributes(spans.AttrSeq.Int64(int64(ack.Sequence)), spans.AttrDup.Bool(ack.Duplicate))
 	}
-	endSpan(span, err)
+	spans.End(span, err)
 }
 
 func publishErr(m *nats.Msg, err error) error {
@@ -247,16 +248,16 @@ func (p *Producer) prepare(ctx context.Context, ev *Event) (_ *nats.Msg, span tr
 		if !trace.SpanContextFromContext(ctx).IsValid() {
 			ctx = stream.ExtractTrace(ctx, env.Headers)
 		}
-		attrs := []attribute.KeyValue{attrEventID.String(ev.ID), attrSubject.String(subject), attribute.String("messaging.system", "nats"), attribute.String("messaging.operation.type", "send")}
+		attrs := []attribute.KeyValue{spans.AttrEventID.String(ev.ID), spans.AttrSubject.String(subject), attribute.String("messaging.system", "nats"), attribute.String("messaging.operation.type", "send")}
 		if ev.Type != "" {
-			attrs = append(attrs, attrType.String(ev.Type))
+			attrs = append(attrs, spans.AttrType.String(ev.Type))
 		} else {
-			attrs = append(attrs, attrDest.String(ev.Dest))
+			attrs = append(attrs, spans.AttrDest.String(ev.Dest))
 		}
-		ctx, span = p.tracer.Start(ctx, SpanPublish, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+		ctx, span = p.tracer.Start(ctx, spans.Publish, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
 		defer func() {
 			if err != nil {
-				endSpan(span, err)
+				spans.End(span, err)
 				span = nil
 			}
 		}()
@@ -307,14 +308,14 @@ type BatchResult struct {
 // outcome once JetStream answered for all, or ctx ended.
 func (p *Producer) PublishBatch(ctx context.Context, evs []Event) ([]BatchResult, error) {
 	msgs := make([]*nats.Msg, len(evs))
-	var spans []trace.Span // when p traces, each event's publish
+	var evSpans []trace.Span // when p traces, each event's publish
 	if p.tracer != nil {
-		spans = make([]trace.Span, len(evs))
+		evSpans = make([]trace.Span, len(evs))
 	}
 	endAll := func(err error) {
-		for _, s := range spans {
+		for _, s := range evSpans {
 			if s != nil {
-				endSpan(s, err)
+				spans.End(s, err)
 			}
 		}
 	}
@@ -325,8 +326,8 @@ func (p *Producer) PublishBatch(ctx context.Context, evs []Event) ([]BatchResult
 			return nil, &BatchError{Index: i, Err: err}
 		}
 		msgs[i] = m
-		if spans != nil {
-			spans[i] = span
+		if evSpans != nil {
+			evSpans[i] = span
 		}
 	}
 	pub, err := p.publisher()
@@ -344,8 +345,8 @@ func (p *Producer) PublishBatch(ctx context.Context, evs []Event) ([]BatchResult
 	}
 	for i, f := range futures {
 		if f == nil {
-			if spans != nil {
-				endPublish(spans[i], nil, out[i].Err)
+			if evSpans != nil {
+				endPublish(evSpans[i], nil, out[i].Err)
 			}
 			continue
 		}
@@ -362,8 +363,8 @@ func (p *Producer) PublishBatch(ctx context.Context, evs []Event) ([]BatchResult
 		default:
 			out[i].Stream, out[i].Seq, out[i].Duplicate = ack.Stream, ack.Sequence, ack.Duplicate
 		}
-		if spans != nil {
-			endPublish(spans[i], ack, out[i].Err)
+		if evSpans != nil {
+			endPublish(evSpans[i], ack, out[i].Err)
 		}
 	}
 	return out, nil
@@ -453,10 +454,13 @@ func settle(ctx context.Context, f jetstream.PubAckFuture) (*jetstream.PubAck, e
 	}
 }
 
+// producerMaxPending bounds a producer's publishes not yet acknowledged.
+const producerMaxPending = 16384
+
 // publisher is the producer's JetStream context for asynchronous
 // publishes, made once.
 func (p *Producer) publisher() (jetstream.JetStream, error) {
-	p.pubOnce.Do(func() { p.pub, p.pubErr = newPublisher(p.js) })
+	p.pubOnce.Do(func() { p.pub, p.pubErr = stream.AsyncPublisher(p.js, producerMaxPending) })
 	return p.pub, p.pubErr
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/internal/quiet"
+	"github.com/relaydev/relay/internal/spans"
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/stream"
 )
@@ -340,7 +341,7 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 		pools:        newURLPools(cfg.URLCooldown),
 		limits:       limits{byDest: map[string]*limit{}, replicas: 1},
 		parkWarn:     quiet.Limiter{Interval: 10 * time.Second},
-		tracer:       tracerOf(cfg.TracerProvider),
+		tracer:       spans.Tracer(cfg.TracerProvider),
 	}
 	r.slots = destSlots{r: r, m: map[string]chan struct{}{}}
 	r.inFlight = make(chan struct{}, cfg.MaxInFlight)

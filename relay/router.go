@@ -190,7 +190,7 @@ type router struct {
 func (r *Relay) runRouter(ctx context.Context, id string) {
 	ro := &router{js: r.cfg.JS, r: r, id: id, log: r.log, now: r.cfg.Now}
 	var err error
-	ro.pub, err = newPublisher(r.cfg.JS)
+	ro.pub, err = stream.AsyncPublisher(r.cfg.JS, routerMaxPending)
 	if err != nil {
 		r.log.Error("router not started: typed events are not copied to their subscribers", "err", err)
 		return

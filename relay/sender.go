@@ -18,6 +18,7 @@ import (
 	"github.com/relaydev/relay/deliverylog"
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/egress"
+	"github.com/relaydev/relay/internal/version"
 	"github.com/relaydev/relay/webhook"
 
 	"go.opentelemetry.io/otel/propagation"
@@ -26,10 +27,7 @@ import (
 	"github.com/relaydev/relay/stream"
 )
 
-// Version is relay's version, sent in the User-Agent header.
-var Version = "0.1.0-dev"
-
-var userAgent = []string{"relay/" + Version}
+var userAgent = []string{"relay/" + version.Version}
 
 // maxResponseBody is how much of a response body relay reads; the rest is
 // discarded with the connection.

@@ -22,6 +22,7 @@ import (
 
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/egress"
+	"github.com/relaydev/relay/internal/version"
 	"github.com/relaydev/relay/webhook"
 
 	"github.com/stretchr/testify/require"
@@ -375,7 +376,7 @@ func TestSenderHeaders(t *testing.T) {
 		require.True(t, strings.HasPrefix(sigs[0], "v1,"), sigs[0])
 		require.NoError(t, webhook.Verify(secret, "evt_42", 1_900_000_000, body, sigs[0]), "the signature verifies")
 		require.Error(t, webhook.Verify(secret, "evt_43", 1_900_000_000, body, sigs[0]), "the signature covers the id")
-		require.Equal(t, []string{"relay/" + Version}, r.Header.Values("User-Agent"))
+		require.Equal(t, []string{"relay/" + version.Version}, r.Header.Values("User-Agent"))
 		require.True(t, strings.HasPrefix(r.Header.Get("User-Agent"), "relay/"))
 		require.Equal(t, []string{"application/json"}, r.Header.Values("Content-Type"))
 		require.Equal(t, strconv.Itoa(len(body)), r.Header.Get("Content-Length"))

@@ -200,7 +200,7 @@ func (r *Relay) consumeShared(cons jetstream.Consumer, stopped <-chan struct{}) 
 		case <-dctx.Done():
 		}
 	}()
-	pub, err := newPublisher(r.cfg.JS)
+	pub, err := stream.AsyncPublisher(r.cfg.JS, routerMaxPending)
 	if err != nil {
 		r.log.Error("cannot publish for the shared consumer", "err", err)
 		return
@@ -846,14 +846,4 @@ func (r *Relay) startLane(parent context.Context, d destination.Destination) (*w
 // together do not all come back at once.
 func jitter(d time.Duration) time.Duration {
 	return d + rand.N(d/10+1)
-}
-
-// newPublisher is js with room for many asynchronous publishes, each
-// failed after 30s without its acknowledgement.
-func newPublisher(js jetstream.JetStream) (jetstream.JetStream, error) {
-	opts := []jetstream.JetStreamOpt{jetstream.WithPublishAsyncMaxPending(routerMaxPending), jetstream.WithPublishAsyncTimeout(30 * time.Second)}
-	if o := js.Options(); o.Domain != "" {
-		return jetstream.NewWithDomain(js.Conn(), o.Domain, opts...)
-	}
-	return jetstream.NewWithAPIPrefix(js.Conn(), stream.APIPrefix(js), opts...)
 }

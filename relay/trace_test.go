@@ -20,6 +20,7 @@ import (
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/egress"
+	"github.com/relaydev/relay/internal/spans"
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/schedule/redistest"
 	"github.com/relaydev/relay/stream"
@@ -154,9 +155,9 @@ func TestTraceFollowsAnEventAcrossARetryAndAPark(t *testing.T) {
 	_, err := f.prod.Publish(context.Background(), Event{Dest: "hooks", ID: "evt_traced", Data: []byte(`{}`), Headers: map[string]string{"Traceparent": incoming}})
 	require.NoError(t, err)
 
-	pub := f.spans(SpanPublish, 1)[0]
-	attempts := f.spans(SpanAttempt, 3)
-	park := f.spans(SpanPark, 1)[0]
+	pub := f.spans(spans.Publish, 1)[0]
+	attempts := f.spans(spans.Attempt, 3)
+	park := f.spans(spans.Park, 1)[0]
 	promote := f.spans(schedule.SpanPromote, 1)[0]
 
 	require.Equal(t, "4bf92f3577b34da6a3ce929d0e0e4736", pub.SpanContext().TraceID().String(), "the publish continues the event's traceparent")
@@ -210,9 +211,9 @@ func TestTraceFollowsADeadLetterAndItsReplay(t *testing.T) {
 	f.addDest("strict")
 	_, err := f.prod.Publish(context.Background(), Event{Dest: "strict", ID: "evt_dead", Data: []byte(`{}`)})
 	require.NoError(t, err)
-	pub := f.spans(SpanPublish, 1)[0]
-	first := f.spans(SpanAttempt, 1)[0]
-	dead := f.spans(SpanDeadLetter, 1)[0]
+	pub := f.spans(spans.Publish, 1)[0]
+	first := f.spans(spans.Attempt, 1)[0]
+	dead := f.spans(spans.DeadLetter, 1)[0]
 	require.Equal(t, "dead_letter", attr(first, "relay.outcome").AsString())
 	require.Equal(t, ReasonPermanentStatus, attr(dead, "relay.reason").AsString())
 	childOf(t, first, pub)
@@ -230,7 +231,7 @@ func TestTraceFollowsADeadLetterAndItsReplay(t *testing.T) {
 	}))
 	require.Equal(t, 1, replayed)
 	replay := f.spans(dlq.SpanReplay, 1)[0]
-	second := f.spans(SpanAttempt, 2)[1]
+	second := f.spans(spans.Attempt, 2)[1]
 	require.Equal(t, "delivered", attr(second, "relay.outcome").AsString())
 	childOf(t, replay, dead)
 	childOf(t, second, replay)

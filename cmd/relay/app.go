@@ -11,7 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/internal/version"
 )
 
 // Exit codes.
@@ -51,7 +51,7 @@ func App(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 	return &cli.App{
 		Name:      "relay",
 		Usage:     "deliver events from NATS JetStream to HTTP destinations, and never lose one",
-		Version:   relay.Version,
+		Version:   version.Version,
 		Reader:    stdin,
 		Writer:    stdout,
 		ErrWriter: stderr,
@@ -163,7 +163,7 @@ type versionOpts struct{ cmdLine }
 func (o *versionOpts) Validate() error { return o.noArgs("version takes no arguments") }
 
 func (o *versionOpts) Run(_ context.Context, e *env) error {
-	fmt.Fprintf(e.out, "relay version %s\n", relay.Version)
+	fmt.Fprintf(e.out, "relay version %s\n", version.Version)
 	return nil
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/version"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/streamtest"
@@ -247,7 +248,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 	require.Contains(t, errb.String(), `unknown command "bogus"`)
 	out.Reset()
 	require.Equal(t, 0, Main([]string{"relay", "version"}, strings.NewReader(""), &out, &errb))
-	require.Equal(t, "relay version "+relay.Version+"\n", out.String())
+	require.Equal(t, "relay version "+version.Version+"\n", out.String())
 }
 
 func TestRunRefusesAShortDuplicateWindow(t *testing.T) {

@@ -20,7 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relaydev/relay/destination"
-	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/internal/version"
 )
 
 // otelFlag is --otel-endpoint, of the commands that trace (run, publish,
@@ -105,7 +105,7 @@ func (o tracingOpts) start(ctx context.Context, log *slog.Logger) (tp trace.Trac
 	// relay's name and version, unless OTEL_SERVICE_NAME or
 	// OTEL_RESOURCE_ATTRIBUTES say otherwise.
 	res, err := resource.New(ctx, resource.WithTelemetrySDK(),
-		resource.WithAttributes(attribute.String("service.name", "relay"), attribute.String("service.version", relay.Version)),
+		resource.WithAttributes(attribute.String("service.name", "relay"), attribute.String("service.version", version.Version)),
 		resource.WithFromEnv())
 	if err != nil {
 		log.Warn("tracing: part of the resource could not be read (OTEL_RESOURCE_ATTRIBUTES?)", "err", err)
