@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/destination"
-	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/publish"
 )
 
 // requireDownload checks an answer of a body's bytes: exactly want, as a
@@ -69,10 +69,10 @@ func TestBodiesDownloadAsTheirExactBytes(t *testing.T) {
 	_, err := mustStore(t, e).Add(context.Background(), destination.Destination{Name: "calm", URL: sink.URL})
 	require.NoError(t, err)
 	runRelay(t, e)
-	prod, err := relay.NewProducer(context.Background(), e.srv.JS)
+	prod, err := publish.NewProducer(context.Background(), e.srv.JS)
 	require.NoError(t, err)
 	for id, body := range map[string][]byte{"evt-pretty": pretty, `evt/"bin"`: binary} {
-		_, err = prod.Publish(context.Background(), relay.Event{Dest: "calm", ID: id, Data: body})
+		_, err = prod.Publish(context.Background(), publish.Event{Dest: "calm", ID: id, Data: body})
 		require.NoError(t, err)
 		e.waitAttempts("event="+url.QueryEscape(id)+"&status=2xx", 1)
 	}

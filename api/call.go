@@ -11,7 +11,7 @@ import (
 
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
-	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -92,7 +92,7 @@ func (s *Server) handle(n needs, h func(*call)) http.HandlerFunc {
 		}
 		if n&needEventID != 0 {
 			c.id = r.PathValue("id")
-			if err := relay.ValidateEventID(c.id); err != nil {
+			if err := publish.ValidateEventID(c.id); err != nil {
 				problem(w, http.StatusBadRequest, "id", err.Error())
 				return
 			}

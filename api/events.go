@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/destination"
-	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -63,7 +63,7 @@ func (ev newEvent) check() (field string, err error) {
 	for _, c := range []struct {
 		field, value string
 		check        func(string) error
-	}{{"dest", ev.Dest, stream.ValidateDestName}, {"type", ev.Type, stream.ValidateEventType}, {"id", ev.ID, relay.ValidateEventID}, {"key", ev.Key, relay.ValidateOrderKey}} {
+	}{{"dest", ev.Dest, stream.ValidateDestName}, {"type", ev.Type, stream.ValidateEventType}, {"id", ev.ID, publish.ValidateEventID}, {"key", ev.Key, publish.ValidateOrderKey}} {
 		if c.value == "" {
 			continue
 		}
@@ -82,19 +82,19 @@ func (ev newEvent) check() (field string, err error) {
 // event is ev as the request c publishes it: idempotent within the scope
 // of c's API key (an id is a duplicate only of one the same key published
 // to the same destination or type).
-func (ev newEvent) event(c *call) relay.Event {
-	return relay.Event{Dest: ev.Dest, Type: ev.Type, Key: ev.Key, ID: ev.ID, Headers: ev.Headers, Data: ev.Data, Scope: "key:" + c.key.ID}
+func (ev newEvent) event(c *call) publish.Event {
+	return publish.Event{Dest: ev.Dest, Type: ev.Type, Key: ev.Key, ID: ev.ID, Headers: ev.Headers, Data: ev.Data, Scope: "key:" + c.key.ID}
 }
 
 // publishProblem answers an event the producer refused, whose fields are
 // named with prefix.
 func publishProblem(w http.ResponseWriter, prefix string, err error) {
 	switch {
-	case errors.Is(err, relay.ErrUnknownDestination):
+	case errors.Is(err, publish.ErrUnknownDestination):
 		problem(w, http.StatusNotFound, prefix+"dest", err.Error())
-	case errors.Is(err, relay.ErrEventTooLarge):
+	case errors.Is(err, publish.ErrEventTooLarge):
 		problem(w, http.StatusRequestEntityTooLarge, prefix+"data", err.Error())
-	case errors.Is(err, relay.ErrIDConflict):
+	case errors.Is(err, publish.ErrIDConflict):
 		problem(w, http.StatusConflict, prefix+"id", err.Error())
 	default:
 		problem(w, http.StatusServiceUnavailable, "", "the event was not stored: "+err.Error())
@@ -165,7 +165,7 @@ func (s *Server) publishBatch(c *call) {
 		c.problem(http.StatusUnprocessableEntity, "events", fmt.Sprintf("give 1 to %d events; got %d", MaxBatch, n))
 		return
 	}
-	evs := make([]relay.Event, len(body.Events))
+	evs := make([]publish.Event, len(body.Events))
 	for i, ev := range body.Events {
 		if field, err := ev.check(); err != nil {
 			c.problem(http.StatusUnprocessableEntity, fmt.Sprintf("events[%d].%s", i, field), fmt.Sprintf("event %d: %v; nothing was published", i, err))
@@ -174,7 +174,7 @@ func (s *Server) publishBatch(c *call) {
 		evs[i] = ev.event(c)
 	}
 	res, err := s.cfg.Producer.PublishBatch(c.tracedWithin(30*time.Second), evs)
-	var be *relay.BatchError
+	var be *publish.BatchError
 	if errors.As(err, &be) {
 		publishProblem(c.w, fmt.Sprintf("events[%d].", be.Index), fmt.Errorf("%w; nothing was published", be))
 		return
@@ -187,7 +187,7 @@ func (s *Server) publishBatch(c *call) {
 	stored := 0
 	for i, r := range res {
 		out[i].ID = r.ID
-		if errors.Is(r.Err, relay.ErrIDConflict) {
+		if errors.Is(r.Err, publish.ErrIDConflict) {
 			out[i].Error = &resultError{Status: http.StatusConflict, Detail: r.Err.Error()}
 			continue
 		}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/internal/spans"
-	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -109,7 +109,7 @@ func TestPublishBatchRefusesBadRequestsWhole(t *testing.T) {
 		{"one with both", e.publish, "application/json", batch(ok, `{"dest":"orders","type":"a.b","data":1}`), 422, "events[1].type", "not both"},
 		{"bad header", e.publish, "application/json", batch(`{"dest":"orders","headers":{"Host":"x"},"data":1}`), 422, "events[0].headers", "set by relay"},
 		{"key with a newline", e.publish, "application/json", batch(`{"dest":"orders","key":"c\r\n42","data":1}`), 422, "events[0].key", "control character"},
-		{"key too long", e.publish, "application/json", batch(`{"dest":"orders","key":"` + strings.Repeat("k", relay.MaxKeyLen+1) + `","data":1}`), 422, "events[0].key", "the order key is 257 bytes; at most 256"},
+		{"key too long", e.publish, "application/json", batch(`{"dest":"orders","key":"` + strings.Repeat("k", publish.MaxKeyLen+1) + `","data":1}`), 422, "events[0].key", "the order key is 257 bytes; at most 256"},
 		{"id dot", e.publish, "application/json", batch(`{"dest":"orders","id":".","data":1}`), 422, "events[0].id", `"." and ".." cannot be`},
 		{"id dot dot", e.publish, "application/json", batch(ok, `{"dest":"orders","id":"..","data":1}`), 422, "events[1].id", `"." and ".." cannot be`},
 		{"type like relay's", e.publish, "application/json", batch(`{"type":"Relay.destination.disabled","data":1}`), 422, "events[0].type", "relay's own, in any case"},

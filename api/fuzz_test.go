@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/relaydev/relay/destination"
-	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/stream/streamtest"
 )
 
@@ -24,7 +24,7 @@ func fuzzServer(f *testing.F) (http.Handler, string) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	prod, err := relay.NewProducer(ctx, srv.JS)
+	prod, err := publish.NewProducer(ctx, srv.JS)
 	if err != nil {
 		f.Fatal(err)
 	}

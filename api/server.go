@@ -23,6 +23,7 @@ import (
 
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/relay"
 )
 
@@ -37,7 +38,7 @@ type Config struct {
 	// JS, Keys and Producer are required.
 	JS       jetstream.JetStream
 	Keys     *Keys
-	Producer *relay.Producer
+	Producer *publish.Producer
 	// Dests is the destination store, opened with relay's secret key (if
 	// it has one) so that the secrets it stores are sealed like the
 	// CLI's. Optional: without it the destination resources answer 503.

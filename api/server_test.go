@@ -26,7 +26,7 @@ import (
 
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
-	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/streamtest"
 )
@@ -57,7 +57,7 @@ func startTracedAPI(t *testing.T, tp trace.TracerProvider) *apiEnv {
 	ctx := context.Background()
 	keys, err := OpenKeys(ctx, srv.JS)
 	require.NoError(t, err)
-	prod, err := relay.NewProducer(ctx, srv.JS)
+	prod, err := publish.NewProducer(ctx, srv.JS)
 	require.NoError(t, err)
 	prod.TraceWith(tp)
 	dests, err := destination.NewStore(ctx, srv.JS)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/relaydev/relay/deliverylog"
 	"github.com/relaydev/relay/destination"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 )
@@ -44,7 +45,7 @@ func TestEventsShowAndAttemptsFromTheCLI(t *testing.T) {
 
 	pub := func(dest, id, body string) {
 		t.Helper()
-		_, err := e.prod.Publish(context.Background(), relay.Event{Dest: dest, ID: id, Data: []byte(body)})
+		_, err := e.prod.Publish(context.Background(), publish.Event{Dest: dest, ID: id, Data: []byte(body)})
 		require.NoError(t, err)
 	}
 	pub("shop", "evt-ok", `{"n":1}`)
@@ -134,7 +135,7 @@ func TestDeliveryLogKeepsWithinItsSize(t *testing.T) {
 	var last string
 	for i := range n {
 		last = fmt.Sprintf("evt-big-%d", i)
-		_, err := e.prod.Publish(context.Background(), relay.Event{Dest: "chatty", ID: last, Data: []byte(`{}`)})
+		_, err := e.prod.Publish(context.Background(), publish.Event{Dest: "chatty", ID: last, Data: []byte(`{}`)})
 		require.NoError(t, err)
 	}
 	eventually(t, 120*time.Second, func() bool { return rec.count(anyOutcome) == n }, "%d delivered (have %d)", n, rec.count(anyOutcome))

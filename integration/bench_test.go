@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/destination"
-	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/publish"
 )
 
 // BenchmarkReplicas measures deliveries per second of 1 and 2 relay
@@ -26,7 +26,7 @@ func BenchmarkReplicas(b *testing.B) {
 			})
 			e.addDest(destination.Destination{Name: "bench", URL: s.URL, Concurrency: 16})
 			for range b.N {
-				if _, err := e.prod.Publish(b.Context(), relay.Event{Dest: "bench", Data: []byte(`{"x":1}`)}); err != nil {
+				if _, err := e.prod.Publish(b.Context(), publish.Event{Dest: "bench", Data: []byte(`{"x":1}`)}); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/destination"
-	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/embedded"
 	"github.com/relaydev/relay/stream/streamtest"
@@ -78,7 +78,7 @@ func (c *cluster) urls() string {
 
 // startClusterClient starts a 3-node cluster, connects to it, and sets up
 // relay's streams with 3 replicas once the cluster has a leader.
-func startClusterClient(t *testing.T) (*cluster, jetstream.JetStream, *destination.Store, *relay.Producer) {
+func startClusterClient(t *testing.T) (*cluster, jetstream.JetStream, *destination.Store, *publish.Producer) {
 	t.Helper()
 	c := startCluster(t)
 	nc, err := nats.Connect(c.urls(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
@@ -92,7 +92,7 @@ func startClusterClient(t *testing.T) (*cluster, jetstream.JetStream, *destinati
 	}, "streams created once the cluster has a leader")
 	st, err := destination.NewStore(ctx, js)
 	require.NoError(t, err)
-	prod, err := relay.NewProducer(ctx, js)
+	prod, err := publish.NewProducer(ctx, js)
 	require.NoError(t, err)
 	return c, js, st, prod
 }
@@ -100,10 +100,10 @@ func startClusterClient(t *testing.T) (*cluster, jetstream.JetStream, *destinati
 // publishThrough publishes event n of key k for dest with a stable id,
 // retrying through node outages: a retry of a publish that was stored is
 // dropped as a duplicate.
-func publishThrough(t *testing.T, prod *relay.Producer, dest string, k, n int, within time.Duration) {
+func publishThrough(t *testing.T, prod *publish.Producer, dest string, k, n int, within time.Duration) {
 	t.Helper()
 	ctx := context.Background()
-	ev := relay.Event{Dest: dest, Key: fmt.Sprintf("key-%d", k), ID: fmt.Sprintf("%s-%d-%d", dest, k, n), Data: fmt.Appendf(nil, `{"k":"key-%d","n":%d}`, k, n)}
+	ev := publish.Event{Dest: dest, Key: fmt.Sprintf("key-%d", k), ID: fmt.Sprintf("%s-%d-%d", dest, k, n), Data: fmt.Appendf(nil, `{"k":"key-%d","n":%d}`, k, n)}
 	eventually(t, within, func() bool {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()

@@ -21,7 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/destination"
-	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/schedule/redistest"
 	"github.com/relaydev/relay/stream"
@@ -67,7 +67,7 @@ func (r *embeddedRelay) crash() {
 
 // publish publishes ev, again after a failure (the server may be starting):
 // ev.ID makes a repeat a duplicate.
-func (r *embeddedRelay) publish(ev relay.Event) {
+func (r *embeddedRelay) publish(ev publish.Event) {
 	r.t.Helper()
 	var err error
 	eventually(r.t, 30*time.Second, func() bool {
@@ -131,7 +131,7 @@ func TestFaultCrashOfEmbeddedNATSDeliversNoParkedEventTwice(t *testing.T) {
 	published := map[string]string{}
 	for i := range n {
 		id, body := fmt.Sprintf("park-%d", i), fmt.Sprintf(`{"n":%d}`, i)
-		er.publish(relay.Event{Dest: "crashpark", ID: id, Data: []byte(body)})
+		er.publish(publish.Event{Dest: "crashpark", ID: id, Data: []byte(body)})
 		published[id] = body
 	}
 	eventually(t, 30*time.Second, func() bool { return er.p.count("parked=true") >= n }, "all %d events parked:\n%s", n, er.p.output())
@@ -172,7 +172,7 @@ func TestFaultCrashOfEmbeddedNATSKeepsOrder(t *testing.T) {
 	require.NoError(t, err)
 	send := func(from, to int) {
 		for i := from; i < to; i++ {
-			er.publish(relay.Event{Dest: "crashord", Key: "k", ID: fmt.Sprintf("ord-%d", i), Data: fmt.Appendf(nil, `{"n":%d}`, i)})
+			er.publish(publish.Event{Dest: "crashord", Key: "k", ID: fmt.Sprintf("ord-%d", i), Data: fmt.Appendf(nil, `{"n":%d}`, i)})
 		}
 	}
 	send(0, 20)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/destination"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/webhook"
 
 	"github.com/nats-io/nats.go"
@@ -118,7 +119,7 @@ func TestAlways500IsDeadLetteredWithItsHistory(t *testing.T) {
 	})
 	e.addDest(destination.Destination{Name: "broken", URL: s.URL, Retry: fast(3)})
 	e.startRelay()
-	res, err := e.prod.Publish(context.Background(), relay.Event{Dest: "broken", Key: "cust-7", Data: []byte(`{"a":1}`), Headers: map[string]string{"X-Trace": "t1"}})
+	res, err := e.prod.Publish(context.Background(), publish.Event{Dest: "broken", Key: "cust-7", Data: []byte(`{"a":1}`), Headers: map[string]string{"X-Trace": "t1"}})
 	require.NoError(t, err)
 
 	eventually(t, 15*time.Second, func() bool { return len(e.deadLetters("broken")) == 1 && e.settled("broken") }, "one dead letter")
@@ -351,7 +352,7 @@ func TestRunningRelayFollowsDestinationChanges(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
-	var b relay.Published
+	var b publish.Published
 	eventually(t, 10*time.Second, func() bool {
 		b = e.publish("live", "", `{"n":2}`)
 		deadline := time.Now().Add(2 * time.Second)
@@ -372,10 +373,10 @@ func TestRunningRelayFollowsDestinationChanges(t *testing.T) {
 		return err == nil && st.Checked >= b.Seq
 	}, "the check went through the delivered events")
 	require.NoError(t, e.store.Remove(context.Background(), "live"))
-	fresh, err := relay.NewProducer(context.Background(), e.js)
+	fresh, err := publish.NewProducer(context.Background(), e.js)
 	require.NoError(t, err)
-	_, err = fresh.Publish(context.Background(), relay.Event{Dest: "live", Data: []byte("{}")})
-	require.ErrorIs(t, err, relay.ErrUnknownDestination, "publishing for a removed destination is refused")
+	_, err = fresh.Publish(context.Background(), publish.Event{Dest: "live", Data: []byte("{}")})
+	require.ErrorIs(t, err, publish.ErrUnknownDestination, "publishing for a removed destination is refused")
 
 	// A producer that still believes in it (it caches for a few seconds)
 	// publishes; the event is dead-lettered, not lost.

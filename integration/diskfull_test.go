@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/destination"
-	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/publish"
 )
 
 // mountTmpfs mounts a tmpfs with opts on a new directory, unmounted when the
@@ -69,7 +69,7 @@ func TestFaultDiskFull(t *testing.T) {
 	_, err = st.Add(ctx, destination.Destination{Name: "full", URL: s.URL, BreakerThreshold: -1,
 		Retry: destination.RetryPolicy{Base: destination.Duration(200 * time.Millisecond), Max: destination.Duration(time.Second), MaxAttempts: 1000}})
 	require.NoError(t, err)
-	prod, err := relay.NewProducer(ctx, js)
+	prod, err := publish.NewProducer(ctx, js)
 	require.NoError(t, err)
 
 	body := make([]byte, 8<<10)
@@ -81,7 +81,7 @@ func TestFaultDiskFull(t *testing.T) {
 	var refusedID string
 	for i := range 10000 {
 		id := fmt.Sprintf("f-%d", i)
-		res, err := prod.Publish(ctx, relay.Event{Dest: "full", ID: id, Data: fmt.Appendf(nil, `{"i":%d,"pad":"%s"}`, i, body)})
+		res, err := prod.Publish(ctx, publish.Event{Dest: "full", ID: id, Data: fmt.Appendf(nil, `{"i":%d,"pad":"%s"}`, i, body)})
 		if err != nil {
 			refused, refusedID = err, id
 			break

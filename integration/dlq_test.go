@@ -16,6 +16,7 @@ import (
 	"github.com/relaydev/relay/deliverylog"
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 )
@@ -117,7 +118,7 @@ func TestLogReplayRedeliversTheRange(t *testing.T) {
 	early := e.publish("log", "a", `{"n":0}`)
 	eventually(t, 10*time.Second, func() bool { return s.delivered()[early.ID] == 1 }, "early delivered")
 	var inRange []string
-	var first relay.Published
+	var first publish.Published
 	for i, k := range []string{"a", "b", "a"} {
 		p := e.publish("log", k, `{"n":1}`)
 		if i == 0 {

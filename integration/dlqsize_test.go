@@ -15,6 +15,7 @@ import (
 
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 )
@@ -39,7 +40,7 @@ func setupDefaultServer(t *testing.T) *env {
 	require.NoError(t, stream.Ensure(ctx, js, stream.Config{}))
 	st, err := destination.NewStore(ctx, js)
 	require.NoError(t, err)
-	p, err := relay.NewProducer(ctx, js)
+	p, err := publish.NewProducer(ctx, js)
 	require.NoError(t, err)
 	return &env{t: t, srv: s, url: s.ClientURL(), nc: nc, js: js, store: st, prod: p}
 }
@@ -51,7 +52,7 @@ func setupDefaultServer(t *testing.T) *env {
 func maxSizeBody(dest, id string, scoped bool) []byte {
 	hdrs := len(stream.HdrMsgID) + len(id) + 4
 	if scoped {
-		hdrs = len(stream.HdrMsgID) + len(relay.DedupID("", dest, "", id)) + 4 + len(stream.HdrEventID) + len(id) + 4
+		hdrs = len(stream.HdrMsgID) + len(publish.DedupID("", dest, "", id)) + 4 + len(stream.HdrEventID) + len(id) + 4
 	}
 	size := 1<<20 - len(stream.InSubject(dest, "")) - hdrs
 	return []byte(strings.Repeat("x", size))
@@ -79,7 +80,7 @@ func TestFaultMaxSizeEventWithFiftyAttemptsIsDeadLettered(t *testing.T) {
 	e.addDest(destination.Destination{Name: "big", URL: s.URL, BreakerThreshold: -1, Retry: destination.RetryPolicy{
 		Base: destination.Duration(10 * time.Millisecond), Max: destination.Duration(10 * time.Millisecond), NoJitter: true, MaxAttempts: 50}})
 	body := maxSizeBody("big", "evt_big", true)
-	res, err := e.prod.Publish(ctx, relay.Event{Dest: "big", ID: "evt_big", Data: body})
+	res, err := e.prod.Publish(ctx, publish.Event{Dest: "big", ID: "evt_big", Data: body})
 	require.NoError(t, err, "the producer accepts an event of exactly the limit")
 	e.startRelay()
 

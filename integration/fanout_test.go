@@ -17,13 +17,14 @@ import (
 
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/relay"
 )
 
 // publishType publishes an event of type typ with key and body.
-func (e *env) publishType(typ, key, body string) relay.Published {
+func (e *env) publishType(typ, key, body string) publish.Published {
 	e.t.Helper()
-	res, err := e.prod.Publish(context.Background(), relay.Event{Type: typ, Key: key, Data: []byte(body)})
+	res, err := e.prod.Publish(context.Background(), publish.Event{Type: typ, Key: key, Data: []byte(body)})
 	require.NoError(e.t, err)
 	return res
 }
@@ -218,7 +219,7 @@ func TestSubscriptionChangesWhileEventsFlow(t *testing.T) {
 				return
 			default:
 			}
-			res, err := e.prod.Publish(context.Background(), relay.Event{Type: "a.x", Data: []byte(strconv.Itoa(i))})
+			res, err := e.prod.Publish(context.Background(), publish.Event{Type: "a.x", Data: []byte(strconv.Itoa(i))})
 			if err != nil {
 				t.Error(err)
 				return

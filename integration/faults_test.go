@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/destination"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 )
@@ -127,7 +128,7 @@ func faultOK(w http.ResponseWriter) int {
 // flushes), runs a relay, publishes one event for d with key, SIGKILLs the
 // relay right after the sink answered, and starts a second relay. It
 // reports whether the first relay had logged the delivery.
-func faultKillAfter2xx(t *testing.T, e *env, d destination.Destination, key string) (*sink, relay.Published, bool) {
+func faultKillAfter2xx(t *testing.T, e *env, d destination.Destination, key string) (*sink, publish.Published, bool) {
 	t.Helper()
 	answered := make(chan struct{})
 	var once sync.Once

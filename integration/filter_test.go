@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/destination"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/relay"
 )
 
@@ -30,7 +31,7 @@ func TestFilterDeliversDropsAndDeadLetters(t *testing.T) {
 
 	publish := func(body string, region string) string {
 		t.Helper()
-		res, err := e.prod.Publish(context.Background(), relay.Event{Dest: "eu-big", Data: []byte(body), Headers: map[string]string{"X-Region": region}})
+		res, err := e.prod.Publish(context.Background(), publish.Event{Dest: "eu-big", Data: []byte(body), Headers: map[string]string{"X-Region": region}})
 		require.NoError(t, err)
 		return res.ID
 	}

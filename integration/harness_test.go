@@ -26,6 +26,7 @@ import (
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/replica"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/embedded"
@@ -61,7 +62,7 @@ type env struct {
 	nc    *nats.Conn
 	js    jetstream.JetStream
 	store *destination.Store
-	prod  *relay.Producer
+	prod  *publish.Producer
 }
 
 func setup(t testing.TB) *env {
@@ -85,7 +86,7 @@ func setup(t testing.TB) *env {
 	require.NoError(t, stream.Ensure(ctx, js, stream.Config{}))
 	st, err := destination.NewStore(ctx, js)
 	require.NoError(t, err)
-	p, err := relay.NewProducer(ctx, js)
+	p, err := publish.NewProducer(ctx, js)
 	require.NoError(t, err)
 	e.url, e.nc, e.js, e.store, e.prod = s.ClientURL(), nc, js, st, p
 	return e
@@ -108,9 +109,9 @@ func (e *env) addDest(d destination.Destination) destination.Destination {
 	return d
 }
 
-func (e *env) publish(dest, key string, body string) relay.Published {
+func (e *env) publish(dest, key string, body string) publish.Published {
 	e.t.Helper()
-	res, err := e.prod.Publish(context.Background(), relay.Event{Dest: dest, Key: key, Data: []byte(body)})
+	res, err := e.prod.Publish(context.Background(), publish.Event{Dest: dest, Key: key, Data: []byte(body)})
 	require.NoError(e.t, err)
 	return res
 }

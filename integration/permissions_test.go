@@ -19,6 +19,7 @@ import (
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/egress"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 )
@@ -182,11 +183,11 @@ func runWithPermissions(t *testing.T, perms *server.Permissions) {
 	})
 
 	pjs := connectAs(t, s.ClientURL(), "producer", &producerErrs)
-	prod, err := relay.NewProducer(ctx, pjs)
+	prod, err := publish.NewProducer(ctx, pjs)
 	require.NoError(t, err)
 	ids := map[string]string{}
 	for _, dest := range []string{"ok", "flaky", "gone"} {
-		res, err := prod.Publish(ctx, relay.Event{Dest: dest, Data: []byte(`{"n":1}`)})
+		res, err := prod.Publish(ctx, publish.Event{Dest: dest, Data: []byte(`{"n":1}`)})
 		require.NoError(t, err, "publish for %s", dest)
 		ids[dest] = res.ID
 	}

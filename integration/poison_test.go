@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/relaydev/relay/destination"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/relay"
 )
 
@@ -47,7 +48,7 @@ func TestFaultPoisonousFilterAndTemplate(t *testing.T) {
 
 	big := `"` + strings.Repeat("x", 1<<20-4096) + `"`
 	list := "[" + strings.Repeat("1,", (1<<20-4096)/2) + "1]"
-	poisoned := map[string]relay.Published{
+	poisoned := map[string]publish.Published{
 		"repeat": e.publish("repeat", "", big),
 		"nested": e.publish("nested", "", list),
 		"print":  e.publish("print", "", big),

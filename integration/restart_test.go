@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/destination"
-	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/stream/streamtest"
 )
 
@@ -29,7 +29,7 @@ func dialEnv(t *testing.T, url string) *env {
 	ctx := context.Background()
 	st, err := destination.NewStore(ctx, js)
 	require.NoError(t, err)
-	p, err := relay.NewProducer(ctx, js)
+	p, err := publish.NewProducer(ctx, js)
 	require.NoError(t, err)
 	return &env{t: t, url: url, nc: nc, js: js, store: st, prod: p}
 }

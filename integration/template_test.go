@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/destination"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/webhook"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
@@ -48,16 +49,16 @@ func TestBodyTemplateRendersSignsAndDeadLettersFailures(t *testing.T) {
 	require.Equal(t, 0, code, out)
 	rec, _ := e.startRelay()
 
-	publish := func(body string) relay.Published {
+	publishBody := func(body string) publish.Published {
 		t.Helper()
-		res, err := e.prod.Publish(context.Background(), relay.Event{Type: "ops.destination.breaker_opened", Data: []byte(body)})
+		res, err := e.prod.Publish(context.Background(), publish.Event{Type: "ops.destination.breaker_opened", Data: []byte(body)})
 		require.NoError(t, err)
 		return res
 	}
 	// A reason with everything JSON and Slack must escape.
-	full := publish(`{"dest":"orders","reason":"20 failures: 503 \"Unavailable\"\nfrom <https://x.example.com/?a=1&b=2>","at":"2026-03-04T05:06:07Z"}`)
-	noReason := publish(`{"dest":"orders"}`)
-	notJSON := publish("breaker opened <orders>")
+	full := publishBody(`{"dest":"orders","reason":"20 failures: 503 \"Unavailable\"\nfrom <https://x.example.com/?a=1&b=2>","at":"2026-03-04T05:06:07Z"}`)
+	noReason := publishBody(`{"dest":"orders"}`)
+	notJSON := publishBody("breaker opened <orders>")
 
 	eventually(t, 60*time.Second, func() bool { return rec.count(anyOutcome) == 6 && e.settled("slack") && e.settled("strict") },
 		"six outcomes and settled consumers (have %d)", rec.count(anyOutcome))
@@ -81,7 +82,7 @@ func TestBodyTemplateRendersSignsAndDeadLettersFailures(t *testing.T) {
 	require.Equal(t, "ops.destination.breaker_opened in orders: 20 failures: 503 \"Unavailable\"\nfrom <https://x.example.com/?a=1&b=2>", hits[0].Body)
 	require.Empty(t, hits[0].Header.Get("webhook-signature"), "strict is not signed")
 	require.Len(t, bodies, 3, "slack renders every event")
-	for _, res := range []relay.Published{full, noReason, notJSON} {
+	for _, res := range []publish.Published{full, noReason, notJSON} {
 		var data string
 		switch res {
 		case full:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/relaydev/relay/deliverylog"
 	"github.com/relaydev/relay/destination"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/stream/streamtest"
 )
 
@@ -92,36 +93,6 @@ func TestStatsStateFollowsTheClock(t *testing.T) {
 	require.Equal(t, 0.0, pausedGauge(t, c, "orders"))
 }
 
-// A producer trusts that a destination exists for knownFor after it last
-// saw it, by its clock: a removed destination still takes events until
-// then, and is refused after.
-func TestProducerTrustsAKnownDestinationByItsClock(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	js := streamtest.Start(t).JS
-	st, err := destination.NewStore(ctx, js)
-	require.NoError(t, err)
-	_, err = st.Add(ctx, destination.Destination{Name: "orders", URL: "https://example.test/hook"})
-	require.NoError(t, err)
-	p, err := NewProducer(ctx, js)
-	require.NoError(t, err)
-	t0 := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
-	clock := &testClock{t: t0}
-	p.now = clock.Now
-
-	_, err = p.Publish(ctx, Event{Dest: "orders", Data: []byte(`{}`)})
-	require.NoError(t, err)
-	require.NoError(t, st.Remove(ctx, "orders"))
-
-	clock.Set(t0.Add(knownFor - time.Millisecond))
-	_, err = p.Publish(ctx, Event{Dest: "orders", Data: []byte(`{}`)})
-	require.NoError(t, err, "still trusted")
-
-	clock.Set(t0.Add(knownFor))
-	_, err = p.Publish(ctx, Event{Dest: "orders", Data: []byte(`{}`)})
-	require.ErrorIs(t, err, ErrUnknownDestination, "asked again once knownFor has passed")
-}
-
 // A log replay without an end replays up to the clock's now: an event
 // stored after it is left out.
 func TestLogReplayEndsAtTheClocksNow(t *testing.T) {
@@ -132,9 +103,9 @@ func TestLogReplayEndsAtTheClocksNow(t *testing.T) {
 	require.NoError(t, err)
 	_, err = st.Add(ctx, destination.Destination{Name: "orders", URL: "https://example.test/hook"})
 	require.NoError(t, err)
-	p, err := NewProducer(ctx, js)
+	p, err := publish.NewProducer(ctx, js)
 	require.NoError(t, err)
-	pub, err := p.Publish(ctx, Event{Dest: "orders", ID: "evt-1", Data: []byte(`{}`)})
+	pub, err := p.Publish(ctx, publish.Event{Dest: "orders", ID: "evt-1", Data: []byte(`{}`)})
 	require.NoError(t, err)
 	s, err := js.Stream(ctx, pub.Stream)
 	require.NoError(t, err)

@@ -23,6 +23,7 @@ import (
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/egress"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/streamtest"
 )
@@ -34,7 +35,7 @@ type logFixture struct {
 	t    *testing.T
 	srv  streamtest.Server
 	sink *httptest.Server
-	prod *Producer
+	prod *publish.Producer
 	st   *destination.Store
 
 	mu       sync.Mutex
@@ -74,7 +75,7 @@ func startLogFixture(t *testing.T, cfg Config) *logFixture {
 	var err error
 	f.st, err = destination.NewStore(ctx, f.srv.JS)
 	require.NoError(t, err)
-	f.prod, err = NewProducer(ctx, f.srv.JS)
+	f.prod, err = publish.NewProducer(ctx, f.srv.JS)
 	require.NoError(t, err)
 	cfg.JS = f.srv.JS
 	cfg.HTTPClient = egress.NewClient(egress.Options{Guard: egress.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
@@ -154,9 +155,9 @@ func TestDeliveryLogRecordsEveryOutcome(t *testing.T) {
 	}
 	ctx := context.Background()
 	t0 := time.Now()
-	_, err := f.prod.Publish(ctx, Event{Type: "order.created", ID: "evt_typed", Key: "cust-1", Data: []byte(`{"total":5}`)})
+	_, err := f.prod.Publish(ctx, publish.Event{Type: "order.created", ID: "evt_typed", Key: "cust-1", Data: []byte(`{"total":5}`)})
 	require.NoError(t, err)
-	_, err = f.prod.Publish(ctx, Event{Dest: "gone", ID: "evt_gone", Data: []byte(`{}`)})
+	_, err = f.prod.Publish(ctx, publish.Event{Dest: "gone", ID: "evt_gone", Data: []byte(`{}`)})
 	require.NoError(t, err)
 
 	ok := f.waitLog(deliverylog.AttemptQuery{Dest: "ok"}, 1)[0]
@@ -251,7 +252,7 @@ func TestDeliveryLogOffRecordsNothing(t *testing.T) {
 	f := startLogFixture(t, Config{NoAttemptLog: true})
 	f.answer = func(string, int) (int, string) { return 200, "ok" }
 	f.addDest(destination.Destination{Name: "ok"})
-	_, err := f.prod.Publish(context.Background(), Event{Dest: "ok", ID: "evt_1", Data: []byte(`{}`)})
+	_, err := f.prod.Publish(context.Background(), publish.Event{Dest: "ok", ID: "evt_1", Data: []byte(`{}`)})
 	require.NoError(t, err)
 	deadline := time.Now().Add(30 * time.Second)
 	for {

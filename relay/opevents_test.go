@@ -12,6 +12,7 @@ import (
 
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/opevent"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/streamtest"
 )
@@ -76,10 +77,10 @@ func TestOperatorEventsAreDelivered(t *testing.T) {
 	f.addDest(destination.Destination{Name: "orders", BreakerThreshold: 2, BreakerPause: destination.Duration(time.Hour)})
 	f.addDest(destination.Destination{Name: "gone"})
 	for range 3 {
-		_, err := f.prod.Publish(context.Background(), Event{Dest: "orders", Data: []byte(`{}`)})
+		_, err := f.prod.Publish(context.Background(), publish.Event{Dest: "orders", Data: []byte(`{}`)})
 		require.NoError(t, err)
 	}
-	_, err := f.prod.Publish(context.Background(), Event{Dest: "gone", ID: "evt-410", Data: []byte(`{}`)})
+	_, err := f.prod.Publish(context.Background(), publish.Event{Dest: "gone", ID: "evt-410", Data: []byte(`{}`)})
 	require.NoError(t, err)
 
 	opened := f.opHits("ops", opevent.BreakerOpened, 1)[0]
@@ -124,7 +125,7 @@ func TestNoOperatorEventAboutOperatorEvents(t *testing.T) {
 	f.addDest(destination.Destination{Name: "ops", Types: []string{"relay.>"}, BreakerThreshold: 1, BreakerPause: destination.Duration(time.Hour), Retry: destination.RetryPolicy{MaxAttempts: 1}})
 	f.addDest(destination.Destination{Name: "orders", BreakerThreshold: 1, BreakerPause: destination.Duration(time.Hour)})
 	f.addDest(destination.Destination{Name: "bad"})
-	_, err := f.prod.Publish(context.Background(), Event{Dest: "orders", Data: []byte(`{}`)})
+	_, err := f.prod.Publish(context.Background(), publish.Event{Dest: "orders", Data: []byte(`{}`)})
 	require.NoError(t, err)
 
 	// orders' breaker opens: one event, delivered to ops, which fails:
@@ -152,7 +153,7 @@ func TestNoOperatorEventAboutOperatorEvents(t *testing.T) {
 	}
 	// A destination's dead letter that is not an operator event's is told:
 	// the alert works, and leaves ops' out.
-	_, err = f.prod.Publish(context.Background(), Event{Dest: "bad", Data: []byte(`{}`)})
+	_, err = f.prod.Publish(context.Background(), publish.Event{Dest: "bad", Data: []byte(`{}`)})
 	require.NoError(t, err)
 	deadline = time.Now().Add(60 * time.Second)
 	for len(storedOpEvents(t, f.srv.JS)[opevent.DeadLetters]) == 0 {
@@ -201,7 +202,7 @@ func TestBacklogStaleIsToldOnce(t *testing.T) {
 		require.False(t, time.Now().After(deadline), "relay never paused crm's consumer")
 		time.Sleep(10 * time.Millisecond)
 	}
-	_, err = f.prod.Publish(context.Background(), Event{Dest: "crm", Data: []byte(`{}`)})
+	_, err = f.prod.Publish(context.Background(), publish.Event{Dest: "crm", Data: []byte(`{}`)})
 	require.NoError(t, err)
 	stale := f.opHits("ops", opevent.BacklogStale, 1)[0]
 	var b map[string]any

@@ -13,6 +13,7 @@ import (
 
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/egress"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/schedule/redistest"
 	"github.com/relaydev/relay/stream"
@@ -48,9 +49,9 @@ func TestParkInterruptedByACrashDeliversOnce(t *testing.T) {
 			require.NoError(t, err)
 			_, err = st.Add(ctx, destination.Destination{Name: "crashed", URL: sink.URL})
 			require.NoError(t, err)
-			prod, err := NewProducer(ctx, srv.JS)
+			prod, err := publish.NewProducer(ctx, srv.JS)
 			require.NoError(t, err)
-			pub, err := prod.Publish(ctx, Event{Dest: "crashed", ID: "evt_1", Data: []byte(`{"n":1}`)})
+			pub, err := prod.Publish(ctx, publish.Event{Dest: "crashed", ID: "evt_1", Data: []byte(`{"n":1}`)})
 			require.NoError(t, err)
 
 			// What the killed relay did: the failed attempt and the park's

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaydev/relay/egress"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -94,7 +95,7 @@ func (r *Relay) shortestAckWait(ctx context.Context, kv jetstream.KeyValue, self
 
 // replicaID names this process in the replicas bucket.
 func replicaID() string {
-	return fmt.Sprintf("r-%s", NewEventID()[4:])
+	return fmt.Sprintf("r-%s", publish.NewEventID()[4:])
 }
 
 // replicaRecord is a replica's entry in the replicas bucket.

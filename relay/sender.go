@@ -19,6 +19,7 @@ import (
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/internal/version"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/webhook"
 
 	"go.opentelemetry.io/otel/propagation"
@@ -60,7 +61,7 @@ type Delivery struct {
 // where what comes from the message is checked before it reaches a request;
 // Send calls it before building one.
 func (ev Delivery) Validate() error {
-	if err := ValidateEventID(ev.ID); err != nil {
+	if err := publish.ValidateEventID(ev.ID); err != nil {
 		return &InvalidEventError{Header: "webhook-id", Err: fmt.Errorf("header %q: %w", "webhook-id", err)}
 	}
 	for k, vs := range ev.Headers {

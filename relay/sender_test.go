@@ -23,6 +23,7 @@ import (
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/internal/version"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/webhook"
 
 	"github.com/stretchr/testify/require"
@@ -437,7 +438,7 @@ func TestSenderHeaders(t *testing.T) {
 
 func TestDeliveryValidate(t *testing.T) {
 	t.Parallel()
-	long := strings.Repeat("a", MaxIDLen)
+	long := strings.Repeat("a", publish.MaxIDLen)
 	tests := []struct {
 		name   string
 		ev     Delivery

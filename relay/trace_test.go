@@ -21,6 +21,7 @@ import (
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/internal/spans"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/schedule/redistest"
 	"github.com/relaydev/relay/stream"
@@ -35,7 +36,7 @@ type traceFixture struct {
 	srv  streamtest.Server
 	rec  *tracetest.SpanRecorder
 	tp   *sdktrace.TracerProvider
-	prod *Producer
+	prod *publish.Producer
 	st   *destination.Store
 	sink *httptest.Server
 
@@ -62,7 +63,7 @@ func startTraceFixture(t *testing.T, answer func(n int) int) *traceFixture {
 	var err error
 	f.st, err = destination.NewStore(ctx, f.srv.JS)
 	require.NoError(t, err)
-	f.prod, err = NewProducer(ctx, f.srv.JS)
+	f.prod, err = publish.NewProducer(ctx, f.srv.JS)
 	require.NoError(t, err)
 	f.prod.TraceWith(f.tp)
 	runRelay(t, Config{
@@ -152,7 +153,7 @@ func TestTraceFollowsAnEventAcrossARetryAndAPark(t *testing.T) {
 	})
 	f.addDest("hooks")
 	const incoming = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-	_, err := f.prod.Publish(context.Background(), Event{Dest: "hooks", ID: "evt_traced", Data: []byte(`{}`), Headers: map[string]string{"Traceparent": incoming}})
+	_, err := f.prod.Publish(context.Background(), publish.Event{Dest: "hooks", ID: "evt_traced", Data: []byte(`{}`), Headers: map[string]string{"Traceparent": incoming}})
 	require.NoError(t, err)
 
 	pub := f.spans(spans.Publish, 1)[0]
@@ -209,7 +210,7 @@ func TestTraceFollowsADeadLetterAndItsReplay(t *testing.T) {
 		return http.StatusOK
 	})
 	f.addDest("strict")
-	_, err := f.prod.Publish(context.Background(), Event{Dest: "strict", ID: "evt_dead", Data: []byte(`{}`)})
+	_, err := f.prod.Publish(context.Background(), publish.Event{Dest: "strict", ID: "evt_dead", Data: []byte(`{}`)})
 	require.NoError(t, err)
 	pub := f.spans(spans.Publish, 1)[0]
 	first := f.spans(spans.Attempt, 1)[0]

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/destination"
-	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/publish"
 )
 
 // signInHTTP is an HTTP client signed in to the dashboard with key, through
@@ -62,7 +62,7 @@ func TestDeepBodyIsPreviewedAndDownloadedWhole(t *testing.T) {
 	e.addDest(destination.Destination{Name: "crm"})
 	const depth = 4000 // json.Indent made each page of it 32 MB
 	deep := []byte(strings.Repeat("[", depth) + " " + strings.Repeat("]", depth))
-	id := e.publish(relay.Event{Dest: "crm", ID: "evt-deep/1", Data: deep})
+	id := e.publish(publish.Event{Dest: "crm", ID: "evt-deep/1", Data: deep})
 	c := signInHTTP(t, e.url, e.read)
 
 	eventPage := e.url + "/ui/events?id=" + url.QueryEscape(id)

@@ -31,6 +31,7 @@ import (
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/history"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream/streamtest"
 	"github.com/relaydev/relay/ui"
@@ -43,7 +44,7 @@ type dashEnv struct {
 	js    jetstream.JetStream
 	url   string
 	st    *destination.Store
-	prod  *relay.Producer
+	prod  *publish.Producer
 	admin string
 	read  string
 	sink  *sink
@@ -79,7 +80,7 @@ func startDash(t *testing.T) *dashEnv {
 	_, _ = rand.Read(secret)
 	st, err := destination.NewStore(ctx, srv.JS, destination.WithSecretKey(secret))
 	require.NoError(t, err)
-	prod, err := relay.NewProducer(ctx, srv.JS)
+	prod, err := publish.NewProducer(ctx, srv.JS)
 	require.NoError(t, err)
 	keys, err := api.OpenKeys(ctx, srv.JS)
 	require.NoError(t, err)
@@ -142,7 +143,7 @@ func (e *dashEnv) addDest(d destination.Destination) {
 	require.NoError(e.t, err)
 }
 
-func (e *dashEnv) publish(ev relay.Event) string {
+func (e *dashEnv) publish(ev publish.Event) string {
 	e.t.Helper()
 	res, err := e.prod.Publish(context.Background(), ev)
 	require.NoError(e.t, err)
@@ -365,14 +366,14 @@ func TestOverviewShowsCountsAndABreakerOpening(t *testing.T) {
 	require.Equal(t, "healthy", p.text(`tr[data-dest="orders"] .state`))
 
 	for range 20 {
-		e.publish(relay.Event{Dest: "orders", Data: []byte(`{"n":1}`)})
+		e.publish(publish.Event{Dest: "orders", Data: []byte(`{"n":1}`)})
 	}
 	// The page updates itself: no reload.
 	p.waitFor(`document.querySelector('tr[data-dest="orders"] [data-col="success"]').textContent === "100.0%"`)
 	p.waitFor(`parseFloat(document.querySelector('tr[data-dest="orders"] [data-col="rate"]').textContent) > 0`)
 
 	for range 5 {
-		e.publish(relay.Event{Dest: "flaky", Data: []byte(`{"n":2}`)})
+		e.publish(publish.Event{Dest: "flaky", Data: []byte(`{"n":2}`)})
 	}
 	p.waitFor(`document.querySelector('tr[data-dest="flaky"] .state').textContent === "breaker open"`)
 	p.waitFor(`document.querySelector('tr[data-dest="flaky"] [data-col="success"]').textContent === "0.0%"`)
@@ -395,7 +396,7 @@ func TestDeadLetterReplayedFromThePageIsDelivered(t *testing.T) {
 	e := startDash(t)
 	e.sink.setAnswer(func(*http.Request) int { return 400 }) // permanent: dead-lettered at once
 	e.addDest(destination.Destination{Name: "billing"})
-	id := e.publish(relay.Event{Dest: "billing", Data: []byte(`{"invoice":7}`)})
+	id := e.publish(publish.Event{Dest: "billing", Data: []byte(`{"invoice":7}`)})
 	p := openBrowser(t)
 	p.signIn(e.url, e.admin)
 	p.reloadUntil(e.url+"/ui/dead-letters?dest=billing", `document.querySelectorAll('#letters input[name="seq"]').length === 1`)
@@ -439,7 +440,7 @@ func TestPauseAndResumeFromThePage(t *testing.T) {
 	p.waitFor(`document.querySelector("#resume") !== null`)
 	require.Contains(t, p.text("#dest-state"), "paused")
 
-	id := e.publish(relay.Event{Dest: "crm", Data: []byte(`{"contact":1}`)})
+	id := e.publish(publish.Event{Dest: "crm", Data: []byte(`{"contact":1}`)})
 	// It waits in the backlog: the consumer is paused in JetStream, so it
 	// is not handed out.
 	deadline := time.Now().Add(30 * time.Second)
@@ -487,7 +488,7 @@ func TestReadKeyHasNoActionThatWorks(t *testing.T) {
 	e := startDash(t)
 	e.sink.setAnswer(func(*http.Request) int { return 400 })
 	e.addDest(destination.Destination{Name: "crm"})
-	e.publish(relay.Event{Dest: "crm", Data: []byte(`{}`)})
+	e.publish(publish.Event{Dest: "crm", Data: []byte(`{}`)})
 	p := openBrowser(t)
 	p.signIn(e.url, e.read)
 	p.do(chromedp.Navigate(e.url + "/ui/destinations/crm"))
@@ -538,7 +539,7 @@ func TestScriptInAnEventRunsNothing(t *testing.T) {
 	e.sink.setAnswer(func(*http.Request) int { return 400 })
 	e.addDest(destination.Destination{Name: "crm"})
 	evil := `<script>alert(1)</script><img src=x onerror=alert(2)>`
-	id := e.publish(relay.Event{Dest: "crm", ID: "evt-<b>x</b>", Key: `"><script>alert(3)</script>`,
+	id := e.publish(publish.Event{Dest: "crm", ID: "evt-<b>x</b>", Key: `"><script>alert(3)</script>`,
 		Headers: map[string]string{"X-Link": "javascript:alert(4)"}, Data: []byte(`{"note":"` + strings.ReplaceAll(evil, `"`, `\"`) + `"}`)})
 	p := openBrowser(t)
 	p.signIn(e.url, e.admin)
@@ -615,7 +616,7 @@ func TestSkipAnEventWhoseIDLooksLikeAPath(t *testing.T) {
 	e.addDest(destination.Destination{Name: "crm", Retry: destination.RetryPolicy{Base: destination.Duration(time.Minute), Max: destination.Duration(time.Minute), MaxAttempts: 5}})
 	e.addDest(destination.Destination{Name: "victim"})
 	const id = "../../victim/pause?x=1#y"
-	e.publish(relay.Event{Dest: "crm", ID: id, Data: []byte(`{"n":1}`)})
+	e.publish(publish.Event{Dest: "crm", ID: id, Data: []byte(`{"n":1}`)})
 
 	p := openBrowser(t)
 	p.signIn(e.url, e.admin)

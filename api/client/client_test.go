@@ -28,6 +28,7 @@ import (
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/egress"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream/streamtest"
 )
@@ -51,7 +52,7 @@ func setup(t *testing.T) *env {
 	ctx := context.Background()
 	keys, err := api.OpenKeys(ctx, srv.JS)
 	require.NoError(t, err)
-	prod, err := relay.NewProducer(ctx, srv.JS)
+	prod, err := publish.NewProducer(ctx, srv.JS)
 	require.NoError(t, err)
 	dests, err := destination.NewStore(ctx, srv.JS)
 	require.NoError(t, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/version"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/streamtest"
@@ -143,7 +144,7 @@ func TestPublish(t *testing.T) {
 	t.Run("from stdin with key, id and headers; re-publish is a duplicate", func(t *testing.T) {
 		code, out, errs := b.cli(t, `{"a":1}`, "publish", "--dest", "orders", "--key", "customer 42", "--id", "evt-1", "-H", "X-Tenant=t1", "--json", "-")
 		require.Equal(t, 0, code, errs)
-		var res relay.Published
+		var res publish.Published
 		require.NoError(t, json.Unmarshal([]byte(out), &res))
 		require.Equal(t, "evt-1", res.ID)
 		require.False(t, res.Duplicate)

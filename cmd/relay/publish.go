@@ -11,7 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/relaydev/relay/destination"
-	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -77,11 +77,11 @@ func (o *publishOpts) Validate() error {
 			return usagef("--type: %v", err)
 		}
 	}
-	if err := relay.ValidateOrderKey(o.key); err != nil {
+	if err := publish.ValidateOrderKey(o.key); err != nil {
 		return usagef("--key: %v", err)
 	}
 	if o.id != "" {
-		if err := relay.ValidateEventID(o.id); err != nil {
+		if err := publish.ValidateEventID(o.id); err != nil {
 			return usagef("--id: %v", err)
 		}
 	}
@@ -140,7 +140,7 @@ func (o *publishOpts) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer cl.close()
-	p, err := relay.NewProducer(ctx, cl.js)
+	p, err := publish.NewProducer(ctx, cl.js)
 	if err != nil {
 		return err
 	}
@@ -154,7 +154,7 @@ func (o *publishOpts) Run(ctx context.Context, e *env) error {
 	}
 	defer stopTracing() // the publish's span exported before exit
 	p.TraceWith(tp)
-	ev := relay.Event{Key: o.key, ID: o.id, Headers: o.headers, Data: body}
+	ev := publish.Event{Key: o.key, ID: o.id, Headers: o.headers, Data: body}
 	if o.typ != nil {
 		ev.Type = *o.typ
 	} else {

@@ -32,6 +32,7 @@ import (
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/egress"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/stream"
@@ -439,7 +440,7 @@ func (r *Replica) serveAPI(ctx context.Context, secretKey destination.StoreOptio
 			return invalid("--api-addr %s is not a loopback address and no API key exists: create one first ('relay api-key create --name N --scope admin'), or serve the API on 127.0.0.1", cfg.APIAddr)
 		}
 	}
-	prod, err := relay.NewProducer(ctx, js)
+	prod, err := publish.NewProducer(ctx, js)
 	if err != nil {
 		ln.Close()
 		return err

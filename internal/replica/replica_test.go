@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/relaydev/relay/destination"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/relay"
 )
 
@@ -104,9 +105,9 @@ func TestReplicaDeliversAndStops(t *testing.T) {
 	require.NoError(t, err)
 	_, err = st.Add(ctx, destination.Destination{Name: "orders", URL: sink.URL})
 	require.NoError(t, err)
-	prod, err := relay.NewProducer(ctx, js)
+	prod, err := publish.NewProducer(ctx, js)
 	require.NoError(t, err)
-	_, err = prod.Publish(ctx, relay.Event{Dest: "orders", ID: "evt-1", Data: []byte(`{"n":1}`)})
+	_, err = prod.Publish(ctx, publish.Event{Dest: "orders", ID: "evt-1", Data: []byte(`{"n":1}`)})
 	require.NoError(t, err)
 	select {
 	case body := <-got:

@@ -1,4 +1,4 @@
-package relay
+package publish
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/destination"
+	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/streamtest"
 )
 
@@ -129,9 +130,9 @@ func TestProducerScopesIdempotency(t *testing.T) {
 	require.NoError(t, err)
 	raw, err := s.GetMsg(ctx, first.Seq)
 	require.NoError(t, err)
-	ev, err := rawEvent(raw, nil)
+	ev, err := stream.Decode(raw.Subject, raw.Sequence, raw.Time, raw.Header, raw.Data, nil)
 	require.NoError(t, err)
-	require.Equal(t, "order-1", ev.id)
+	require.Equal(t, "order-1", ev.ID)
 	require.Equal(t, DedupID("key:a", "orders", "", "order-1"), raw.Header.Get("Nats-Msg-Id"))
 }
 

@@ -1,4 +1,7 @@
-package relay
+// Package publish is relay's Go producer: it publishes events to a
+// destination or by type, with the idempotency, size and key checks relay
+// applies over HTTP, over a NATS connection (no relay process in between).
+package publish
 
 import (
 	"bytes"
