@@ -566,6 +566,13 @@ func NewWatch(ds ...Destination) *Watch {
 // Destination.Validate: its events wait until the record is fixed.
 var ErrStoredInvalid = errors.New("destination stored invalid")
 
+// invalidError is an entry's validation error, which is ErrStoredInvalid,
+// with the validation's text alone.
+type invalidError struct{ err error }
+
+func (e invalidError) Error() string   { return e.err.Error() }
+func (e invalidError) Unwrap() []error { return []error{ErrStoredInvalid, e.err} }
+
 // Change is what one entry of the destinations bucket did to a Watch.
 type Change struct {
 	// Before is the destination the entry replaced, if Had.
@@ -606,7 +613,7 @@ func (w *Watch) Apply(s *Store, e jetstream.KeyValueEntry) (Change, error) {
 		err = fmt.Errorf("it is stored under the key %q but names %q", e.Key(), d.Name)
 	}
 	if err != nil {
-		return ch, fmt.Errorf("%w: %w", ErrStoredInvalid, err)
+		return ch, invalidError{err}
 	}
 	if d.Filter != "" {
 		// Compiled once per version; Validate compiled it already.
