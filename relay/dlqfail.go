@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/lease"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -71,7 +72,7 @@ func (r *Relay) deadLetterFailed(ctx context.Context, ev event, reason string, e
 		} else {
 			_, kerr = kv.Update(ctx, deadLetterFailuresKey(ev.dest), b, rev)
 		}
-		if kerr == nil || !errors.Is(kerr, jetstream.ErrKeyExists) && !isWrongRevision(kerr) {
+		if kerr == nil || !errors.Is(kerr, jetstream.ErrKeyExists) && !lease.IsWrongRevision(kerr) {
 			break
 		}
 	}

@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"encoding/json"
 	"maps"
 	"slices"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relaydev/relay/internal/lease"
 	"github.com/relaydev/relay/opevent"
 	"github.com/relaydev/relay/stream"
 )
@@ -60,24 +60,24 @@ func (r *Relay) runOps(ctx context.Context, id string) {
 		return
 	}
 	j := &opsJob{r: r, stale: map[string]time.Time{}, window: map[string]*opevent.DeadLettersBody{}}
-	runLeased(ctx, r.cfg.JS, id, r.cfg.CheckTakeover, r.cfg.Now, r.log, leasedJob{
-		what: "operator events (backlog and dead-letter alerts are not emitted meanwhile)",
-		key:  OpsKey,
-		holder: func(v []byte) (string, error) {
-			var st opsState
-			err := json.Unmarshal(v, &st)
-			return st.Holder, err
-		},
-		take: func([]byte, time.Time) ([]byte, error) {
-			return json.Marshal(opsState{Holder: id})
-		},
-		value: func(holder string) []byte {
-			b, _ := json.Marshal(opsState{Holder: holder})
-			return b
-		},
-		work: j.work,
-	})
+	lease.Run(ctx, r.cfg.JS, lease.Config{Name: "operator events (backlog and dead-letter alerts are not emitted meanwhile)", Key: OpsKey,
+		ID: id, Takeover: r.cfg.CheckTakeover, Now: r.cfg.Now, Log: r.log}, lease.Job[opsState](opsLease{j: j, id: id}))
 }
+
+// opsLease is the operator-events job as a leased job: its lease value is
+// an opsState, which records no progress.
+type opsLease struct {
+	j  *opsJob
+	id string
+}
+
+func (l opsLease) Holder(st opsState) string { return st.Holder }
+
+func (l opsLease) Take(*opsState, time.Time) (opsState, error) { return opsState{Holder: l.id}, nil }
+
+func (l opsLease) Progress(holder string) opsState { return opsState{Holder: holder} }
+
+func (l opsLease) Work(ctx context.Context) error { return l.j.work(ctx) }
 
 // work runs while this replica holds the lease: it follows the dead
 // letters stored from now on, and looks at the backlogs every opsEvery.

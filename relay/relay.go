@@ -24,6 +24,7 @@ import (
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/egress"
+	"github.com/relaydev/relay/internal/lease"
 	"github.com/relaydev/relay/internal/quiet"
 	"github.com/relaydev/relay/internal/spans"
 	"github.com/relaydev/relay/schedule"
@@ -203,8 +204,8 @@ func (cfg Config) Validate() error {
 	if cfg.LogResponseBytes > 64<<10 {
 		return errors.New("relay: LogResponseBytes must be at most 65536")
 	}
-	if cfg.CheckTakeover < 2*leaseRenew {
-		return fmt.Errorf("relay: CheckTakeover must be at least %s (twice the lease renewal interval)", 2*leaseRenew)
+	if cfg.CheckTakeover < 2*lease.Renew {
+		return fmt.Errorf("relay: CheckTakeover must be at least %s (twice the lease renewal interval)", 2*lease.Renew)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaydev/relay/egress"
+	"github.com/relaydev/relay/internal/lease"
 	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/stream"
 )
@@ -27,8 +28,8 @@ func (r *Relay) runRegistry(ctx context.Context, id string) {
 		r.log.Warn("no replicas bucket: rate limits apply per replica", "err", err)
 		return
 	}
-	l := &lease{kv: kv, key: id, id: id, now: r.cfg.Now,
-		holder: func([]byte) (string, error) { return id, nil }} // a key of its own
+	l := &lease.Lease{KV: kv, Key: id, ID: id, Now: r.cfg.Now,
+		Holder: func([]byte) (string, error) { return id, nil }} // a key of its own
 	record := func() []byte {
 		rec, _ := json.Marshal(replicaRecord{At: r.cfg.Now().UTC(), NetPolicy: r.cfg.NetPolicy, AckWait: r.cfg.AckWait})
 		return rec
@@ -46,14 +47,14 @@ func (r *Relay) runRegistry(ctx context.Context, id string) {
 		return nil
 	}
 	for ctx.Err() == nil {
-		if _, err := l.acquire(ctx, func([]byte) ([]byte, error) { return record(), nil }, r.log.Warn); err != nil {
+		if _, err := l.Acquire(ctx, func([]byte) ([]byte, error) { return record(), nil }, r.log.Warn); err != nil {
 			break // ctx ended
 		}
 		_ = count(ctx)
 		// It returns when ctx ends, or with errLeaseLost when the bucket
 		// removed the key (this replica was silent for its TTL): announce
 		// it again.
-		if err := l.keep(ctx, heartbeatEvery, record, count); errors.Is(err, errLeaseLost) {
+		if err := l.Keep(ctx, heartbeatEvery, record, count); errors.Is(err, lease.ErrLost) {
 			r.log.Warn("this replica's record in the replicas bucket expired (it was silent for 15s); announcing it again", "replica", id)
 		}
 	}

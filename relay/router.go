@@ -18,6 +18,7 @@ import (
 
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/lease"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -76,11 +77,6 @@ func decodeRouterState(b []byte) (RouterState, error) {
 		return RouterState{}, fmt.Errorf("%s/%s holds %q, not a router state: %w", stream.StateBucket, RouterKey, b, err)
 	}
 	return st, nil
-}
-
-func (st RouterState) encode() []byte {
-	b, _ := json.Marshal(st)
-	return b
 }
 
 // ReadRouterState returns the router's state, and false when no relay has
@@ -195,7 +191,8 @@ func (r *Relay) runRouter(ctx context.Context, id string) {
 		r.log.Error("router not started: typed events are not copied to their subscribers", "err", err)
 		return
 	}
-	runLeased(ctx, r.cfg.JS, id, r.cfg.CheckTakeover, r.cfg.Now, r.log, ro.job())
+	lease.Run(ctx, r.cfg.JS, lease.Config{Name: "the router (typed events are not copied to their subscribers meanwhile)", Key: RouterKey,
+		ID: id, Takeover: r.cfg.CheckTakeover, Now: r.cfg.Now, Log: r.log}, lease.Job[RouterState](&routerJob{ro: ro}))
 }
 
 // routed is one typed event's copies waiting for their confirmations.
@@ -214,61 +211,53 @@ type routedPub struct {
 	fanned bool
 }
 
-// job is routing as a leased job: its lease value is a RouterState.
-func (ro *router) job() leasedJob {
-	var (
-		mu sync.Mutex // guards st
-		st RouterState
-	)
-	return leasedJob{
-		what: "the router (typed events are not copied to their subscribers meanwhile)",
-		key:  RouterKey,
-		holder: func(v []byte) (string, error) {
-			st, err := decodeRouterState(v)
-			return st.Holder, err
-		},
-		take: func(old []byte, created time.Time) ([]byte, error) {
-			next := RouterState{Stream: created}
-			if old != nil {
-				prev, err := decodeRouterState(old)
-				if err != nil {
-					return nil, err
-				}
-				if prev.Stream.Equal(created) {
-					next = prev
-				} else {
-					ro.log.Warn("the events stream was created again since the router last ran: routing it from the start", "stream", stream.EventsStream, "routed_seq_before", prev.Routed)
-				}
-			}
-			next.Holder, next.Stream = ro.id, created
-			mu.Lock()
-			st = next
-			mu.Unlock()
-			return next.encode(), nil
-		},
-		value: func(holder string) []byte {
-			mu.Lock()
-			defer mu.Unlock()
-			v := st
-			v.Holder = holder
-			return v.encode()
-		},
-		work: func(ctx context.Context) error {
-			mu.Lock()
-			from := st.Routed
-			mu.Unlock()
-			return ro.route(ctx, from, func(p routed) {
-				mu.Lock()
-				defer mu.Unlock()
-				st.Routed = p.seq
-				st.Events++
-				st.Copies += uint64(len(p.dests))
-				if len(p.dests) == 0 {
-					st.Unsubscribed++
-				}
-			})
-		},
+// routerJob is routing as a leased job: its lease value is a RouterState.
+type routerJob struct {
+	ro *router
+	mu sync.Mutex // guards st
+	st RouterState
+}
+
+func (j *routerJob) Holder(st RouterState) string { return st.Holder }
+
+func (j *routerJob) Take(old *RouterState, created time.Time) (RouterState, error) {
+	next := RouterState{Stream: created}
+	if old != nil {
+		if old.Stream.Equal(created) {
+			next = *old
+		} else {
+			j.ro.log.Warn("the events stream was created again since the router last ran: routing it from the start", "stream", stream.EventsStream, "routed_seq_before", old.Routed)
+		}
 	}
+	next.Holder, next.Stream = j.ro.id, created
+	j.mu.Lock()
+	j.st = next
+	j.mu.Unlock()
+	return next, nil
+}
+
+func (j *routerJob) Progress(holder string) RouterState {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	v := j.st
+	v.Holder = holder
+	return v
+}
+
+func (j *routerJob) Work(ctx context.Context) error {
+	j.mu.Lock()
+	from := j.st.Routed
+	j.mu.Unlock()
+	return j.ro.route(ctx, from, func(p routed) {
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		j.st.Routed = p.seq
+		j.st.Events++
+		j.st.Copies += uint64(len(p.dests))
+		if len(p.dests) == 0 {
+			j.st.Unsubscribed++
+		}
+	})
 }
 
 // route routes the typed events stored after sequence from until ctx ends

@@ -13,6 +13,7 @@ import (
 
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/lease"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -135,42 +136,32 @@ type unroutedCheck struct {
 	listMax int
 }
 
-// job is the check as a leased job: its lease value is a CheckState.
-func (c *unroutedCheck) job() leasedJob {
-	var (
-		done    atomic.Uint64 // the sequence up to which events are checked
-		created time.Time
-	)
-	return leasedJob{
-		what: "the unknown-destination check",
-		key:  UnroutedCheckKey,
-		holder: func(v []byte) (string, error) {
-			st, err := decodeCheckState(v)
-			return st.Holder, err
-		},
-		take: func(old []byte, streamCreated time.Time) ([]byte, error) {
-			created = streamCreated
-			var checked uint64 // the first check of this stream: from its start
-			if old != nil {
-				st, err := decodeCheckState(old)
-				if err != nil {
-					return nil, err
-				}
-				if checked = st.checkedIn(created); checked != st.Checked {
-					c.log.Warn("the events stream was created again since the unknown-destination check last ran: checking it from the start", "stream", stream.EventsStream, "created", created, "checked_seq_before", st.Checked)
-				}
-			}
-			done.Store(checked)
-			return CheckState{Holder: c.id, Checked: checked, Stream: created}.encode(), nil
-		},
-		value: func(holder string) []byte {
-			return CheckState{Holder: holder, Checked: done.Load(), Stream: created}.encode()
-		},
-		work: func(ctx context.Context) error {
-			return c.rounds(ctx, &done)
-		},
-	}
+// checkJob is the check as a leased job: its lease value is a CheckState.
+type checkJob struct {
+	c       *unroutedCheck
+	done    atomic.Uint64 // the sequence up to which events are checked
+	created time.Time
 }
+
+func (j *checkJob) Holder(st CheckState) string { return st.Holder }
+
+func (j *checkJob) Take(old *CheckState, created time.Time) (CheckState, error) {
+	j.created = created
+	var checked uint64 // the first check of this stream: from its start
+	if old != nil {
+		if checked = old.checkedIn(created); checked != old.Checked {
+			j.c.log.Warn("the events stream was created again since the unknown-destination check last ran: checking it from the start", "stream", stream.EventsStream, "created", created, "checked_seq_before", old.Checked)
+		}
+	}
+	j.done.Store(checked)
+	return CheckState{Holder: j.c.id, Checked: checked, Stream: created}, nil
+}
+
+func (j *checkJob) Progress(holder string) CheckState {
+	return CheckState{Holder: holder, Checked: j.done.Load(), Stream: j.created}
+}
+
+func (j *checkJob) Work(ctx context.Context) error { return j.c.rounds(ctx, &j.done) }
 
 // checkListMax is the most subjects the check lists in a round; a stream
 // with more is checked by reading every event's headers.
@@ -324,7 +315,8 @@ func (c *unroutedCheck) check(ctx context.Context, m *jetstream.RawStreamMsg) er
 // runUnrouted takes part in the unknown-destination check until ctx ends.
 func (r *Relay) runUnrouted(ctx context.Context, id string) {
 	c := &unroutedCheck{js: r.cfg.JS, dests: r, letters: r, id: id, log: r.log, metrics: r.cfg.Metrics, listMax: r.cfg.checkListMax}
-	runLeased(ctx, r.cfg.JS, id, r.cfg.CheckTakeover, r.cfg.Now, r.log, c.job())
+	lease.Run(ctx, r.cfg.JS, lease.Config{Name: "the unknown-destination check", Key: UnroutedCheckKey,
+		ID: id, Takeover: r.cfg.CheckTakeover, Now: r.cfg.Now, Log: r.log}, lease.Job[CheckState](&checkJob{c: c}))
 }
 
 // routes: see knownDests.

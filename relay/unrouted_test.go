@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/destination"
+	"github.com/relaydev/relay/internal/lease"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/streamtest"
 )
@@ -105,9 +106,9 @@ func leaseFixture(t *testing.T) (streamtest.Server, jetstream.KeyValue) {
 
 // checkLease is the check's lease of replica id, as unroutedCheck.hold
 // makes it.
-func checkLease(kv jetstream.KeyValue, id string, takeover time.Duration) *lease {
-	return &lease{kv: kv, key: UnroutedCheckKey, id: id, takeover: takeover, now: time.Now,
-		holder: func(v []byte) (string, error) {
+func checkLease(kv jetstream.KeyValue, id string, takeover time.Duration) *lease.Lease {
+	return &lease.Lease{KV: kv, Key: UnroutedCheckKey, ID: id, Takeover: takeover, Now: time.Now,
+		Holder: func(v []byte) (string, error) {
 			st, err := decodeCheckState(v)
 			return st.Holder, err
 		}}
@@ -180,22 +181,22 @@ func TestCheckLeaseIsLostWhenTheKeyChanges(t *testing.T) {
 	const takeover = 8 * time.Second
 	l := checkLease(kv, "r-a", takeover)
 	var checked uint64
-	_, err := l.acquire(ctx, takeCheck("r-a", &checked), discardf)
+	_, err := l.Acquire(ctx, takeCheck("r-a", &checked), discardf)
 	require.NoError(t, err)
 	require.Zero(t, checked, "a new check starts at the beginning")
 
 	// A second replica waits while the first renews, for longer than the
 	// takeover time.
 	other := checkLease(kv, "r-b", takeover)
-	octx, ocancel := context.WithTimeout(ctx, takeover+2*leaseRenew)
+	octx, ocancel := context.WithTimeout(ctx, takeover+2*lease.Renew)
 	defer ocancel()
 	kctx, kcancel := context.WithCancel(ctx)
 	kept := make(chan error, 1)
 	go func() {
-		kept <- l.keep(kctx, leaseRenew, func() []byte { return CheckState{Holder: "r-a", Checked: 7}.encode() }, nil)
+		kept <- l.Keep(kctx, lease.Renew, func() []byte { return CheckState{Holder: "r-a", Checked: 7}.encode() }, nil)
 	}()
 	var otherChecked uint64
-	_, err = other.acquire(octx, takeCheck("r-b", &otherChecked), discardf)
+	_, err = other.Acquire(octx, takeCheck("r-b", &otherChecked), discardf)
 	require.ErrorIs(t, err, context.DeadlineExceeded, "no takeover while the holder renews")
 	st, _, err := ReadCheckState(ctx, srv.JS)
 	require.NoError(t, err)
@@ -206,7 +207,7 @@ func TestCheckLeaseIsLostWhenTheKeyChanges(t *testing.T) {
 	putCheckState(t, srv.JS, CheckState{Holder: "r-c", Checked: 7})
 	select {
 	case err := <-kept:
-		require.ErrorIs(t, err, errLeaseLost)
+		require.ErrorIs(t, err, lease.ErrLost)
 	case <-time.After(time.Minute):
 		t.Fatal("the holder did not notice it lost the lease")
 	}
@@ -214,7 +215,7 @@ func TestCheckLeaseIsLostWhenTheKeyChanges(t *testing.T) {
 
 	// Released, the lease is free at once.
 	putCheckState(t, srv.JS, CheckState{Checked: 9})
-	_, err = other.acquire(ctx, takeCheck("r-b", &otherChecked), discardf)
+	_, err = other.Acquire(ctx, takeCheck("r-b", &otherChecked), discardf)
 	require.NoError(t, err)
 	require.EqualValues(t, 9, otherChecked)
 }
@@ -294,14 +295,14 @@ func TestCheckLeaseWritesSurviveAStaleRevision(t *testing.T) {
 	ctx := context.Background()
 	l := checkLease(kv, "r-a", 10*time.Second)
 	var checked uint64
-	_, err := l.acquire(ctx, takeCheck("r-a", &checked), discardf)
+	_, err := l.Acquire(ctx, takeCheck("r-a", &checked), discardf)
 	require.NoError(t, err)
-	stale := l.rev
+	stale := l.Rev
 
 	// The lost write: the same holder, a newer revision.
 	_, err = kv.Put(ctx, UnroutedCheckKey, CheckState{Holder: "r-a", Checked: 4}.encode())
 	require.NoError(t, err)
-	ok, err := l.write(CheckState{Holder: "r-a", Checked: 5}.encode())
+	ok, err := l.Write(CheckState{Holder: "r-a", Checked: 5}.encode())
 	require.NoError(t, err)
 	require.True(t, ok, "still the holder")
 	st, _, err := ReadCheckState(ctx, srv.JS)
@@ -311,9 +312,9 @@ func TestCheckLeaseWritesSurviveAStaleRevision(t *testing.T) {
 
 	// A replica that lost the lease long ago releases nothing.
 	old := checkLease(kv, "r-b", 10*time.Second)
-	old.rev = stale
-	_, err = old.write(CheckState{Checked: 1}.encode())
-	require.ErrorIs(t, err, errLeaseLost)
+	old.Rev = stale
+	_, err = old.Write(CheckState{Checked: 1}.encode())
+	require.ErrorIs(t, err, lease.ErrLost)
 	st, _, err = ReadCheckState(ctx, srv.JS)
 	require.NoError(t, err)
 	require.Equal(t, "r-a", st.Holder, "the holder keeps the lease")
