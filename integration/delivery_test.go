@@ -17,6 +17,7 @@ import (
 
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/publish"
+	"github.com/relaydev/relay/routing"
 	"github.com/relaydev/relay/webhook"
 
 	"github.com/nats-io/nats.go"
@@ -369,7 +370,7 @@ func TestRunningRelayFollowsDestinationChanges(t *testing.T) {
 	// destination is removed are dead-lettered, delivered or not
 	// (docs/operations.md, "Remove a destination"); these were all delivered.
 	eventually(t, 10*time.Second, func() bool {
-		st, _, err := relay.ReadCheckState(context.Background(), e.js)
+		st, _, err := routing.ReadCheckState(context.Background(), e.js)
 		return err == nil && st.Checked >= b.Seq
 	}, "the check went through the delivered events")
 	require.NoError(t, e.store.Remove(context.Background(), "live"))
@@ -415,7 +416,7 @@ func TestUnknownDestinationsAreDeadLetteredOnceAcrossReplicas(t *testing.T) {
 	noTakeover := func(c *relay.Config) { c.CheckTakeover = time.Hour }
 	recA, stopA := e.startRelay(noTakeover)
 	eventually(t, 10*time.Second, func() bool {
-		st, _, err := relay.ReadCheckState(ctx, e.js)
+		st, _, err := routing.ReadCheckState(ctx, e.js)
 		return err == nil && st.Holder != ""
 	}, "A holds the check")
 	recB, _ := e.startRelay(noTakeover)
@@ -433,7 +434,7 @@ func TestUnknownDestinationsAreDeadLetteredOnceAcrossReplicas(t *testing.T) {
 	}
 	require.Empty(t, ghosts)
 	eventually(t, 30*time.Second, func() bool {
-		st, ok, err := relay.ReadCheckState(ctx, e.js)
+		st, ok, err := routing.ReadCheckState(ctx, e.js)
 		return err == nil && ok && st.Checked == 4000
 	}, "the check has read all 4000 events")
 	// One replica checks at a time, and a stopping one hands over where it

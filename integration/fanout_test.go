@@ -19,6 +19,7 @@ import (
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/routing"
 )
 
 // publishType publishes an event of type typ with key and body.
@@ -30,9 +31,9 @@ func (e *env) publishType(typ, key, body string) publish.Published {
 }
 
 // routerState reads the router's state, waiting for it to exist.
-func (e *env) routerState() relay.RouterState {
+func (e *env) routerState() routing.State {
 	e.t.Helper()
-	st, _, err := relay.ReadRouterState(context.Background(), e.js)
+	st, _, err := routing.ReadState(context.Background(), e.js)
 	require.NoError(e.t, err)
 	return st
 }
@@ -339,9 +340,9 @@ func faultKilledRouter(t *testing.T, shared bool) {
 	e.addDest(destination.Destination{Name: "suba", URL: a.URL, Types: []string{"order.*"}, Shared: shared})
 	e.addDest(destination.Destination{Name: "subb", URL: b.URL, Types: []string{"order.>"}, Shared: shared})
 	p1 := faultRun(t, e.url)
-	var first relay.RouterState
+	var first routing.State
 	eventually(t, 20*time.Second, func() bool {
-		st, ok, err := relay.ReadRouterState(ctx, e.js)
+		st, ok, err := routing.ReadState(ctx, e.js)
 		first = st
 		return err == nil && ok && st.Holder != ""
 	}, "the first relay holds the router")

@@ -26,6 +26,7 @@ import (
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/routing"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -676,9 +677,9 @@ func TestFaultKilledCheckHolderIsTakenOver(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
 	p1 := faultRun(t, e.url)
-	var first relay.CheckState
+	var first routing.CheckState
 	eventually(t, 20*time.Second, func() bool {
-		st, ok, err := relay.ReadCheckState(ctx, e.js)
+		st, ok, err := routing.ReadCheckState(ctx, e.js)
 		first = st
 		return err == nil && ok && st.Holder != ""
 	}, "the first relay holds the check")
@@ -703,7 +704,7 @@ func TestFaultKilledCheckHolderIsTakenOver(t *testing.T) {
 	publish(500, 1000)
 
 	eventually(t, 60*time.Second, func() bool {
-		st, _, err := relay.ReadCheckState(ctx, e.js)
+		st, _, err := routing.ReadCheckState(ctx, e.js)
 		return err == nil && st.Holder != "" && st.Holder != first.Holder && st.Checked == 1000
 	}, "the second relay took the check over and checked all 1000 events")
 	faultLedger(t, e, nil, "ghost", published, 0)

@@ -92,26 +92,6 @@ func BenchmarkDecide(b *testing.B) {
 	}
 }
 
-// BenchmarkCheckRouted is the unknown-destination check's work for one
-// event of a known destination: the destination from the subject, and
-// whether it routes the event.
-func BenchmarkCheckRouted(b *testing.B) {
-	m := &jetstream.RawStreamMsg{
-		Subject:  "relay.ev.orders.17",
-		Sequence: 123456,
-		Header:   nats.Header{"Nats-Msg-Id": {"evt_06h2rcpt1p0j6zbfdgx7z5g334"}, "Nats-Msg-Size": {"1024"}},
-	}
-	r := &Relay{dests: destination.NewWatch(destination.Destination{Name: "orders", StartSeq: 1})}
-	c := &unroutedCheck{dests: r, letters: r}
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := c.check(ctx, m); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 // ackedMsg is a benchMsg whose ack succeeds.
 type ackedMsg struct{ benchMsg }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/relaydev/relay/destination"
+	"github.com/relaydev/relay/routing"
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/stream"
 )
@@ -157,31 +158,31 @@ func (m *Metrics) deadLetterFailed(dest string) {
 	}
 }
 
-// checkedRead counts one event whose headers the unknown-destination check
+// CheckedRead counts one event whose headers the unknown-destination check
 // read.
-func (m *Metrics) checkedRead() {
+func (m *Metrics) CheckedRead() {
 	if m != nil {
 		m.checkRead.Inc()
 	}
 }
 
-// checkedListed counts n stream sequences the check settled from the
+// CheckedListed counts n stream sequences the check settled from the
 // list of the stream's subjects.
-func (m *Metrics) checkedListed(n uint64) {
+func (m *Metrics) CheckedListed(n uint64) {
 	if m != nil {
 		m.checkListed.Add(float64(n))
 	}
 }
 
-// routedNone counts a typed event no destination subscribed to.
-func (m *Metrics) routedNone() {
+// RoutedNone counts a typed event no destination subscribed to.
+func (m *Metrics) RoutedNone() {
 	if m != nil {
 		m.routedUnsubscribed.Inc()
 	}
 }
 
-// routedCopies counts n copies of a typed event.
-func (m *Metrics) routedCopies(n int) {
+// RoutedCopies counts n copies of a typed event.
+func (m *Metrics) RoutedCopies(n int) {
 	if m != nil {
 		m.routedCopyCount.Add(float64(n))
 	}
@@ -416,7 +417,7 @@ func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
-	if lag, err := CheckLag(ctx, c.JS); err == nil {
+	if lag, err := routing.CheckLag(ctx, c.JS); err == nil {
 		ch <- prometheus.MustNewConstMetric(c.checkLag, prometheus.GaugeValue, float64(lag))
 	}
 	if cons, err := c.JS.Consumer(ctx, stream.EventsStream, destination.SharedConsumer); err == nil {
@@ -424,8 +425,8 @@ func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.sharedBacklog, prometheus.GaugeValue, float64(info.NumPending))
 		ch <- prometheus.MustNewConstMetric(c.sharedUnacked, prometheus.GaugeValue, float64(info.NumAckPending))
 	}
-	if _, routed, err := ReadRouterState(ctx, c.JS); err == nil && routed {
-		if lag, err := RouterLag(ctx, c.JS); err == nil {
+	if _, routed, err := routing.ReadState(ctx, c.JS); err == nil && routed {
+		if lag, err := routing.Lag(ctx, c.JS); err == nil {
 			ch <- prometheus.MustNewConstMetric(c.routerLag, prometheus.GaugeValue, float64(lag))
 		}
 	}

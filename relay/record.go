@@ -8,6 +8,7 @@ import (
 	"github.com/relaydev/relay/deliverylog"
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/routing"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -94,11 +95,11 @@ func (r *Relay) recordOutcome(ev *event, d destination.Destination, out *Outcome
 
 // recordRouting adds a typed event's routing, confirmed, to the delivery
 // log.
-func (r *Relay) recordRouting(p routed) {
-	if r.logw == nil || p.ev.ID == "" {
+func (r *Relay) recordRouting(p routing.Routed) {
+	if r.logw == nil || p.Envelope.ID == "" {
 		return // off, or not a typed event
 	}
-	ev, dests := p.ev, p.dests
+	ev, dests := p.Envelope, p.Dests
 	rec := deliverylog.AttemptRecord{EventID: ev.ID, Type: ev.Type, Key: ev.Key, Outcome: deliverylog.OutcomeRouted, At: ev.Stored.UTC(), Class: stream.ClassNone, EventSeq: ev.Seq}
 	if len(dests) > deliverylog.MaxRoutedDests {
 		rec.DestsMore = len(dests) - deliverylog.MaxRoutedDests

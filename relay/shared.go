@@ -200,7 +200,7 @@ func (r *Relay) consumeShared(cons jetstream.Consumer, stopped <-chan struct{}) 
 		case <-dctx.Done():
 		}
 	}()
-	pub, err := stream.AsyncPublisher(r.cfg.JS, routerMaxPending)
+	pub, err := stream.AsyncPublisher(r.cfg.JS, sharedMaxPending)
 	if err != nil {
 		r.log.Error("cannot publish for the shared consumer", "err", err)
 		return
@@ -642,7 +642,7 @@ func (s *sharedLoop) lookUp(msg delivered, dest string, in AdmitInput) {
 		defer func() { <-s.unknown }()
 		ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 		defer cancel()
-		ok, err := s.r.exists(ctx, dest, in.Seq)
+		ok, err := s.r.Exists(ctx, dest, in.Seq)
 		in.LookedUp, in.InStore = true, err != nil || ok
 		settleAdmitted(msg, DecideAdmit(in))
 	}()
@@ -847,3 +847,7 @@ func (r *Relay) startLane(parent context.Context, d destination.Destination) (*w
 func jitter(d time.Duration) time.Duration {
 	return d + rand.N(d/10+1)
 }
+
+// sharedMaxPending bounds the shared loop's publishes (lanes, fan-out
+// shares) not yet acknowledged.
+const sharedMaxPending = 16384

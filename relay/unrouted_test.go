@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/internal/lease"
+	"github.com/relaydev/relay/routing"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/streamtest"
 )
@@ -70,11 +72,11 @@ func runRelay(t *testing.T, cfg Config) *Relay {
 	return r
 }
 
-func waitCheckState(t *testing.T, js jetstream.JetStream, what string, cond func(CheckState) bool) CheckState {
+func waitCheckState(t *testing.T, js jetstream.JetStream, what string, cond func(routing.CheckState) bool) routing.CheckState {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		st, ok, err := ReadCheckState(context.Background(), js)
+		st, ok, err := routing.ReadCheckState(context.Background(), js)
 		require.NoError(t, err)
 		if ok && cond(st) {
 			return st
@@ -107,9 +109,9 @@ func leaseFixture(t *testing.T) (streamtest.Server, jetstream.KeyValue) {
 // checkLease is the check's lease of replica id, as unroutedCheck.hold
 // makes it.
 func checkLease(kv jetstream.KeyValue, id string, takeover time.Duration) *lease.Lease {
-	return &lease.Lease{KV: kv, Key: UnroutedCheckKey, ID: id, Takeover: takeover, Now: time.Now,
+	return &lease.Lease{KV: kv, Key: routing.CheckKey, ID: id, Takeover: takeover, Now: time.Now,
 		Holder: func(v []byte) (string, error) {
-			st, err := decodeCheckState(v)
+			st, err := lease.Decode[routing.CheckState](routing.CheckKey, v)
 			return st.Holder, err
 		}}
 }
@@ -121,23 +123,23 @@ func takeCheck(id string, checked *uint64) func([]byte) ([]byte, error) {
 	return func(old []byte) ([]byte, error) {
 		*checked = 0
 		if old != nil {
-			st, err := decodeCheckState(old)
+			st, err := lease.Decode[routing.CheckState](routing.CheckKey, old)
 			if err != nil {
 				return nil, err
 			}
 			*checked = st.Checked
 		}
-		return CheckState{Holder: id, Checked: *checked}.encode(), nil
+		return checkJSON(routing.CheckState{Holder: id, Checked: *checked}), nil
 	}
 }
 
 func discardf(string, ...any) {}
 
-func putCheckState(t *testing.T, js jetstream.JetStream, st CheckState) {
+func putCheckState(t *testing.T, js jetstream.JetStream, st routing.CheckState) {
 	t.Helper()
 	kv, err := js.KeyValue(context.Background(), stream.StateBucket)
 	require.NoError(t, err)
-	_, err = kv.Put(context.Background(), UnroutedCheckKey, st.encode())
+	_, err = kv.Put(context.Background(), routing.CheckKey, checkJSON(st))
 	require.NoError(t, err)
 }
 
@@ -148,14 +150,14 @@ func TestCheckTakesOverFromASilentHolderWhereItLeftOff(t *testing.T) {
 	t.Parallel()
 	srv := streamtest.Start(t)
 	publishGhosts(t, srv.JS, 5)
-	putCheckState(t, srv.JS, CheckState{Holder: "r-gone", Checked: 3, Stream: eventsCreated(t, srv.JS)})
+	putCheckState(t, srv.JS, routing.CheckState{Holder: "r-gone", Checked: 3, Stream: eventsCreated(t, srv.JS)})
 
 	const takeover = 2 * time.Second
 	var dl deadLettered
 	start := time.Now()
 	runRelay(t, Config{JS: srv.JS, CheckTakeover: takeover, OnDelivery: dl.add})
 
-	st := waitCheckState(t, srv.JS, "taken over and caught up", func(st CheckState) bool {
+	st := waitCheckState(t, srv.JS, "taken over and caught up", func(st routing.CheckState) bool {
 		return st.Holder != "r-gone" && st.Checked == 5
 	})
 	require.GreaterOrEqual(t, time.Since(start), takeover, "the silent holder kept the check for CheckTakeover")
@@ -165,7 +167,7 @@ func TestCheckTakesOverFromASilentHolderWhereItLeftOff(t *testing.T) {
 
 	// And it goes on with new events.
 	publishGhosts(t, srv.JS, 1)
-	waitCheckState(t, srv.JS, "checked the new event", func(st CheckState) bool { return st.Checked == 6 })
+	waitCheckState(t, srv.JS, "checked the new event", func(st routing.CheckState) bool { return st.Checked == 6 })
 	require.ElementsMatch(t, []uint64{4, 5, 6}, dl.list())
 }
 
@@ -193,18 +195,18 @@ func TestCheckLeaseIsLostWhenTheKeyChanges(t *testing.T) {
 	kctx, kcancel := context.WithCancel(ctx)
 	kept := make(chan error, 1)
 	go func() {
-		kept <- l.Keep(kctx, lease.Renew, func() []byte { return CheckState{Holder: "r-a", Checked: 7}.encode() }, nil)
+		kept <- l.Keep(kctx, lease.Renew, func() []byte { return checkJSON(routing.CheckState{Holder: "r-a", Checked: 7}) }, nil)
 	}()
 	var otherChecked uint64
 	_, err = other.Acquire(octx, takeCheck("r-b", &otherChecked), discardf)
 	require.ErrorIs(t, err, context.DeadlineExceeded, "no takeover while the holder renews")
-	st, _, err := ReadCheckState(ctx, srv.JS)
+	st, _, err := routing.ReadCheckState(ctx, srv.JS)
 	require.NoError(t, err)
 	require.Equal(t, "r-a", st.Holder)
 	require.EqualValues(t, 7, st.Checked, "renewals record the progress")
 
 	// Someone else writes the key: the holder finds out at its next renewal.
-	putCheckState(t, srv.JS, CheckState{Holder: "r-c", Checked: 7})
+	putCheckState(t, srv.JS, routing.CheckState{Holder: "r-c", Checked: 7})
 	select {
 	case err := <-kept:
 		require.ErrorIs(t, err, lease.ErrLost)
@@ -214,7 +216,7 @@ func TestCheckLeaseIsLostWhenTheKeyChanges(t *testing.T) {
 	kcancel()
 
 	// Released, the lease is free at once.
-	putCheckState(t, srv.JS, CheckState{Checked: 9})
+	putCheckState(t, srv.JS, routing.CheckState{Checked: 9})
 	_, err = other.Acquire(ctx, takeCheck("r-b", &otherChecked), discardf)
 	require.NoError(t, err)
 	require.EqualValues(t, 9, otherChecked)
@@ -227,11 +229,11 @@ func TestCheckStartsOverOnARecreatedStream(t *testing.T) {
 	t.Parallel()
 	srv := streamtest.Start(t)
 	publishGhosts(t, srv.JS, 2)
-	putCheckState(t, srv.JS, CheckState{Checked: 100, Stream: eventsCreated(t, srv.JS).Add(-time.Hour)})
+	putCheckState(t, srv.JS, routing.CheckState{Checked: 100, Stream: eventsCreated(t, srv.JS).Add(-time.Hour)})
 
 	var dl deadLettered
 	runRelay(t, Config{JS: srv.JS, OnDelivery: dl.add})
-	waitCheckState(t, srv.JS, "checked the new stream", func(st CheckState) bool { return st.Checked == 2 })
+	waitCheckState(t, srv.JS, "checked the new stream", func(st routing.CheckState) bool { return st.Checked == 2 })
 	require.ElementsMatch(t, []uint64{1, 2}, dl.list())
 }
 
@@ -247,7 +249,7 @@ func TestCheckDeadLettersATokenNoDestinationCanHave(t *testing.T) {
 	}
 	var dl deadLettered
 	runRelay(t, Config{JS: srv.JS, OnDelivery: dl.add})
-	waitCheckState(t, srv.JS, "checked all three", func(st CheckState) bool { return st.Checked == 3 })
+	waitCheckState(t, srv.JS, "checked all three", func(st routing.CheckState) bool { return st.Checked == 3 })
 	require.ElementsMatch(t, []uint64{1, 2, 3}, dl.list())
 }
 
@@ -257,18 +259,18 @@ func TestCheckLagCountsWhatIsNotReadYet(t *testing.T) {
 	t.Parallel()
 	srv := streamtest.Start(t)
 	ctx := context.Background()
-	lag, err := CheckLag(ctx, srv.JS)
+	lag, err := routing.CheckLag(ctx, srv.JS)
 	require.NoError(t, err)
 	require.Zero(t, lag, "an empty stream")
 
 	publishGhosts(t, srv.JS, 3)
-	lag, err = CheckLag(ctx, srv.JS)
+	lag, err = routing.CheckLag(ctx, srv.JS)
 	require.NoError(t, err)
 	require.EqualValues(t, 3, lag, "no check has run")
 
 	runRelay(t, Config{JS: srv.JS})
-	waitCheckState(t, srv.JS, "caught up", func(st CheckState) bool { return st.Checked == 3 })
-	lag, err = CheckLag(ctx, srv.JS)
+	waitCheckState(t, srv.JS, "caught up", func(st routing.CheckState) bool { return st.Checked == 3 })
+	lag, err = routing.CheckLag(ctx, srv.JS)
 	require.NoError(t, err)
 	require.Zero(t, lag)
 
@@ -276,12 +278,12 @@ func TestCheckLagCountsWhatIsNotReadYet(t *testing.T) {
 	// they are no lag of its.
 	_, err = srv.JS.Publish(ctx, stream.TypeSubject("order.created"), []byte(`{}`))
 	require.NoError(t, err)
-	lag, err = CheckLag(ctx, srv.JS)
+	lag, err = routing.CheckLag(ctx, srv.JS)
 	require.NoError(t, err)
 	require.Zero(t, lag, "a typed event after the last event checked")
 	publishGhosts(t, srv.JS, 1)
-	waitCheckState(t, srv.JS, "checked the event after the typed one", func(st CheckState) bool { return st.Checked == 5 })
-	lag, err = CheckLag(ctx, srv.JS)
+	waitCheckState(t, srv.JS, "checked the event after the typed one", func(st routing.CheckState) bool { return st.Checked == 5 })
+	lag, err = routing.CheckLag(ctx, srv.JS)
 	require.NoError(t, err)
 	require.Zero(t, lag)
 }
@@ -300,12 +302,12 @@ func TestCheckLeaseWritesSurviveAStaleRevision(t *testing.T) {
 	stale := l.Rev
 
 	// The lost write: the same holder, a newer revision.
-	_, err = kv.Put(ctx, UnroutedCheckKey, CheckState{Holder: "r-a", Checked: 4}.encode())
+	_, err = kv.Put(ctx, routing.CheckKey, checkJSON(routing.CheckState{Holder: "r-a", Checked: 4}))
 	require.NoError(t, err)
-	ok, err := l.Write(CheckState{Holder: "r-a", Checked: 5}.encode())
+	ok, err := l.Write(checkJSON(routing.CheckState{Holder: "r-a", Checked: 5}))
 	require.NoError(t, err)
 	require.True(t, ok, "still the holder")
-	st, _, err := ReadCheckState(ctx, srv.JS)
+	st, _, err := routing.ReadCheckState(ctx, srv.JS)
 	require.NoError(t, err)
 	require.Equal(t, "r-a", st.Holder)
 	require.EqualValues(t, 5, st.Checked)
@@ -313,9 +315,9 @@ func TestCheckLeaseWritesSurviveAStaleRevision(t *testing.T) {
 	// A replica that lost the lease long ago releases nothing.
 	old := checkLease(kv, "r-b", 10*time.Second)
 	old.Rev = stale
-	_, err = old.Write(CheckState{Checked: 1}.encode())
+	_, err = old.Write(checkJSON(routing.CheckState{Checked: 1}))
 	require.ErrorIs(t, err, lease.ErrLost)
-	st, _, err = ReadCheckState(ctx, srv.JS)
+	st, _, err = routing.ReadCheckState(ctx, srv.JS)
 	require.NoError(t, err)
 	require.Equal(t, "r-a", st.Holder, "the holder keeps the lease")
 	require.EqualValues(t, 5, st.Checked)
@@ -370,7 +372,7 @@ func TestCheckDeadLettersOnlyEventsOfUnknownDestinations(t *testing.T) {
 	m := NewMetrics(prometheus.NewRegistry())
 	var dl deadLettered
 	runRelay(t, Config{JS: srv.JS, OnDelivery: dl.add, Metrics: m})
-	waitCheckState(t, srv.JS, "checked the known events", func(st CheckState) bool { return st.Checked == last })
+	waitCheckState(t, srv.JS, "checked the known events", func(st routing.CheckState) bool { return st.Checked == last })
 	require.Empty(t, dl.list())
 	require.LessOrEqual(t, checkedCount(m), uint64(300), "each event read at most once")
 	before := checkedCount(m)
@@ -379,7 +381,7 @@ func TestCheckDeadLettersOnlyEventsOfUnknownDestinations(t *testing.T) {
 	publishTo(t, srv.JS, "relay.in.known", 100)
 	ghost := publishTo(t, srv.JS, "relay.in.ghost", 1)
 	last = publishTo(t, srv.JS, "relay.in.known", 100)
-	waitCheckState(t, srv.JS, "checked the mixed range", func(st CheckState) bool { return st.Checked == last })
+	waitCheckState(t, srv.JS, "checked the mixed range", func(st routing.CheckState) bool { return st.Checked == last })
 	require.Equal(t, []uint64{ghost}, dl.list())
 	require.Equal(t, before+1, checkedCount(m), "only the ghost's event read")
 	require.Positive(t, testutil.ToFloat64(m.checkListed), "the others settled from the list of subjects")
@@ -399,11 +401,11 @@ func TestCheckReadsPastDeletedEvents(t *testing.T) {
 
 	var dl deadLettered
 	runRelay(t, Config{JS: srv.JS, OnDelivery: dl.add})
-	waitCheckState(t, srv.JS, "checked what is left", func(st CheckState) bool { return st.Checked == 5 })
+	waitCheckState(t, srv.JS, "checked what is left", func(st routing.CheckState) bool { return st.Checked == 5 })
 	require.ElementsMatch(t, []uint64{1, 2, 4}, dl.list())
 
 	publishGhosts(t, srv.JS, 1)
-	waitCheckState(t, srv.JS, "checked the next event", func(st CheckState) bool { return st.Checked == 6 })
+	waitCheckState(t, srv.JS, "checked the next event", func(st routing.CheckState) bool { return st.Checked == 6 })
 	require.ElementsMatch(t, []uint64{1, 2, 4, 6}, dl.list())
 }
 
@@ -422,7 +424,7 @@ func TestCheckReadsAcrossADestinationAddedMeanwhile(t *testing.T) {
 	m := NewMetrics(prometheus.NewRegistry())
 	var dl deadLettered
 	runRelay(t, Config{JS: srv.JS, OnDelivery: dl.add, Metrics: m})
-	waitCheckState(t, srv.JS, "checked the backlog", func(st CheckState) bool { return st.Checked == last })
+	waitCheckState(t, srv.JS, "checked the backlog", func(st routing.CheckState) bool { return st.Checked == last })
 	require.GreaterOrEqual(t, checkedCount(m), uint64(100), "the events of the destination added after the first event read")
 	require.LessOrEqual(t, checkedCount(m), uint64(300))
 	require.Empty(t, dl.list())
@@ -439,7 +441,7 @@ func TestCheckReadsAcrossADestinationAddedMeanwhile(t *testing.T) {
 	m2 := NewMetrics(prometheus.NewRegistry())
 	var dl2 deadLettered
 	runRelay(t, Config{JS: srv2.JS, OnDelivery: dl2.add, Metrics: m2})
-	waitCheckState(t, srv2.JS, "checked the backlog", func(st CheckState) bool { return st.Checked == last })
+	waitCheckState(t, srv2.JS, "checked the backlog", func(st routing.CheckState) bool { return st.Checked == last })
 	require.Equal(t, []uint64{early}, dl2.list())
 	require.GreaterOrEqual(t, checkedCount(m2), uint64(101))
 	require.LessOrEqual(t, checkedCount(m2), last)
@@ -462,7 +464,7 @@ func TestCheckReadsPastEventsThatAgedOut(t *testing.T) {
 
 	m := NewMetrics(prometheus.NewRegistry())
 	runRelay(t, Config{JS: srv.JS, Metrics: m})
-	waitCheckState(t, srv.JS, "checked what is left", func(st CheckState) bool { return st.Checked == last })
+	waitCheckState(t, srv.JS, "checked what is left", func(st routing.CheckState) bool { return st.Checked == last })
 	require.LessOrEqual(t, checkedCount(m), uint64(250), "only what is left read, at most")
 }
 
@@ -493,7 +495,7 @@ func TestCheckReadsEventsPublishedWhileItRuns(t *testing.T) {
 		}
 	}
 	last := publishTo(t, srv.JS, "relay.in.known", 1)
-	waitCheckState(t, srv.JS, "checked every event", func(st CheckState) bool { return st.Checked == last })
+	waitCheckState(t, srv.JS, "checked every event", func(st routing.CheckState) bool { return st.Checked == last })
 	require.Equal(t, want, dl.list(), "every event of an unknown destination dead-lettered once, in stream order")
 	require.LessOrEqual(t, checkedCount(m), last, "each event read at most once")
 }
@@ -545,7 +547,7 @@ func TestCheckMissesNoEventStoredMeanwhile(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	waitCheckState(t, srv.JS, "checked every event", func(st CheckState) bool { return st.Checked == last.Load() })
+	waitCheckState(t, srv.JS, "checked every event", func(st routing.CheckState) bool { return st.Checked == last.Load() })
 	slices.Sort(ghosts)
 	require.Equal(t, ghosts, dl.list(), "every event of an unknown destination dead-lettered once, in stream order")
 	require.LessOrEqual(t, checkedCount(m), last.Load(), "each event read at most once")
@@ -567,7 +569,7 @@ func TestCheckDeadLettersEveryUnknownDestination(t *testing.T) {
 	m := NewMetrics(prometheus.NewRegistry())
 	var dl deadLettered
 	runRelay(t, Config{JS: srv.JS, OnDelivery: dl.add, Metrics: m})
-	waitCheckState(t, srv.JS, "checked every event", func(st CheckState) bool { return st.Checked == last })
+	waitCheckState(t, srv.JS, "checked every event", func(st routing.CheckState) bool { return st.Checked == last })
 	require.Equal(t, want, dl.list())
 	require.LessOrEqual(t, checkedCount(m), last, "each event read at most once")
 }
@@ -601,20 +603,20 @@ func TestCheckReadsPastRemovedEventsAndAddedDestinations(t *testing.T) {
 	m := NewMetrics(prometheus.NewRegistry())
 	var dl deadLettered
 	runRelay(t, Config{JS: srv.JS, OnDelivery: dl.add, Metrics: m})
-	waitCheckState(t, srv.JS, "read what is left", func(st CheckState) bool { return st.Checked == 6 })
+	waitCheckState(t, srv.JS, "read what is left", func(st routing.CheckState) bool { return st.Checked == 6 })
 	require.Equal(t, []uint64{3, 5, 6}, dl.list())
 
 	// Nothing left at all: the check still moves to the last sequence.
 	publishGhosts(t, srv.JS, 2) // 7, 8
 	require.NoError(t, s.Purge(ctx))
-	waitCheckState(t, srv.JS, "past the purged events", func(st CheckState) bool { return st.Checked == 8 })
+	waitCheckState(t, srv.JS, "past the purged events", func(st routing.CheckState) bool { return st.Checked == 8 })
 
 	// Events for "late" are dead-lettered until it is added, and not after.
 	early := publishTo(t, srv.JS, "relay.in.late", 1)
-	waitCheckState(t, srv.JS, "read the early event", func(st CheckState) bool { return st.Checked == early })
+	waitCheckState(t, srv.JS, "read the early event", func(st routing.CheckState) bool { return st.Checked == early })
 	addPausedDest(t, srv.JS, "late")
 	last := publishTo(t, srv.JS, "relay.in.late", 5)
-	waitCheckState(t, srv.JS, "read the later events", func(st CheckState) bool { return st.Checked == last })
+	waitCheckState(t, srv.JS, "read the later events", func(st routing.CheckState) bool { return st.Checked == last })
 	// 7 and 8 may have been read, and dead-lettered, before the purge.
 	got := slices.DeleteFunc(dl.list(), func(seq uint64) bool { return seq == 7 || seq == 8 })
 	require.Equal(t, []uint64{3, 5, 6, early}, got)
@@ -651,7 +653,7 @@ func TestCheckLooksEventsUpAtTheStreamsLeader(t *testing.T) {
 			publishTo(t, srv.JS, "relay.in.known", 5)
 			ghost := publishTo(t, srv.JS, "relay.in.ghost", 1)
 			last := publishTo(t, srv.JS, "relay.in.known", 5)
-			waitCheckState(t, srv.JS, "checked every event", func(st CheckState) bool { return st.Checked == last })
+			waitCheckState(t, srv.JS, "checked every event", func(st routing.CheckState) bool { return st.Checked == last })
 			require.Equal(t, []uint64{ghost}, dl.list())
 			require.NoError(t, nc.Flush())
 			require.Positive(t, leader.Load(), "the ghost event read at the leader")
@@ -671,9 +673,9 @@ func TestCheckLeavesNoConsumerBetweenRounds(t *testing.T) {
 	publishGhosts(t, srv.JS, 3)
 	var dl deadLettered
 	runRelay(t, Config{JS: srv.JS, OnDelivery: dl.add})
-	waitCheckState(t, srv.JS, "checked the first three", func(st CheckState) bool { return st.Checked == 3 })
+	waitCheckState(t, srv.JS, "checked the first three", func(st routing.CheckState) bool { return st.Checked == 3 })
 	publishGhosts(t, srv.JS, 2)
-	waitCheckState(t, srv.JS, "checked the two after", func(st CheckState) bool { return st.Checked == 5 })
+	waitCheckState(t, srv.JS, "checked the two after", func(st routing.CheckState) bool { return st.Checked == 5 })
 	require.ElementsMatch(t, []uint64{1, 2, 3, 4, 5}, dl.list())
 
 	s, err := srv.JS.Stream(ctx, stream.EventsStream)
@@ -709,8 +711,17 @@ func TestCheckReadsEveryEventWithManySubjects(t *testing.T) {
 	m := NewMetrics(prometheus.NewRegistry())
 	var dl deadLettered
 	runRelay(t, Config{JS: srv.JS, OnDelivery: dl.add, Metrics: m, checkListMax: 2}) // 3 subjects
-	waitCheckState(t, srv.JS, "checked every event", func(st CheckState) bool { return st.Checked == last })
+	waitCheckState(t, srv.JS, "checked every event", func(st routing.CheckState) bool { return st.Checked == last })
 	require.Equal(t, []uint64{ghost}, dl.list())
 	require.Equal(t, last, checkedCount(m), "every event read")
 	require.Zero(t, testutil.ToFloat64(m.checkListed))
+}
+
+// checkJSON is st as the check's lease holds it.
+func checkJSON(st routing.CheckState) []byte {
+	b, err := json.Marshal(st)
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

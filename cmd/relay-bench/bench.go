@@ -22,6 +22,7 @@ import (
 
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/internal/replica"
+	"github.com/relaydev/relay/routing"
 	"github.com/relaydev/relay/stream/embedded"
 	"github.com/relaydev/relay/webhook"
 
@@ -30,7 +31,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -357,7 +357,7 @@ func (b *bench) waitConsumerIdle(ctx context.Context, name string, p *proc, limi
 // checkCaughtUp reports whether relay's unknown-destination check has gone
 // through every event stored so far.
 func (b *bench) checkCaughtUp(ctx context.Context) (bool, error) {
-	lag, err := relay.CheckLag(ctx, b.js)
+	lag, err := routing.CheckLag(ctx, b.js)
 	return err == nil && lag == 0, err // an empty stream needs no check
 }
 
@@ -370,7 +370,7 @@ func (b *bench) waitCheckCaughtUp(ctx context.Context, p *proc, limit time.Durat
 // checkHolder is the replica that holds relay's unknown-destination check,
 // "" when none does (or it cannot be read).
 func (b *bench) checkHolder(ctx context.Context) (string, error) {
-	st, _, err := relay.ReadCheckState(ctx, b.js)
+	st, _, err := routing.ReadCheckState(ctx, b.js)
 	return st.Holder, err
 }
 

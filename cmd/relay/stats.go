@@ -16,6 +16,7 @@ import (
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/internal/replica"
 	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/routing"
 	"github.com/relaydev/relay/schedule"
 )
 
@@ -109,13 +110,13 @@ func (o *statsOpts) print(ctx context.Context, w io.Writer, js jetstream.JetStre
 		all = one
 	}
 	// The router's figures, once typed events were routed.
-	rs, routed, err := relay.ReadRouterState(ctx, js)
+	rs, routed, err := routing.ReadState(ctx, js)
 	if err != nil {
 		return err
 	}
 	var lag uint64
 	if routed {
-		if lag, err = relay.RouterLag(ctx, js); err != nil {
+		if lag, err = routing.Lag(ctx, js); err != nil {
 			return err
 		}
 	}

@@ -1,4 +1,8 @@
-package relay
+// Package routing copies typed events to the destinations subscribed to
+// their type (RunRouter), and dead-letters events of destinations that do
+// not exist (RunCheck): each the work of one replica at a time, under a
+// lease (internal/lease). The engine gives each what it needs in a Config.
+package routing
 
 import (
 	"context"
@@ -17,7 +21,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaydev/relay/destination"
-	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/lease"
 	"github.com/relaydev/relay/stream"
 )
@@ -50,11 +53,11 @@ import (
 // up to it is confirmed. When a publish fails, the router starts again
 // from the first unconfirmed event.
 
-// RouterKey is the relay_state key of the router.
-const RouterKey = "router"
+// Key is the relay_state key of the router.
+const Key = "router"
 
-// RouterState is the value of RouterKey.
-type RouterState struct {
+// State is the value of RouterKey.
+type State struct {
 	// Holder is the replica routing; empty when released.
 	Holder string `json:"holder,omitempty"`
 	// Routed is the stream sequence up to which every typed event is
@@ -71,35 +74,35 @@ type RouterState struct {
 	Unsubscribed uint64 `json:"unsubscribed"`
 }
 
-func decodeRouterState(b []byte) (RouterState, error) {
-	var st RouterState
+func decodeRouterState(b []byte) (State, error) {
+	var st State
 	if err := json.Unmarshal(b, &st); err != nil {
-		return RouterState{}, fmt.Errorf("%s/%s holds %q, not a router state: %w", stream.StateBucket, RouterKey, b, err)
+		return State{}, fmt.Errorf("%s/%s holds %q, not a router state: %w", stream.StateBucket, Key, b, err)
 	}
 	return st, nil
 }
 
-// ReadRouterState returns the router's state, and false when no relay has
-// routed yet.
-func ReadRouterState(ctx context.Context, js jetstream.JetStream) (RouterState, bool, error) {
+// ReadState returns the router's state, and false when no relay has
+// Routed yet.
+func ReadState(ctx context.Context, js jetstream.JetStream) (State, bool, error) {
 	kv, err := js.KeyValue(ctx, stream.StateBucket)
 	if err != nil {
-		return RouterState{}, false, fmt.Errorf("open bucket %s: %w", stream.StateBucket, err)
+		return State{}, false, fmt.Errorf("open bucket %s: %w", stream.StateBucket, err)
 	}
-	e, err := kv.Get(ctx, RouterKey)
+	e, err := kv.Get(ctx, Key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return RouterState{}, false, nil
+		return State{}, false, nil
 	}
 	if err != nil {
-		return RouterState{}, false, fmt.Errorf("read %s/%s: %w", stream.StateBucket, RouterKey, err)
+		return State{}, false, fmt.Errorf("read %s/%s: %w", stream.StateBucket, Key, err)
 	}
 	st, err := decodeRouterState(e.Value())
 	return st, err == nil, err
 }
 
-// RouterLag is how many typed events the router has not routed yet.
-func RouterLag(ctx context.Context, js jetstream.JetStream) (uint64, error) {
-	st, _, err := ReadRouterState(ctx, js)
+// Lag is how many typed events the router has not routed yet.
+func Lag(ctx context.Context, js jetstream.JetStream) (uint64, error) {
+	st, _, err := ReadState(ctx, js)
 	if err != nil {
 		return 0, err
 	}
@@ -119,9 +122,9 @@ func RouterLag(ctx context.Context, js jetstream.JetStream) (uint64, error) {
 // The router's publishing context allows routerMaxPending unconfirmed
 // publishes: above it nats.go stalls and fails them.
 const (
-	routerWindow     = 256
-	routerCopies     = 4096
-	routerMaxPending = 16384
+	routerWindow = 256
+	routerCopies = 4096
+	MaxPending   = 16384
 )
 
 // copyWindow counts the copies published and not confirmed yet.
@@ -165,15 +168,59 @@ func (w *copyWindow) release(k int) {
 	w.mu.Unlock()
 }
 
+// RouterConfig is what the router needs of the engine.
+type RouterConfig struct {
+	JS jetstream.JetStream
+	// ID is this replica's.
+	ID    string
+	Store *destination.Store
+	// Dests is the engine's live copy of the destinations.
+	Dests *destination.Watch
+	// Seal seals the copies (see stream.Seal).
+	Seal     *stream.Seal
+	Log      *slog.Logger
+	Now      func() time.Time
+	Takeover time.Duration
+	Metrics  RouterCounters
+	// Recorded is called with each typed event's routing once its copies
+	// are confirmed (the engine records it in the delivery log).
+	Recorded func(Routed)
+	// TooLarge dead-letters the copy of p for dest, which the events
+	// stream refused as too large.
+	TooLarge func(ctx context.Context, p Routed, dest string, cause error)
+}
+
+// RunRouter takes part in routing until ctx ends.
+func RunRouter(ctx context.Context, cfg RouterConfig) {
+	ro := &router{js: cfg.JS, store: cfg.Store, dests: cfg.Dests, seal: cfg.Seal, recorded: cfg.Recorded, metrics: cfg.Metrics, tooLarge: cfg.TooLarge, id: cfg.ID, log: cfg.Log, now: cfg.Now}
+	var err error
+	ro.pub, err = stream.AsyncPublisher(cfg.JS, MaxPending)
+	if err != nil {
+		cfg.Log.Error("router not started: typed events are not copied to their subscribers", "err", err)
+		return
+	}
+	lease.Run(ctx, cfg.JS, lease.Config{Name: "the router (typed events are not copied to their subscribers meanwhile)", Key: Key,
+		ID: cfg.ID, Takeover: cfg.Takeover, Now: cfg.Now, Log: cfg.Log}, lease.Job[State](&routerJob{ro: ro}))
+}
+
 // router is one replica's part in routing typed events.
 type router struct {
 	js     jetstream.JetStream
 	pub    jetstream.JetStream // publishes copies, with room for routerMaxPending
 	window copyWindow
-	r      *Relay
-	id     string
-	log    *slog.Logger
-	now    func() time.Time
+	store  *destination.Store
+	dests  *destination.Watch
+	seal   *stream.Seal
+	// recorded is called with each typed event's routing once its copies
+	// are confirmed (the engine records it in the delivery log).
+	recorded func(Routed)
+	metrics  RouterCounters
+	// tooLarge dead-letters the copy of p for dest, which the events
+	// stream refused as too large.
+	tooLarge func(ctx context.Context, p Routed, dest string, cause error)
+	id       string
+	log      *slog.Logger
+	now      func() time.Time
 
 	// cache maps a type to the destinations subscribed to it, for the
 	// destinations' generation gen.
@@ -182,25 +229,20 @@ type router struct {
 	cache map[string][]destination.Destination
 }
 
-// runRouter takes part in routing until ctx ends.
-func (r *Relay) runRouter(ctx context.Context, id string) {
-	ro := &router{js: r.cfg.JS, r: r, id: id, log: r.log, now: r.cfg.Now}
-	var err error
-	ro.pub, err = stream.AsyncPublisher(r.cfg.JS, routerMaxPending)
-	if err != nil {
-		r.log.Error("router not started: typed events are not copied to their subscribers", "err", err)
-		return
-	}
-	lease.Run(ctx, r.cfg.JS, lease.Config{Name: "the router (typed events are not copied to their subscribers meanwhile)", Key: RouterKey,
-		ID: id, Takeover: r.cfg.CheckTakeover, Now: r.cfg.Now, Log: r.log}, lease.Job[RouterState](&routerJob{ro: ro}))
+// RouterCounters count the router's work (relay's Metrics do).
+type RouterCounters interface {
+	// RoutedCopies counts n copies of a typed event written.
+	RoutedCopies(n int)
+	// RoutedNone counts a typed event no destination subscribed to.
+	RoutedNone()
 }
 
-// routed is one typed event's copies waiting for their confirmations.
-type routed struct {
-	seq   uint64
-	pubs  []routedPub
-	dests []string // every subscriber
-	ev    stream.Envelope
+// Routed is one typed event's copies waiting for their confirmations.
+type Routed struct {
+	Seq      uint64
+	pubs     []routedPub
+	Dests    []string // every subscriber
+	Envelope stream.Envelope
 }
 
 // routedPub is one publish of a typed event's routing: a copy for one
@@ -215,13 +257,13 @@ type routedPub struct {
 type routerJob struct {
 	ro *router
 	mu sync.Mutex // guards st
-	st RouterState
+	st State
 }
 
-func (j *routerJob) Holder(st RouterState) string { return st.Holder }
+func (j *routerJob) Holder(st State) string { return st.Holder }
 
-func (j *routerJob) Take(old *RouterState, created time.Time) (RouterState, error) {
-	next := RouterState{Stream: created}
+func (j *routerJob) Take(old *State, created time.Time) (State, error) {
+	next := State{Stream: created}
 	if old != nil {
 		if old.Stream.Equal(created) {
 			next = *old
@@ -236,7 +278,7 @@ func (j *routerJob) Take(old *RouterState, created time.Time) (RouterState, erro
 	return next, nil
 }
 
-func (j *routerJob) Progress(holder string) RouterState {
+func (j *routerJob) Progress(holder string) State {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	v := j.st
@@ -248,13 +290,13 @@ func (j *routerJob) Work(ctx context.Context) error {
 	j.mu.Lock()
 	from := j.st.Routed
 	j.mu.Unlock()
-	return j.ro.route(ctx, from, func(p routed) {
+	return j.ro.route(ctx, from, func(p Routed) {
 		j.mu.Lock()
 		defer j.mu.Unlock()
-		j.st.Routed = p.seq
+		j.st.Routed = p.Seq
 		j.st.Events++
-		j.st.Copies += uint64(len(p.dests))
-		if len(p.dests) == 0 {
+		j.st.Copies += uint64(len(p.Dests))
+		if len(p.Dests) == 0 {
 			j.st.Unsubscribed++
 		}
 	})
@@ -263,12 +305,12 @@ func (j *routerJob) Work(ctx context.Context) error {
 // route routes the typed events stored after sequence from until ctx ends
 // or a copy cannot be stored, calling done for each event, in order, once
 // its copies are confirmed.
-func (ro *router) route(ctx context.Context, from uint64, done func(routed)) error {
+func (ro *router) route(ctx context.Context, from uint64, done func(Routed)) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	// Confirmations are awaited in order by a goroutine of their own; a
 	// failure stops the read.
-	pending := make(chan routed, routerWindow)
+	pending := make(chan Routed, routerWindow)
 	var failed error
 	confirmed := make(chan struct{})
 	go func() {
@@ -282,7 +324,7 @@ func (ro *router) route(ctx context.Context, from uint64, done func(routed)) err
 				}
 				return
 			}
-			ro.r.recordRouting(p)
+			ro.recorded(p)
 			done(p)
 		}
 	}()
@@ -322,8 +364,8 @@ const markWait = 5 * time.Second
 // events after the mark go by it (see stream.SubPrefix).
 func (ro *router) awaitChange(ctx context.Context, dest string, seq uint64) error {
 	for wait, deadline := 10*time.Millisecond, ro.now().Add(markWait); ; wait = min(2*wait, 500*time.Millisecond) {
-		if rev, marked, err := ro.r.store.MarkedAt(ctx, dest, seq); err == nil && marked {
-			return ro.r.dests.WaitRev(ctx, rev)
+		if rev, marked, err := ro.store.MarkedAt(ctx, dest, seq); err == nil && marked {
+			return ro.dests.WaitRev(ctx, rev)
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -344,7 +386,7 @@ func (ro *router) awaitChange(ctx context.Context, dest string, seq uint64) erro
 // stored at seq was stored.
 func (ro *router) subscribers(typ string, seq uint64) []string {
 	var ds []destination.Destination
-	ro.r.dests.View(func(gen uint64, dests map[string]destination.Destination) {
+	ro.dests.View(func(gen uint64, dests map[string]destination.Destination) {
 		ro.mu.Lock()
 		defer ro.mu.Unlock()
 		if ro.gen != gen || ro.cache == nil {
@@ -376,30 +418,30 @@ func (ro *router) subscribers(typ string, seq uint64) []string {
 }
 
 // copy publishes m's copies, unconfirmed.
-func (ro *router) copy(ctx context.Context, m *jetstream.RawStreamMsg) (routed, error) {
+func (ro *router) copy(ctx context.Context, m *jetstream.RawStreamMsg) (Routed, error) {
 	ev, err := stream.DecodeTyped(m.Subject, m.Sequence, m.Time, m.Header, m.Data)
 	if err != nil {
-		return routed{seq: m.Sequence}, nil // not a typed event: nothing to route
+		return Routed{Seq: m.Sequence}, nil // not a typed event: nothing to route
 	}
-	p := routed{seq: m.Sequence, ev: ev}
+	p := Routed{Seq: m.Sequence, Envelope: ev}
 	if stream.ValidTypeName(ev.Type) != nil || stream.Spoofed(ev.Type) {
 		// A type whose first token is relay in another case is a producer's
 		// imitation of relay's own: relay publishes its own in lower case.
 		ro.log.Warn("typed event with an invalid type (or one like relay's own in another case) not routed", "subject", m.Subject, "seq", m.Sequence)
-		ro.r.cfg.Metrics.routedNone()
+		ro.metrics.RoutedNone()
 		return p, nil
 	}
-	p.dests = ro.subscribers(ev.Type, m.Sequence)
-	if len(p.dests) == 0 {
-		ro.r.cfg.Metrics.routedNone()
+	p.Dests = ro.subscribers(ev.Type, m.Sequence)
+	if len(p.Dests) == 0 {
+		ro.metrics.RoutedNone()
 		return p, nil
 	}
 	// Shared destinations get one fan-out message for up to
 	// stream.FanChunk of them, which the shared consumer delivers to each;
 	// the others a copy each.
 	var own, shared []string
-	for _, name := range p.dests {
-		if d, ok := ro.r.dests.Get(name); ok && d.Shared {
+	for _, name := range p.Dests {
+		if d, ok := ro.dests.Get(name); ok && d.Shared {
 			shared = append(shared, name)
 		} else {
 			own = append(own, name)
@@ -409,7 +451,7 @@ func (ro *router) copy(ctx context.Context, m *jetstream.RawStreamMsg) (routed, 
 	if err := ro.window.acquire(ctx, npubs); err != nil {
 		return p, err
 	}
-	fail := func(what string, err error) (routed, error) {
+	fail := func(what string, err error) (Routed, error) {
 		// Not confirmed: routing starts again from before this event.
 		ro.window.release(npubs)
 		return p, fmt.Errorf("copy typed event %d for %s: %w", m.Sequence, what, err)
@@ -417,7 +459,7 @@ func (ro *router) copy(ctx context.Context, m *jetstream.RawStreamMsg) (routed, 
 	for _, d := range own {
 		c := ev
 		c.Dest = d
-		f, err := ro.pub.PublishMsgAsync(c.Msg(stream.Routed, stream.InSubject(d, ev.Key), ro.r.seal))
+		f, err := ro.pub.PublishMsgAsync(c.Msg(stream.Routed, stream.InSubject(d, ev.Key), ro.seal))
 		if err != nil {
 			return fail(d, err)
 		}
@@ -427,13 +469,13 @@ func (ro *router) copy(ctx context.Context, m *jetstream.RawStreamMsg) (routed, 
 	// by another replica) makes the same chunks, with the same dedup ids.
 	slices.Sort(shared)
 	for chunk := range slices.Chunk(shared, stream.FanChunk) {
-		f, err := ro.pub.PublishMsgAsync(fanMsg(ev, chunk, ro.r.seal))
+		f, err := ro.pub.PublishMsgAsync(fanMsg(ev, chunk, ro.seal))
 		if err != nil {
 			return fail(strings.Join(chunk, ","), err)
 		}
 		p.pubs = append(p.pubs, routedPub{f: f, dests: chunk, fanned: true})
 	}
-	ro.r.cfg.Metrics.routedCopies(len(p.dests))
+	ro.metrics.RoutedCopies(len(p.Dests))
 	return p, nil
 }
 
@@ -455,28 +497,28 @@ func fanMsg(ev stream.Envelope, dests []string, seal *stream.Seal) *nats.Msg {
 // large once relay's headers are added) is dead-lettered for its
 // destination (a fan-out message refused so is sent as a copy for each);
 // any other failure is returned.
-func (ro *router) confirm(ctx context.Context, p routed) error {
+func (ro *router) confirm(ctx context.Context, p Routed) error {
 	defer ro.window.release(len(p.pubs))
 	for _, pub := range p.pubs {
 		select {
 		case <-pub.f.Ok():
 		case err := <-pub.f.Err():
 			if !tooLarge(err) {
-				return fmt.Errorf("copy typed event %d for %s: %w", p.seq, strings.Join(pub.dests, ","), err)
+				return fmt.Errorf("copy typed event %d for %s: %w", p.Seq, strings.Join(pub.dests, ","), err)
 			}
 			if !pub.fanned {
-				ro.deadLetterTooLarge(ctx, p, pub.dests[0], err)
+				ro.tooLarge(ctx, p, pub.dests[0], err)
 				continue
 			}
 			for _, d := range pub.dests {
-				c := p.ev
+				c := p.Envelope
 				c.Dest = d
-				_, err := ro.pub.PublishMsg(ctx, c.Msg(stream.Routed, stream.InSubject(d, p.ev.Key), ro.r.seal))
+				_, err := ro.pub.PublishMsg(ctx, c.Msg(stream.Routed, stream.InSubject(d, p.Envelope.Key), ro.seal))
 				switch {
 				case tooLarge(err):
-					ro.deadLetterTooLarge(ctx, p, d, err)
+					ro.tooLarge(ctx, p, d, err)
 				case err != nil:
-					return fmt.Errorf("copy typed event %d for %s: %w", p.seq, d, err)
+					return fmt.Errorf("copy typed event %d for %s: %w", p.Seq, d, err)
 				}
 			}
 		case <-ctx.Done():
@@ -491,26 +533,4 @@ func (ro *router) confirm(ctx context.Context, p routed) error {
 func tooLarge(err error) bool {
 	var api *jetstream.APIError
 	return errors.As(err, &api) && api.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum
-}
-
-// deadLetterTooLarge dead-letters the copy of p for dest, which the events
-// stream refused as too large.
-func (ro *router) deadLetterTooLarge(ctx context.Context, p routed, dest string, cause error) {
-	r := ro.r
-	subject := stream.InSubject(dest, p.ev.Key)
-	ev := event{dest: dest, id: p.ev.ID, seq: p.seq, subject: subject, body: p.ev.Body, hdr: p.ev.Header(stream.Routed, r.seal)}
-	out := Outcome{Dest: dest, EventID: p.ev.ID, Seq: p.seq, Decision: Decision{Action: DeadLetter, Reason: ReasonInvalidEvent,
-		Note: "too large to copy for this destination once relay's headers are added: " + cause.Error()}}
-	if err := r.writeDeadLetter(ctx, ev, 0, &out); err != nil {
-		if errors.Is(err, dlq.ErrPermanent) {
-			r.deadLetterFailed(ctx, ev, out.Decision.Reason, err)
-		} else {
-			r.log.Error("cannot dead-letter a typed event too large to copy; it is not delivered to this destination", "dest", dest, "event_id", p.ev.ID, "seq", p.seq, "err", err)
-		}
-		out.Err = err
-	}
-	r.logOutcome(out)
-	if r.cfg.OnDelivery != nil {
-		r.cfg.OnDelivery(out)
-	}
 }

@@ -1,4 +1,4 @@
-package relay
+package routing
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaydev/relay/destination"
-	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/lease"
 	"github.com/relaydev/relay/stream"
 )
@@ -33,8 +32,8 @@ import (
 // dead letter written twice is stored once (dead letters are deduplicated
 // by destination and stream sequence).
 
-// UnroutedCheckKey is the relay_state key of the unknown-destination check.
-const UnroutedCheckKey = "unrouted-check"
+// CheckKey is the relay_state key of the unknown-destination check.
+const CheckKey = "unrouted-check"
 
 // CheckState is the value of UnroutedCheckKey.
 type CheckState struct {
@@ -56,12 +55,12 @@ func ReadCheckState(ctx context.Context, js jetstream.JetStream) (CheckState, bo
 	if err != nil {
 		return CheckState{}, false, fmt.Errorf("open bucket %s: %w", stream.StateBucket, err)
 	}
-	e, err := kv.Get(ctx, UnroutedCheckKey)
+	e, err := kv.Get(ctx, CheckKey)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return CheckState{}, false, nil
 	}
 	if err != nil {
-		return CheckState{}, false, fmt.Errorf("read %s/%s: %w", stream.StateBucket, UnroutedCheckKey, err)
+		return CheckState{}, false, fmt.Errorf("read %s/%s: %w", stream.StateBucket, CheckKey, err)
 	}
 	st, err := decodeCheckState(e.Value())
 	return st, err == nil, err
@@ -90,7 +89,7 @@ func CheckLag(ctx context.Context, js jetstream.JetStream) (uint64, error) {
 func decodeCheckState(b []byte) (CheckState, error) {
 	var st CheckState
 	if err := json.Unmarshal(b, &st); err != nil {
-		return CheckState{}, fmt.Errorf("%s/%s holds %q, not a check state: %w", stream.StateBucket, UnroutedCheckKey, b, err)
+		return CheckState{}, fmt.Errorf("%s/%s holds %q, not a check state: %w", stream.StateBucket, CheckKey, b, err)
 	}
 	return st, nil
 }
@@ -104,34 +103,59 @@ func (st CheckState) checkedIn(created time.Time) uint64 {
 	return st.Checked
 }
 
-func (st CheckState) encode() []byte {
-	b, _ := json.Marshal(st) // a string, an integer and a time
-	return b
-}
-
-// knownDests says which destinations exist.
-type knownDests interface {
-	// routes says, from what this process knows, whether the events of
+// KnownDests says which destinations exist.
+type KnownDests interface {
+	// Routes says, from what this process knows, whether the events of
 	// dest stored at seq are delivered. It may say no for a destination
 	// added a moment ago.
-	routes(dest string, seq uint64) bool
-	// exists asks the store, which is authoritative, the same.
-	exists(ctx context.Context, dest string, seq uint64) (bool, error)
+	Routes(dest string, seq uint64) bool
+	// Exists asks the store, which is authoritative, the same.
+	Exists(ctx context.Context, dest string, seq uint64) (bool, error)
 }
 
-// unknownLetters dead-letters an event whose destination does not exist.
-type unknownLetters interface {
-	deadLetterUnknown(ctx context.Context, m *jetstream.RawStreamMsg) error
+// UnknownLetters dead-letters an event whose destination does not exist.
+type UnknownLetters interface {
+	DeadLetterUnknown(ctx context.Context, m *jetstream.RawStreamMsg) error
+}
+
+// CheckCounters count the check's work (relay's Metrics do).
+type CheckCounters interface {
+	// CheckedListed counts n events checked by listing their subjects.
+	CheckedListed(n uint64)
+	// CheckedRead counts an event checked by reading its headers.
+	CheckedRead()
+}
+
+// CheckConfig is what the unknown-destination check needs of the engine.
+type CheckConfig struct {
+	JS jetstream.JetStream
+	// ID is this replica's.
+	ID       string
+	Dests    KnownDests
+	Letters  UnknownLetters
+	Log      *slog.Logger
+	Now      func() time.Time
+	Takeover time.Duration
+	Metrics  CheckCounters
+	// ListMax replaces checkListMax (tests); 0 is checkListMax.
+	ListMax int
+}
+
+// RunCheck takes part in the unknown-destination check until ctx ends.
+func RunCheck(ctx context.Context, cfg CheckConfig) {
+	c := &unroutedCheck{js: cfg.JS, dests: cfg.Dests, letters: cfg.Letters, id: cfg.ID, log: cfg.Log, metrics: cfg.Metrics, listMax: cfg.ListMax}
+	lease.Run(ctx, cfg.JS, lease.Config{Name: "the unknown-destination check", Key: CheckKey,
+		ID: cfg.ID, Takeover: cfg.Takeover, Now: cfg.Now, Log: cfg.Log}, lease.Job[CheckState](&checkJob{c: c}))
 }
 
 // unroutedCheck is one replica's part in the unknown-destination check.
 type unroutedCheck struct {
 	js      jetstream.JetStream
-	dests   knownDests
-	letters unknownLetters
+	dests   KnownDests
+	letters UnknownLetters
 	id      string // this replica
 	log     *slog.Logger
-	metrics *Metrics
+	metrics CheckCounters
 	// listMax replaces checkListMax (tests).
 	listMax int
 }
@@ -222,7 +246,7 @@ func (c *unroutedCheck) round(ctx context.Context, s jetstream.Stream, done *ato
 			return err
 		}
 		if len(suspect) == 0 {
-			c.metrics.checkedListed(last - after)
+			c.metrics.CheckedListed(last - after)
 			done.Store(last)
 			return nil
 		}
@@ -237,7 +261,7 @@ func (c *unroutedCheck) round(ctx context.Context, s jetstream.Stream, done *ato
 			if err := c.settle(ctx, m); err != nil {
 				return err
 			}
-			c.metrics.checkedRead()
+			c.metrics.CheckedRead()
 			done.Store(m.Sequence)
 			return nil
 		})
@@ -245,7 +269,7 @@ func (c *unroutedCheck) round(ctx context.Context, s jetstream.Stream, done *ato
 		return err
 	}
 	if listed {
-		c.metrics.checkedListed(last - after)
+		c.metrics.CheckedListed(last - after)
 	}
 	done.Store(last)
 	return nil
@@ -264,7 +288,7 @@ func (c *unroutedCheck) suspects(ctx context.Context, s jetstream.Stream, seq ui
 		}
 		for subj := range info.State.Subjects {
 			p, err := stream.ParseSubject(subj)
-			if err != nil || !c.dests.routes(p.Dest, seq) {
+			if err != nil || !c.dests.Routes(p.Dest, seq) {
 				out = append(out, subj)
 			}
 		}
@@ -301,79 +325,17 @@ func (c *unroutedCheck) check(ctx context.Context, m *jetstream.RawStreamMsg) er
 	if err != nil {
 		return nil // not an event relay can read; nothing to route
 	}
-	if c.dests.routes(p.Dest, m.Sequence) {
+	if c.dests.Routes(p.Dest, m.Sequence) {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
+	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
 	defer cancel()
-	if ok, err := c.dests.exists(ctx, p.Dest, m.Sequence); ok || err != nil {
+	if ok, err := c.dests.Exists(ctx, p.Dest, m.Sequence); ok || err != nil {
 		return err
 	}
-	return c.letters.deadLetterUnknown(ctx, m)
+	return c.letters.DeadLetterUnknown(ctx, m)
 }
 
-// runUnrouted takes part in the unknown-destination check until ctx ends.
-func (r *Relay) runUnrouted(ctx context.Context, id string) {
-	c := &unroutedCheck{js: r.cfg.JS, dests: r, letters: r, id: id, log: r.log, metrics: r.cfg.Metrics, listMax: r.cfg.checkListMax}
-	lease.Run(ctx, r.cfg.JS, lease.Config{Name: "the unknown-destination check", Key: UnroutedCheckKey,
-		ID: id, Takeover: r.cfg.CheckTakeover, Now: r.cfg.Now, Log: r.log}, lease.Job[CheckState](&checkJob{c: c}))
-}
-
-// routes: see knownDests.
-func (r *Relay) routes(dest string, seq uint64) bool {
-	d, ok := r.dests.Get(dest)
-	return ok && seq >= d.StartSeq
-}
-
-// exists: see knownDests.
-func (r *Relay) exists(ctx context.Context, dest string, seq uint64) (bool, error) {
-	// A token no destination can be named (nor the store hold as a key)
-	// is unknown without asking.
-	if stream.ValidateDestName(dest) != nil {
-		return false, nil
-	}
-	d, err := r.store.Get(ctx, dest)
-	switch {
-	case err == nil:
-		return seq >= d.StartSeq, nil
-	case errors.Is(err, destination.ErrStoredCorrupt):
-		// It exists, but relay cannot read it (and does not deliver it):
-		// its events wait for an operator, in the stream.
-		r.log.Debug("event for a destination stored corrupt left in the stream", "dest", dest, "seq", seq, "err", err)
-		return true, nil
-	case errors.Is(err, destination.ErrNotFound):
-		return false, nil
-	}
-	return false, err
-}
-
-// deadLetterUnknown: see unknownLetters. m may have its headers only: the
-// whole event is read for the letter.
-func (r *Relay) deadLetterUnknown(ctx context.Context, m *jetstream.RawStreamMsg) error {
-	full, err := stream.GetMsg(ctx, r.cfg.JS, stream.EventsStream, m.Sequence, "")
-	if err != nil {
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return nil // gone meanwhile (deleted, or aged out): nothing to keep
-		}
-		return err
-	}
-	ev, err := rawEvent(full, r.seal)
-	if err != nil {
-		return nil // not an event relay can read
-	}
-	out := Outcome{Dest: ev.dest, EventID: ev.id, Seq: ev.seq, Decision: Decision{Action: DeadLetter, Reason: ReasonUnknownDestination}}
-	if err := r.writeDeadLetter(ctx, ev, 0, &out); err != nil {
-		if !errors.Is(err, dlq.ErrPermanent) {
-			return err
-		}
-		// Trying again would stop the check here for good: reported, and
-		// the check goes on.
-		r.deadLetterFailed(ctx, ev, out.Decision.Reason, err)
-		out.Err = err
-	}
-	r.logOutcome(out)
-	if r.cfg.OnDelivery != nil {
-		r.cfg.OnDelivery(out)
-	}
-	return nil
-}
+// lookupTimeout bounds the store's answer, and a dead letter's write, for
+// one event of an unknown destination.
+const lookupTimeout = 10 * time.Second

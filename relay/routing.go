@@ -1,0 +1,104 @@
+package relay
+
+import (
+	"context"
+	"errors"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/relaydev/relay/destination"
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/routing"
+	"github.com/relaydev/relay/stream"
+)
+
+// deadLetterTooLarge dead-letters the copy of p for dest, which the events
+// stream refused as too large.
+func (r *Relay) deadLetterTooLarge(ctx context.Context, p routing.Routed, dest string, cause error) {
+	subject := stream.InSubject(dest, p.Envelope.Key)
+	ev := event{dest: dest, id: p.Envelope.ID, seq: p.Seq, subject: subject, body: p.Envelope.Body, hdr: p.Envelope.Header(stream.Routed, r.seal)}
+	out := Outcome{Dest: dest, EventID: p.Envelope.ID, Seq: p.Seq, Decision: Decision{Action: DeadLetter, Reason: ReasonInvalidEvent,
+		Note: "too large to copy for this destination once relay's headers are added: " + cause.Error()}}
+	if err := r.writeDeadLetter(ctx, ev, 0, &out); err != nil {
+		if errors.Is(err, dlq.ErrPermanent) {
+			r.deadLetterFailed(ctx, ev, out.Decision.Reason, err)
+		} else {
+			r.log.Error("cannot dead-letter a typed event too large to copy; it is not delivered to this destination", "dest", dest, "event_id", p.Envelope.ID, "seq", p.Seq, "err", err)
+		}
+		out.Err = err
+	}
+	r.logOutcome(out)
+	if r.cfg.OnDelivery != nil {
+		r.cfg.OnDelivery(out)
+	}
+}
+
+// runRouter takes part in routing until ctx ends.
+func (r *Relay) runRouter(ctx context.Context, id string) {
+	routing.RunRouter(ctx, routing.RouterConfig{JS: r.cfg.JS, ID: id, Store: r.store, Dests: r.dests, Seal: r.seal, Log: r.log, Now: r.cfg.Now,
+		Takeover: r.cfg.CheckTakeover, Metrics: r.cfg.Metrics, Recorded: r.recordRouting, TooLarge: r.deadLetterTooLarge})
+}
+
+// runUnrouted takes part in the unknown-destination check until ctx ends.
+func (r *Relay) runUnrouted(ctx context.Context, id string) {
+	routing.RunCheck(ctx, routing.CheckConfig{JS: r.cfg.JS, ID: id, Dests: r, Letters: r, Log: r.log, Now: r.cfg.Now,
+		Takeover: r.cfg.CheckTakeover, Metrics: r.cfg.Metrics, ListMax: r.cfg.checkListMax})
+}
+
+// Routes: see knownDests (the unknown-destination check).
+func (r *Relay) Routes(dest string, seq uint64) bool {
+	d, ok := r.dests.Get(dest)
+	return ok && seq >= d.StartSeq
+}
+
+// Exists: see knownDests (the unknown-destination check).
+func (r *Relay) Exists(ctx context.Context, dest string, seq uint64) (bool, error) {
+	// A token no destination can be named (nor the store hold as a key)
+	// is unknown without asking.
+	if stream.ValidateDestName(dest) != nil {
+		return false, nil
+	}
+	d, err := r.store.Get(ctx, dest)
+	switch {
+	case err == nil:
+		return seq >= d.StartSeq, nil
+	case errors.Is(err, destination.ErrStoredCorrupt):
+		// It exists, but relay cannot read it (and does not deliver it):
+		// its events wait for an operator, in the stream.
+		r.log.Debug("event for a destination stored corrupt left in the stream", "dest", dest, "seq", seq, "err", err)
+		return true, nil
+	case errors.Is(err, destination.ErrNotFound):
+		return false, nil
+	}
+	return false, err
+}
+
+// DeadLetterUnknown: see unknownLetters (the unknown-destination check). m may have its headers only: the
+// whole event is read for the letter.
+func (r *Relay) DeadLetterUnknown(ctx context.Context, m *jetstream.RawStreamMsg) error {
+	full, err := stream.GetMsg(ctx, r.cfg.JS, stream.EventsStream, m.Sequence, "")
+	if err != nil {
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil // gone meanwhile (deleted, or aged out): nothing to keep
+		}
+		return err
+	}
+	ev, err := rawEvent(full, r.seal)
+	if err != nil {
+		return nil // not an event relay can read
+	}
+	out := Outcome{Dest: ev.dest, EventID: ev.id, Seq: ev.seq, Decision: Decision{Action: DeadLetter, Reason: ReasonUnknownDestination}}
+	if err := r.writeDeadLetter(ctx, ev, 0, &out); err != nil {
+		if !errors.Is(err, dlq.ErrPermanent) {
+			return err
+		}
+		// Trying again would stop the check here for good: reported, and
+		// the check goes on.
+		r.deadLetterFailed(ctx, ev, out.Decision.Reason, err)
+		out.Err = err
+	}
+	r.logOutcome(out)
+	if r.cfg.OnDelivery != nil {
+		r.cfg.OnDelivery(out)
+	}
+	return nil
+}
