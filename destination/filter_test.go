@@ -5,7 +5,9 @@ import (
 	"net/http"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -239,4 +241,25 @@ func TestFilterMatchesIsBounded(t *testing.T) {
 	got, err := ok.Match(context.Background(), FilterEvent{Body: []byte(`{"region":"eu","p":"^x$"}`)})
 	require.NoError(t, err)
 	require.True(t, got)
+}
+
+// Saving a filter does not depend on the machine's load: the sample event
+// counts the steps and bytes a filter needs, not its time, so a busy
+// replica does not find a filter it accepted before invalid when it loads
+// it. At delivery the time bound applies. Here the clock runs 2s a look.
+func TestFilterSampleCheckIgnoresTheClock(t *testing.T) {
+	var mu sync.Mutex
+	at := time.Unix(0, 0)
+	cpuClock = func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		at = at.Add(2 * time.Second)
+		return at
+	}
+	t.Cleanup(func() { cpuClock = time.Now })
+	f, err := CompileFilter(`len(toJSON(map(1..100, {data}))) > 0`)
+	require.NoError(t, err, "accepted whatever the clock says")
+	_, err = f.Match(context.Background(), sampleFilterEvent)
+	require.ErrorIs(t, err, errFilterBounds, "at delivery, the time bound applies")
+	require.ErrorContains(t, err, "the filter took longer than 1s on this event")
 }

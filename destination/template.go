@@ -113,11 +113,19 @@ func CompileBodyTemplate(src string) (*BodyTemplate, error) {
 		return r
 	}
 	sample := NewTemplateEvent("sample", "sample.type", "key", "dest", time.Unix(0, 0), sampleFilterEvent.Body, sampleFilterEvent.Headers)
-	if _, err := b.Render(context.Background(), sample); errors.Is(err, errRenderBounds) {
+	// The sample gets sampleRenderTimeout: a busy replica must not find a
+	// template that it accepted before invalid when it loads it
+	// (Watch.Apply validates every record), and one that needs that long
+	// on 1 KiB is hopeless on real events.
+	if _, err := b.render(context.Background(), sample, MaxRenderedBody, sampleRenderTimeout); errors.Is(err, errRenderBounds) {
 		return nil, fmt.Errorf("body template is refused: on a sample event of %d bytes, %w", len(sampleFilterEvent.Body), err)
 	}
 	return b, nil
 }
+
+// sampleRenderTimeout bounds the rendering of the sample event when a
+// template is compiled: RenderTimeout's ten times.
+const sampleRenderTimeout = 10 * RenderTimeout
 
 // guardLoops refuses {{template}} and makes every iteration of every
 // {{range}} write to the output, even when its body writes nothing: each
