@@ -48,7 +48,7 @@ func TestRetriedEventKeepsItsHistoryUntilItsAckIsConfirmed(t *testing.T) {
 
 	// Attempt 2 succeeds, but the ack's confirmation never comes.
 	lost := &ackMsg{doubleAckErr: nats.ErrTimeout}
-	err = r.act(ctx, settles(lost), ev, 2, nil, &Outcome{Decision: Decision{Action: Ack}})
+	err = act(t, r, ctx, settles(lost), ev, 2, nil, &Outcome{Decision: Decision{Action: Ack}})
 	require.ErrorIs(t, err, nats.ErrTimeout)
 	require.Equal(t, []string{"double-ack"}, lost.acked, "a retried event's ack is confirmed, not fire-and-forget")
 	_, err = r.attempts.Get(ctx, historyKey(ev))
@@ -57,14 +57,14 @@ func TestRetriedEventKeepsItsHistoryUntilItsAckIsConfirmed(t *testing.T) {
 
 	// The redelivery succeeds and its ack is confirmed: now it goes.
 	ok := &ackMsg{}
-	require.NoError(t, r.act(ctx, settles(ok), ev, 2, nil, &Outcome{Decision: Decision{Action: Ack}}))
+	require.NoError(t, act(t, r, ctx, settles(ok), ev, 2, nil, &Outcome{Decision: Decision{Action: Ack}}))
 	_, err = r.attempts.Get(ctx, historyKey(ev))
 	require.True(t, errors.Is(err, jetstream.ErrKeyNotFound), "history deleted after the confirmed ack, got %v", err)
 
 	// A first attempt on the hot path is acked without waiting for a
 	// confirmation.
 	first := &ackMsg{}
-	require.NoError(t, r.act(ctx, settles(first), event{dest: "orders", id: "evt_2", seq: 8}, 1, nil, &Outcome{Decision: Decision{Action: Ack}}))
+	require.NoError(t, act(t, r, ctx, settles(first), event{dest: "orders", id: "evt_2", seq: 8}, 1, nil, &Outcome{Decision: Decision{Action: Ack}}))
 	require.Equal(t, []string{"ack"}, first.acked)
 }
 
@@ -87,7 +87,7 @@ func TestOrderedHeadIsAckedOnceItsMarkIsConfirmed(t *testing.T) {
 
 	mark := newPartitionMark(r.ordered, nc, "orders", 0)
 	head := &ackMsg{}
-	require.NoError(t, r.act(ctx, settles(head), event{dest: "orders", id: "evt_1", seq: 7}, 1, mark, &Outcome{Decision: Decision{Action: Ack}}))
+	require.NoError(t, act(t, r, ctx, settles(head), event{dest: "orders", id: "evt_1", seq: 7}, 1, mark, &Outcome{Decision: Decision{Action: Ack}}))
 	require.Equal(t, []string{"ack"}, head.acked, "the mark was confirmed: a plain ack")
 	e, err := r.ordered.Get(ctx, "orders.0")
 	require.NoError(t, err)
@@ -127,7 +127,7 @@ func TestOrderedHeadIsAckedOnceItsMarkIsConfirmed(t *testing.T) {
 
 	require.NoError(t, srv.JS.DeleteKeyValue(ctx, r.ordered.Bucket()))
 	unmarked := &ackMsg{}
-	require.NoError(t, r.act(ctx, settles(unmarked), event{dest: "orders", id: "evt_2", seq: 8}, 1, mark, &Outcome{Decision: Decision{Action: Ack}}))
+	require.NoError(t, act(t, r, ctx, settles(unmarked), event{dest: "orders", id: "evt_2", seq: 8}, 1, mark, &Outcome{Decision: Decision{Action: Ack}}))
 	require.Equal(t, []string{"double-ack"}, unmarked.acked, "without its mark, the ack is confirmed")
 }
 
@@ -209,4 +209,14 @@ func TestEventTooLargeToRepublishIsNotParked(t *testing.T) {
 	// park what it refuses.
 	err = r.parkable(event{id: "evt_1", dest: "orders", subject: "relay.in.orders", body: make([]byte, 1<<20)})
 	require.ErrorContains(t, err, "cannot be republished from Redis")
+}
+
+// act carries out out's decision of attempt number attempt of ev, as
+// Relay.act does, for a decision that needs no other: it fails the test if
+// act asks Decide to decide again.
+func act(t *testing.T, r *Relay, ctx context.Context, msg delivered, ev event, attempt int, mark *partitionMark, out *Outcome) error {
+	t.Helper()
+	again, err := r.act(ctx, msg, ev, &Input{Attempt: attempt}, mark, out)
+	require.False(t, again, "act asked for another decision")
+	return err
 }

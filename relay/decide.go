@@ -62,15 +62,20 @@ type Input struct {
 	NeedLog bool
 	LogRead bool
 	// Attempt is the number of this attempt: the attempts recorded so far,
-	// plus one. Skip is an operator's reason to give the event up.
+	// plus one. Skip is an operator's reason to give the event up, read
+	// with the log or, after a failed attempt, found as the failure was
+	// recorded (an operator skipped the event while the attempt ran).
 	Attempt int
 	Skip    string
 
 	// CanPark: Redis takes long waits, and this event may leave JetStream
 	// (not the head of an ordered key). ParkThreshold is the shortest wait
-	// parked.
+	// parked. ParkFailed: relay tried to park the event after this
+	// attempt, and could not (Redis did not take it, or the event could
+	// not come back from there).
 	CanPark       bool
 	ParkThreshold time.Duration
+	ParkFailed    bool
 
 	// TemplateErr: rendering the destination's body template for the
 	// attempt failed; it says why. No request was made.
@@ -89,8 +94,19 @@ type Input struct {
 	Result    Result
 	Cancelled bool
 	Late      bool
-	// Rand jitters retry waits. Optional: nil uses the global source.
+
+	// DeadLetterFailed: relay tried to dead-letter the event, and its dead
+	// letter cannot be stored for a reason retrying does not change
+	// (dlq.ErrPermanent).
+	DeadLetterFailed bool
+
+	// Rand jitters retry waits. Optional: nil uses the global source, or
+	// seed.
 	Rand *rand.Rand
+	// seed, when not zero and Rand is nil, seeds the draws of each Decide:
+	// asked again after a park that failed, Decide gives its Retry the
+	// wait the park had. handle sets it after a failed attempt.
+	seed [2]uint64
 }
 
 // configErrorWait is how long the head of a blocked ordered key waits before
@@ -128,7 +144,23 @@ const (
 // Before the attempt it returns a decision that ends the delivery without
 // one, or one of the steps WaitRate, ReadLog, FindPark and Send, which ask
 // for the next thing to learn. Once Sent is set it decides on the result.
+// What carrying a decision out may teach (an operator's skip mark found as
+// a failure is recorded, a park that failed, a dead letter that cannot be
+// stored) is decided on by Decide again: Skip, ParkFailed and
+// DeadLetterFailed.
 func Decide(in Input) Decision {
+	dec := decide(in)
+	if dec.Action == DeadLetter && in.DeadLetterFailed {
+		// Coming back would not help: attempted again and again, never
+		// dead-lettered. The event is given up without its letter, and
+		// stays in the event log until its retention ends.
+		dec.Reason, dec.Note = ReasonDeadLetterFailed, ""
+	}
+	return dec
+}
+
+// decide is Decide but for a dead letter that cannot be stored.
+func decide(in Input) Decision {
 	switch {
 	case in.Unreadable:
 		return Decision{Action: Terminate, Reason: "unreadable"}
@@ -229,7 +261,11 @@ func Decide(in Input) Decision {
 		// its way, and perhaps arrives after it. That worker settles it.
 		return Decision{Action: Leave}
 	}
-	dec := classify(res, in.Attempt, policy, in.Rand)
+	rnd := in.Rand
+	if rnd == nil && in.seed != [2]uint64{} {
+		rnd = rand.New(rand.NewPCG(in.seed[0], in.seed[1]))
+	}
+	dec := classify(res, in.Attempt, policy, rnd)
 	dec.Effect = effectOf(res, in.Dest)
 	switch {
 	case dec.Effect == Disabled:
@@ -243,9 +279,17 @@ func Decide(in Input) Decision {
 		// waits, as for any failure, until the address (its DNS, or
 		// --allow-net) lets the head through. Dead-lettering would drain
 		// every key while a name resolves to a refused address.
-		dec = Decision{Action: Retry, Delay: policy.Delay(in.Attempt, in.Rand), Effect: NoEffect}
+		dec = Decision{Action: Retry, Delay: policy.Delay(in.Attempt, rnd), Effect: NoEffect}
 	}
-	if dec.Action == Retry && in.CanPark && dec.Delay >= in.ParkThreshold {
+	switch {
+	case dec.Action == Retry && in.Skip != "":
+		// An operator skipped the event while this attempt ran (found as
+		// its failure was recorded): dead-lettered now rather than after
+		// the wait.
+		return Decision{Action: DeadLetter, Reason: ReasonSkipped}
+	case dec.Action == Retry && in.CanPark && !in.ParkFailed && dec.Delay >= in.ParkThreshold:
+		// Parked where it could be; where the park failed, the event waits
+		// in JetStream instead, as long.
 		dec.Action = Park
 	}
 	return dec

@@ -115,6 +115,36 @@ func TestDecideOutcomes(t *testing.T) {
 		{"head of a key delivered after AckWait", with(func(in *Input) { in.Late, in.Ordered = true, true; in.Sent, in.Result = true, Result{Status: 200} }), Decision{Action: Leave}},
 		{"unheard of for AckWait before its attempt", with(func(in *Input) { in.Late = true }), Decision{Action: Leave}},
 		{"head of a key unheard of for AckWait before its attempt", with(func(in *Input) { in.Late, in.Ordered, in.Dest.OnFailure = true, true, destination.OnFailureBlock }), Decision{Action: Leave}},
+
+		// Decided again on what carrying a decision out taught.
+		{"failed, skipped by an operator meanwhile", with(func(in *Input) { in.Skip = "ops"; in.Sent, in.Result = true, Result{Status: 503} }), Decision{Action: DeadLetter, Reason: ReasonSkipped}},
+		{"failed, a long wait, skipped meanwhile: not parked", with(func(in *Input) {
+			in.CanPark, in.Skip = true, "ops"
+			in.Sent, in.Result = true, Result{Status: 503, RetryAfter: time.Minute, HasRetryAfter: true}
+		}), Decision{Action: DeadLetter, Reason: ReasonSkipped}},
+		{"410, disable, skipped meanwhile", with(func(in *Input) { in.Skip = "ops"; in.Sent, in.Result = true, Result{Status: http.StatusGone} }), Decision{Action: DeadLetter, Reason: ReasonSkipped}},
+		{"head of a blocked key failed, skipped meanwhile", with(func(in *Input) {
+			in.Ordered, in.Dest.OnFailure, in.Attempt, in.Skip = true, destination.OnFailureBlock, 9, "ops"
+			in.Sent, in.Result = true, Result{Status: 503}
+		}), Decision{Action: DeadLetter, Reason: ReasonSkipped}},
+		{"delivered, skipped meanwhile", with(func(in *Input) { in.Skip = "ops"; in.Sent, in.Result = true, Result{Status: 200} }), Decision{Action: Ack, Effect: Healthy}},
+		{"failed for good, skipped meanwhile", with(func(in *Input) { in.Skip = "ops"; in.Sent, in.Result = true, Result{Status: 400} }), Decision{Action: DeadLetter, Reason: ReasonPermanentStatus}},
+		{"long wait, the park failed: JetStream", with(func(in *Input) {
+			in.CanPark, in.ParkFailed, in.Attempt = true, true, 2
+			in.Sent, in.Result = true, Result{Status: 503, RetryAfter: time.Minute, HasRetryAfter: true}
+		}), Decision{Action: Retry, Delay: time.Minute, Effect: PauseRequested, Pause: time.Minute}},
+		{"dead letter cannot be stored", with(func(in *Input) { in.DeadLetterFailed = true; in.Sent, in.Result = true, Result{Status: 400} }), Decision{Action: DeadLetter, Reason: ReasonDeadLetterFailed}},
+		{"dead letter cannot be stored, the last attempt", with(func(in *Input) {
+			in.Attempt, in.DeadLetterFailed = 3, true
+			in.Sent, in.Result = true, Result{Status: 500}
+		}), Decision{Action: DeadLetter, Reason: ReasonDeadLetterFailed, Effect: Failing}},
+		{"dead letter cannot be stored, invalid event: no note", with(func(in *Input) { in.DeadLetterFailed = true; in.Sent, in.Result = true, Result{Err: invalid} }), Decision{Action: DeadLetter, Reason: ReasonDeadLetterFailed}},
+		{"dead letter cannot be stored, skipped meanwhile", with(func(in *Input) {
+			in.Skip, in.DeadLetterFailed = "ops", true
+			in.Sent, in.Result = true, Result{Status: 503}
+		}), Decision{Action: DeadLetter, Reason: ReasonDeadLetterFailed}},
+		{"dead letter cannot be stored, skipped before the attempt", with(func(in *Input) { in.Skip, in.DeadLetterFailed = "ops", true }), Decision{Action: DeadLetter, Reason: ReasonDeadLetterFailed}},
+		{"dead letter cannot be stored, unknown destination", Input{Now: now, Attempt: 1, DeadLetterFailed: true}, Decision{Action: DeadLetter, Reason: ReasonDeadLetterFailed}},
 	}
 	outcomes := map[Action]bool{}
 	for _, tc := range tests {
@@ -127,6 +157,23 @@ func TestDecideOutcomes(t *testing.T) {
 	}
 	for _, a := range []Action{Ack, Retry, DeadLetter, Park, HandBack, AckSettled, Leave, Terminate, AckFiltered, WaitRate, ReadLog, FindPark, Send} {
 		require.True(t, outcomes[a], "no row decides %s", a)
+	}
+}
+
+// A park that failed is decided on again, and the event waits in JetStream
+// as long as the park was for: the same draws of the jitter.
+func TestDecideAfterAFailedParkKeepsItsWait(t *testing.T) {
+	t.Parallel()
+	policy := destination.RetryPolicy{Base: destination.Duration(time.Minute), Max: destination.Duration(time.Hour), Jitter: 0.5, MaxAttempts: 10}.WithDefaults()
+	for _, seed := range [][2]uint64{{1, 2}, {3, 4}, {5, 6}} {
+		in := Input{Known: true, Dest: destination.Destination{Name: "d", Retry: policy}.WithDefaults(), Attempt: 3, CanPark: true, ParkThreshold: time.Second,
+			Sent: true, Result: Result{Status: 503}, seed: seed}
+		park := Decide(in)
+		require.Equal(t, Park, park.Action)
+		in.ParkFailed = true
+		retry := Decide(in)
+		require.Equal(t, Retry, retry.Action)
+		require.Equal(t, park.Delay, retry.Delay, "seed %v", seed)
 	}
 }
 
@@ -176,8 +223,16 @@ func TestDecideAdmitOutcomes(t *testing.T) {
 		{"queue full, slow, lane opened, moves at their bound: back", event(func(in *AdmitInput) { slow(in); in.LaneAsked, in.LaneOpen, in.MovesFull = true, true, true }), back(time.Second)},
 		{"lane open: to its lane", event(func(in *AdmitInput) { in.LaneOpen = true }), Decision{Action: ToLane}},
 		{"lane open, moves at their bound: back", event(func(in *AdmitInput) { in.LaneOpen, in.MovesFull = true, true }), back(time.Second)},
+		{"lane open, older than its destination", event(func(in *AdmitInput) { in.LaneOpen, in.Seq = true, 9 }), Decision{Action: Pass}},
+		{"lane open, Relay-Not-Before to come: back until then", event(func(in *AdmitInput) { in.LaneOpen, in.NotBefore = true, now.Add(5*time.Second) }), Decision{Action: HandBack, Delay: 5 * time.Second}},
+		{"queue full, Relay-Not-Before to come: back until then", event(func(in *AdmitInput) { slow(in); in.NotBefore = now.Add(5 * time.Second) }), Decision{Action: HandBack, Delay: 5 * time.Second}},
+		{"Relay-Not-Before to come: back before its queue is read", event(func(in *AdmitInput) { in.QueueRead, in.NotBefore = false, now.Add(5*time.Second) }), Decision{Action: HandBack, Delay: 5 * time.Second}},
 		{"paused: open its lane", event(paused), Decision{Action: OpenLane}},
 		{"paused, lane open: to its lane", event(func(in *AdmitInput) { paused(in); in.LaneOpen = true }), Decision{Action: ToLane}},
+		{"paused, lane open, moves at their bound: back", event(func(in *AdmitInput) { paused(in); in.LaneOpen, in.MovesFull = true, true }), back(time.Second)},
+		{"paused, Relay-Not-Before to come: back until then", event(func(in *AdmitInput) { paused(in); in.NotBefore = now.Add(5 * time.Second) }), Decision{Action: HandBack, Delay: 5 * time.Second}},
+		{"paused, queue full: its lane, not back", event(func(in *AdmitInput) { paused(in); slow(in); in.LaneAsked, in.LaneOpen = true, true }), Decision{Action: ToLane}},
+		{"paused, older than its destination", event(func(in *AdmitInput) { paused(in); in.Seq = 9 }), Decision{Action: Pass}},
 		{"paused, lane cannot open: back until the pause ends", event(func(in *AdmitInput) { paused(in); in.LaneAsked = true }), back(10 * time.Second)},
 		{"paused long, lane cannot open: back within a minute", event(func(in *AdmitInput) { in.Dest.PausedUntil, in.LaneAsked = destination.Forever, true }), back(time.Minute)},
 		{"moved to its lane: acked", event(func(in *AdmitInput) { in.LaneOpen, in.Moved = true, true }), Decision{Action: AckMoved}},
@@ -198,6 +253,8 @@ func TestDecideAdmitOutcomes(t *testing.T) {
 		{"share, queue full, slow, lane opened: split off", share(func(in *AdmitInput) { slow(in); in.LaneAsked, in.LaneOpen = true, true }), Decision{Action: Split}},
 		{"share, queue full, slow, lane cannot open: queued", share(func(in *AdmitInput) { slow(in); in.LaneAsked = true }), Decision{Action: Queue}},
 		{"share, twice its room: split off", share(func(in *AdmitInput) { in.Held = 20 }), Decision{Action: Split}},
+		{"share, twice its room, slow, lane cannot open: split off", share(func(in *AdmitInput) { slow(in); in.Held, in.LaneAsked = 20, true }), Decision{Action: Split}},
+		{"share of a message delivered again, its lane open: split off", share(func(in *AdmitInput) { in.Redelivered, in.LaneOpen = true, true }), Decision{Action: Split}},
 	}
 	outcomes := map[Action]bool{}
 	for _, tc := range tests {

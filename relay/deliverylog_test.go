@@ -432,8 +432,10 @@ func TestDeadLetterNotWrittenIsRecordedAsARetry(t *testing.T) {
 	dead := Decision{Action: DeadLetter, Reason: ReasonMaxAttempts}
 	r.recordOutcome(&event{id: "evt_again", dest: "d", hdr: nats.Header{}, origin: 1}, d,
 		&Outcome{Attempt: 3, Decision: dead, Result: Result{Status: 503}, Err: errors.New("nats: timeout")}, true)
+	// What Decide decides again once the dead letter failed for good.
+	failed := Decision{Action: DeadLetter, Reason: ReasonDeadLetterFailed, Effect: Failing}
 	r.recordOutcome(&event{id: "evt_never", dest: "d", hdr: nats.Header{}, origin: 2}, d,
-		&Outcome{Attempt: 3, Decision: dead, Result: Result{Status: 503}, Err: fmt.Errorf("too large: %w", dlq.ErrPermanent)}, true)
+		&Outcome{Attempt: 3, Decision: failed, Result: Result{Status: 503}, Err: fmt.Errorf("too large: %w", dlq.ErrPermanent)}, true)
 	var page deliverylog.AttemptPage
 	deadline := time.Now().Add(30 * time.Second)
 	for len(page.Attempts) < 2 {

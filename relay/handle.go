@@ -72,6 +72,11 @@ func (r *Relay) handle(ctx context.Context, msg delivered, mark *partitionMark) 
 			res := r.send(ctx, in.Dest, d)
 			inf.done()
 			in.Sent, in.Result = true, res
+			if in.CanPark && (res.Status < 200 || res.Status > 299) {
+				// A park may fail, and Decide is asked again then: the
+				// same draws give the event the same wait in JetStream.
+				in.seed = [2]uint64{rand.Uint64(), rand.Uint64()}
+			}
 			in.Cancelled = ctx.Err() != nil
 			in.Late = late(msg, res, r.ackWaitNow())
 		default:
@@ -296,7 +301,16 @@ func (r *Relay) execute(ctx context.Context, msg delivered, ev *event, mark *par
 	// log) delays it, and failures held up together by a slow write would
 	// arrive back to back, "consecutive".
 	r.affect(in.Dest, dec, in.Probing, ev.id, !opevent.Is(ev.hdr.Get(stream.HdrType)))
-	out.Err = r.act(ctx, msg, *ev, in.Attempt, mark, &out)
+	for {
+		again, err := r.act(ctx, msg, *ev, &in, mark, &out)
+		out.Err = err
+		if !again {
+			break
+		}
+		// Carrying the decision out taught relay what Decide weighs (in
+		// says what): it decides again, and that is carried out.
+		out.Decision, out.note = Decide(in), in.Skip
+	}
 	r.logOutcome(out)
 	r.recordOutcome(ev, in.Dest, &out, in.Sent)
 	r.cfg.Metrics.observe(out, in.Ordered, in.Dest.Shared, ev.published, r.cfg.Now())
@@ -345,17 +359,26 @@ func (r *Relay) waitRate(ctx context.Context, lim *limit, d destination.Destinat
 // ackTimeout bounds waiting for JetStream to confirm an ack or a publish.
 const ackTimeout = 10 * time.Second
 
-// act carries out the decision for attempt number attempt of ev. mark is set
-// when ev heads an ordered key: its acks are confirmed, after the mark
-// recorded it settled, and its long waits are not parked in Redis. ctx
-// carries the attempt's span, if any; act bounds its waits itself.
-func (r *Relay) act(ctx context.Context, msg delivered, ev event, attempt int, mark *partitionMark, out *Outcome) error {
+// act carries out out.Decision, Decide's outcome for ev's delivery as in
+// describes it. mark is set when ev heads an ordered key: its acks are
+// confirmed, after the mark recorded it settled, and its long waits are not
+// parked in Redis. ctx carries the attempt's span, if any; act bounds its
+// waits itself.
+//
+// Carrying a decision out may teach what Decide weighs: an operator's skip
+// mark found as the failure is recorded (in.Skip), a park that failed
+// (in.ParkFailed), a dead letter that cannot be stored (in.DeadLetterFailed).
+// act then sets it in in and returns again, the message not settled yet,
+// for Decide to decide again; what was done already (the failure recorded,
+// the dead letter's failure reported) is not done twice.
+func (r *Relay) act(ctx context.Context, msg delivered, ev event, in *Input, mark *partitionMark, out *Outcome) (again bool, err error) {
 	ordered := mark != nil
+	attempt := in.Attempt
 	if (out.Decision.Action == Ack || out.Decision.Action == AckFiltered) && attempt == 1 && !ordered {
 		// The hot path. The ack is not confirmed: confirming would cost a
 		// round trip per event and change nothing, since a lost ack means
 		// the event comes back (a duplicate), confirmed or not.
-		return msg.Acknowledge()
+		return false, msg.Acknowledge()
 	}
 	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
 	defer cancel()
@@ -368,7 +391,7 @@ func (r *Relay) act(ctx context.Context, msg delivered, ev event, attempt int, m
 			if attempt > 1 {
 				r.forgetHistory(ctx, ev)
 			}
-			return msg.Acknowledge()
+			return false, msg.Acknowledge()
 		}
 		if attempt > 1 {
 			// A parked event: its done mark answers for the ack, should a
@@ -378,82 +401,91 @@ func (r *Relay) act(ctx context.Context, msg delivered, ev event, attempt int, m
 		// Confirmed: a retried event's history is deleted only once its
 		// ack is certain (else a lost ack would bring it back without one).
 		if err := msg.AcknowledgeConfirmed(ctx); err != nil {
-			return fmt.Errorf("ack not confirmed (the event may be delivered again): %w", err)
+			return false, fmt.Errorf("ack not confirmed (the event may be delivered again): %w", err)
 		}
 		if attempt > 1 {
 			r.deleteLog(ctx, ev)
 		}
-		return nil
+		return false, nil
 	case Retry, Park:
-		parking := out.Decision.Action == Park
+		if in.ParkFailed {
+			// Decided again after the park failed: the failure is
+			// recorded already.
+			return false, msg.Redeliver(out.Decision.Delay)
+		}
+		// Checked before the park is recorded as begun: a copy that could
+		// not be republished must not be looked for.
 		var perr error
-		if parking {
-			// Checked before the park is recorded as begun: a copy that
-			// could not be republished must not be looked for.
-			perr = r.parkable(ev)
-			parking = perr == nil
-		}
-		skip, recorded := r.recordFailure(ctx, ev, attempt, out.Result, msg.Reply(), parking)
-		if skip != "" {
-			// An operator skipped it while this attempt ran: dead-letter
-			// it now rather than after the backoff.
-			out.Decision, out.note, out.recorded = Decision{Action: DeadLetter, Reason: ReasonSkipped}, skip, true
-			return r.deadLetter(ctx, msg, ev, attempt, mark, out)
-		}
 		if out.Decision.Action == Park {
-			out.parkTried = true
-			switch {
-			case perr != nil:
-			case !recorded:
-				perr = errors.New("the attempt log did not record the park: after a crash the event could not be told from its copy")
-			default:
-				parked, err := r.park(ctx, msg, ev, attempt, out.Decision.Delay)
-				if parked {
-					out.Parked = true
-					return err
-				}
-				perr = err
-				r.unpark(ctx, ev)
-			}
-			if ok, held := r.parkWarn.Allow(ev.dest, r.cfg.Now()); ok {
-				r.log.Warn("cannot park the event in Redis; it waits in JetStream instead", "dest", ev.dest, "event_id", ev.id, "err", perr, "also_since_last_warning", held)
-			}
-			out.Decision.Action = Retry
+			perr = r.parkable(ev)
 		}
-		return msg.Redeliver(out.Decision.Delay)
+		skip, recorded := r.recordFailure(ctx, ev, attempt, out.Result, msg.Reply(), out.Decision.Action == Park && perr == nil)
+		if skip != "" {
+			// An operator skipped it while this attempt ran (the history
+			// has this attempt now).
+			in.Skip, out.recorded = skip, true
+			return true, nil
+		}
+		if out.Decision.Action == Retry {
+			return false, msg.Redeliver(out.Decision.Delay)
+		}
+		out.parkTried = true
+		switch {
+		case perr != nil:
+		case !recorded:
+			perr = errors.New("the attempt log did not record the park: after a crash the event could not be told from its copy")
+		default:
+			parked, err := r.park(ctx, msg, ev, attempt, out.Decision.Delay)
+			if parked {
+				out.Parked = true
+				return false, err
+			}
+			perr = err
+			r.unpark(ctx, ev)
+		}
+		if ok, held := r.parkWarn.Allow(ev.dest, r.cfg.Now()); ok {
+			r.log.Warn("cannot park the event in Redis; it waits in JetStream instead", "dest", ev.dest, "event_id", ev.id, "err", perr, "also_since_last_warning", held)
+		}
+		in.ParkFailed = true
+		return true, nil
 	}
-	return r.deadLetter(ctx, msg, ev, attempt, mark, out)
+	return r.deadLetter(ctx, msg, ev, in, mark, out)
 }
 
 // deadLetterRetry is how soon an event whose dead letter could not be
 // written (NATS did not answer) comes back to be dead-lettered again.
 const deadLetterRetry = 5 * time.Second
 
-// deadLetter writes ev's dead letter and then terminates msg. mark is set
-// when ev heads an ordered key.
-func (r *Relay) deadLetter(ctx context.Context, msg delivered, ev event, attempt int, mark *partitionMark, out *Outcome) error {
-	if err := r.writeDeadLetter(ctx, ev, attempt, out); err != nil {
+// deadLetter writes ev's dead letter and then terminates msg, as act does
+// (see there for again). mark is set when ev heads an ordered key. A
+// decision to give the event up without its letter (its reason
+// ReasonDeadLetterFailed, out.Err why) terminates msg only.
+func (r *Relay) deadLetter(ctx context.Context, msg delivered, ev event, in *Input, mark *partitionMark, out *Outcome) (again bool, err error) {
+	if out.Decision.Reason == ReasonDeadLetterFailed {
+		r.settleOrdered(ctx, mark, ev)
+		if terr := msg.Terminate(ReasonDeadLetterFailed); terr != nil {
+			return false, errors.Join(out.Err, terr)
+		}
+		r.forgetHistory(ctx, ev)
+		return false, out.Err
+	}
+	if err := r.writeDeadLetter(ctx, ev, in.Attempt, out); err != nil {
 		if errors.Is(err, dlq.ErrPermanent) {
-			// Coming back would not help: attempted again and again, never
-			// dead-lettered. Reported; the event stays in the event log.
+			// Reported with the reason it was to be dead-lettered for.
 			r.deadLetterFailed(ctx, ev, out.Decision.Reason, err)
-			r.settleOrdered(ctx, mark, ev)
-			if terr := msg.Terminate(ReasonDeadLetterFailed); terr != nil {
-				return errors.Join(err, terr)
-			}
-			r.forgetHistory(ctx, ev)
-			return err
+			in.DeadLetterFailed = true
+			return true, err
 		}
 		// Keep the event: it comes back and is dead-lettered then.
 		_ = msg.Redeliver(deadLetterRetry)
-		return err
+		return false, err
 	}
 	r.settleOrdered(ctx, mark, ev)
 	if err := msg.Terminate(out.Decision.Reason); err != nil {
-		return fmt.Errorf("dead-lettered, but terminating the original failed (it comes back and is dropped as a duplicate): %w", err)
+		return false, fmt.Errorf("dead-lettered, but terminating the original failed (it comes back and is dropped as a duplicate): %w", err)
 	}
 	r.forgetHistory(ctx, ev)
-	return nil
+	return false, nil
 }
 
 // writeDeadLetter writes ev's dead letter, with its history, and waits for

@@ -1,13 +1,11 @@
 package relay
 
 import (
-	"errors"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/relaydev/relay/deliverylog"
 	"github.com/relaydev/relay/destination"
-	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/routing"
 	"github.com/relaydev/relay/stream"
 )
@@ -81,10 +79,7 @@ func (r *Relay) recordOutcome(ev *event, d destination.Destination, out *Outcome
 		rec.RetryInMS, rec.Parked = out.Decision.Delay.Milliseconds(), out.Parked
 	case DeadLetter:
 		rec.Reason = out.Decision.Reason
-		switch {
-		case errors.Is(out.Err, dlq.ErrPermanent):
-			rec.Reason = ReasonDeadLetterFailed
-		case out.Err != nil:
+		if out.Err != nil && out.Decision.Reason != ReasonDeadLetterFailed {
 			// The dead letter was not written this time: the event comes
 			// back (deadLetter's nak) and is dead-lettered then.
 			rec.Outcome, rec.Reason, rec.RetryInMS = Retry.String(), "", deadLetterRetry.Milliseconds()

@@ -140,7 +140,7 @@ func TestSettledCopyOfParkedEventIsNotAttemptedAgain(t *testing.T) {
 			require.False(t, in.Settled, "the copy's first delivery is attempted")
 			require.Equal(t, 2, in.Attempt)
 			msg := &ackMsg{doubleAckErr: tc.ackLost}
-			err = r.act(ctx, settles(msg), copied, 2, nil, &Outcome{Decision: Decision{Action: Ack}})
+			err = act(t, r, ctx, settles(msg), copied, 2, nil, &Outcome{Decision: Decision{Action: Ack}})
 			require.ErrorIs(t, err, tc.ackLost)
 
 			for _, back := range []event{copied, original} {
