@@ -72,17 +72,3 @@ func TestReplicasAgreeOnTheAddressPolicy(t *testing.T) {
 	require.True(t, ok)
 	require.True(t, got.Equal(loop), "recorded %v", got)
 }
-
-func TestNetPolicyCheckURL(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	loop := egress.Policy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
-	var be *egress.BlockedError
-	require.True(t, errors.As(egress.Policy{}.CheckURL(ctx, "http://127.0.0.1:8080/hook"), &be))
-	require.Equal(t, netip.MustParseAddr("127.0.0.1"), be.Addr)
-	require.True(t, errors.As(egress.Policy{}.CheckURL(ctx, "http://[::1]/hook"), &be))
-	require.True(t, errors.As(loop.CheckURL(ctx, "http://10.0.0.1/hook"), &be))
-	require.NoError(t, loop.CheckURL(ctx, "http://127.0.0.1:8080/hook"))
-	require.NoError(t, egress.Policy{}.CheckURL(ctx, "https://93.184.215.14/hook"))
-	require.NoError(t, egress.Policy{}.CheckURL(ctx, "https://relay-test.invalid/hook"), "a name that does not resolve is left to the delivery")
-}
