@@ -509,7 +509,7 @@ func tooLarge(err error) bool {
 func (ro *router) deadLetterTooLarge(ctx context.Context, p routed, dest string, cause error) {
 	r := ro.r
 	subject := stream.InSubject(dest, p.ev.Key)
-	ev := event{dest: dest, id: p.ev.ID, seq: p.seq, subject: subject, body: p.ev.Body, hdr: p.ev.Header(stream.Routed, r.seal)}
+	ev := event{dest: dest, id: p.ev.ID, typ: p.ev.Type, seq: p.seq, subject: subject, body: p.ev.Body, hdr: p.ev.Header(stream.Routed, r.seal)}
 	out := Outcome{Dest: dest, EventID: p.ev.ID, Seq: p.seq, Decision: Decision{Action: DeadLetter, Reason: ReasonInvalidEvent,
 		Note: "too large to copy for this destination once relay's headers are added: " + cause.Error()}}
 	if err := r.writeDeadLetter(ctx, ev, 0, &out); err != nil {
