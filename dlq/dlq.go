@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -189,38 +188,23 @@ func streamLimit(ctx context.Context, js jetstream.JetStream) int {
 // the rest, and the history cut to fit. It fails, wrapping ErrPermanent,
 // only if relay's own headers alone exceed limit.
 func Encode(l Letter, limit int) (*nats.Msg, error) {
-	m := nats.NewMsg(stream.DLQSubject(l.Dest))
-	h := m.Header
-	h.Set(stream.HdrMsgID, fmt.Sprintf("dlq:%s:%d", l.Dest, l.StreamSeq))
-	if l.DedupID != "" {
-		h.Set(stream.HdrMsgID, l.DedupID)
-	}
-	h.Set(stream.HdrEventID, l.EventID)
-	h.Set(stream.HdrDest, l.Dest)
-	h.Set(stream.HdrReason, l.Reason)
-	h.Set(stream.HdrAttempts, strconv.Itoa(l.Attempts))
-	h.Set(stream.HdrLastStatus, strconv.Itoa(l.LastStatus))
-	if l.LastError != "" {
-		h.Set(stream.HdrLastError, OneLine(l.LastError, maxTextHeader))
-	}
-	if l.Note != "" {
-		h.Set(stream.HdrNote, OneLine(l.Note, maxTextHeader))
-	}
-	if !l.First.IsZero() {
-		h.Set(stream.HdrFirst, l.First.UTC().Format(time.RFC3339Nano))
-		h.Set(stream.HdrLastAt, l.Last.UTC().Format(time.RFC3339Nano))
-	}
-	if l.Key != "" {
-		h.Set(stream.HdrKey, l.Key)
-	}
-	if t := cmp.Or(l.Type, l.Headers.Get(stream.HdrType)); t != "" {
+	e := stream.LetterEnvelope{
+		Dedup: l.DedupID, EventID: l.EventID, Dest: l.Dest, Reason: l.Reason,
+		Attempts: l.Attempts, LastStatus: l.LastStatus, Key: l.Key, Subject: l.Subject, Seq: l.StreamSeq,
+		DeadAt: l.DeadAt, EventOmitted: l.EventOmitted, Headers: l.Headers, Body: l.Body,
 		// A typed event's type, as delivered (Relay-Event-Type): operator
 		// events' dead letters are told apart by it.
-		h.Set(stream.HdrType, t)
+		Type: cmp.Or(l.Type, stream.FromHeader(l.Headers).Type),
 	}
-	h.Set(stream.HdrOrigSubj, l.Subject)
-	h.Set(stream.HdrOrigSeq, strconv.FormatUint(l.StreamSeq, 10))
-	h.Set(stream.HdrDeadAt, l.DeadAt.UTC().Format(time.RFC3339Nano))
+	if l.LastError != "" {
+		e.LastError = OneLine(l.LastError, maxTextHeader)
+	}
+	if l.Note != "" {
+		e.Note = OneLine(l.Note, maxTextHeader)
+	}
+	if !l.First.IsZero() {
+		e.First, e.Last = l.First, l.Last
+	}
 
 	hist := slices.Clone(TrimHistory(l.History))
 	for i := range hist {
@@ -228,57 +212,26 @@ func Encode(l Letter, limit int) (*nats.Msg, error) {
 	}
 	omitted := len(l.History) - len(hist) + l.HistoryOmitted
 	histBudget := maxHistoryBytes
-	var histJSON string
 	setHistory := func() {
-		h.Del(stream.HdrHistory)
-		h.Del(stream.HdrHistoryOmitted)
 		var dropped int
-		histJSON, dropped = fitHistory(hist, histBudget)
-		if histJSON != "" {
-			h.Set(stream.HdrHistory, histJSON)
-		}
-		if n := omitted + dropped; n > 0 {
-			h.Set(stream.HdrHistoryOmitted, strconv.Itoa(n))
-		}
+		e.History, dropped = fitHistory(hist, histBudget)
+		e.HistoryOmitted = omitted + dropped
 	}
 	setHistory()
 
-	own := stream.OwnHeader(l.Headers)
-	event := 0
-	for k, vs := range own {
-		for _, v := range vs {
-			event += len(k) + len(v) + 4
-		}
-	}
-	if l.EventOmitted || headerSize(h)+event+len(l.Body) > limit {
-		h.Set(stream.HdrEventOmitted, "true")
-	} else {
-		m.Data = l.Body
-		for k, vs := range own {
-			h[k] = vs
-		}
+	if !e.EventOmitted && e.Size() > limit {
+		e.EventOmitted = true
 	}
 	// Without the event, a limit this low (a few KiB) leaves less room for
 	// the history: halve it until the letter fits.
-	for headerSize(h)+len(m.Data) > limit && histJSON != "" {
-		histBudget = len(histJSON) / 2
+	for e.Size() > limit && e.History != "" {
+		histBudget = len(e.History) / 2
 		setHistory()
 	}
-	if size := headerSize(h) + len(m.Data); size > limit {
+	if size := e.Size(); size > limit {
 		return nil, fmt.Errorf("dead letter of event %s: %d bytes without the event and its history, over the %d bytes a message may have: %w", l.EventID, size, limit, ErrPermanent)
 	}
-	return m, nil
-}
-
-// headerSize is the size of h on the wire.
-func headerSize(h nats.Header) int {
-	n := len("NATS/1.0\r\n\r\n")
-	for k, vs := range h {
-		for _, v := range vs {
-			n += len(k) + len(v) + 4
-		}
-	}
-	return n
+	return e.Msg(), nil
 }
 
 // fitHistory encodes h in at most budget bytes, leaving out the attempts
@@ -305,32 +258,21 @@ func Decode(seq uint64, subject string, h nats.Header, body []byte) (Letter, err
 	if h == nil {
 		return Letter{}, fmt.Errorf("dead letter %d has no headers", seq)
 	}
-	l := Letter{Seq: seq, Body: body}
-	l.Dest = h.Get(stream.HdrDest)
-	if l.Dest == "" {
-		return Letter{}, fmt.Errorf("dead letter %d (%s) has no %s header", seq, subject, stream.HdrDest)
+	e, err := stream.DecodeLetter(seq, subject, h, body)
+	if err != nil {
+		return Letter{}, err
 	}
-	l.EventID = h.Get(stream.HdrEventID)
-	l.Reason = h.Get(stream.HdrReason)
-	l.Attempts, _ = strconv.Atoi(h.Get(stream.HdrAttempts))
-	l.LastStatus, _ = strconv.Atoi(h.Get(stream.HdrLastStatus))
-	l.LastError = h.Get(stream.HdrLastError)
-	l.Note = h.Get(stream.HdrNote)
-	l.First, _ = time.Parse(time.RFC3339Nano, h.Get(stream.HdrFirst))
-	l.Last, _ = time.Parse(time.RFC3339Nano, h.Get(stream.HdrLastAt))
-	l.DeadAt, _ = time.Parse(time.RFC3339Nano, h.Get(stream.HdrDeadAt))
-	l.Key = h.Get(stream.HdrKey)
-	l.Type = h.Get(stream.HdrType)
-	l.Subject = h.Get(stream.HdrOrigSubj)
-	l.StreamSeq, _ = strconv.ParseUint(h.Get(stream.HdrOrigSeq), 10, 64)
-	l.HistoryOmitted, _ = strconv.Atoi(h.Get(stream.HdrHistoryOmitted))
-	l.EventOmitted = h.Get(stream.HdrEventOmitted) != ""
-	if hs := h.Get(stream.HdrHistory); hs != "" {
-		if err := json.Unmarshal([]byte(hs), &l.History); err != nil {
-			return Letter{}, fmt.Errorf("dead letter %d: bad %s header: %w", seq, stream.HdrHistory, err)
+	l := Letter{
+		Seq: seq, DeadAt: e.DeadAt, Dest: e.Dest, EventID: e.EventID, Key: e.Key, Type: e.Type,
+		Reason: e.Reason, Attempts: e.Attempts, LastStatus: e.LastStatus, LastError: e.LastError, Note: e.Note,
+		First: e.First, Last: e.Last, Subject: e.Subject, StreamSeq: e.Seq,
+		HistoryOmitted: e.HistoryOmitted, EventOmitted: e.EventOmitted, Headers: e.Headers, Body: e.Body,
+	}
+	if e.History != "" {
+		if err := e.DecodeHistory(&l.History); err != nil {
+			return Letter{}, fmt.Errorf("dead letter %d: %w", seq, err)
 		}
 	}
-	l.Headers = stream.OwnHeader(h)
 	return l, nil
 }
 
@@ -504,10 +446,7 @@ func (s *Store) Resolve(ctx context.Context, l Letter) (Letter, error) {
 	if err != nil {
 		return l, fmt.Errorf("dead letter %d: read event %s at sequence %d of stream %s: %w", l.Seq, l.EventID, l.StreamSeq, stream.EventsStream, err)
 	}
-	id := m.Header.Get(stream.HdrEventID)
-	if id == "" {
-		id = m.Header.Get(stream.HdrMsgID)
-	}
+	id := stream.FromHeader(m.Header).ID
 	if m.Subject != l.Subject || id != "" && id != l.EventID {
 		return l, fmt.Errorf("dead letter %d: sequence %d of stream %s holds another message (%s, event %q) than its event %s", l.Seq, l.StreamSeq, stream.EventsStream, m.Subject, id, l.EventID)
 	}

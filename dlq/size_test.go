@@ -15,7 +15,15 @@ import (
 )
 
 // wireSize is m's size as the server counts it: headers and body.
-func wireSize(m *nats.Msg) int { return headerSize(m.Header) + len(m.Data) }
+func wireSize(m *nats.Msg) int {
+	n := len("NATS/1.0\r\n\r\n") + len(m.Data)
+	for k, vs := range m.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + len(": \r\n")
+		}
+	}
+	return n
+}
 
 func bigLetter(body, errLen int) Letter {
 	hist := letterTestHistory(MaxHistory)

@@ -404,10 +404,14 @@ func DedupID(scope, dest, typ, id string) string {
 // duplicate is taken as it is.
 func (p *Producer) sameAsStored(ctx context.Context, id string, seq uint64, m *nats.Msg) error {
 	stored, err := stream.GetMsg(ctx, p.js, stream.EventsStream, seq, "")
-	if err != nil || stored.Header.Get(stream.HdrMsgID) != m.Header.Get(stream.HdrMsgID) {
+	if err != nil {
 		return nil
 	}
-	if bytes.Equal(stored.Data, m.Data) && stored.Header.Get(stream.HdrKey) == m.Header.Get(stream.HdrKey) && sameOwnHeaders(stored.Header, m.Header) {
+	was, is := stream.FromHeader(stored.Header), stream.FromHeader(m.Header)
+	if was.MsgID(stream.Produced) != is.MsgID(stream.Produced) {
+		return nil
+	}
+	if bytes.Equal(stored.Data, m.Data) && was.Key == is.Key && sameOwnHeaders(stored.Header, m.Header) {
 		return nil
 	}
 	return fmt.Errorf("%w: id %q was published within the duplicate window with another body, key or headers; nothing was stored: give this event an id of its own", ErrIDConflict, id)
@@ -419,7 +423,7 @@ func sameOwnHeaders(a, b nats.Header) bool {
 	own := func(h nats.Header) map[string][]string {
 		out := map[string][]string{}
 		for k, vs := range stream.OwnHeader(h) {
-			if !strings.EqualFold(k, "traceparent") && !strings.EqualFold(k, "tracestate") {
+			if !stream.IsTraceHeader(k) {
 				out[http.CanonicalHeaderKey(k)] = vs
 			}
 		}
@@ -471,12 +475,7 @@ func (p *Producer) publisher() (jetstream.JetStream, error) {
 // than the event: relay's headers and a destination's longer subject.
 // Publish refuses a typed event that would not fit in the stream with
 // them, so that every subscriber's copy can be stored.
-func TypedOverhead(id, typ string) int64 {
-	const dedup = len("Nats-Msg-Id") + len("route:") + 20 + 1 + 64 + 4 // route:<seq>:<dest>, replacing the id
-	const published = len(stream.HdrPublished) + len("2006-01-02T15:04:05.999999999Z") + 4
-	const subject = len(stream.InPrefix) + 1 + 64 + 1 + 64 // relay.in.<dest>.<key token>
-	return int64(dedup + published + subject + len(stream.HdrEventID) + len(id) + 4 + len(stream.HdrType) + len(typ) + 4 + stream.SealHeaderBytes)
-}
+func TypedOverhead(id, typ string) int64 { return int64(stream.RoutedOverhead(id, typ)) }
 
 func (p *Producer) checkDest(ctx context.Context, dest string) error {
 	p.mu.Lock()

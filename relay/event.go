@@ -29,6 +29,9 @@ type event struct {
 	// published is when the producer published the event (a republished
 	// copy carries the original's time in a header).
 	published time.Time
+	// typ is the event's type (stream.Envelope.Type), empty for an event
+	// published for one destination.
+	typ string
 	// body and hdr are the event's own, as stored.
 	body []byte
 	hdr  nats.Header
@@ -74,7 +77,7 @@ func newEvent(subject string, info ackInfo, body []byte, h nats.Header, seal *st
 		return event{}, nil, err
 	}
 	return event{
-		id: e.ID, dest: e.Dest, key: e.Key, seq: e.Seq, subject: subject, prior: e.Attempt, origin: e.Origin,
+		id: e.ID, dest: e.Dest, key: e.Key, typ: e.Type, seq: e.Seq, subject: subject, prior: e.Attempt, origin: e.Origin,
 		delivered: info.delivered, stored: e.Stored, published: e.Published, body: body, hdr: e.Headers,
 	}, e.Unsealed, nil
 }

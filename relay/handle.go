@@ -98,7 +98,7 @@ func (r *Relay) handle(ctx context.Context, msg delivered, mark *partitionMark) 
 // returns why (its first line), and logs it; one cut short by a shutdown
 // (ctx) returns errRenderStopped.
 func (r *Relay) delivery(ctx context.Context, d destination.Destination, ev event) (Delivery, error) {
-	dl := Delivery{ID: ev.id, Type: ev.hdr.Get(stream.HdrType), Body: ev.body, Headers: eventHeaders(ev.hdr)}
+	dl := Delivery{ID: ev.id, Type: ev.typ, Body: ev.body, Headers: eventHeaders(ev.hdr)}
 	if d.CompiledTemplate() == nil {
 		return dl, nil
 	}
@@ -175,7 +175,7 @@ func (r *Relay) input(ctx context.Context, ev event, mark *partitionMark) Input 
 	}
 	in.RateLimited = in.Known && in.Dest.RateLimit > 0
 	if in.Known && in.Dest.CompiledFilter() != nil {
-		ok, err := in.Dest.CompiledFilter().Match(ctx, destination.FilterEvent{ID: ev.id, Key: ev.key, Dest: ev.dest, Type: ev.hdr.Get(stream.HdrType), Body: ev.body, Headers: eventHeaders(ev.hdr)})
+		ok, err := in.Dest.CompiledFilter().Match(ctx, destination.FilterEvent{ID: ev.id, Key: ev.key, Dest: ev.dest, Type: ev.typ, Body: ev.body, Headers: eventHeaders(ev.hdr)})
 		switch {
 		case errors.Is(err, destination.ErrFilterStopped):
 			in.Interrupted = true
@@ -300,7 +300,7 @@ func (r *Relay) execute(ctx context.Context, msg delivered, ev *event, mark *par
 	// back. After act, a failure's bookkeeping (its history in the attempt
 	// log) delays it, and failures held up together by a slow write would
 	// arrive back to back, "consecutive".
-	r.affect(in.Dest, dec, in.Probing, ev.id, !opevent.Is(ev.hdr.Get(stream.HdrType)))
+	r.affect(in.Dest, dec, in.Probing, ev.id, !opevent.Is(ev.typ))
 	for {
 		again, err := r.act(ctx, msg, *ev, &in, mark, &out)
 		out.Err = err

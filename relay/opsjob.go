@@ -172,7 +172,8 @@ func (j *opsJob) onlyOpEvents(dest string) bool {
 func (j *opsJob) followDeadLetters(ctx context.Context, since time.Time) error {
 	err := stream.Read(ctx, j.r.cfg.JS, stream.DLQStream, stream.ReadOptions{Since: since, Follow: true, HeadersOnly: true, Description: "relay operator events"},
 		func(m *jetstream.RawStreamMsg) error {
-			if opevent.Is(m.Header.Get(stream.HdrType)) {
+			l, _ := stream.DecodeLetter(m.Sequence, m.Subject, m.Header, nil) // one without a destination counts too
+			if opevent.Is(l.Type) {
 				return nil // no feedback loop
 			}
 			dest, _ := strings.CutPrefix(m.Subject, stream.DLQPrefix+".")
@@ -184,8 +185,8 @@ func (j *opsJob) followDeadLetters(ctx context.Context, since time.Time) error {
 				j.window[dest] = w
 			}
 			w.Count++
-			w.Reasons[m.Header.Get(stream.HdrReason)]++
-			if id := m.Header.Get(stream.HdrEventID); id != "" && len(w.EventIDs) < 5 {
+			w.Reasons[l.Reason]++
+			if id := l.EventID; id != "" && len(w.EventIDs) < 5 {
 				w.EventIDs = append(w.EventIDs, id)
 			}
 			return nil

@@ -39,7 +39,7 @@ func (r *Relay) recordOutcome(ev *event, d destination.Destination, out *Outcome
 	res := out.Result
 	rec := deliverylog.AttemptRecord{
 		EventID:  ev.id,
-		Type:     ev.hdr.Get(stream.HdrType),
+		Type:     ev.typ,
 		Key:      ev.key,
 		Dest:     ev.dest,
 		Outcome:  out.Decision.Action.String(),

@@ -15,7 +15,7 @@ import (
 // stream refused as too large.
 func (r *Relay) deadLetterTooLarge(ctx context.Context, p routing.Routed, dest string, cause error) {
 	subject := stream.InSubject(dest, p.Envelope.Key)
-	ev := event{dest: dest, id: p.Envelope.ID, seq: p.Seq, subject: subject, body: p.Envelope.Body, hdr: p.Envelope.Header(stream.Routed, r.seal)}
+	ev := event{dest: dest, id: p.Envelope.ID, typ: p.Envelope.Type, seq: p.Seq, subject: subject, body: p.Envelope.Body, hdr: p.Envelope.Header(stream.Routed, r.seal)}
 	out := Outcome{Dest: dest, EventID: p.Envelope.ID, Seq: p.Seq, Decision: Decision{Action: DeadLetter, Reason: ReasonInvalidEvent,
 		Note: "too large to copy for this destination once relay's headers are added: " + cause.Error()}}
 	if err := r.writeDeadLetter(ctx, ev, 0, &out); err != nil {

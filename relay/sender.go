@@ -39,7 +39,7 @@ const snippetLen = 256
 
 // eventTypeHeader carries a typed event's type to its destination
 // (canonical form).
-var eventTypeHeader = http.CanonicalHeaderKey(stream.HdrType)
+var eventTypeHeader = stream.TypeHTTPHeader
 
 // Delivery is one attempt's request.
 type Delivery struct {

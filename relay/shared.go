@@ -472,12 +472,8 @@ func (s *sharedLoop) admit(m *nats.Msg, now time.Time) {
 	if !in.Unreadable {
 		in.Dest, in.Known = r.dests.Get(p.Dest)
 		in.LookupsFull = len(s.unknown) == cap(s.unknown)
-		if nb := m.Header.Get(stream.HdrNotBefore); nb != "" && r.seal.Valid(m.Header) {
-			// A producer's Relay-Not-Before is not relay's: ignored.
-			if t, err := time.Parse(time.RFC3339Nano, nb); err == nil {
-				in.NotBefore = t
-			}
-		}
+		// A producer's Relay-Not-Before is not relay's: ignored.
+		in.NotBefore = stream.NotBefore(m.Header, r.seal)
 	}
 	var q *destQueue
 	for {

@@ -17,7 +17,7 @@ import (
 
 // traceRoom is what a copy of an event may gain in size when relay traces:
 // a traceparent it did not have.
-const traceRoom = len(stream.HdrTraceParent) + 55 + 4
+const traceRoom = stream.TraceHeaderBytes
 
 // startSpan starts span name for ev, a child of ctx's span, or where ctx
 // has none, of the event's traceparent. Only when r traces.

@@ -74,9 +74,10 @@ func (e Entry) MsgID() string { return e.Envelope().MsgID(stream.Promoted) }
 // headers, its type and order key (the other headers of relay in Headers
 // are not carried), the attempts made, its origin and publish time.
 func (e Entry) Envelope() stream.Envelope {
+	h := stream.FromHeader(e.Headers)
 	return stream.Envelope{
 		ID: e.EventID, Dest: e.Dest, Attempt: e.Attempts, Origin: e.Origin,
-		Type: e.Headers.Get(stream.HdrType), Key: e.Headers.Get(stream.HdrKey),
+		Type: h.Type, Key: h.Key,
 		Published: e.Published, Headers: e.Headers, Body: e.Body,
 	}
 }

@@ -205,13 +205,44 @@ func Decode(subject string, seq uint64, stored time.Time, h nats.Header, body []
 			e.Headers = h
 		}
 	}
-	if id := h.Get(HdrEventID); id != "" {
-		e.ID, e.Copied = id, sealed && copied(h.Get(HdrMsgID))
-	} else if id := h.Get(HdrMsgID); id != "" {
-		e.ID = id
-	} else {
+	if e.ID = eventID(h); e.ID == "" {
 		e.ID = "evt_" + strconv.FormatUint(seq, 10) + "_" + strconv.FormatInt(stored.UnixMilli(), 36)
+	} else if h.Get(HdrEventID) != "" {
+		e.Copied = sealed && copied(h.Get(HdrMsgID))
 	}
+	e.read(h)
+	return e, nil
+}
+
+// FromHeader reads the envelope that relay's headers in h say, as Decode
+// reads them, but trusting them as they are: for headers relay read from a
+// message already (Decode's Headers, kept in a parked entry or a dead
+// letter) or wrote itself. ID is Relay-Event-Id, else Nats-Msg-Id; Dedup is
+// Nats-Msg-Id where it is not ID, so that MsgID(Produced) is the dedup id h
+// carries. A field whose header h lacks, or holds a value Decode would not
+// take, is zero; Headers is h.
+func FromHeader(h nats.Header) Envelope {
+	e := Envelope{ID: eventID(h), Headers: h}
+	if id := h.Get(HdrMsgID); id != e.ID {
+		e.Dedup = id
+	}
+	e.read(h)
+	return e
+}
+
+// eventID is the event id h names: Relay-Event-Id, else Nats-Msg-Id,
+// empty if neither.
+func eventID(h nats.Header) string {
+	if id := h.Get(HdrEventID); id != "" {
+		return id
+	}
+	return h.Get(HdrMsgID)
+}
+
+// read sets e's order key and type from h, and its publish time, attempt
+// count, origin, wait and fan-out destinations where h carries a valid one
+// (see Decode).
+func (e *Envelope) read(h nats.Header) {
 	e.Key, e.Type = h.Get(HdrKey), h.Get(HdrType)
 	if s := h.Get(HdrPublished); s != "" {
 		if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
@@ -236,7 +267,23 @@ func Decode(subject string, seq uint64, stored time.Time, h nats.Header, body []
 	if s := h.Get(HdrFanDests); s != "" {
 		e.Dests = strings.Split(s, ",")
 	}
-	return e, nil
+}
+
+// NotBefore is the wait that a Split copy's headers h carry
+// (Relay-Not-Before, Envelope.NotBefore as Decode reads it), zero when h
+// carries none or seal's seal does not hold: a producer's is not relay's.
+// The seal is checked only when h carries a wait, so that reading it of
+// every message costs little.
+func NotBefore(h nats.Header, seal *Seal) time.Time {
+	s := h.Get(HdrNotBefore)
+	if s == "" || !seal.Valid(h) {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}
+	}
+	return t
 }
 
 // DecodeTyped reads the envelope of a typed event stored at seq on subject
@@ -248,10 +295,7 @@ func DecodeTyped(subject string, seq uint64, stored time.Time, h nats.Header, bo
 		return Envelope{}, fmt.Errorf("subject %q is not a typed event's", subject)
 	}
 	e := Envelope{Type: t, Subject: subject, Seq: seq, Stored: stored, Headers: h, Body: body, Origin: seq, Published: stored}
-	if e.ID = h.Get(HdrEventID); e.ID == "" {
-		e.ID = h.Get(HdrMsgID)
-	}
-	if e.ID == "" {
+	if e.ID = eventID(h); e.ID == "" {
 		e.ID = "evt_" + strconv.FormatUint(seq, 10) + "_" + strconv.FormatInt(stored.UnixMilli(), 36)
 	}
 	e.Key = h.Get(HdrKey)
@@ -364,4 +408,20 @@ func (e Envelope) HTTPHeader() http.Header {
 		}
 	}
 	return out
+}
+
+// TypeHTTPHeader is the HTTP header that carries a typed event's type to
+// its destination: the envelope's Relay-Event-Type, canonicalised.
+var TypeHTTPHeader = http.CanonicalHeaderKey(HdrType)
+
+// RoutedOverhead is how many bytes a Routed copy of a typed event with id
+// and type typ may have more than the event as its producer published it:
+// the headers the router adds or lengthens (a dedup id route:<seq>:<dest>
+// in place of the producer's, Relay-Event-Id, Relay-Published,
+// Relay-Event-Type and the seal) and a destination's longer subject.
+func RoutedOverhead(id, typ string) int {
+	const dedup = len(HdrMsgID) + len(routedPrefix) + 20 + 1 + 64 + 4 // route:<seq>:<dest>, replacing the id
+	const published = len(HdrPublished) + len("2006-01-02T15:04:05.999999999Z") + 4
+	const subject = len(InPrefix) + 1 + 64 + 1 + 64 // relay.in.<dest>.<key token>
+	return dedup + published + subject + len(HdrEventID) + len(id) + 4 + len(HdrType) + len(typ) + 4 + SealHeaderBytes
 }

@@ -2,11 +2,15 @@ package stream
 
 import (
 	"bytes"
+	"context"
+	"math"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // testSeal returns a seal with a fixed secret of n.
@@ -375,4 +379,110 @@ func TestEnvelopeCarriesTheType(t *testing.T) {
 	require.NotEmpty(t, noID.ID, "an id made from the sequence")
 	_, err = DecodeTyped("relay.in.orders", 3, stored, nil, nil)
 	require.Error(t, err)
+}
+
+// TestFromHeaderReadsWhatDecodeReads: FromHeader reads what Decode reads
+// of every kind of publish, with no defaults where a header is absent, and
+// without checking the seal; MsgID(Produced) is the dedup id the headers
+// carry.
+func TestFromHeaderReadsWhatDecodeReads(t *testing.T) {
+	t.Parallel()
+	seal := testSeal(t, 1)
+	stored := time.Date(2025, 3, 2, 8, 0, 0, 0, time.UTC)
+	in := fullEnvelope()
+	in.Type, in.Dedup, in.Dests = "order.paid", "pub:0123", []string{"a", "b"}
+	in.NotBefore = time.Date(2025, 3, 2, 9, 0, 0, 7, time.UTC)
+	for _, k := range []Kind{Produced, Promoted, ReplayedDeadLetter, ReplayedLog, Routed, Laned, Fanned, Split} {
+		h := in.Header(k, seal)
+		subject := "relay.in.orders"
+		if k == Fanned {
+			subject = FanSubject
+		}
+		d, err := Decode(subject, 900, stored, h, nil, seal)
+		require.NoError(t, err, k.String())
+		f := FromHeader(h)
+		require.Equal(t, d.ID, f.ID, k.String())
+		require.Equal(t, h.Get(HdrMsgID), f.MsgID(Produced), k.String())
+		require.Equal(t, d.Key, f.Key, k.String())
+		if k == Produced {
+			// Unsealed: Decode drops the type, FromHeader trusts it.
+			require.Empty(t, d.Type)
+			require.Equal(t, "order.paid", f.Type)
+		} else {
+			require.Equal(t, d.Type, f.Type, k.String())
+		}
+		require.Equal(t, d.Attempt, f.Attempt, k.String())
+		require.Equal(t, d.NotBefore, f.NotBefore, k.String())
+		require.Equal(t, d.Dests, f.Dests, k.String())
+		if h.Get(HdrOrigin) != "" {
+			require.Equal(t, d.Origin, f.Origin, k.String())
+		} else {
+			require.Zero(t, f.Origin, k.String())
+		}
+		if h.Get(HdrPublished) != "" {
+			require.Equal(t, d.Published, f.Published, k.String())
+		} else {
+			require.True(t, f.Published.IsZero(), k.String())
+		}
+	}
+	// A producer's publish read back writes the same headers again.
+	p := Envelope{ID: "evt-1", Dedup: "pub:0123", Key: "k", Headers: nats.Header{"X-Trace": {"a"}}}
+	require.Equal(t, p.Header(Produced, nil), FromHeader(p.Header(Produced, nil)).Header(Produced, nil))
+	require.Equal(t, Envelope{}, FromHeader(nil))
+}
+
+// TestNotBefore: the wait a Split copy carries is read only under relay's
+// seal.
+func TestNotBefore(t *testing.T) {
+	t.Parallel()
+	seal := testSeal(t, 1)
+	at := time.Date(2025, 3, 2, 9, 0, 0, 7, time.UTC)
+	e := fullEnvelope()
+	e.NotBefore = at
+	h := e.Header(Split, seal)
+	require.Equal(t, at, NotBefore(h, seal))
+	require.True(t, NotBefore(h, testSeal(t, 2)).IsZero(), "another seal")
+	require.True(t, NotBefore(h, nil).IsZero(), "no seal")
+	require.True(t, NotBefore(nats.Header{HdrNotBefore: {at.Format(time.RFC3339Nano)}}, seal).IsZero(), "a producer's")
+	e.NotBefore = time.Time{}
+	require.True(t, NotBefore(e.Header(Split, seal), seal).IsZero(), "none")
+	bad := nats.Header{HdrMsgID: {"route:1:orders"}, HdrNotBefore: {"soon"}}
+	seal.seal(bad)
+	require.True(t, NotBefore(bad, seal).IsZero(), "not a time")
+}
+
+// TestTraceHeaderBytes: continuing a trace adds TraceHeaderBytes to an
+// event's headers that had no trace context.
+func TestTraceHeaderBytes(t *testing.T) {
+	t.Parallel()
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled})
+	ctx := trace.ContextWithSpanContext(context.Background(), sc)
+	h := nats.Header{"X-Trace": {"a"}}
+	require.Equal(t, headerBytes(h)+TraceHeaderBytes, headerBytes(WithTrace(ctx, h)))
+}
+
+// TestRoutedOverhead: a typed event's Routed copy, for the longest
+// destination name and key token, grows by at most RoutedOverhead.
+func TestRoutedOverhead(t *testing.T) {
+	t.Parallel()
+	seal := testSeal(t, 1)
+	dest, key := strings.Repeat("d", 64), strings.Repeat("k", 64)
+	e := Envelope{ID: "evt-1", Dedup: "pub:0123456789abcdef0123456789abcdef", Key: key, Type: "order.paid", Headers: nats.Header{"X-Trace": {"a"}}}
+	produced := e.Msg(Produced, TypeSubject(e.Type), nil)
+	e.Dest, e.Seq, e.Published = dest, math.MaxUint64, time.Date(2025, 3, 2, 9, 0, 0, 123456789, time.UTC)
+	routed := e.Msg(Routed, InSubject(dest, key), seal)
+	grew := headerBytes(routed.Header) + len(routed.Subject) - headerBytes(produced.Header) - len(produced.Subject)
+	require.Positive(t, grew)
+	require.LessOrEqual(t, grew, RoutedOverhead(e.ID, e.Type))
+}
+
+// headerBytes is h's size on the wire, its header lines.
+func headerBytes(h nats.Header) int {
+	n := 0
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(": \r\n") + len(v)
+		}
+	}
+	return n
 }

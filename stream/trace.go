@@ -20,6 +20,11 @@ const (
 	HdrTraceState  = "tracestate"
 )
 
+// TraceHeaderBytes is how many bytes a traceparent adds to a message that
+// had none ("traceparent: 00-<trace id>-<span id>-<flags>\r\n"): what a
+// copy of an event may gain when relay traces.
+const TraceHeaderBytes = len(HdrTraceParent) + 55 + 4
+
 // IsTraceHeader reports whether name is traceparent or tracestate, in any
 // case.
 func IsTraceHeader(name string) bool {

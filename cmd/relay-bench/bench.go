@@ -552,9 +552,7 @@ func (p *publisher) publish(dest, id string) error {
 }
 
 func (p *publisher) publishTo(subject, id string) error {
-	m := nats.NewMsg(subject)
-	m.Header.Set(stream.HdrMsgID, id)
-	m.Data = makeBody(time.Now().UnixNano(), id)
+	m := stream.Envelope{ID: id, Body: makeBody(time.Now().UnixNano(), id)}.Msg(stream.Produced, subject, nil)
 	if _, err := p.js.PublishMsgAsync(m); err != nil {
 		return fmt.Errorf("publish %s: %w", id, err)
 	}
@@ -709,7 +707,7 @@ func startLoop(ctx context.Context, natsURL, url, dest string, workers int) (*lo
 	for range workers {
 		wg.Go(func() {
 			for m := range ch {
-				st, err := post(client, url, m.Headers().Get(stream.HdrMsgID), m.Data())
+				st, err := post(client, url, stream.FromHeader(m.Headers()).ID, m.Data())
 				if err == nil && st >= 200 && st <= 299 {
 					_ = m.Ack()
 				} else {

@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/stream"
 )
@@ -140,11 +138,9 @@ func selfRSSAfterGC() float64 {
 // publishKeyed publishes event id for dest with order key key, as relay's
 // producer does: to relay.in.<dest>.<key token>, with Relay-Order-Key.
 func (p *publisher) publishKeyed(dest, key, id string) error {
-	m := nats.NewMsg(stream.InSubject(dest, key))
-	m.Header.Set(stream.HdrMsgID, id)
-	m.Header.Set(stream.HdrKey, key)
 	body := makeBody(time.Now().UnixNano(), id)
-	m.Data = append(body[:keysBodySize-2:keysBodySize-2], `"}`...)
+	body = append(body[:keysBodySize-2:keysBodySize-2], `"}`...)
+	m := stream.Envelope{ID: id, Key: key, Body: body}.Msg(stream.Produced, stream.InSubject(dest, key), nil)
 	if _, err := p.js.PublishMsgAsync(m); err != nil {
 		return fmt.Errorf("publish %s: %w", id, err)
 	}

@@ -57,7 +57,7 @@ func (rp *retryPublisher) failed(m *nats.Msg, err error) {
 
 func (rp *retryPublisher) ok(m *nats.Msg, a *jetstream.PubAck) {
 	rp.mu.Lock()
-	rp.acked[m.Header.Get(stream.HdrMsgID)] = true
+	rp.acked[stream.FromHeader(m.Header).ID] = true
 	if a != nil && a.Duplicate {
 		rp.dups++
 	}
@@ -114,10 +114,7 @@ func (rp *retryPublisher) atRate(ctx context.Context, dest, prefix string, rate 
 		}
 		for due := int(rate * el.Seconds()); sent < due; sent++ {
 			id := prefix + strconv.Itoa(sent)
-			m := nats.NewMsg(subject)
-			m.Header.Set(stream.HdrMsgID, id)
-			m.Data = makeBody(time.Now().UnixNano(), id)
-			rp.send(m)
+			rp.send(stream.Envelope{ID: id, Body: makeBody(time.Now().UnixNano(), id)}.Msg(stream.Produced, subject, nil))
 		}
 		if time.Since(lastRetry) >= retryEvery {
 			rp.resend()
