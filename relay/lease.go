@@ -211,6 +211,9 @@ type leasedJob struct {
 	value func(holder string) []byte
 	// work runs while the lease is held, until ctx ends or it fails.
 	work func(ctx context.Context) error
+	// written, if set, is called with each renewal's value once written
+	// (tests wait for it: TestSignals).
+	written func(value []byte)
 }
 
 // errStreamRecreated says the events stream was deleted and created again
@@ -265,7 +268,11 @@ func holdLeased(ctx context.Context, js jetstream.JetStream, id string, takeover
 	kept := make(chan error, 1)
 	go func() {
 		renewals := 0
-		kept <- l.keep(wctx, leaseRenew, func() []byte { return job.value(id) }, func(ctx context.Context) error {
+		var last []byte // the value keep writes; both of its calls are on this goroutine
+		kept <- l.keep(wctx, leaseRenew, func() []byte { last = job.value(id); return last }, func(ctx context.Context) error {
+			if job.written != nil {
+				job.written(last)
+			}
 			if renewals++; renewals%streamCheckEvery != 0 {
 				return nil
 			}

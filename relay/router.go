@@ -195,7 +195,9 @@ func (r *Relay) runRouter(ctx context.Context, id string) {
 		r.log.Error("router not started: typed events are not copied to their subscribers", "err", err)
 		return
 	}
-	runLeased(ctx, r.cfg.JS, id, r.cfg.CheckTakeover, r.cfg.Now, r.log, ro.job())
+	job := ro.job()
+	job.written = func(v []byte) { st, _ := decodeRouterState(v); r.signals.RouterWritten.Signal(st) }
+	runLeased(ctx, r.cfg.JS, id, r.cfg.CheckTakeover, r.cfg.Now, r.log, job)
 }
 
 // routed is one typed event's copies waiting for their confirmations.

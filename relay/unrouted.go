@@ -324,7 +324,9 @@ func (c *unroutedCheck) check(ctx context.Context, m *jetstream.RawStreamMsg) er
 // runUnrouted takes part in the unknown-destination check until ctx ends.
 func (r *Relay) runUnrouted(ctx context.Context, id string) {
 	c := &unroutedCheck{js: r.cfg.JS, dests: r, letters: r, id: id, log: r.log, metrics: r.cfg.Metrics, listMax: r.cfg.checkListMax}
-	runLeased(ctx, r.cfg.JS, id, r.cfg.CheckTakeover, r.cfg.Now, r.log, c.job())
+	job := c.job()
+	job.written = func(v []byte) { st, _ := decodeCheckState(v); r.signals.CheckWritten.Signal(st) }
+	runLeased(ctx, r.cfg.JS, id, r.cfg.CheckTakeover, r.cfg.Now, r.log, job)
 }
 
 // routes: see knownDests.
