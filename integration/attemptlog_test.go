@@ -52,7 +52,7 @@ func TestEventsShowAndAttemptsFromTheCLI(t *testing.T) {
 	pub("shop", "evt-dead", `{"refuse":1}`)
 	pub("shop", "evt-skip", `{"skip":true}`)
 	pub("slow", "evt-retry", `{"down":1}`)
-	eventually(t, 60*time.Second, func() bool { return rec.count(anyOutcome) == 4 }, "four outcomes (have %d)", rec.count(anyOutcome))
+	rec.wait(t, 4, anyOutcome, "four outcomes")
 
 	show := func(id string) map[string]any {
 		t.Helper()
@@ -138,7 +138,7 @@ func TestDeliveryLogKeepsWithinItsSize(t *testing.T) {
 		_, err := e.prod.Publish(context.Background(), publish.Event{Dest: "chatty", ID: last, Data: []byte(`{}`)})
 		require.NoError(t, err)
 	}
-	eventually(t, 120*time.Second, func() bool { return rec.count(anyOutcome) == n }, "%d delivered (have %d)", n, rec.count(anyOutcome))
+	rec.wait(t, n, anyOutcome, "%d delivered", n)
 	// The newest record is written: the one of the last event.
 	eventually(t, 30*time.Second, func() bool {
 		page, err := deliverylog.ReadAttempts(context.Background(), e.js, deliverylog.AttemptQuery{Limit: 1, EventID: last})

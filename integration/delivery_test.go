@@ -369,10 +369,7 @@ func TestRunningRelayFollowsDestinationChanges(t *testing.T) {
 	// Events the unknown-destination check has not gone through when their
 	// destination is removed are dead-lettered, delivered or not
 	// (docs/operations.md, "Remove a destination"); these were all delivered.
-	eventually(t, 10*time.Second, func() bool {
-		st, _, err := routing.ReadCheckState(context.Background(), e.js)
-		return err == nil && st.Checked >= b.Seq
-	}, "the check went through the delivered events")
+	e.waitChecked(func(st routing.CheckState) bool { return st.Checked >= b.Seq }, "the check went through the delivered events")
 	require.NoError(t, e.store.Remove(context.Background(), "live"))
 	fresh, err := publish.NewProducer(context.Background(), e.js)
 	require.NoError(t, err)
@@ -415,10 +412,7 @@ func TestUnknownDestinationsAreDeadLetteredOnceAcrossReplicas(t *testing.T) {
 	// No takeover by waiting: B can go on only if A hands the check over.
 	noTakeover := func(c *relay.Config) { c.CheckTakeover = time.Hour }
 	recA, stopA := e.startRelay(noTakeover)
-	eventually(t, 10*time.Second, func() bool {
-		st, _, err := routing.ReadCheckState(ctx, e.js)
-		return err == nil && st.Holder != ""
-	}, "A holds the check")
+	e.waitChecked(func(st routing.CheckState) bool { return st.Holder != "" }, "A holds the check")
 	recB, _ := e.startRelay(noTakeover)
 	publish(0, 2000)
 	stopA() // mid-stream: the other replica goes on where it left off
@@ -433,10 +427,7 @@ func TestUnknownDestinationsAreDeadLetteredOnceAcrossReplicas(t *testing.T) {
 		delete(ghosts, l.EventID)
 	}
 	require.Empty(t, ghosts)
-	eventually(t, 30*time.Second, func() bool {
-		st, ok, err := routing.ReadCheckState(ctx, e.js)
-		return err == nil && ok && st.Checked == 4000
-	}, "the check has read all 4000 events")
+	e.waitChecked(func(st routing.CheckState) bool { return st.Checked == 4000 }, "the check has read all 4000 events")
 	// One replica checks at a time, and a stopping one hands over where it
 	// got to: no ghost was dead-lettered by both.
 	ghostLetters := func(x relay.Outcome) bool { return x.Dest == "ghost" && x.Decision.Action == relay.DeadLetter }

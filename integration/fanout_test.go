@@ -76,7 +76,7 @@ func TestTypedEventFansOutToItsSubscribersOnly(t *testing.T) {
 	require.Zero(t, other.received(), "a destination subscribed to another type gets nothing")
 	require.Empty(t, e.deadLetters("billing"))
 
-	eventually(t, time.Minute, func() bool { return e.routerState().Events == 20 }, "the router recorded its work")
+	e.waitRouted(func(st routing.State) bool { return st.Events == 20 }, "the router recorded its work")
 	st := e.routerState()
 	require.EqualValues(t, 40, st.Copies)
 	require.Zero(t, st.Unsubscribed)
@@ -128,7 +128,7 @@ func TestTypePatternsRouteAsNATSWildcards(t *testing.T) {
 		}
 		return n >= total
 	}, "every copy delivered")
-	eventually(t, time.Minute, func() bool { return e.routerState().Events == 5 }, "every event routed")
+	e.waitRouted(func(st routing.State) bool { return st.Events == 5 }, "every event routed")
 	for name, s := range sinks {
 		var got []string
 		for _, h := range s.all() {
@@ -169,7 +169,7 @@ func TestUnsubscribedTypedEventsAreCountedAndBackfilledByReplay(t *testing.T) {
 	for range 3 {
 		early = append(early, e.publishType("user.signed_up", "", "{}").ID)
 	}
-	eventually(t, time.Minute, func() bool { return e.routerState().Unsubscribed == 3 }, "counted without a subscriber")
+	e.waitRouted(func(st routing.State) bool { return st.Unsubscribed == 3 }, "counted without a subscriber")
 	require.Empty(t, e.deadLetters("late"))
 	require.Empty(t, e.deadLetters(""))
 
@@ -259,10 +259,7 @@ func TestSubscriptionChangesWhileEventsFlow(t *testing.T) {
 	mu.Unlock()
 	require.Greater(t, len(want), 60, "events in both subscribed spells")
 	require.Less(t, len(want), total, "and some in the unsubscribed ones")
-	eventually(t, time.Minute, func() bool {
-		st := e.routerState()
-		return st.Events == uint64(total)
-	}, "every event routed")
+	e.waitRouted(func(st routing.State) bool { return st.Events == uint64(total) }, "every event routed")
 	eventually(t, time.Minute, func() bool { return len(s.delivered()) >= len(want) }, "every subscribed event delivered")
 	require.ElementsMatch(t, want, keys(s.delivered()), "exactly the events published while subscribed")
 }
@@ -425,7 +422,7 @@ func TestSpoofedOperatorTypeIsNotRouted(t *testing.T) {
 		require.NoError(t, err)
 	}
 	id := e.publishType("order.created", "", "{}").ID
-	eventually(t, time.Minute, func() bool { return e.routerState().Events == 3 }, "every typed event routed")
+	e.waitRouted(func(st routing.State) bool { return st.Events == 3 }, "every typed event routed")
 	require.EqualValues(t, 1, e.routerState().Copies, "one copy: the genuine event's")
 	eventually(t, time.Minute, func() bool { return all.delivered()[id] > 0 }, "the genuine event delivered")
 	require.Equal(t, []string{id}, keys(all.delivered()), "only the genuine event reached the subscriber")

@@ -77,17 +77,7 @@ func TestFilterChangedByDestUpdateAppliesWithoutRestart(t *testing.T) {
 		t.Helper()
 		n++
 		res := e.publish("live", "", fmt.Sprintf(`{"n":%d,%s}`, n, body))
-		var a relay.Action
-		eventually(t, 30*time.Second, func() bool {
-			return rec.count(func(o relay.Outcome) bool {
-				if o.EventID == res.ID {
-					a = o.Decision.Action
-					return true
-				}
-				return false
-			}) == 1
-		}, "the outcome of event %s", res.ID)
-		return a
+		return rec.first(t, func(o relay.Outcome) bool { return o.EventID == res.ID }, "the outcome of event %s", res.ID).Decision.Action
 	}
 	// untilDelivered publishes body until one is delivered: the relay
 	// applies a change within moments, and every event before it is still
@@ -130,7 +120,7 @@ func TestFilterOnAnOrderedDestinationKeepsOrder(t *testing.T) {
 			want = append(want, res.ID)
 		}
 	}
-	eventually(t, 60*time.Second, func() bool { return rec.count(anyOutcome) == 20 }, "20 outcomes (have %d)", rec.count(anyOutcome))
+	rec.wait(t, 20, anyOutcome, "20 outcomes")
 	require.Equal(t, 20-len(want), rec.count(func(o relay.Outcome) bool { return o.Decision.Action == relay.AckFiltered }))
 	var got []string
 	for _, h := range s.all() {

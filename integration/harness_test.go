@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -28,6 +29,7 @@ import (
 	"github.com/relaydev/relay/internal/replica"
 	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/routing"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/embedded"
 	"github.com/relaydev/relay/stream/streamtest"
@@ -63,6 +65,8 @@ type env struct {
 	js    jetstream.JetStream
 	store *destination.Store
 	prod  *publish.Producer
+	// signals: of the relays startRelay ran (none before).
+	signals relaySignals
 }
 
 func setup(t testing.TB) *env {
@@ -123,28 +127,113 @@ var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustPa
 // loopbackNets is loopback as --allow-net takes it.
 var loopbackNets = []string{"127.0.0.0/8", "::1/128"}
 
-// outcomes records every attempt an in-process relay made.
-type outcomes struct {
-	mu  sync.Mutex
-	all []relay.Outcome
+// watched keeps the values an in-process relay's signal carried, and wakes
+// the tests that wait for a condition on them at each.
+type watched[T any] struct {
+	mu      sync.Mutex
+	all     []T
+	changed chan struct{} // closed, and replaced, at each value
 }
 
-func (o *outcomes) add(x relay.Outcome) {
-	o.mu.Lock()
-	o.all = append(o.all, x)
-	o.mu.Unlock()
+func newWatched[T any]() *watched[T] { return &watched[T]{changed: make(chan struct{})} }
+
+// add records v; a relay's signal calls it.
+func (w *watched[T]) add(v T) {
+	w.mu.Lock()
+	w.all = append(w.all, v)
+	close(w.changed)
+	w.changed = make(chan struct{})
+	w.mu.Unlock()
 }
 
-func (o *outcomes) count(f func(relay.Outcome) bool) int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
+// count is the number of values f holds of.
+func (w *watched[T]) count(f func(T) bool) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	n := 0
-	for _, x := range o.all {
+	for _, x := range w.all {
 		if f(x) {
 			n++
 		}
 	}
 	return n
+}
+
+// waitFor waits until cond holds of the values recorded so far, asking it
+// again at each value signalled and never between: what cond asks of is
+// relay's own progress, which a signal reports. It fails the test after
+// signalWait.
+func (w *watched[T]) waitFor(t testing.TB, cond func(all []T) bool, format string, args ...any) {
+	t.Helper()
+	deadline := time.NewTimer(signalWait)
+	defer deadline.Stop()
+	for {
+		w.mu.Lock()
+		ok, changed := cond(w.all), w.changed
+		w.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			t.Fatalf("no signal within %s for: %s", signalWait, fmt.Sprintf(format, args...))
+		}
+	}
+}
+
+// waitLast waits until cond holds of the last value signalled.
+func (w *watched[T]) waitLast(t testing.TB, cond func(T) bool, format string, args ...any) {
+	t.Helper()
+	w.waitFor(t, func(all []T) bool { return len(all) > 0 && cond(all[len(all)-1]) }, format, args...)
+}
+
+// signalWait bounds a wait for a signal: what must happen, not how fast
+// (as minEventually), and long enough for a machine busy with the whole
+// suite.
+const signalWait = 2 * time.Minute
+
+// outcomes records every attempt an in-process relay made (its
+// OnDelivery, called once the attempt's decision is carried out).
+type outcomes struct{ *watched[relay.Outcome] }
+
+// wait waits until n outcomes f holds of are recorded.
+func (o *outcomes) wait(t testing.TB, n int, f func(relay.Outcome) bool, format string, args ...any) {
+	t.Helper()
+	o.waitFor(t, func(all []relay.Outcome) bool {
+		c := 0
+		for _, x := range all {
+			if f(x) {
+				c++
+			}
+		}
+		return c >= n
+	}, format, args...)
+}
+
+// first waits for an outcome f holds of, and returns the first.
+func (o *outcomes) first(t testing.TB, f func(relay.Outcome) bool, format string, args ...any) relay.Outcome {
+	t.Helper()
+	var got relay.Outcome
+	o.waitFor(t, func(all []relay.Outcome) bool {
+		for _, x := range all {
+			if f(x) {
+				got = x
+				return true
+			}
+		}
+		return false
+	}, format, args...)
+	return got
+}
+
+// relaySignals are what every in-process relay of a test signals: the
+// router's and the unknown-destination check's progress as written to
+// relay_state, and the operator events published.
+type relaySignals struct {
+	routed   *watched[routing.State]
+	checked  *watched[routing.CheckState]
+	opEvents *watched[string]
 }
 
 // startRelay runs a replica in this process, as 'relay run' does
@@ -153,13 +242,21 @@ func (o *outcomes) count(f func(relay.Outcome) bool) int {
 // configuration (replica.Config.Engine).
 func (e *env) startRelay(mods ...func(*relay.Config)) (*outcomes, func()) {
 	e.t.Helper()
-	rec := &outcomes{}
+	rec := &outcomes{newWatched[relay.Outcome]()}
+	if e.signals.routed == nil {
+		e.signals = relaySignals{routed: newWatched[routing.State](), checked: newWatched[routing.CheckState](), opEvents: newWatched[string]()}
+	}
+	var sigs relay.TestSignals
+	sigs.RouterWritten.Notify(e.signals.routed.add)
+	sigs.CheckWritten.Notify(e.signals.checked.add)
+	sigs.OpEvent.Notify(e.signals.opEvents.add)
 	cfg := replica.Config{
 		JS:       e.js,
 		AllowNet: loopbackNets,
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Engine: func(c *relay.Config) {
 			c.OnDelivery = rec.add
+			c.TestSignals = &sigs
 			for _, m := range mods {
 				m(c)
 			}
@@ -177,6 +274,29 @@ func (e *env) startRelay(mods ...func(*relay.Config)) (*outcomes, func()) {
 	}
 	e.t.Cleanup(stop)
 	return rec, stop
+}
+
+// waitRouted waits until the router's progress, as written to relay_state
+// by an in-process relay, is what cond asks.
+func (e *env) waitRouted(cond func(routing.State) bool, format string, args ...any) {
+	e.t.Helper()
+	require.NotNil(e.t, e.signals.routed, "waitRouted needs a relay of startRelay")
+	e.signals.routed.waitLast(e.t, cond, format, args...)
+}
+
+// waitChecked is waitRouted for the unknown-destination check.
+func (e *env) waitChecked(cond func(routing.CheckState) bool, format string, args ...any) {
+	e.t.Helper()
+	require.NotNil(e.t, e.signals.checked, "waitChecked needs a relay of startRelay")
+	e.signals.checked.waitLast(e.t, cond, format, args...)
+}
+
+// waitOpEvent waits until an in-process relay published an operator event
+// of type typ.
+func (e *env) waitOpEvent(typ string) {
+	e.t.Helper()
+	require.NotNil(e.t, e.signals.opEvents, "waitOpEvent needs a relay of startRelay")
+	e.signals.opEvents.waitFor(e.t, func(all []string) bool { return slices.Contains(all, typ) }, "operator event %s published", typ)
 }
 
 // settled reports whether dest's consumer has nothing pending and nothing

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/destination"
+	"github.com/relaydev/relay/opevent"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/schedule/redistest"
@@ -153,10 +154,7 @@ func TestCircuitBreakerRidesOutAnOutage(t *testing.T) {
 		e.publish("down", "", `{}`)
 	}
 	rec, _ := e.startRelay()
-	eventually(t, time.Minute, func() bool {
-		d, err := e.store.Get(context.Background(), "down")
-		return err == nil && d.PauseReason == destination.PauseCircuitOpen
-	}, "the circuit opens")
+	e.waitOpEvent(opevent.BreakerOpened) // the circuit opens
 	outage := time.NewTimer(60 * time.Second)
 	<-outage.C
 	down.Store(false)

@@ -207,9 +207,7 @@ func TestOrderedFailurePolicies(t *testing.T) {
 			}
 			// block: well past max attempts, the head is still being retried
 			// and the next event has not been sent.
-			eventually(t, 10*time.Second, func() bool {
-				return rec.count(func(o relay.Outcome) bool { return o.EventID == head.ID && o.Attempt > 6 }) > 0
-			}, "the head retried past its max attempts")
+			rec.wait(t, 1, func(o relay.Outcome) bool { return o.EventID == head.ID && o.Attempt > 6 }, "the head retried past its max attempts")
 			require.Zero(t, s.delivered()[next.ID], "nothing overtakes the head")
 			require.Empty(t, e.deadLetters("pol"))
 			stats, err := relay.Stats(context.Background(), e.js, nil)

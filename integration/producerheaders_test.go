@@ -44,7 +44,7 @@ func TestProducerCannotSetRelaysHeaders(t *testing.T) {
 	}
 
 	for _, dest := range []string{"own", "shared"} {
-		eventually(t, 30*time.Second, func() bool { return rec.count(func(o relay.Outcome) bool { return o.Dest == dest }) > 0 }, "an outcome for %s", dest)
+		rec.wait(t, 1, func(o relay.Outcome) bool { return o.Dest == dest }, "an outcome for %s", dest)
 		rec.mu.Lock()
 		all := append([]relay.Outcome(nil), rec.all...)
 		rec.mu.Unlock()

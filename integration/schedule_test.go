@@ -83,9 +83,7 @@ func TestLongWaitIsParkedInRedisAndComesBack(t *testing.T) {
 	}, "the event parked in Redis with nothing pending in JetStream")
 	// The outcome is reported once the park is acked: moments after
 	// JetStream shows it settled.
-	eventually(t, 10*time.Second, func() bool {
-		return rec.count(func(o relay.Outcome) bool { return o.Parked && o.Attempt == 1 }) == 1
-	}, "attempt 1's outcome: parked")
+	rec.wait(t, 1, func(o relay.Outcome) bool { return o.Parked && o.Attempt == 1 }, "attempt 1's outcome: parked")
 
 	eventually(t, 20*time.Second, func() bool { return s.delivered()[res.ID] == 1 }, "delivery after two parked waits")
 	hits := s.all()
@@ -96,9 +94,8 @@ func TestLongWaitIsParkedInRedisAndComesBack(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, hits[1].At.Sub(hits[0].At), 1500*time.Millisecond)
 	require.GreaterOrEqual(t, hits[2].At.Sub(hits[1].At), 3000*time.Millisecond)
-	eventually(t, 5*time.Second, func() bool {
-		return rec.count(func(o relay.Outcome) bool { return o.Attempt == 3 && o.Decision.Action == relay.Ack }) == 1
-	}, "attempts keep counting across the trips through Redis: delivered on attempt 3")
+	rec.wait(t, 1, func(o relay.Outcome) bool { return o.Attempt == 3 && o.Decision.Action == relay.Ack },
+		"attempts keep counting across the trips through Redis: delivered on attempt 3")
 	eventually(t, 5*time.Second, func() bool {
 		ps, err := st.Stats(context.Background(), "park")
 		return err == nil && ps.Parked == 0 && e.settled("park")
@@ -145,9 +142,7 @@ func TestUnreachableRedisFallsBackToJetStream(t *testing.T) {
 	rec, _ := e.startRelay(func(c *relay.Config) { c.Schedule = dead; c.ParkThreshold = 500 * time.Millisecond })
 	res := e.publish("noredis", "", `{}`)
 	eventually(t, 15*time.Second, func() bool { return s.delivered()[res.ID] == 1 && e.settled("noredis") }, "delivered without Redis")
-	eventually(t, 10*time.Second, func() bool {
-		return rec.count(func(o relay.Outcome) bool { return o.Decision.Action == relay.Retry && !o.Parked }) == 1
-	}, "the wait stayed in JetStream")
+	rec.wait(t, 1, func(o relay.Outcome) bool { return o.Decision.Action == relay.Retry && !o.Parked }, "the wait stayed in JetStream")
 }
 
 // Promoters killed with SIGKILL at the two dangerous points lose nothing and

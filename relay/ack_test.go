@@ -175,11 +175,11 @@ func TestSettledHeadTheConsumerWaitsForIsAcked(t *testing.T) {
 	info, err := cons.Info(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, info.NumAckPending, "a head the mark does not cover stays out")
-	r.signals.settledHeadAcked.RequireEmpty()
+	r.signals.SettledHeadAcked.RequireEmpty()
 
 	require.NoError(t, mark.settle(ctx, md.Sequence.Stream))
 	r.ackSettledHead(restarted(), mark)
-	require.Equal(t, md.Sequence.Stream, r.signals.settledHeadAcked.WaitOrTimeout(), "the settled head is acked")
+	require.Equal(t, md.Sequence.Stream, r.signals.SettledHeadAcked.WaitOrTimeout(), "the settled head is acked")
 	// With MaxAckPending 1 the next event is handed out only once the
 	// server has taken the head's ack.
 	next, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Minute))

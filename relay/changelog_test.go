@@ -67,14 +67,14 @@ func TestDestinationChangesAreLogged(t *testing.T) {
 		cancel()
 		require.NoError(t, <-done)
 	}()
-	r.signals.running.WaitOrTimeout()
+	r.signals.Running.WaitOrTimeout()
 	require.NotEmpty(t, logs.lineWith("relay running"))
 
 	const secret = "whsec_c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0"
 	_, err = st.Add(ctx, destination.Destination{Name: "orders", URL: "https://example.test/hook?token=tok-123", Secret: secret,
 		Headers: map[string]string{"Authorization": "Bearer hdr-value-1"}})
 	require.NoError(t, err)
-	require.Equal(t, "orders", r.signals.destApplied.WaitOrTimeout())
+	require.Equal(t, "orders", r.signals.DestApplied.WaitOrTimeout())
 	added := logs.lineWith("destination added")
 	require.NotEmpty(t, added)
 	require.Contains(t, added, "level=INFO")
@@ -87,7 +87,7 @@ func TestDestinationChangesAreLogged(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
-	require.Equal(t, "orders", r.signals.destApplied.WaitOrTimeout())
+	require.Equal(t, "orders", r.signals.DestApplied.WaitOrTimeout())
 	changed := logs.lineWith("destination changed")
 	require.NotEmpty(t, changed)
 	require.Contains(t, changed, "level=INFO")
@@ -95,7 +95,7 @@ func TestDestinationChangesAreLogged(t *testing.T) {
 	require.Contains(t, changed, "changed=headers,timeout")
 
 	require.NoError(t, st.Remove(ctx, "orders"))
-	require.Equal(t, "orders", r.signals.destApplied.WaitOrTimeout())
+	require.Equal(t, "orders", r.signals.DestApplied.WaitOrTimeout())
 	require.Contains(t, logs.lineWith("destination removed"), "dest=orders")
 
 	all := logs.String()

@@ -24,7 +24,9 @@ func (r *Relay) emitOp(ev opevent.Event) {
 	}
 	if err := opevent.Publish(context.Background(), r.cfg.JS, ev); err != nil {
 		r.log.Warn("cannot publish an operator event", "type", ev.Type, "id", ev.ID, "err", err)
+		return
 	}
+	r.signals.OpEvent.Signal(ev.Type)
 }
 
 // job's lease: one replica watches backlogs and dead letters.

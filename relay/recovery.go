@@ -166,7 +166,7 @@ func (r *Relay) ackSettledHead(cons jetstream.Consumer, mark *partitionMark) {
 	}
 	r.log.Info("acknowledged the head an ordered partition waited for: it was settled before its ack was lost (a crash of the NATS server's process)", "consumer", info.Name, "seq", sseq)
 	r.cfg.Metrics.settledAgain(mark.dest)
-	r.signals.settledHeadAcked.Signal(sseq)
+	r.signals.SettledHeadAcked.Signal(sseq)
 }
 
 // listInRetry returns the keys of the attempt logs in kv: the events in

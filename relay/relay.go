@@ -114,6 +114,10 @@ type Config struct {
 	// OnDelivery, when set, is called after every attempt's decision has been
 	// carried out (for tests and metrics).
 	OnDelivery func(Outcome)
+	// TestSignals, when set, are the signals the relay fires (tests
+	// outside the package: see TestSignals). Init or Notify them before
+	// New, which copies them.
+	TestSignals *TestSignals
 	// TracerProvider makes relay's spans: each attempt, park and dead
 	// letter, continuing the trace of the event's traceparent header; the
 	// attempt's context is sent to the destination as traceparent (see
@@ -284,7 +288,7 @@ type Relay struct {
 	// 10s (relay_park_failures_total counts them all).
 	parkWarn quiet.Limiter
 
-	signals testSignals
+	signals TestSignals
 	// opsLooks counts the operator-events job's looks at the backlogs
 	// (for tests).
 	opsLooks atomic.Int64
@@ -343,6 +347,9 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 		limits:       limits{byDest: map[string]*limit{}, replicas: 1},
 		parkWarn:     quiet.Limiter{Interval: 10 * time.Second},
 		tracer:       spans.Tracer(cfg.TracerProvider),
+	}
+	if cfg.TestSignals != nil {
+		r.signals = *cfg.TestSignals
 	}
 	r.slots = destSlots{r: r, m: map[string]chan struct{}{}}
 	r.inFlight = make(chan struct{}, cfg.MaxInFlight)
@@ -422,7 +429,7 @@ func (r *Relay) Run(ctx context.Context) error {
 
 	r.running.Store(true)
 	r.log.Info("relay running", "destinations", len(r.dests.All()))
-	r.signals.running.Signal(struct{}{})
+	r.signals.Running.Signal(struct{}{})
 	// Reconcile now and then too: a consumer that could not be created, or
 	// one deleted under a running worker, gets another try.
 	tick := time.NewTicker(reconcileEvery)
@@ -441,7 +448,7 @@ loop:
 			if e != nil {
 				r.apply(e, true)
 				r.reconcile(ctx)
-				r.signals.destApplied.Signal(e.Key())
+				r.signals.DestApplied.Signal(e.Key())
 			}
 		}
 	}

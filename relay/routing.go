@@ -35,13 +35,15 @@ func (r *Relay) deadLetterTooLarge(ctx context.Context, p routing.Routed, dest s
 // runRouter takes part in routing until ctx ends.
 func (r *Relay) runRouter(ctx context.Context, id string) {
 	routing.RunRouter(ctx, routing.RouterConfig{JS: r.cfg.JS, ID: id, Store: r.store, Dests: r.dests, Seal: r.seal, Log: r.log, Now: r.cfg.Now,
-		Takeover: r.cfg.CheckTakeover, Metrics: r.cfg.Metrics, Recorded: r.recordRouting, TooLarge: r.deadLetterTooLarge})
+		Takeover: r.cfg.CheckTakeover, Metrics: r.cfg.Metrics, Recorded: r.recordRouting, TooLarge: r.deadLetterTooLarge,
+		Written: func(st routing.State) { r.signals.RouterWritten.Signal(st) }})
 }
 
 // runUnrouted takes part in the unknown-destination check until ctx ends.
 func (r *Relay) runUnrouted(ctx context.Context, id string) {
 	routing.RunCheck(ctx, routing.CheckConfig{JS: r.cfg.JS, ID: id, Dests: r, Letters: r, Log: r.log, Now: r.cfg.Now,
-		Takeover: r.cfg.CheckTakeover, Metrics: r.cfg.Metrics, ListMax: r.cfg.checkListMax})
+		Takeover: r.cfg.CheckTakeover, Metrics: r.cfg.Metrics, ListMax: r.cfg.checkListMax,
+		Written: func(st routing.CheckState) { r.signals.CheckWritten.Signal(st) }})
 }
 
 // Routes: see knownDests (the unknown-destination check).

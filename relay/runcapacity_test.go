@@ -44,7 +44,7 @@ func TestRunReportsADestinationOverTheConsumerLimit(t *testing.T) {
 		cancel()
 		require.NoError(t, <-done)
 	}()
-	r.signals.running.WaitOrTimeout()
+	r.signals.Running.WaitOrTimeout()
 
 	line := logs.lineWith("consumer limit")
 	require.Contains(t, line, "level=ERROR")

@@ -188,6 +188,9 @@ type RouterConfig struct {
 	// TooLarge dead-letters the copy of p for dest, which the events
 	// stream refused as too large.
 	TooLarge func(ctx context.Context, p Routed, dest string, cause error)
+	// Written, if set, is called with the router's state each time it is
+	// written to relay_state (tests wait for it).
+	Written func(State)
 }
 
 // RunRouter takes part in routing until ctx ends.
@@ -200,7 +203,7 @@ func RunRouter(ctx context.Context, cfg RouterConfig) {
 		return
 	}
 	lease.Run(ctx, cfg.JS, lease.Config{Name: "the router (typed events are not copied to their subscribers meanwhile)", Key: Key,
-		ID: cfg.ID, Takeover: cfg.Takeover, Now: cfg.Now, Log: cfg.Log}, lease.Job[State](&routerJob{ro: ro}))
+		ID: cfg.ID, Takeover: cfg.Takeover, Now: cfg.Now, Log: cfg.Log}, lease.Job[State](&routerJob{ro: ro, written: cfg.Written}))
 }
 
 // router is one replica's part in routing typed events.
@@ -255,12 +258,19 @@ type routedPub struct {
 
 // routerJob is routing as a leased job: its lease value is a RouterState.
 type routerJob struct {
-	ro *router
-	mu sync.Mutex // guards st
-	st State
+	ro      *router
+	written func(State)
+	mu      sync.Mutex // guards st
+	st      State
 }
 
 func (j *routerJob) Holder(st State) string { return st.Holder }
+
+func (j *routerJob) Written(st State) {
+	if j.written != nil {
+		j.written(st)
+	}
+}
 
 func (j *routerJob) Take(old *State, created time.Time) (State, error) {
 	next := State{Stream: created}

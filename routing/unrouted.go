@@ -139,13 +139,16 @@ type CheckConfig struct {
 	Metrics  CheckCounters
 	// ListMax replaces checkListMax (tests); 0 is checkListMax.
 	ListMax int
+	// Written, if set, is called with the check's state each time it is
+	// written to relay_state (tests wait for it).
+	Written func(CheckState)
 }
 
 // RunCheck takes part in the unknown-destination check until ctx ends.
 func RunCheck(ctx context.Context, cfg CheckConfig) {
 	c := &unroutedCheck{js: cfg.JS, dests: cfg.Dests, letters: cfg.Letters, id: cfg.ID, log: cfg.Log, metrics: cfg.Metrics, listMax: cfg.ListMax}
 	lease.Run(ctx, cfg.JS, lease.Config{Name: "the unknown-destination check", Key: CheckKey,
-		ID: cfg.ID, Takeover: cfg.Takeover, Now: cfg.Now, Log: cfg.Log}, lease.Job[CheckState](&checkJob{c: c}))
+		ID: cfg.ID, Takeover: cfg.Takeover, Now: cfg.Now, Log: cfg.Log}, lease.Job[CheckState](&checkJob{c: c, written: cfg.Written}))
 }
 
 // unroutedCheck is one replica's part in the unknown-destination check.
@@ -162,12 +165,19 @@ type unroutedCheck struct {
 
 // checkJob is the check as a leased job: its lease value is a CheckState.
 type checkJob struct {
+	written func(CheckState)
 	c       *unroutedCheck
 	done    atomic.Uint64 // the sequence up to which events are checked
 	created time.Time
 }
 
 func (j *checkJob) Holder(st CheckState) string { return st.Holder }
+
+func (j *checkJob) Written(st CheckState) {
+	if j.written != nil {
+		j.written(st)
+	}
+}
 
 func (j *checkJob) Take(old *CheckState, created time.Time) (CheckState, error) {
 	j.created = created

@@ -214,6 +214,12 @@ type Job[S any] interface {
 	Work(ctx context.Context) error
 }
 
+// Watched is a Job that is told each state renewed (tests wait for it).
+type Watched[S any] interface {
+	// Written is called with each renewal's state once it is written.
+	Written(st S)
+}
+
 // Config names a job's lease and how it is held.
 type Config struct {
 	// Name names the job in logs.
@@ -313,7 +319,12 @@ func hold[S any](ctx context.Context, js jetstream.JetStream, cfg Config, job Jo
 	kept := make(chan error, 1)
 	go func() {
 		renewals := 0
-		kept <- l.Keep(wctx, Renew, func() []byte { return encode(job.Progress(cfg.ID)) }, func(ctx context.Context) error {
+		watched, _ := job.(Watched[S])
+		var last S // the state Keep writes; both of its calls are on this goroutine
+		kept <- l.Keep(wctx, Renew, func() []byte { last = job.Progress(cfg.ID); return encode(last) }, func(ctx context.Context) error {
+			if watched != nil {
+				watched.Written(last)
+			}
 			if renewals++; renewals%streamCheckEvery != 0 {
 				return nil
 			}

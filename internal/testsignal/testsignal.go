@@ -1,7 +1,9 @@
 // Package testsignal lets a test wait for a step of background work instead
 // of polling for its effect. The work calls Signal at the step; a test that
-// called Init first waits for it with WaitOrTimeout. A Signal that was not
-// initialised (always, outside tests) does nothing.
+// called Init first waits for it with WaitOrTimeout; a test that watches
+// values too many to queue (progress written every second) calls Notify
+// instead. A Signal that was not initialised (always, outside tests) does
+// nothing.
 package testsignal
 
 import "time"
@@ -26,6 +28,7 @@ type TB interface {
 type Signal[T any] struct {
 	ch chan T
 	tb TB
+	fn func(T)
 }
 
 // Init makes s record the values signalled. Call it from the test before
@@ -35,9 +38,20 @@ func (s *Signal[T]) Init(tb TB) {
 	s.tb = tb
 }
 
-// Signal records v for WaitOrTimeout; it never blocks. Without Init it does
-// nothing.
+// Notify makes s pass every value signalled to f, on the goroutine that
+// signals it, instead of keeping it for WaitOrTimeout. f must not block.
+// Call it from the test before the work that signals starts.
+func (s *Signal[T]) Notify(f func(T)) {
+	s.fn = f
+}
+
+// Signal records v for WaitOrTimeout, or passes it to Notify's function;
+// it never blocks. Without Init or Notify it does nothing.
 func (s *Signal[T]) Signal(v T) {
+	if s.fn != nil {
+		s.fn(v)
+		return
+	}
 	if s.ch == nil {
 		return
 	}

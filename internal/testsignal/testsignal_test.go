@@ -56,3 +56,15 @@ func TestSignalReportsWhatATestDidNotExpect(t *testing.T) {
 	}
 	require.Equal(t, []string{fmt.Sprintf("testsignal: %d values signalled and not waited for", size)}, rec.errs, "a full signal never blocks the work")
 }
+
+func TestSignalNotifyPassesEveryValue(t *testing.T) {
+	t.Parallel()
+	var s Signal[int]
+	var got []int
+	s.Notify(func(v int) { got = append(got, v) })
+	for i := range size + 1 {
+		s.Signal(i) // more than Init would queue: none is kept, none refused
+	}
+	require.Len(t, got, size+1)
+	require.Equal(t, size, got[size])
+}
