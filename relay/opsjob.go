@@ -16,19 +16,6 @@ import (
 	"github.com/relaydev/relay/stream"
 )
 
-// emitOp publishes an operator event from relay's delivery path, logging a
-// failure (an operator event is never worth holding a delivery for).
-func (r *Relay) emitOp(ev opevent.Event) {
-	if r.cfg.NoOperatorEvents {
-		return
-	}
-	if err := opevent.Publish(context.Background(), r.cfg.JS, ev); err != nil {
-		r.log.Warn("cannot publish an operator event", "type", ev.Type, "id", ev.ID, "err", err)
-		return
-	}
-	r.signals.OpEvent.Signal(ev.Type)
-}
-
 // job's lease: one replica watches backlogs and dead letters.
 const OpsKey = "ops"
 
