@@ -87,6 +87,14 @@ lint: ## gofmt, go vet, staticcheck, and README.md / BENCHMARKS.md within their 
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+	@$(MAKE) --no-print-directory shape
+
+.PHONY: shape
+shape: ## The engine stays one package among others: none over 25% of the code, relay's go doc under 60 lines (issue 38)
+	@$(GO) list -f '{{.ImportPath}}{{range .GoFiles}} {{$$.Dir}}/{{.}}{{end}}' ./... | \
+		while read -r pkg files; do [ -n "$$files" ] && echo "$$(cat $$files | wc -l) $$pkg"; done | \
+		awk '{ n[$$2] = $$1; total += $$1 } END { for (p in n) if (n[p] * 4 > total) { printf "%s holds %d of %d non-test lines, over 25%%\n", p, n[p], total; bad = 1 } exit bad }'
+	@n=$$($(GO) doc -short ./relay | wc -l); if [ $$n -ge 60 ]; then echo "go doc -short ./relay is $$n lines, 60 or more: the engine's API grew"; exit 1; fi
 
 .PHONY: docs
 docs: ## Regenerate docs/cli.md from the CLI definition (TestCLIDocsUpToDate fails when it is stale)
