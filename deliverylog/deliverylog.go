@@ -81,6 +81,12 @@ const (
 	OutcomeRouted     = "routed"
 )
 
+// noLosses counts nothing (a writer given no Losses).
+type noLosses struct{}
+
+func (noLosses) LogLost(int, bool) {}
+func (noLosses) LogIndexLost()     {}
+
 // Losses counts the records a log writer lost (relay's metrics do).
 type Losses interface {
 	// LogLost counts n records not written: dropped (the queue was full)
@@ -178,6 +184,9 @@ const (
 // NewWriter returns a writer of the delivery log on nc; Relay.Run runs
 // it.
 func NewWriter(nc *nats.Conn, log *slog.Logger, m Losses, now func() time.Time) (*Writer, error) {
+	if m == nil {
+		m = noLosses{}
+	}
 	w := &Writer{log: log, metrics: m, q: make(chan AttemptRecord, logQueue), done: make(chan struct{}), redacted: map[string]string{}, now: now,
 		batches: map[string]*logBatch{}, index: map[string]*logBatch{}, batchID: "log-" + rand.Text() + "-"}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096), jetstream.WithPublishAsyncTimeout(10*time.Second))
