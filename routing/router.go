@@ -168,7 +168,16 @@ func (w *copyWindow) release(k int) {
 	w.mu.Unlock()
 }
 
-// RouterConfig is what the router needs of the engine.
+// noCounters counts nothing (a config without Metrics).
+type noCounters struct{}
+
+func (noCounters) RoutedCopies(int)     {}
+func (noCounters) RoutedNone()          {}
+func (noCounters) CheckedListed(uint64) {}
+func (noCounters) CheckedRead()         {}
+
+// RouterConfig is what the router needs of the engine. JS, ID, Store,
+// Dests and Log are required; the rest is optional.
 type RouterConfig struct {
 	JS jetstream.JetStream
 	// ID is this replica's.
@@ -195,6 +204,17 @@ type RouterConfig struct {
 
 // RunRouter takes part in routing until ctx ends.
 func RunRouter(ctx context.Context, cfg RouterConfig) {
+	if cfg.Metrics == nil {
+		cfg.Metrics = noCounters{}
+	}
+	if cfg.Recorded == nil {
+		cfg.Recorded = func(Routed) {}
+	}
+	if cfg.TooLarge == nil {
+		cfg.TooLarge = func(_ context.Context, p Routed, dest string, cause error) {
+			cfg.Log.Error("a typed event too large to copy; it is not delivered to this destination", "dest", dest, "event_id", p.Envelope.ID, "seq", p.Seq, "err", cause)
+		}
+	}
 	ro := &router{js: cfg.JS, store: cfg.Store, dests: cfg.Dests, seal: cfg.Seal, recorded: cfg.Recorded, metrics: cfg.Metrics, tooLarge: cfg.TooLarge, id: cfg.ID, log: cfg.Log, now: cfg.Now}
 	var err error
 	ro.pub, err = stream.AsyncPublisher(cfg.JS, MaxPending)

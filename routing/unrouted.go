@@ -127,6 +127,7 @@ type CheckCounters interface {
 }
 
 // CheckConfig is what the unknown-destination check needs of the engine.
+// JS, ID, Dests, Letters and Log are required; the rest is optional.
 type CheckConfig struct {
 	JS jetstream.JetStream
 	// ID is this replica's.
@@ -146,6 +147,9 @@ type CheckConfig struct {
 
 // RunCheck takes part in the unknown-destination check until ctx ends.
 func RunCheck(ctx context.Context, cfg CheckConfig) {
+	if cfg.Metrics == nil {
+		cfg.Metrics = noCounters{}
+	}
 	c := &unroutedCheck{js: cfg.JS, dests: cfg.Dests, letters: cfg.Letters, id: cfg.ID, log: cfg.Log, metrics: cfg.Metrics, listMax: cfg.ListMax}
 	lease.Run(ctx, cfg.JS, lease.Config{Name: "the unknown-destination check", Key: CheckKey,
 		ID: cfg.ID, Takeover: cfg.Takeover, Now: cfg.Now, Log: cfg.Log}, lease.Job[CheckState](&checkJob{c: c, written: cfg.Written}))
