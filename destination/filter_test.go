@@ -130,14 +130,14 @@ func TestFilterBoundsOnLargeEvents(t *testing.T) {
 	}{
 		// The red team's: 1 GB from one call, and a core held for minutes.
 		{`len(repeat(body, 2000)) > 0`, mib, "repeat would build more than"},
-		{`all(data, {all(data, {true})})`, list, "more than 1000000 steps|longer than 1s"},
+		{`all(data, {all(data, {true})})`, list, "more than 1000000 steps"},
 		// Values built many times over, or from many copies of the body.
 		{`len(join(map(1..1000, {body}), ",")) > 0`, mib, "built more than"},
 		{`reduce(1..10, #acc + body, "") != ""`, mib, "built more than"},
 		{`len(replace(body, "", body)) > 0`, mib, "replace would build more than"},
 		{`len(toJSON(map(1..100, {data}))) > 0`, mib, "built more than"},
 		{`len(string(map(1..100, {body}))) > 0`, mib, "built more than"},
-		{`len(flatten(map(data, {data}))) > 0`, list, "memory budget exceeded|longer than 1s"},
+		{`len(flatten(map(data, {data}))) > 0`, list, "memory budget exceeded"},
 		{`len(concat(data, data, data, data, data, data, data, data, data, data)) > 0`, list, "concat would build more than"},
 		{`len(split(body, "")) > 0`, mib, "split would build more than"},
 		{`len(map(1..10, {upper(body)})) > 0`, mib, "built more than"},
@@ -147,9 +147,11 @@ func TestFilterBoundsOnLargeEvents(t *testing.T) {
 			t.Parallel()
 			f, err := CompileFilter(tc.src)
 			require.NoError(t, err, "within the bounds on a small event")
-			_, err = f.Match(context.Background(), tc.ev)
+			// The size and step bounds do not depend on the machine's load:
+			// the time bound is moved out of their way (a loaded machine
+			// under -race took 1.8s for the last one).
+			_, err = f.match(context.Background(), tc.ev, cpuClock().Add(time.Minute))
 			require.ErrorIs(t, err, errFilterBounds)
-			// Which bound comes first can depend on the machine's load.
 			require.Regexp(t, tc.want, err.Error())
 		})
 	}
@@ -174,7 +176,9 @@ func TestFilterWithinBoundsOnLargeEvents(t *testing.T) {
 	} {
 		f, err := CompileFilter(tc.src)
 		require.NoError(t, err, tc.src)
-		ok, err := f.Match(context.Background(), tc.ev)
+		// Within the size and step bounds; the time bound, which a loaded
+		// machine can reach on 1 MiB, is TestFilterMatchesIsBounded's.
+		ok, err := f.match(context.Background(), tc.ev, cpuClock().Add(time.Minute))
 		require.NoError(t, err, tc.src)
 		require.True(t, ok, tc.src)
 	}
