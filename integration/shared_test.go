@@ -96,7 +96,10 @@ func TestSharedHangingDestinationDoesNotHoldBackAHealthyOne(t *testing.T) {
 	healthy := newSink(t, nil)
 
 	e := setup(t)
-	e.addDest(destination.Destination{Name: "hung", URL: hung.URL, Concurrency: 4, Shared: true})
+	// Its attempts outlast the test (the longest timeout): on a loaded
+	// machine the healthy deliveries took over the default 30s, and the
+	// hung attempts ended by timing out.
+	e.addDest(destination.Destination{Name: "hung", URL: hung.URL, Concurrency: 4, Shared: true, Timeout: destination.Duration(10 * time.Minute)})
 	e.addDest(destination.Destination{Name: "healthy", URL: healthy.URL, Concurrency: 8, Shared: true})
 	rec, _ := e.startRelay()
 
