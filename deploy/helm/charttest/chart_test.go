@@ -25,6 +25,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
 
@@ -112,14 +113,20 @@ func parse(t *testing.T, out string) manifests {
 	return m
 }
 
-// decode reads an object strictly: a field the API type does not have (a
-// misspelt key in a template) is an error, which helm lint does not catch.
+// decode reads an object as the API server does, case-sensitively, and
+// strictly: a field the API type does not have (a misspelt key in a
+// template, readOnlyRootFileSystem) is an error, which helm lint does not
+// catch and which the API server would drop or refuse.
 func decode[T any](t *testing.T, m manifests, kind, name string) *T {
 	t.Helper()
 	doc, ok := m[kind][name]
 	require.True(t, ok, "no %s named %s; rendered: %v", kind, name, kinds(m))
+	js, err := yaml.YAMLToJSON(doc)
+	require.NoError(t, err, "%s %s", kind, name)
 	var v T
-	require.NoError(t, yaml.UnmarshalStrict(doc, &v), "%s %s", kind, name)
+	strict, err := kjson.UnmarshalStrict(js, &v, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
+	require.NoError(t, err, "%s %s", kind, name)
+	require.Empty(t, strict, "%s %s has fields its API type does not", kind, name)
 	return &v
 }
 
