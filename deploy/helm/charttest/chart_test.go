@@ -533,6 +533,7 @@ func TestRefusesSettingsThatCannotWork(t *testing.T) {
 		{"a cluster of 4", []string{"cluster.enabled=true", "cluster.replicas=4"}, "3 or 5"},
 		{"a cluster and an external NATS", []string{"cluster.enabled=true", "externalNats.enabled=true", "externalNats.url=nats://n:4222"}, "exclude each other"},
 		{"an external NATS without its URL", []string{"externalNats.enabled=true"}, "needs its URL"},
+		{"credentials in externalNats.url", []string{"externalNats.enabled=true", "externalNats.url=nats://relay:hunter2@n:4222"}, "carries credentials"},
 		{"a cluster's PDB taking 2", []string{"cluster.enabled=true", "podDisruptionBudget.maxUnavailable=2"}, "quorum"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -49,6 +49,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if and (not $v.externalNats.url) (not (and $v.externalNats.existingSecret $v.externalNats.urlKey)) -}}
 {{- fail "externalNats needs its URL: externalNats.url, or externalNats.existingSecret and externalNats.urlKey" -}}
 {{- end -}}
+{{- if contains "@" $v.externalNats.url -}}
+{{- fail "externalNats.url carries credentials, which would be written into the pod's spec: put the URL in a Secret (externalNats.existingSecret, urlKey) and leave externalNats.url empty" -}}
+{{- end -}}
 {{- if lt (int $v.replicas) 1 -}}
 {{- fail "replicas must be at least 1" -}}
 {{- end -}}
