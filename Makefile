@@ -105,6 +105,27 @@ bench: build deps ## End-to-end benchmark (report in bench-results/, see BENCHMA
 	$(GO) run ./cmd/relay-bench -relay $(BIN) -out bench-results -shared
 	$(GO) test -run '^$$' -bench . -benchmem ./relay ./api
 
+# Helm is not a Debian package: chart-test builds it, pinned, from the Go
+# module proxy into bin/ (once; later runs reuse it).
+HELM_VERSION ?= v4.3.2
+HELM         := bin/helm-$(HELM_VERSION)
+CHART        := deploy/helm/relay
+CHART_PROFILES := $(sort $(wildcard $(CHART)/ci/*-values.yaml))
+
+$(HELM):
+	@echo "building Helm $(HELM_VERSION) from the Go module proxy into $(HELM) (Helm is not packaged in Debian)"
+	@mkdir -p bin/.helm && GOBIN=$(CURDIR)/bin/.helm $(GO) install helm.sh/helm/v4/cmd/helm@$(HELM_VERSION) && mv bin/.helm/helm $@ && rmdir bin/.helm
+
+.PHONY: chart-test
+chart-test: $(HELM) ## helm lint and helm template of the Helm chart for every values profile, then the Go checks of the rendered manifests
+	$(HELM) lint --strict $(CHART)
+	@for f in $(CHART_PROFILES); do \
+		echo "helm lint --strict and helm template, $$f"; \
+		$(HELM) lint --strict --quiet $(CHART) -f $$f || exit 1; \
+		$(HELM) template rel $(CHART) --namespace hooks -f $$f > /dev/null || exit 1; \
+	done
+	@export RELAY_HELM=$(CURDIR)/$(HELM); $(call GOTEST,-count=1 -v ./deploy/helm/charttest)
+
 .PHONY: clean
 clean: ## Remove bin/ (not relay-data/)
 	rm -rf bin
