@@ -106,7 +106,8 @@ image: podman ## Build the OCI image IMAGE (FROM scratch, ARCH=amd64 or arm64) a
 
 .PHONY: image-test
 image-test: image deps ## Test the image under podman: one node killed and restarted on its volume, a three-node cluster
-	@$(call GOTEST,-count=1 -timeout 20m -v ./deploy/image)
+	@export RELAY_IMAGE=$(IMAGE) CONTAINERS_CONF=$(CURDIR)/deploy/image/containers.conf; \
+		$(call GOTEST,-count=1 -timeout 20m -v ./deploy/image)
 
 # The front-door docs stay short: reference and design live in docs/.
 DOC_LIMITS := README.md:20480 BENCHMARKS.md:15360
