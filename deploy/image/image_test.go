@@ -80,14 +80,15 @@ func randName(prefix string) string {
 	return prefix + "-" + hex.EncodeToString(b)
 }
 
-// gateway is the host's address on the default podman network: a server
-// listening there is reachable from the containers and from nowhere else.
-func gateway(t *testing.T) string {
+// gateway is the host's address on the default podman network, which
+// containers know as host.containers.internal: a server listening there is
+// reachable from the containers and from nowhere else.
+func gateway(t *testing.T, network string) string {
 	t.Helper()
 	var subnets []struct {
 		Gateway string `json:"gateway"`
 	}
-	require.NoError(t, json.Unmarshal([]byte(mustPodman(t, "network", "inspect", "podman", "--format", "{{json .Subnets}}")), &subnets))
+	require.NoError(t, json.Unmarshal([]byte(mustPodman(t, "network", "inspect", network, "--format", "{{json .Subnets}}")), &subnets))
 	require.NotEmpty(t, subnets)
 	return subnets[0].Gateway
 }
@@ -136,7 +137,8 @@ func startSink(t *testing.T, host string) *sink {
 	srv.Listener = ln
 	srv.Start()
 	t.Cleanup(srv.Close)
-	s.url = srv.URL
+	// Containers resolve host.containers.internal to the gateway.
+	s.url = "http://host.containers.internal:" + strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 	return s
 }
 
@@ -154,6 +156,31 @@ func (s *sink) delivered(t *testing.T, ids []string) bool {
 	return true
 }
 
+// publisher connects to url and returns a function that publishes an event
+// with the given id for destination hooks, again while publishes fail (a
+// node may be down or the cluster electing): the id makes a repeat a
+// duplicate.
+func publisher(t *testing.T, url string) func(id string) {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(200*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	prod, err := publish.NewProducer(context.Background(), js)
+	require.NoError(t, err)
+	return func(id string) {
+		t.Helper()
+		var err error
+		eventually(t, 120*time.Second, func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err = prod.Publish(ctx, publish.Event{Dest: "hooks", ID: id, Data: []byte(`{"id":"` + id + `"}`)})
+			return err == nil
+		}, "publish %s: %v", id, err)
+	}
+}
+
 // node is a relay container with its embedded NATS server on a named
 // volume, its NATS and metrics ports published on 127.0.0.1.
 type node struct {
@@ -161,19 +188,35 @@ type node struct {
 	image      string
 	name       string
 	volume     string
+	network    string // empty: podman's default network
 	natsPort   int
 	metrics    int
 	extraFlags []string
 }
 
+// run starts the container and waits until relay is ready.
 func (n *node) run() {
+	n.t.Helper()
+	n.start()
+	n.waitReady()
+}
+
+func (n *node) start() {
 	n.t.Helper()
 	args := []string{"run", "-d", "--name", n.name,
 		"-p", fmt.Sprintf("127.0.0.1:%d:4222", n.natsPort),
 		"-p", fmt.Sprintf("127.0.0.1:%d:9464", n.metrics),
-		"-v", n.volume + ":/data", n.image, "run"}
+		"-v", n.volume + ":/data"}
+	if n.network != "" {
+		args = append(args, "--network", n.network)
+	}
+	args = append(args, n.image, "run")
 	mustPodman(n.t, append(args, n.extraFlags...)...)
-	eventually(n.t, 90*time.Second, func() bool { return n.ok("/readyz") }, "%s ready; logs:\n%s", n.name, n.logs())
+}
+
+func (n *node) waitReady() {
+	n.t.Helper()
+	eventually(n.t, 120*time.Second, func() bool { return n.ok("/readyz") }, "%s ready; logs:\n%s", n.name, n.logs())
 }
 
 func (n *node) ok(path string) bool {
@@ -239,7 +282,7 @@ func TestSingleNodeSurvivesKillOnItsVolume(t *testing.T) {
 
 	// Deliveries go to the host on the podman bridge, which relay's policy
 	// treats as private: allow that one address.
-	gw := gateway(t)
+	gw := gateway(t, "podman")
 	n.extraFlags = []string{"--allow-net", gw + "/32"}
 	n.run()
 	require.True(t, n.ok("/healthz"), "/healthz")
@@ -249,19 +292,7 @@ func TestSingleNodeSurvivesKillOnItsVolume(t *testing.T) {
 	mustPodman(t, "exec", n.name, "relay", "dest", "add", "hooks", "--url", s.url, "--secret", s.secret,
 		"--backoff-base", "1s", "--backoff-max", "2s", "--max-attempts", "1000", "--breaker-threshold", "-1")
 
-	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", n.natsPort), nats.MaxReconnects(-1), nats.ReconnectWait(200*time.Millisecond))
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	prod, err := publish.NewProducer(context.Background(), js)
-	require.NoError(t, err)
-	pub := func(id string) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_, err := prod.Publish(ctx, publish.Event{Dest: "hooks", ID: id, Data: []byte(`{"id":"` + id + `"}`)})
-		require.NoError(t, err, "publish %s", id)
-	}
+	pub := publisher(t, fmt.Sprintf("nats://127.0.0.1:%d", n.natsPort))
 
 	pub("first")
 	eventually(t, 60*time.Second, func() bool { return s.delivered(t, []string{"first"}) }, "signed delivery of the first event")
@@ -282,4 +313,72 @@ func TestSingleNodeSurvivesKillOnItsVolume(t *testing.T) {
 	n.run()
 	require.Equal(t, nonRoot, n.uid(), "uid of relay in the restarted container")
 	eventually(t, 120*time.Second, func() bool { return s.delivered(t, ids) }, "every event published before the kill delivered")
+}
+
+// Three containers on a podman network whose embedded NATS servers form a
+// cluster through routes, streams R3: a destination on the host gets every
+// event published while one container is killed with SIGKILL and started
+// again on its volume.
+func TestThreeNodeClusterLosesNothingWhenANodeIsKilled(t *testing.T) {
+	image := imageRef(t)
+	network := randName("relay-net")
+	mustPodman(t, "network", "create", network)
+	t.Cleanup(func() { _, _ = podman("network", "rm", "-f", network) })
+
+	nodes := make([]*node, 3)
+	var routes []string
+	base := randName("relay-c")
+	for i := range nodes {
+		nodes[i] = &node{t: t, image: image, name: fmt.Sprintf("%s-%d", base, i+1), volume: randName("relay-vol"),
+			network: network, natsPort: streamtest.Port(t), metrics: streamtest.Port(t)}
+		routes = append(routes, "--routes", fmt.Sprintf("nats://%s:6222", nodes[i].name))
+	}
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			if t.Failed() {
+				t.Logf("logs of %s:\n%s", n.name, n.logs())
+			}
+			_, _ = podman("rm", "-f", n.name)
+			_, _ = podman("volume", "rm", "-f", n.volume)
+		}
+	})
+	gw := gateway(t, network)
+	for _, n := range nodes {
+		n.extraFlags = append([]string{"--server-name", n.name, "--cluster-name", "relay", "--replicas", "3",
+			"--allow-net", gw + "/32"}, routes...)
+		mustPodman(t, "volume", "create", n.volume)
+		n.start()
+	}
+	for _, n := range nodes {
+		n.waitReady()
+	}
+
+	s := startSink(t, gw)
+	mustPodman(t, "exec", nodes[0].name, "relay", "dest", "add", "hooks", "--url", s.url, "--secret", s.secret,
+		"--backoff-base", "1s", "--backoff-max", "2s", "--max-attempts", "1000", "--breaker-threshold", "-1")
+	var urls []string
+	for _, n := range nodes {
+		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", n.natsPort))
+	}
+	pub := publisher(t, strings.Join(urls, ","))
+
+	var ids []string
+	publishSome := func(phase string, k int) {
+		for i := range k {
+			id := fmt.Sprintf("%s-%d", phase, i)
+			pub(id)
+			ids = append(ids, id)
+		}
+	}
+	publishSome("before", 30)
+	eventually(t, 120*time.Second, func() bool { return s.delivered(t, ids) }, "delivered before the kill")
+
+	// Kill a node while events are in flight, publish while it is down,
+	// then start it again on its volume.
+	publishSome("during", 30)
+	nodes[0].kill()
+	publishSome("down", 30)
+	nodes[0].run()
+	publishSome("after", 30)
+	eventually(t, 180*time.Second, func() bool { return s.delivered(t, ids) }, "every event delivered")
 }
