@@ -80,6 +80,7 @@ fuzz: ## Run every fuzz target for FUZZTIME (default 20000x, a count of executio
 # static binary built here. podman runs with runc and the cgroupfs manager and
 # the project's containers.conf (docs/deploy.md#container-image).
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.1.0-dev)
+VERSION  := $(VERSION)# once: the tree may change while the target runs
 ARCH     ?= amd64
 IMAGE    ?= localhost/relay:$(VERSION)-$(ARCH)
 IMAGECTX := bin/image/$(ARCH)
