@@ -332,10 +332,14 @@ func (r *Replica) setUpStreams(ctx context.Context) error {
 }
 
 // ensureRetrying sets up the streams, retrying while JetStream is not ready
-// (a cluster still electing its leaders answers with errors for a while).
+// (a cluster still electing its leaders answers with errors for a while, or
+// not at all: a request sent before the meta leader exists may never be
+// answered, so each attempt has a deadline of its own).
 func ensureRetrying(ctx context.Context, log *slog.Logger, js jetstream.JetStream, cfg stream.Config) error {
 	for {
-		err := stream.Ensure(ctx, js, cfg)
+		actx, cancel := context.WithTimeout(ctx, ensureAttemptTimeout)
+		err := stream.Ensure(actx, js, cfg)
+		cancel()
 		if err == nil {
 			return nil
 		}
@@ -350,6 +354,9 @@ func ensureRetrying(ctx context.Context, log *slog.Logger, js jetstream.JetStrea
 		}
 	}
 }
+
+// ensureAttemptTimeout bounds one attempt of ensureRetrying.
+const ensureAttemptTimeout = 10 * time.Second
 
 // agreePolicy logs the address policy of AllowNet and records it as the
 // replicas', unless a live replica runs with another.
