@@ -110,7 +110,8 @@ first=$(/usr/bin/relay version | head -1)
 ok "/usr/bin/relay version: $first"
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 log=$(mktemp)
-runuser -u relay -- /usr/bin/relay run --data-dir /var/lib/relay --listen 127.0.0.1:0 --metrics-addr "127.0.0.1:$port" >"$log" 2>&1 &
+# setpriv execs relay (runuser would stay in between and answer SIGTERM itself).
+setpriv --reuid relay --regid relay --init-groups /usr/bin/relay run --data-dir /var/lib/relay --listen 127.0.0.1:0 --metrics-addr "127.0.0.1:$port" >"$log" 2>&1 &
 relay_pid=$!
 deadline=$((SECONDS + 60))
 until curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1; do
