@@ -2,6 +2,7 @@
 GO          ?= go
 BIN         ?= bin/relay
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+NFPM        ?= $(GO) run github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.48.0
 
 .DEFAULT_GOAL := help
 
@@ -160,6 +161,14 @@ chart-test: $(HELM) ## helm lint and helm template of the Helm chart for every v
 	done
 	@export RELAY_HELM=$(CURDIR)/$(HELM); $(call GOTEST,-count=1 -v ./deploy/helm/charttest)
 
+.PHONY: dist
+dist: ## Release archives (linux, darwin; amd64, arm64), .deb and .rpm (nfpm) and SHA256SUMS in dist/
+	NFPM="$(NFPM)" deploy/packaging/dist.sh
+
+.PHONY: dist-test
+dist-test: dist ## Install dist/'s .deb here (dpkg, as root), check files, user, unit and binary, then purge it
+	deploy/packaging/test.sh
+
 .PHONY: clean
-clean: ## Remove bin/ (not relay-data/)
-	rm -rf bin
+clean: ## Remove bin/ and dist/ (not relay-data/)
+	rm -rf bin dist

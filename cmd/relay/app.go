@@ -51,7 +51,7 @@ func App(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 	return &cli.App{
 		Name:      "relay",
 		Usage:     "deliver events from NATS JetStream to HTTP destinations, and never lose one",
-		Version:   version.Version,
+		Version:   version.Get().Version,
 		Reader:    stdin,
 		Writer:    stdout,
 		ErrWriter: stderr,
@@ -152,7 +152,7 @@ func isGlobalFlag(name string) bool {
 func versionCommand() *cli.Command {
 	return &cli.Command{
 		Name:   "version",
-		Usage:  "print relay's version",
+		Usage:  "print relay's version, the commit it was built from, the build date and the Go version",
 		Action: action(func(c *cli.Context) *versionOpts { return &versionOpts{readCmdLine(c)} }),
 	}
 }
@@ -163,7 +163,7 @@ type versionOpts struct{ cmdLine }
 func (o *versionOpts) Validate() error { return o.noArgs("version takes no arguments") }
 
 func (o *versionOpts) Run(_ context.Context, e *env) error {
-	fmt.Fprintf(e.out, "relay version %s\n", version.Version)
+	fmt.Fprint(e.out, version.Get())
 	return nil
 }
 
