@@ -82,9 +82,12 @@ fuzz: ## Run every fuzz target for FUZZTIME (default 20000x, a count of executio
 # the project's containers.conf (docs/deploy.md#container-image).
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.1.0-dev)
 VERSION  := $(VERSION)# once: the tree may change while the target runs
+COMMIT   := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)$(if $(shell git status --porcelain 2>/dev/null),-dirty)
+BUILDDATE:= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 ARCH     ?= amd64
 IMAGE    ?= localhost/relay:$(VERSION)-$(ARCH)
 IMAGECTX := bin/image/$(ARCH)
+VERSIONPKG := github.com/relaydev/relay/internal/version
 PODMAN   := CONTAINERS_CONF=$(CURDIR)/deploy/image/containers.conf podman --runtime /usr/sbin/runc --cgroup-manager=cgroupfs
 
 .PHONY: podman
@@ -97,13 +100,13 @@ podman: ## Install podman and runc (Debian) if missing
 .PHONY: image
 image: podman ## Build the OCI image IMAGE (FROM scratch, ARCH=amd64 or arm64) and print its size
 	rm -rf $(IMAGECTX) && mkdir -p $(IMAGECTX)/tmp $(IMAGECTX)/data
-	CGO_ENABLED=0 GOOS=linux GOARCH=$(ARCH) $(GO) build -trimpath \
-		-ldflags "-s -w -X github.com/relaydev/relay/internal/version.Version=$(VERSION)" \
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(ARCH) $(GO) build -trimpath -tags urfave_cli_no_docs \
+		-ldflags "-s -w -X $(VERSIONPKG).Version=$(VERSION) -X $(VERSIONPKG).Commit=$(COMMIT) -X $(VERSIONPKG).Date=$(BUILDDATE)" \
 		-o $(IMAGECTX)/relay ./cmd/relay
 	cp /etc/ssl/certs/ca-certificates.crt $(IMAGECTX)/
 	$(PODMAN) build --arch $(ARCH) -t $(IMAGE) -f deploy/image/Containerfile \
-		--build-arg VERSION=$(VERSION) --build-arg REVISION=$$(git rev-parse HEAD) \
-		--build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ) $(IMAGECTX)
+		--build-arg VERSION=$(VERSION) --build-arg REVISION=$(COMMIT) \
+		--build-arg CREATED=$(BUILDDATE) $(IMAGECTX)
 	@echo "$(IMAGE): $$($(PODMAN) image inspect --format '{{.Size}}' $(IMAGE)) bytes uncompressed"
 
 .PHONY: image-test
