@@ -34,6 +34,8 @@ hands the rest back to JetStream, and exits 0.`,
 			&cli.StringFlag{Name: "cluster-name", EnvVars: []string{"RELAY_CLUSTER_NAME"}, Usage: "embedded NATS: join a JetStream cluster of this name"},
 			&cli.StringFlag{Name: "cluster-listen", EnvVars: []string{"RELAY_CLUSTER_LISTEN"}, Value: "127.0.0.1:6222", Usage: "embedded NATS: cluster address to listen on"},
 			&cli.StringSliceFlag{Name: "routes", EnvVars: []string{"RELAY_ROUTES"}, Usage: "embedded NATS: the other nodes' cluster URLs, nats://host:port (repeatable)"},
+			&cli.StringFlag{Name: "cluster-secret", EnvVars: []string{"RELAY_CLUSTER_SECRET"}, Usage: "embedded NATS: password the cluster's routes authenticate with, the same on every node (at least 16 random bytes; prefer the environment variable or --cluster-secret-file): a server without it cannot join"},
+			&cli.StringFlag{Name: "cluster-secret-file", EnvVars: []string{"RELAY_CLUSTER_SECRET_FILE"}, Usage: "file holding --cluster-secret", TakesFile: true},
 			&cli.IntFlag{Name: "replicas", EnvVars: []string{"RELAY_REPLICAS"}, Value: 1, Usage: "replicas of relay's streams (3 in a NATS cluster)"},
 			&cli.DurationFlag{Name: "event-retention", EnvVars: []string{"RELAY_EVENT_RETENTION"}, Value: 7 * 24 * time.Hour, Usage: "how long events stay in the log, delivered or not (must exceed the longest delivery delay)"},
 			&cli.Int64Flag{Name: "event-max-bytes", EnvVars: []string{"RELAY_EVENT_MAX_BYTES"}, Value: -1, Usage: "cap of the event log in bytes (-1: none); when full, publishes are refused, undelivered events are never dropped"},
@@ -84,6 +86,9 @@ type runOpts struct {
 	// embeddedGiven are the embedded server's flags given (they do
 	// nothing with --nats-url).
 	embeddedGiven []string
+	// clusterSecret and clusterSecretFile are --cluster-secret and
+	// --cluster-secret-file, read when relay runs.
+	clusterSecret, clusterSecretFile string
 	// attemptMaxBytes and logResponseBytes are the flags' values, given
 	// or not: the Config reads 0 as "not given" and "default".
 	attemptMaxBytes  int64
@@ -94,13 +99,14 @@ type runOpts struct {
 
 func readRun(c *cli.Context) *runOpts {
 	var embedded []string
-	for _, f := range []string{"data-dir", "listen", "server-name", "sync-always", "cluster-name", "cluster-listen", "routes"} {
+	for _, f := range []string{"data-dir", "listen", "server-name", "sync-always", "cluster-name", "cluster-listen", "routes", "cluster-secret", "cluster-secret-file"} {
 		if c.IsSet(f) {
 			embedded = append(embedded, "--"+f)
 		}
 	}
 	return &runOpts{
-		embeddedGiven: embedded, attemptMaxBytes: c.Int64("attempt-max-bytes"), logResponseBytes: c.Int("log-response-bytes"),
+		embeddedGiven: embedded, clusterSecret: c.String("cluster-secret"), clusterSecretFile: c.String("cluster-secret-file"),
+		attemptMaxBytes: c.Int64("attempt-max-bytes"), logResponseBytes: c.Int("log-response-bytes"),
 		gcHeapFloor: c.Int64("gc-heap-floor"), tracing: readTracing(c),
 		cfg: replica.Config{
 			NATSURL: c.String("nats-url"), DataDir: c.String("data-dir"), Listen: c.String("listen"), ServerName: c.String("server-name"),
@@ -168,6 +174,9 @@ func (o *runOpts) Run(ctx context.Context, e *env) error {
 	cfg := o.cfg
 	cfg.Logger, cfg.TracerProvider, cfg.Conn = log, tp, e.global.conn
 	if cfg.SecretKey, cfg.PreviousSecretKeys, err = e.global.secretKeys(); err != nil {
+		return err
+	}
+	if cfg.ClusterSecret, err = keyFrom("cluster-secret", "RELAY_CLUSTER_SECRET", o.clusterSecret, o.clusterSecretFile); err != nil {
 		return err
 	}
 	r, err := replica.New(cfg)

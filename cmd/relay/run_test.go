@@ -100,3 +100,23 @@ func TestRunRefusesBadAPILimits(t *testing.T) {
 		require.Contains(t, errb.String(), tc.want)
 	}
 }
+
+// A cluster secret needs a cluster, and must be long enough.
+func TestRunChecksTheClusterSecret(t *testing.T) {
+	// Not parallel: urfave/cli v2 mutates package-level help flags on each run.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--cluster-secret", "0123456789abcdef"}, "--cluster-secret needs --cluster-name"},
+		{[]string{"--cluster-name", "c", "--cluster-secret", "short"}, "the cluster secret is 5 bytes"},
+		{[]string{"--nats-url", "nats://127.0.0.1:1", "--cluster-secret", "0123456789abcdef"}, "--cluster-secret configure the embedded NATS server"},
+	} {
+		var out, errb bytes.Buffer
+		args := append([]string{"relay", "run", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--metrics-addr", ""}, c.args...)
+		code := Main(args, strings.NewReader(""), &out, &errb)
+		require.Equal(t, 2, code, "%v: %s", c.args, errb.String())
+		require.Contains(t, errb.String(), c.want, c.args)
+		require.NotContains(t, errb.String(), "0123456789abcdef", "the secret is not printed")
+	}
+}

@@ -192,6 +192,7 @@ type node struct {
 	natsPort   int
 	metrics    int
 	extraFlags []string
+	env        []string // NAME=VALUE for the container
 }
 
 // run starts the container and waits until relay is ready.
@@ -209,6 +210,9 @@ func (n *node) start() {
 		"-v", n.volume + ":/data"}
 	if n.network != "" {
 		args = append(args, "--network", n.network)
+	}
+	for _, e := range n.env {
+		args = append(args, "-e", e)
 	}
 	args = append(args, n.image, "run")
 	mustPodman(n.t, append(args, n.extraFlags...)...)
@@ -346,6 +350,8 @@ func TestThreeNodeClusterLosesNothingWhenANodeIsKilled(t *testing.T) {
 	for _, n := range nodes {
 		n.extraFlags = append([]string{"--server-name", n.name, "--cluster-name", "relay", "--replicas", "3",
 			"--allow-net", gw + "/32"}, routes...)
+		// The routes authenticate, as the chart and docs/deploy.md set them up.
+		n.env = []string{"RELAY_CLUSTER_SECRET=image-test-cluster-secret-0123"}
 		mustPodman(t, "volume", "create", n.volume)
 		n.start()
 	}

@@ -73,6 +73,11 @@ type Config struct {
 	// Routes are the other cluster nodes' URLs, nats://host:port
 	// (--routes). Optional; they need ClusterName.
 	Routes []string
+	// ClusterSecret is the password the cluster's routes authenticate
+	// with (--cluster-secret), the same on every node, at least 16 bytes.
+	// Optional, with ClusterName: without it any server that reaches
+	// ClusterListen may join the cluster.
+	ClusterSecret []byte
 
 	// Replicas of relay's streams and buckets (--replicas), 1 to 5.
 	// Optional, default 1.
@@ -328,6 +333,12 @@ func (cfg Config) Validate() error {
 	}
 	if len(cfg.Routes) > 0 && cfg.ClusterName == "" {
 		return invalid("--routes needs --cluster-name: without it the embedded server runs on its own")
+	}
+	if len(cfg.ClusterSecret) > 0 && cfg.ClusterName == "" {
+		return invalid("--cluster-secret needs --cluster-name: without it the embedded server runs on its own")
+	}
+	if n := len(cfg.ClusterSecret); n > 0 && n < destination.MinKeyLen {
+		return invalid("the cluster secret is %d bytes; use at least %d random bytes (openssl rand -base64 32)", n, destination.MinKeyLen)
 	}
 	if cfg.embedded() {
 		if _, _, err := splitListen(cfg.Listen); err != nil {

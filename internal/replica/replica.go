@@ -300,6 +300,7 @@ func (r *Replica) startEmbedded(ctx context.Context) (embeddedServer, error) {
 			return nil, err
 		}
 		ecfg.ClusterName, ecfg.ClusterHost, ecfg.ClusterPort, ecfg.Routes = cfg.ClusterName, chost, cport, cfg.Routes
+		ecfg.ClusterSecret = string(cfg.ClusterSecret)
 	}
 	s, err := embedded.StartContext(ctx, ecfg)
 	if err != nil {

@@ -49,12 +49,22 @@ type Config struct {
 	ClusterHost string
 	ClusterPort int
 	Routes      []string
+	// ClusterSecret, when set, is the password every node's routes
+	// authenticate with (user "relay"): a server that does not know it
+	// cannot join. Each route without credentials of its own is given it.
+	// Optional: without it any server that reaches the cluster port may
+	// join.
+	ClusterSecret string
 	// Logf, when set, receives the server's notices and errors.
 	Logf func(format string, args ...any)
 	// Recovering, when set, is called every 10s while the server is still
 	// recovering its JetStream store, with the time spent so far.
 	Recovering func(waited time.Duration)
 }
+
+// RouteUser is the user a cluster's routes authenticate as when
+// Config.ClusterSecret is set.
+const RouteUser = "relay"
 
 // Start is StartContext without a way to give up.
 func Start(cfg Config) (*server.Server, error) {
@@ -117,10 +127,16 @@ func start(ctx context.Context, cfg Config, timing startTiming) (_ *server.Serve
 			cfg.ClusterHost = cfg.Host
 		}
 		opts.Cluster = server.ClusterOpts{Name: cfg.ClusterName, Host: cfg.ClusterHost, Port: cfg.ClusterPort}
+		if cfg.ClusterSecret != "" {
+			opts.Cluster.Username, opts.Cluster.Password = RouteUser, cfg.ClusterSecret
+		}
 		for _, r := range cfg.Routes {
 			u, err := url.Parse(r)
 			if err != nil {
 				return nil, nil, fmt.Errorf("embedded NATS: route %q: %w", r, err)
+			}
+			if u.User == nil && cfg.ClusterSecret != "" {
+				u.User = url.UserPassword(RouteUser, cfg.ClusterSecret)
 			}
 			opts.Routes = append(opts.Routes, u)
 		}

@@ -6,10 +6,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/relaydev/relay/stream"
@@ -123,4 +126,80 @@ func TestStartGivesUpWithItsContext(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("the server given up on did not shut down")
 	}
+}
+
+// freePort is a loopback port nobody listens on now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// logLines collects a server's log, and says when a line holding a
+// string came.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+	seen  chan string
+}
+
+func (l *logLines) logf(format string, args ...any) {
+	line := fmt.Sprintf(format, args...)
+	l.mu.Lock()
+	l.lines = append(l.lines, line)
+	l.mu.Unlock()
+	select {
+	case l.seen <- line:
+	default:
+	}
+}
+
+func (l *logLines) all() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
+// With a cluster secret, the nodes that know it form a cluster and a
+// server that does not (a wrong secret, or none) is refused, and the secret
+// never reaches the log.
+func TestClusterSecretKeepsOutAServerWithoutIt(t *testing.T) {
+	t.Parallel()
+	const secret = "0123456789abcdef-cluster"
+	pa, pb := freePort(t), freePort(t)
+	node := func(name string, port int, secret string, routes ...int) (*server.Server, *logLines) {
+		logs := &logLines{seen: make(chan string, 1024)}
+		cfg := Config{DataDir: t.TempDir(), Port: -1, Name: name, ClusterName: "c", ClusterHost: "127.0.0.1",
+			ClusterPort: port, ClusterSecret: secret, Logf: logs.logf}
+		for _, r := range routes {
+			cfg.Routes = append(cfg.Routes, fmt.Sprintf("nats://127.0.0.1:%d", r))
+		}
+		s, err := Start(cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+		return s, logs
+	}
+	a, alog := node("a", pa, secret, pb)
+	b, blog := node("b", pb, secret, pa)
+	require.Eventually(t, func() bool { return a.NumRoutes() > 0 && b.NumRoutes() > 0 }, time.Minute, 10*time.Millisecond,
+		"the nodes that share the secret form a cluster")
+	routes := a.NumRoutes()
+
+	for _, wrong := range []string{"another-secret-0123456789", ""} {
+		_, clog := node("c"+wrong, freePort(t), wrong, pa)
+		// a refuses c's route, and c hears why.
+		for refused := false; !refused; {
+			select {
+			case line := <-clog.seen:
+				refused = strings.Contains(strings.ToLower(line), "authorization violation")
+			case <-time.After(time.Minute):
+				t.Fatalf("no refusal in c's log:\n%s", clog.all())
+			}
+		}
+		require.Equal(t, routes, a.NumRoutes(), "c did not join")
+		require.NotContains(t, clog.all(), secret)
+	}
+	require.NotContains(t, alog.all()+blog.all(), secret, "the secret is not logged")
 }

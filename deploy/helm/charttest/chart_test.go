@@ -61,6 +61,7 @@ const (
 	secretKeySecret = "relay-secret-key"
 	natsSecret      = "relay-nats"
 	redisSecret     = "relay-redis"
+	clusterSecret   = "relay-cluster"
 )
 
 func helm(t *testing.T) string {
@@ -362,12 +363,12 @@ func checkHeadless(t *testing.T, m manifests, s *appsv1.StatefulSet, p profile) 
 
 // sensitive are the settings that carry a credential: never a literal
 // value, never a flag.
-var sensitive = []string{"RELAY_SECRET_KEY", "RELAY_PREVIOUS_SECRET_KEY", "RELAY_NATS_URL", "RELAY_NATS_USER", "RELAY_NATS_PASSWORD", "RELAY_NATS_TOKEN", "RELAY_REDIS_URL"}
+var sensitive = []string{"RELAY_SECRET_KEY", "RELAY_PREVIOUS_SECRET_KEY", "RELAY_NATS_URL", "RELAY_NATS_USER", "RELAY_NATS_PASSWORD", "RELAY_NATS_TOKEN", "RELAY_REDIS_URL", "RELAY_CLUSTER_SECRET"}
 
 func checkSecrets(t *testing.T, pod corev1.PodSpec, c corev1.Container, p profile) {
 	t.Helper()
 	for _, a := range c.Args {
-		for _, f := range []string{"--secret-key", "--previous-secret-key", "--nats-password", "--nats-token", "--nats-user", "--redis-url", "--nats-url"} {
+		for _, f := range []string{"--secret-key", "--previous-secret-key", "--nats-password", "--nats-token", "--nats-user", "--redis-url", "--nats-url", "--cluster-secret"} {
 			require.False(t, a == f || strings.HasPrefix(a, f+"="), "%s given as a flag: it would show in the pod's spec", f)
 		}
 	}
@@ -387,6 +388,11 @@ func checkSecrets(t *testing.T, pod corev1.PodSpec, c corev1.Container, p profil
 		secretRef(t, c, "RELAY_REDIS_URL", redisSecret, "url")
 	} else {
 		noEnv(t, c, "RELAY_REDIS_URL")
+	}
+	if p.cluster {
+		secretRef(t, c, "RELAY_CLUSTER_SECRET", clusterSecret, "secret")
+	} else {
+		noEnv(t, c, "RELAY_CLUSTER_SECRET")
 	}
 	if p.external {
 		secretRef(t, c, "RELAY_NATS_URL", natsSecret, "url")
@@ -535,6 +541,7 @@ func TestRefusesSettingsThatCannotWork(t *testing.T) {
 		{"an external NATS without its URL", []string{"externalNats.enabled=true"}, "needs its URL"},
 		{"credentials in externalNats.url", []string{"externalNats.enabled=true", "externalNats.url=nats://relay:hunter2@n:4222"}, "carries credentials"},
 		{"a cluster's PDB taking 2", []string{"cluster.enabled=true", "podDisruptionBudget.maxUnavailable=2"}, "quorum"},
+		{"a cluster without its routes' secret", []string{"cluster.enabled=true"}, "cluster.existingSecret: name a Secret"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

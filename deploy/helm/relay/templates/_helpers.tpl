@@ -44,6 +44,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if gt (int $v.podDisruptionBudget.maxUnavailable) 1 -}}
 {{- fail "podDisruptionBudget.maxUnavailable above 1 in a cluster can take 2 of a stream's 3 replicas, and its quorum" -}}
 {{- end -}}
+{{- if not $v.cluster.existingSecret -}}
+{{- fail "cluster.existingSecret: name a Secret holding the password the embedded servers' routes authenticate with (kubectl create secret generic relay-cluster --from-literal=secret=\"$(openssl rand -base64 32)\"); without one any pod that reaches the cluster port could join and read every event" -}}
+{{- end -}}
 {{- int $v.cluster.replicas -}}
 {{- else if $v.externalNats.enabled -}}
 {{- if and (not $v.externalNats.url) (not (and $v.externalNats.existingSecret $v.externalNats.urlKey)) -}}
@@ -139,6 +142,13 @@ containers:
         value: /etc/relay/nats/nats.creds
       {{- end }}
       {{- end }}
+      {{- end }}
+      {{- if $v.cluster.enabled }}
+      - name: RELAY_CLUSTER_SECRET
+        valueFrom:
+          secretKeyRef:
+            name: {{ $v.cluster.existingSecret }}
+            key: {{ $v.cluster.secretKey }}
       {{- end }}
       {{- if $v.secretKey.existingSecret }}
       - name: RELAY_SECRET_KEY_FILE
