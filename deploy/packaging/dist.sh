@@ -35,7 +35,7 @@ for target in linux/amd64 linux/arm64 darwin/amd64 darwin/arm64; do
 	echo "build $target"
 	CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -trimpath -buildvcs=false -tags urfave_cli_no_docs \
 		-ldflags "$ldflags" -o "dist/build/$name/relay" ./cmd/relay
-	cp README.md "dist/build/$name/"
+	cp README.md LICENSE "dist/build/$name/"
 	tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="$DATE" \
 		-C dist/build -cf - "$name" | gzip -n > "dist/$name.tar.gz"
 	if [ "$os" = linux ]; then

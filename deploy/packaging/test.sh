@@ -38,7 +38,7 @@ ok "SHA256SUMS verifies and lists every artifact ($(wc -l < dist/SHA256SUMS) fil
 for os in linux darwin; do for a in amd64 arm64; do
 	[ -f "dist/relay_${version}_${os}_${a}.tar.gz" ] || fail "no archive for $os/$a"
 done; done
-want=$(printf 'relay_%s_linux_%s/\nrelay_%s_linux_%s/README.md\nrelay_%s_linux_%s/relay\n' "$version" "$arch" "$version" "$arch" "$version" "$arch")
+want=$(printf 'relay_%s_linux_%s/\nrelay_%s_linux_%s/LICENSE\nrelay_%s_linux_%s/README.md\nrelay_%s_linux_%s/relay\n' "$version" "$arch" "$version" "$arch" "$version" "$arch" "$version" "$arch")
 got=$(tar -tzf "$archive")
 [ "$got" = "$want" ] || fail "$archive holds:
 $got
@@ -49,7 +49,7 @@ tar -xzf "$archive" -C "$tmp"
 first=$("$tmp/relay_${version}_linux_$arch/relay" version | head -1)
 [ "$first" = "relay version $version" ] || fail "the archive's relay says '$first', want 'relay version $version'"
 rm -rf "$tmp"
-ok "$archive holds relay and README.md; its relay says '$first'"
+ok "$archive holds relay, LICENSE and README.md; its relay says '$first'"
 
 # Install. Clean up what the install made, leaving what was there before.
 had_user=no
@@ -68,13 +68,14 @@ trap cleanup EXIT
 dpkg -i "$deb"
 
 # Files.
-for f in /usr/bin/relay /usr/lib/systemd/system/relay.service /etc/relay/relay.env; do
+for f in /usr/bin/relay /usr/lib/systemd/system/relay.service /etc/relay/relay.env /usr/share/doc/relay/copyright; do
 	dpkg -L relay | grep -qx "$f" || fail "dpkg -L relay does not list $f"
 	[ -f "$f" ] || fail "$f was not installed"
 done
 [ "$(stat -c '%a %U' /usr/bin/relay)" = "755 root" ] || fail "/usr/bin/relay is $(stat -c '%a %U' /usr/bin/relay), want 755 root"
 [ "$(stat -c '%a %U' /etc/relay/relay.env)" = "600 root" ] || fail "/etc/relay/relay.env is $(stat -c '%a %U' /etc/relay/relay.env), want 600 root (it holds the secret key)"
 dpkg-query -W -f '${Conffiles}' relay | grep -q /etc/relay/relay.env || fail "/etc/relay/relay.env is not a conffile: an upgrade would overwrite it"
+grep -q 'Apache License' /usr/share/doc/relay/copyright || fail "/usr/share/doc/relay/copyright is not the license"
 ok "files: /usr/bin/relay 755, relay.service, /etc/relay/relay.env 600 root (a conffile)"
 
 # The user and the data directory.
