@@ -102,7 +102,7 @@ func TestReadyzFollowsNATSAndRedis(t *testing.T) {
 	sched := schedule.NewStore(r.Client())
 	srv := httptest.NewServer(relay.OpsHandler(prometheus.NewRegistry(), func(ctx context.Context) error {
 		return relay.Ready(ctx, e.nc, e.js, sched)
-	}))
+	}, false))
 	t.Cleanup(srv.Close)
 	status := func(path string) int {
 		resp, err := http.Get(srv.URL + path)

@@ -36,16 +36,19 @@ func Ready(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, sched *sc
 }
 
 // OpsHandler serves /metrics from gatherer, /healthz (the process answers),
-// /readyz (ready returns nil within 2s) and /debug/pprof/.
-func OpsHandler(gatherer prometheus.Gatherer, ready func(context.Context) error) http.Handler {
+// /readyz (ready returns nil within 2s) and, with profiles, /debug/pprof/.
+func OpsHandler(gatherer prometheus.Gatherer, ready func(context.Context) error, profiles bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
-	// Profiles, for finding where the time goes (the address is loopback
-	// by default; do not expose it).
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	if profiles {
+		// For finding where the time goes. They tell anyone who reaches
+		// them the goroutines' stacks and the memory's shape: keep them
+		// off a shared network.
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})

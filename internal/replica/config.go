@@ -186,6 +186,10 @@ type Config struct {
 	// (--metrics-addr). Optional: empty, not served (and no metrics are
 	// recorded).
 	MetricsAddr string
+	// Pprof says whether Go's profiles are served at /debug/pprof/ on
+	// MetricsAddr (--pprof): "auto" (the default) only when that address
+	// is loopback, "on", or "off".
+	Pprof string
 	// APIAddr is where the HTTP API and the dashboard are served
 	// (--api-addr). Optional: empty, not served.
 	APIAddr string
@@ -230,6 +234,7 @@ func (cfg Config) WithDefaults() Config {
 	}
 	setDefault(&cfg.Listen, "127.0.0.1:4222")
 	setDefault(&cfg.ClusterListen, "127.0.0.1:6222")
+	setDefault(&cfg.Pprof, "auto")
 	setDefault(&cfg.Replicas, 1)
 	setDefault(&cfg.EventRetention, 7*24*time.Hour)
 	setDefault(&cfg.MaxEventSize, 1<<20)
@@ -324,6 +329,9 @@ func (cfg Config) Validate() error {
 	}
 	if n := cfg.MaxEventSize; n < 1 || n > 64<<20 {
 		return invalid("--max-event-size %d: give 1 to 67108864 bytes (at most the server's max_payload)", n)
+	}
+	if cfg.Pprof != "auto" && cfg.Pprof != "on" && cfg.Pprof != "off" {
+		return invalid("--pprof %q: give auto (profiles only on a loopback --metrics-addr), on or off", cfg.Pprof)
 	}
 	if cfg.ParkThreshold <= 0 {
 		return invalid("--park-threshold %s: give a positive duration", cfg.ParkThreshold)

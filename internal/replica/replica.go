@@ -416,11 +416,25 @@ func (r *Replica) serveMetrics(reg *prometheus.Registry, ready func(context.Cont
 	if err != nil {
 		return fmt.Errorf("--metrics-addr %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: relay.OpsHandler(reg, ready), ReadHeaderTimeout: 5 * time.Second}
+	profiles := servesProfiles(r.cfg.Pprof, ln.Addr())
+	srv := &http.Server{Handler: relay.OpsHandler(reg, ready, profiles), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	r.onClose(func() { srv.Close() })
-	r.log.Info("serving /metrics, /healthz and /readyz", "addr", ln.Addr().String())
+	r.log.Info("serving /metrics, /healthz and /readyz", "addr", ln.Addr().String(), "pprof", profiles)
 	return nil
+}
+
+// servesProfiles says whether /debug/pprof/ is served on addr: with --pprof
+// auto, only on a loopback address, where no one else reaches it.
+func servesProfiles(mode string, addr net.Addr) bool {
+	switch mode {
+	case "on":
+		return true
+	case "off":
+		return false
+	}
+	ap, err := netip.ParseAddrPort(addr.String())
+	return err == nil && ap.Addr().IsLoopback()
 }
 
 // serveAPI serves the HTTP API and the dashboard on APIAddr; its

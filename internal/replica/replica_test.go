@@ -4,14 +4,17 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"regexp"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -95,6 +98,10 @@ func TestReplicaDeliversAndStops(t *testing.T) {
 	require.NoError(t, err)
 	res.Body.Close()
 	require.Equal(t, http.StatusOK, res.StatusCode)
+	res, err = http.Get("http://" + metrics + "/debug/pprof/goroutine")
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode, "--pprof auto serves profiles on a loopback --metrics-addr")
 
 	nc, err := nats.Connect(natsURL)
 	require.NoError(t, err)
@@ -160,4 +167,37 @@ func TestNewValidates(t *testing.T) {
 	_, err := New(Config{MaxInFlight: -1})
 	require.True(t, IsConfigError(err), "got %v", err)
 	require.Contains(t, err.Error(), "--max-in-flight -1: give 1 to 100000")
+}
+
+// --pprof auto serves profiles only on a loopback address: a --metrics-addr
+// open to the network (the image's, the chart's) does not show goroutine
+// stacks and memory to whoever reaches it.
+func TestProfilesOnlyWhereNoOneElseReaches(t *testing.T) {
+	t.Parallel()
+	tcp := func(s string) net.Addr { return net.TCPAddrFromAddrPort(netip.MustParseAddrPort(s)) }
+	for _, c := range []struct {
+		mode, addr string
+		want       bool
+	}{
+		{"auto", "127.0.0.1:9464", true},
+		{"auto", "[::1]:9464", true},
+		{"auto", "0.0.0.0:9464", false},
+		{"auto", "10.1.2.3:9464", false},
+		{"on", "0.0.0.0:9464", true},
+		{"off", "127.0.0.1:9464", false},
+	} {
+		require.Equal(t, c.want, servesProfiles(c.mode, tcp(c.addr)), "--pprof %s on %s", c.mode, c.addr)
+	}
+	for _, profiles := range []bool{false, true} {
+		srv := httptest.NewServer(relay.OpsHandler(prometheus.NewRegistry(), func(context.Context) error { return nil }, profiles))
+		res, err := http.Get(srv.URL + "/debug/pprof/goroutine")
+		require.NoError(t, err)
+		res.Body.Close()
+		want := http.StatusNotFound
+		if profiles {
+			want = http.StatusOK
+		}
+		require.Equal(t, want, res.StatusCode, "profiles %v", profiles)
+		srv.Close()
+	}
 }
