@@ -9,9 +9,13 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // The subject contract. A producer publishes an event for destination D to
@@ -268,4 +272,203 @@ func IsContractHeader(name string) bool {
 // allocating: this runs for every header of every delivery).
 func hasPrefixFold(s, prefix string) bool {
 	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}
+
+// ParseAck reads the metadata in a JetStream ack subject (the reply subject
+// of a message a consumer delivered), in either layout (ADR-15):
+//
+//	v1: $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<tm>.<pending>
+//	v2: $JS.ACK.<domain>.<account hash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<tm>.<pending>[.<token>...]
+//
+// as nats.go's Metadata does (tokens after the ninth of v2 are ignored: they
+// may change), but without allocating: relay reads it for every event. It
+// reports false for anything else.
+func ParseAck(reply string) (jetstream.MsgMetadata, bool) {
+	rest, ok := strings.CutPrefix(reply, "$JS.ACK.")
+	if !ok {
+		return jetstream.MsgMetadata{}, false
+	}
+	var tok [9]string
+	k, more := 0, true
+	for more && k < len(tok) {
+		tok[k], rest, more = strings.Cut(rest, ".")
+		k++
+	}
+	var md jetstream.MsgMetadata
+	var t []string // stream, consumer, delivered, stream seq, consumer seq, time, pending
+	switch {
+	case k == 7 && !more:
+		t = tok[:7]
+	case k == 9:
+		if md.Domain = tok[0]; md.Domain == "_" {
+			md.Domain = ""
+		}
+		t = tok[2:]
+	default:
+		return jetstream.MsgMetadata{}, false
+	}
+	var n [5]uint64
+	for i := range n {
+		if n[i], ok = digits(t[2+i]); !ok {
+			return jetstream.MsgMetadata{}, false
+		}
+	}
+	if n[3] > math.MaxInt64 {
+		return jetstream.MsgMetadata{}, false
+	}
+	md.Stream, md.Consumer = t[0], t[1]
+	md.NumDelivered = n[0]
+	md.Sequence = jetstream.SequencePair{Stream: n[1], Consumer: n[2]}
+	md.Timestamp = time.Unix(0, int64(n[3]))
+	md.NumPending = n[4]
+	return md, true
+}
+
+// AckMetadata is ParseAck for jetstream.Msg.Metadata.
+func AckMetadata(reply string) (*jetstream.MsgMetadata, error) {
+	md, ok := ParseAck(reply)
+	if !ok {
+		return nil, jetstream.ErrNotJSMessage
+	}
+	return &md, nil
+}
+
+// digits parses a non-empty decimal number of ASCII digits only (no sign),
+// refusing one that overflows.
+func digits(s string) (uint64, bool) {
+	if s == "" {
+		return 0, false
+	}
+	var n uint64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		next := n*10 + uint64(c-'0')
+		if n > math.MaxUint64/10 || next < n*10 {
+			return 0, false
+		}
+		n = next
+	}
+	return n, true
+}
+
+// AckSubject is the ack subject (v1 layout) of the message at stream
+// sequence sseq that consumer of stream handed out as its delivery cseq.
+// An ack sent to it acknowledges that message while the consumer still
+// waits for it, whoever it was handed to: for a message known to be settled
+// whose ack was lost, it saves waiting out AckWait.
+func AckSubject(stream, consumer string, sseq, cseq uint64) string {
+	return "$JS.ACK." + stream + "." + consumer + ".1." + strconv.FormatUint(sseq, 10) + "." + strconv.FormatUint(cseq, 10) + ".0.0"
+}
+
+// The delivery log: records of attempts (and of events a destination's
+// filter turned down or that were dead-lettered without an attempt), in the
+// stream LogStream. A message holds a batch of records, one JSON object a
+// line, of one destination and status class, on
+//
+//	relay.log.<dest>.<class>
+//
+// where class is the attempts' status class (LogClass); a destination's
+// records, or those of one class, are a filter on a literal subject. One
+// event's records are found through the index: a message on
+//
+//	relay.logidx.<bucket>
+//
+// lists, one JSON object a line, the event ids of the records batched
+// then, with the sequence of the message that holds each, where bucket is
+// one of LogIndexBuckets buckets of event ids (EventBucket). An event's
+// lookup reads its bucket of the index, 1/LogIndexBuckets of it, then the
+// messages it names. Records are batched (a message per destination and
+// class, and per bucket, for what a writer gathered in a moment) because a
+// message costs the NATS server about as much as a small record's whole
+// delivery; and ids are bucketed, not kept whole in subjects, because the
+// server keeps an index entry of about 250 bytes for every distinct
+// subject (measured). A typed event's routing is recorded on
+// relay.log._route.none (no destination name starts with '_').
+const (
+	LogStream = "RELAY_LOG"
+	LogPrefix = "relay.log"
+	// LogIndexPrefix is the index's subjects' prefix.
+	LogIndexPrefix = "relay.logidx"
+	// LogRoute is the destination token of typed events' routing records.
+	LogRoute = "_route"
+	// LogBatchMax is the most records a message of the log holds: a
+	// record's place in the log (its Seq) is the message's sequence times
+	// 256 plus its index in the message.
+	LogBatchMax = 255
+)
+
+// The status classes of the delivery log's subjects.
+const (
+	Class2xx   = "2xx"
+	Class3xx   = "3xx"
+	Class4xx   = "4xx"
+	Class5xx   = "5xx"
+	ClassError = "error" // no response: a transport error, a timeout, a refused address
+	ClassNone  = "none"  // no attempt: filtered out, or dead-lettered without one
+)
+
+// LogClasses are the status classes, in the order they are listed.
+var LogClasses = []string{Class2xx, Class3xx, Class4xx, Class5xx, ClassError, ClassNone}
+
+// LogClass is the status class of an attempt that came back with status
+// (0: no response), or ClassNone when no attempt was made.
+func LogClass(attempted bool, status int) string {
+	switch {
+	case !attempted:
+		return ClassNone
+	case status >= 200 && status < 300:
+		return Class2xx
+	case status >= 300 && status < 400:
+		return Class3xx
+	case status >= 400 && status < 500:
+		return Class4xx
+	case status >= 500 && status < 600:
+		return Class5xx
+	}
+	return ClassError
+}
+
+// LogIndexBuckets is the number of buckets of event ids in the index's
+// subjects. It is part of the stored subject and must not change for an
+// existing log.
+const LogIndexBuckets = 32
+
+// EventBucket is the bucket of an event id in the index's subjects:
+// FNV-1a of the id mod LogIndexBuckets, in two hex digits. (A fast hash:
+// the writer computes one per record.)
+func EventBucket(id string) string {
+	h := uint32(2166136261)
+	for i := 0; i < len(id); i++ {
+		h ^= uint32(id[i])
+		h *= 16777619
+	}
+	return indexBucketTokens[h%LogIndexBuckets]
+}
+
+// indexBucketTokens are the buckets' tokens, "00" to "1f".
+var indexBucketTokens = func() (t [LogIndexBuckets]string) {
+	const hexDigits = "0123456789abcdef"
+	for i := range t {
+		t[i] = string([]byte{hexDigits[i>>4], hexDigits[i&0xf]})
+	}
+	return t
+}()
+
+// LogSubject is the subject of a batch of records of dest and class.
+// Empty dest or class stand for every one ("*"), making a filter.
+func LogSubject(dest, class string) string {
+	return LogPrefix + "." + orAll(dest) + "." + orAll(class)
+}
+
+// LogIndexSubject is the index's subject for the ids of bucket.
+func LogIndexSubject(bucket string) string { return LogIndexPrefix + "." + bucket }
+
+func orAll(tok string) string {
+	if tok == "" {
+		return "*"
+	}
+	return tok
 }
