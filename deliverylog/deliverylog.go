@@ -120,6 +120,11 @@ const (
 // as a small record's whole delivery (measured): batching is what keeps the
 // log's cost to a few per cent of throughput.
 type Writer struct {
+	// Indexed, when set before Run, is called with the event ids of each
+	// index batch stored: from then on LookupEvent finds their records.
+	// For tests, which wait for it rather than poll.
+	Indexed func(ids []string)
+
 	js      jetstream.JetStream
 	log     *slog.Logger
 	metrics Losses
@@ -166,9 +171,10 @@ type logBatch struct {
 
 // pendingBatch is a published batch whose acknowledgement is awaited.
 type pendingBatch struct {
-	f jetstream.PubAckFuture
-	b *logBatch // a batch of records (nil for an index batch)
-	n int       // its lines
+	f   jetstream.PubAckFuture
+	b   *logBatch // a batch of records (nil for an index batch)
+	n   int       // its lines
+	ids []string  // an index batch's event ids
 }
 
 // logRetryFor is how long a batch of records the log could not store (the
@@ -321,7 +327,7 @@ func (w *Writer) flush() {
 		if err != nil {
 			w.metrics.LogIndexLost()
 		} else {
-			w.indexed = append(w.indexed, pendingBatch{f: f, n: len(b.ids)})
+			w.indexed = append(w.indexed, pendingBatch{f: f, n: len(b.ids), ids: b.ids})
 		}
 		delete(w.index, subject)
 	}
@@ -418,6 +424,8 @@ func (w *Writer) collectIndexed(deadline time.Time) {
 			keep = append(keep, p)
 		case err != nil:
 			w.metrics.LogIndexLost()
+		case w.Indexed != nil:
+			w.Indexed(p.ids)
 		}
 	}
 	clear(w.indexed[len(keep):])

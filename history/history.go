@@ -85,10 +85,10 @@ func (l Log) last() (time.Time, string, *int) {
 	return a.At, fmt.Sprintf("status %d: %s", a.Status, a.Error), a.URL
 }
 
-// Read reads the attempt log stored under key in the
+// Get reads the attempt log stored under key in the
 // relay_attempts bucket kv, and its revision (for a compare-and-set). A log
 // stored corrupt reads as empty.
-func Read(ctx context.Context, kv jetstream.KeyValue, key string) (Log, uint64, error) {
+func Get(ctx context.Context, kv jetstream.KeyValue, key string) (Log, uint64, error) {
 	e, err := kv.Get(ctx, key)
 	if err != nil {
 		return Log{}, 0, err
@@ -113,7 +113,7 @@ var ErrRaced = errors.New("it is being retried concurrently; try again")
 // Without create, a missing or unreadable log is an error.
 func Change(ctx context.Context, kv jetstream.KeyValue, key string, create bool, tries int, change func(l *Log, found bool) error) (Log, error) {
 	for range tries {
-		l, rev, rerr := Read(ctx, kv, key)
+		l, rev, rerr := Get(ctx, kv, key)
 		found := rerr == nil
 		if !found && !create {
 			return Log{}, rerr

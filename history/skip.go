@@ -134,7 +134,7 @@ func Heads(ctx context.Context, s *destination.Store, name string) ([]Head, erro
 			return nil, err
 		}
 		h := Head{Partition: i, Seq: seq, EventID: ev.ID, Key: ev.Key}
-		if l, _, err := Read(ctx, attempts, Key(name, ev.ID)); err == nil {
+		if l, _, err := Get(ctx, attempts, Key(name, ev.ID)); err == nil {
 			h.Attempts, h.Skip = l.Made, l.SkipAt(ev.Seq, ev.Origin)
 			h.LastAttempt, h.LastError, h.LastURL = l.last()
 		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {

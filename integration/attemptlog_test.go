@@ -57,14 +57,11 @@ func TestEventsShowAndAttemptsFromTheCLI(t *testing.T) {
 	show := func(id string) map[string]any {
 		t.Helper()
 		var v map[string]any
-		eventually(t, 30*time.Second, func() bool {
-			code, out := e.relayCLI("events", "show", id, "--json")
-			if code != 0 {
-				return false
-			}
-			require.NoError(t, json.Unmarshal([]byte(out), &v), out)
-			return len(v["destinations"].([]any)) > 0
-		}, "event %s in the delivery log", id)
+		e.waitIndexed(id)
+		code, out := e.relayCLI("events", "show", id, "--json")
+		require.Equal(t, 0, code, out)
+		require.NoError(t, json.Unmarshal([]byte(out), &v), out)
+		require.NotEmpty(t, v["destinations"], "event %s in the delivery log", id)
 		return v
 	}
 	state := func(v map[string]any) (string, []any) {
@@ -140,18 +137,17 @@ func TestDeliveryLogKeepsWithinItsSize(t *testing.T) {
 	}
 	rec.wait(t, n, anyOutcome, "%d delivered", n)
 	// The newest record is written: the one of the last event.
-	eventually(t, 30*time.Second, func() bool {
-		page, err := deliverylog.ReadAttempts(context.Background(), e.js, deliverylog.AttemptQuery{Limit: 1, EventID: last})
-		require.NoError(t, err)
-		return len(page.Attempts) == 1
-	}, "the last event's record written")
+	e.waitIndexed(last)
+	page, err := deliverylog.ReadAttempts(context.Background(), e.js, deliverylog.AttemptQuery{Limit: 1, EventID: last})
+	require.NoError(t, err)
+	require.Len(t, page.Attempts, 1, "the last event's record written")
 	ls, err := e.js.Stream(context.Background(), stream.LogStream)
 	require.NoError(t, err)
 	info, err := ls.Info(context.Background())
 	require.NoError(t, err)
 	require.LessOrEqual(t, info.State.Bytes, uint64(1<<20), "within its cap")
 	require.Greater(t, info.State.FirstSeq, uint64(1), "the oldest records went")
-	page, err := deliverylog.ReadAttempts(context.Background(), e.js, deliverylog.AttemptQuery{Dest: "chatty", Limit: 1000})
+	page, err = deliverylog.ReadAttempts(context.Background(), e.js, deliverylog.AttemptQuery{Dest: "chatty", Limit: 1000})
 	require.NoError(t, err)
 	require.Less(t, len(page.Attempts), n, "not every record is kept")
 	for i := 1; i < len(page.Attempts); i++ {

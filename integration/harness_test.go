@@ -229,11 +229,13 @@ func (o *outcomes) first(t testing.TB, f func(relay.Outcome) bool, format string
 
 // relaySignals are what every in-process relay of a test signals: the
 // router's and the unknown-destination check's progress as written to
-// relay_state, and the operator events published.
+// relay_state, the operator events published, and the events whose
+// delivery-log records are indexed.
 type relaySignals struct {
-	routed   *watched[routing.State]
-	checked  *watched[routing.CheckState]
-	opEvents *watched[string]
+	routed     *watched[routing.State]
+	checked    *watched[routing.CheckState]
+	opEvents   *watched[string]
+	logIndexed *watched[string]
 }
 
 // startRelay runs a replica in this process, as 'relay run' does
@@ -244,12 +246,14 @@ func (e *env) startRelay(mods ...func(*relay.Config)) (*outcomes, func()) {
 	e.t.Helper()
 	rec := &outcomes{newWatched[relay.Outcome]()}
 	if e.signals.routed == nil {
-		e.signals = relaySignals{routed: newWatched[routing.State](), checked: newWatched[routing.CheckState](), opEvents: newWatched[string]()}
+		e.signals = relaySignals{routed: newWatched[routing.State](), checked: newWatched[routing.CheckState](), opEvents: newWatched[string](),
+			logIndexed: newWatched[string]()}
 	}
 	var sigs relay.TestSignals
 	sigs.RouterWritten.Notify(e.signals.routed.add)
 	sigs.CheckWritten.Notify(e.signals.checked.add)
 	sigs.OpEvent.Notify(e.signals.opEvents.add)
+	sigs.LogIndexed.Notify(e.signals.logIndexed.add)
 	cfg := replica.Config{
 		JS:       e.js,
 		AllowNet: loopbackNets,
@@ -297,6 +301,21 @@ func (e *env) waitOpEvent(typ string) {
 	e.t.Helper()
 	require.NotNil(e.t, e.signals.opEvents, "waitOpEvent needs a relay of startRelay")
 	e.signals.opEvents.waitFor(e.t, func(all []string) bool { return slices.Contains(all, typ) }, "operator event %s published", typ)
+}
+
+// waitIndexed waits until an in-process relay indexed delivery-log records
+// of each event of ids: a lookup by id finds them from then on.
+func (e *env) waitIndexed(ids ...string) {
+	e.t.Helper()
+	require.NotNil(e.t, e.signals.logIndexed, "waitIndexed needs a relay of startRelay")
+	e.signals.logIndexed.waitFor(e.t, func(all []string) bool {
+		for _, id := range ids {
+			if !slices.Contains(all, id) {
+				return false
+			}
+		}
+		return true
+	}, "delivery-log records of %v indexed", ids)
 }
 
 // settled reports whether dest's consumer has nothing pending and nothing

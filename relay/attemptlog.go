@@ -43,7 +43,7 @@ func (r *Relay) attemptLog(ctx context.Context, ev event) history.Log {
 
 // readLog returns what is recorded for ev, and whether a record was found.
 func (r *Relay) readLog(ctx context.Context, ev event) (history.Log, bool) {
-	l, _, err := history.Read(ctx, r.attempts, historyKey(ev))
+	l, _, err := history.Get(ctx, r.attempts, historyKey(ev))
 	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		r.log.Warn("cannot read attempt history", "dest", ev.dest, "event_id", ev.id, "err", err)
 	}

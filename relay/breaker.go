@@ -172,15 +172,12 @@ func (r *Relay) applyPause(d destination.Destination) {
 	}
 }
 
-// emitOp publishes an operator event from relay's delivery path, logging a
-// failure (an operator event is never worth holding a delivery for).
+// emitOp queues an operator event for publishOps (an operator event is
+// never worth holding a delivery for). It waits only while the queue is
+// full.
 func (r *Relay) emitOp(ev opevent.Event) {
 	if r.cfg.NoOperatorEvents {
 		return
 	}
-	if err := opevent.Publish(context.Background(), r.cfg.JS, ev); err != nil {
-		r.log.Warn("cannot publish an operator event", "type", ev.Type, "id", ev.ID, "err", err)
-		return
-	}
-	r.signals.OpEvent.Signal(ev.Type)
+	r.ops <- ev
 }

@@ -16,6 +16,59 @@ import (
 	"github.com/relaydev/relay/stream"
 )
 
+// opsQueue is how many operator events may wait to be published; an
+// emitter waits while it is full.
+const opsQueue = 256
+
+// opPublishTimeout bounds the publish of one operator event, and opsDrain
+// the publish of those still queued when relay stops.
+const (
+	opPublishTimeout = 10 * time.Second
+	opsDrain         = 5 * time.Second
+)
+
+// startOps starts publishOps, and returns what stops it once no one emits
+// any more: the events still queued then get opsDrain to be published.
+func (r *Relay) startOps() (stop func()) {
+	stopping, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.publishOps(stopping)
+	}()
+	return func() {
+		t := time.AfterFunc(opsDrain, cancel)
+		defer t.Stop()
+		close(r.ops)
+		<-done
+		cancel()
+	}
+}
+
+// publishOps publishes the queued operator events in the order they were
+// emitted, until ops is closed and drained, logging those that could not
+// be (at most once a second, with a count).
+func (r *Relay) publishOps(stopping context.Context) {
+	failed, lastWarn := 0, time.Time{}
+	for ev := range r.ops {
+		ctx, cancel := context.WithTimeout(stopping, opPublishTimeout)
+		err := opevent.Publish(ctx, r.cfg.JS, ev)
+		cancel()
+		if err == nil {
+			r.signals.OpEvent.Signal(ev.Type)
+			continue
+		}
+		failed++
+		if now := time.Now(); now.Sub(lastWarn) >= time.Second {
+			r.log.Warn("cannot publish an operator event", "type", ev.Type, "id", ev.ID, "err", err, "failed_since_last_warning", failed)
+			failed, lastWarn = 0, now
+		}
+	}
+	if failed > 0 {
+		r.log.Warn("operator events not published when relay stopped", "count", failed)
+	}
+}
+
 // job's lease: one replica watches backlogs and dead letters.
 const OpsKey = "ops"
 

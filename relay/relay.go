@@ -27,6 +27,7 @@ import (
 	"github.com/relaydev/relay/internal/lease"
 	"github.com/relaydev/relay/internal/quiet"
 	"github.com/relaydev/relay/internal/spans"
+	"github.com/relaydev/relay/opevent"
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/stream"
 )
@@ -287,6 +288,10 @@ type Relay struct {
 	// parkWarn keeps "cannot park" to one warning per destination every
 	// 10s (relay_park_failures_total counts them all).
 	parkWarn quiet.Limiter
+	// ops queues the operator events of the delivery path and of the
+	// operations job for publishOps, so that no delivery waits for one to
+	// be stored.
+	ops chan opevent.Event
 
 	signals TestSignals
 	// opsLooks counts the operator-events job's looks at the backlogs
@@ -347,6 +352,7 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 		limits:       limits{byDest: map[string]*limit{}, replicas: 1},
 		parkWarn:     quiet.Limiter{Interval: 10 * time.Second},
 		tracer:       spans.Tracer(cfg.TracerProvider),
+		ops:          make(chan opevent.Event, opsQueue),
 	}
 	if cfg.TestSignals != nil {
 		r.signals = *cfg.TestSignals
@@ -360,6 +366,11 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 		}
 		if r.logw, err = deliverylog.NewWriter(cfg.JS.Conn(), cfg.Logger, cfg.Metrics, cfg.Now); err != nil {
 			return nil, err
+		}
+		r.logw.Indexed = func(ids []string) {
+			for _, id := range ids {
+				r.signals.LogIndexed.Signal(id)
+			}
 		}
 	} else {
 		r.sender.KeepBody = 0
@@ -405,6 +416,9 @@ func (r *Relay) Run(ctx context.Context) error {
 		go r.logw.Run()
 		defer r.logw.Close(deliverylog.FinishTimeout + time.Second)
 	}
+	// Before the first worker: any may emit an operator event.
+	stopOps := r.startOps()
+	defer stopOps()
 	r.reconcile(ctx)
 
 	id := replicaID()

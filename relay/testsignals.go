@@ -27,6 +27,10 @@ type TestSignals struct {
 	// OpEvent: an operator event of the delivery path or the operations
 	// job was published (stored); the value is its type.
 	OpEvent testsignal.Signal[string]
+	// LogIndexed: an event's records in the delivery log are indexed, so
+	// that a lookup by its id finds them; the value is its id (once per
+	// index batch that names it).
+	LogIndexed testsignal.Signal[string]
 }
 
 // Init makes every signal of a step record (not RouterWritten and
