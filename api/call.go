@@ -13,6 +13,7 @@ import (
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/tenant"
 )
 
 // needs are what a route's handler works on, checked and looked up before
@@ -33,6 +34,11 @@ const (
 	needSeq
 	// needEventID: the path's {id}, an event id (400 if it cannot be one).
 	needEventID
+	// needTenants: the tenant store (503 without one).
+	needTenants
+	// needTenant: the path's {tenant}, a tenant's id (404 if it cannot be
+	// one); the tenant store too.
+	needTenant
 )
 
 // call is one request to a route, as its handler takes it: what the route
@@ -48,6 +54,8 @@ type call struct {
 	name    string             // needName
 	seq     uint64             // needSeq
 	id      string             // needEventID
+	tenants *tenant.Store      // needTenants, needTenant
+	tenant  string             // needTenant; PUT /v1/tenants/{tenant} too
 
 	cancels []context.CancelFunc
 }
@@ -89,6 +97,18 @@ func (s *Server) handle(n needs, h func(*call)) http.HandlerFunc {
 				return
 			}
 			c.seq = seq
+		}
+		if n&(needTenants|needTenant) != 0 {
+			if c.tenants, ok = s.tenants(w); !ok {
+				return
+			}
+			c.tenant = r.PathValue("tenant")
+		}
+		if n&needTenant != 0 {
+			if err := tenant.ValidateID(c.tenant); err != nil {
+				problem(w, http.StatusNotFound, "", fmt.Sprintf("%v: %s", tenant.ErrNotFound, c.tenant))
+				return
+			}
 		}
 		if n&needEventID != 0 {
 			c.id = r.PathValue("id")

@@ -25,6 +25,7 @@ import (
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/tenant"
 )
 
 // OpenAPI is the API's OpenAPI 3.1 document, served at /v1/openapi.json;
@@ -46,7 +47,10 @@ type Config struct {
 	// DeadLetters is the dead-letter store. Optional: without it the
 	// dead-letter resources answer 503.
 	DeadLetters *dlq.Store
-	Logger      *slog.Logger
+	// Tenants is the tenant store. Optional: without it the tenant
+	// resources answer 503.
+	Tenants *tenant.Store
+	Logger  *slog.Logger
 	// MaxBody is the largest request body accepted, in bytes. Optional,
 	// default 1 MiB + 64 KiB (an event of relay run's default
 	// --max-event-size, and its JSON around it).
@@ -125,6 +129,10 @@ func NewServer(cfg Config) *Server {
 		{"GET /v1/dead-letters/{seq}/body", ScopeRead, needSeq, s.letterBody},
 		{"POST /v1/dead-letters/replay", ScopeAdmin, needLetters, s.replayLetters},
 		{"POST /v1/dead-letters/purge", ScopeAdmin, needLetters, s.purgeLetters},
+		{"GET /v1/tenants", ScopeRead, needTenants, s.listTenants},
+		{"PUT /v1/tenants/{tenant}", ScopeAdmin, needTenants, s.putTenant},
+		{"GET /v1/tenants/{tenant}", ScopeRead, needTenant, s.getTenant},
+		{"DELETE /v1/tenants/{tenant}", ScopeAdmin, needTenant, s.deleteTenant},
 	} {
 		s.mux.Handle(rt.pattern, s.auth(rt.scope, s.handle(rt.needs, rt.h)))
 	}
@@ -136,7 +144,7 @@ func NewServer(cfg Config) *Server {
 // path has, when it has some, else 404.
 func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
 	var allow []string
-	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPatch, http.MethodDelete} {
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 		probe := r.Clone(r.Context())
 		probe.Method = m
 		if _, pattern := s.mux.Handler(probe); pattern != "" && pattern != "/" {

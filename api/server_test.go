@@ -29,6 +29,7 @@ import (
 	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/streamtest"
+	"github.com/relaydev/relay/tenant"
 )
 
 // apiEnv is a real NATS server with relay's streams, the API over it, and
@@ -64,8 +65,10 @@ func startTracedAPI(t *testing.T, tp trace.TracerProvider) *apiEnv {
 	require.NoError(t, err)
 	letters, err := dlq.Open(ctx, srv.JS)
 	require.NoError(t, err)
+	tenants, err := tenant.Open(ctx, srv.JS, nil)
+	require.NoError(t, err)
 	logs := &lockedWriter{w: &bytes.Buffer{}, mu: &sync.Mutex{}}
-	h := NewServer(Config{JS: srv.JS, Keys: keys, Producer: prod, Dests: dests, DeadLetters: letters, MaxBody: 64 << 10, MaxBatchBody: 256 << 10,
+	h := NewServer(Config{JS: srv.JS, Keys: keys, Producer: prod, Dests: dests, DeadLetters: letters, Tenants: tenants, MaxBody: 64 << 10, MaxBatchBody: 256 << 10,
 		BodyTimeout: testBodyTimeout,
 		Logger:      slog.New(slog.NewTextHandler(logs, nil))})
 	hs := httptest.NewServer(h)

@@ -268,6 +268,8 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		{Bucket: OrderedBucket, Description: "relay: last event settled per ordered partition", History: 1, TTL: cfg.EventRetention, Storage: jetstream.FileStorage, Replicas: cfg.Replicas},
 		// The HTTP API's keys: a hash of each, never the key.
 		{Bucket: KeysBucket, Description: "relay API keys (hashes)", History: 1, Storage: jetstream.FileStorage, Replicas: cfg.Replicas},
+		// The tenants: one record per tenant, keyed by its id.
+		{Bucket: TenantsBucket, Description: "relay tenants", History: 1, Storage: jetstream.FileStorage, Replicas: cfg.Replicas},
 	}
 	for _, kc := range kvs {
 		if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {

@@ -59,6 +59,7 @@ const (
 	StateBucket    = "relay_state"
 	OrderedBucket  = "relay_ordered"
 	KeysBucket     = "relay_api_keys"
+	TenantsBucket  = "relay_tenants"
 )
 
 var destNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,6 +32,7 @@ import (
 	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream/streamtest"
+	"github.com/relaydev/relay/tenant"
 )
 
 // env is a real NATS server with relay's streams, the API over it, a relay
@@ -44,6 +46,45 @@ type env struct {
 	publish *Client
 	// keys by scope, to build other clients.
 	keys map[api.Scope]string
+	// indexed are the events whose delivery-log records the relay indexed.
+	indexed *indexedIDs
+}
+
+// indexedIDs are the event ids relay signalled indexed in the delivery log
+// (TestSignals.LogIndexed).
+type indexedIDs struct {
+	mu      sync.Mutex
+	seen    map[string]bool
+	changed chan struct{} // closed, and replaced, at each add
+}
+
+func (x *indexedIDs) add(id string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.seen[id] = true
+	close(x.changed)
+	x.changed = make(chan struct{})
+}
+
+// waitIndexed waits until relay indexed records of each of ids: a lookup
+// by event id (Event) finds them from then on.
+func (e *env) waitIndexed(ids ...string) {
+	e.t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		e.indexed.mu.Lock()
+		missing := slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return e.indexed.seen[id] })
+		changed := e.indexed.changed
+		e.indexed.mu.Unlock()
+		if len(missing) == 0 {
+			return
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			e.t.Fatalf("delivery-log records of %v not indexed within 30s", missing)
+		}
+	}
 }
 
 func setup(t *testing.T) *env {
@@ -58,13 +99,18 @@ func setup(t *testing.T) *env {
 	require.NoError(t, err)
 	letters, err := dlq.Open(ctx, srv.JS)
 	require.NoError(t, err)
+	tenants, err := tenant.Open(ctx, srv.JS, nil)
+	require.NoError(t, err)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	hs := httptest.NewServer(api.NewServer(api.Config{JS: srv.JS, Keys: keys, Producer: prod, Dests: dests, DeadLetters: letters,
+	hs := httptest.NewServer(api.NewServer(api.Config{JS: srv.JS, Keys: keys, Producer: prod, Dests: dests, DeadLetters: letters, Tenants: tenants,
 		MaxBody: 64 << 10, MaxBatchBody: 256 << 10, Logger: logger}))
 	t.Cleanup(hs.Close)
 
 	runCtx, cancel := context.WithCancel(context.Background())
-	r, err := relay.New(runCtx, relay.Config{JS: srv.JS, Logger: logger,
+	indexed := &indexedIDs{seen: map[string]bool{}, changed: make(chan struct{})}
+	var sigs relay.TestSignals
+	sigs.LogIndexed.Notify(indexed.add)
+	r, err := relay.New(runCtx, relay.Config{JS: srv.JS, Logger: logger, TestSignals: &sigs,
 		HTTPClient: egress.NewClient(egress.Options{Guard: egress.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})})
 	require.NoError(t, err)
 	done := make(chan error, 1)
@@ -74,7 +120,7 @@ func setup(t *testing.T) *env {
 		require.NoError(t, <-done)
 	})
 
-	e := &env{t: t, url: hs.URL, sink: newSink(t), keys: map[api.Scope]string{}}
+	e := &env{t: t, url: hs.URL, sink: newSink(t), keys: map[api.Scope]string{}, indexed: indexed}
 	for _, s := range []api.Scope{api.ScopePublish, api.ScopeRead, api.ScopeAdmin} {
 		e.keys[s], _, err = keys.Create(ctx, "key-"+string(s), s)
 		require.NoError(t, err)

@@ -83,6 +83,7 @@ func TestPublishAndFollowTheDelivery(t *testing.T) {
 	}
 	require.Equal(t, 1, n, "the iterator stops when the loop does")
 
+	e.waitIndexed("evt-1", "evt-2", "evt-3")
 	v, err := e.read.Event(ctx, "evt-1")
 	require.NoError(t, err)
 	require.Equal(t, "evt-1", v.ID)

@@ -64,6 +64,9 @@ func TestTypesMirrorTheDocument(t *testing.T) {
 		"AttemptPage":       reflect.TypeFor[AttemptPage](),
 		"EventView":         reflect.TypeFor[EventView](),
 		"Retrying":          reflect.TypeFor[Retrying](),
+		"Tenant":            reflect.TypeFor[Tenant](),
+		"TenantChange":      reflect.TypeFor[TenantChange](),
+		"TenantPage":        reflect.TypeFor[TenantPage](),
 		// The body of PublishBatch, built from its []NewEvent.
 		"NewEventBatch": nil,
 	}

@@ -79,6 +79,7 @@ func App(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			attemptsCommand(),
 			eventsCommand(),
 			apiKeyCommand(),
+			tenantCommand(),
 			sinkCommand(),
 			docsCommand(),
 		}, ""),

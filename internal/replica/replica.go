@@ -37,6 +37,7 @@ import (
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/embedded"
+	"github.com/relaydev/relay/tenant"
 	"github.com/relaydev/relay/ui"
 )
 
@@ -478,8 +479,14 @@ func (r *Replica) serveAPI(ctx context.Context, secretKey destination.StoreOptio
 		ln.Close()
 		return err
 	}
+	tenants, err := tenant.Open(ctx, js, nil)
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	limits := cfg.apiLimits()
-	apiSrv := api.NewServer(api.Config{JS: js, Keys: keys, Producer: prod, Dests: dests, DeadLetters: letters.WithTracerProvider(tp), Logger: log, BodyTimeout: limits.bodyTimeout})
+	apiSrv := api.NewServer(api.Config{JS: js, Keys: keys, Producer: prod, Dests: dests, DeadLetters: letters.WithTracerProvider(tp), Tenants: tenants,
+		Logger: log, BodyTimeout: limits.bodyTimeout})
 	dash, err := ui.New(ctx, ui.Config{API: apiSrv, JS: js, Secure: cfg.APITLSCert != "", Logger: log})
 	if err != nil {
 		ln.Close()

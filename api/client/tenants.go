@@ -1,0 +1,79 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// Tenant is one of the operator's customers (the Tenant schema).
+type Tenant struct {
+	ID        string            `json:"id"`
+	Name      string            `json:"name,omitempty"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	CreatedAt time.Time         `json:"created_at"`
+	UpdatedAt time.Time         `json:"updated_at"`
+}
+
+// TenantChange is what PutTenant sets: the name and metadata replace what
+// the tenant had (the TenantChange schema).
+type TenantChange struct {
+	Name     string            `json:"name,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// TenantPage is a page of ListTenants (the TenantPage schema): Next is the
+// cursor of the next page, empty on the last.
+type TenantPage struct {
+	Tenants []Tenant `json:"tenants"`
+	Next    string   `json:"next,omitempty"`
+}
+
+func tenantPath(id string) string { return "/tenants/" + url.PathEscape(id) }
+
+// PutTenant creates the tenant id, or replaces its name and metadata
+// (putTenant, an upsert); created says which. Scope: admin.
+func (c *Client) PutTenant(ctx context.Context, id string, change TenantChange) (t Tenant, created bool, err error) {
+	resp, err := c.send(ctx, request{method: http.MethodPut, path: tenantPath(id), body: change})
+	if err != nil {
+		return Tenant{}, false, err
+	}
+	defer resp.Body.Close()
+	if err := decodeJSON(resp.Body, &t); err != nil {
+		return Tenant{}, false, fmt.Errorf("relay client: PUT %s: decode the answer: %w", resp.Request.URL.Path, err)
+	}
+	return t, resp.StatusCode == http.StatusCreated, nil
+}
+
+// Tenant returns one tenant (getTenant); IsNotFound when there is none.
+// Scope: read.
+func (c *Client) Tenant(ctx context.Context, id string) (Tenant, error) {
+	var out Tenant
+	err := c.do(ctx, request{method: http.MethodGet, path: tenantPath(id)}, &out)
+	return out, err
+}
+
+// ListTenants returns up to limit tenants (0: the server's default, 100)
+// whose ids sort after after (empty: from the first), in the order of
+// their ids (listTenants). Scope: read.
+func (c *Client) ListTenants(ctx context.Context, after string, limit int) (TenantPage, error) {
+	q := url.Values{}
+	if after != "" {
+		q.Set("after", after)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var out TenantPage
+	err := c.do(ctx, request{method: http.MethodGet, path: "/tenants", query: q}, &out)
+	return out, err
+}
+
+// DeleteTenant removes a tenant's record (deleteTenant); IsNotFound when
+// there is none. Scope: admin.
+func (c *Client) DeleteTenant(ctx context.Context, id string) error {
+	return c.do(ctx, request{method: http.MethodDelete, path: tenantPath(id)}, nil)
+}

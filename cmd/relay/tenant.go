@@ -1,0 +1,253 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/relaydev/relay/tenant"
+)
+
+func tenantCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "tenant",
+		Usage: "manage tenants: the operator's customers, each with its own destinations (docs/tenants.md)",
+		Subcommands: []*cli.Command{
+			{
+				Name:      "put",
+				Usage:     "create the tenant ID, or replace its name and metadata (an upsert)",
+				ArgsUsage: "ID",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "name", Usage: "the tenant's name, for people"},
+					&cli.GenericFlag{Name: "metadata", Value: &listValue{}, Usage: "KEY=VALUE kept with the tenant (repeatable; a value may hold commas)"},
+					&cli.BoolFlag{Name: "json", Usage: "print the tenant as JSON"},
+				},
+				Action: action(readTenantPut),
+			},
+			{
+				Name:      "get",
+				Usage:     "show a tenant",
+				ArgsUsage: "ID",
+				Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print it as JSON"}},
+				Action:    action(readTenantGet),
+			},
+			{
+				Name:   "list",
+				Usage:  "list the tenants, in the order of their ids",
+				Flags:  []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "one JSON object per line"}},
+				Action: action(readTenantList),
+			},
+			{
+				Name:      "delete",
+				Usage:     "remove a tenant's record",
+				ArgsUsage: "ID",
+				Action:    action(readTenantDelete),
+			},
+		},
+	}
+}
+
+// openTenants is dial, then the tenant store.
+func (e *env) openTenants(ctx context.Context) (context.Context, *client, *tenant.Store, error) {
+	ctx, cl, err := e.dial(ctx, 30*time.Second)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	s, err := tenant.Open(ctx, cl.js, nil)
+	if err != nil {
+		cl.close()
+		return nil, nil, nil, err
+	}
+	return ctx, cl, s, nil
+}
+
+// tenantUsage makes a tenant's invalid field a usage error naming its flag.
+func tenantUsage(err error) error {
+	var fe *tenant.FieldError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	flag := "--" + fe.Field
+	switch {
+	case fe.Field == "id":
+		return usagef("%s", fe.Reason)
+	case strings.HasPrefix(fe.Field, "metadata."):
+		flag = "--metadata " + strings.TrimPrefix(fe.Field, "metadata.")
+	}
+	return usagef("%s: %s", flag, fe.Reason)
+}
+
+type tenantPutOpts struct {
+	cmdLine
+	name     string
+	metadata *[]string
+	json     bool
+
+	t tenant.Tenant // Validate
+}
+
+func readTenantPut(c *cli.Context) *tenantPutOpts {
+	return &tenantPutOpts{cmdLine: readCmdLine(c), name: c.String("name"), metadata: listOf(c, "metadata"), json: c.Bool("json")}
+}
+
+func (o *tenantPutOpts) Validate() error {
+	id, err := o.oneArg("ID")
+	if err != nil {
+		return err
+	}
+	o.t = tenant.Tenant{ID: id, Name: o.name}
+	if o.metadata != nil {
+		o.t.Metadata = map[string]string{}
+		for _, kv := range *o.metadata {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok {
+				return usagef("--metadata %q: give KEY=VALUE", kv)
+			}
+			if _, dup := o.t.Metadata[k]; dup {
+				return usagef("--metadata %s given twice", k)
+			}
+			o.t.Metadata[k] = v
+		}
+	}
+	return tenantUsage(o.t.Validate())
+}
+
+func (o *tenantPutOpts) Run(ctx context.Context, e *env) error {
+	ctx, cl, s, err := e.openTenants(ctx)
+	if err != nil {
+		return err
+	}
+	defer cl.close()
+	t, created, err := s.Put(ctx, o.t)
+	if err != nil {
+		return tenantUsage(err)
+	}
+	if o.json {
+		return jsonLines(e.out, []tenant.Tenant{t}, func(t tenant.Tenant) any { return t })
+	}
+	verb := "updated"
+	if created {
+		verb = "created"
+	}
+	fmt.Fprintf(e.out, "%s tenant %s\n", verb, t.ID)
+	return nil
+}
+
+type tenantGetOpts struct {
+	cmdLine
+	json bool
+	id   string // Validate
+}
+
+func readTenantGet(c *cli.Context) *tenantGetOpts {
+	return &tenantGetOpts{cmdLine: readCmdLine(c), json: c.Bool("json")}
+}
+
+func (o *tenantGetOpts) Validate() (err error) {
+	o.id, err = o.oneArg("ID")
+	return err
+}
+
+func (o *tenantGetOpts) Run(ctx context.Context, e *env) error {
+	ctx, cl, s, err := e.openTenants(ctx)
+	if err != nil {
+		return err
+	}
+	defer cl.close()
+	t, err := s.Get(ctx, o.id)
+	if err != nil {
+		return err
+	}
+	if o.json {
+		return jsonLines(e.out, []tenant.Tenant{t}, func(t tenant.Tenant) any { return t })
+	}
+	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "id\t%s\nname\t%s\ncreated\t%s\nupdated\t%s\n", t.ID, t.Name, t.CreatedAt.Format(time.RFC3339), t.UpdatedAt.Format(time.RFC3339))
+	for _, k := range slices.Sorted(maps.Keys(t.Metadata)) {
+		fmt.Fprintf(tw, "metadata %s\t%s\n", k, t.Metadata[k])
+	}
+	return tw.Flush()
+}
+
+type tenantListOpts struct {
+	cmdLine
+	json bool
+}
+
+func readTenantList(c *cli.Context) *tenantListOpts {
+	return &tenantListOpts{cmdLine: readCmdLine(c), json: c.Bool("json")}
+}
+
+func (o *tenantListOpts) Validate() error {
+	return o.noArgs("tenant list takes no arguments")
+}
+
+func (o *tenantListOpts) Run(ctx context.Context, e *env) error {
+	ctx, cl, s, err := e.openTenants(ctx)
+	if err != nil {
+		return err
+	}
+	defer cl.close()
+	var tw *tabwriter.Writer
+	if !o.json {
+		tw = tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tNAME\tCREATED")
+	}
+	for after := ""; ; {
+		page, next, err := s.List(ctx, after, 1000)
+		if err != nil {
+			return err
+		}
+		if o.json {
+			if err := jsonLines(e.out, page, func(t tenant.Tenant) any { return t }); err != nil {
+				return err
+			}
+		} else {
+			for _, t := range page {
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", t.ID, t.Name, t.CreatedAt.Format(time.RFC3339))
+			}
+		}
+		if next == "" {
+			break
+		}
+		after = next
+	}
+	if tw != nil {
+		return tw.Flush()
+	}
+	return nil
+}
+
+type tenantDeleteOpts struct {
+	cmdLine
+	id string // Validate
+}
+
+func readTenantDelete(c *cli.Context) *tenantDeleteOpts {
+	return &tenantDeleteOpts{cmdLine: readCmdLine(c)}
+}
+
+func (o *tenantDeleteOpts) Validate() (err error) {
+	o.id, err = o.oneArg("ID")
+	return err
+}
+
+func (o *tenantDeleteOpts) Run(ctx context.Context, e *env) error {
+	ctx, cl, s, err := e.openTenants(ctx)
+	if err != nil {
+		return err
+	}
+	defer cl.close()
+	if err := s.Delete(ctx, o.id); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.out, "deleted tenant %s\n", o.id)
+	return nil
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/relaydev/relay/tenant"
+)
+
+// Not parallel, as every test of Main.
+func TestTenantPutGetListDelete(t *testing.T) {
+	b := setup(t)
+	code, out, errs := b.cli(t, "", "tenant", "put", "acme", "--name", "Acme", "--metadata", "plan=pro", "--metadata", "region=eu,west")
+	require.Equal(t, 0, code, errs)
+	require.Equal(t, "created tenant acme\n", out)
+
+	s, err := tenant.Open(context.Background(), b.js, nil)
+	require.NoError(t, err)
+	got, err := s.Get(context.Background(), "acme")
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"plan": "pro", "region": "eu,west"}, got.Metadata, "stored as given")
+
+	code, out, errs = b.cli(t, "", "tenant", "put", "acme", "--name", "Acme Corp", "--json")
+	require.Equal(t, 0, code, errs)
+	var js map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &js), out)
+	require.Equal(t, "Acme Corp", js["name"])
+	require.Nil(t, js["metadata"], "put replaces the metadata")
+
+	code, out, errs = b.cli(t, "", "tenant", "get", "acme")
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "Acme Corp")
+
+	code, _, errs = b.cli(t, "", "tenant", "put", "beta")
+	require.Equal(t, 0, code, errs)
+	code, out, errs = b.cli(t, "", "tenant", "list")
+	require.Equal(t, 0, code, errs)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 3, out)
+	require.True(t, strings.HasPrefix(lines[1], "acme "), out)
+	require.True(t, strings.HasPrefix(lines[2], "beta "), out)
+	code, out, _ = b.cli(t, "", "tenant", "list", "--json")
+	require.Equal(t, 0, code)
+	require.Len(t, strings.Split(strings.TrimSpace(out), "\n"), 2, out)
+
+	code, out, errs = b.cli(t, "", "tenant", "delete", "acme")
+	require.Equal(t, 0, code, errs)
+	require.Equal(t, "deleted tenant acme\n", out)
+	code, _, errs = b.cli(t, "", "tenant", "get", "acme")
+	require.Equal(t, 1, code)
+	require.Contains(t, errs, "no such tenant: acme")
+	code, _, errs = b.cli(t, "", "tenant", "delete", "acme")
+	require.Equal(t, 1, code)
+	require.Contains(t, errs, "no such tenant: acme")
+}
+
+func TestTenantBadInputExits2(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"tenant", "put"}, "ID"},
+		{[]string{"tenant", "put", "acme.corp"}, "invalid tenant id"},
+		{[]string{"tenant", "put", "acme", "--name", strings.Repeat("n", 257)}, "--name"},
+		{[]string{"tenant", "put", "acme", "--metadata", "plan"}, "KEY=VALUE"},
+		{[]string{"tenant", "put", "acme", "--metadata", "a=1", "--metadata", "a=2"}, "given twice"},
+		{[]string{"tenant", "put", "acme", "--metadata", "plan=" + strings.Repeat("v", 513)}, "--metadata plan"},
+		{[]string{"tenant", "get"}, "ID"},
+		{[]string{"tenant", "list", "extra"}, "no arguments"},
+	} {
+		var out, errb strings.Builder
+		// No server: bad input is refused before connecting.
+		code := Main(append([]string{"relay", "--nats-url", "nats://127.0.0.1:1"}, tc.args...), strings.NewReader(""), &out, &errb)
+		require.Equal(t, 2, code, "%v: %s", tc.args, errb.String())
+		require.Contains(t, errb.String(), tc.want, tc.args)
+	}
+}
