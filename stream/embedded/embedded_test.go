@@ -185,10 +185,9 @@ func TestClusterSecretKeepsOutAServerWithoutIt(t *testing.T) {
 	b, blog := node("b", pb, secret, pa)
 	require.Eventually(t, func() bool { return a.NumRoutes() > 0 && b.NumRoutes() > 0 }, time.Minute, 10*time.Millisecond,
 		"the nodes that share the secret form a cluster")
-	routes := a.NumRoutes()
 
-	for _, wrong := range []string{"another-secret-0123456789", ""} {
-		_, clog := node("c"+wrong, freePort(t), wrong, pa)
+	for i, wrong := range []string{"another-secret-0123456789", ""} {
+		c, clog := node(fmt.Sprintf("c%d", i), freePort(t), wrong, pa)
 		// a refuses c's route, and c hears why.
 		for refused := false; !refused; {
 			select {
@@ -198,7 +197,12 @@ func TestClusterSecretKeepsOutAServerWithoutIt(t *testing.T) {
 				t.Fatalf("no refusal in c's log:\n%s", clog.all())
 			}
 		}
-		require.Equal(t, routes, a.NumRoutes(), "c did not join")
+		require.Zero(t, c.NumRoutes(), "c has no route")
+		rz, err := a.Routez(nil)
+		require.NoError(t, err)
+		for _, r := range rz.Routes {
+			require.Equal(t, "b", r.RemoteName, "a's routes are to b only")
+		}
 		require.NotContains(t, clog.all(), secret)
 	}
 	require.NotContains(t, alog.all()+blog.all(), secret, "the secret is not logged")
