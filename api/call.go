@@ -11,6 +11,7 @@ import (
 
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/eventtype"
 	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/tenant"
@@ -39,6 +40,8 @@ const (
 	// needTenant: the path's {tenant}, a tenant's id (404 if it cannot be
 	// one); the tenant store too.
 	needTenant
+	// needTypes: the event-type catalog's store (503 without one).
+	needTypes
 )
 
 // call is one request to a route, as its handler takes it: what the route
@@ -56,6 +59,7 @@ type call struct {
 	id      string             // needEventID
 	tenants *tenant.Store      // needTenants, needTenant
 	tenant  string             // needTenant; PUT /v1/tenants/{tenant} too
+	types   *eventtype.Store   // needTypes
 
 	cancels []context.CancelFunc
 }
@@ -107,6 +111,11 @@ func (s *Server) handle(n needs, h func(*call)) http.HandlerFunc {
 		if n&needTenant != 0 {
 			if err := tenant.ValidateID(c.tenant); err != nil {
 				problem(w, http.StatusNotFound, "", fmt.Sprintf("%v: %s", tenant.ErrNotFound, c.tenant))
+				return
+			}
+		}
+		if n&needTypes != 0 {
+			if c.types, ok = s.eventTypes(w); !ok {
 				return
 			}
 		}

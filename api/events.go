@@ -117,6 +117,10 @@ func (s *Server) publish(c *call) {
 		c.problem(http.StatusUnprocessableEntity, field, err.Error())
 		return
 	}
+	if field, err := s.checkSchema(ev); err != nil {
+		c.problem(http.StatusUnprocessableEntity, field, err.Error())
+		return
+	}
 	res, err := s.cfg.Producer.Publish(c.tracedWithin(10*time.Second), ev.event(c))
 	if err != nil {
 		publishProblem(c.w, "", err)
@@ -167,7 +171,11 @@ func (s *Server) publishBatch(c *call) {
 	}
 	evs := make([]publish.Event, len(body.Events))
 	for i, ev := range body.Events {
-		if field, err := ev.check(); err != nil {
+		field, err := ev.check()
+		if err == nil {
+			field, err = s.checkSchema(ev)
+		}
+		if err != nil {
 			c.problem(http.StatusUnprocessableEntity, fmt.Sprintf("events[%d].%s", i, field), fmt.Sprintf("event %d: %v; nothing was published", i, err))
 			return
 		}

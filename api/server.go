@@ -23,6 +23,7 @@ import (
 
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/eventtype"
 	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/tenant"
@@ -50,6 +51,12 @@ type Config struct {
 	// Tenants is the tenant store. Optional: without it the tenant
 	// resources answer 503.
 	Tenants *tenant.Store
+	// EventTypes is the event-type catalog's store. Optional: without it
+	// the event-type resources answer 503.
+	EventTypes *eventtype.Store
+	// Catalog checks typed events against their type's schema as they are
+	// published. Optional: without it nothing is checked.
+	Catalog *eventtype.Catalog
 	Logger  *slog.Logger
 	// MaxBody is the largest request body accepted, in bytes. Optional,
 	// default 1 MiB + 64 KiB (an event of relay run's default
@@ -129,6 +136,10 @@ func NewServer(cfg Config) *Server {
 		{"GET /v1/dead-letters/{seq}/body", ScopeRead, needSeq, s.letterBody},
 		{"POST /v1/dead-letters/replay", ScopeAdmin, needLetters, s.replayLetters},
 		{"POST /v1/dead-letters/purge", ScopeAdmin, needLetters, s.purgeLetters},
+		{"GET /v1/event-types", ScopeRead, needTypes, s.listEventTypes},
+		{"PUT /v1/event-types/{type}", ScopeAdmin, needTypes, s.putEventType},
+		{"GET /v1/event-types/{type}", ScopeRead, needTypes, s.getEventType},
+		{"DELETE /v1/event-types/{type}", ScopeAdmin, needTypes, s.deleteEventType},
 		{"GET /v1/tenants", ScopeRead, needTenants, s.listTenants},
 		{"PUT /v1/tenants/{tenant}", ScopeAdmin, needTenants, s.putTenant},
 		{"GET /v1/tenants/{tenant}", ScopeRead, needTenant, s.getTenant},

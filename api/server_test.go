@@ -26,6 +26,7 @@ import (
 
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/eventtype"
 	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/streamtest"
@@ -67,8 +68,13 @@ func startTracedAPI(t *testing.T, tp trace.TracerProvider) *apiEnv {
 	require.NoError(t, err)
 	tenants, err := tenant.Open(ctx, srv.JS, nil)
 	require.NoError(t, err)
+	types, err := eventtype.Open(ctx, srv.JS, nil)
+	require.NoError(t, err)
+	catalog, err := eventtype.WatchCatalog(ctx, srv.JS, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	t.Cleanup(catalog.Stop)
 	logs := &lockedWriter{w: &bytes.Buffer{}, mu: &sync.Mutex{}}
-	h := NewServer(Config{JS: srv.JS, Keys: keys, Producer: prod, Dests: dests, DeadLetters: letters, Tenants: tenants, MaxBody: 64 << 10, MaxBatchBody: 256 << 10,
+	h := NewServer(Config{JS: srv.JS, Keys: keys, Producer: prod, Dests: dests, DeadLetters: letters, Tenants: tenants, EventTypes: types, Catalog: catalog, MaxBody: 64 << 10, MaxBatchBody: 256 << 10,
 		BodyTimeout: testBodyTimeout,
 		Logger:      slog.New(slog.NewTextHandler(logs, nil))})
 	hs := httptest.NewServer(h)

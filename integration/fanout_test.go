@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/eventtype"
 	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/routing"
@@ -426,4 +428,41 @@ func TestSpoofedOperatorTypeIsNotRouted(t *testing.T) {
 	require.EqualValues(t, 1, e.routerState().Copies, "one copy: the genuine event's")
 	eventually(t, time.Minute, func() bool { return all.delivered()[id] > 0 }, "the genuine event delivered")
 	require.Equal(t, []string{id}, keys(all.delivered()), "only the genuine event reached the subscriber")
+}
+
+// A typed event published over NATS that does not satisfy its type's
+// schema is not copied: each subscriber has a dead letter, reason
+// schema_mismatch, naming the value at fault; one that satisfies it is
+// delivered; a type without a schema is not checked.
+func TestTypedEventAgainstItsSchemaOverNATS(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	crm, audit := newSink(t, nil), newSink(t, nil)
+	e.addDest(destination.Destination{Name: "crm", URL: crm.URL, Types: []string{"order.*"}})
+	e.addDest(destination.Destination{Name: "audit", URL: audit.URL, Types: []string{">"}})
+	types, err := eventtype.Open(context.Background(), e.js, nil)
+	require.NoError(t, err)
+	_, _, err = types.Put(context.Background(), eventtype.EventType{Type: "order.created",
+		Schema: json.RawMessage(`{"type":"object","required":["id"],"properties":{"id":{"type":"string"}}}`)})
+	require.NoError(t, err)
+	rec, _ := e.startRelay() // loads the catalog as it starts
+
+	good := e.publishType("order.created", "", `{"id":"o-1"}`).ID
+	bad := e.publishType("order.created", "", `{"id":7}`).ID
+	unchecked := e.publishType("order.paid", "", `{"id":7}`).ID
+	rec.wait(t, 2, func(o relay.Outcome) bool { return o.EventID == bad && o.Decision.Reason == relay.ReasonSchemaMismatch },
+		"the mismatched event dead-lettered for both subscribers")
+	eventually(t, time.Minute, func() bool {
+		return crm.delivered()[good] == 1 && audit.delivered()[good] == 1 && crm.delivered()[unchecked] == 1
+	}, "the others delivered")
+	require.Zero(t, crm.delivered()[bad])
+	require.Zero(t, audit.delivered()[bad])
+	for _, dest := range []string{"crm", "audit"} {
+		ls := e.deadLetters(dest)
+		require.Len(t, ls, 1, dest)
+		require.Equal(t, relay.ReasonSchemaMismatch, ls[0].Reason)
+		require.Equal(t, bad, ls[0].EventID)
+		require.Contains(t, ls[0].Note, "/id", "the note names the value at fault")
+		require.Zero(t, ls[0].Attempts)
+	}
 }

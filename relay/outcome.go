@@ -190,11 +190,15 @@ const (
 	// event (a missing key, a value of the wrong type, a limit); the
 	// letter's note is why. Fix the template and replay the letter.
 	ReasonTemplateError = "template_error"
+	// ReasonSchemaMismatch: a typed event published over NATS does not
+	// satisfy its type's schema in the catalog; the letter's note says
+	// where. Fix the schema or the producer, and replay the letter.
+	ReasonSchemaMismatch = "schema_mismatch"
 )
 
 // Reasons returns all the reasons an event is dead-lettered for.
 func Reasons() []string {
-	return []string{ReasonMaxAttempts, ReasonPermanentStatus, ReasonRedirect, ReasonUnknownDestination, ReasonBlockedAddress, ReasonSkipped, ReasonInvalidEvent, ReasonCorruptParkedEntry, ReasonFilterError, ReasonTemplateError}
+	return []string{ReasonMaxAttempts, ReasonPermanentStatus, ReasonRedirect, ReasonUnknownDestination, ReasonBlockedAddress, ReasonSkipped, ReasonInvalidEvent, ReasonCorruptParkedEntry, ReasonFilterError, ReasonTemplateError, ReasonSchemaMismatch}
 }
 
 // Decision is what Decide chose for a delivery.

@@ -24,6 +24,7 @@ import (
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/egress"
+	"github.com/relaydev/relay/eventtype"
 	"github.com/relaydev/relay/internal/lease"
 	"github.com/relaydev/relay/internal/quiet"
 	"github.com/relaydev/relay/internal/spans"
@@ -112,6 +113,10 @@ type Config struct {
 	alertWindow, opsEvery time.Duration
 	// checkListMax replaces checkListMax (tests).
 	checkListMax int
+	// Catalog checks typed events against their type's schema as they are
+	// routed: one that does not satisfy it is dead-lettered for each
+	// subscriber (ReasonSchemaMismatch). Optional: nil checks nothing.
+	Catalog *eventtype.Catalog
 	// OnDelivery, when set, is called after every attempt's decision has been
 	// carried out (for tests and metrics).
 	OnDelivery func(Outcome)

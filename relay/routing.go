@@ -14,15 +14,26 @@ import (
 // deadLetterTooLarge dead-letters the copy of p for dest, which the events
 // stream refused as too large.
 func (r *Relay) deadLetterTooLarge(ctx context.Context, p routing.Routed, dest string, cause error) {
+	r.deadLetterCopy(ctx, p, dest, ReasonInvalidEvent, "too large to copy for this destination once relay's headers are added: "+cause.Error())
+}
+
+// deadLetterMismatch dead-letters typed event p for its subscriber dest:
+// its body does not satisfy its type's schema (cause says where).
+func (r *Relay) deadLetterMismatch(ctx context.Context, p routing.Routed, dest string, cause error) {
+	r.deadLetterCopy(ctx, p, dest, ReasonSchemaMismatch, "does not satisfy the schema of event type "+p.Envelope.Type+": "+cause.Error())
+}
+
+// deadLetterCopy dead-letters typed event p for its subscriber dest, which
+// gets no copy of it, for reason.
+func (r *Relay) deadLetterCopy(ctx context.Context, p routing.Routed, dest, reason, note string) {
 	subject := stream.InSubject(dest, p.Envelope.Key)
 	ev := event{dest: dest, id: p.Envelope.ID, typ: p.Envelope.Type, seq: p.Seq, subject: subject, body: p.Envelope.Body, hdr: p.Envelope.Header(stream.Routed, r.seal)}
-	out := Outcome{Dest: dest, EventID: p.Envelope.ID, Seq: p.Seq, Decision: Decision{Action: DeadLetter, Reason: ReasonInvalidEvent,
-		Note: "too large to copy for this destination once relay's headers are added: " + cause.Error()}}
+	out := Outcome{Dest: dest, EventID: p.Envelope.ID, Seq: p.Seq, Decision: Decision{Action: DeadLetter, Reason: reason, Note: note}}
 	if err := r.writeDeadLetter(ctx, ev, 0, &out); err != nil {
 		if errors.Is(err, dlq.ErrPermanent) {
 			r.deadLetterFailed(ctx, ev, out.Decision.Reason, err)
 		} else {
-			r.log.Error("cannot dead-letter a typed event too large to copy; it is not delivered to this destination", "dest", dest, "event_id", p.Envelope.ID, "seq", p.Seq, "err", err)
+			r.log.Error("cannot dead-letter a typed event; it is not delivered to this destination", "reason", reason, "dest", dest, "event_id", p.Envelope.ID, "seq", p.Seq, "err", err)
 		}
 		out.Err = err
 	}
@@ -36,6 +47,7 @@ func (r *Relay) deadLetterTooLarge(ctx context.Context, p routing.Routed, dest s
 func (r *Relay) runRouter(ctx context.Context, id string) {
 	routing.RunRouter(ctx, routing.RouterConfig{JS: r.cfg.JS, ID: id, Store: r.store, Dests: r.dests, Seal: r.seal, Log: r.log, Now: r.cfg.Now,
 		Takeover: r.cfg.CheckTakeover, Metrics: r.cfg.Metrics, Recorded: r.recordRouting, TooLarge: r.deadLetterTooLarge,
+		Catalog: r.cfg.Catalog, Mismatched: r.deadLetterMismatch,
 		Written: func(st routing.State) { r.signals.RouterWritten.Signal(st) }})
 }
 

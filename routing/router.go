@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaydev/relay/destination"
+	"github.com/relaydev/relay/eventtype"
 	"github.com/relaydev/relay/internal/lease"
 	"github.com/relaydev/relay/stream"
 )
@@ -197,6 +198,12 @@ type RouterConfig struct {
 	// TooLarge dead-letters the copy of p for dest, which the events
 	// stream refused as too large.
 	TooLarge func(ctx context.Context, p Routed, dest string, cause error)
+	// Catalog checks each typed event against its type's schema; nil
+	// checks nothing. An event that does not satisfy it is not copied:
+	// Mismatched dead-letters it for each subscriber, with why (an
+	// *eventtype.Mismatch).
+	Catalog    *eventtype.Catalog
+	Mismatched func(ctx context.Context, p Routed, dest string, cause error)
 	// Written, if set, is called with the router's state each time it is
 	// written to relay_state (tests wait for it).
 	Written func(State)
@@ -215,7 +222,13 @@ func RunRouter(ctx context.Context, cfg RouterConfig) {
 			cfg.Log.Error("a typed event too large to copy; it is not delivered to this destination", "dest", dest, "event_id", p.Envelope.ID, "seq", p.Seq, "err", cause)
 		}
 	}
-	ro := &router{js: cfg.JS, store: cfg.Store, dests: cfg.Dests, seal: cfg.Seal, recorded: cfg.Recorded, metrics: cfg.Metrics, tooLarge: cfg.TooLarge, id: cfg.ID, log: cfg.Log, now: cfg.Now}
+	if cfg.Mismatched == nil {
+		cfg.Mismatched = func(_ context.Context, p Routed, dest string, cause error) {
+			cfg.Log.Error("a typed event does not satisfy its type's schema; it is not delivered", "dest", dest, "event_id", p.Envelope.ID, "seq", p.Seq, "err", cause)
+		}
+	}
+	ro := &router{js: cfg.JS, store: cfg.Store, dests: cfg.Dests, seal: cfg.Seal, recorded: cfg.Recorded, metrics: cfg.Metrics, tooLarge: cfg.TooLarge,
+		catalog: cfg.Catalog, mismatched: cfg.Mismatched, id: cfg.ID, log: cfg.Log, now: cfg.Now}
 	var err error
 	ro.pub, err = stream.AsyncPublisher(cfg.JS, MaxPending)
 	if err != nil {
@@ -241,9 +254,12 @@ type router struct {
 	// tooLarge dead-letters the copy of p for dest, which the events
 	// stream refused as too large.
 	tooLarge func(ctx context.Context, p Routed, dest string, cause error)
-	id       string
-	log      *slog.Logger
-	now      func() time.Time
+	// catalog and mismatched: RouterConfig's Catalog and Mismatched.
+	catalog    *eventtype.Catalog
+	mismatched func(ctx context.Context, p Routed, dest string, cause error)
+	id         string
+	log        *slog.Logger
+	now        func() time.Time
 
 	// cache maps a type to the destinations subscribed to it, for the
 	// destinations' generation gen.
@@ -464,6 +480,16 @@ func (ro *router) copy(ctx context.Context, m *jetstream.RawStreamMsg) (Routed, 
 	p.Dests = ro.subscribers(ev.Type, m.Sequence)
 	if len(p.Dests) == 0 {
 		ro.metrics.RoutedNone()
+		return p, nil
+	}
+	if err := ro.catalog.Check(ev.Type, ev.Body); err != nil {
+		// Not copied: each subscriber has a dead letter saying why
+		// (schema_mismatch), to replay once the schema or the producer is
+		// fixed. The routing records no subscriber.
+		for _, d := range p.Dests {
+			ro.mismatched(ctx, p, d, err)
+		}
+		p.Dests = nil
 		return p, nil
 	}
 	// Shared destinations get one fan-out message for up to

@@ -270,6 +270,8 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		{Bucket: KeysBucket, Description: "relay API keys (hashes)", History: 1, Storage: jetstream.FileStorage, Replicas: cfg.Replicas},
 		// The tenants: one record per tenant, keyed by its id.
 		{Bucket: TenantsBucket, Description: "relay tenants", History: 1, Storage: jetstream.FileStorage, Replicas: cfg.Replicas},
+		// The catalog of event types: description, example and schema.
+		{Bucket: EventTypesBucket, Description: "relay event types", History: 1, Storage: jetstream.FileStorage, Replicas: cfg.Replicas},
 	}
 	for _, kc := range kvs {
 		if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {

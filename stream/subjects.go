@@ -60,6 +60,8 @@ const (
 	OrderedBucket  = "relay_ordered"
 	KeysBucket     = "relay_api_keys"
 	TenantsBucket  = "relay_tenants"
+	// EventTypesBucket is the catalog of event types (package eventtype).
+	EventTypesBucket = "relay_event_types"
 )
 
 var destNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)

@@ -29,6 +29,7 @@ import (
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/egress"
+	"github.com/relaydev/relay/eventtype"
 	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream/streamtest"
@@ -101,8 +102,13 @@ func setup(t *testing.T) *env {
 	require.NoError(t, err)
 	tenants, err := tenant.Open(ctx, srv.JS, nil)
 	require.NoError(t, err)
+	types, err := eventtype.Open(ctx, srv.JS, nil)
+	require.NoError(t, err)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	hs := httptest.NewServer(api.NewServer(api.Config{JS: srv.JS, Keys: keys, Producer: prod, Dests: dests, DeadLetters: letters, Tenants: tenants,
+	catalog, err := eventtype.WatchCatalog(ctx, srv.JS, logger)
+	require.NoError(t, err)
+	t.Cleanup(catalog.Stop)
+	hs := httptest.NewServer(api.NewServer(api.Config{JS: srv.JS, Keys: keys, Producer: prod, Dests: dests, DeadLetters: letters, Tenants: tenants, EventTypes: types, Catalog: catalog,
 		MaxBody: 64 << 10, MaxBatchBody: 256 << 10, Logger: logger}))
 	t.Cleanup(hs.Close)
 

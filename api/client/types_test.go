@@ -65,8 +65,12 @@ func TestTypesMirrorTheDocument(t *testing.T) {
 		"EventView":         reflect.TypeFor[EventView](),
 		"Retrying":          reflect.TypeFor[Retrying](),
 		"Tenant":            reflect.TypeFor[Tenant](),
-		"TenantChange":      reflect.TypeFor[TenantChange](),
-		"TenantPage":        reflect.TypeFor[TenantPage](),
+		"EventType":         reflect.TypeFor[EventType](),
+		"EventTypeChange":   reflect.TypeFor[EventTypeChange](),
+		// The answer of EventTypes, unwrapped.
+		"EventTypeList": nil,
+		"TenantChange":  reflect.TypeFor[TenantChange](),
+		"TenantPage":    reflect.TypeFor[TenantPage](),
 		// The body of PublishBatch, built from its []NewEvent.
 		"NewEventBatch": nil,
 	}

@@ -80,6 +80,7 @@ func App(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			eventsCommand(),
 			apiKeyCommand(),
 			tenantCommand(),
+			eventTypeCommand(),
 			sinkCommand(),
 			docsCommand(),
 		}, ""),

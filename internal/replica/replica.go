@@ -32,6 +32,7 @@ import (
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/egress"
+	"github.com/relaydev/relay/eventtype"
 	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/schedule"
@@ -174,8 +175,15 @@ func (r *Replica) Start(ctx context.Context) (err error) {
 			return err
 		}
 	}
+	// The catalog of event types, for the router and the API alike.
+	catalog, err := eventtype.WatchCatalog(setupCtx, r.js, log)
+	if err != nil {
+		return err
+	}
+	r.onClose(catalog.Stop)
+	ecfg.Catalog = catalog
 	if cfg.APIAddr != "" {
-		if err := r.serveAPI(setupCtx, destination.WithSecretKey(cfg.SecretKey, cfg.PreviousSecretKeys...)); err != nil {
+		if err := r.serveAPI(setupCtx, destination.WithSecretKey(cfg.SecretKey, cfg.PreviousSecretKeys...), catalog); err != nil {
 			return err
 		}
 	}
@@ -442,7 +450,7 @@ func servesProfiles(mode string, addr net.Addr) bool {
 // destination store is opened with secretKey, as the engine's. It refuses
 // a non-loopback address while no API key exists: the API would be open
 // to the network with no way in but to create a key.
-func (r *Replica) serveAPI(ctx context.Context, secretKey destination.StoreOption) error {
+func (r *Replica) serveAPI(ctx context.Context, secretKey destination.StoreOption, catalog *eventtype.Catalog) error {
 	cfg, log, js, tp := r.cfg, r.log, r.js, r.cfg.TracerProvider
 	keys, err := api.OpenKeys(ctx, js)
 	if err != nil {
@@ -484,9 +492,14 @@ func (r *Replica) serveAPI(ctx context.Context, secretKey destination.StoreOptio
 		ln.Close()
 		return err
 	}
+	types, err := eventtype.Open(ctx, js, nil)
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	limits := cfg.apiLimits()
 	apiSrv := api.NewServer(api.Config{JS: js, Keys: keys, Producer: prod, Dests: dests, DeadLetters: letters.WithTracerProvider(tp), Tenants: tenants,
-		Logger: log, BodyTimeout: limits.bodyTimeout})
+		EventTypes: types, Catalog: catalog, Logger: log, BodyTimeout: limits.bodyTimeout})
 	dash, err := ui.New(ctx, ui.Config{API: apiSrv, JS: js, Secure: cfg.APITLSCert != "", Logger: log})
 	if err != nil {
 		ln.Close()
