@@ -344,23 +344,14 @@ loop:
 			back = append(back, pulledMsg(stream.NewPulledMsg(m, nc)))
 		}
 	}
-	// All but the last go back now; the last once the workers are done,
-	// confirmed: the server has then stored every hand-back and every ack
-	// of the workers, before a server that stops next (the embedded one,
-	// with relay) could drop them.
-	for i, m := range back {
-		if i < len(back)-1 {
-			_ = m.HandBack(false)
-		}
-	}
-	close(work)
-	wg.Wait()
-	close(done)
-	<-pinging
-	if len(back) > 0 {
-		if err := back[len(back)-1].HandBack(true); err != nil {
-			r.log.Debug("handing back events not confirmed; they come back after AckWait at the latest", "dest", d.Name, "err", err)
-		}
+	err = settleAtStop(back, func() {
+		close(work)
+		wg.Wait()
+		close(done)
+		<-pinging
+	})
+	if err != nil {
+		r.log.Debug("handing back events not confirmed; they come back after AckWait at the latest", "dest", d.Name, "err", err)
 	}
 	// Make sure every ack and nak has left the client.
 	_ = nc.Flush()

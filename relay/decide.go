@@ -14,6 +14,9 @@ import (
 // the attempt's result. handle fills it in that order and asks Decide after
 // each step; a field not filled in yet says nothing against an attempt.
 type Input struct {
+	// Stopping: the pull loop stops, and no worker started on the message
+	// (it was queued, or on its way): nothing is known of it yet.
+	Stopping bool
 	// Unreadable: the message is not an event relay can read.
 	Unreadable bool
 	// Ordered: the event heads an ordered key. MarkUnreadable: its
@@ -162,6 +165,10 @@ func Decide(in Input) Decision {
 // decide is Decide but for a dead letter that cannot be stored.
 func decide(in Input) Decision {
 	switch {
+	case in.Stopping:
+		// Back at once: another replica, or this one started again, has
+		// it now rather than after AckWait.
+		return Decision{Action: HandBack}
 	case in.Unreadable:
 		return Decision{Action: Terminate, Reason: "unreadable"}
 	case in.MarkUnreadable:

@@ -36,6 +36,8 @@ func TestDecideOutcomes(t *testing.T) {
 		want Decision
 	}{
 		// Before the attempt.
+		{"the loop stops before a worker took it", Input{Stopping: true}, Decision{Action: HandBack}},
+		{"the loop stops, whatever else is known", with(func(in *Input) { in.Stopping, in.Settled = true, true }), Decision{Action: HandBack}},
 		{"unreadable message", Input{Unreadable: true}, Decision{Action: Terminate, Reason: "unreadable"}},
 		{"ordered mark unreadable", with(func(in *Input) { in.Ordered, in.MarkUnreadable = true, true }), Decision{Action: HandBack, Delay: time.Second}},
 		{"settled before (ordered mark, or parked)", with(func(in *Input) { in.Settled = true }), Decision{Action: AckSettled}},

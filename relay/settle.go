@@ -31,6 +31,32 @@ type settler interface {
 	HandBack(confirm bool) error
 }
 
+// settleAtStop settles the messages of back, which a stopping pull loop
+// holds and no worker started on, as Decide says (Input.Stopping): all but
+// the last at once, then, once between returned (the workers finished),
+// the last, confirmed, so that the server has stored every hand-back and
+// every ack of the workers before a server that stops next (the embedded
+// one, with relay) could drop them. It returns the confirmation's error.
+func settleAtStop[S settler](back []S, between func()) error {
+	dec := Decide(Input{Stopping: true})
+	settle := func(m S, confirm bool) error {
+		if dec.Action != HandBack {
+			panic("relay: Decide chose " + dec.Action.String() + " for a message no worker started")
+		}
+		return m.HandBack(confirm)
+	}
+	for i, m := range back {
+		if i < len(back)-1 {
+			_ = settle(m, false)
+		}
+	}
+	between()
+	if len(back) == 0 {
+		return nil
+	}
+	return settle(back[len(back)-1], true)
+}
+
 // message is what relay reads of a delivered message.
 type message interface {
 	Subject() string

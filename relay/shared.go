@@ -381,26 +381,21 @@ loop:
 			back = append(back, &held{pinged: pinged{delivered: pulledMsg(stream.NewPulledMsg(m, s.nc))}})
 		}
 	}
-	for i, h := range back {
-		if i < len(back)-1 {
-			_ = h.HandBack(false)
+	err = settleAtStop(back, func() {
+		close(s.work)
+		wg.Wait()
+		close(s.done)
+		<-pinging
+		// The lanes' workers stop as unshared destinations' do.
+		laneCancel()
+		for _, q := range s.queues {
+			if q.lane != nil {
+				<-q.lane.done
+			}
 		}
-	}
-	close(s.work)
-	wg.Wait()
-	close(s.done)
-	<-pinging
-	// The lanes' workers stop as unshared destinations' do.
-	laneCancel()
-	for _, q := range s.queues {
-		if q.lane != nil {
-			<-q.lane.done
-		}
-	}
-	if len(back) > 0 {
-		if err := back[len(back)-1].HandBack(true); err != nil {
-			r.log.Debug("handing back events not confirmed; they come back after AckWait at the latest", "err", err)
-		}
+	})
+	if err != nil {
+		r.log.Debug("handing back events not confirmed; they come back after AckWait at the latest", "err", err)
 	}
 	// Fan-out shares split off are confirmed, and their messages acked.
 	split := make(chan struct{})
