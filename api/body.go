@@ -16,7 +16,7 @@ import (
 // stream keeps it (getEventBody).
 func (s *Server) eventBody(c *call) {
 	id := c.id
-	v, err := deliverylog.LookupEvent(c.within(30*time.Second), s.cfg.JS, id)
+	v, err := deliverylog.LookupEventOf(c.within(30*time.Second), s.cfg.JS, id, c.inScope)
 	switch {
 	case errors.Is(err, deliverylog.ErrEventNotFound):
 		c.problem(http.StatusNotFound, "id", fmt.Sprintf("event %q: %v (not attempted yet, or recorded longer ago than the log keeps)", id, err))
@@ -33,12 +33,11 @@ func (s *Server) eventBody(c *call) {
 // events stream when the letter holds no copy (getDeadLetterBody).
 func (s *Server) letterBody(c *call) {
 	ctx := c.within(30 * time.Second)
-	l, err := c.letters.Get(ctx, c.seq)
-	if err != nil {
-		letterProblem(c.w, err)
+	l, ok := c.letter(ctx)
+	if !ok {
 		return
 	}
-	l, err = c.letters.Resolve(ctx, l)
+	l, err := c.letters.Resolve(ctx, l)
 	switch {
 	case errors.Is(err, dlq.ErrEventGone):
 		c.problem(http.StatusNotFound, "seq", err.Error())

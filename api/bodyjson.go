@@ -118,14 +118,14 @@ func (d *bodyDecoder) end() bool {
 }
 
 // The fields of an event.
-var eventFields = map[string]int{"dest": 0, "type": 1, "key": 2, "id": 3, "headers": 4, "data": 5}
+var eventFields = map[string]int{"dest": 0, "type": 1, "key": 2, "id": 3, "headers": 4, "data": 5, "tenant": 6}
 
 // event reads an event object.
 func (d *bodyDecoder) event(ev *newEvent) bool {
 	if !d.open('{') {
 		return false
 	}
-	var seen [6]bool
+	var seen [7]bool
 	for {
 		switch d.dec.PeekKind() {
 		case '}':
@@ -174,6 +174,8 @@ func (d *bodyDecoder) event(ev *newEvent) bool {
 			ev.Key = s
 		case 3:
 			ev.ID = s
+		case 6:
+			ev.Tenant = s
 		}
 	}
 }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -20,7 +21,7 @@ import (
 // needs are what a route's handler works on, checked and looked up before
 // it runs (Server.handle), in this order; the first that fails is answered
 // and the handler does not run.
-type needs uint8
+type needs uint16
 
 const (
 	// needDests: the destination store (503 without one).
@@ -42,6 +43,10 @@ const (
 	needTenant
 	// needTypes: the event-type catalog's store (503 without one).
 	needTypes
+	// needScope: the path's {tenant} is the tenant the request is for
+	// (404 unless it exists); set on the routes at TenantPath. Without
+	// it, the request is for its key's tenant (none for a key of none).
+	needScope
 )
 
 // call is one request to a route, as its handler takes it: what the route
@@ -52,14 +57,20 @@ type call struct {
 	// key is the request's API key (set by auth), without its hash.
 	key Key
 
+	// scope is the tenant the request is for: the path's (needScope),
+	// else its key's; "" for none.
+	scope   string
 	dests   *destination.Store // needDests, needName
 	letters *dlq.Store         // needLetters, needSeq
-	name    string             // needName
-	seq     uint64             // needSeq
-	id      string             // needEventID
-	tenants *tenant.Store      // needTenants, needTenant
-	tenant  string             // needTenant; PUT /v1/tenants/{tenant} too
-	types   *eventtype.Store   // needTypes
+	// name is the path's destination (needName), as relay refers to it
+	// (stream.DestRef of scope and short); short is the path's name.
+	name    string
+	short   string
+	seq     uint64           // needSeq
+	id      string           // needEventID
+	tenants *tenant.Store    // needTenants, needTenant
+	tenant  string           // needTenant; PUT /v1/tenants/{tenant} too
+	types   *eventtype.Store // needTypes
 
 	cancels []context.CancelFunc
 }
@@ -77,17 +88,24 @@ func (s *Server) handle(n needs, h func(*call)) http.HandlerFunc {
 			}
 		}()
 		var ok bool
+		c.scope = c.key.Tenant
+		if n&needScope != 0 {
+			if c.scope, ok = s.scopeOf(w, r); !ok {
+				return
+			}
+		}
 		if n&(needDests|needName) != 0 {
 			if c.dests, ok = s.dests(w); !ok {
 				return
 			}
 		}
 		if n&needName != 0 {
-			c.name = r.PathValue("name")
-			if err := stream.ValidateDestName(c.name); err != nil {
-				problem(w, http.StatusNotFound, "", fmt.Sprintf("%v: %s", destination.ErrNotFound, c.name))
+			c.short = r.PathValue("name")
+			if err := stream.ValidateDestName(c.short); err != nil {
+				problem(w, http.StatusNotFound, "", fmt.Sprintf("%v: %s", destination.ErrNotFound, c.short))
 				return
 			}
+			c.name = stream.DestRef(c.scope, c.short)
 		}
 		if n&(needLetters|needSeq) != 0 {
 			if c.letters, ok = s.letters(w); !ok {
@@ -128,6 +146,45 @@ func (s *Server) handle(n needs, h func(*call)) http.HandlerFunc {
 		}
 		h(c)
 	}
+}
+
+// inScope reports whether destination dest (a stream.DestRef) is of the
+// tenant the request is for (none: of no tenant).
+func (c *call) inScope(dest string) bool {
+	t, _ := stream.SplitDestRef(dest)
+	return t == c.scope
+}
+
+// shortName is destination dest (a stream.DestRef of the request's
+// tenant) as the request names it: its name within the tenant.
+func (c *call) shortName(dest string) string {
+	_, n := stream.SplitDestRef(dest)
+	return n
+}
+
+// scopeOf is the tenant named in r's path, or false after answering 404
+// when there is no such tenant (or 503 when tenants cannot be read).
+func (s *Server) scopeOf(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id := r.PathValue("tenant")
+	ts, ok := s.tenants(w)
+	if !ok {
+		return "", false
+	}
+	if s.knows(id) {
+		return id, true
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	switch _, err := ts.Get(ctx, id); {
+	case errors.Is(err, tenant.ErrNotFound):
+		problem(w, http.StatusNotFound, "", err.Error())
+		return "", false
+	case err != nil:
+		problem(w, http.StatusServiceUnavailable, "", "tenants unavailable: "+err.Error())
+		return "", false
+	}
+	s.seen(id)
+	return id, true
 }
 
 // within is the request's context, ended after d from now, or when the

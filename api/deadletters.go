@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,13 +39,15 @@ type filterArgs struct {
 	dest, reason, status, since, until string
 }
 
-// filter is f as dlq takes it; a *fieldError if one is wrong.
-func (f filterArgs) filter() (dlq.Filter, error) {
-	out := dlq.Filter{Dest: f.dest, Reason: f.reason}
+// filter is f as dlq takes it, for the letters of the tenant scope ("":
+// of no tenant); a *fieldError if one is wrong.
+func (f filterArgs) filter(scope string) (dlq.Filter, error) {
+	out := dlq.Filter{Scoped: true, Tenant: scope, Reason: f.reason}
 	if f.dest != "" {
 		if err := stream.ValidateDestName(f.dest); err != nil {
 			return out, &fieldError{"dest", err}
 		}
+		out.Dest = stream.DestRef(scope, f.dest)
 	}
 	if f.reason != "" && !slices.Contains(relay.Reasons(), f.reason) {
 		return out, &fieldError{"reason", fmt.Errorf("reason %q: use one of %s", f.reason, strings.Join(relay.Reasons(), ", "))}
@@ -110,7 +113,7 @@ func (s *Server) listLetters(c *call) {
 			return
 		}
 	}
-	f, err := filterArgs{q.Get("dest"), q.Get("reason"), q.Get("status"), q.Get("since"), q.Get("until")}.filter()
+	f, err := filterArgs{q.Get("dest"), q.Get("reason"), q.Get("status"), q.Get("since"), q.Get("until")}.filter(c.scope)
 	if err != nil {
 		letterProblem(c.w, err)
 		return
@@ -141,6 +144,7 @@ func (s *Server) listLetters(c *call) {
 	page := make([]dlq.Letter, len(ls))
 	for i, l := range ls {
 		page[i] = letterSummary(l)
+		page[i].Dest = c.shortName(l.Dest)
 	}
 	out["dead_letters"] = page
 	c.json(http.StatusOK, out)
@@ -154,9 +158,8 @@ func (s *Server) listLetters(c *call) {
 // not be.
 func (s *Server) getLetter(c *call) {
 	ctx := c.within(30 * time.Second)
-	l, err := c.letters.Get(ctx, c.seq)
-	if err != nil {
-		letterProblem(c.w, err)
+	l, ok := c.letter(ctx)
+	if !ok {
 		return
 	}
 	out := struct {
@@ -175,7 +178,22 @@ func (s *Server) getLetter(c *call) {
 		out.Body = dlq.BodyOf(out.Letter.Body)
 	}
 	out.Letter.Headers = destination.RedactHeaders(out.Letter.Headers)
+	out.Letter.Dest = c.shortName(out.Letter.Dest)
 	c.json(http.StatusOK, out)
+}
+
+// letter is the path's dead letter, or false after answering: 404 also
+// for another tenant's than the request's.
+func (c *call) letter(ctx context.Context) (dlq.Letter, bool) {
+	l, err := c.letters.Get(ctx, c.seq)
+	if err == nil && !c.inScope(l.Dest) {
+		err = dlq.NotFound(c.seq)
+	}
+	if err != nil {
+		letterProblem(c.w, err)
+		return dlq.Letter{}, false
+	}
+	return l, true
 }
 
 // selection is what replay and purge act on, as 'relay dlq replay' and
@@ -194,7 +212,7 @@ type selection struct {
 
 // filter is the selection as dlq takes it; a *fieldError if it is wrong
 // or says nothing to act on.
-func (sel selection) filter(verb string) (dlq.Filter, error) {
+func (sel selection) filter(verb, scope string) (dlq.Filter, error) {
 	args := filterArgs{dest: sel.Dest, reason: sel.Reason, since: sel.Since, until: sel.Until}
 	if len(sel.Status) > 0 {
 		var n int
@@ -205,7 +223,7 @@ func (sel selection) filter(verb string) (dlq.Filter, error) {
 			args.status = strconv.Itoa(n)
 		}
 	}
-	f, err := args.filter()
+	f, err := args.filter(scope)
 	if err != nil {
 		return f, err
 	}
@@ -230,22 +248,24 @@ func (s *Server) replayLetters(c *call) {
 	if !s.readJSON(c.w, c.r, &body) {
 		return
 	}
-	f, err := body.filter("replay")
+	f, err := body.filter("replay", c.scope)
 	if err != nil {
 		letterProblem(c.w, err)
 		return
 	}
 	ctx := c.within(10 * time.Minute)
+	toDest := ""
 	if body.ToDest != "" {
 		if err := stream.ValidateDestName(body.ToDest); err != nil {
 			c.problem(http.StatusUnprocessableEntity, "to_dest", err.Error())
 			return
 		}
+		toDest = stream.DestRef(c.scope, body.ToDest)
 		ds, ok := s.dests(c.w)
 		if !ok {
 			return
 		}
-		if _, err := ds.Get(ctx, body.ToDest); errors.Is(err, destination.ErrNotFound) {
+		if _, err := ds.Get(ctx, toDest); errors.Is(err, destination.ErrNotFound) {
 			c.problem(http.StatusNotFound, "to_dest", "to_dest: "+err.Error())
 			return
 		} else if err != nil {
@@ -255,7 +275,7 @@ func (s *Server) replayLetters(c *call) {
 	}
 	rep, err := relay.ReplayDeadLetters(ctx, relay.DeadLetterReplay{
 		Letters: c.letters, JS: s.cfg.JS, By: "api", Filter: f,
-		Options: dlq.ReplayOptions{ToDest: body.ToDest, DryRun: body.DryRun},
+		Options: dlq.ReplayOptions{ToDest: toDest, DryRun: body.DryRun},
 	})
 	if err != nil {
 		letterProblem(c.w, err)
@@ -285,7 +305,7 @@ func (s *Server) purgeLetters(c *call) {
 		c.problem(http.StatusBadRequest, "to_dest", "purge deletes: to_dest is replay's")
 		return
 	}
-	f, err := body.filter("purge")
+	f, err := body.filter("purge", c.scope)
 	if err != nil {
 		letterProblem(c.w, err)
 		return

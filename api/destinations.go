@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/destination"
+	"github.com/relaydev/relay/tenant"
 	"github.com/relaydev/relay/webhook"
 
 	"github.com/relaydev/relay/stream"
@@ -20,7 +21,9 @@ import (
 // embed a credential) to admin keys only; every key sees its size and
 // digest.
 type destView struct {
-	Name                string     `json:"name"`
+	Name string `json:"name"`
+	// Tenant is the tenant the destination belongs to; omitted for none.
+	Tenant              string     `json:"tenant,omitempty"`
 	URL                 string     `json:"url"`
 	URLs                []string   `json:"urls"`
 	URLStrategy         string     `json:"url_strategy"`
@@ -62,7 +65,7 @@ func viewOf(d destination.Destination, now time.Time, admin bool) destView {
 	d = d.WithDefaults()
 	r := d.Redacted()
 	v := destView{
-		Name: d.Name, URL: r.URL, URLs: r.Pool(), URLStrategy: d.URLStrategy, Signed: d.Secret != "",
+		Name: d.ShortName(), Tenant: d.Tenant(), URL: r.URL, URLs: r.Pool(), URLStrategy: d.URLStrategy, Signed: d.Secret != "",
 		HeaderNames: []string{}, Timeout: time.Duration(d.Timeout).String(),
 		MaxAttempts: d.Retry.MaxAttempts, BackoffBase: time.Duration(d.Retry.Base).String(), BackoffMax: time.Duration(d.Retry.Max).String(), Jitter: d.Retry.Jitter,
 		Concurrency: d.Concurrency, RateLimit: d.RateLimit, BreakerThreshold: d.BreakerThreshold, BreakerPause: time.Duration(d.BreakerPause).String(),
@@ -253,9 +256,11 @@ func (s *Server) listDests(c *call) {
 		return
 	}
 	now := time.Now()
-	out := make([]destView, len(ds))
-	for i, d := range ds {
-		out[i] = viewOf(d, now, c.admin())
+	out := []destView{}
+	for _, d := range ds {
+		if d.Tenant() == c.scope {
+			out = append(out, viewOf(d, now, c.admin()))
+		}
 	}
 	c.json(http.StatusOK, map[string]any{"destinations": out})
 }
@@ -289,7 +294,7 @@ func (s *Server) createDest(c *call) {
 		destProblem(c.w, &body, err)
 		return
 	}
-	d, generated, err := set.NewDestination(body.Name)
+	d, generated, err := set.NewDestination(stream.DestRef(c.scope, body.Name))
 	if err != nil {
 		destProblem(c.w, &body, err)
 		return
@@ -303,11 +308,23 @@ func (s *Server) createDest(c *call) {
 		destProblem(c.w, &body, err)
 		return
 	}
+	if c.scope != "" && s.cfg.Tenants != nil {
+		// A tenant deleted meanwhile keeps no destination.
+		if _, err := s.cfg.Tenants.Get(ctx, c.scope); errors.Is(err, tenant.ErrNotFound) {
+			_ = c.dests.RemoveIdle(ctx, d.Name, true)
+			c.problem(http.StatusNotFound, "", err.Error())
+			return
+		}
+	}
 	v := viewOf(d, time.Now(), c.admin())
 	if generated {
 		v.Secret = d.Secret
 	}
-	c.w.Header().Set("Location", "/v1/destinations/"+d.Name)
+	loc := "/v1/destinations/" + d.ShortName()
+	if c.scope != "" {
+		loc = TenantPath(c.scope, "/destinations/"+d.ShortName())
+	}
+	c.w.Header().Set("Location", loc)
 	c.json(http.StatusCreated, v)
 }
 

@@ -14,6 +14,7 @@ import (
 
 // newEvent is POST /v1/events's body, and each event of a batch.
 type newEvent struct {
+	Tenant  string            `json:"tenant"`
 	Dest    string            `json:"dest"`
 	Type    string            `json:"type"`
 	Key     string            `json:"key"`
@@ -63,7 +64,7 @@ func (ev newEvent) check() (field string, err error) {
 	for _, c := range []struct {
 		field, value string
 		check        func(string) error
-	}{{"dest", ev.Dest, stream.ValidateDestName}, {"type", ev.Type, stream.ValidateEventType}, {"id", ev.ID, publish.ValidateEventID}, {"key", ev.Key, publish.ValidateOrderKey}} {
+	}{{"tenant", ev.Tenant, stream.ValidateTenantID}, {"dest", ev.Dest, stream.ValidateDestName}, {"type", ev.Type, stream.ValidateEventType}, {"id", ev.ID, publish.ValidateEventID}, {"key", ev.Key, publish.ValidateOrderKey}} {
 		if c.value == "" {
 			continue
 		}
@@ -79,11 +80,27 @@ func (ev newEvent) check() (field string, err error) {
 	return "", nil
 }
 
+// forScope sets ev's tenant to the request's (its path's, or its key's)
+// when it names none, and reports an event for another tenant than the
+// request's: not found for a tenant key (which learns nothing of other
+// tenants), 422 for a path that says another.
+func (ev *newEvent) forScope(c *call) (status int, err error) {
+	switch {
+	case ev.Tenant == "":
+		ev.Tenant = c.scope
+	case c.key.Tenant != "" && ev.Tenant != c.key.Tenant:
+		return http.StatusNotFound, fmt.Errorf("%w %q; nothing was published", publish.ErrUnknownTenant, ev.Tenant)
+	case c.scope != "" && ev.Tenant != c.scope:
+		return http.StatusUnprocessableEntity, fmt.Errorf("tenant %q differs from the path's, %q: give one, or the same", ev.Tenant, c.scope)
+	}
+	return 0, nil
+}
+
 // event is ev as the request c publishes it: idempotent within the scope
 // of c's API key (an id is a duplicate only of one the same key published
 // to the same destination or type).
 func (ev newEvent) event(c *call) publish.Event {
-	return publish.Event{Dest: ev.Dest, Type: ev.Type, Key: ev.Key, ID: ev.ID, Headers: ev.Headers, Data: ev.Data, Scope: "key:" + c.key.ID}
+	return publish.Event{Tenant: ev.Tenant, Dest: ev.Dest, Type: ev.Type, Key: ev.Key, ID: ev.ID, Headers: ev.Headers, Data: ev.Data, Scope: "key:" + c.key.ID}
 }
 
 // publishProblem answers an event the producer refused, whose fields are
@@ -92,6 +109,8 @@ func publishProblem(w http.ResponseWriter, prefix string, err error) {
 	switch {
 	case errors.Is(err, publish.ErrUnknownDestination):
 		problem(w, http.StatusNotFound, prefix+"dest", err.Error())
+	case errors.Is(err, publish.ErrUnknownTenant):
+		problem(w, http.StatusNotFound, prefix+"tenant", err.Error())
 	case errors.Is(err, publish.ErrEventTooLarge):
 		problem(w, http.StatusRequestEntityTooLarge, prefix+"data", err.Error())
 	case errors.Is(err, publish.ErrIDConflict):
@@ -115,6 +134,10 @@ func (s *Server) publish(c *call) {
 	}
 	if field, err := ev.check(); err != nil {
 		c.problem(http.StatusUnprocessableEntity, field, err.Error())
+		return
+	}
+	if status, err := ev.forScope(c); err != nil {
+		c.problem(status, "tenant", err.Error())
 		return
 	}
 	if field, err := s.checkSchema(ev); err != nil {
@@ -172,6 +195,13 @@ func (s *Server) publishBatch(c *call) {
 	evs := make([]publish.Event, len(body.Events))
 	for i, ev := range body.Events {
 		field, err := ev.check()
+		if err == nil {
+			var status int
+			if status, err = ev.forScope(c); err != nil {
+				c.problem(status, fmt.Sprintf("events[%d].tenant", i), fmt.Sprintf("event %d: %v; nothing was published", i, err))
+				return
+			}
+		}
 		if err == nil {
 			field, err = s.checkSchema(ev)
 		}

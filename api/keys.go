@@ -56,9 +56,12 @@ func ParseScope(v string) (Scope, error) {
 // never the key itself.
 type Key struct {
 	// ID is the key's public part, its record's name in the bucket.
-	ID      string    `json:"id"`
-	Name    string    `json:"name"`
-	Scope   Scope     `json:"scope"`
+	ID    string `json:"id"`
+	Name  string `json:"name"`
+	Scope Scope  `json:"scope"`
+	// Tenant is the tenant the key is confined to: it sees and changes
+	// that tenant's resources only. "" for a key of no tenant.
+	Tenant  string    `json:"tenant,omitempty"`
 	Created time.Time `json:"created"`
 	// Hash is the SHA-256 of the key's secret part, hex: the secret is 32
 	// random bytes, so a fast hash is enough (no password to guess).
@@ -112,8 +115,19 @@ func OpenKeys(ctx context.Context, js jetstream.JetStream) (*Keys, error) {
 // Create makes a key named name with scope, stores its hash, and returns
 // the key (the only time it is known) and its record.
 func (k *Keys) Create(ctx context.Context, name string, scope Scope) (string, Key, error) {
+	return k.CreateFor(ctx, "", name, scope)
+}
+
+// CreateFor is Create of a key confined to tenant ("": none). Key names
+// are unique across tenants.
+func (k *Keys) CreateFor(ctx context.Context, tenant, name string, scope Scope) (string, Key, error) {
 	if err := ValidateName(name); err != nil {
 		return "", Key{}, err
+	}
+	if tenant != "" {
+		if err := stream.ValidateTenantID(tenant); err != nil {
+			return "", Key{}, err
+		}
 	}
 	if _, err := ParseScope(string(scope)); err != nil {
 		return "", Key{}, err
@@ -129,7 +143,7 @@ func (k *Keys) Create(ctx context.Context, name string, scope Scope) (string, Ke
 	var secret [32]byte
 	_, _ = rand.Read(id[:])
 	_, _ = rand.Read(secret[:])
-	rec := Key{ID: hex.EncodeToString(id[:]), Name: name, Scope: scope, Created: k.now().UTC()}
+	rec := Key{ID: hex.EncodeToString(id[:]), Name: name, Scope: scope, Tenant: tenant, Created: k.now().UTC()}
 	sec := base64.RawURLEncoding.EncodeToString(secret[:])
 	rec.Hash = hashSecret(sec)
 	b, _ := json.Marshal(rec)
@@ -204,6 +218,25 @@ func (k *Keys) Revoke(ctx context.Context, name string) (Key, error) {
 		return Key{}, fmt.Errorf("revoke API key %s: %w", name, err)
 	}
 	return all[i], nil
+}
+
+// RevokeTenant revokes every key of tenant, and returns how many.
+func (k *Keys) RevokeTenant(ctx context.Context, tenant string) (int, error) {
+	all, err := k.List(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, key := range all {
+		if key.Tenant != tenant || tenant == "" {
+			continue
+		}
+		if _, err := k.Revoke(ctx, key.Name); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }
 
 // Verify returns the record of key, or ErrBadKey. The secret is compared

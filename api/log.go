@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/deliverylog"
+	"github.com/relaydev/relay/stream"
 )
 
 // queryParams checks that q holds no parameter but those allowed, each
@@ -51,7 +52,14 @@ func (s *Server) attempts(c *call) {
 	if !queryParams(c.w, q, "dest", "event", "status", "since", "until", "limit", "cursor") {
 		return
 	}
-	aq := deliverylog.AttemptQuery{Dest: q.Get("dest"), EventID: q.Get("event"), Status: q.Get("status")}
+	aq := deliverylog.AttemptQuery{Scoped: true, Tenant: c.scope, EventID: q.Get("event"), Status: q.Get("status")}
+	if d := q.Get("dest"); d != "" {
+		if err := stream.ValidateDestName(d); err != nil {
+			c.problem(http.StatusBadRequest, "dest", err.Error())
+			return
+		}
+		aq.Dest = stream.DestRef(c.scope, d)
+	}
 	var err error
 	if aq.Since, err = queryTime(q, "since"); err != nil {
 		c.problem(http.StatusBadRequest, "since", err.Error())
@@ -87,6 +95,9 @@ func (s *Server) attempts(c *call) {
 		c.problem(http.StatusServiceUnavailable, "", "cannot read the delivery log now: "+err.Error())
 		return
 	}
+	for i := range page.Attempts {
+		page.Attempts[i].Dest = c.shortName(page.Attempts[i].Dest)
+	}
 	out := map[string]any{"attempts": page.Attempts}
 	if page.Next != 0 {
 		out["next"] = strconv.FormatUint(page.Next, 10)
@@ -97,7 +108,17 @@ func (s *Server) attempts(c *call) {
 // event answers GET /v1/events/{id}: the event and where its delivery to
 // each destination stands.
 func (s *Server) event(c *call) {
-	v, err := deliverylog.LookupEvent(c.within(30*time.Second), s.cfg.JS, c.id)
+	v, err := deliverylog.LookupEventOf(c.within(30*time.Second), s.cfg.JS, c.id, c.inScope)
+	for i := range v.RoutedTo {
+		v.RoutedTo[i] = c.shortName(v.RoutedTo[i])
+	}
+	for i := range v.Destinations {
+		d := &v.Destinations[i]
+		d.Dest = c.shortName(d.Dest)
+		for j := range d.Attempts {
+			d.Attempts[j].Dest = c.shortName(d.Attempts[j].Dest)
+		}
+	}
 	switch {
 	case errors.Is(err, deliverylog.ErrEventNotFound):
 		c.problem(http.StatusNotFound, "id", fmt.Sprintf("event %q: %v (not attempted yet, or recorded longer ago than the log keeps)", c.id, err))

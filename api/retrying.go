@@ -14,7 +14,11 @@ import (
 // was made with (never the key or its hash).
 func (s *Server) whoami(c *call) {
 	k := c.key
-	c.json(http.StatusOK, map[string]any{"name": k.Name, "scope": k.Scope, "id": k.ID, "created": k.Created})
+	out := map[string]any{"name": k.Name, "scope": k.Scope, "id": k.ID, "created": k.Created}
+	if k.Tenant != "" {
+		out["tenant"] = k.Tenant
+	}
+	c.json(http.StatusOK, out)
 }
 
 // listRetrying answers GET /v1/destinations/{name}/retrying: the events

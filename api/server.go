@@ -26,14 +26,17 @@ import (
 	"github.com/relaydev/relay/eventtype"
 	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/relay"
+	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/tenant"
 )
 
 // OpenAPI is the API's OpenAPI 3.1 document, served at /v1/openapi.json;
-// the tests check every handler against it.
-//
+// the tests check every handler against it. It is openapi.json with each
+// tenant's resources under /v1/tenants/{tenant} (withTenantPaths).
+var OpenAPI = withTenantPaths(openAPISource)
+
 //go:embed openapi.json
-var OpenAPI []byte
+var openAPISource []byte
 
 // Config configures the API server.
 type Config struct {
@@ -82,6 +85,8 @@ type Server struct {
 
 	mu     sync.Mutex
 	failed map[string]*rate.Limiter // by client address
+	// known are tenants seen to exist, and when (see knows).
+	known map[string]time.Time
 }
 
 // NewServer returns the API's handler.
@@ -101,54 +106,93 @@ func NewServer(cfg Config) *Server {
 	if cfg.MaxBatchBody == 0 {
 		cfg.MaxBatchBody = 8 << 20
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), failed: map[string]*rate.Limiter{}}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), failed: map[string]*rate.Limiter{}, known: map[string]time.Time{}}
 	s.mux.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(OpenAPI)
 	})
-	// Each route: the key's scope it needs (auth), then what its handler
-	// works on (handle).
+	// Each route: the key's scope it needs and who may call it (auth),
+	// then what its handler works on (handle).
 	for _, rt := range []struct {
 		pattern string
 		scope   Scope
+		ten     tenancy
 		needs   needs
 		h       func(*call)
 	}{
-		{"POST /v1/events", ScopePublish, 0, s.publish},
-		{"POST /v1/events:batch", ScopePublish, 0, s.publishBatch},
-		{"GET /v1/stats", ScopeRead, 0, s.stats},
-		{"GET /v1/key", scopeAny, 0, s.whoami},
-		{"GET /v1/destinations/{name}/retrying", ScopeRead, needName, s.listRetrying},
-		{"POST /v1/destinations/{name}/retrying/{id}/skip", ScopeAdmin, needName, s.skipRetrying},
-		{"GET /v1/attempts", ScopeRead, 0, s.attempts},
-		{"GET /v1/events/{id}", ScopeRead, needEventID, s.event},
-		{"GET /v1/events/{id}/body", ScopeRead, needEventID, s.eventBody},
-		{"GET /v1/destinations", ScopeRead, needDests, s.listDests},
-		{"POST /v1/destinations", ScopeAdmin, needDests, s.createDest},
-		{"GET /v1/destinations/{name}", ScopeRead, needName, s.getDest},
-		{"PATCH /v1/destinations/{name}", ScopeAdmin, needName, s.updateDest},
-		{"DELETE /v1/destinations/{name}", ScopeAdmin, needName, s.removeDest},
-		{"POST /v1/destinations/{name}/pause", ScopeAdmin, needName, s.pauseDest},
-		{"POST /v1/destinations/{name}/resume", ScopeAdmin, needName, s.resumeDest},
-		{"POST /v1/destinations/{name}/rotate-secret", ScopeAdmin, needName, s.rotateSecret},
-		{"GET /v1/dead-letters", ScopeRead, needLetters, s.listLetters},
-		{"GET /v1/dead-letters/{seq}", ScopeRead, needSeq, s.getLetter},
-		{"GET /v1/dead-letters/{seq}/body", ScopeRead, needSeq, s.letterBody},
-		{"POST /v1/dead-letters/replay", ScopeAdmin, needLetters, s.replayLetters},
-		{"POST /v1/dead-letters/purge", ScopeAdmin, needLetters, s.purgeLetters},
-		{"GET /v1/event-types", ScopeRead, needTypes, s.listEventTypes},
-		{"PUT /v1/event-types/{type}", ScopeAdmin, needTypes, s.putEventType},
-		{"GET /v1/event-types/{type}", ScopeRead, needTypes, s.getEventType},
-		{"DELETE /v1/event-types/{type}", ScopeAdmin, needTypes, s.deleteEventType},
-		{"GET /v1/tenants", ScopeRead, needTenants, s.listTenants},
-		{"PUT /v1/tenants/{tenant}", ScopeAdmin, needTenants, s.putTenant},
-		{"GET /v1/tenants/{tenant}", ScopeRead, needTenant, s.getTenant},
-		{"DELETE /v1/tenants/{tenant}", ScopeAdmin, needTenant, s.deleteTenant},
+		{"POST /v1/events", ScopePublish, tenanted, 0, s.publish},
+		{"POST /v1/events:batch", ScopePublish, tenanted, 0, s.publishBatch},
+		{"GET /v1/stats", ScopeRead, tenanted, 0, s.stats},
+		{"GET /v1/key", scopeAny, anyKey, 0, s.whoami},
+		{"GET /v1/destinations/{name}/retrying", ScopeRead, tenanted, needName, s.listRetrying},
+		{"POST /v1/destinations/{name}/retrying/{id}/skip", ScopeAdmin, tenanted, needName, s.skipRetrying},
+		{"GET /v1/attempts", ScopeRead, tenanted, 0, s.attempts},
+		{"GET /v1/events/{id}", ScopeRead, tenanted, needEventID, s.event},
+		{"GET /v1/events/{id}/body", ScopeRead, tenanted, needEventID, s.eventBody},
+		{"GET /v1/destinations", ScopeRead, tenanted, needDests, s.listDests},
+		{"POST /v1/destinations", ScopeAdmin, tenanted, needDests, s.createDest},
+		{"GET /v1/destinations/{name}", ScopeRead, tenanted, needName, s.getDest},
+		{"PATCH /v1/destinations/{name}", ScopeAdmin, tenanted, needName, s.updateDest},
+		{"DELETE /v1/destinations/{name}", ScopeAdmin, tenanted, needName, s.removeDest},
+		{"POST /v1/destinations/{name}/pause", ScopeAdmin, tenanted, needName, s.pauseDest},
+		{"POST /v1/destinations/{name}/resume", ScopeAdmin, tenanted, needName, s.resumeDest},
+		{"POST /v1/destinations/{name}/rotate-secret", ScopeAdmin, tenanted, needName, s.rotateSecret},
+		{"GET /v1/dead-letters", ScopeRead, tenanted, needLetters, s.listLetters},
+		{"GET /v1/dead-letters/{seq}", ScopeRead, tenanted, needSeq, s.getLetter},
+		{"GET /v1/dead-letters/{seq}/body", ScopeRead, tenanted, needSeq, s.letterBody},
+		{"POST /v1/dead-letters/replay", ScopeAdmin, tenanted, needLetters, s.replayLetters},
+		{"POST /v1/dead-letters/purge", ScopeAdmin, tenanted, needLetters, s.purgeLetters},
+		{"GET /v1/event-types", ScopeRead, anyKey, needTypes, s.listEventTypes},
+		{"PUT /v1/event-types/{type}", ScopeAdmin, globalKey, needTypes, s.putEventType},
+		{"GET /v1/event-types/{type}", ScopeRead, anyKey, needTypes, s.getEventType},
+		{"DELETE /v1/event-types/{type}", ScopeAdmin, globalKey, needTypes, s.deleteEventType},
+		{"GET /v1/tenants", ScopeRead, ownTenant, needTenants, s.listTenants},
+		{"PUT /v1/tenants/{tenant}", ScopeAdmin, ownTenant, needTenants, s.putTenant},
+		{"GET /v1/tenants/{tenant}", ScopeRead, ownTenant, needTenant, s.getTenant},
+		{"DELETE /v1/tenants/{tenant}", ScopeAdmin, globalKey, needTenant, s.deleteTenant},
+		{"GET /v1/tenants/{tenant}/keys", ScopeAdmin, globalKey, needTenant, s.listTenantKeys},
+		{"POST /v1/tenants/{tenant}/keys", ScopeAdmin, globalKey, needTenant, s.createTenantKey},
+		{"DELETE /v1/tenants/{tenant}/keys/{key}", ScopeAdmin, globalKey, needTenant, s.revokeTenantKey},
 	} {
-		s.mux.Handle(rt.pattern, s.auth(rt.scope, s.handle(rt.needs, rt.h)))
+		s.mux.Handle(rt.pattern, s.auth(rt.scope, rt.ten, s.handle(rt.needs, rt.h)))
+		if _, path, _ := strings.Cut(rt.pattern, " "); tenantedPath(path) != (rt.ten == tenanted) {
+			panic("api: route " + rt.pattern + ": its tenancy and tenantedPrefixes disagree")
+		}
+		if rt.ten == tenanted {
+			// The same, for a tenant named in the path.
+			method, path, _ := strings.Cut(rt.pattern, " ")
+			s.mux.Handle(method+" "+TenantPath("{tenant}", strings.TrimPrefix(path, "/v1")), s.auth(rt.scope, rt.ten, s.handle(rt.needs|needScope, rt.h)))
+		}
 	}
 	s.mux.HandleFunc("/", s.notFound)
 	return s
+}
+
+// tenantKnownFor is how long the server trusts that a tenant it saw
+// exists.
+const tenantKnownFor = 5 * time.Second
+
+// knows reports whether tenant id was seen to exist within tenantKnownFor.
+func (s *Server) knows(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, ok := s.known[id]
+	return ok && time.Since(at) < tenantKnownFor
+}
+
+func (s *Server) seen(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.known) > 10_000 {
+		clear(s.known)
+	}
+	s.known[id] = time.Now()
+}
+
+func (s *Server) forget(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.known, id)
 }
 
 // notFound answers a request no route takes: 405 with the methods the
@@ -210,7 +254,7 @@ func clientAddr(r *http.Request) string {
 // (never the key). A valid key always gets through: clients behind one
 // proxy share its address, and one of them sending wrong keys must not
 // lock the others out.
-func (s *Server) auth(need Scope, h http.HandlerFunc) http.Handler {
+func (s *Server) auth(need Scope, ten tenancy, h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		addr := clientAddr(r)
 		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -240,6 +284,18 @@ func (s *Server) auth(need Scope, h http.HandlerFunc) http.Handler {
 			problem(w, http.StatusServiceUnavailable, "", "cannot check the API key now: "+err.Error())
 			return
 		}
+		// A tenant key learns nothing of another tenant: whatever of
+		// another's it names is not found, before its scope is looked at.
+		if key.Tenant != "" {
+			if pt := r.PathValue("tenant"); pt != "" && pt != key.Tenant && ten != anyKey {
+				problem(w, http.StatusNotFound, "", fmt.Sprintf("%v: %s", tenant.ErrNotFound, pt))
+				return
+			}
+			if ten == globalKey {
+				problem(w, http.StatusForbidden, "", fmt.Sprintf("the key %q is tenant %s's; this needs a key of no tenant", key.Name, key.Tenant))
+				return
+			}
+		}
 		if !key.Scope.Allows(need) {
 			s.cfg.Logger.Warn("API request beyond its key's scope", "key", key.Name, "scope", key.Scope, "client", addr, "method", r.Method, "path", r.URL.Path)
 			needs := string(need)
@@ -252,6 +308,28 @@ func (s *Server) auth(need Scope, h http.HandlerFunc) http.Handler {
 		h(w, r.WithContext(context.WithValue(r.Context(), keyOfRequest{}, key)))
 	})
 }
+
+// tenancy is who may call a route (auth), as far as tenants go.
+type tenancy uint8
+
+const (
+	// tenanted: a tenant's resources, at /v1/... for the request's
+	// key's tenant (none for a key of no tenant), and at
+	// /v1/tenants/{tenant}/... (TenantPath) for the tenant named, which
+	// a tenant key may only name its own of.
+	tenanted tenancy = iota
+	// ownTenant: the tenants themselves; a tenant key sees its own only.
+	ownTenant
+	// anyKey: what every key may read (the event-type catalog).
+	anyKey
+	// globalKey: keys of no tenant only (a tenant key gets 404 for
+	// another tenant's, 403 else).
+	globalKey
+)
+
+// TenantPath is the path of resource (such as /destinations/orders) of
+// tenant id.
+func TenantPath(id, resource string) string { return "/v1/tenants/" + id + resource }
 
 // keyOfRequest is the context key of the request's API key (a Key,
 // without its hash), set by auth.
@@ -403,8 +481,12 @@ func (s *Server) stats(c *call) {
 		c.problem(http.StatusServiceUnavailable, "", "cannot read the destinations' state now: "+err.Error())
 		return
 	}
-	if all == nil {
-		all = []relay.DestStats{}
+	out := []relay.DestStats{}
+	for _, st := range all {
+		if st.Tenant == c.scope {
+			st.Dest = strings.TrimPrefix(st.Dest, stream.DestRef(st.Tenant, ""))
+			out = append(out, st)
+		}
 	}
-	c.json(http.StatusOK, map[string]any{"destinations": all})
+	c.json(http.StatusOK, map[string]any{"destinations": out})
 }

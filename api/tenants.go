@@ -1,11 +1,16 @@
 package api
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/tenant"
 )
 
@@ -64,6 +69,20 @@ func (s *Server) getTenant(c *call) {
 // time: after is the cursor (the last id of the page before).
 func (s *Server) listTenants(c *call) {
 	q := c.r.URL.Query()
+	if id := c.key.Tenant; id != "" {
+		// A tenant key sees its own tenant only.
+		t, err := c.tenants.Get(c.within(10*time.Second), id)
+		if err != nil {
+			tenantProblem(c, err)
+			return
+		}
+		if after := q.Get("after"); after != "" && after >= id {
+			c.json(http.StatusOK, map[string]any{"tenants": []tenant.Tenant{}})
+			return
+		}
+		c.json(http.StatusOK, map[string]any{"tenants": []tenant.Tenant{t}})
+		return
+	}
 	limit := DefaultTenantPage
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -93,12 +112,188 @@ func (s *Server) listTenants(c *call) {
 	c.json(http.StatusOK, out)
 }
 
-// deleteTenant removes a tenant's record.
+// deleteTenant removes a tenant: its keys, its record, then its
+// destinations. While they have events not yet delivered it is refused
+// (409) unless ?force=true: those events then stay in the events stream,
+// undelivered, until its retention ends, as a destination's removed with
+// force do; an attempt under way ends and is logged.
 func (s *Server) deleteTenant(c *call) {
-	if err := c.tenants.Delete(c.within(30*time.Second), c.tenant); err != nil {
+	force := false
+	switch v := c.r.URL.Query().Get("force"); v {
+	case "", "false":
+	case "true":
+		force = true
+	default:
+		c.problem(http.StatusBadRequest, "force", fmt.Sprintf("force=%q: give true or false", v))
+		return
+	}
+	ctx := c.within(2 * time.Minute)
+	if _, err := c.tenants.Get(ctx, c.tenant); err != nil {
 		tenantProblem(c, err)
 		return
 	}
+	if !force && s.cfg.Dests != nil {
+		pending, err := s.tenantPending(ctx, c.tenant)
+		if err != nil {
+			c.problem(http.StatusServiceUnavailable, "", "cannot count the tenant's undelivered events now: "+err.Error())
+			return
+		}
+		if len(pending) > 0 {
+			c.problem(http.StatusConflict, "", fmt.Sprintf("tenant %s's destinations still have undelivered events (%s); deleted, they would never be delivered: add ?force=true to delete the tenant anyway", c.tenant, strings.Join(pending, ", ")))
+			return
+		}
+	}
+	// Keys first: no request of the tenant's own starts once it is going.
+	if _, err := s.cfg.Keys.RevokeTenant(ctx, c.tenant); err != nil {
+		c.problem(http.StatusServiceUnavailable, "", "the tenant's keys were not all revoked (the tenant is kept; try again): "+err.Error())
+		return
+	}
+	if err := c.tenants.Delete(ctx, c.tenant); err != nil {
+		tenantProblem(c, err)
+		return
+	}
+	s.forget(c.tenant)
+	s.cfg.Producer.ForgetTenant(c.tenant)
+	removed, err := s.removeTenantDests(ctx, c.tenant)
+	if err != nil {
+		c.problem(http.StatusServiceUnavailable, "", fmt.Sprintf("the tenant is deleted, but of its destinations only %d were removed (DELETE it again to remove the others): %v", removed, err))
+		return
+	}
+	s.cfg.Logger.Info("tenant deleted", "tenant", c.tenant, "destinations", removed, "key", c.key.Name)
+	c.w.WriteHeader(http.StatusNoContent)
+}
+
+// tenantPending lists the destinations of tenant id with events not yet
+// delivered, as "name: n".
+func (s *Server) tenantPending(ctx context.Context, id string) ([]string, error) {
+	ds, err := s.cfg.Dests.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, d := range ds {
+		if d.Tenant() != id {
+			continue
+		}
+		n, err := s.cfg.Dests.Pending(ctx, d.Name)
+		if err != nil && !errors.Is(err, destination.ErrNotFound) {
+			return nil, err
+		}
+		if n > 0 {
+			out = append(out, fmt.Sprintf("%s: %d", d.ShortName(), n))
+		}
+	}
+	return out, nil
+}
+
+// removeTenantDests removes every destination of tenant id, and returns
+// how many.
+func (s *Server) removeTenantDests(ctx context.Context, id string) (int, error) {
+	if s.cfg.Dests == nil {
+		return 0, nil
+	}
+	ds, err := s.cfg.Dests.List(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, d := range ds {
+		if d.Tenant() != id {
+			continue
+		}
+		if err := s.cfg.Dests.RemoveIdle(ctx, d.Name, true); err != nil && !errors.Is(err, destination.ErrNotFound) {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// tenantKeyBody is the body of POST /v1/tenants/{tenant}/keys.
+type tenantKeyBody struct {
+	Name  string `json:"name"`
+	Scope string `json:"scope"`
+}
+
+// createTenantKey creates an API key confined to the tenant; the key is
+// in the answer, and only there.
+func (s *Server) createTenantKey(c *call) {
+	var body tenantKeyBody
+	if !s.readJSON(c.w, c.r, &body) {
+		return
+	}
+	if err := ValidateName(body.Name); err != nil {
+		c.problem(http.StatusUnprocessableEntity, "name", err.Error())
+		return
+	}
+	scope, err := ParseScope(body.Scope)
+	if err != nil {
+		c.problem(http.StatusUnprocessableEntity, "scope", err.Error())
+		return
+	}
+	ctx := c.within(30 * time.Second)
+	if _, err := c.tenants.Get(ctx, c.tenant); err != nil {
+		tenantProblem(c, err)
+		return
+	}
+	key, rec, err := s.cfg.Keys.CreateFor(ctx, c.tenant, body.Name, scope)
+	switch {
+	case errors.Is(err, ErrKeyExists):
+		c.problem(http.StatusConflict, "name", err.Error())
+		return
+	case err != nil:
+		c.problem(http.StatusServiceUnavailable, "", "the key was not created: "+err.Error())
+		return
+	}
+	// A tenant deleted meanwhile keeps no key.
+	if _, err := c.tenants.Get(ctx, c.tenant); errors.Is(err, tenant.ErrNotFound) {
+		_, _ = s.cfg.Keys.Revoke(ctx, rec.Name)
+		tenantProblem(c, err)
+		return
+	}
+	s.cfg.Logger.Info("tenant API key created", "tenant", c.tenant, "name", rec.Name, "scope", rec.Scope, "by", c.key.Name)
+	c.json(http.StatusCreated, map[string]any{"key": key, "name": rec.Name, "id": rec.ID, "scope": rec.Scope, "tenant": rec.Tenant, "created": rec.Created})
+}
+
+// listTenantKeys lists the tenant's keys (never a key or its hash).
+func (s *Server) listTenantKeys(c *call) {
+	ctx := c.within(30 * time.Second)
+	if _, err := c.tenants.Get(ctx, c.tenant); err != nil {
+		tenantProblem(c, err)
+		return
+	}
+	all, err := s.cfg.Keys.List(ctx)
+	if err != nil {
+		c.problem(http.StatusServiceUnavailable, "", err.Error())
+		return
+	}
+	out := []Key{}
+	for _, k := range all {
+		if k.Tenant == c.tenant {
+			out = append(out, k)
+		}
+	}
+	c.json(http.StatusOK, map[string]any{"keys": out})
+}
+
+// revokeTenantKey revokes one of the tenant's keys, by name.
+func (s *Server) revokeTenantKey(c *call) {
+	ctx := c.within(30 * time.Second)
+	name := c.r.PathValue("key")
+	all, err := s.cfg.Keys.List(ctx)
+	if err != nil {
+		c.problem(http.StatusServiceUnavailable, "", err.Error())
+		return
+	}
+	if !slices.ContainsFunc(all, func(k Key) bool { return k.Name == name && k.Tenant == c.tenant }) {
+		c.problem(http.StatusNotFound, "", fmt.Sprintf("%v: %s", ErrKeyNotFound, name))
+		return
+	}
+	if _, err := s.cfg.Keys.Revoke(ctx, name); err != nil {
+		c.problem(http.StatusServiceUnavailable, "", err.Error())
+		return
+	}
+	s.cfg.Logger.Info("tenant API key revoked", "tenant", c.tenant, "name", name, "by", c.key.Name)
 	c.w.WriteHeader(http.StatusNoContent)
 }
 

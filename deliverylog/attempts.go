@@ -21,6 +21,11 @@ import (
 // AttemptQuery selects records of the delivery log. Every field is
 // optional; records match all that are set.
 type AttemptQuery struct {
+	// Scoped: the records of Tenant's destinations only (Tenant "": of
+	// those of no tenant). Otherwise every destination's.
+	Scoped bool
+	Tenant string
+	// Dest is a destination (a stream.DestRef): its records only.
 	Dest    string
 	EventID string
 	// Status is a status code ("503"), or a class: 2xx, 3xx, 4xx, 5xx,
@@ -70,8 +75,13 @@ func (q AttemptQuery) statusFilter() (class string, code int, err error) {
 // Validate reports a query that cannot be answered, as a *QueryError.
 func (q AttemptQuery) Validate() error {
 	if q.Dest != "" {
-		if err := stream.ValidateDestName(q.Dest); err != nil {
+		if err := stream.ValidateDestRef(q.Dest); err != nil {
 			return &QueryError{"dest", err}
+		}
+	}
+	if q.Tenant != "" {
+		if err := stream.ValidateTenantID(q.Tenant); err != nil {
+			return &QueryError{"tenant", err}
 		}
 	}
 	if _, _, err := q.statusFilter(); err != nil {
@@ -110,7 +120,7 @@ func ReadAttempts(ctx context.Context, js jetstream.JetStream, q AttemptQuery) (
 	class, code, _ := q.statusFilter()
 	match := func(r *AttemptRecord) bool {
 		return r.Outcome != OutcomeRouted &&
-			(q.Dest == "" || r.Dest == q.Dest) && (class == "" || r.Class == class) && (code == 0 || r.Status == code) &&
+			(q.Dest == "" || r.Dest == q.Dest) && (!q.Scoped || destTenant(r.Dest) == q.Tenant) && (class == "" || r.Class == class) && (code == 0 || r.Status == code) &&
 			(q.EventID == "" || r.EventID == q.EventID) &&
 			(q.Since.IsZero() || !r.At.Before(q.Since)) && (q.Until.IsZero() || r.At.Before(q.Until)) &&
 			(q.Before == 0 || r.Seq < q.Before)
@@ -175,7 +185,7 @@ func ReadAttempts(ctx context.Context, js jetstream.JetStream, q AttemptQuery) (
 	if hi < floor {
 		return page, nil
 	}
-	filter := stream.LogSubject(q.Dest, class)
+	filters := stream.LogFilters(q.Scoped, q.Tenant, q.Dest, class)
 	window := uint64(max(limit/4, 64))
 	for len(page.Attempts) < limit {
 		lo := floor
@@ -183,7 +193,7 @@ func ReadAttempts(ctx context.Context, js jetstream.JetStream, q AttemptQuery) (
 			lo = hi - window + 1
 		}
 		var got []AttemptRecord
-		err := stream.Read(ctx, js, stream.LogStream, stream.ReadOptions{After: lo - 1, Filters: []string{filter}, Description: "relay attempts"},
+		err := stream.Read(ctx, js, stream.LogStream, stream.ReadOptions{After: lo - 1, Filters: filters, Description: "relay attempts"},
 			func(m *jetstream.RawStreamMsg) error {
 				if m.Sequence > hi {
 					return stream.ErrStop
@@ -216,6 +226,12 @@ func ReadAttempts(ctx context.Context, js jetstream.JetStream, q AttemptQuery) (
 		}
 	}
 	return page, nil
+}
+
+// destTenant is the tenant of destination ref dest ("" for none).
+func destTenant(dest string) string {
+	t, _ := stream.SplitDestRef(dest)
+	return t
 }
 
 // untilSlack is how long after an attempt starts its record may be
@@ -339,12 +355,34 @@ var ErrEventNotFound = errors.New("no record of the event in the delivery log")
 // read from the events stream while it is kept there, and for each
 // destination its state and attempts, oldest first.
 func LookupEvent(ctx context.Context, js jetstream.JetStream, id string) (EventView, error) {
+	return LookupEventOf(ctx, js, id, nil)
+}
+
+// LookupEventOf is LookupEvent of the records of the destinations keep
+// keeps only (nil: every one's): an event none of whose records it keeps
+// is not found. Ids are the producers', so two tenants' events may share
+// one: each sees its own.
+func LookupEventOf(ctx context.Context, js jetstream.JetStream, id string, keep func(dest string) bool) (EventView, error) {
 	v := EventView{ID: id, Destinations: []DestState{}}
 	byDest := map[string]int{}
 	latest := map[int]time.Time{} // when the attempt deciding each destination's state began
 	recs, err := eventRecords(ctx, js, id)
 	if err != nil {
 		return EventView{}, err
+	}
+	if keep != nil {
+		kept := recs[:0:0]
+		for _, rec := range recs {
+			if rec.Outcome == OutcomeRouted {
+				rec.Dests = slices.DeleteFunc(slices.Clone(rec.Dests), func(d string) bool { return !keep(d) })
+				if len(rec.Dests) > 0 {
+					kept = append(kept, rec)
+				}
+			} else if keep(rec.Dest) {
+				kept = append(kept, rec)
+			}
+		}
+		recs = kept
 	}
 	for _, rec := range recs {
 		if v.Seq == 0 || rec.Outcome == OutcomeRouted {

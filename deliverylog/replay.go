@@ -55,7 +55,7 @@ func ReplayLog(ctx context.Context, js jetstream.JetStream, r LogReplay, dryRun 
 
 // ReplayAt is ReplayLog with the clock that gives Until its default.
 func ReplayAt(ctx context.Context, js jetstream.JetStream, r LogReplay, dryRun bool, fn func(ReplayedEvent) error, now func() time.Time) (int, error) {
-	if err := stream.ValidateDestName(r.Dest); err != nil {
+	if err := stream.ValidateDestRef(r.Dest); err != nil {
 		return 0, err
 	}
 	if r.Type != "" {
@@ -97,7 +97,7 @@ func ReplayAt(ctx context.Context, js jetstream.JetStream, r LogReplay, dryRun b
 	case r.Key != "":
 		// The stored subject keeps the key's bucket, not the key: read
 		// the bucket and match Relay-Order-Key below.
-		filters = []string{stream.KeyedSubject(r.Dest, r.Key)}
+		filters = stream.KeyedSubjects(r.Dest, r.Key)
 	}
 	n := 0
 	err = stream.Read(ctx, js, stream.EventsStream, stream.ReadOptions{Filters: filters, Since: r.Since}, func(m *jetstream.RawStreamMsg) error {

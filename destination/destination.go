@@ -137,6 +137,19 @@ type Destination struct {
 	Updated time.Time `json:"updated"`
 }
 
+// Tenant is the id of the tenant d belongs to, "" for none: d's Name is
+// then a stream.DestRef, tenant=name.
+func (d Destination) Tenant() string {
+	t, _ := stream.SplitDestRef(d.Name)
+	return t
+}
+
+// ShortName is d's name within its tenant (its Name, when it has none).
+func (d Destination) ShortName() string {
+	_, n := stream.SplitDestRef(d.Name)
+	return n
+}
+
 // Destination defaults.
 const (
 	DefaultTimeout     = 30 * time.Second
@@ -406,7 +419,7 @@ func RedactURL(u string) string {
 // Validate reports the first thing wrong with d (after WithDefaults), as a
 // *SettingError naming the setting at fault.
 func (d Destination) Validate() error {
-	if err := stream.ValidateDestName(d.Name); err != nil {
+	if err := stream.ValidateDestRef(d.Name); err != nil {
 		return settingErr("name", err)
 	}
 	if err := d.validatePool(); err != nil {
@@ -613,8 +626,12 @@ func (d Destination) ConsumerNames() []string {
 // partitionFilters are the subjects of partition i of ordered d.
 func (d Destination) PartitionFilters(i int) []string {
 	var f []string
+	tenant, name := stream.SplitDestRef(d.Name)
 	for b := i; b < stream.Buckets; b += d.Partitions {
 		f = append(f, fmt.Sprintf("%s.%s.%d", stream.KeyedPrefix, d.Name, b))
+		if tenant != "" {
+			f = append(f, fmt.Sprintf("%s.%s.%s.%d", stream.TenantKeyedPrefix, tenant, name, b))
+		}
 	}
 	return f
 }
@@ -650,4 +667,13 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	}
 	*d = Duration(v)
 	return nil
+}
+
+// Display is destination ref (a stream.DestRef) as messages name it: its
+// name, and "of tenant T" for a tenant's.
+func Display(ref string) string {
+	if t, n := stream.SplitDestRef(ref); t != "" {
+		return n + " of tenant " + t
+	}
+	return ref
 }

@@ -309,7 +309,7 @@ func (s *Store) Update(ctx context.Context, name string, fn func(*Destination) e
 	for range 10 {
 		e, err := s.kv.Get(ctx, name)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return Destination{}, fmt.Errorf("%w: %s", ErrNotFound, name)
+			return Destination{}, fmt.Errorf("%w: %s", ErrNotFound, Display(name))
 		}
 		if err != nil {
 			return Destination{}, err
@@ -412,7 +412,7 @@ func (s *Store) reseal(ctx context.Context, name string) (bool, error) {
 	for range 10 {
 		e, err := s.kv.Get(ctx, name)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return false, fmt.Errorf("%w: %s", ErrNotFound, name)
+			return false, fmt.Errorf("%w: %s", ErrNotFound, Display(name))
 		}
 		if err != nil {
 			return false, err
@@ -455,7 +455,7 @@ func (s *Store) reseal(ctx context.Context, name string) (bool, error) {
 func (s *Store) Get(ctx context.Context, name string) (Destination, error) {
 	e, err := s.kv.Get(ctx, name)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Destination{}, fmt.Errorf("%w: %s", ErrNotFound, name)
+		return Destination{}, fmt.Errorf("%w: %s", ErrNotFound, Display(name))
 	}
 	if err != nil {
 		return Destination{}, err

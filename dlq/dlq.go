@@ -352,6 +352,11 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 
 // Filter selects dead letters. Zero fields select everything.
 type Filter struct {
+	// Scoped: the letters of Tenant's destinations only (Tenant "": of
+	// those of no tenant). Otherwise every destination's.
+	Scoped bool
+	Tenant string
+	// Dest is a destination (a stream.DestRef): its letters only.
 	Dest   string
 	Reason string
 	// Status selects by last HTTP status; 0 selects any, -1 selects those
@@ -371,6 +376,8 @@ func (f Filter) Match(l Letter) bool {
 	switch {
 	case f.Dest != "" && l.Dest != f.Dest:
 		return false
+	case f.Scoped && destTenant(l.Dest) != f.Tenant:
+		return false
 	case f.Reason != "" && l.Reason != f.Reason:
 		return false
 	case f.Status > 0 && l.LastStatus != f.Status:
@@ -387,8 +394,16 @@ func (f Filter) Match(l Letter) bool {
 	return true
 }
 
+func destTenant(dest string) string {
+	t, _ := stream.SplitDestRef(dest)
+	return t
+}
+
 // ErrLetterNotFound is returned for a sequence that holds no dead letter.
 var ErrLetterNotFound = errors.New("no such dead letter")
+
+// NotFound is ErrLetterNotFound for sequence seq, as Get returns it.
+func NotFound(seq uint64) error { return notFoundError(seq) }
 
 // notFoundError is ErrLetterNotFound for the sequence it is.
 type notFoundError uint64
@@ -418,7 +433,7 @@ func decodeStored(m *jetstream.RawStreamMsg) Letter {
 		return l
 	}
 	l = Letter{Seq: m.Sequence, Subject: m.Subject, DeadAt: m.Time, Malformed: err.Error(), Headers: m.Header, Body: m.Data}
-	if d, ok := strings.CutPrefix(m.Subject, stream.DLQPrefix+"."); ok {
+	if d, ok := stream.DLQDest(m.Subject); ok {
 		l.Dest = d
 	}
 	return l
@@ -464,6 +479,9 @@ func (s *Store) Each(ctx context.Context, f Filter, fn func(Letter) error) error
 			if err != nil {
 				return err
 			}
+			if f.Scoped && destTenant(l.Dest) != f.Tenant {
+				return notFoundError(seq) // another tenant's is none of this one's
+			}
 			if !f.Match(l) {
 				continue
 			}
@@ -477,8 +495,8 @@ func (s *Store) Each(ctx context.Context, f Filter, fn func(Letter) error) error
 		return nil
 	}
 	var filters []string
-	if f.Dest != "" {
-		filters = []string{stream.DLQSubject(f.Dest)}
+	if f.Dest != "" || f.Scoped {
+		filters = stream.DLQFilters(f.Scoped, f.Tenant, f.Dest)
 	}
 	// A letter dies after it is stored, so its stream time is a lower bound
 	// on nothing; start from Since minus a margin and filter exactly.
@@ -605,13 +623,17 @@ func (s *Store) Replay(ctx context.Context, l Letter, toDest string) (_ *jetstre
 
 // Counts returns the number of dead letters per destination.
 func (s *Store) Counts(ctx context.Context) (map[string]uint64, error) {
-	info, err := s.st.Info(ctx, jetstream.WithSubjectFilter(stream.DLQPrefix+".*"))
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]uint64, len(info.State.Subjects))
-	for subj, n := range info.State.Subjects {
-		out[subj[len(stream.DLQPrefix)+1:]] = n
+	out := map[string]uint64{}
+	for _, f := range stream.DLQFilters(false, "", "") {
+		info, err := s.st.Info(ctx, jetstream.WithSubjectFilter(f))
+		if err != nil {
+			return nil, err
+		}
+		for subj, n := range info.State.Subjects {
+			if d, ok := stream.DLQDest(subj); ok {
+				out[d] += n
+			}
+		}
 	}
 	return out, nil
 }

@@ -29,10 +29,16 @@ import (
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/internal/spans"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/tenant"
 )
 
 // Event is what a producer publishes.
 type Event struct {
+	// Tenant is the id of the tenant the event is published for: Dest
+	// names one of its destinations, or Type goes to its destinations
+	// subscribed to it. Optional: "" publishes for the destinations of no
+	// tenant.
+	Tenant string
 	// Dest names the destination. Either Dest or Type is required.
 	Dest string
 	// Type is the event's type (dot-separated tokens, such as
@@ -69,6 +75,10 @@ type Published struct {
 // does not exist.
 var ErrUnknownDestination = errors.New("unknown destination")
 
+// ErrUnknownTenant is returned when publishing for a tenant that does not
+// exist.
+var ErrUnknownTenant = errors.New("unknown tenant")
+
 // ErrIDConflict is returned for an id published within the duplicate
 // window, with the same scope to the same target, as an event with
 // another body, order key or headers: nothing was stored.
@@ -82,12 +92,13 @@ var ErrEventTooLarge = errors.New("event too large")
 type Producer struct {
 	js      jetstream.JetStream
 	store   *destination.Store
+	tenants *tenant.Store
 	maxSize int64 // the events stream's largest message (0: unknown)
 	// now is the clock that ages what known says. Default time.Now.
 	now func() time.Time
 
 	mu    sync.Mutex
-	known map[string]time.Time // destination -> when it was last seen to exist
+	known map[string]time.Time // destination, or tenant+knownTenant -> when it was last seen to exist
 
 	pubOnce sync.Once
 	pub     jetstream.JetStream // publisher()
@@ -113,7 +124,11 @@ func NewProducer(ctx context.Context, js jetstream.JetStream) (*Producer, error)
 	if err != nil {
 		return nil, err
 	}
-	p := &Producer{js: js, store: st, known: map[string]time.Time{}, now: time.Now}
+	ts, err := tenant.Open(ctx, js, nil)
+	if err != nil {
+		return nil, err
+	}
+	p := &Producer{js: js, store: st, tenants: ts, known: map[string]time.Time{}, now: time.Now}
 	if s, err := js.Stream(ctx, stream.EventsStream); err == nil {
 		p.maxSize = int64(s.CachedInfo().Config.MaxMsgSize)
 	}
@@ -207,6 +222,11 @@ func publishErr(m *nats.Msg, err error) error {
 // prepare checks ev, gives it an id if it has none, and returns its
 // message, and when p traces, the publish's span (the caller ends it).
 func (p *Producer) prepare(ctx context.Context, ev *Event) (_ *nats.Msg, span trace.Span, err error) {
+	if ev.Tenant != "" {
+		if err := stream.ValidateTenantID(ev.Tenant); err != nil {
+			return nil, nil, err
+		}
+	}
 	switch {
 	case ev.Dest != "" && ev.Type != "":
 		return nil, nil, errors.New("an event goes to one destination or by its type, not both: give Dest or Type")
@@ -228,21 +248,32 @@ func (p *Producer) prepare(ctx context.Context, ev *Event) (_ *nats.Msg, span tr
 	if err := ValidateEventID(ev.ID); err != nil {
 		return nil, nil, err
 	}
-	if ev.Type == "" {
-		if err := p.checkDest(ctx, ev.Dest); err != nil {
+	if ev.Tenant != "" {
+		if err := p.checkTenant(ctx, ev.Tenant); err != nil {
 			return nil, nil, err
 		}
 	}
-	env := stream.Envelope{ID: ev.ID, Dest: ev.Dest, Key: ev.Key, Headers: make(nats.Header, len(ev.Headers)), Body: ev.Data,
-		Dedup: DedupID(ev.Scope, ev.Dest, ev.Type, ev.ID)}
+	dest, typ := stream.DestRef(ev.Tenant, ev.Dest), ev.Type
+	if ev.Type == "" {
+		if err := p.checkDest(ctx, ev.Tenant, ev.Dest); err != nil {
+			return nil, nil, err
+		}
+	} else if ev.Tenant != "" {
+		typ += "\x00" + ev.Tenant // the tenant's type: ids do not collide with another's
+	}
+	env := stream.Envelope{ID: ev.ID, Dest: dest, Key: ev.Key, Headers: make(nats.Header, len(ev.Headers)), Body: ev.Data,
+		Dedup: DedupID(ev.Scope, dest, typ, ev.ID)}
 	for k, v := range ev.Headers {
 		if err := destination.ValidateEventHeader(k, v); err != nil {
 			return nil, nil, err
 		}
 		env.Headers.Set(k, v)
 	}
-	subject := stream.InSubject(ev.Dest, ev.Key)
-	if ev.Type != "" {
+	subject := stream.InSubject(dest, ev.Key)
+	switch {
+	case ev.Type != "" && ev.Tenant != "":
+		subject = stream.TenantTypeSubject(ev.Tenant, ev.Type)
+	case ev.Type != "":
 		// The key travels in Relay-Order-Key only: the router puts it in
 		// each copy's subject.
 		subject = stream.TypeSubject(ev.Type)
@@ -255,7 +286,7 @@ func (p *Producer) prepare(ctx context.Context, ev *Event) (_ *nats.Msg, span tr
 		if ev.Type != "" {
 			attrs = append(attrs, spans.AttrType.String(ev.Type))
 		} else {
-			attrs = append(attrs, spans.AttrDest.String(ev.Dest))
+			attrs = append(attrs, spans.AttrDest.String(dest))
 		}
 		ctx, span = p.tracer.Start(ctx, spans.Publish, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
 		defer func() {
@@ -477,23 +508,70 @@ func (p *Producer) publisher() (jetstream.JetStream, error) {
 // them, so that every subscriber's copy can be stored.
 func TypedOverhead(id, typ string) int64 { return int64(stream.RoutedOverhead(id, typ)) }
 
-func (p *Producer) checkDest(ctx context.Context, dest string) error {
-	p.mu.Lock()
-	seen, ok := p.known[dest]
-	p.mu.Unlock()
-	if ok && p.now().Sub(seen) < knownFor {
+// checkDest checks that destination name of tenant ("" for none) exists.
+func (p *Producer) checkDest(ctx context.Context, tenant, name string) error {
+	ref := stream.DestRef(tenant, name)
+	if p.knows(ref) {
 		return nil
 	}
-	if _, err := p.store.Get(ctx, dest); err != nil {
+	if _, err := p.store.Get(ctx, ref); err != nil {
 		if errors.Is(err, destination.ErrNotFound) {
-			return fmt.Errorf("%w %q: add it with 'relay dest add %s --url ...' first; nothing was published", ErrUnknownDestination, dest, dest)
+			if tenant != "" {
+				return fmt.Errorf("%w %q of tenant %q: add it with 'relay dest add %s --tenant %s --url ...' first; nothing was published", ErrUnknownDestination, name, tenant, name, tenant)
+			}
+			return fmt.Errorf("%w %q: add it with 'relay dest add %s --url ...' first; nothing was published", ErrUnknownDestination, name, name)
 		}
 		return err
 	}
-	p.mu.Lock()
-	p.known[dest] = p.now()
-	p.mu.Unlock()
+	p.seen(ref)
 	return nil
+}
+
+// knownTenant marks a tenant's entry in Producer.known: no destination's
+// name contains it.
+const knownTenant = "\x00tenant"
+
+// checkTenant checks that tenant id exists.
+func (p *Producer) checkTenant(ctx context.Context, id string) error {
+	if p.knows(id + knownTenant) {
+		return nil
+	}
+	if _, err := p.tenants.Get(ctx, id); err != nil {
+		if errors.Is(err, tenant.ErrNotFound) {
+			return fmt.Errorf("%w %q: create it with 'relay tenant put %s' first; nothing was published", ErrUnknownTenant, id, id)
+		}
+		return err
+	}
+	p.seen(id + knownTenant)
+	return nil
+}
+
+// ForgetTenant forgets that tenant id and its destinations exist: the
+// next publish for it asks again. (Another process's producer trusts what
+// it saw for knownFor.)
+func (p *Producer) ForgetTenant(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.known, id+knownTenant)
+	for k := range p.known {
+		if strings.HasPrefix(k, stream.DestRef(id, "")) {
+			delete(p.known, k)
+		}
+	}
+}
+
+// knows reports whether what was seen to exist within knownFor.
+func (p *Producer) knows(what string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	seen, ok := p.known[what]
+	return ok && p.now().Sub(seen) < knownFor
+}
+
+func (p *Producer) seen(what string) {
+	p.mu.Lock()
+	p.known[what] = p.now()
+	p.mu.Unlock()
 }
 
 var idEncoding = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadding(base32.NoPadding)

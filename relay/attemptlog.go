@@ -402,7 +402,7 @@ func (r *Relay) deadLetterFailed(ctx context.Context, ev event, reason string, e
 	r.log.Error("cannot store the event's dead letter, and retrying would not change that: the event is given up and stays in the event log until its retention ends ('relay replay' delivers it again)",
 		"dest", ev.dest, "event_id", ev.id, "seq", ev.seq, "reason", reason, "err", err)
 	r.cfg.Metrics.deadLetterFailed(ev.dest)
-	if stream.ValidateDestName(ev.dest) != nil {
+	if stream.ValidateDestRef(ev.dest) != nil {
 		return // no key can name it; the log and the metric have it
 	}
 	kv, kerr := r.cfg.JS.KeyValue(ctx, stream.StateBucket)

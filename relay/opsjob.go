@@ -5,7 +5,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -218,7 +217,7 @@ func (j *opsJob) followDeadLetters(ctx context.Context, since time.Time) error {
 			if opevent.Is(l.Type) {
 				return nil // no feedback loop
 			}
-			dest, _ := strings.CutPrefix(m.Subject, stream.DLQPrefix+".")
+			dest, _ := stream.DLQDest(m.Subject)
 			j.mu.Lock()
 			defer j.mu.Unlock()
 			w := j.window[dest]

@@ -68,7 +68,7 @@ func (r *Relay) Routes(dest string, seq uint64) bool {
 func (r *Relay) Exists(ctx context.Context, dest string, seq uint64) (bool, error) {
 	// A token no destination can be named (nor the store hold as a key)
 	// is unknown without asking.
-	if stream.ValidateDestName(dest) != nil {
+	if stream.ValidateDestRef(dest) != nil {
 		return false, nil
 	}
 	d, err := r.store.Get(ctx, dest)

@@ -15,7 +15,11 @@ import (
 
 // DestStats is the state of one destination, read from JetStream and Redis.
 type DestStats struct {
+	// Dest is the destination (a stream.DestRef: tenant=name for a
+	// tenant's; the API shows the name within the tenant).
 	Dest string `json:"dest"`
+	// Tenant is the tenant of the destination; omitted for none.
+	Tenant string `json:"tenant,omitempty"`
 	// Backlog is the number of events not yet handed to a relay.
 	Backlog uint64 `json:"backlog"`
 	// InFlight is the number of events handed out and not yet acknowledged:
@@ -113,7 +117,7 @@ func stats(ctx context.Context, js jetstream.JetStream, sched *schedule.Store, n
 	out := make([]DestStats, 0, len(dests))
 	for _, d := range dests {
 		d = d.WithDefaults()
-		s := DestStats{Dest: d.Name, Parked: -1, DeadLetters: dead[d.Name], State: d.State(now())}
+		s := DestStats{Dest: d.Name, Tenant: d.Tenant(), Parked: -1, DeadLetters: dead[d.Name], State: d.State(now())}
 		if s.State != destination.StateActive && s.State != destination.StateProbing {
 			s.PausedUntil = d.PausedUntil
 		}

@@ -115,7 +115,7 @@ func Lag(ctx context.Context, js jetstream.JetStream) (uint64, error) {
 	if !st.Stream.Equal(s.CachedInfo().Created) {
 		routed = 0
 	}
-	return destination.CountAfter(ctx, js, []string{stream.TypeFilter(">")}, routed)
+	return destination.CountAfter(ctx, js, []string{stream.TypeFilter(">"), stream.TenantTypeFilter}, routed)
 }
 
 // routerWindow is how many typed events may have copies unconfirmed, and
@@ -261,12 +261,17 @@ type router struct {
 	log        *slog.Logger
 	now        func() time.Time
 
-	// cache maps a type to the destinations subscribed to it, for the
+	// cache maps a tenant and a type (cacheKey) to the destinations
+	// subscribed to it, and byTenant a tenant to its destinations, for the
 	// destinations' generation gen.
-	mu    sync.Mutex
-	gen   uint64
-	cache map[string][]destination.Destination
+	mu       sync.Mutex
+	gen      uint64
+	cache    map[string][]destination.Destination
+	byTenant map[string][]destination.Destination
 }
+
+// cacheKey is the router's cache key of typ published for tenant.
+func cacheKey(tenant, typ string) string { return tenant + "\x00" + typ }
 
 // RouterCounters count the router's work (relay's Metrics do).
 type RouterCounters interface {
@@ -375,7 +380,7 @@ func (ro *router) route(ctx context.Context, from uint64, done func(Routed)) err
 		}
 	}()
 	err := stream.Read(ctx, ro.js, stream.EventsStream, stream.ReadOptions{After: from, Follow: true,
-		Filters: []string{stream.TypeFilter(">"), stream.SubPrefix + ".*"}, Description: "relay router"},
+		Filters: []string{stream.TypeFilter(">"), stream.TenantTypeFilter, stream.SubPrefix + ".*"}, Description: "relay router"},
 		func(m *jetstream.RawStreamMsg) error {
 			if dest, ok := stream.SubMarkDest(m.Subject); ok {
 				return ro.awaitChange(ctx, dest, m.Sequence)
@@ -428,22 +433,26 @@ func (ro *router) awaitChange(ctx context.Context, dest string, seq uint64) erro
 	}
 }
 
-// subscribers returns the destinations subscribed to typ when the event
-// stored at seq was stored.
-func (ro *router) subscribers(typ string, seq uint64) []string {
+// subscribers returns the destinations of tenant ("" for those of no
+// tenant) subscribed to typ when the event stored at seq was stored.
+func (ro *router) subscribers(tenant, typ string, seq uint64) []string {
 	var ds []destination.Destination
 	ro.dests.View(func(gen uint64, dests map[string]destination.Destination) {
 		ro.mu.Lock()
 		defer ro.mu.Unlock()
 		if ro.gen != gen || ro.cache == nil {
-			ro.gen, ro.cache = gen, map[string][]destination.Destination{}
+			ro.gen, ro.cache, ro.byTenant = gen, map[string][]destination.Destination{}, map[string][]destination.Destination{}
+			for _, d := range dests {
+				ro.byTenant[d.Tenant()] = append(ro.byTenant[d.Tenant()], d)
+			}
 		}
 		var ok bool
-		if ds, ok = ro.cache[typ]; ok {
+		if ds, ok = ro.cache[cacheKey(tenant, typ)]; ok {
 			return
 		}
-		// Those with a pattern, current or ended, that matches typ.
-		for _, d := range dests {
+		// Those of tenant with a pattern, current or ended, that matches
+		// typ.
+		for _, d := range ro.byTenant[tenant] {
 			match := len(d.Subscriptions) == 0 && d.Subscribed(typ, ^uint64(0))
 			for _, s := range d.Subscriptions {
 				match = match || stream.TypeMatches(s.Pattern, typ)
@@ -452,7 +461,7 @@ func (ro *router) subscribers(typ string, seq uint64) []string {
 				ds = append(ds, d)
 			}
 		}
-		ro.cache[typ] = ds
+		ro.cache[cacheKey(tenant, typ)] = ds
 	})
 	var out []string
 	for _, d := range ds {
@@ -477,7 +486,8 @@ func (ro *router) copy(ctx context.Context, m *jetstream.RawStreamMsg) (Routed, 
 		ro.metrics.RoutedNone()
 		return p, nil
 	}
-	p.Dests = ro.subscribers(ev.Type, m.Sequence)
+	tenant, _, _ := stream.TypedTarget(m.Subject)
+	p.Dests = ro.subscribers(tenant, ev.Type, m.Sequence)
 	if len(p.Dests) == 0 {
 		ro.metrics.RoutedNone()
 		return p, nil

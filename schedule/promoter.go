@@ -143,7 +143,7 @@ func (p Promoter) PromoteDue(ctx context.Context) (int, error) {
 }
 
 func (p Promoter) promoteDest(ctx context.Context, dest string) (int, error) {
-	if err := stream.ValidateDestName(dest); err != nil {
+	if err := stream.ValidateDestRef(dest); err != nil {
 		return 0, fmt.Errorf("entries parked under a name no destination can have are left alone: %w", err)
 	}
 	claimed, err := p.Store.Claim(ctx, dest, p.Now(), p.Batch, p.Lease)

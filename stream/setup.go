@@ -126,8 +126,8 @@ func (cfg Config) Validate() error {
 func (cfg Config) EventsConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        EventsStream,
-		Description: "relay events: relay.in.<dest>[.<key>] in, stored as relay.in.<dest> or relay.ev.<dest>.<bucket>; typed events relay.type.<type>; subscription marks relay.sub.<dest>; lanes relay.lane.<dest>; fan-out to shared destinations relay.fan",
-		Subjects:    []string{InPrefix + ".*", InPrefix + ".*.*", TypePrefix + ".>", SubPrefix + ".*", LanePrefix + ".*", FanSubject},
+		Description: "relay events: relay.in.<dest>[.<key>] in, stored as relay.in.<dest> or relay.ev.<dest>.<bucket>; typed events relay.type.<type>; a tenant's relay.t.<tenant>.in.<dest>, relay.tev.<tenant>.<dest>.<bucket> and relay.t.<tenant>.type.<type>; subscription marks relay.sub.<dest>; lanes relay.lane.<dest>; fan-out to shared destinations relay.fan",
+		Subjects:    []string{InPrefix + ".*", InPrefix + ".*.*", TypePrefix + ".>", TenantPrefix + ".*.in.*", TenantKeyedPrefix + ".*.*.*", TenantTypeFilter, SubPrefix + ".*", LanePrefix + ".*", FanSubject},
 		SubjectTransform: &jetstream.SubjectTransformConfig{
 			Source:      InPrefix + ".*.*",
 			Destination: fmt.Sprintf("%s.{{wildcard(1)}}.{{partition(%d,2)}}", KeyedPrefix, Buckets),
@@ -151,8 +151,8 @@ func (cfg Config) EventsConfig() jetstream.StreamConfig {
 func (cfg Config) DLQConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        DLQStream,
-		Description: "relay dead letters: relay.dlq.<dest>",
-		Subjects:    []string{DLQPrefix + ".*"},
+		Description: "relay dead letters: relay.dlq.<dest>, a tenant's relay.tdlq.<tenant>.<dest>",
+		Subjects:    []string{DLQPrefix + ".*", DLQTenantPrefix + ".*.*"},
 		Retention:   jetstream.LimitsPolicy,
 		MaxAge:      cfg.DLQRetention,
 		MaxBytes:    -1,
@@ -210,7 +210,7 @@ func (cfg Config) LogConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        LogStream,
 		Description: "relay delivery log: batches of records of attempts on relay.log.<dest>.<class>, their event ids on relay.logidx.<bucket>",
-		Subjects:    []string{LogPrefix + ".*.*", LogIndexPrefix + ".*"},
+		Subjects:    []string{LogPrefix + ".*.*", LogTenantPrefix + ".*.*.*", LogIndexPrefix + ".*"},
 		Retention:   jetstream.LimitsPolicy,
 		MaxAge:      cfg.LogRetention,
 		MaxBytes:    cfg.LogMaxBytes,

@@ -15,7 +15,7 @@ import (
 
 func startJS(t *testing.T) jetstream.JetStream {
 	t.Helper()
-	s, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Port: -1})
+	s, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Port: -1, Mappings: Mappings()})
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 	nc, err := nats.Connect(s.ClientURL())

@@ -33,6 +33,8 @@ const (
 	InPrefix    = "relay.in"
 	KeyedPrefix = "relay.ev"
 	DLQPrefix   = "relay.dlq"
+	// DLQTenantPrefix: a tenant's dead letters (see DLQSubject).
+	DLQTenantPrefix = "relay.tdlq"
 	// LanePrefix: relay.lane.D holds the events of a shared destination D
 	// that relay moved off the shared consumer while D could not keep up
 	// (see LaneSubject).
@@ -100,18 +102,59 @@ func InSubject(dest, key string) string {
 	return InPrefix + "." + dest + "." + KeyToken(key)
 }
 
-// DLQSubject is the dead-letter subject of destination dest.
-func DLQSubject(dest string) string { return DLQPrefix + "." + dest }
+// DLQSubject is the dead-letter subject of destination dest (a DestRef):
+// relay.dlq.D, or for a tenant's T=N, relay.tdlq.T.N (so that a filter
+// selects a tenant's).
+func DLQSubject(dest string) string {
+	if t, n := SplitDestRef(dest); t != "" {
+		return DLQTenantPrefix + "." + t + "." + n
+	}
+	return DLQPrefix + "." + dest
+}
 
-// DestFilters are the filter subjects that select every event of dest.
+// DLQDest is the destination (a DestRef) of dead-letter subject subj, and
+// false when subj is not one.
+func DLQDest(subj string) (string, bool) {
+	if d, ok := strings.CutPrefix(subj, DLQPrefix+"."); ok {
+		return d, d != "" && !strings.Contains(d, ".")
+	}
+	if tn, ok := strings.CutPrefix(subj, DLQTenantPrefix+"."); ok {
+		t, n, ok := strings.Cut(tn, ".")
+		return t + RefSep + n, ok && t != "" && n != "" && !strings.Contains(n, ".")
+	}
+	return "", false
+}
+
+// DLQFilters are the filter subjects of the dead letters of dest, when
+// given; else of tenant's destinations when scoped (tenant "": those of
+// no tenant); else of every destination.
+func DLQFilters(scoped bool, tenant, dest string) []string {
+	switch {
+	case dest != "":
+		return []string{DLQSubject(dest)}
+	case scoped && tenant != "":
+		return []string{DLQTenantPrefix + "." + tenant + ".*"}
+	case scoped:
+		return []string{DLQPrefix + ".*"}
+	}
+	return []string{DLQPrefix + ".*", DLQTenantPrefix + ".*.*"}
+}
+
+// DestFilters are the filter subjects that select every event of dest (a
+// DestRef): for a tenant's destination, also those its producers publish
+// to (see TenantPrefix).
 func DestFilters(dest string) []string {
-	return []string{InPrefix + "." + dest, KeyedPrefix + "." + dest + ".>"}
+	f := []string{InPrefix + "." + dest, KeyedPrefix + "." + dest + ".>"}
+	if t, n := SplitDestRef(dest); t != "" {
+		f = append(f, tenantFilters(t, n)...)
+	}
+	return f
 }
 
 // SharedFilters are the filter subjects of the shared consumer: every
 // destination's events as stored (not its lane).
 func SharedFilters() []string {
-	return []string{InPrefix + ".*", KeyedPrefix + ".*.*", FanSubject}
+	return []string{InPrefix + ".*", KeyedPrefix + ".*.*", TenantPrefix + ".*.in.*", TenantKeyedPrefix + ".*.*.*", FanSubject}
 }
 
 // LaneSubject is the lane of shared destination dest: its events that
@@ -154,10 +197,12 @@ type Parsed struct {
 }
 
 // ParseSubject takes apart a stored events subject (relay.in.D,
-// relay.ev.D.B or a lane, relay.lane.D), or an input subject relay.in.D.K.
+// relay.ev.D.B, a lane, relay.lane.D, or a tenant's relay.t.T.in.N or
+// relay.tev.T.N.B, whose Dest is T=N), or an input subject relay.in.D.K or
+// relay.t.T.in.N.K.
 func ParseSubject(subj string) (Parsed, error) {
-	// Split into at most 4 tokens without allocating: this runs per event.
-	var tok [4]string
+	// Split into at most 6 tokens without allocating: this runs per event.
+	var tok [6]string
 	n, rest := 0, subj
 	for more := true; more; n++ {
 		if n == len(tok) {
@@ -168,28 +213,49 @@ func ParseSubject(subj string) (Parsed, error) {
 			return Parsed{}, fmt.Errorf("subject %q is not a relay event subject", subj)
 		}
 	}
+	if tok[0] != "relay" {
+		return Parsed{}, fmt.Errorf("subject %q is not a relay event subject", subj)
+	}
+	bucket := func(t string) (int, error) {
+		b, err := strconv.Atoi(t)
+		if err != nil || b < 0 || b >= Buckets || strconv.Itoa(b) != t {
+			return 0, fmt.Errorf("subject %q: bad bucket token %q", subj, t)
+		}
+		return b, nil
+	}
 	switch {
-	case n == 3 && tok[0] == "relay" && tok[1] == "in":
+	case n == 3 && tok[1] == "in":
 		return Parsed{Dest: tok[2], Bucket: -1}, nil
-	case n == 3 && tok[0] == "relay" && tok[1] == "lane":
+	case n == 3 && tok[1] == "lane":
 		return Parsed{Dest: tok[2], Bucket: -1, Lane: true}, nil
-	case n == 4 && tok[0] == "relay" && tok[1] == "in":
+	case n == 4 && tok[1] == "in":
 		return Parsed{Dest: tok[2], KeyToken: tok[3], Bucket: -1}, nil
-	case n == 4 && tok[0] == "relay" && tok[1] == "ev":
-		b, err := strconv.Atoi(tok[3])
-		if err != nil || b < 0 || b >= Buckets || strconv.Itoa(b) != tok[3] {
-			return Parsed{}, fmt.Errorf("subject %q: bad bucket token %q", subj, tok[3])
+	case n == 4 && tok[1] == "ev":
+		b, err := bucket(tok[3])
+		if err != nil {
+			return Parsed{}, err
 		}
 		return Parsed{Dest: tok[2], Bucket: b}, nil
+	case n == 5 && tok[1] == "t" && tok[3] == "in":
+		return Parsed{Dest: tok[2] + RefSep + tok[4], Bucket: -1}, nil
+	case n == 6 && tok[1] == "t" && tok[3] == "in":
+		return Parsed{Dest: tok[2] + RefSep + tok[4], KeyToken: tok[5], Bucket: -1}, nil
+	case n == 5 && tok[1] == "tev":
+		b, err := bucket(tok[4])
+		if err != nil {
+			return Parsed{}, err
+		}
+		return Parsed{Dest: tok[2] + RefSep + tok[3], Bucket: b}, nil
 	}
 	return Parsed{}, fmt.Errorf("subject %q is not a relay event subject", subj)
 }
 
 // IsInputSubject reports whether subj is an input subject of destination
-// dest: relay.in.<dest>, or relay.in.<dest>.<key token>.
+// dest (a DestRef): relay.in.<dest>[.<key token>], or for a tenant's,
+// relay.t.<tenant>.in.<name>[.<key token>].
 func IsInputSubject(subj, dest string) bool {
 	p, err := ParseSubject(subj)
-	return err == nil && p.Bucket < 0 && p.Dest == dest && strings.HasPrefix(subj, InPrefix+".") && ValidateDestName(dest) == nil
+	return err == nil && p.Bucket < 0 && !p.Lane && p.Dest == dest && ValidateDestRef(dest) == nil
 }
 
 // InputSubject is the subject to republish the event with order key key
@@ -213,10 +279,21 @@ func (p Parsed) InputSubject(key string) string {
 	return InPrefix + "." + p.Dest
 }
 
-// KeyedSubject is the stored subject of the events of destination dest
-// with order key key (not empty).
+// KeyedSubject is the subject relay stores its own publishes of the events
+// of destination dest (a DestRef) with order key key (not empty) under.
 func KeyedSubject(dest, key string) string {
 	return KeyedPrefix + "." + dest + "." + strconv.Itoa(Bucket(KeyToken(key)))
+}
+
+// KeyedSubjects are all the stored subjects of the events of destination dest
+// (a DestRef) with order key key (not empty).
+func KeyedSubjects(dest, key string) []string {
+	b := strconv.Itoa(Bucket(KeyToken(key)))
+	s := []string{KeyedPrefix + "." + dest + "." + b}
+	if t, n := SplitDestRef(dest); t != "" {
+		s = append(s, TenantKeyedPrefix+"."+t+"."+n+"."+b)
+	}
+	return s
 }
 
 // InboxPrefix is the prefix of the reply subjects of relay's own NATS
@@ -393,6 +470,9 @@ func AckSubject(stream, consumer string, sseq, cseq uint64) string {
 const (
 	LogStream = "RELAY_LOG"
 	LogPrefix = "relay.log"
+	// LogTenantPrefix is the prefix of the records of tenants'
+	// destinations (see LogSubject).
+	LogTenantPrefix = "relay.tlog"
 	// LogIndexPrefix is the index's subjects' prefix.
 	LogIndexPrefix = "relay.logidx"
 	// LogRoute is the destination token of typed events' routing records.
@@ -460,10 +540,30 @@ var indexBucketTokens = func() (t [LogIndexBuckets]string) {
 	return t
 }()
 
-// LogSubject is the subject of a batch of records of dest and class.
-// Empty dest or class stand for every one ("*"), making a filter.
+// LogSubject is the subject of a batch of records of dest and class: a
+// tenant's destination T=N's are on relay.tlog.T.N.class, so that a filter
+// selects a tenant's records. Empty dest or class stand for every one
+// ("*"), making a filter (of the destinations of no tenant, for dest).
 func LogSubject(dest, class string) string {
+	if t, n := SplitDestRef(dest); t != "" {
+		return LogTenantPrefix + "." + t + "." + n + "." + orAll(class)
+	}
 	return LogPrefix + "." + orAll(dest) + "." + orAll(class)
+}
+
+// LogFilters are the filter subjects of the records of class ("": every
+// one) of dest, when given; else of tenant's destinations when scoped
+// (tenant "": those of no tenant); else of every destination.
+func LogFilters(scoped bool, tenant, dest, class string) []string {
+	switch {
+	case dest != "":
+		return []string{LogSubject(dest, class)}
+	case scoped && tenant != "":
+		return []string{LogTenantPrefix + "." + tenant + ".*." + orAll(class)}
+	case scoped:
+		return []string{LogSubject("", class)}
+	}
+	return []string{LogSubject("", class), LogTenantPrefix + ".*.*." + orAll(class)}
 }
 
 // LogIndexSubject is the index's subject for the ids of bucket.

@@ -49,11 +49,30 @@ func TypeSubject(t string) string { return TypePrefix + "." + t }
 // matches.
 func TypeFilter(pattern string) string { return TypePrefix + "." + pattern }
 
-// TypeOf returns the type of an event stored on subject, and false when
-// subject is not a typed event's.
+// TypeOf returns the type of an event stored on subject (relay.type.X, or
+// a tenant's relay.t.T.type.X), and false when subject is not a typed
+// event's.
 func TypeOf(subject string) (string, bool) {
-	t, ok := strings.CutPrefix(subject, TypePrefix+".")
-	return t, ok && t != ""
+	_, t, ok := TypedTarget(subject)
+	return t, ok
+}
+
+// TypedTarget returns the tenant ("" for none) and the type of an event
+// stored on subject, and false when subject is not a typed event's.
+func TypedTarget(subject string) (tenant, typ string, ok bool) {
+	if t, ok := strings.CutPrefix(subject, TypePrefix+"."); ok {
+		return "", t, t != ""
+	}
+	rest, ok := strings.CutPrefix(subject, TenantPrefix+".")
+	if !ok {
+		return "", "", false
+	}
+	tenant, rest, _ = strings.Cut(rest, ".")
+	t, ok := strings.CutPrefix(rest, "type.")
+	if !ok || t == "" || ValidateTenantID(tenant) != nil {
+		return "", "", false
+	}
+	return tenant, t, true
 }
 
 // ValidateEventType reports whether a producer may publish an event of type

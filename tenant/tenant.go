@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -42,18 +41,11 @@ const (
 	MaxMetadataValLen = 512
 )
 
-var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
-
 // ValidateID checks a tenant id: 1 to 64 characters A-Z, a-z, 0-9, '_' or
 // '-', starting with a letter or digit. Such an id is one token of a NATS
 // subject and a key of the bucket as it is, so that NATS permissions can
 // name a tenant's subjects.
-func ValidateID(id string) error {
-	if !idRE.MatchString(id) {
-		return fmt.Errorf("invalid tenant id %q: use 1-%d characters A-Z, a-z, 0-9, '_' or '-', starting with a letter or digit", id, MaxIDLen)
-	}
-	return nil
-}
+func ValidateID(id string) error { return stream.ValidateTenantID(id) }
 
 // FieldError is a tenant's field that is not valid: Field names it as the
 // API's JSON does ("name", "metadata.plan").

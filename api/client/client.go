@@ -20,6 +20,35 @@ type Client struct {
 	key       string
 	hc        *http.Client
 	userAgent string
+	// tenant, when set, is the tenant the tenant's resources are asked
+	// of (ForTenant).
+	tenant string
+}
+
+// ForTenant returns a client like c whose requests of a tenant's
+// resources (events, stats, attempts, destinations, dead letters) are for
+// tenant id, under /v1/tenants/{id}. A tenant key needs none: its
+// requests are its tenant's.
+func (c *Client) ForTenant(id string) *Client {
+	cp := *c
+	cp.tenant = id
+	return &cp
+}
+
+// tenanted are the paths of a tenant's resources (api's tenantedPrefixes).
+var tenanted = []string{"/events", "/stats", "/attempts", "/destinations", "/dead-letters"}
+
+// pathOf is the path of request path (under /v1), for c's tenant.
+func (c *Client) pathOf(path string) string {
+	if c.tenant == "" {
+		return "/v1" + path
+	}
+	for _, p := range tenanted {
+		if path == p || strings.HasPrefix(path, p+"/") || strings.HasPrefix(path, p+":") || strings.HasPrefix(path, p+"?") {
+			return "/v1/tenants/" + url.PathEscape(c.tenant) + path
+		}
+	}
+	return "/v1" + path
 }
 
 // Option configures a Client.
@@ -124,7 +153,7 @@ func (c *Client) bytes(ctx context.Context, r request) ([]byte, error) {
 // send sends r and returns a successful (2xx) response, whose body the
 // caller closes; any other answer is returned as an *Error.
 func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
-	u := c.base + "/v1" + r.path
+	u := c.base + c.pathOf(r.path)
 	if len(r.query) > 0 {
 		u += "?" + r.query.Encode()
 	}
@@ -246,8 +275,10 @@ func (c *Client) OpenAPI(ctx context.Context) ([]byte, error) {
 // Key is the API key a client uses, as the server knows it: never the
 // key itself.
 type Key struct {
-	Name    string    `json:"name"`
-	Scope   string    `json:"scope"`
+	Name  string `json:"name"`
+	Scope string `json:"scope"`
+	// Tenant is the tenant the key is confined to; "" for none.
+	Tenant  string    `json:"tenant,omitempty"`
 	ID      string    `json:"id"`
 	Created time.Time `json:"created"`
 }

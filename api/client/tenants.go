@@ -72,8 +72,56 @@ func (c *Client) ListTenants(ctx context.Context, after string, limit int) (Tena
 	return out, err
 }
 
-// DeleteTenant removes a tenant's record (deleteTenant); IsNotFound when
-// there is none. Scope: admin.
-func (c *Client) DeleteTenant(ctx context.Context, id string) error {
-	return c.do(ctx, request{method: http.MethodDelete, path: tenantPath(id)}, nil)
+// DeleteTenant deletes a tenant, its keys and its destinations
+// (deleteTenant); IsNotFound when there is none, IsConflict while its
+// destinations have undelivered events, unless Force is given. Scope:
+// admin, of a key of no tenant.
+func (c *Client) DeleteTenant(ctx context.Context, id string, opts ...DeleteOption) error {
+	q := url.Values{}
+	for _, o := range opts {
+		o(q)
+	}
+	return c.do(ctx, request{method: http.MethodDelete, path: tenantPath(id), query: q}, nil)
+}
+
+// KeyRecord is a stored API key, as listed: never the key or its hash.
+type KeyRecord struct {
+	ID      string    `json:"id"`
+	Name    string    `json:"name"`
+	Scope   string    `json:"scope"`
+	Tenant  string    `json:"tenant,omitempty"`
+	Created time.Time `json:"created"`
+}
+
+// NewKey is a key just created: the key itself, known only here.
+type NewKey struct {
+	Key     string    `json:"key"`
+	Name    string    `json:"name"`
+	ID      string    `json:"id"`
+	Scope   string    `json:"scope"`
+	Tenant  string    `json:"tenant"`
+	Created time.Time `json:"created"`
+}
+
+// CreateTenantKey creates an API key of tenant id with scope (publish,
+// read or admin), confined to that tenant (createTenantKey). Scope: admin,
+// of a key of no tenant.
+func (c *Client) CreateTenantKey(ctx context.Context, id, name, scope string) (NewKey, error) {
+	var out NewKey
+	err := c.do(ctx, request{method: http.MethodPost, path: tenantPath(id) + "/keys", body: map[string]string{"name": name, "scope": scope}}, &out)
+	return out, err
+}
+
+// TenantKeys lists tenant id's API keys (listTenantKeys).
+func (c *Client) TenantKeys(ctx context.Context, id string) ([]KeyRecord, error) {
+	var out struct {
+		Keys []KeyRecord `json:"keys"`
+	}
+	err := c.do(ctx, request{method: http.MethodGet, path: tenantPath(id) + "/keys"}, &out)
+	return out.Keys, err
+}
+
+// RevokeTenantKey revokes tenant id's key named name (revokeTenantKey).
+func (c *Client) RevokeTenantKey(ctx context.Context, id, name string) error {
+	return c.do(ctx, request{method: http.MethodDelete, path: tenantPath(id) + "/keys/" + url.PathEscape(name)}, nil)
 }

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -45,4 +46,124 @@ func TestTenants(t *testing.T) {
 	_, err = e.read.Tenant(ctx, "acme")
 	require.True(t, IsNotFound(err), "%v", err)
 	require.True(t, IsNotFound(e.admin.DeleteTenant(ctx, "acme")))
+}
+
+// A tenant's resources through the client: a global admin key reaches
+// them with ForTenant, a tenant key (created through the client) with no
+// more than its own key; neither sees another tenant's.
+func TestTenantResources(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	for _, id := range []string{"acme", "globex"} {
+		_, _, err := e.admin.PutTenant(ctx, id, TenantChange{})
+		require.NoError(t, err)
+	}
+	acme := e.admin.ForTenant("acme")
+	d, err := acme.CreateDestination(ctx, NewDestination{Name: "orders", DestinationSettings: DestinationSettings{URL: new(e.sink.URL + "/orders"), NoSecret: true, BackoffBase: new(Duration(20 * time.Millisecond)), BackoffMax: new(Duration(50 * time.Millisecond))}})
+	require.NoError(t, err)
+	require.Equal(t, "acme", d.Tenant)
+	_, err = e.admin.ForTenant("globex").CreateDestination(ctx, NewDestination{Name: "orders", DestinationSettings: DestinationSettings{URL: new(e.sink.URL + "/orders"), NoSecret: true, BackoffBase: new(Duration(20 * time.Millisecond)), BackoffMax: new(Duration(50 * time.Millisecond))}})
+	require.NoError(t, err)
+
+	nk, err := e.admin.CreateTenantKey(ctx, "acme", "acme-admin", "admin")
+	require.NoError(t, err)
+	require.Equal(t, "acme", nk.Tenant)
+	ks, err := e.admin.TenantKeys(ctx, "acme")
+	require.NoError(t, err)
+	require.Len(t, ks, 1)
+	require.Equal(t, "acme-admin", ks[0].Name)
+	own := e.client(nk.Key)
+	k, err := own.Key(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "acme", k.Tenant)
+
+	// Published by the tenant key (its tenant implied) and for the
+	// tenant by the global key; delivered, logged, looked up.
+	_, err = own.Publish(ctx, NewEvent{Dest: "orders", ID: "evt-a1", Data: 1})
+	require.NoError(t, err)
+	b, err := acme.PublishBatch(ctx, []NewEvent{{Dest: "orders", ID: "evt-a2", Data: 2}})
+	require.NoError(t, err)
+	require.Equal(t, 1, b.Stored)
+	e.waitIndexed("evt-a1", "evt-a2")
+	page, err := acme.Attempts(ctx, AttemptQuery{Dest: "orders"})
+	require.NoError(t, err)
+	require.Len(t, page.Attempts, 2)
+	require.Equal(t, "orders", page.Attempts[0].Dest)
+	ev, err := own.Event(ctx, "evt-a1")
+	require.NoError(t, err)
+	require.Equal(t, "orders", ev.Destinations[0].Dest)
+	body, err := acme.EventBody(ctx, "evt-a2")
+	require.NoError(t, err)
+	require.Equal(t, "2", string(body))
+	_, err = e.admin.Event(ctx, "evt-a1")
+	require.True(t, IsNotFound(err), "the global key's /v1/events are of no tenant's: %v", err)
+	st, err := acme.Stats(ctx)
+	require.NoError(t, err)
+	require.Len(t, st, 1)
+	require.Equal(t, "acme", st[0].Tenant)
+
+	for _, c := range []*Client{own, acme} {
+		ds, err := c.Destinations(ctx)
+		require.NoError(t, err)
+		require.Len(t, ds, 1)
+		ev, err := c.Event(ctx, "evt-a2")
+		require.NoError(t, err)
+		require.Len(t, ev.Destinations, 1)
+	}
+	_, err = acme.Destination(ctx, "orders")
+	require.NoError(t, err)
+	_, err = acme.UpdateDestination(ctx, "orders", DestinationSettings{Timeout: new(Duration(5 * time.Second))})
+	require.NoError(t, err)
+	_, err = acme.PauseDestination(ctx, "orders")
+	require.NoError(t, err)
+	_, err = acme.ResumeDestination(ctx, "orders")
+	require.NoError(t, err)
+	_, err = acme.RotateSecret(ctx, "orders")
+	require.NoError(t, err)
+	rs, err := acme.Retrying(ctx, "orders", 10)
+	require.NoError(t, err)
+	require.Empty(t, rs)
+	_, err = acme.SkipRetrying(ctx, "orders", "evt-none", "")
+	require.True(t, IsNotFound(err), "%v", err)
+
+	// A dead letter of acme's, and none of globex's seen by acme.
+	e.sink.setReject(true)
+	_, err = e.admin.ForTenant("globex").Publish(ctx, NewEvent{Dest: "orders", ID: "evt-g", Data: 3})
+	require.NoError(t, err)
+	_, err = own.Publish(ctx, NewEvent{Dest: "orders", ID: "evt-dead", Data: 4})
+	require.NoError(t, err)
+	var letters DeadLetterPage
+	deadline := time.Now().Add(30 * time.Second)
+	for len(letters.DeadLetters) == 0 {
+		require.False(t, time.Now().After(deadline), "no dead letter")
+		letters, err = acme.DeadLetters(ctx, DeadLetterQuery{})
+		require.NoError(t, err)
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.Len(t, letters.DeadLetters, 1)
+	l := letters.DeadLetters[0]
+	require.Equal(t, "evt-dead", l.EventID)
+	require.Equal(t, "orders", l.Dest)
+	for _, c := range []*Client{own, acme} {
+		got, err := c.DeadLetter(ctx, l.Seq)
+		require.NoError(t, err)
+		require.Equal(t, "evt-dead", got.EventID)
+	}
+	raw, err := acme.DeadLetterBody(ctx, l.Seq)
+	require.NoError(t, err)
+	require.Equal(t, "4", string(raw))
+	e.sink.setReject(false)
+	rep, err := acme.ReplayDeadLetters(ctx, ReplaySelection{LetterSelection: LetterSelection{All: true, DryRun: true}})
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Matched, "acme's one letter, not globex's")
+	pur, err := acme.PurgeDeadLetters(ctx, LetterSelection{All: true, DryRun: true})
+	require.NoError(t, err)
+	require.Equal(t, 1, pur.Matched)
+
+	require.NoError(t, e.admin.RevokeTenantKey(ctx, "acme", "acme-admin"))
+	_, err = own.Key(ctx)
+	require.Error(t, err, "revoked")
+	require.NoError(t, acme.DeleteDestination(ctx, "orders", Force()))
+	require.NoError(t, e.admin.DeleteTenant(ctx, "acme", Force()))
 }

@@ -29,8 +29,11 @@ func (d *Duration) UnmarshalText(b []byte) error {
 // destination (Dest) or for every destination subscribed to its type
 // (Type).
 type NewEvent struct {
-	Dest string `json:"dest,omitempty"`
-	Type string `json:"type,omitempty"`
+	// Tenant is the tenant the event is for. Optional: the client's
+	// (ForTenant), or its key's.
+	Tenant string `json:"tenant,omitempty"`
+	Dest   string `json:"dest,omitempty"`
+	Type   string `json:"type,omitempty"`
 	// Key is the order key: an ordered destination delivers the events of
 	// one key one at a time, in order.
 	Key string `json:"key,omitempty"`
@@ -83,6 +86,8 @@ func (e *ItemError) Error() string { return fmt.Sprintf("%d: %s", e.Status, e.De
 // DestStats is a destination's state, as 'relay stats --json' shows it.
 type DestStats struct {
 	Dest string `json:"dest"`
+	// Tenant is the destination's tenant; "" for none.
+	Tenant string `json:"tenant,omitempty"`
 	// Backlog counts the events not yet handed to a relay.
 	Backlog uint64 `json:"backlog"`
 	// InFlight counts those handed out and not acknowledged yet; Retrying
@@ -129,7 +134,9 @@ type DeadLetterFailures struct {
 // secret or a configured header's value, URLs redacted as the CLI shows
 // them.
 type Destination struct {
-	Name        string   `json:"name"`
+	Name string `json:"name"`
+	// Tenant is the destination's tenant; "" for none.
+	Tenant      string   `json:"tenant,omitempty"`
 	URL         string   `json:"url"`
 	URLs        []string `json:"urls"`
 	URLStrategy string   `json:"url_strategy"`

@@ -71,6 +71,7 @@ func TestTypesMirrorTheDocument(t *testing.T) {
 		"EventTypeList": nil,
 		"TenantChange":  reflect.TypeFor[TenantChange](),
 		"TenantPage":    reflect.TypeFor[TenantPage](),
+		"KeyRecord":     reflect.TypeFor[KeyRecord](),
 		// The body of PublishBatch, built from its []NewEvent.
 		"NewEventBatch": nil,
 	}

@@ -296,6 +296,7 @@ func (r *Replica) startEmbedded(ctx context.Context) (embeddedServer, error) {
 		User:       cfg.Conn.User,
 		Password:   cfg.Conn.Password,
 		Token:      cfg.Conn.Token,
+		Mappings:   stream.Mappings(),
 		Logf: func(format string, args ...any) {
 			log.Debug(fmt.Sprintf(format, args...))
 		},

@@ -55,6 +55,9 @@ type Config struct {
 	// Optional: without it any server that reaches the cluster port may
 	// join.
 	ClusterSecret string
+	// Mappings are subject mappings (source to destination) of the
+	// server's account, such as relay's stream.TenantMapping. Optional.
+	Mappings map[string]string
 	// Logf, when set, receives the server's notices and errors.
 	Logf func(format string, args ...any)
 	// Recovering, when set, is called every 10s while the server is still
@@ -121,6 +124,15 @@ func start(ctx context.Context, cfg Config, timing startTiming) (_ *server.Serve
 		Password:           cfg.Password,
 		Authorization:      cfg.Token,
 		MaxPayload:         4 << 20,
+	}
+	if len(cfg.Mappings) > 0 {
+		gacc := server.NewAccount(server.DEFAULT_GLOBAL_ACCOUNT)
+		for src, dst := range cfg.Mappings {
+			if err := gacc.AddMapping(src, dst); err != nil {
+				return nil, nil, fmt.Errorf("embedded NATS: mapping %s to %s: %w", src, dst, err)
+			}
+		}
+		opts.Accounts = []*server.Account{gacc}
 	}
 	if cfg.ClusterName != "" {
 		if cfg.ClusterHost == "" {

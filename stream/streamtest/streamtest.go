@@ -24,7 +24,7 @@ type Server struct {
 // buckets (stream.Ensure with the defaults).
 func Start(t testing.TB) Server {
 	t.Helper()
-	s, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Port: -1})
+	s, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Port: -1, Mappings: stream.Mappings()})
 	if err != nil {
 		t.Fatalf("start embedded NATS: %v", err)
 	}

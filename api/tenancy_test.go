@@ -1,0 +1,289 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relaydev/relay/destination"
+)
+
+// tenantKey creates, with e's global admin key, an API key of tenant with
+// scope, and returns it.
+func (e *apiEnv) tenantKey(tenant, name, scope string) string {
+	e.t.Helper()
+	code, m := e.send("POST", TenantPath(tenant, "/keys"), e.admin, `{"name":"`+name+`","scope":"`+scope+`"}`)
+	require.Equal(e.t, http.StatusCreated, code, m)
+	require.Equal(e.t, tenant, m["tenant"])
+	return m["key"].(string)
+}
+
+// crossTenantCall is a request a tenant key makes about another tenant's
+// resources, and the status it must get.
+type crossTenantCall struct {
+	method, path, body string
+	want               int
+}
+
+// Every operation of the API document, made with tenant acme's admin key
+// about tenant globex's resources (its destinations, events, dead letters,
+// keys, the tenant itself): each answers 404, never 403, as for something
+// that does not exist; lists show acme's own only; and nothing of
+// globex's changed. The operations a key of no tenant only may make
+// answer 403 (they are nobody's). The test fails when the document has an
+// operation this table does not call.
+func TestCrossTenantRequestsFindNothing(t *testing.T) {
+	t.Parallel()
+	e := startAPI(t)
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	t.Cleanup(sink.Close)
+	runRelay(t, e)
+	for _, id := range []string{"acme", "globex"} {
+		code, m := e.send("PUT", "/v1/tenants/"+id, e.admin, `{"name":"`+id+`"}`)
+		require.Equal(t, http.StatusCreated, code, m)
+	}
+	acme := e.tenantKey("acme", "acme-admin", "admin")
+	acmeRead := e.tenantKey("acme", "acme-read", "read")
+	globexPub := e.tenantKey("globex", "globex-pub", "publish")
+	globexAdmin := e.tenantKey("globex", "globex-admin", "admin")
+
+	// Both have a destination "orders"; globex has "gonly" too.
+	for _, d := range []struct{ key, name string }{{acme, "orders"}, {globexAdmin, "orders"}, {globexAdmin, "gonly"}} {
+		code, m := e.send("POST", "/v1/destinations", d.key, `{"name":"`+d.name+`","url":"`+sink.URL+`"}`)
+		require.Equal(t, http.StatusCreated, code, m)
+		require.Equal(t, d.name, m["name"])
+	}
+	// Events: one of globex's only, and an id each publishes.
+	for _, ev := range []struct{ key, body string }{
+		{globexPub, `{"dest":"orders","id":"evt-globex","data":1}`},
+		{globexPub, `{"dest":"orders","id":"evt-shared","data":"globex"}`},
+		{acme, `{"dest":"orders","id":"evt-shared","data":"acme"}`},
+	} {
+		code, m := e.send("POST", "/v1/events", ev.key, ev.body)
+		require.Equal(t, http.StatusAccepted, code, m)
+	}
+	e.waitAttemptsWith(globexAdmin, "dest=orders", 2)
+	e.waitAttemptsWith(acme, "dest=orders", 1)
+	// A dead letter of globex's.
+	gseq := e.writeLetter(letterFor("globex=gonly", "evt-dead", 1, time.Now()))
+	code, m := e.send("PUT", "/v1/event-types/order.created", e.admin, `{"description":"An order."}`)
+	require.Equal(t, http.StatusCreated, code, m)
+
+	g := "/v1/tenants/globex"
+	seqPath := "/v1/dead-letters/" + strconv.FormatUint(gseq, 10)
+	seqs := `{"seqs":[` + strconv.FormatUint(gseq, 10) + `]}`
+	calls := map[string]crossTenantCall{
+		"getOpenAPI":              {"GET", "/v1/openapi.json", "", 200},
+		"getKey":                  {"GET", "/v1/key", "", 200},
+		"publishEvent":            {"POST", "/v1/events", `{"tenant":"globex","dest":"orders","data":1}`, 404},
+		"publishEventBatch":       {"POST", "/v1/events:batch", `{"events":[{"tenant":"globex","dest":"orders","data":1}]}`, 404},
+		"getStats":                {"GET", "/v1/stats", "", 200},
+		"listDestinations":        {"GET", "/v1/destinations", "", 200},
+		"createDestination":       {"POST", "/v1/destinations", `{"name":"gonly","url":"` + sink.URL + `"}`, 201},
+		"getDestination":          {"GET", "/v1/destinations/gonly-g", "", 404},
+		"updateDestination":       {"PATCH", "/v1/destinations/gonly-g", `{"timeout":"5s"}`, 404},
+		"deleteDestination":       {"DELETE", "/v1/destinations/gonly-g?force=true", "", 404},
+		"pauseDestination":        {"POST", "/v1/destinations/gonly-g/pause", `{}`, 404},
+		"resumeDestination":       {"POST", "/v1/destinations/gonly-g/resume", "", 404},
+		"rotateDestinationSecret": {"POST", "/v1/destinations/gonly-g/rotate-secret", `{}`, 404},
+		"listRetrying":            {"GET", "/v1/destinations/gonly-g/retrying", "", 404},
+		"skipRetrying":            {"POST", "/v1/destinations/gonly-g/retrying/evt-globex/skip", `{}`, 404},
+		"listDeadLetters":         {"GET", "/v1/dead-letters", "", 200},
+		"getDeadLetter":           {"GET", seqPath, "", 404},
+		"getDeadLetterBody":       {"GET", seqPath + "/body", "", 404},
+		"replayDeadLetters":       {"POST", "/v1/dead-letters/replay", seqs, 404},
+		"purgeDeadLetters":        {"POST", "/v1/dead-letters/purge", seqs, 404},
+		"listAttempts":            {"GET", "/v1/attempts?event=evt-globex", "", 200},
+		"getEvent":                {"GET", "/v1/events/evt-globex", "", 404},
+		"getEventBody":            {"GET", "/v1/events/evt-globex/body", "", 404},
+		"listEventTypes":          {"GET", "/v1/event-types", "", 200},
+		"getEventType":            {"GET", "/v1/event-types/order.created", "", 200},
+		"putEventType":            {"PUT", "/v1/event-types/order.created", `{"description":"mine"}`, 403},
+		"deleteEventType":         {"DELETE", "/v1/event-types/order.created", "", 403},
+		"listTenants":             {"GET", "/v1/tenants", "", 200},
+		"putTenant":               {"PUT", g, `{"name":"taken"}`, 404},
+		"getTenant":               {"GET", g, "", 404},
+		"deleteTenant":            {"DELETE", g, "", 404},
+		"listTenantKeys":          {"GET", g + "/keys", "", 404},
+		"createTenantKey":         {"POST", g + "/keys", `{"name":"sneaky","scope":"admin"}`, 404},
+		"revokeTenantKey":         {"DELETE", g + "/keys/globex-admin", "", 404},
+	}
+	// globex's "gonly" as acme names it: acme has one too after
+	// createDestination, so the 404s name one acme does not have.
+	code, m = e.send("POST", "/v1/destinations", globexAdmin, `{"name":"gonly-g","url":"`+sink.URL+`"}`)
+	require.Equal(t, http.StatusCreated, code, m)
+
+	doc, err := openapi3.NewLoader().LoadFromData(OpenAPI)
+	require.NoError(t, err)
+	var ops []string
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			ops = append(ops, op.OperationID)
+			base, forTenant := strings.CutSuffix(op.OperationID, "ForTenant")
+			c, ok := calls[base]
+			require.True(t, ok, "operation %s (%s %s) has no cross-tenant call in this test", op.OperationID, method, path)
+			if forTenant {
+				// The same, for globex named in the path: not found.
+				c = crossTenantCall{c.method, g + strings.TrimPrefix(c.path, "/v1"), c.body, http.StatusNotFound}
+			}
+			code, m := e.send(c.method, c.path, acme, c.body)
+			require.Equal(t, c.want, code, "%s: %s %s with acme's key: %v", op.OperationID, c.method, c.path, m)
+			if detail, _ := m["detail"].(string); code == http.StatusNotFound && !strings.Contains(c.path+c.body, "globex") {
+				require.NotContains(t, detail, "globex", "%s: a 404 says nothing of the other tenant", op.OperationID)
+			}
+		}
+	}
+	require.Len(t, ops, len(calls)+countForTenant(ops), "every call of the table is an operation of the document")
+
+	// Lists are acme's own.
+	_, m = e.do("GET", "/v1/destinations", acmeRead, "", nil)
+	require.ElementsMatch(t, []string{"orders", "gonly"}, names(m["destinations"], "name"))
+	for _, d := range m["destinations"].([]any) {
+		require.Equal(t, "acme", d.(map[string]any)["tenant"])
+	}
+	_, m = e.do("GET", "/v1/stats", acmeRead, "", nil)
+	require.ElementsMatch(t, []string{"orders", "gonly"}, names(m["destinations"], "dest"))
+	_, m = e.do("GET", "/v1/dead-letters", acmeRead, "", nil)
+	require.Empty(t, m["dead_letters"])
+	_, m = e.do("GET", "/v1/tenants", acmeRead, "", nil)
+	require.Equal(t, []string{"acme"}, names(m["tenants"], "id"))
+	_, m = e.do("GET", "/v1/attempts", acmeRead, "", nil)
+	require.Len(t, m["attempts"], 1, "acme's one delivery: %v", m)
+	// An id both published: each sees its own event.
+	_, m = e.do("GET", "/v1/events/evt-shared", acmeRead, "", nil)
+	require.Len(t, m["destinations"], 1, "%v", m)
+	_, body := e.exchange("GET", "/v1/events/evt-shared/body", acmeRead, "", nil)
+	require.Equal(t, `"acme"`, string(body))
+	_, body = e.exchange("GET", "/v1/tenants/globex/events/evt-shared/body", e.read, "", nil)
+	require.Equal(t, `"globex"`, string(body))
+	_, m = e.do("GET", "/v1/key", acmeRead, "", nil)
+	require.Equal(t, "acme", m["tenant"])
+	// Its own tenant in the path is its own resources.
+	code, m = e.do("GET", "/v1/tenants/acme/destinations/orders", acmeRead, "", nil)
+	require.Equal(t, http.StatusOK, code, m)
+	require.Equal(t, "acme", m["tenant"])
+
+	// Nothing of globex's changed.
+	ctx := context.Background()
+	for _, name := range []string{"globex=orders", "globex=gonly", "globex=gonly-g"} {
+		d, err := mustStore(t, e).Get(ctx, name)
+		require.NoError(t, err, name)
+		require.Equal(t, destination.StateActive, d.State(time.Now()), name)
+		require.NotEqual(t, 5*time.Second, time.Duration(d.Timeout), "%s: not updated", name)
+	}
+	code, m = e.do("GET", g+strings.TrimPrefix(seqPath, "/v1"), e.read, "", nil)
+	require.Equal(t, http.StatusOK, code, "globex's dead letter is still there: %v", m)
+	require.Equal(t, "gonly", m["dest"])
+	code, m = e.do("GET", "/v1/tenants/globex", globexAdmin, "", nil)
+	require.Equal(t, http.StatusOK, code, m)
+	require.Equal(t, "globex", m["name"])
+	code, m = e.do("GET", "/v1/tenants/globex/keys", e.admin, "", nil)
+	require.Equal(t, http.StatusOK, code, m)
+	require.ElementsMatch(t, []string{"globex-pub", "globex-admin"}, names(m["keys"], "name"))
+	code, m = e.do("GET", "/v1/event-types/order.created", e.read, "", nil)
+	require.Equal(t, http.StatusOK, code, m)
+	require.Equal(t, "An order.", m["description"])
+}
+
+// countForTenant counts the operations for a tenant named in the path.
+func countForTenant(ops []string) int {
+	n := 0
+	for _, op := range ops {
+		if strings.HasSuffix(op, "ForTenant") {
+			n++
+		}
+	}
+	return n
+}
+
+// names are the field of each object of list, sorted.
+func names(list any, field string) []string {
+	var out []string
+	for _, v := range list.([]any) {
+		out = append(out, v.(map[string]any)[field].(string))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// waitAttemptsWith is waitAttempts with key.
+func (e *apiEnv) waitAttemptsWith(key, query string, n int) {
+	e.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, m := e.do("GET", "/v1/attempts?"+query, key, "", nil)
+		require.Equal(e.t, 200, code, m)
+		if len(m["attempts"].([]any)) >= n {
+			return
+		}
+		require.False(e.t, time.Now().After(deadline), "GET /v1/attempts?%s: fewer than %d records", query, n)
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Deleting a tenant: refused while its destinations have undelivered
+// events, unless forced; then its keys stop working at once, its
+// destinations are gone (another tenant's of the same name stays), and
+// publishing for it is refused as for a tenant that never was.
+func TestDeletingATenantRemovesItsKeysAndDestinations(t *testing.T) {
+	t.Parallel()
+	e := startAPI(t)
+	runRelay(t, e)
+	for _, id := range []string{"acme", "globex"} {
+		code, m := e.send("PUT", "/v1/tenants/"+id, e.admin, `{}`)
+		require.Equal(t, http.StatusCreated, code, m)
+		code, m = e.send("POST", TenantPath(id, "/destinations"), e.admin, `{"name":"orders","url":"https://`+id+`.example.com/hooks"}`)
+		require.Equal(t, http.StatusCreated, code, m)
+		require.Equal(t, id, m["tenant"])
+	}
+	key := e.tenantKey("acme", "acme-pub", "publish")
+	code, m := e.send("POST", "/v1/destinations/orders/pause", e.admin, `{}`)
+	require.Equal(t, http.StatusNotFound, code, "the global key's /v1/destinations are of no tenant: %v", m)
+	code, m = e.send("POST", TenantPath("acme", "/destinations/orders/pause"), e.admin, `{}`)
+	require.Equal(t, http.StatusOK, code, m)
+	for range 2 {
+		code, m = e.send("POST", "/v1/events", key, `{"dest":"orders","data":{}}`)
+		require.Equal(t, http.StatusAccepted, code, m)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, m = e.do("DELETE", "/v1/tenants/acme", e.admin, "", nil)
+		if code == http.StatusConflict && strings.Contains(m["detail"].(string), "orders: 2") {
+			break
+		}
+		require.False(t, time.Now().After(deadline), "never refused for its 2 undelivered events: %d %v", code, m)
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.Contains(t, m["detail"], "force=true")
+	code, m = e.do("DELETE", "/v1/tenants/acme?force=true", e.admin, "", nil)
+	require.Equal(t, http.StatusNoContent, code, m)
+
+	code, m = e.send("POST", "/v1/events", key, `{"dest":"orders","data":{}}`)
+	require.Equal(t, http.StatusUnauthorized, code, "its key was revoked: %v", m)
+	code, m = e.do("GET", "/v1/tenants/acme", e.admin, "", nil)
+	require.Equal(t, http.StatusNotFound, code, m)
+	code, m = e.send("POST", "/v1/events", e.admin, `{"tenant":"acme","dest":"orders","data":{}}`)
+	require.Equal(t, http.StatusNotFound, code, m)
+	require.Equal(t, "tenant", m["field"])
+	ds, err := mustStore(t, e).List(context.Background())
+	require.NoError(t, err)
+	var left []string
+	for _, d := range ds {
+		left = append(left, d.Name)
+	}
+	require.Equal(t, []string{"globex=orders"}, left)
+	// The id is free again: a new tenant acme starts empty.
+	code, m = e.send("PUT", "/v1/tenants/acme", e.admin, `{}`)
+	require.Equal(t, http.StatusCreated, code, m)
+	code, m = e.do("GET", TenantPath("acme", "/destinations"), e.admin, "", nil)
+	require.Equal(t, http.StatusOK, code, m)
+	require.Empty(t, m["destinations"])
+}
