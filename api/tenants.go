@@ -127,86 +127,114 @@ func (s *Server) deleteTenant(c *call) {
 		c.problem(http.StatusBadRequest, "force", fmt.Sprintf("force=%q: give true or false", v))
 		return
 	}
-	ctx := c.within(2 * time.Minute)
-	if _, err := c.tenants.Get(ctx, c.tenant); err != nil {
-		tenantProblem(c, err)
+	removed, err := DeleteTenant(c.within(2*time.Minute), TenantDeletion{Tenants: c.tenants, Keys: s.cfg.Keys, Dests: s.cfg.Dests, ID: c.tenant, Force: force})
+	var pe *TenantPendingError
+	switch {
+	case errors.As(err, &pe):
+		c.problem(http.StatusConflict, "", pe.Error()+": add ?force=true to delete the tenant anyway")
 		return
-	}
-	if !force && s.cfg.Dests != nil {
-		pending, err := s.tenantPending(ctx, c.tenant)
-		if err != nil {
-			c.problem(http.StatusServiceUnavailable, "", "cannot count the tenant's undelivered events now: "+err.Error())
-			return
-		}
-		if len(pending) > 0 {
-			c.problem(http.StatusConflict, "", fmt.Sprintf("tenant %s's destinations still have undelivered events (%s); deleted, they would never be delivered: add ?force=true to delete the tenant anyway", c.tenant, strings.Join(pending, ", ")))
-			return
-		}
-	}
-	// Keys first: no request of the tenant's own starts once it is going.
-	if _, err := s.cfg.Keys.RevokeTenant(ctx, c.tenant); err != nil {
-		c.problem(http.StatusServiceUnavailable, "", "the tenant's keys were not all revoked (the tenant is kept; try again): "+err.Error())
+	case err != nil && removed.Deleted:
+		c.problem(http.StatusServiceUnavailable, "", fmt.Sprintf("the tenant is deleted, but of its destinations only %d were removed (DELETE it again to remove the others): %v", removed.Destinations, err))
 		return
-	}
-	if err := c.tenants.Delete(ctx, c.tenant); err != nil {
+	case err != nil:
 		tenantProblem(c, err)
 		return
 	}
 	s.forget(c.tenant)
 	s.cfg.Producer.ForgetTenant(c.tenant)
-	removed, err := s.removeTenantDests(ctx, c.tenant)
-	if err != nil {
-		c.problem(http.StatusServiceUnavailable, "", fmt.Sprintf("the tenant is deleted, but of its destinations only %d were removed (DELETE it again to remove the others): %v", removed, err))
-		return
-	}
-	s.cfg.Logger.Info("tenant deleted", "tenant", c.tenant, "destinations", removed, "key", c.key.Name)
+	s.cfg.Logger.Info("tenant deleted", "tenant", c.tenant, "destinations", removed.Destinations, "keys", removed.Keys, "key", c.key.Name)
 	c.w.WriteHeader(http.StatusNoContent)
 }
 
-// tenantPending lists the destinations of tenant id with events not yet
-// delivered, as "name: n".
-func (s *Server) tenantPending(ctx context.Context, id string) ([]string, error) {
-	ds, err := s.cfg.Dests.List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, d := range ds {
-		if d.Tenant() != id {
-			continue
-		}
-		n, err := s.cfg.Dests.Pending(ctx, d.Name)
-		if err != nil && !errors.Is(err, destination.ErrNotFound) {
-			return nil, err
-		}
-		if n > 0 {
-			out = append(out, fmt.Sprintf("%s: %d", d.ShortName(), n))
-		}
-	}
-	return out, nil
+// TenantDeletion is what DeleteTenant deletes, with what.
+type TenantDeletion struct {
+	Tenants *tenant.Store
+	Keys    *Keys
+	Dests   *destination.Store // optional: none, no destination is removed
+	ID      string
+	// Force deletes even while the tenant's destinations have events not
+	// yet delivered.
+	Force bool
 }
 
-// removeTenantDests removes every destination of tenant id, and returns
-// how many.
-func (s *Server) removeTenantDests(ctx context.Context, id string) (int, error) {
-	if s.cfg.Dests == nil {
-		return 0, nil
+// TenantRemoved is what DeleteTenant removed.
+type TenantRemoved struct {
+	Deleted      bool // the tenant's record
+	Keys         int
+	Destinations int
+}
+
+// TenantPendingError refuses to delete a tenant whose destinations have
+// events not yet delivered.
+type TenantPendingError struct {
+	ID      string
+	Pending []string // "name: n"
+}
+
+func (e *TenantPendingError) Error() string {
+	return fmt.Sprintf("tenant %s's destinations still have undelivered events (%s); deleted, they would never be delivered", e.ID, strings.Join(e.Pending, ", "))
+}
+
+// DeleteTenant deletes tenant d.ID: its keys first (no request of its own
+// starts once it is going), its record, then its destinations. While they
+// have events not yet delivered it is refused (*TenantPendingError)
+// unless d.Force: those events then stay in the events stream,
+// undelivered, until its retention ends, as those of a destination
+// removed with force do; an attempt under way ends and is logged. Run
+// again after a failure, it goes on where it stopped.
+func DeleteTenant(ctx context.Context, d TenantDeletion) (TenantRemoved, error) {
+	var out TenantRemoved
+	_, err := d.Tenants.Get(ctx, d.ID)
+	gone := errors.Is(err, tenant.ErrNotFound)
+	if err != nil && !gone {
+		return out, err
 	}
-	ds, err := s.cfg.Dests.List(ctx)
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for _, d := range ds {
-		if d.Tenant() != id {
-			continue
+	var dests []destination.Destination
+	if d.Dests != nil {
+		all, err := d.Dests.List(ctx)
+		if err != nil {
+			return out, err
 		}
-		if err := s.cfg.Dests.RemoveIdle(ctx, d.Name, true); err != nil && !errors.Is(err, destination.ErrNotFound) {
-			return n, err
+		for _, x := range all {
+			if x.Tenant() == d.ID {
+				dests = append(dests, x)
+			}
 		}
-		n++
 	}
-	return n, nil
+	if gone && len(dests) == 0 {
+		return out, fmt.Errorf("%w: %s", tenant.ErrNotFound, d.ID)
+	}
+	if !d.Force && !gone {
+		var pending []string
+		for _, x := range dests {
+			n, err := d.Dests.Pending(ctx, x.Name)
+			if err != nil && !errors.Is(err, destination.ErrNotFound) {
+				return out, fmt.Errorf("count the undelivered events of %s: %w", destination.Display(x.Name), err)
+			}
+			if n > 0 {
+				pending = append(pending, fmt.Sprintf("%s: %d", x.ShortName(), n))
+			}
+		}
+		if len(pending) > 0 {
+			return out, &TenantPendingError{ID: d.ID, Pending: pending}
+		}
+	}
+	if out.Keys, err = d.Keys.RevokeTenant(ctx, d.ID); err != nil {
+		return out, fmt.Errorf("revoke the tenant's API keys (the tenant is kept; try again): %w", err)
+	}
+	if !gone {
+		if err := d.Tenants.Delete(ctx, d.ID); err != nil && !errors.Is(err, tenant.ErrNotFound) {
+			return out, err
+		}
+	}
+	out.Deleted = true
+	for _, x := range dests {
+		if err := d.Dests.RemoveIdle(ctx, x.Name, true); err != nil && !errors.Is(err, destination.ErrNotFound) {
+			return out, err
+		}
+		out.Destinations++
+	}
+	return out, nil
 }
 
 // tenantKeyBody is the body of POST /v1/tenants/{tenant}/keys.

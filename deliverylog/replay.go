@@ -93,7 +93,11 @@ func ReplayAt(ctx context.Context, js jetstream.JetStream, r LogReplay, dryRun b
 	filters := stream.DestFilters(r.Dest)
 	switch {
 	case r.Type != "":
+		// A tenant's destination gets the typed events of its tenant.
 		filters = []string{stream.TypeFilter(r.Type)}
+		if t, _ := stream.SplitDestRef(r.Dest); t != "" {
+			filters = []string{stream.TenantTypeSubject(t, r.Type)}
+		}
 	case r.Key != "":
 		// The stored subject keeps the key's bucket, not the key: read
 		// the bucket and match Relay-Order-Key below.

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -9,6 +11,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/relaydev/relay/api"
+	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/tenant"
 )
 
 func apiKeyCommand() *cli.Command {
@@ -22,6 +26,7 @@ func apiKeyCommand() *cli.Command {
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "name", Usage: "the key's name, unique, in logs and 'api-key list' (required)"},
 					&cli.StringFlag{Name: "scope", Usage: "publish (publish events only), read (read everything but secrets) or admin (everything) (required)"},
+					&cli.StringFlag{Name: "tenant", Usage: "confine the key to this tenant: it sees and changes that tenant's resources only (default: a key of no tenant)"},
 				},
 				Action: action(readAPIKeyCreate),
 			},
@@ -82,6 +87,11 @@ func (o *apiKeyCreateOpts) Validate() (err error) {
 	if o.scope, err = api.ParseScope(o.scopeText); err != nil {
 		return usagef("--scope: %v", err)
 	}
+	if o.tenant != "" {
+		if err := stream.ValidateTenantID(o.tenant); err != nil {
+			return usagef("--tenant: %v", err)
+		}
+	}
 	return nil
 }
 
@@ -91,11 +101,26 @@ func (o *apiKeyCreateOpts) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer cl.close()
-	key, rec, err := keys.Create(ctx, o.name, o.scope)
+	if o.tenant != "" {
+		ts, err := tenant.Open(ctx, cl.js, nil)
+		if err != nil {
+			return err
+		}
+		if _, err := ts.Get(ctx, o.tenant); errors.Is(err, tenant.ErrNotFound) {
+			return usagef("--tenant: %v (create it first with 'relay tenant put %s')", err, o.tenant)
+		} else if err != nil {
+			return err
+		}
+	}
+	key, rec, err := keys.CreateFor(ctx, o.tenant, o.name, o.scope)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.out, "created API key %s (scope %s, id %s)\n", rec.Name, rec.Scope, rec.ID)
+	if rec.Tenant != "" {
+		fmt.Fprintf(e.out, "created API key %s of tenant %s (scope %s, id %s)\n", rec.Name, rec.Tenant, rec.Scope, rec.ID)
+	} else {
+		fmt.Fprintf(e.out, "created API key %s (scope %s, id %s)\n", rec.Name, rec.Scope, rec.ID)
+	}
 	fmt.Fprintf(e.out, "key (shown once; send it as 'Authorization: Bearer <key>'): %s\n", key)
 	return nil
 }
@@ -127,9 +152,9 @@ func (o *apiKeyListOpts) Run(ctx context.Context, e *env) error {
 		return jsonLines(e.out, all, func(k api.Key) any { return k })
 	}
 	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSCOPE\tID\tCREATED")
+	fmt.Fprintln(tw, "NAME\tSCOPE\tTENANT\tID\tCREATED")
 	for _, k := range all {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", k.Name, k.Scope, k.ID, k.Created.Format(time.RFC3339))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.Name, k.Scope, cmp.Or(k.Tenant, "-"), k.ID, k.Created.Format(time.RFC3339))
 	}
 	return tw.Flush()
 }

@@ -28,6 +28,7 @@ dead-lettered without an attempt. The log keeps records for --attempt-retention
 (relay run), up to --attempt-max-bytes.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "dest", Usage: "only this destination's"},
+			tenantFlag(),
 			&cli.StringFlag{Name: "event", Usage: "only this event's (its id)"},
 			&cli.StringFlag{Name: "status", Usage: "only this status code (503) or class (2xx, 3xx, 4xx, 5xx, error: no response, none: no attempt)"},
 			&cli.StringFlag{Name: "since", Usage: "only those recorded at or after this time (RFC 3339, or a duration ago like 1h)"},
@@ -77,8 +78,13 @@ func (o *attemptsOpts) Validate() error {
 	if o.limit < 1 {
 		return usagef("--limit %d: give 1 to %d", o.limit, deliverylog.MaxAttemptLimit)
 	}
-	o.q = deliverylog.AttemptQuery{Dest: o.dest, EventID: o.event, Status: o.status, Limit: o.limit, Before: o.before}
+	o.q = deliverylog.AttemptQuery{Scoped: o.tenant != "", Tenant: o.tenant, EventID: o.event, Status: o.status, Limit: o.limit, Before: o.before}
 	var err error
+	if o.dest != "" {
+		if o.q.Dest, err = o.destRef("--dest", o.dest); err != nil {
+			return err
+		}
+	}
 	if o.q.Since, err = parseWhen("since", o.since); err != nil {
 		return err
 	}

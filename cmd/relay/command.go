@@ -48,10 +48,41 @@ func action[T command](read func(c *cli.Context) T) cli.ActionFunc {
 type cmdLine struct {
 	path string   // the command as typed after "relay", e.g. "dest add"
 	args []string // the positional arguments
+	// tenant is --tenant, of the commands that take one (tenantFlag).
+	tenant string
 }
 
 func readCmdLine(c *cli.Context) cmdLine {
-	return cmdLine{path: commandPath(c), args: c.Args().Slice()}
+	return cmdLine{path: commandPath(c), args: c.Args().Slice(), tenant: c.String("tenant")}
+}
+
+// tenantFlag is --tenant of a command about a tenant's destinations.
+func tenantFlag() cli.Flag {
+	return &cli.StringFlag{Name: "tenant", EnvVars: []string{"RELAY_TENANT"}, Usage: "the tenant whose destinations the command is about (default: those of no tenant)"}
+}
+
+// destArg is the command's only argument, a destination's name, as relay
+// refers to it: with --tenant, that tenant's destination of that name
+// (stream.DestRef).
+func (l cmdLine) destArg() (string, error) {
+	name, err := l.oneArg("NAME")
+	if err != nil {
+		return "", err
+	}
+	return l.destRef("NAME", name)
+}
+
+// destRef is destination name, given as what, of --tenant (if given).
+func (l cmdLine) destRef(what, name string) (string, error) {
+	if l.tenant != "" {
+		if err := stream.ValidateTenantID(l.tenant); err != nil {
+			return "", usagef("--tenant: %v", err)
+		}
+	}
+	if strings.Contains(name, stream.RefSep) {
+		return "", usagef("%s %q: a tenant's destination is named with --tenant TENANT and its name", what, name)
+	}
+	return stream.DestRef(l.tenant, name), nil
 }
 
 // missing is the error of a required flag that was not given.

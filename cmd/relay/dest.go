@@ -16,9 +16,20 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/relaydev/relay/destination"
+	"github.com/relaydev/relay/tenant"
 )
 
 func destCommand() *cli.Command {
+	cmd := destCommands()
+	for _, sub := range cmd.Subcommands {
+		if sub.Name != "rekey" {
+			sub.Flags = append(sub.Flags, tenantFlag())
+		}
+	}
+	return cmd
+}
+
+func destCommands() *cli.Command {
 	return &cli.Command{
 		Name:  "dest",
 		Usage: "manage destinations",
@@ -384,7 +395,7 @@ func readDestAdd(c *cli.Context) *destAddOpts {
 }
 
 func (o *destAddOpts) Validate() error {
-	name, err := o.oneArg("NAME")
+	name, err := o.destArg()
 	if err != nil {
 		return err
 	}
@@ -411,6 +422,17 @@ func (o *destAddOpts) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer cl.close()
+	if o.tenant != "" {
+		ts, err := tenant.Open(ctx, cl.js, nil)
+		if err != nil {
+			return err
+		}
+		if _, err := ts.Get(ctx, o.tenant); errors.Is(err, tenant.ErrNotFound) {
+			return usagef("--tenant: %v (create it first with 'relay tenant put %s')", err, o.tenant)
+		} else if err != nil {
+			return err
+		}
+	}
 	if err := checkNetPolicy(ctx, cl.js, d.Pool()); err != nil {
 		return err
 	}
@@ -426,7 +448,7 @@ func (o *destAddOpts) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.out, "added destination %s -> %s\n", d.Name, poolText(d))
+	fmt.Fprintf(e.out, "added destination %s -> %s\n", destination.Display(d.Name), poolText(d))
 	if o.generated {
 		fmt.Fprintf(e.out, "signing secret (shown once, give it to the receiver): %s\n", d.Secret)
 	}
@@ -446,7 +468,7 @@ func readDestUpdate(c *cli.Context) *destUpdateOpts {
 }
 
 func (o *destUpdateOpts) Validate() (err error) {
-	if o.name, err = o.oneArg("NAME"); err != nil {
+	if o.name, err = o.destArg(); err != nil {
 		return err
 	}
 	return o.settings.Validate()
@@ -488,7 +510,7 @@ func readDestList(c *cli.Context) *destListOpts {
 
 func (o *destListOpts) Validate() error {
 	if len(o.args) > 0 {
-		return usagef("unexpected argument %q: 'relay dest list' takes none; it lists every destination", o.args[0])
+		return usagef("unexpected argument %q: 'relay dest list' takes none; it lists every destination (of one tenant with --tenant)", o.args[0])
 	}
 	return nil
 }
@@ -499,15 +521,21 @@ func (o *destListOpts) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer cl.close()
-	ds, err := st.List(ctx)
+	all, err := st.List(ctx)
 	if err != nil {
 		return err
+	}
+	var ds []destination.Destination
+	for _, d := range all {
+		if o.tenant == "" || d.Tenant() == o.tenant {
+			ds = append(ds, d)
+		}
 	}
 	if o.json {
 		return jsonLines(e.out, ds, func(d destination.Destination) any { return d.WithDefaults().Redacted() })
 	}
 	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tURL\tSIGNED\tTIMEOUT\tMAX ATTEMPTS\tBACKOFF\tCONCURRENCY\tORDERED\tTYPES")
+	fmt.Fprintln(tw, "TENANT\tNAME\tURL\tSIGNED\tTIMEOUT\tMAX ATTEMPTS\tBACKOFF\tCONCURRENCY\tORDERED\tTYPES")
 	for _, d := range ds {
 		d = d.WithDefaults()
 		ordered := "no"
@@ -521,7 +549,7 @@ func (o *destListOpts) Run(ctx context.Context, e *env) error {
 		if types == "" {
 			types = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%d\t%s..%s\t%d\t%s\t%s\n", d.Name, poolText(d), d.Secret != "", time.Duration(d.Timeout),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%d\t%s..%s\t%d\t%s\t%s\n", cmp.Or(d.Tenant(), "-"), d.ShortName(), poolText(d), d.Secret != "", time.Duration(d.Timeout),
 			d.Retry.MaxAttempts, time.Duration(d.Retry.Base), time.Duration(d.Retry.Max), d.Concurrency, ordered, types)
 	}
 	return tw.Flush()
@@ -555,7 +583,7 @@ func readDestRemove(c *cli.Context) *destRemoveOpts {
 }
 
 func (o *destRemoveOpts) Validate() (err error) {
-	o.name, err = o.oneArg("NAME")
+	o.name, err = o.destArg()
 	return err
 }
 

@@ -29,7 +29,7 @@ func readHeads(c *cli.Context) *headsOpts {
 }
 
 func (o *headsOpts) Validate() (err error) {
-	o.name, err = o.oneArg("NAME")
+	o.name, err = o.destArg()
 	return err
 }
 
@@ -74,7 +74,7 @@ func readSkipHead(c *cli.Context) *skipHeadOpts {
 }
 
 func (o *skipHeadOpts) Validate() (err error) {
-	if o.name, err = o.oneArg("NAME"); err != nil {
+	if o.name, err = o.destArg(); err != nil {
 		return err
 	}
 	if o.seq == nil {
@@ -128,7 +128,7 @@ func readRetrying(c *cli.Context) *retryingOpts {
 }
 
 func (o *retryingOpts) Validate() (err error) {
-	if o.name, err = o.oneArg("NAME"); err != nil {
+	if o.name, err = o.destArg(); err != nil {
 		return err
 	}
 	if o.limit < 0 {
@@ -182,7 +182,7 @@ func readSkip(c *cli.Context) *skipOpts {
 }
 
 func (o *skipOpts) Validate() (err error) {
-	if o.name, err = o.oneArg("NAME"); err != nil {
+	if o.name, err = o.destArg(); err != nil {
 		return err
 	}
 	if o.event == nil {

@@ -32,7 +32,7 @@ func readResume(c *cli.Context) *pauseOpts {
 }
 
 func (o *pauseOpts) Validate() (err error) {
-	if o.name, err = o.oneArg("NAME"); err != nil {
+	if o.name, err = o.destArg(); err != nil {
 		return err
 	}
 	if o.pause && o.forDur != nil && *o.forDur <= 0 {
@@ -85,7 +85,7 @@ func readRotateSecret(c *cli.Context) *rotateSecretOpts {
 }
 
 func (o *rotateSecretOpts) Validate() (err error) {
-	if o.name, err = o.oneArg("NAME"); err != nil {
+	if o.name, err = o.destArg(); err != nil {
 		return err
 	}
 	if o.overlap < 0 {

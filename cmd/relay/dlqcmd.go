@@ -77,6 +77,7 @@ within the duplicate window.`,
 func filterFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "dest", Usage: "only this destination's"},
+		tenantFlag(),
 		&cli.StringFlag{Name: "reason", Usage: "only this reason (" + strings.Join(relay.Reasons(), ", ") + ")"},
 		&cli.StringFlag{Name: "status", Usage: "only this last HTTP status, or 'none' for no response"},
 		&cli.StringFlag{Name: "since", Usage: "only those that died at or after this time (RFC 3339, or a duration ago like 2h)"},
@@ -101,7 +102,17 @@ func (o *filterOpts) Validate() error {
 		// 'dlq purge 17 --all' must not purge everything.
 		return usagef("unexpected argument %q: 'relay %s' selects dead letters with flags (--seq N, --dest, --reason, ...; see 'relay %s --help')", o.args[0], o.path, o.path)
 	}
-	f := dlq.Filter{Dest: o.dest, Reason: o.reason}
+	f := dlq.Filter{Scoped: o.tenant != "", Tenant: o.tenant, Reason: o.reason}
+	if o.dest != "" {
+		var err error
+		if f.Dest, err = o.destRef("--dest", o.dest); err != nil {
+			return err
+		}
+	} else if o.tenant != "" {
+		if _, err := o.destRef("--tenant", ""); err != nil {
+			return err
+		}
+	}
 	if f.Reason != "" && !slices.Contains(relay.Reasons(), f.Reason) {
 		return usagef("--reason %q: use one of %s", f.Reason, strings.Join(relay.Reasons(), ", "))
 	}

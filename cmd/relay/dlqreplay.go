@@ -59,6 +59,9 @@ func (o *dlqReplayOpts) Run(ctx context.Context, e *env) error {
 	}
 	to := o.toDest
 	if to != "" {
+		if to, err = o.destRef("--to-dest", to); err != nil {
+			return err
+		}
 		ds, err := cl.dests(ctx)
 		if err != nil {
 			return err

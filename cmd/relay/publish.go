@@ -36,6 +36,7 @@ refused (an id conflict) and stores nothing.`,
 			&cli.StringFlag{Name: "data", Usage: "the body"},
 			&cli.StringFlag{Name: "file", Usage: "read the body from this file", TakesFile: true},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
+			&cli.StringFlag{Name: "tenant", Usage: "the tenant the event is for: --dest is its destination, --type goes to its destinations subscribed (default: no tenant's)"},
 			otelFlag(),
 		},
 		Action: action(readPublish),
@@ -66,6 +67,11 @@ func (o *publishOpts) stdin() bool { return len(o.args) > 0 && o.args[0] == "-" 
 func (o *publishOpts) Validate() error {
 	if err := o.tracing.Validate(); err != nil {
 		return err
+	}
+	if o.tenant != "" {
+		if err := stream.ValidateTenantID(o.tenant); err != nil {
+			return usagef("--tenant: %v", err)
+		}
 	}
 	switch {
 	case o.dest != nil && o.typ != nil:
@@ -154,7 +160,7 @@ func (o *publishOpts) Run(ctx context.Context, e *env) error {
 	}
 	defer stopTracing() // the publish's span exported before exit
 	p.TraceWith(tp)
-	ev := publish.Event{Key: o.key, ID: o.id, Headers: o.headers, Data: body}
+	ev := publish.Event{Tenant: o.tenant, Key: o.key, ID: o.id, Headers: o.headers, Data: body}
 	if o.typ != nil {
 		ev.Type = *o.typ
 	} else {

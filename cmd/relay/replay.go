@@ -27,6 +27,7 @@ Re-running an interrupted replay within the duplicate window publishes nothing
 twice.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "dest", Usage: "destination whose events to replay (required)"},
+			tenantFlag(),
 			&cli.StringFlag{Name: "since", Usage: "published at or after this time: RFC 3339, or a duration ago like 2h (required)"},
 			&cli.StringFlag{Name: "until", Usage: "published before this time (default now)"},
 			&cli.StringFlag{Name: "key", Usage: "only events with this order key (their Relay-Order-Key header)"},
@@ -80,6 +81,17 @@ func (o *replayOpts) Validate() (err error) {
 	}
 	if !o.to.IsZero() && !o.to.After(o.from) {
 		return usagef("--until must be after --since")
+	}
+	// A tenant's destinations, --dest and --to-dest both.
+	d, err := o.destRef("--dest", *o.dest)
+	if err != nil {
+		return err
+	}
+	o.dest = &d
+	if o.toDest != "" {
+		if o.toDest, err = o.destRef("--to-dest", o.toDest); err != nil {
+			return err
+		}
 	}
 	o.interval, err = parseRate(o.rate)
 	return err

@@ -26,6 +26,7 @@ func statsCommand() *cli.Command {
 		Usage: "show each destination's backlog, in-flight, parked and dead-letter counts",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "dest", Usage: "only this destination"},
+			tenantFlag(),
 			redisURLFlag("also count events parked in this Redis"),
 			redisModeFlag(),
 			&cli.BoolFlag{Name: "json", Usage: "one JSON object per destination and line"},
@@ -97,7 +98,20 @@ func (o *statsOpts) print(ctx context.Context, w io.Writer, js jetstream.JetStre
 	if err != nil {
 		return err
 	}
-	if d := o.dest; d != "" {
+	if o.tenant != "" {
+		var its []relay.DestStats
+		for _, s := range all {
+			if s.Tenant == o.tenant {
+				its = append(its, s)
+			}
+		}
+		all = its
+	}
+	if o.dest != "" {
+		d, err := o.destRef("--dest", o.dest)
+		if err != nil {
+			return err
+		}
 		var one []relay.DestStats
 		for _, s := range all {
 			if s.Dest == d {
@@ -105,7 +119,7 @@ func (o *statsOpts) print(ctx context.Context, w io.Writer, js jetstream.JetStre
 			}
 		}
 		if len(one) == 0 {
-			return fmt.Errorf("%w: %s", destination.ErrNotFound, d)
+			return fmt.Errorf("%w: %s", destination.ErrNotFound, destination.Display(d))
 		}
 		all = one
 	}

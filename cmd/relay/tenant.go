@@ -12,6 +12,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/relaydev/relay/api"
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/tenant"
 )
 
@@ -46,9 +48,12 @@ func tenantCommand() *cli.Command {
 			},
 			{
 				Name:      "delete",
-				Usage:     "remove a tenant's record",
+				Usage:     "delete a tenant: its API keys, its record and its destinations",
 				ArgsUsage: "ID",
-				Action:    action(readTenantDelete),
+				Description: "Refused while the tenant's destinations have events not yet delivered, unless --force:\n" +
+					"those events then stay in the events stream, undelivered, until its retention ends.",
+				Flags:  []cli.Flag{&cli.BoolFlag{Name: "force", Usage: "delete even with events not yet delivered"}},
+				Action: action(readTenantDelete),
 			},
 		},
 	}
@@ -227,11 +232,12 @@ func (o *tenantListOpts) Run(ctx context.Context, e *env) error {
 
 type tenantDeleteOpts struct {
 	cmdLine
-	id string // Validate
+	force bool
+	id    string // Validate
 }
 
 func readTenantDelete(c *cli.Context) *tenantDeleteOpts {
-	return &tenantDeleteOpts{cmdLine: readCmdLine(c)}
+	return &tenantDeleteOpts{cmdLine: readCmdLine(c), force: c.Bool("force")}
 }
 
 func (o *tenantDeleteOpts) Validate() (err error) {
@@ -245,9 +251,24 @@ func (o *tenantDeleteOpts) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer cl.close()
-	if err := s.Delete(ctx, o.id); err != nil {
+	keys, err := api.OpenKeys(ctx, cl.js)
+	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.out, "deleted tenant %s\n", o.id)
+	dests, err := destination.NewStore(ctx, cl.js)
+	if err != nil {
+		return err
+	}
+	removed, err := api.DeleteTenant(ctx, api.TenantDeletion{Tenants: s, Keys: keys, Dests: dests, ID: o.id, Force: o.force})
+	var pe *api.TenantPendingError
+	switch {
+	case errors.As(err, &pe):
+		return fmt.Errorf("%w: add --force to delete it anyway", pe)
+	case err != nil && removed.Deleted:
+		return fmt.Errorf("tenant %s is deleted, but of its destinations only %d were removed (run this again to remove the others): %w", o.id, removed.Destinations, err)
+	case err != nil:
+		return err
+	}
+	fmt.Fprintf(e.out, "deleted tenant %s, its %d API keys and its %d destinations\n", o.id, removed.Keys, removed.Destinations)
 	return nil
 }

@@ -47,9 +47,37 @@ func TestTenantPutGetListDelete(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.Len(t, strings.Split(strings.TrimSpace(out), "\n"), 2, out)
 
+	// A destination and a key of the tenant's; the same name of no
+	// tenant's is another destination.
+	for _, args := range [][]string{
+		{"dest", "add", "orders", "--tenant", "acme", "--url", "https://acme.example.com/h"},
+		{"dest", "add", "orders", "--url", "https://example.com/h"},
+		{"api-key", "create", "--name", "acme-pub", "--scope", "publish", "--tenant", "acme"},
+	} {
+		code, out, errs = b.cli(t, "", args...)
+		require.Equal(t, 0, code, "%v: %s", args, errs)
+	}
+	require.Contains(t, out, "of tenant acme")
+	code, out, errs = b.cli(t, "", "dest", "list", "--tenant", "acme")
+	require.Equal(t, 0, code, errs)
+	require.Len(t, strings.Split(strings.TrimSpace(out), "\n"), 2, out)
+	require.True(t, strings.HasPrefix(strings.Split(out, "\n")[1], "acme "), out)
+	code, out, _ = b.cli(t, "", "api-key", "list")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "acme-pub  publish  acme")
+	code, _, errs = b.cli(t, "", "dest", "add", "orders", "--tenant", "nobody", "--url", "https://example.com/h")
+	require.Equal(t, 2, code)
+	require.Contains(t, errs, "--tenant: no such tenant: nobody")
+
 	code, out, errs = b.cli(t, "", "tenant", "delete", "acme")
 	require.Equal(t, 0, code, errs)
-	require.Equal(t, "deleted tenant acme\n", out)
+	require.Equal(t, "deleted tenant acme, its 1 API keys and its 1 destinations\n", out)
+	code, out, _ = b.cli(t, "", "dest", "list", "--json")
+	require.Equal(t, 0, code)
+	require.Len(t, strings.Split(strings.TrimSpace(out), "\n"), 1, "the destination of no tenant is left: %s", out)
+	code, out, _ = b.cli(t, "", "api-key", "list")
+	require.Equal(t, 0, code)
+	require.NotContains(t, out, "acme-pub")
 	code, _, errs = b.cli(t, "", "tenant", "get", "acme")
 	require.Equal(t, 1, code)
 	require.Contains(t, errs, "no such tenant: acme")
@@ -71,6 +99,9 @@ func TestTenantBadInputExits2(t *testing.T) {
 		{[]string{"tenant", "put", "acme", "--metadata", "plan=" + strings.Repeat("v", 513)}, "--metadata plan"},
 		{[]string{"tenant", "get"}, "ID"},
 		{[]string{"tenant", "list", "extra"}, "no arguments"},
+		{[]string{"dest", "add", "orders", "--tenant", "a.b", "--url", "https://example.com"}, "--tenant: invalid tenant id"},
+		{[]string{"dest", "pause", "acme=orders"}, "is named with --tenant"},
+		{[]string{"api-key", "create", "--name", "k", "--scope", "read", "--tenant", "a b"}, "--tenant: invalid tenant id"},
 	} {
 		var out, errb strings.Builder
 		// No server: bad input is refused before connecting.
