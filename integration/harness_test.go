@@ -72,7 +72,7 @@ type env struct {
 func setup(t testing.TB) *env {
 	t.Helper()
 	// A port restartNATS can start the server on again.
-	cfg := embedded.Config{DataDir: t.TempDir(), Port: streamtest.Port(t)}
+	cfg := embedded.Config{DataDir: t.TempDir(), Port: streamtest.Port(t), Mappings: stream.Mappings()}
 	s, err := embedded.Start(cfg)
 	require.NoError(t, err)
 	e := &env{t: t, cfg: cfg}

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/deliverylog"
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/egress"
@@ -43,7 +44,7 @@ var (
 	relayPermissions = func(api ...string) *server.Permissions {
 		return &server.Permissions{
 			Publish: &server.SubjectPermission{Allow: append([]string{
-				"relay.in.>", "relay.dlq.>", "relay.lane.>", "relay.fan", "relay.log.>", "relay.logidx.>", "relay.type.relay.>",
+				"relay.in.>", "relay.dlq.>", "relay.tdlq.>", "relay.lane.>", "relay.fan", "relay.log.>", "relay.tlog.>", "relay.logidx.>", "relay.type.relay.>",
 				"$KV.relay_destinations.>", "$KV.relay_attempts.>", "$KV.relay_replicas.>", "$KV.relay_state.>", "$KV.relay_ordered.>",
 				"$KV.relay_tenants.>", "$KV.relay_event_types.>",
 				"$JS.ACK.RELAY_EVENTS.>",
@@ -164,6 +165,7 @@ func runWithPermissions(t *testing.T, perms *server.Permissions) {
 		{Name: "ok", URL: ok.URL},
 		{Name: "flaky", URL: flaky.URL, Retry: fast(3)},
 		{Name: "gone", URL: gone.URL},
+		{Name: "acme=ok", URL: ok.URL}, // a tenant's: its log records on relay.tlog
 	} {
 		_, err := st.Add(ctx, d)
 		require.NoError(t, err)
@@ -194,6 +196,11 @@ func runWithPermissions(t *testing.T, perms *server.Permissions) {
 	}
 	_, err = js.Publish(ctx, "relay.in.ghost", []byte(`{}`))
 	require.NoError(t, err)
+	tenantAck, err := js.Publish(ctx, stream.InSubject("acme=ok", ""), []byte(`{}`))
+	require.NoError(t, err)
+	// A tenant's unknown destination: its dead letter on relay.tdlq.
+	_, err = js.Publish(ctx, stream.InSubject("acme=ghost", ""), []byte(`{}`))
+	require.NoError(t, err)
 
 	eventually(t, 30*time.Second, func() bool {
 		g, err := st.Get(ctx, "gone")
@@ -209,6 +216,14 @@ func runWithPermissions(t *testing.T, perms *server.Permissions) {
 		return err == nil && len(ghost) == 1
 	}, "the ghost event dead-lettered")
 	require.Equal(t, relay.ReasonUnknownDestination, ghost[0].Reason)
+	eventually(t, 30*time.Second, func() bool {
+		l, err := letters.List(ctx, dlq.Filter{Dest: "acme=ghost"}, 0)
+		return err == nil && len(l) == 1
+	}, "the tenant's ghost event dead-lettered")
+	eventually(t, 30*time.Second, func() bool {
+		page, err := deliverylog.ReadAttempts(ctx, js, deliverylog.AttemptQuery{Dest: "acme=ok"})
+		return err == nil && len(page.Attempts) == 1 && page.Attempts[0].Seq > 0 && tenantAck.Sequence > 0
+	}, "the tenant's delivery logged")
 
 	// Replay it once "ghost" exists.
 	_, err = st.Add(ctx, destination.Destination{Name: "ghost", URL: ok.URL})

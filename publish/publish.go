@@ -90,10 +90,13 @@ var ErrEventTooLarge = errors.New("event too large")
 
 // Producer publishes events, checking first that their destination exists.
 type Producer struct {
-	js      jetstream.JetStream
-	store   *destination.Store
-	tenants *tenant.Store
-	maxSize int64 // the events stream's largest message (0: unknown)
+	js    jetstream.JetStream
+	store *destination.Store
+	// tenants is opened by the first publish for a tenant: a producer
+	// that publishes for none needs no access to the tenants' bucket.
+	tenantsMu sync.Mutex
+	tenants   *tenant.Store
+	maxSize   int64 // the events stream's largest message (0: unknown)
 	// now is the clock that ages what known says. Default time.Now.
 	now func() time.Time
 
@@ -124,11 +127,7 @@ func NewProducer(ctx context.Context, js jetstream.JetStream) (*Producer, error)
 	if err != nil {
 		return nil, err
 	}
-	ts, err := tenant.Open(ctx, js, nil)
-	if err != nil {
-		return nil, err
-	}
-	p := &Producer{js: js, store: st, tenants: ts, known: map[string]time.Time{}, now: time.Now}
+	p := &Producer{js: js, store: st, known: map[string]time.Time{}, now: time.Now}
 	if s, err := js.Stream(ctx, stream.EventsStream); err == nil {
 		p.maxSize = int64(s.CachedInfo().Config.MaxMsgSize)
 	}
@@ -536,7 +535,11 @@ func (p *Producer) checkTenant(ctx context.Context, id string) error {
 	if p.knows(id + knownTenant) {
 		return nil
 	}
-	if _, err := p.tenants.Get(ctx, id); err != nil {
+	ts, err := p.tenantStore(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := ts.Get(ctx, id); err != nil {
 		if errors.Is(err, tenant.ErrNotFound) {
 			return fmt.Errorf("%w %q: create it with 'relay tenant put %s' first; nothing was published", ErrUnknownTenant, id, id)
 		}
@@ -558,6 +561,21 @@ func (p *Producer) ForgetTenant(id string) {
 			delete(p.known, k)
 		}
 	}
+}
+
+// tenantStore opens the tenants' bucket the first time it is needed (and
+// again after a failure).
+func (p *Producer) tenantStore(ctx context.Context) (*tenant.Store, error) {
+	p.tenantsMu.Lock()
+	defer p.tenantsMu.Unlock()
+	if p.tenants == nil {
+		ts, err := tenant.Open(ctx, p.js, nil)
+		if err != nil {
+			return nil, err
+		}
+		p.tenants = ts
+	}
+	return p.tenants, nil
 }
 
 // knows reports whether what was seen to exist within knownFor.

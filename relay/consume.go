@@ -72,7 +72,7 @@ func (r *Relay) specs(d destination.Destination) []consumerSpec {
 		return []consumerSpec{{cfg: main, concurrency: d.Concurrency}}
 	}
 	main.Description = "relay deliveries to " + d.Name + " (events without an order key)"
-	main.FilterSubjects = main.FilterSubjects[:1]
+	main.FilterSubjects = stream.UnkeyedFilters(d.Name)
 	out := []consumerSpec{{cfg: main, concurrency: d.Concurrency}}
 	for i := range d.Partitions {
 		c := base

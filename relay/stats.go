@@ -228,7 +228,7 @@ func oldestAfter(ctx context.Context, js jetstream.JetStream, dest string, seq u
 		return time.Time{}
 	}
 	var oldest time.Time
-	for _, subj := range []string{stream.InPrefix + "." + dest, stream.KeyedPrefix + "." + dest + ".>"} {
+	for _, subj := range stream.DestFilters(dest) {
 		m, err := st.GetMsg(ctx, seq+1, jetstream.WithGetMsgSubject(subj))
 		if err != nil {
 			continue

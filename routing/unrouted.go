@@ -69,7 +69,7 @@ func ReadCheckState(ctx context.Context, js jetstream.JetStream) (CheckState, bo
 // checkFilters are the subjects the check reads: every event published
 // for a destination (typed events and subscription marks are the
 // router's).
-var checkFilters = []string{stream.InPrefix + ".*", stream.KeyedPrefix + ".>"}
+var checkFilters = []string{stream.InPrefix + ".*", stream.KeyedPrefix + ".>", stream.TenantPrefix + ".*.in.*", stream.TenantKeyedPrefix + ".>"}
 
 // CheckLag is how many events published for a destination the
 // unknown-destination check has not gone through yet: all of them when it
@@ -295,7 +295,7 @@ func (c *unroutedCheck) round(ctx context.Context, s jetstream.Stream, done *ato
 // created after seq. Their events are read and settled one by one.
 func (c *unroutedCheck) suspects(ctx context.Context, s jetstream.Stream, seq uint64) ([]string, error) {
 	var out []string
-	for _, f := range []string{stream.InPrefix + ".*", stream.KeyedPrefix + ".>"} {
+	for _, f := range checkFilters {
 		info, err := s.Info(ctx, jetstream.WithSubjectFilter(f))
 		if err != nil {
 			return nil, fmt.Errorf("list the subjects of %s: %w", stream.EventsStream, err)

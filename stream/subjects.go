@@ -151,6 +151,16 @@ func DestFilters(dest string) []string {
 	return f
 }
 
+// UnkeyedFilters are the filter subjects of dest's events without an
+// order key (of DestFilters).
+func UnkeyedFilters(dest string) []string {
+	f := []string{InPrefix + "." + dest}
+	if t, n := SplitDestRef(dest); t != "" {
+		f = append(f, TenantPrefix+"."+t+".in."+n)
+	}
+	return f
+}
+
 // SharedFilters are the filter subjects of the shared consumer: every
 // destination's events as stored (not its lane).
 func SharedFilters() []string {
