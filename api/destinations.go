@@ -294,12 +294,23 @@ func (s *Server) createDest(c *call) {
 		destProblem(c.w, &body, err)
 		return
 	}
+	ctx := c.within(30 * time.Second)
+	if c.scope != "" && s.cfg.Tenants != nil {
+		t, err := s.cfg.Tenants.Get(ctx, c.scope)
+		if err != nil {
+			tenantProblem(c, err)
+			return
+		}
+		if !s.roomForDest(c, t) {
+			return
+		}
+		t.Defaults.Fill(&set) // what the tenant's destinations take by default
+	}
 	d, generated, err := set.NewDestination(stream.DestRef(c.scope, body.Name))
 	if err != nil {
 		destProblem(c.w, &body, err)
 		return
 	}
-	ctx := c.within(30 * time.Second)
 	if err := destination.CheckPool(ctx, s.cfg.JS, d.Pool()); err != nil {
 		destProblem(c.w, &body, err)
 		return
@@ -326,6 +337,31 @@ func (s *Server) createDest(c *call) {
 	}
 	c.w.Header().Set("Location", loc)
 	c.json(http.StatusCreated, v)
+}
+
+// roomForDest reports whether tenant t may have one more destination, or
+// answers 409 and returns false.
+func (s *Server) roomForDest(c *call, t tenant.Tenant) bool {
+	max := t.Limits.MaxDestinations
+	if max <= 0 {
+		return true
+	}
+	ds, err := c.dests.List(c.within(30 * time.Second))
+	if err != nil {
+		destProblem(c.w, nil, err)
+		return false
+	}
+	n := 0
+	for _, d := range ds {
+		if d.Tenant() == t.ID {
+			n++
+		}
+	}
+	if n >= max {
+		c.problem(http.StatusConflict, "", fmt.Sprintf("tenant %s has %d destinations, its limit (limits.max_destinations %d): remove one, or raise the limit", t.ID, n, max))
+		return false
+	}
+	return true
 }
 
 // updateDest changes the settings given, as 'relay dest update' does.

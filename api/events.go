@@ -144,6 +144,9 @@ func (s *Server) publish(c *call) {
 		c.problem(http.StatusUnprocessableEntity, field, err.Error())
 		return
 	}
+	if ev.Tenant != "" && !s.allowPublish(c, map[string]int{ev.Tenant: 1}) {
+		return
+	}
 	res, err := s.cfg.Producer.Publish(c.tracedWithin(10*time.Second), ev.event(c))
 	if err != nil {
 		publishProblem(c.w, "", err)
@@ -193,6 +196,7 @@ func (s *Server) publishBatch(c *call) {
 		return
 	}
 	evs := make([]publish.Event, len(body.Events))
+	counts := map[string]int{} // events per tenant
 	for i, ev := range body.Events {
 		field, err := ev.check()
 		if err == nil {
@@ -210,6 +214,10 @@ func (s *Server) publishBatch(c *call) {
 			return
 		}
 		evs[i] = ev.event(c)
+		counts[ev.Tenant]++
+	}
+	if !s.allowPublish(c, counts) {
+		return
 	}
 	res, err := s.cfg.Producer.PublishBatch(c.tracedWithin(30*time.Second), evs)
 	var be *publish.BatchError

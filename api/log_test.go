@@ -24,7 +24,7 @@ import (
 func runRelay(t *testing.T, e *apiEnv) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r, err := relay.New(ctx, relay.Config{JS: e.srv.JS, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	r, err := relay.New(ctx, relay.Config{JS: e.srv.JS, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Policies: e.policies,
 		HTTPClient: egress.NewClient(egress.Options{Guard: egress.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})})
 	require.NoError(t, err)
 	done := make(chan error, 1)

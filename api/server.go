@@ -60,7 +60,14 @@ type Config struct {
 	// Catalog checks typed events against their type's schema as they are
 	// published. Optional: without it nothing is checked.
 	Catalog *eventtype.Catalog
-	Logger  *slog.Logger
+	// Policies are the tenants' limits, enforced as events are published
+	// (PublishRate) and destinations added (MaxDestinations). Optional:
+	// without it no tenant is limited.
+	Policies *tenant.Policies
+	// Replicas is how many relay replicas serve the API, each enforcing
+	// an equal share of a tenant's publish rate. Optional: 1.
+	Replicas func() int
+	Logger   *slog.Logger
 	// MaxBody is the largest request body accepted, in bytes. Optional,
 	// default 1 MiB + 64 KiB (an event of relay run's default
 	// --max-event-size, and its JSON around it).
@@ -87,6 +94,8 @@ type Server struct {
 	failed map[string]*rate.Limiter // by client address
 	// known are tenants seen to exist, and when (see knows).
 	known map[string]time.Time
+	// rates are the tenants' publish rate limiters (see allowPublish).
+	rates map[string]*tenantRate
 }
 
 // NewServer returns the API's handler.
@@ -106,7 +115,7 @@ func NewServer(cfg Config) *Server {
 	if cfg.MaxBatchBody == 0 {
 		cfg.MaxBatchBody = 8 << 20
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), failed: map[string]*rate.Limiter{}, known: map[string]time.Time{}}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), failed: map[string]*rate.Limiter{}, known: map[string]time.Time{}, rates: map[string]*tenantRate{}}
 	s.mux.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(OpenAPI)
@@ -147,7 +156,7 @@ func NewServer(cfg Config) *Server {
 		{"GET /v1/event-types/{type}", ScopeRead, anyKey, needTypes, s.getEventType},
 		{"DELETE /v1/event-types/{type}", ScopeAdmin, globalKey, needTypes, s.deleteEventType},
 		{"GET /v1/tenants", ScopeRead, ownTenant, needTenants, s.listTenants},
-		{"PUT /v1/tenants/{tenant}", ScopeAdmin, ownTenant, needTenants, s.putTenant},
+		{"PUT /v1/tenants/{tenant}", ScopeAdmin, globalKey, needTenants, s.putTenant},
 		{"GET /v1/tenants/{tenant}", ScopeRead, ownTenant, needTenant, s.getTenant},
 		{"DELETE /v1/tenants/{tenant}", ScopeAdmin, globalKey, needTenant, s.deleteTenant},
 		{"GET /v1/tenants/{tenant}/keys", ScopeAdmin, globalKey, needTenant, s.listTenantKeys},

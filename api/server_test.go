@@ -45,6 +45,8 @@ type apiEnv struct {
 	admin   string
 	// logs is what the server logged.
 	logs *lockedWriter
+	// policies are the tenants' limits the server enforces.
+	policies *tenant.Policies
 }
 
 func startAPI(t *testing.T) *apiEnv {
@@ -73,8 +75,11 @@ func startTracedAPI(t *testing.T, tp trace.TracerProvider) *apiEnv {
 	catalog, err := eventtype.WatchCatalog(ctx, srv.JS, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
 	t.Cleanup(catalog.Stop)
+	policies, err := tenant.WatchPolicies(ctx, srv.JS, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	t.Cleanup(policies.Stop)
 	logs := &lockedWriter{w: &bytes.Buffer{}, mu: &sync.Mutex{}}
-	h := NewServer(Config{JS: srv.JS, Keys: keys, Producer: prod, Dests: dests, DeadLetters: letters, Tenants: tenants, EventTypes: types, Catalog: catalog, MaxBody: 64 << 10, MaxBatchBody: 256 << 10,
+	h := NewServer(Config{JS: srv.JS, Keys: keys, Producer: prod, Dests: dests, DeadLetters: letters, Tenants: tenants, EventTypes: types, Catalog: catalog, Policies: policies, MaxBody: 64 << 10, MaxBatchBody: 256 << 10,
 		BodyTimeout: testBodyTimeout,
 		Logger:      slog.New(slog.NewTextHandler(logs, nil))})
 	hs := httptest.NewServer(h)
@@ -89,7 +94,7 @@ func startTracedAPI(t *testing.T, tp trace.TracerProvider) *apiEnv {
 	router, err := legacy.NewRouter(doc)
 	require.NoError(t, err)
 
-	e := &apiEnv{t: t, srv: srv, url: hs.URL, router: router, logs: logs}
+	e := &apiEnv{t: t, srv: srv, url: hs.URL, router: router, logs: logs, policies: policies}
 	e.publish, _, err = keys.Create(ctx, "pub", ScopePublish)
 	require.NoError(t, err)
 	e.read, _, err = keys.Create(ctx, "reader", ScopeRead)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -286,4 +287,184 @@ func TestDeletingATenantRemovesItsKeysAndDestinations(t *testing.T) {
 	code, m = e.do("GET", TenantPath("acme", "/destinations"), e.admin, "", nil)
 	require.Equal(t, http.StatusOK, code, m)
 	require.Empty(t, m["destinations"])
+}
+
+// A tenant's defaults are what its new destinations take where no setting
+// is given; its limits bound its destinations and its publish rate over
+// HTTP (429 with Retry-After, nothing published); only a key of no tenant
+// sets them.
+func TestTenantDefaultsAndLimits(t *testing.T) {
+	t.Parallel()
+	e := startAPI(t)
+	code, m := e.send("PUT", "/v1/tenants/acme", e.admin, `{"defaults":{"max_attempts":3,"timeout":"5s","concurrency":4,"backoff_base":"2s"},"limits":{"max_destinations":2,"publish_rate":5}}`)
+	require.Equal(t, http.StatusCreated, code, m)
+	require.Equal(t, map[string]any{"max_attempts": float64(3), "timeout": "5s", "concurrency": float64(4), "backoff_base": "2s"}, m["defaults"])
+	code, m = e.send("PUT", "/v1/tenants/globex", e.admin, `{}`)
+	require.Equal(t, http.StatusCreated, code, m)
+	require.Nil(t, m["limits"], "none given, none shown")
+	key := e.tenantKey("acme", "acme-admin", "admin")
+	code, m = e.send("PUT", "/v1/tenants/acme", key, `{"limits":{"publish_rate":1000000}}`)
+	require.Equal(t, http.StatusForbidden, code, "a tenant cannot raise its own limits: %v", m)
+
+	for _, c := range []struct{ body, field string }{
+		{`{"defaults":{"timeout":"1h"}}`, "defaults.timeout"},
+		{`{"defaults":{"concurrency":-1}}`, "defaults.concurrency"},
+		{`{"defaults":{"backoff_base":"1m","backoff_max":"1s"}}`, "defaults.backoff_max"},
+		{`{"limits":{"publish_rate":-1}}`, "limits.publish_rate"},
+		{`{"limits":{"max_in_flight":2000000}}`, "limits.max_in_flight"},
+	} {
+		code, m = e.send("PUT", "/v1/tenants/acme", e.admin, c.body)
+		require.Equal(t, http.StatusUnprocessableEntity, code, "%s: %v", c.body, m)
+		require.Equal(t, c.field, m["field"], "%s: %v", c.body, m)
+	}
+	code, m = e.do("GET", "/v1/tenants/acme", e.read, "", nil)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, map[string]any{"max_destinations": float64(2), "publish_rate": float64(5)}, m["limits"], "refused changes changed nothing")
+
+	code, m = e.send("POST", "/v1/destinations", key, `{"name":"a","url":"https://a.example.com/h"}`)
+	require.Equal(t, http.StatusCreated, code, m)
+	require.Equal(t, "5s", m["timeout"])
+	require.Equal(t, float64(3), m["max_attempts"])
+	require.Equal(t, float64(4), m["concurrency"])
+	require.Equal(t, "2s", m["backoff_base"])
+	code, m = e.send("POST", "/v1/destinations", key, `{"name":"b","url":"https://b.example.com/h","timeout":"7s"}`)
+	require.Equal(t, http.StatusCreated, code, m)
+	require.Equal(t, "7s", m["timeout"], "a setting given wins over the tenant's default")
+	require.Equal(t, float64(3), m["max_attempts"])
+	code, m = e.send("POST", "/v1/destinations", key, `{"name":"c","url":"https://c.example.com/h"}`)
+	require.Equal(t, http.StatusConflict, code, m)
+	require.Contains(t, m["detail"], "limits.max_destinations 2")
+	code, m = e.send("POST", TenantPath("globex", "/destinations"), e.admin, `{"name":"a","url":"https://a.example.com/h"}`)
+	require.Equal(t, http.StatusCreated, code, m)
+	require.Equal(t, "30s", m["timeout"], "another tenant: relay's defaults")
+
+	// 5 a second, a burst of 5: the sixth at once is refused, nothing
+	// stored; globex is not limited by acme's rate.
+	deadline := time.Now().Add(10 * time.Second)
+	for e.policies.Limits("acme").PublishRate != 5 {
+		require.False(t, time.Now().After(deadline), "the server never learned acme's limits")
+		time.Sleep(10 * time.Millisecond)
+	}
+	before := e.lastSeq()
+	for i := range 5 {
+		code, m = e.send("POST", "/v1/events", key, `{"dest":"a","data":`+strconv.Itoa(i)+`}`)
+		require.Equal(t, http.StatusAccepted, code, m)
+	}
+	resp, body := e.exchange("POST", "/v1/events", key, "application/json", []byte(`{"dest":"a","data":6}`))
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "%s", body)
+	retry, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, retry, 1)
+	require.Contains(t, string(body), "at most 5 events per second")
+	code, m = e.send("POST", "/v1/events:batch", key, `{"events":[`+strings.Repeat(`{"dest":"a","data":1},`, 5)+`{"dest":"a","data":1}]}`)
+	require.Equal(t, http.StatusTooManyRequests, code, m)
+	require.Contains(t, m["detail"], "smaller batches")
+	require.Equal(t, before+5, e.lastSeq(), "the refused events were not stored")
+	for range 10 {
+		code, m = e.send("POST", "/v1/events", e.admin, `{"tenant":"globex","dest":"a","data":1}`)
+		require.Equal(t, http.StatusAccepted, code, m)
+	}
+}
+
+// A tenant's max_in_flight bounds its attempts under way across its
+// destinations: three destinations of a tenant limited to 2, their
+// receiver holding each request, never see more than 2 at once; every
+// event is delivered at its first attempt (waiting for a slot uses none);
+// another tenant's destination is not held back by it.
+func TestTenantMaxInFlight(t *testing.T) {
+	t.Parallel()
+	e := startAPI(t)
+	var mu sync.Mutex
+	inFlight, most := map[string]int{}, map[string]int{}
+	release := make(chan struct{})
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tenant := r.URL.Query().Get("t")
+		mu.Lock()
+		inFlight[tenant]++
+		most[tenant] = max(most[tenant], inFlight[tenant])
+		mu.Unlock()
+		if tenant == "acme" {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		mu.Lock()
+		inFlight[tenant]--
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(sink.Close)
+	t.Cleanup(func() { close(release) })
+	code, m := e.send("PUT", "/v1/tenants/acme", e.admin, `{"limits":{"max_in_flight":2}}`)
+	require.Equal(t, http.StatusCreated, code, m)
+	code, m = e.send("PUT", "/v1/tenants/globex", e.admin, `{}`)
+	require.Equal(t, http.StatusCreated, code, m)
+	deadline := time.Now().Add(10 * time.Second)
+	for e.policies.Limits("acme").MaxInFlight != 2 {
+		require.False(t, time.Now().After(deadline), "the limit never loaded")
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		code, m = e.send("POST", TenantPath("acme", "/destinations"), e.admin, `{"name":"`+name+`","url":"`+sink.URL+`/?t=acme","no_secret":true}`)
+		require.Equal(t, http.StatusCreated, code, m)
+	}
+	code, m = e.send("POST", TenantPath("globex", "/destinations"), e.admin, `{"name":"a","url":"`+sink.URL+`/?t=globex","no_secret":true}`)
+	require.Equal(t, http.StatusCreated, code, m)
+	runRelay(t, e)
+	for i := range 9 {
+		code, m = e.send("POST", TenantPath("acme", "/events"), e.admin, `{"dest":"`+string(rune('a'+i%3))+`","id":"evt-`+strconv.Itoa(i)+`","data":1}`)
+		require.Equal(t, http.StatusAccepted, code, m)
+	}
+	// acme's 2 slots are taken and held; globex delivers meanwhile.
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		mu.Lock()
+		held := inFlight["acme"]
+		mu.Unlock()
+		if held == 2 {
+			break
+		}
+		require.False(t, time.Now().After(deadline), "acme never had 2 attempts under way")
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i := range 5 {
+		code, m = e.send("POST", TenantPath("globex", "/events"), e.admin, `{"dest":"a","id":"g-`+strconv.Itoa(i)+`","data":1}`)
+		require.Equal(t, http.StatusAccepted, code, m)
+	}
+	waitTenantAttempts(t, e, "globex", 5)
+	// Let acme's through, one held request at a time.
+	go func() {
+		for range 9 {
+			select {
+			case release <- struct{}{}:
+			case <-time.After(time.Minute):
+				return
+			}
+		}
+	}()
+	recs := waitTenantAttempts(t, e, "acme", 9)
+	for _, r := range recs {
+		rec := r.(map[string]any)
+		require.Equal(t, float64(1), rec["attempt"], "delivered at its first attempt: %v", rec)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, 2, most["acme"], "at most 2 of acme's attempts at once")
+}
+
+// waitTenantAttempts waits until tenant's delivery log has n records, and
+// returns them.
+func waitTenantAttempts(t *testing.T, e *apiEnv, tenant string, n int) []any {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		code, m := e.do("GET", TenantPath(tenant, "/attempts"), e.read, "", nil)
+		require.Equal(t, http.StatusOK, code, m)
+		if got := m["attempts"].([]any); len(got) >= n {
+			return got
+		}
+		require.False(t, time.Now().After(deadline), "%s: fewer than %d attempts logged", tenant, n)
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -18,6 +18,8 @@ import (
 type tenantBody struct {
 	Name     string            `json:"name"`
 	Metadata map[string]string `json:"metadata"`
+	Defaults tenant.Defaults   `json:"defaults"`
+	Limits   tenant.Limits     `json:"limits"`
 }
 
 // Tenants' pages: DefaultTenantPage a page unless limit says, at most
@@ -43,7 +45,7 @@ func (s *Server) putTenant(c *call) {
 	if !s.readJSON(c.w, c.r, &body) {
 		return
 	}
-	t, created, err := c.tenants.Put(c.within(30*time.Second), tenant.Tenant{ID: c.tenant, Name: body.Name, Metadata: body.Metadata})
+	t, created, err := c.tenants.Put(c.within(30*time.Second), tenant.Tenant{ID: c.tenant, Name: body.Name, Metadata: body.Metadata, Defaults: body.Defaults, Limits: body.Limits})
 	if err != nil {
 		tenantProblem(c, err)
 		return

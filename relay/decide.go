@@ -59,6 +59,13 @@ type Input struct {
 	RateLimited bool
 	RateAsked   bool
 	RateWait    time.Duration
+	// TenantLimited: the destination's tenant bounds its attempts in
+	// flight, TenantAsked that a slot was asked for, and TenantWait is how
+	// long to hand the event back for when none came free soon enough (0:
+	// one did, held until the delivery ends).
+	TenantLimited bool
+	TenantAsked   bool
+	TenantWait    time.Duration
 
 	// NeedLog: the event may have an attempt log (a redelivery, a copy from
 	// Redis, an event in retry when relay started). LogRead: it was read.
@@ -217,6 +224,10 @@ func decide(in Input) Decision {
 			return Decision{Action: WaitRate}
 		case in.RateWait > 0:
 			return Decision{Action: HandBack, Delay: in.RateWait}
+		case in.TenantLimited && !in.TenantAsked:
+			return Decision{Action: WaitTenant}
+		case in.TenantWait > 0:
+			return Decision{Action: HandBack, Delay: in.TenantWait}
 		}
 	}
 	if in.NeedLog && !in.LogRead {

@@ -66,6 +66,11 @@ func TestDecideOutcomes(t *testing.T) {
 		{"rate limit not asked", with(func(in *Input) { in.RateLimited = true }), Decision{Action: WaitRate}},
 		{"rate limit says wait", with(func(in *Input) { in.RateLimited, in.RateAsked, in.RateWait = true, true, 7*time.Second }), Decision{Action: HandBack, Delay: 7 * time.Second}},
 		{"rate limit allows", with(func(in *Input) { in.RateLimited, in.RateAsked = true, true }), Decision{Action: Send}},
+		{"tenant's in-flight slots not asked", with(func(in *Input) { in.TenantLimited = true }), Decision{Action: WaitTenant}},
+		{"rate limit first, then the tenant's slots", with(func(in *Input) { in.RateLimited, in.TenantLimited = true, true }), Decision{Action: WaitRate}},
+		{"tenant's slots all taken", with(func(in *Input) { in.TenantLimited, in.TenantAsked, in.TenantWait = true, true, 2*time.Second }), Decision{Action: HandBack, Delay: 2 * time.Second}},
+		{"tenant's slot taken", with(func(in *Input) { in.TenantLimited, in.TenantAsked = true, true }), Decision{Action: Send}},
+		{"filtered out, tenant limited", with(func(in *Input) { in.Filtered, in.TenantLimited = true, true }), Decision{Action: AckFiltered}},
 		{"log to read", with(func(in *Input) { in.LogRead = false }), Decision{Action: ReadLog}},
 		{"first delivery: no log", with(func(in *Input) { in.NeedLog, in.LogRead = false, false }), Decision{Action: Send}},
 		{"skipped by an operator", with(func(in *Input) { in.Skip = "wrong payload" }), Decision{Action: DeadLetter, Reason: ReasonSkipped}},
@@ -157,7 +162,7 @@ func TestDecideOutcomes(t *testing.T) {
 		})
 		outcomes[tc.want.Action] = true
 	}
-	for _, a := range []Action{Ack, Retry, DeadLetter, Park, HandBack, AckSettled, Leave, Terminate, AckFiltered, WaitRate, ReadLog, FindPark, Send} {
+	for _, a := range []Action{Ack, Retry, DeadLetter, Park, HandBack, AckSettled, Leave, Terminate, AckFiltered, WaitRate, WaitTenant, ReadLog, FindPark, Send} {
 		require.True(t, outcomes[a], "no row decides %s", a)
 	}
 }

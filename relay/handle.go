@@ -48,6 +48,13 @@ func (r *Relay) handle(ctx context.Context, msg delivered, mark *partitionMark) 
 		case WaitRate:
 			in.RateAsked = true
 			in.RateWait = r.waitRate(ctx, r.limiter(in.Dest), in.Dest, in.Ordered)
+		case WaitTenant:
+			in.TenantAsked = true
+			var release func()
+			release, in.TenantWait = r.tenantSlot(ctx, in.Dest.Tenant())
+			if release != nil {
+				defer release() // once the delivery is settled
+			}
 		case ReadLog:
 			r.readLogInto(&in, &ev)
 		case FindPark:
@@ -177,6 +184,7 @@ func (r *Relay) input(ctx context.Context, ev event, mark *partitionMark) Input 
 		in.ProbeTaken = !in.Probing
 	}
 	in.RateLimited = in.Known && in.Dest.RateLimit > 0
+	in.TenantLimited = in.Known && r.cfg.Policies.Limits(in.Dest.Tenant()).MaxInFlight > 0
 	if in.Known && in.Dest.CompiledFilter() != nil {
 		ok, err := in.Dest.CompiledFilter().Match(ctx, destination.FilterEvent{ID: ev.id, Key: ev.key, Dest: ev.dest, Type: ev.typ, Body: ev.body, Headers: eventHeaders(ev.hdr)})
 		switch {

@@ -46,6 +46,7 @@ type Metrics struct {
 	checkListed prometheus.Counter
 	// The router's typed events without a subscriber, and copies.
 	routedUnsubscribed, routedCopyCount prometheus.Counter
+	tenantWaits                         prometheus.Counter
 	// The delivery log's records lost: not written (the writer's queue
 	// full) or refused by JetStream.
 	logDropped, logFailed, logIndexFailed prometheus.Counter
@@ -122,6 +123,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "relay_typed_event_copies_total",
 		Help: "Copies of typed events this process's router published, one per subscribed destination.",
 	})
+	m.tenantWaits = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "relay_tenant_in_flight_waits_total",
+		Help: "Deliveries handed back to JetStream because their tenant's in-flight slots (limits.max_in_flight) stayed taken: no attempt was used.",
+	})
 	m.logDropped = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "relay_attempt_log_dropped_total",
 		Help: "Delivery-log records this process dropped because its writer fell behind (deliveries never wait for the log).",
@@ -136,7 +141,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	})
 	reg.MustRegister(m.logDropped, m.logFailed, m.logIndexFailed)
 	reg.MustRegister(m.deliveries, m.attempts, m.responses, m.attemptDuration, m.latency, m.inFlight, m.parkFailures, m.pauses, m.settled, m.deadLetterFails, m.filtered, m.checkRead, m.checkListed,
-		m.routedUnsubscribed, m.routedCopyCount)
+		m.routedUnsubscribed, m.routedCopyCount, m.tenantWaits)
 	return m
 }
 
@@ -180,6 +185,14 @@ func (m *Metrics) CheckedRead() {
 func (m *Metrics) CheckedListed(n uint64) {
 	if m != nil {
 		m.checkListed.Add(float64(n))
+	}
+}
+
+// tenantWaited counts a delivery handed back for its tenant's in-flight
+// slots.
+func (m *Metrics) tenantWaited() {
+	if m != nil {
+		m.tenantWaits.Inc()
 	}
 }
 

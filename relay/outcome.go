@@ -106,6 +106,9 @@ const (
 	// FindPark: find out whether the event whose park a crash left in
 	// doubt has its copy (Relay.findPark).
 	FindPark
+	// WaitTenant: take one of the in-flight slots of the destination's
+	// tenant (it may wait a little).
+	WaitTenant
 
 	// The steps of the shared consumer's admission (DecideAdmit).
 
@@ -144,6 +147,8 @@ func (a Action) String() string {
 		return "send"
 	case FindPark:
 		return "find_park"
+	case WaitTenant:
+		return "wait_tenant"
 	case Queue:
 		return "queued"
 	case Pass:

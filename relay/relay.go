@@ -31,6 +31,7 @@ import (
 	"github.com/relaydev/relay/opevent"
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/tenant"
 )
 
 // Config configures a relay runner.
@@ -117,6 +118,10 @@ type Config struct {
 	// routed: one that does not satisfy it is dead-lettered for each
 	// subscriber (ReasonSchemaMismatch). Optional: nil checks nothing.
 	Catalog *eventtype.Catalog
+	// Policies are the tenants' limits: a tenant's MaxInFlight bounds the
+	// attempts under way across its destinations (an equal share per
+	// replica). Optional: without it no tenant is limited.
+	Policies *tenant.Policies
 	// OnDelivery, when set, is called after every attempt's decision has been
 	// carried out (for tests and metrics).
 	OnDelivery func(Outcome)
@@ -290,6 +295,7 @@ type Relay struct {
 	breakers breakers
 	pools    *urlPools
 	limits   limits
+	tenants  tenantSlots
 	// parkWarn keeps "cannot park" to one warning per destination every
 	// 10s (relay_park_failures_total counts them all).
 	parkWarn quiet.Limiter

@@ -27,9 +27,13 @@ type Tenant struct {
 	Name string `json:"name,omitempty"`
 	// Metadata is the caller's own, kept as given (ValidateMetadata).
 	// Optional.
-	Metadata  map[string]string `json:"metadata,omitempty"`
-	CreatedAt time.Time         `json:"created_at"`
-	UpdatedAt time.Time         `json:"updated_at"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// Defaults are what its new destinations take where no setting is
+	// given; Limits what it may use. Optional.
+	Defaults  Defaults  `json:"defaults,omitzero"`
+	Limits    Limits    `json:"limits,omitzero"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // Limits of a tenant's record.
@@ -66,7 +70,13 @@ func (t Tenant) Validate() error {
 	if !utf8.ValidString(t.Name) || strings.ContainsFunc(t.Name, isControl) {
 		return &FieldError{"name", "use printable UTF-8 text, without control characters"}
 	}
-	return ValidateMetadata(t.Metadata)
+	if err := ValidateMetadata(t.Metadata); err != nil {
+		return err
+	}
+	if err := t.Defaults.validate(); err != nil {
+		return err
+	}
+	return t.Limits.validate()
 }
 
 // ValidateMetadata checks a tenant's metadata: at most MaxMetadataKeys

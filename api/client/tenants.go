@@ -14,15 +14,38 @@ type Tenant struct {
 	ID        string            `json:"id"`
 	Name      string            `json:"name,omitempty"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
+	Defaults  TenantDefaults    `json:"defaults,omitzero"`
+	Limits    TenantLimits      `json:"limits,omitzero"`
 	CreatedAt time.Time         `json:"created_at"`
 	UpdatedAt time.Time         `json:"updated_at"`
 }
 
-// TenantChange is what PutTenant sets: the name and metadata replace what
-// the tenant had (the TenantChange schema).
+// TenantDefaults are the settings a tenant's new destinations take where
+// none is given (the TenantDefaults schema). Zero: relay's default.
+type TenantDefaults struct {
+	MaxAttempts int      `json:"max_attempts,omitempty"`
+	BackoffBase Duration `json:"backoff_base,omitzero"`
+	BackoffMax  Duration `json:"backoff_max,omitzero"`
+	Timeout     Duration `json:"timeout,omitzero"`
+	RateLimit   float64  `json:"rate_limit,omitempty"`
+	Concurrency int      `json:"concurrency,omitempty"`
+}
+
+// TenantLimits bound what a tenant may use (the TenantLimits schema).
+// Zero: no limit.
+type TenantLimits struct {
+	MaxDestinations int     `json:"max_destinations,omitempty"`
+	PublishRate     float64 `json:"publish_rate,omitempty"`
+	MaxInFlight     int     `json:"max_in_flight,omitempty"`
+}
+
+// TenantChange is what PutTenant sets: it replaces the tenant's name,
+// metadata, defaults and limits (the TenantChange schema).
 type TenantChange struct {
 	Name     string            `json:"name,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
+	Defaults TenantDefaults    `json:"defaults,omitzero"`
+	Limits   TenantLimits      `json:"limits,omitzero"`
 }
 
 // TenantPage is a page of ListTenants (the TenantPage schema): Next is the

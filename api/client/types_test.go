@@ -68,10 +68,12 @@ func TestTypesMirrorTheDocument(t *testing.T) {
 		"EventType":         reflect.TypeFor[EventType](),
 		"EventTypeChange":   reflect.TypeFor[EventTypeChange](),
 		// The answer of EventTypes, unwrapped.
-		"EventTypeList": nil,
-		"TenantChange":  reflect.TypeFor[TenantChange](),
-		"TenantPage":    reflect.TypeFor[TenantPage](),
-		"KeyRecord":     reflect.TypeFor[KeyRecord](),
+		"EventTypeList":  nil,
+		"TenantChange":   reflect.TypeFor[TenantChange](),
+		"TenantPage":     reflect.TypeFor[TenantPage](),
+		"KeyRecord":      reflect.TypeFor[KeyRecord](),
+		"TenantDefaults": reflect.TypeFor[TenantDefaults](),
+		"TenantLimits":   reflect.TypeFor[TenantLimits](),
 		// The body of PublishBatch, built from its []NewEvent.
 		"NewEventBatch": nil,
 	}

@@ -427,10 +427,36 @@ func (o *destAddOpts) Run(ctx context.Context, e *env) error {
 		if err != nil {
 			return err
 		}
-		if _, err := ts.Get(ctx, o.tenant); errors.Is(err, tenant.ErrNotFound) {
+		t, err := ts.Get(ctx, o.tenant)
+		if errors.Is(err, tenant.ErrNotFound) {
 			return usagef("--tenant: %v (create it first with 'relay tenant put %s')", err, o.tenant)
 		} else if err != nil {
 			return err
+		}
+		if max := t.Limits.MaxDestinations; max > 0 {
+			all, err := st.List(ctx)
+			if err != nil {
+				return err
+			}
+			n := 0
+			for _, x := range all {
+				if x.Tenant() == t.ID {
+					n++
+				}
+			}
+			if n >= max {
+				return fmt.Errorf("tenant %s has %d destinations, its limit (--max-destinations %d): remove one, or raise the limit with 'relay tenant put'", t.ID, n, max)
+			}
+		}
+		// What the tenant's destinations take where no flag says.
+		set := o.settings.Settings
+		t.Defaults.Fill(&set)
+		generated := o.generated
+		if d, _, err = set.NewDestination(d.Name); err != nil {
+			return usageError{err.Error()}
+		}
+		if generated {
+			d.Secret = o.dest.Secret
 		}
 	}
 	if err := checkNetPolicy(ctx, cl.js, d.Pool()); err != nil {

@@ -24,11 +24,23 @@ func tenantCommand() *cli.Command {
 		Subcommands: []*cli.Command{
 			{
 				Name:      "put",
-				Usage:     "create the tenant ID, or replace its name and metadata (an upsert)",
+				Usage:     "create the tenant ID, or replace its name, metadata, defaults and limits (an upsert)",
 				ArgsUsage: "ID",
+				Description: "The --default-* settings are what the tenant's new destinations take where 'dest add' gives\n" +
+					"none (relay's own defaults where the tenant has none either). The limits bound the tenant's\n" +
+					"destinations, its publish rate over HTTP and its attempts in flight (0: no limit).",
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "name", Usage: "the tenant's name, for people"},
 					&cli.GenericFlag{Name: "metadata", Value: &listValue{}, Usage: "KEY=VALUE kept with the tenant (repeatable; a value may hold commas)"},
+					&cli.IntFlag{Name: "default-max-attempts", Usage: "its new destinations' attempts per event"},
+					&cli.DurationFlag{Name: "default-backoff-base", Usage: "its new destinations' first retry wait"},
+					&cli.DurationFlag{Name: "default-backoff-max", Usage: "its new destinations' longest retry wait"},
+					&cli.DurationFlag{Name: "default-timeout", Usage: "its new destinations' attempt timeout"},
+					&cli.Float64Flag{Name: "default-rate-limit", Usage: "its new destinations' requests per second"},
+					&cli.IntFlag{Name: "default-concurrency", Usage: "its new destinations' deliveries in flight per replica"},
+					&cli.IntFlag{Name: "max-destinations", Usage: "the most destinations it may have"},
+					&cli.Float64Flag{Name: "publish-rate", Usage: "the most events per second published for it over HTTP (429 beyond)"},
+					&cli.IntFlag{Name: "max-in-flight", Usage: "the most attempts under way at once across its destinations"},
 					&cli.BoolFlag{Name: "json", Usage: "print the tenant as JSON"},
 				},
 				Action: action(readTenantPut),
@@ -85,6 +97,10 @@ func tenantUsage(err error) error {
 		return usagef("%s", fe.Reason)
 	case strings.HasPrefix(fe.Field, "metadata."):
 		flag = "--metadata " + strings.TrimPrefix(fe.Field, "metadata.")
+	case strings.HasPrefix(fe.Field, "defaults."):
+		flag = "--default-" + strings.ReplaceAll(strings.TrimPrefix(fe.Field, "defaults."), "_", "-")
+	case strings.HasPrefix(fe.Field, "limits."):
+		flag = "--" + strings.ReplaceAll(strings.TrimPrefix(fe.Field, "limits."), "_", "-")
 	}
 	return usagef("%s: %s", flag, fe.Reason)
 }
@@ -94,12 +110,18 @@ type tenantPutOpts struct {
 	name     string
 	metadata *[]string
 	json     bool
+	defaults tenant.Defaults
+	limits   tenant.Limits
 
 	t tenant.Tenant // Validate
 }
 
 func readTenantPut(c *cli.Context) *tenantPutOpts {
-	return &tenantPutOpts{cmdLine: readCmdLine(c), name: c.String("name"), metadata: listOf(c, "metadata"), json: c.Bool("json")}
+	return &tenantPutOpts{cmdLine: readCmdLine(c), name: c.String("name"), metadata: listOf(c, "metadata"), json: c.Bool("json"),
+		defaults: tenant.Defaults{MaxAttempts: c.Int("default-max-attempts"), BackoffBase: destination.Duration(c.Duration("default-backoff-base")),
+			BackoffMax: destination.Duration(c.Duration("default-backoff-max")), Timeout: destination.Duration(c.Duration("default-timeout")),
+			RateLimit: c.Float64("default-rate-limit"), Concurrency: c.Int("default-concurrency")},
+		limits: tenant.Limits{MaxDestinations: c.Int("max-destinations"), PublishRate: c.Float64("publish-rate"), MaxInFlight: c.Int("max-in-flight")}}
 }
 
 func (o *tenantPutOpts) Validate() error {
@@ -107,7 +129,7 @@ func (o *tenantPutOpts) Validate() error {
 	if err != nil {
 		return err
 	}
-	o.t = tenant.Tenant{ID: id, Name: o.name}
+	o.t = tenant.Tenant{ID: id, Name: o.name, Defaults: o.defaults, Limits: o.limits}
 	if o.metadata != nil {
 		o.t.Metadata = map[string]string{}
 		for _, kv := range *o.metadata {

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/tenant"
 )
 
@@ -100,6 +102,8 @@ func TestTenantBadInputExits2(t *testing.T) {
 		{[]string{"tenant", "get"}, "ID"},
 		{[]string{"tenant", "list", "extra"}, "no arguments"},
 		{[]string{"dest", "add", "orders", "--tenant", "a.b", "--url", "https://example.com"}, "--tenant: invalid tenant id"},
+		{[]string{"tenant", "put", "acme", "--default-timeout", "1h"}, "--default-timeout"},
+		{[]string{"tenant", "put", "acme", "--publish-rate", "-1"}, "--publish-rate"},
 		{[]string{"dest", "pause", "acme=orders"}, "is named with --tenant"},
 		{[]string{"api-key", "create", "--name", "k", "--scope", "read", "--tenant", "a b"}, "--tenant: invalid tenant id"},
 	} {
@@ -109,4 +113,35 @@ func TestTenantBadInputExits2(t *testing.T) {
 		require.Equal(t, 2, code, "%v: %s", tc.args, errb.String())
 		require.Contains(t, errb.String(), tc.want, tc.args)
 	}
+}
+
+// A tenant's defaults from the CLI: its destinations added without a
+// setting take the tenant's, with one keep theirs; its destination limit
+// refuses one more.
+func TestTenantDefaultsFromTheCLI(t *testing.T) {
+	b := setup(t)
+	code, out, errs := b.cli(t, "", "tenant", "put", "acme", "--default-timeout", "5s", "--default-max-attempts", "3", "--max-destinations", "2", "--json")
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, `"defaults":{"max_attempts":3,"timeout":"5s"}`)
+	require.Contains(t, out, `"limits":{"max_destinations":2}`)
+	for _, args := range [][]string{
+		{"dest", "add", "a", "--tenant", "acme", "--url", "https://a.example.com/h"},
+		{"dest", "add", "b", "--tenant", "acme", "--url", "https://b.example.com/h", "--timeout", "7s"},
+	} {
+		code, out, errs = b.cli(t, "", args...)
+		require.Equal(t, 0, code, "%v: %s", args, errs)
+	}
+	code, _, errs = b.cli(t, "", "dest", "add", "c", "--tenant", "acme", "--url", "https://c.example.com/h")
+	require.Equal(t, 1, code)
+	require.Contains(t, errs, "--max-destinations 2")
+	st, err := destination.NewStore(context.Background(), b.js)
+	require.NoError(t, err)
+	a, err := st.Get(context.Background(), "acme=a")
+	require.NoError(t, err)
+	require.Equal(t, 5*time.Second, time.Duration(a.Timeout))
+	require.Equal(t, 3, a.Retry.MaxAttempts)
+	bd, err := st.Get(context.Background(), "acme=b")
+	require.NoError(t, err)
+	require.Equal(t, 7*time.Second, time.Duration(bd.Timeout))
+	require.Equal(t, 3, bd.Retry.MaxAttempts)
 }

@@ -182,8 +182,21 @@ func (r *Replica) Start(ctx context.Context) (err error) {
 	}
 	r.onClose(catalog.Stop)
 	ecfg.Catalog = catalog
+	// The tenants' limits, for the engine and the API alike.
+	policies, err := tenant.WatchPolicies(setupCtx, r.js, log)
+	if err != nil {
+		return err
+	}
+	r.onClose(policies.Stop)
+	ecfg.Policies = policies
+	replicas := func() int {
+		if e := running.Load(); e != nil {
+			return e.Replicas()
+		}
+		return 1
+	}
 	if cfg.APIAddr != "" {
-		if err := r.serveAPI(setupCtx, destination.WithSecretKey(cfg.SecretKey, cfg.PreviousSecretKeys...), catalog); err != nil {
+		if err := r.serveAPI(setupCtx, destination.WithSecretKey(cfg.SecretKey, cfg.PreviousSecretKeys...), catalog, policies, replicas); err != nil {
 			return err
 		}
 	}
@@ -451,7 +464,7 @@ func servesProfiles(mode string, addr net.Addr) bool {
 // destination store is opened with secretKey, as the engine's. It refuses
 // a non-loopback address while no API key exists: the API would be open
 // to the network with no way in but to create a key.
-func (r *Replica) serveAPI(ctx context.Context, secretKey destination.StoreOption, catalog *eventtype.Catalog) error {
+func (r *Replica) serveAPI(ctx context.Context, secretKey destination.StoreOption, catalog *eventtype.Catalog, policies *tenant.Policies, replicas func() int) error {
 	cfg, log, js, tp := r.cfg, r.log, r.js, r.cfg.TracerProvider
 	keys, err := api.OpenKeys(ctx, js)
 	if err != nil {
@@ -500,7 +513,7 @@ func (r *Replica) serveAPI(ctx context.Context, secretKey destination.StoreOptio
 	}
 	limits := cfg.apiLimits()
 	apiSrv := api.NewServer(api.Config{JS: js, Keys: keys, Producer: prod, Dests: dests, DeadLetters: letters.WithTracerProvider(tp), Tenants: tenants,
-		EventTypes: types, Catalog: catalog, Logger: log, BodyTimeout: limits.bodyTimeout})
+		EventTypes: types, Catalog: catalog, Policies: policies, Replicas: replicas, Logger: log, BodyTimeout: limits.bodyTimeout})
 	dash, err := ui.New(ctx, ui.Config{API: apiSrv, JS: js, Secure: cfg.APITLSCert != "", Logger: log})
 	if err != nil {
 		ln.Close()
