@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -467,4 +468,78 @@ func waitTenantAttempts(t *testing.T, e *apiEnv, tenant string, n int) []any {
 		require.False(t, time.Now().After(deadline), "%s: fewer than %d attempts logged", tenant, n)
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Operator events about a tenant's destination name the tenant and the
+// destination within it, and reach the operator's destinations subscribed
+// to relay.> and the tenant's own, not another tenant's.
+func TestOperatorEventsPerTenant(t *testing.T) {
+	t.Parallel()
+	e := startAPI(t)
+	var mu sync.Mutex
+	got := map[string][]map[string]any{} // by receiver
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		mu.Lock()
+		got[r.URL.Query().Get("r")] = append(got[r.URL.Query().Get("r")], body)
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(sink.Close)
+	for _, id := range []string{"acme", "globex"} {
+		code, m := e.send("PUT", "/v1/tenants/"+id, e.admin, `{}`)
+		require.Equal(t, http.StatusCreated, code, m)
+		code, m = e.send("POST", TenantPath(id, "/destinations"), e.admin, `{"name":"ops","url":"`+sink.URL+`/?r=`+id+`","types":["relay.>"],"no_secret":true}`)
+		require.Equal(t, http.StatusCreated, code, m)
+		code, m = e.send("POST", TenantPath(id, "/destinations"), e.admin, `{"name":"orders","url":"https://`+id+`.example.com/h"}`)
+		require.Equal(t, http.StatusCreated, code, m)
+	}
+	code, m := e.send("POST", "/v1/destinations", e.admin, `{"name":"ops","url":"`+sink.URL+`/?r=operator","types":["relay.>"],"no_secret":true}`)
+	require.Equal(t, http.StatusCreated, code, m)
+	runRelay(t, e)
+	code, m = e.send("POST", TenantPath("acme", "/destinations/orders/pause"), e.admin, `{}`)
+	require.Equal(t, http.StatusOK, code, m)
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mu.Lock()
+		n := len(got["acme"]) + len(got["operator"])
+		mu.Unlock()
+		if n >= 2 {
+			break
+		}
+		require.False(t, time.Now().After(deadline), "the operator event never reached both")
+		time.Sleep(20 * time.Millisecond)
+	}
+	// globex's receiver: nothing, once acme's and the operator's came
+	// (the three are routed in the order they were published).
+	code, m = e.send("POST", TenantPath("globex", "/destinations/orders/pause"), e.admin, `{}`)
+	require.Equal(t, http.StatusOK, code, m)
+	for {
+		mu.Lock()
+		done := len(got["operator"]) >= 2 && len(got["globex"]) >= 1
+		mu.Unlock()
+		if done {
+			break
+		}
+		require.False(t, time.Now().After(deadline), "globex's operator event never reached both")
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Everything acme's receiver could get has been routed by now: the
+	// router routes in order, and globex's came after.
+	waitTenantAttempts(t, e, "acme", 1)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, r := range []string{"acme", "operator"} {
+		ev := got[r][0]
+		require.Equal(t, "relay.destination.disabled", ev["type"])
+		require.Equal(t, "acme", ev["tenant"], r)
+		require.Equal(t, "orders", ev["dest"], r)
+		require.Equal(t, "operator", ev["reason"])
+	}
+	require.Len(t, got["acme"], 1, "acme's receiver gets its own only")
+	require.Len(t, got["globex"], 1, "globex's receiver gets its own only")
+	require.Equal(t, "globex", got["globex"][0]["tenant"])
+	require.Len(t, got["operator"], 2, "the operator's gets both")
 }

@@ -54,7 +54,15 @@ const opPublishTimeout = 5 * time.Second
 // Publish stores ev as a typed event, deduplicated by its id. Its
 // body is ev.Data, a JSON object, with the event's type as its first
 // field, "type": a receiver tells the event from its body alone.
+//
+// An event about a tenant's destination (its Dest a stream.DestRef, T=N)
+// names the tenant and the destination within it ("tenant": T, "dest": N),
+// and is published twice: for the operator (relay.type.X) and for the
+// tenant (relay.t.T.type.X), so that the tenant's own destinations
+// subscribed to relay.> get the events about that tenant, and only them.
 func Publish(ctx context.Context, js jetstream.JetStream, ev Event) error {
+	var tenant string
+	ev.Data, tenant = scoped(ev.Data)
 	body, err := opBody(ev)
 	if err != nil {
 		return err
@@ -65,7 +73,49 @@ func Publish(ctx context.Context, js jetstream.JetStream, ev Event) error {
 	if _, err := js.PublishMsg(ctx, env.Msg(stream.Produced, stream.TypeSubject(ev.Type), nil)); err != nil {
 		return fmt.Errorf("publish operator event %s: %w", ev.Type, err)
 	}
+	if tenant != "" {
+		// Its own dedup id: the same id on the same stream would be
+		// dropped as the first's duplicate.
+		env.Dedup = "tenant:" + tenant + ":" + ev.ID
+		if _, err := js.PublishMsg(ctx, env.Msg(stream.Produced, stream.TenantTypeSubject(tenant, ev.Type), nil)); err != nil {
+			return fmt.Errorf("publish operator event %s for tenant %s: %w", ev.Type, tenant, err)
+		}
+	}
 	return nil
+}
+
+// scoped is body data with the destination it names taken apart into its
+// tenant and its name within it, and the tenant ("" for none).
+func scoped(data any) (any, string) {
+	split := func(tenant, dest *string) string {
+		*tenant, *dest = stream.SplitDestRef(*dest)
+		return *tenant
+	}
+	switch b := data.(type) {
+	case BreakerOpenedBody:
+		return b, split(&b.Tenant, &b.Dest)
+	case BreakerClosedBody:
+		return b, split(&b.Tenant, &b.Dest)
+	case DisabledBody:
+		return b, split(&b.Tenant, &b.Dest)
+	case BacklogStaleBody:
+		return b, split(&b.Tenant, &b.Dest)
+	case *DeadLettersBody:
+		c := *b
+		return c, split(&c.Tenant, &c.Dest)
+	case DeadLettersBody:
+		return b, split(&b.Tenant, &b.Dest)
+	case ReplayFinishedBody:
+		// A replay to another tenant's destination is the operator's
+		// alone.
+		t, to := stream.SplitDestRef(b.ToDest)
+		if tenant := split(&b.Tenant, &b.Dest); tenant != "" && (b.ToDest == "" || t == tenant) {
+			b.ToDest = to
+			return b, tenant
+		}
+		return b, ""
+	}
+	return data, ""
 }
 
 // opBody is ev.Data as JSON with "type": ev.Type first.
@@ -104,7 +154,10 @@ func NewReplayID() string {
 type ReplayFinishedBody struct {
 	At time.Time `json:"at"`
 	// By is what replayed: "relay dlq replay", "relay replay", or "api".
-	By         string `json:"by"`
+	By string `json:"by"`
+	// Tenant is the tenant of Dest and ToDest (when they are a tenant's);
+	// they are named within it.
+	Tenant     string `json:"tenant,omitempty"`
 	Dest       string `json:"dest,omitempty"`
 	ToDest     string `json:"to_dest,omitempty"`
 	Matched    int    `json:"matched"`
@@ -116,6 +169,9 @@ type ReplayFinishedBody struct {
 
 // The bodies of the destination events.
 type BreakerOpenedBody struct {
+	// Tenant is the destination's tenant, and Dest its name within it;
+	// no tenant: omitted.
+	Tenant      string    `json:"tenant,omitempty"`
 	Dest        string    `json:"dest"`
 	At          time.Time `json:"at"`
 	PausedUntil time.Time `json:"paused_until"`
@@ -124,13 +180,19 @@ type BreakerOpenedBody struct {
 }
 
 type BreakerClosedBody struct {
-	Dest string    `json:"dest"`
-	At   time.Time `json:"at"`
+	// Tenant is the destination's tenant, and Dest its name within it;
+	// no tenant: omitted.
+	Tenant string    `json:"tenant,omitempty"`
+	Dest   string    `json:"dest"`
+	At     time.Time `json:"at"`
 }
 
 type DisabledBody struct {
-	Dest string    `json:"dest"`
-	At   time.Time `json:"at"`
+	// Tenant is the destination's tenant, and Dest its name within it;
+	// no tenant: omitted.
+	Tenant string    `json:"tenant,omitempty"`
+	Dest   string    `json:"dest"`
+	At     time.Time `json:"at"`
 	// Reason is gone (it answered 410) or operator.
 	Reason      string    `json:"reason"`
 	PausedUntil time.Time `json:"paused_until,omitzero"`
@@ -138,6 +200,9 @@ type DisabledBody struct {
 }
 
 type BacklogStaleBody struct {
+	// Tenant is the destination's tenant, and Dest its name within it;
+	// no tenant: omitted.
+	Tenant            string    `json:"tenant,omitempty"`
 	Dest              string    `json:"dest"`
 	At                time.Time `json:"at"`
 	OldestUndelivered time.Time `json:"oldest_undelivered"`
@@ -147,6 +212,9 @@ type BacklogStaleBody struct {
 }
 
 type DeadLettersBody struct {
+	// Tenant is the destination's tenant, and Dest its name within it;
+	// no tenant: omitted.
+	Tenant      string         `json:"tenant,omitempty"`
 	Dest        string         `json:"dest"`
 	WindowStart time.Time      `json:"window_start"`
 	WindowEnd   time.Time      `json:"window_end"`
