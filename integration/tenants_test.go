@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,9 +20,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/destination"
+	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/streamtest"
+	"github.com/relaydev/relay/tenant"
 )
 
 // apiPost posts body to relay's API at base with key, and returns the
@@ -247,4 +251,96 @@ func TestTenantProducerConfinedByNATSPermissions(t *testing.T) {
 	require.Equal(t, 0, code, out)
 	require.Contains(t, out, `"backlog":0`)
 	require.Zero(t, sinks["globex"].received(), "globex's receiver got nothing")
+}
+
+// Fairness between tenants, with a loose bound (scenario (t) of make
+// bench measures the tight one): tenant B's publish-to-2xx latency at
+// 50/s while tenant A holds a backlog to an endpoint answering in 1s and
+// events for a failing endpoint stays within 4x (plus 500ms, for a busy
+// machine) of its latency with A idle. Were B's events queued behind A's,
+// they would wait seconds.
+func TestTenantBIsNotHeldBackByTenantA(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	slow := newSink(t, func(h hit, w http.ResponseWriter) int {
+		select {
+		case <-time.After(time.Second):
+		case <-h.Ctx.Done():
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return http.StatusNoContent
+	})
+	failing := newSink(t, func(_ hit, w http.ResponseWriter) int {
+		w.WriteHeader(http.StatusInternalServerError)
+		return http.StatusInternalServerError
+	})
+	var mu sync.Mutex
+	published := map[string]time.Time{}
+	var latencies []time.Duration
+	fast := newSink(t, func(h hit, w http.ResponseWriter) int {
+		mu.Lock()
+		if at, ok := published[h.ID]; ok {
+			latencies = append(latencies, h.At.Sub(at))
+		}
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+		return http.StatusNoContent
+	})
+	ts, err := tenant.Open(context.Background(), e.js, nil)
+	require.NoError(t, err)
+	for _, id := range []string{"A", "B"} {
+		_, _, err := ts.Put(context.Background(), tenant.Tenant{ID: id})
+		require.NoError(t, err)
+	}
+	e.addDest(destination.Destination{Name: "A=slow", URL: slow.URL})
+	e.addDest(destination.Destination{Name: "A=failing", URL: failing.URL})
+	e.addDest(destination.Destination{Name: "B=fast", URL: fast.URL})
+	e.startRelay()
+	ctx := context.Background()
+	// p99 of B's latencies at 50/s for 4s.
+	round := func(name string) time.Duration {
+		mu.Lock()
+		latencies = nil
+		mu.Unlock()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for i := range 200 {
+			<-tick.C
+			id := name + "-" + strconv.Itoa(i)
+			mu.Lock()
+			published[id] = time.Now()
+			mu.Unlock()
+			_, err := e.prod.Publish(ctx, publish.Event{Tenant: "B", Dest: "fast", ID: id, Data: []byte(`{}`)})
+			require.NoError(t, err)
+		}
+		eventually(t, 30*time.Second, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(latencies) >= 200
+		}, "B's %s events delivered", name)
+		mu.Lock()
+		defer mu.Unlock()
+		slices.Sort(latencies)
+		return latencies[len(latencies)*99/100]
+	}
+	idle := round("idle")
+	for i := range 5000 {
+		m := nats.NewMsg(stream.InSubject("A=slow", ""))
+		m.Header.Set("Nats-Msg-Id", "a-slow-"+strconv.Itoa(i))
+		_, err := e.js.PublishMsgAsync(m)
+		require.NoError(t, err)
+		if i%1000 == 999 {
+			<-e.js.PublishAsyncComplete()
+		}
+	}
+	for i := range 1000 {
+		_, err := e.js.PublishAsync(stream.InSubject("A=failing", ""), []byte(`{}`), jetstream.WithMsgID("a-failing-"+strconv.Itoa(i)))
+		require.NoError(t, err)
+	}
+	<-e.js.PublishAsyncComplete()
+	eventually(t, 30*time.Second, func() bool { return slow.received() >= 16 && failing.received() >= 20 }, "tenant A's endpoints busy")
+	loaded := round("loaded")
+	t.Logf("tenant B's p99: %s with A idle, %s with A loaded", idle, loaded)
+	require.LessOrEqual(t, loaded, 4*idle+500*time.Millisecond, "tenant B's p99 with A loaded (%s) against A idle (%s)", loaded, idle)
+	require.Less(t, slow.len(), 5000, "A's backlog was still there while B was measured")
 }

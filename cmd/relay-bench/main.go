@@ -67,14 +67,17 @@ type options struct {
 	rN           int
 	rDuration    time.Duration
 	rDown        time.Duration
+	tRate        float64
+	tBacklog     int
+	tFailing     int
 }
 
-var allScenarios = []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "k", "l", "p", "r"}
+var allScenarios = []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "k", "l", "p", "r", "t"}
 
 // defaultScenarios are those run without -scenarios: (h) takes minutes at
 // 10,000 destinations and (r) several at its default size; they are run on
 // purpose.
-var defaultScenarios = []string{"a", "i", "b", "c", "d", "e", "f", "g", "k", "l", "p"}
+var defaultScenarios = []string{"a", "i", "b", "c", "d", "e", "f", "g", "k", "l", "p", "t"}
 
 // children are the hidden subcommands the bench starts itself as.
 var children = map[string]func(args []string) error{
@@ -134,7 +137,10 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.rDown, "r-down", 3*time.Second, "scenario (r): how long the killed node (the events stream's leader, SIGKILLed 4s into the node-restart run) stays down")
 	fs.BoolVar(&o.shared, "shared", false, "scenarios (g) and (h): add the destinations shared (dest add --shared), served by relay's shared consumer")
 	fs.Float64Var(&o.rate, "rate", 0, "publish rate of scenario (b) per second (0: half of (a)'s relay rate)")
-	fs.DurationVar(&o.duration, "duration", 20*time.Second, "how long scenario (b) publishes")
+	fs.DurationVar(&o.duration, "duration", 20*time.Second, "how long scenarios (b) and (t) publish")
+	fs.Float64Var(&o.tRate, "t-rate", 100, "scenario (t): tenant B's events per second")
+	fs.IntVar(&o.tBacklog, "t-backlog", 100_000, "scenario (t): tenant A's backlog to a 1s endpoint")
+	fs.IntVar(&o.tFailing, "t-failing", 10_000, "scenario (t): tenant A's events in retry to a failing endpoint")
 	fs.DurationVar(&o.loopDuration, "loop-duration", 0, "how long the minimal loop's reference run of scenario (b) publishes (default: as long as -duration; 0: skip it)")
 	fs.DurationVar(&o.tick, "tick", 10*time.Millisecond, "scenario (b)'s publisher publishes what is due once per tick: at 10ms and 10000/s, bursts of 100 events")
 	fs.IntVar(&o.concurrency, "concurrency", 64, "concurrency of relay's destinations")
@@ -311,7 +317,7 @@ func run(o options) error {
 	rep.NATSVersion = natsVersion()
 	steps := map[string]func(context.Context) ([]*result, error){
 		"a": b.scenarioA, "b": b.scenarioB, "c": b.scenarioC, "d": b.scenarioD, "e": b.scenarioE, "f": b.scenarioF, "g": b.scenarioG, "h": b.scenarioH, "i": b.scenarioI, "k": b.scenarioK, "l": b.scenarioL, "p": b.scenarioP,
-		"r": b.scenarioR,
+		"r": b.scenarioR, "t": b.scenarioT,
 	}
 	rep.LoadStart = loadAvg()
 	started := time.Now()

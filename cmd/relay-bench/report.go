@@ -203,6 +203,7 @@ func (r *report) evaluate() {
 	relayA := r.throughputTargets()
 	r.Targets = append(r.Targets, r.deploymentTarget())
 	r.Targets = append(r.Targets, r.latencyTargets()...)
+	r.Targets = append(r.Targets, r.fairnessTarget())
 
 	d := r.find("d", "relay")
 	t := target{Name: "backlog", Want: "(d) 1,000,000-event backlog drained, relay peak RSS < 64 MB", Status: "n/a", Got: "(d) not run"}
@@ -323,6 +324,18 @@ func (r *report) latencyTargets() []target {
 		out = append(out, target{Name: "latency", Want: "(b) relay p99 <= 1.1x the minimal loop's at the same rate", Status: "n/a", Got: "(b) not run"})
 	}
 	return out
+}
+
+// fairnessTarget judges (t): tenant B's p99 with tenant A loaded within
+// 2x of its p99 with A idle.
+func (r *report) fairnessTarget() target {
+	t := target{Name: "fairness between tenants", Want: "(t) tenant B's p99 with A's backlog and retries <= 2x with A idle", Status: "n/a", Got: "(t) not run"}
+	idle, loaded := r.find("t", "relay, tenant A idle"), r.find("t", "relay, tenant A loaded")
+	if idle != nil && loaded != nil && idle.P99ms > 0 {
+		t.Got = fmt.Sprintf("p50/p99/max A idle %.2f/%.2f/%.1f ms, A loaded %.2f/%.2f/%.1f ms: %.2fx", idle.P50ms, idle.P99ms, idle.Maxms, loaded.P50ms, loaded.P99ms, loaded.Maxms, loaded.P99ms/idle.P99ms)
+		t.Status = passMiss(loaded.P99ms <= 2*idle.P99ms)
+	}
+	return t
 }
 
 func (r *report) findRound(scenario, system string, round int) *result {
