@@ -28,6 +28,12 @@ import (
 // Metrics are the Prometheus metrics of one relay process. A nil *Metrics
 // records nothing.
 type Metrics struct {
+	// PerTenantDestination gives each tenant's destination series of its
+	// own (dest="tenant=name"). Default false: all tenants' destinations
+	// together are one series (TenantsLabel), so that the series do not
+	// grow with tenants. Set it before use.
+	PerTenantDestination bool
+
 	deliveries      *prometheus.CounterVec
 	attempts        *prometheus.HistogramVec
 	responses       *prometheus.CounterVec
@@ -168,7 +174,7 @@ func (m *Metrics) LogIndexLost() {
 // stored for good.
 func (m *Metrics) deadLetterFailed(dest string) {
 	if m != nil {
-		m.deadLetterFails.WithLabelValues(dest).Inc()
+		m.deadLetterFails.WithLabelValues(m.label(dest)).Inc()
 	}
 }
 
@@ -279,6 +285,20 @@ func (l *lazy[T]) get(create func() T) T {
 	return s
 }
 
+// TenantsLabel is the dest label of every tenant's destination together,
+// unless Metrics.PerTenantDestination (StateCollector.PerTenantDestination).
+const TenantsLabel = "(tenants)"
+
+// label is destination dest's dest label.
+func (m *Metrics) label(dest string) string { return destLabel(dest, m.PerTenantDestination) }
+
+func destLabel(dest string, perTenant bool) string {
+	if !perTenant && strings.Contains(dest, stream.RefSep) {
+		return TenantsLabel
+	}
+	return dest
+}
+
 func (m *Metrics) forDest(dest string) *destMetrics {
 	if dm, ok := m.byDest.Load(dest); ok {
 		return dm.(*destMetrics)
@@ -305,6 +325,7 @@ func (m *Metrics) attemptStarted(dest string) inFlight {
 	if m == nil {
 		return inFlight{}
 	}
+	dest = m.label(dest)
 	g := m.forDest(dest).inFlight.get(func() prometheus.Gauge { return m.inFlight.WithLabelValues(dest) })
 	g.Inc()
 	return inFlight{g}
@@ -333,6 +354,7 @@ func (m *Metrics) observe(o Outcome, ordered, shared bool, published time.Time, 
 	if m == nil || o.Err != nil {
 		return
 	}
+	o.Dest = m.label(o.Dest)
 	dm := m.forDest(o.Dest)
 	hist := o.Dest
 	if shared {
@@ -369,13 +391,13 @@ func (m *Metrics) observe(o Outcome, ordered, shared bool, published time.Time, 
 
 func (m *Metrics) settledAgain(dest string) {
 	if m != nil {
-		m.settled.WithLabelValues(dest).Inc()
+		m.settled.WithLabelValues(m.label(dest)).Inc()
 	}
 }
 
 func (m *Metrics) paused(dest, reason string) {
 	if m != nil {
-		m.pauses.WithLabelValues(dest, reason).Inc()
+		m.pauses.WithLabelValues(m.label(dest), reason).Inc()
 	}
 }
 
@@ -385,6 +407,11 @@ type StateCollector struct {
 	JS       jetstream.JetStream
 	Schedule *schedule.Store // optional
 	Timeout  time.Duration   // per scrape; default 5s
+	// PerTenantDestination: see Metrics.PerTenantDestination. Without
+	// it the tenants' destinations are summed into one series each
+	// (TenantsLabel): their backlogs, counts and paused destinations
+	// added up, the oldest age the oldest of all.
+	PerTenantDestination bool
 
 	// now is the clock: it decides the paused state and the oldest
 	// event's age. Default time.Now.
@@ -453,6 +480,9 @@ func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	now := clock()
+	if !c.PerTenantDestination {
+		all = sumTenants(all)
+	}
 	for _, s := range all {
 		g := func(d *prometheus.Desc, v float64) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, s.Dest)
@@ -470,12 +500,48 @@ func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		g(c.oldest, age)
 		p := 0.0
-		if s.State != destination.StateActive {
+		switch {
+		case s.Dest == TenantsLabel:
+			p = float64(s.paused) // how many are
+		case s.State != destination.StateActive:
 			p = 1
 		}
 		g(c.paused, p)
 		g(c.blocked, float64(s.BlockedPartitions))
 	}
+}
+
+// sumTenants is all with the tenants' destinations summed into one
+// (TenantsLabel), when there are some.
+func sumTenants(all []DestStats) []DestStats {
+	var out []DestStats
+	sum := DestStats{Dest: TenantsLabel, State: destination.StateActive, Parked: -1}
+	n := 0
+	for _, s := range all {
+		if s.Tenant == "" {
+			out = append(out, s)
+			continue
+		}
+		n++
+		sum.Backlog += s.Backlog
+		sum.InFlight += s.InFlight
+		sum.Retrying += s.Retrying
+		if s.Parked >= 0 {
+			sum.Parked = max(sum.Parked, 0) + s.Parked
+		}
+		sum.DeadLetters += s.DeadLetters
+		if !s.OldestUndelivered.IsZero() && (sum.OldestUndelivered.IsZero() || s.OldestUndelivered.Before(sum.OldestUndelivered)) {
+			sum.OldestUndelivered = s.OldestUndelivered
+		}
+		if s.State != destination.StateActive {
+			sum.paused++
+		}
+		sum.BlockedPartitions += s.BlockedPartitions
+	}
+	if n > 0 {
+		out = append(out, sum)
+	}
+	return out
 }
 
 func statusClass(r Result) string {

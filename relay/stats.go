@@ -46,6 +46,9 @@ type DestStats struct {
 	// gone (a 410 disabled it).
 	State       string    `json:"state"`
 	PausedUntil time.Time `json:"paused_until,omitzero"`
+	// paused counts the paused destinations summed into this one
+	// (sumTenants).
+	paused int
 	// Unconsumed, when set, says why relay does not consume its events:
 	// some of its consumers are missing and the events stream holds all
 	// the consumers its limit allows ('relay run --max-consumers').

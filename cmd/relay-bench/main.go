@@ -67,6 +67,7 @@ type options struct {
 	rN           int
 	rDuration    time.Duration
 	rDown        time.Duration
+	tenants      int
 	tRate        float64
 	tBacklog     int
 	tFailing     int
@@ -138,6 +139,7 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.shared, "shared", false, "scenarios (g) and (h): add the destinations shared (dest add --shared), served by relay's shared consumer")
 	fs.Float64Var(&o.rate, "rate", 0, "publish rate of scenario (b) per second (0: half of (a)'s relay rate)")
 	fs.DurationVar(&o.duration, "duration", 20*time.Second, "how long scenarios (b) and (t) publish")
+	fs.IntVar(&o.tenants, "tenants", 0, "scenario (h): spread -dests over this many tenants (0: destinations of no tenant)")
 	fs.Float64Var(&o.tRate, "t-rate", 100, "scenario (t): tenant B's events per second")
 	fs.IntVar(&o.tBacklog, "t-backlog", 100_000, "scenario (t): tenant A's backlog to a 1s endpoint")
 	fs.IntVar(&o.tFailing, "t-failing", 10_000, "scenario (t): tenant A's events in retry to a failing endpoint")

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/destination"
+	"github.com/relaydev/relay/tenant"
 	"github.com/relaydev/relay/webhook"
 
 	"github.com/nats-io/nats.go"
@@ -34,6 +35,9 @@ import (
 func (b *bench) scenarioH(ctx context.Context) ([]*result, error) {
 	n, nd := b.opts.n, b.opts.dests
 	r := &result{Scenario: "h", Title: strconv.Itoa(nd) + " destinations", System: "relay", Events: n, LatencyKind: "queue"}
+	if nt := b.opts.tenants; nt > 0 {
+		r.Title = fmt.Sprintf("%d tenants, %d destinations", nt, nd)
+	}
 	if b.opts.shared {
 		r.Title += ", shared"
 	}
@@ -91,6 +95,23 @@ func (b *bench) scenarioH(ctx context.Context) ([]*result, error) {
 	dests := make([]string, nd)
 	for i := range dests {
 		dests[i] = "h" + strconv.Itoa(i)
+	}
+	if nt := b.opts.tenants; nt > 0 {
+		// Destination i is tenant (i mod nt)'s: nd/nt each.
+		ts, err := tenant.Open(ctx, js, nil)
+		if err != nil {
+			return nil, err
+		}
+		t0 := time.Now()
+		for i := range nt {
+			if _, _, err := ts.Put(ctx, tenant.Tenant{ID: "t" + strconv.Itoa(i)}); err != nil {
+				return nil, fmt.Errorf("add tenant t%d: %w", i, err)
+			}
+		}
+		logf("  added %d tenants in %.1fs", nt, time.Since(t0).Seconds())
+		for i := range dests {
+			dests[i] = stream.DestRef("t"+strconv.Itoa(i%nt), "d"+strconv.Itoa(i/nt))
+		}
 	}
 	addStart := time.Now()
 	var next atomic.Int64
@@ -194,6 +215,8 @@ func (b *bench) scenarioH(ctx context.Context) ([]*result, error) {
 	}
 	el := time.Since(start0)
 	r.procFigures(p, cpu0)
+	_, page, _ := b.opsGet(ctx, p, "/metrics") // after the deliveries: every destination's series made
+	r.Notes = append(r.Notes, fmt.Sprintf("/metrics after the deliveries: %d lines of series, %d distinct dest labels", seriesLines(page), destLabelCount(page)))
 	if code, body, err := b.opsGet(ctx, p, "/debug/pprof/heap"); err == nil && code == http.StatusOK {
 		_ = os.WriteFile(filepath.Join(b.opts.out, fmt.Sprintf("h-%d-heap-delivered.pb.gz", nd)), body, 0o644)
 	}
@@ -216,6 +239,29 @@ func (b *bench) scenarioH(ctx context.Context) ([]*result, error) {
 	}
 	logf("  relay: %d delivered in %.2fs = %.0f/s; stopped in %.1fs", r.Delivered, r.Seconds, r.PerSecond, stopSecs)
 	return []*result{r}, nil
+}
+
+// seriesLines counts the sample lines of a /metrics page.
+func seriesLines(page []byte) int {
+	n := 0
+	for line := range strings.SplitSeq(string(page), "\n") {
+		if line != "" && !strings.HasPrefix(line, "#") {
+			n++
+		}
+	}
+	return n
+}
+
+// destLabelCount counts the distinct dest label values of a /metrics page.
+func destLabelCount(page []byte) int {
+	seen := map[string]bool{}
+	for line := range strings.SplitSeq(string(page), "\n") {
+		if _, rest, ok := strings.Cut(line, `dest="`); ok {
+			v, _, _ := strings.Cut(rest, `"`)
+			seen[v] = true
+		}
+	}
+	return len(seen)
 }
 
 // opsGet GETs path from relay process p's --metrics-addr.

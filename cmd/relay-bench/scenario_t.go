@@ -57,6 +57,7 @@ func (b *bench) scenarioT(ctx context.Context) ([]*result, error) {
 		{Name: stream.DestRef("B", "loaded"), Concurrency: destination.DefaultConcurrency},
 		{Name: stream.DestRef("B", "storm"), Concurrency: destination.DefaultConcurrency},
 	} {
+		d.Shared = b.opts.shared // make bench: shared destinations, as thousands of tenants' would be
 		if err := b.addDest(ctx, d); err != nil {
 			return nil, err
 		}
@@ -68,6 +69,9 @@ func (b *bench) scenarioT(ctx context.Context) ([]*result, error) {
 	defer p.stop(20 * time.Second)
 	rate, dur := b.opts.tRate, b.opts.duration
 	title := fmt.Sprintf("fairness: tenant B at %.0f/s", rate)
+	if b.opts.shared {
+		title += ", shared destinations"
+	}
 	measure := func(system, dest string) (*result, error) {
 		r := &result{Scenario: "t", Title: title, System: system, Rate: rate, LatencyKind: "publish-to-delivery"}
 		if err := b.atRateMeasured(ctx, r, stream.DestRef("B", dest), rate, dur, p); err != nil {

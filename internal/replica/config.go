@@ -186,6 +186,10 @@ type Config struct {
 	// (--metrics-addr). Optional: empty, not served (and no metrics are
 	// recorded).
 	MetricsAddr string
+	// MetricsTenantDestinations gives each tenant's destination series of
+	// its own (--metrics-tenant-destinations); by default the tenants'
+	// destinations are one series together, whatever their number.
+	MetricsTenantDestinations bool
 	// Pprof says whether Go's profiles are served at /debug/pprof/ on
 	// MetricsAddr (--pprof): "auto" (the default) only when that address
 	// is loopback, "on", or "off".

@@ -160,7 +160,10 @@ func (r *Replica) Start(ctx context.Context) (err error) {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		ecfg.Metrics = relay.NewMetrics(reg)
-		reg.MustRegister(relay.NewStateCollector(r.js, ecfg.Schedule))
+		ecfg.Metrics.PerTenantDestination = cfg.MetricsTenantDestinations
+		sc := relay.NewStateCollector(r.js, ecfg.Schedule)
+		sc.PerTenantDestination = cfg.MetricsTenantDestinations
+		reg.MustRegister(sc)
 		sched := ecfg.Schedule
 		if err := r.serveMetrics(reg, func(ctx context.Context) error {
 			if err := relay.Ready(ctx, r.nc, r.js, sched); err != nil {
