@@ -58,8 +58,13 @@ type call struct {
 	key Key
 
 	// scope is the tenant the request is for: the path's (needScope),
-	// else its key's; "" for none.
+	// else its key's; "" for none. all: the request is a key of no
+	// tenant's at a plain path (no tenant in it): the operator's view, in
+	// which lists and lookups by sequence or id cover every tenant's (and
+	// name a tenant's destination as stream.DestRef does, tenant=name),
+	// while a destination named in the path is one of no tenant.
 	scope   string
+	all     bool
 	dests   *destination.Store // needDests, needName
 	letters *dlq.Store         // needLetters, needSeq
 	// name is the path's destination (needName), as relay refers to it
@@ -89,6 +94,7 @@ func (s *Server) handle(n needs, h func(*call)) http.HandlerFunc {
 		}()
 		var ok bool
 		c.scope = c.key.Tenant
+		c.all = c.key.Tenant == "" && n&needScope == 0
 		if n&needScope != 0 {
 			if c.scope, ok = s.scopeOf(w, r); !ok {
 				return
@@ -152,14 +158,30 @@ func (s *Server) handle(n needs, h func(*call)) http.HandlerFunc {
 // tenant the request is for (none: of no tenant).
 func (c *call) inScope(dest string) bool {
 	t, _ := stream.SplitDestRef(dest)
-	return t == c.scope
+	return c.all || t == c.scope
 }
 
 // shortName is destination dest (a stream.DestRef of the request's
 // tenant) as the request names it: its name within the tenant.
 func (c *call) shortName(dest string) string {
+	if c.all {
+		return dest
+	}
 	_, n := stream.SplitDestRef(dest)
 	return n
+}
+
+// destRef is destination name, given in a query or body, as relay refers
+// to it: the request's tenant's of that name; in the operator's view (all)
+// also any tenant's as stream.DestRef names it (tenant=name).
+func (c *call) destRef(name string) (string, error) {
+	if c.all {
+		return name, stream.ValidateDestRef(name)
+	}
+	if err := stream.ValidateDestName(name); err != nil {
+		return "", err
+	}
+	return stream.DestRef(c.scope, name), nil
 }
 
 // scopeOf is the tenant named in r's path, or false after answering 404

@@ -14,7 +14,6 @@ import (
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/relay"
-	"github.com/relaydev/relay/stream"
 )
 
 // Dead-letter listing bounds.
@@ -39,15 +38,15 @@ type filterArgs struct {
 	dest, reason, status, since, until string
 }
 
-// filter is f as dlq takes it, for the letters of the tenant scope ("":
-// of no tenant); a *fieldError if one is wrong.
-func (f filterArgs) filter(scope string) (dlq.Filter, error) {
-	out := dlq.Filter{Scoped: true, Tenant: scope, Reason: f.reason}
+// filter is f as dlq takes it, for the letters c may see; a *fieldError
+// if one is wrong.
+func (f filterArgs) filter(c *call) (dlq.Filter, error) {
+	out := dlq.Filter{Scoped: !c.all, Tenant: c.scope, Reason: f.reason}
 	if f.dest != "" {
-		if err := stream.ValidateDestName(f.dest); err != nil {
+		var err error
+		if out.Dest, err = c.destRef(f.dest); err != nil {
 			return out, &fieldError{"dest", err}
 		}
-		out.Dest = stream.DestRef(scope, f.dest)
 	}
 	if f.reason != "" && !slices.Contains(relay.Reasons(), f.reason) {
 		return out, &fieldError{"reason", fmt.Errorf("reason %q: use one of %s", f.reason, strings.Join(relay.Reasons(), ", "))}
@@ -113,7 +112,7 @@ func (s *Server) listLetters(c *call) {
 			return
 		}
 	}
-	f, err := filterArgs{q.Get("dest"), q.Get("reason"), q.Get("status"), q.Get("since"), q.Get("until")}.filter(c.scope)
+	f, err := filterArgs{q.Get("dest"), q.Get("reason"), q.Get("status"), q.Get("since"), q.Get("until")}.filter(c)
 	if err != nil {
 		letterProblem(c.w, err)
 		return
@@ -212,7 +211,7 @@ type selection struct {
 
 // filter is the selection as dlq takes it; a *fieldError if it is wrong
 // or says nothing to act on.
-func (sel selection) filter(verb, scope string) (dlq.Filter, error) {
+func (sel selection) filter(verb string, c *call) (dlq.Filter, error) {
 	args := filterArgs{dest: sel.Dest, reason: sel.Reason, since: sel.Since, until: sel.Until}
 	if len(sel.Status) > 0 {
 		var n int
@@ -223,7 +222,7 @@ func (sel selection) filter(verb, scope string) (dlq.Filter, error) {
 			args.status = strconv.Itoa(n)
 		}
 	}
-	f, err := args.filter(scope)
+	f, err := args.filter(c)
 	if err != nil {
 		return f, err
 	}
@@ -248,7 +247,7 @@ func (s *Server) replayLetters(c *call) {
 	if !s.readJSON(c.w, c.r, &body) {
 		return
 	}
-	f, err := body.filter("replay", c.scope)
+	f, err := body.filter("replay", c)
 	if err != nil {
 		letterProblem(c.w, err)
 		return
@@ -256,11 +255,11 @@ func (s *Server) replayLetters(c *call) {
 	ctx := c.within(10 * time.Minute)
 	toDest := ""
 	if body.ToDest != "" {
-		if err := stream.ValidateDestName(body.ToDest); err != nil {
+		var err error
+		if toDest, err = c.destRef(body.ToDest); err != nil {
 			c.problem(http.StatusUnprocessableEntity, "to_dest", err.Error())
 			return
 		}
-		toDest = stream.DestRef(c.scope, body.ToDest)
 		ds, ok := s.dests(c.w)
 		if !ok {
 			return
@@ -305,7 +304,7 @@ func (s *Server) purgeLetters(c *call) {
 		c.problem(http.StatusBadRequest, "to_dest", "purge deletes: to_dest is replay's")
 		return
 	}
-	f, err := body.filter("purge", c.scope)
+	f, err := body.filter("purge", c)
 	if err != nil {
 		letterProblem(c.w, err)
 		return

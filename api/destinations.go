@@ -258,7 +258,7 @@ func (s *Server) listDests(c *call) {
 	now := time.Now()
 	out := []destView{}
 	for _, d := range ds {
-		if d.Tenant() == c.scope {
+		if c.all || d.Tenant() == c.scope {
 			out = append(out, viewOf(d, now, c.admin()))
 		}
 	}

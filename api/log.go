@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/deliverylog"
-	"github.com/relaydev/relay/stream"
 )
 
 // queryParams checks that q holds no parameter but those allowed, each
@@ -52,15 +51,14 @@ func (s *Server) attempts(c *call) {
 	if !queryParams(c.w, q, "dest", "event", "status", "since", "until", "limit", "cursor") {
 		return
 	}
-	aq := deliverylog.AttemptQuery{Scoped: true, Tenant: c.scope, EventID: q.Get("event"), Status: q.Get("status")}
+	aq := deliverylog.AttemptQuery{Scoped: !c.all, Tenant: c.scope, EventID: q.Get("event"), Status: q.Get("status")}
+	var err error
 	if d := q.Get("dest"); d != "" {
-		if err := stream.ValidateDestName(d); err != nil {
+		if aq.Dest, err = c.destRef(d); err != nil {
 			c.problem(http.StatusBadRequest, "dest", err.Error())
 			return
 		}
-		aq.Dest = stream.DestRef(c.scope, d)
 	}
-	var err error
 	if aq.Since, err = queryTime(q, "since"); err != nil {
 		c.problem(http.StatusBadRequest, "since", err.Error())
 		return

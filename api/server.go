@@ -492,7 +492,9 @@ func (s *Server) stats(c *call) {
 	}
 	out := []relay.DestStats{}
 	for _, st := range all {
-		if st.Tenant == c.scope {
+		if c.all {
+			out = append(out, st) // every tenant's, named tenant=name
+		} else if st.Tenant == c.scope {
 			st.Dest = strings.TrimPrefix(st.Dest, stream.DestRef(st.Tenant, ""))
 			out = append(out, st)
 		}

@@ -34,6 +34,7 @@ import (
 	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream/streamtest"
+	"github.com/relaydev/relay/tenant"
 	"github.com/relaydev/relay/ui"
 )
 
@@ -87,7 +88,9 @@ func startDash(t *testing.T) *dashEnv {
 	letters, err := dlq.Open(ctx, srv.JS)
 	require.NoError(t, err)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	apiSrv := api.NewServer(api.Config{JS: srv.JS, Keys: keys, Producer: prod, Dests: st, DeadLetters: letters, Logger: quiet})
+	tenants, err := tenant.Open(ctx, srv.JS, nil)
+	require.NoError(t, err)
+	apiSrv := api.NewServer(api.Config{JS: srv.JS, Keys: keys, Producer: prod, Dests: st, DeadLetters: letters, Tenants: tenants, Logger: quiet})
 	dash, err := ui.New(ctx, ui.Config{API: apiSrv, JS: srv.JS, Logger: quiet, Refresh: 500 * time.Millisecond})
 	require.NoError(t, err)
 	mux := http.NewServeMux()
@@ -691,4 +694,37 @@ func TestBodyTemplateTextIsForAdminKeysOnly(t *testing.T) {
 	p.do(chromedp.Navigate(e.url + "/ui/destinations/pd"))
 	p.waitFor(`document.querySelector("#body-template") !== null`)
 	require.Contains(t, p.text("#body-template"), tmpl, "an admin key sees the text")
+}
+
+// A tenant's destination on the pages: the overview lists it by
+// tenant=name beside the destination of no tenant of the same name, its
+// page says whose it is, and pausing it there pauses it, not the other.
+func TestATenantsDestinationOnThePages(t *testing.T) {
+	t.Parallel()
+	e := startDash(t)
+	ctx := context.Background()
+	ts, err := tenant.Open(ctx, e.js, nil)
+	require.NoError(t, err)
+	_, _, err = ts.Put(ctx, tenant.Tenant{ID: "acme"})
+	require.NoError(t, err)
+	e.addDest(destination.Destination{Name: "orders"})
+	e.addDest(destination.Destination{Name: "acme=orders"})
+	p := openBrowser(t)
+	p.signIn(e.url, e.admin)
+	p.do(chromedp.Navigate(e.url + "/ui/"))
+	p.waitFor(`document.querySelector('a[href="/ui/destinations/acme=orders"]') !== null`)
+	p.waitFor(`document.querySelector('a[href="/ui/destinations/orders"]') !== null`)
+	p.do(chromedp.Navigate(e.url + "/ui/destinations/acme=orders"))
+	p.waitFor(`document.querySelector("#pause") !== null`)
+	require.Contains(t, p.text("h1"), "of tenant acme")
+	p.do(chromedp.Click(chromedp.ID("pause")))
+	p.waitFor(`document.querySelector("#resume") !== null`)
+	st, err := destination.NewStore(ctx, e.js)
+	require.NoError(t, err)
+	d, err := st.Get(ctx, "acme=orders")
+	require.NoError(t, err)
+	require.Equal(t, destination.PauseOperator, d.PauseReason)
+	d, err = st.Get(ctx, "orders")
+	require.NoError(t, err)
+	require.Empty(t, d.PauseReason, "the destination of no tenant is not paused")
 }

@@ -269,6 +269,9 @@ func (u *UI) overviewLive(w http.ResponseWriter, r *http.Request, usr user) {
 }
 
 type destPageData struct {
+	// Ref is the destination as the dashboard's paths name it: its name,
+	// or tenant=name for a tenant's.
+	Ref      string
 	Dest     client.Destination
 	Stats    *client.DestStats
 	Health   string
@@ -281,10 +284,11 @@ type destPageData struct {
 }
 
 func (u *UI) destData(r *http.Request, usr user, name string) (destPageData, error) {
-	var d destPageData
+	d := destPageData{Ref: name}
 	api := u.apiFor(r, usr.key)
+	own, short := destClient(api, name)
 	var err error
-	if d.Dest, err = api.Destination(r.Context(), name); err != nil {
+	if d.Dest, err = own.Destination(r.Context(), short); err != nil {
 		return d, err
 	}
 	stats, err := api.Stats(r.Context())
@@ -303,11 +307,20 @@ func (u *UI) destData(r *http.Request, usr user, name string) (destPageData, err
 	}
 	d.Attempts = p.Attempts
 	if !d.Dest.Ordered {
-		if d.Retrying, err = api.Retrying(r.Context(), name, 50); err != nil {
+		if d.Retrying, err = own.Retrying(r.Context(), short, 50); err != nil {
 			d.RetryingErr = err.Error()
 		}
 	}
 	return d, nil
+}
+
+// destClient is api for destination name, as the operator's view names it
+// (a tenant's: tenant=name), and its name there.
+func destClient(api *client.Client, name string) (*client.Client, string) {
+	if t, n, ok := strings.Cut(name, "="); ok {
+		return api.ForTenant(t), n
+	}
+	return api, name
 }
 
 func (u *UI) destPage(w http.ResponseWriter, r *http.Request, usr user) {
@@ -326,16 +339,16 @@ func (u *UI) destAction(w http.ResponseWriter, r *http.Request, usr user) {
 		http.Error(w, "no such action: "+action, http.StatusNotFound)
 		return
 	}
-	api := u.apiFor(r, usr.key)
+	own, short := destClient(u.apiFor(r, usr.key), name)
 	var out client.Destination
 	var err error
 	switch action {
 	case "pause":
-		out, err = api.PauseDestination(r.Context(), name)
+		out, err = own.PauseDestination(r.Context(), short)
 	case "resume":
-		out, err = api.ResumeDestination(r.Context(), name)
+		out, err = own.ResumeDestination(r.Context(), short)
 	default:
-		out, err = api.RotateSecret(r.Context(), name)
+		out, err = own.RotateSecret(r.Context(), short)
 	}
 	if err != nil {
 		u.fail(w, r, usr, err)
@@ -361,7 +374,8 @@ func (u *UI) destAction(w http.ResponseWriter, r *http.Request, usr user) {
 // skip gives up on an event in retry.
 func (u *UI) skip(w http.ResponseWriter, r *http.Request, usr user) {
 	name, id := r.PathValue("name"), r.PathValue("id")
-	if _, err := u.apiFor(r, usr.key).SkipRetrying(r.Context(), name, id, strings.TrimSpace(r.PostFormValue("reason"))); err != nil {
+	own, short := destClient(u.apiFor(r, usr.key), name)
+	if _, err := own.SkipRetrying(r.Context(), short, id, strings.TrimSpace(r.PostFormValue("reason"))); err != nil {
 		u.fail(w, r, usr, err)
 		return
 	}

@@ -96,8 +96,22 @@ func TestTenantResources(t *testing.T) {
 	body, err := acme.EventBody(ctx, "evt-a2")
 	require.NoError(t, err)
 	require.Equal(t, "2", string(body))
-	_, err = e.admin.Event(ctx, "evt-a1")
-	require.True(t, IsNotFound(err), "the global key's /v1/events are of no tenant's: %v", err)
+	// A key of no tenant at the plain paths sees every tenant's, named
+	// tenant=name; a destination it names there is one of no tenant.
+	all, err := e.admin.Event(ctx, "evt-a1")
+	require.NoError(t, err)
+	require.Equal(t, "acme=orders", all.Destinations[0].Dest)
+	every, err := e.read.Stats(ctx)
+	require.NoError(t, err)
+	require.Len(t, every, 2)
+	for _, s := range every {
+		require.Equal(t, s.Tenant+"=orders", s.Dest)
+	}
+	_, err = e.admin.Destination(ctx, "orders")
+	require.True(t, IsNotFound(err), "no destination orders of no tenant: %v", err)
+	pg, err := e.read.Attempts(ctx, AttemptQuery{Dest: "acme=orders"})
+	require.NoError(t, err)
+	require.Len(t, pg.Attempts, 2)
 	st, err := acme.Stats(ctx)
 	require.NoError(t, err)
 	require.Len(t, st, 1)
