@@ -128,7 +128,7 @@ func TestTenantDefaultsFromTheCLI(t *testing.T) {
 		{"dest", "add", "a", "--tenant", "acme", "--url", "https://a.example.com/h"},
 		{"dest", "add", "b", "--tenant", "acme", "--url", "https://b.example.com/h", "--timeout", "7s"},
 	} {
-		code, out, errs = b.cli(t, "", args...)
+		code, _, errs = b.cli(t, "", args...)
 		require.Equal(t, 0, code, "%v: %s", args, errs)
 	}
 	code, _, errs = b.cli(t, "", "dest", "add", "c", "--tenant", "acme", "--url", "https://c.example.com/h")
