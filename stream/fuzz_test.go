@@ -58,6 +58,8 @@ func FuzzParseSubject(f *testing.F) {
 		"relay.ev.orders.64", "relay.ev.orders.-1", "relay.ev.orders.05", "relay.ev.orders.+5",
 		"relay.ev.orders. 5", "relay.ev.orders.5", "relay.in", "relay.in.", "relay.in..k", "relay.in.*",
 		"relay.in.>", "relay.in.a.b.c", "relay.dlq.orders", "", ".", "relay.ev.orders.99999999999999999999",
+		"relay.t.acme.in.orders", "relay.t.acme.in.orders.k", "relay.tev.acme.orders.5", "relay.tev.acme.orders.64",
+		"relay.t.acme.type.x", "relay.lane.orders", "relay.in.acme=orders", "relay.t.a=b.in.c",
 		"relay.in.ev", "relay.ev.in.1", "relay.in.a b", "relay.in.d.\x00", "relay.in.0*", "relay.in.d.k>",
 	} {
 		f.Add(s)
@@ -78,13 +80,18 @@ func FuzzParseSubject(f *testing.F) {
 		if p.KeyToken == "*" || p.KeyToken == ">" || strings.Contains(p.KeyToken, ".") {
 			t.Fatalf("ParseSubject(%q): bad key token %q", subj, p.KeyToken)
 		}
-		if want := strings.Count(subj, ".") + 1; want < 3 || want > 4 {
+		tenantSubj := strings.HasPrefix(subj, TenantPrefix+".") || strings.HasPrefix(subj, TenantKeyedPrefix+".")
+		if want := strings.Count(subj, ".") + 1; want < 3 || want > 4 && !tenantSubj || want > 6 {
 			t.Fatalf("ParseSubject(%q) accepted %d tokens", subj, want)
+		}
+		if tenantSubj && strings.Count(p.Dest, RefSep) != 1 {
+			t.Fatalf("ParseSubject(%q): a tenant's subject, destination %q", subj, p.Dest)
 		}
 		if p.Bucket < -1 || p.Bucket >= Buckets {
 			t.Fatalf("ParseSubject(%q): bucket %d", subj, p.Bucket)
 		}
-		if (p.Bucket == -1) != strings.HasPrefix(subj, InPrefix+".") {
+		unbucketed := strings.HasPrefix(subj, InPrefix+".") || strings.HasPrefix(subj, TenantPrefix+".") || strings.HasPrefix(subj, LanePrefix+".")
+		if (p.Bucket == -1) != unbucketed {
 			t.Fatalf("ParseSubject(%q): bucket %d for this prefix", subj, p.Bucket)
 		}
 		if p.Bucket >= 0 && p.KeyToken != "" {

@@ -246,6 +246,17 @@ func ParseSubject(subj string) (Parsed, error) {
 			return Parsed{}, err
 		}
 		return Parsed{Dest: tok[2], Bucket: b}, nil
+	case (n == 5 || n == 6) && tok[1] == "t" && tok[3] == "in" || n == 5 && tok[1] == "tev":
+		// A tenant's: neither its id nor the name may hold RefSep.
+		tenant, name := tok[2], tok[4]
+		if tok[1] == "tev" {
+			name = tok[3]
+		}
+		if strings.Contains(tenant, RefSep) || strings.Contains(name, RefSep) {
+			return Parsed{}, fmt.Errorf("subject %q is not a relay event subject", subj)
+		}
+	}
+	switch {
 	case n == 5 && tok[1] == "t" && tok[3] == "in":
 		return Parsed{Dest: tok[2] + RefSep + tok[4], Bucket: -1}, nil
 	case n == 6 && tok[1] == "t" && tok[3] == "in":

@@ -41,7 +41,7 @@ func TestParseTenantSubjects(t *testing.T) {
 		require.NoError(t, err, tc.subj)
 		require.Equal(t, tc.want, p, tc.subj)
 	}
-	for _, bad := range []string{"relay.tev.Acme.orders.64", "relay.tev.Acme.orders", "relay.t.Acme.out.orders", "relay.t.Acme.in", "relay.t.Acme.in.orders.k.x"} {
+	for _, bad := range []string{"relay.tev.Acme.orders.64", "relay.tev.Acme.orders", "relay.t.Acme.out.orders", "relay.t.Acme.in", "relay.t.Acme.in.orders.k.x", "relay.t.a=b.in.c", "relay.t.a.in.b=c", "relay.tev.a.b=c.1"} {
 		_, err := ParseSubject(bad)
 		require.Error(t, err, bad)
 	}
