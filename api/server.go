@@ -24,6 +24,7 @@ import (
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/eventtype"
+	"github.com/relaydev/relay/portal"
 	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
@@ -64,6 +65,12 @@ type Config struct {
 	// (PublishRate) and destinations added (MaxDestinations). Optional:
 	// without it no tenant is limited.
 	Policies *tenant.Policies
+	// Portal is the customer portal's session store. Optional: without
+	// it the portal-session resources answer 503.
+	Portal *portal.Store
+	// PortalURL is where the customer portal is served, for the links
+	// minted. Optional: this server's own /portal/.
+	PortalURL string
 	// Replicas is how many relay replicas serve the API, each enforcing
 	// an equal share of a tenant's publish rate. Optional: 1.
 	Replicas func() int
@@ -162,6 +169,8 @@ func NewServer(cfg Config) *Server {
 		{"GET /v1/tenants/{tenant}/keys", ScopeAdmin, globalKey, needTenant, s.listTenantKeys},
 		{"POST /v1/tenants/{tenant}/keys", ScopeAdmin, globalKey, needTenant, s.createTenantKey},
 		{"DELETE /v1/tenants/{tenant}/keys/{key}", ScopeAdmin, globalKey, needTenant, s.revokeTenantKey},
+		{"POST /v1/tenants/{tenant}/portal-sessions", ScopeAdmin, ownTenant, needTenant, s.createPortalSession},
+		{"DELETE /v1/tenants/{tenant}/portal-sessions", ScopeAdmin, ownTenant, needTenant, s.endPortalSessions},
 	} {
 		s.mux.Handle(rt.pattern, s.auth(rt.scope, rt.ten, s.handle(rt.needs, rt.h)))
 		if _, path, _ := strings.Cut(rt.pattern, " "); tenantedPath(path) != (rt.ten == tenanted) {

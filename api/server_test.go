@@ -27,6 +27,7 @@ import (
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/eventtype"
+	"github.com/relaydev/relay/portal"
 	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/streamtest"
@@ -47,6 +48,8 @@ type apiEnv struct {
 	logs *lockedWriter
 	// policies are the tenants' limits the server enforces.
 	policies *tenant.Policies
+	// portal is the server's portal session store.
+	portal *portal.Store
 }
 
 func startAPI(t *testing.T) *apiEnv {
@@ -78,8 +81,10 @@ func startTracedAPI(t *testing.T, tp trace.TracerProvider) *apiEnv {
 	policies, err := tenant.WatchPolicies(ctx, srv.JS, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
 	t.Cleanup(policies.Stop)
+	sessions, err := portal.Open(ctx, srv.JS, nil)
+	require.NoError(t, err)
 	logs := &lockedWriter{w: &bytes.Buffer{}, mu: &sync.Mutex{}}
-	h := NewServer(Config{JS: srv.JS, Keys: keys, Producer: prod, Dests: dests, DeadLetters: letters, Tenants: tenants, EventTypes: types, Catalog: catalog, Policies: policies, MaxBody: 64 << 10, MaxBatchBody: 256 << 10,
+	h := NewServer(Config{JS: srv.JS, Keys: keys, Producer: prod, Dests: dests, DeadLetters: letters, Tenants: tenants, EventTypes: types, Catalog: catalog, Policies: policies, Portal: sessions, MaxBody: 64 << 10, MaxBatchBody: 256 << 10,
 		BodyTimeout: testBodyTimeout,
 		Logger:      slog.New(slog.NewTextHandler(logs, nil))})
 	hs := httptest.NewServer(h)
@@ -94,7 +99,7 @@ func startTracedAPI(t *testing.T, tp trace.TracerProvider) *apiEnv {
 	router, err := legacy.NewRouter(doc)
 	require.NoError(t, err)
 
-	e := &apiEnv{t: t, srv: srv, url: hs.URL, router: router, logs: logs, policies: policies}
+	e := &apiEnv{t: t, srv: srv, url: hs.URL, router: router, logs: logs, policies: policies, portal: sessions}
 	e.publish, _, err = keys.Create(ctx, "pub", ScopePublish)
 	require.NoError(t, err)
 	e.read, _, err = keys.Create(ctx, "reader", ScopeRead)

@@ -117,6 +117,8 @@ func TestCrossTenantRequestsFindNothing(t *testing.T) {
 		"listTenantKeys":          {"GET", g + "/keys", "", 404},
 		"createTenantKey":         {"POST", g + "/keys", `{"name":"sneaky","scope":"admin"}`, 404},
 		"revokeTenantKey":         {"DELETE", g + "/keys/globex-admin", "", 404},
+		"createPortalSession":     {"POST", g + "/portal-sessions", `{"capabilities":["manage_endpoints"]}`, 404},
+		"endPortalSessions":       {"DELETE", g + "/portal-sessions", "", 404},
 	}
 	// globex's "gonly" as acme names it: acme has one too after
 	// createDestination, so the 404s name one acme does not have.

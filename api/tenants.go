@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/destination"
+	"github.com/relaydev/relay/portal"
 	"github.com/relaydev/relay/tenant"
 )
 
@@ -129,7 +130,7 @@ func (s *Server) deleteTenant(c *call) {
 		c.problem(http.StatusBadRequest, "force", fmt.Sprintf("force=%q: give true or false", v))
 		return
 	}
-	removed, err := DeleteTenant(c.within(2*time.Minute), TenantDeletion{Tenants: c.tenants, Keys: s.cfg.Keys, Dests: s.cfg.Dests, ID: c.tenant, Force: force})
+	removed, err := DeleteTenant(c.within(2*time.Minute), TenantDeletion{Tenants: c.tenants, Keys: s.cfg.Keys, Dests: s.cfg.Dests, Portal: s.cfg.Portal, ID: c.tenant, Force: force})
 	var pe *TenantPendingError
 	switch {
 	case errors.As(err, &pe):
@@ -153,7 +154,9 @@ type TenantDeletion struct {
 	Tenants *tenant.Store
 	Keys    *Keys
 	Dests   *destination.Store // optional: none, no destination is removed
-	ID      string
+	// Portal, when given, has the tenant's portal sessions ended.
+	Portal *portal.Store
+	ID     string
 	// Force deletes even while the tenant's destinations have events not
 	// yet delivered.
 	Force bool
@@ -230,6 +233,11 @@ func DeleteTenant(ctx context.Context, d TenantDeletion) (TenantRemoved, error) 
 		}
 	}
 	out.Deleted = true
+	if d.Portal != nil {
+		if err := d.Portal.EndAll(ctx, d.ID); err != nil {
+			return out, err
+		}
+	}
 	for _, x := range dests {
 		if err := d.Dests.RemoveIdle(ctx, x.Name, true); err != nil && !errors.Is(err, destination.ErrNotFound) {
 			return out, err

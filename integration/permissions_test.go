@@ -32,7 +32,7 @@ var (
 	// streams relay uses.
 	relayAPI = func() []string {
 		api := []string{"$JS.API.INFO", "$JS.API.STREAM.MSG.DELETE.RELAY_DLQ"} // dlq replay removes what it republished
-		for _, s := range []string{"RELAY_EVENTS", "RELAY_DLQ", "KV_relay_destinations", "KV_relay_attempts", "KV_relay_replicas", "KV_relay_state", "KV_relay_ordered", "KV_relay_api_keys", "KV_relay_tenants", "KV_relay_event_types", "RELAY_LOG"} {
+		for _, s := range []string{"RELAY_EVENTS", "RELAY_DLQ", "KV_relay_destinations", "KV_relay_attempts", "KV_relay_replicas", "KV_relay_state", "KV_relay_ordered", "KV_relay_api_keys", "KV_relay_tenants", "KV_relay_event_types", "KV_relay_portal", "RELAY_LOG"} {
 			api = append(api,
 				"$JS.API.STREAM.INFO."+s, "$JS.API.STREAM.CREATE."+s, "$JS.API.STREAM.UPDATE."+s,
 				"$JS.API.STREAM.MSG.GET."+s, "$JS.API.DIRECT.GET."+s, "$JS.API.DIRECT.GET."+s+".>",
@@ -46,7 +46,7 @@ var (
 			Publish: &server.SubjectPermission{Allow: append([]string{
 				"relay.in.>", "relay.dlq.>", "relay.tdlq.>", "relay.lane.>", "relay.fan", "relay.log.>", "relay.tlog.>", "relay.logidx.>", "relay.type.relay.>",
 				"$KV.relay_destinations.>", "$KV.relay_attempts.>", "$KV.relay_replicas.>", "$KV.relay_state.>", "$KV.relay_ordered.>",
-				"$KV.relay_tenants.>", "$KV.relay_event_types.>",
+				"$KV.relay_tenants.>", "$KV.relay_event_types.>", "$KV.relay_portal.>",
 				"$JS.ACK.RELAY_EVENTS.>",
 			}, api...)},
 			Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX_RELAY.>"}},

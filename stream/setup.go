@@ -270,6 +270,10 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		{Bucket: KeysBucket, Description: "relay API keys (hashes)", History: 1, Storage: jetstream.FileStorage, Replicas: cfg.Replicas},
 		// The tenants: one record per tenant, keyed by its id.
 		{Bucket: TenantsBucket, Description: "relay tenants", History: 1, Storage: jetstream.FileStorage, Replicas: cfg.Replicas},
+		// The customer portal's sessions (hashes of their secrets), each
+		// expiring with its session (a TTL per key), and each tenant's
+		// epoch.
+		{Bucket: PortalBucket, Description: "relay customer portal sessions (hashes)", History: 1, Storage: jetstream.FileStorage, Replicas: cfg.Replicas, LimitMarkerTTL: time.Minute},
 		// The catalog of event types: description, example and schema.
 		{Bucket: EventTypesBucket, Description: "relay event types", History: 1, Storage: jetstream.FileStorage, Replicas: cfg.Replicas},
 	}

@@ -62,6 +62,8 @@ const (
 	OrderedBucket  = "relay_ordered"
 	KeysBucket     = "relay_api_keys"
 	TenantsBucket  = "relay_tenants"
+	// PortalBucket holds the customer portal's sessions (package portal).
+	PortalBucket = "relay_portal"
 	// EventTypesBucket is the catalog of event types (package eventtype).
 	EventTypesBucket = "relay_event_types"
 )

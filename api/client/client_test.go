@@ -30,6 +30,7 @@ import (
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/eventtype"
+	"github.com/relaydev/relay/portal"
 	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream/streamtest"
@@ -108,7 +109,9 @@ func setup(t *testing.T) *env {
 	catalog, err := eventtype.WatchCatalog(ctx, srv.JS, logger)
 	require.NoError(t, err)
 	t.Cleanup(catalog.Stop)
-	hs := httptest.NewServer(api.NewServer(api.Config{JS: srv.JS, Keys: keys, Producer: prod, Dests: dests, DeadLetters: letters, Tenants: tenants, EventTypes: types, Catalog: catalog,
+	sessions, err := portal.Open(ctx, srv.JS, nil)
+	require.NoError(t, err)
+	hs := httptest.NewServer(api.NewServer(api.Config{JS: srv.JS, Keys: keys, Producer: prod, Dests: dests, DeadLetters: letters, Tenants: tenants, EventTypes: types, Catalog: catalog, Portal: sessions,
 		MaxBody: 64 << 10, MaxBatchBody: 256 << 10, Logger: logger}))
 	t.Cleanup(hs.Close)
 

@@ -148,3 +148,35 @@ func (c *Client) TenantKeys(ctx context.Context, id string) ([]KeyRecord, error)
 func (c *Client) RevokeTenantKey(ctx context.Context, id, name string) error {
 	return c.do(ctx, request{method: http.MethodDelete, path: tenantPath(id) + "/keys/" + url.PathEscape(name)}, nil)
 }
+
+// PortalSession is a link to the customer portal (the PortalSession
+// schema): URL carries its token in the fragment, known only here.
+type PortalSession struct {
+	ID           string    `json:"id"`
+	URL          string    `json:"url"`
+	ExpiresAt    time.Time `json:"expires_at"`
+	Capabilities []string  `json:"capabilities"`
+}
+
+// CreatePortalSession mints a link to the customer portal for tenant id
+// (createPortalSession), with capabilities (manage_endpoints, view_secret,
+// rotate_secret, replay; none: read only) for ttl (0: the server's
+// default, 1h).
+func (c *Client) CreatePortalSession(ctx context.Context, id string, capabilities []string, ttl time.Duration) (PortalSession, error) {
+	body := map[string]any{"capabilities": capabilities}
+	if capabilities == nil {
+		body["capabilities"] = []string{}
+	}
+	if ttl != 0 {
+		body["ttl"] = ttl.String()
+	}
+	var out PortalSession
+	err := c.do(ctx, request{method: http.MethodPost, path: tenantPath(id) + "/portal-sessions", body: body}, &out)
+	return out, err
+}
+
+// EndPortalSessions ends every portal session and unused link of tenant
+// id (endPortalSessions).
+func (c *Client) EndPortalSessions(ctx context.Context, id string) error {
+	return c.do(ctx, request{method: http.MethodDelete, path: tenantPath(id) + "/portal-sessions"}, nil)
+}

@@ -175,6 +175,15 @@ func TestTenantResources(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, pur.Matched)
 
+	ps, err := own.CreatePortalSession(ctx, "acme", []string{"replay"}, 30*time.Minute)
+	require.NoError(t, err)
+	require.Contains(t, ps.URL, "/portal/#token=rpl_")
+	require.Equal(t, []string{"replay"}, ps.Capabilities)
+	require.WithinDuration(t, time.Now().Add(30*time.Minute), ps.ExpiresAt, time.Minute)
+	_, err = own.CreatePortalSession(ctx, "globex", nil, 0)
+	require.True(t, IsNotFound(err), "another tenant's: %v", err)
+	require.NoError(t, e.admin.EndPortalSessions(ctx, "acme"))
+
 	require.NoError(t, e.admin.RevokeTenantKey(ctx, "acme", "acme-admin"))
 	_, err = own.Key(ctx)
 	require.Error(t, err, "revoked")

@@ -72,6 +72,7 @@ func TestTypesMirrorTheDocument(t *testing.T) {
 		"TenantChange":   reflect.TypeFor[TenantChange](),
 		"TenantPage":     reflect.TypeFor[TenantPage](),
 		"KeyRecord":      reflect.TypeFor[KeyRecord](),
+		"PortalSession":  reflect.TypeFor[PortalSession](),
 		"TenantDefaults": reflect.TypeFor[TenantDefaults](),
 		"TenantLimits":   reflect.TypeFor[TenantLimits](),
 		// The body of PublishBatch, built from its []NewEvent.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/relaydev/relay/api"
 	"github.com/relaydev/relay/destination"
+	"github.com/relaydev/relay/portal"
 	"github.com/relaydev/relay/tenant"
 )
 
@@ -281,7 +282,11 @@ func (o *tenantDeleteOpts) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	removed, err := api.DeleteTenant(ctx, api.TenantDeletion{Tenants: s, Keys: keys, Dests: dests, ID: o.id, Force: o.force})
+	ps, err := portal.Open(ctx, cl.js, nil)
+	if err != nil {
+		return err
+	}
+	removed, err := api.DeleteTenant(ctx, api.TenantDeletion{Tenants: s, Keys: keys, Dests: dests, Portal: ps, ID: o.id, Force: o.force})
 	var pe *api.TenantPendingError
 	switch {
 	case errors.As(err, &pe):

@@ -33,6 +33,7 @@ import (
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/eventtype"
+	"github.com/relaydev/relay/portal"
 	"github.com/relaydev/relay/publish"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/schedule"
@@ -514,9 +515,14 @@ func (r *Replica) serveAPI(ctx context.Context, secretKey destination.StoreOptio
 		ln.Close()
 		return err
 	}
+	sessions, err := portal.Open(ctx, js, nil)
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	limits := cfg.apiLimits()
 	apiSrv := api.NewServer(api.Config{JS: js, Keys: keys, Producer: prod, Dests: dests, DeadLetters: letters.WithTracerProvider(tp), Tenants: tenants,
-		EventTypes: types, Catalog: catalog, Policies: policies, Replicas: replicas, Logger: log, BodyTimeout: limits.bodyTimeout})
+		EventTypes: types, Catalog: catalog, Policies: policies, Portal: sessions, Replicas: replicas, Logger: log, BodyTimeout: limits.bodyTimeout})
 	dash, err := ui.New(ctx, ui.Config{API: apiSrv, JS: js, Secure: cfg.APITLSCert != "", Logger: log})
 	if err != nil {
 		ln.Close()
