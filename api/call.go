@@ -209,6 +209,20 @@ func (s *Server) scopeOf(w http.ResponseWriter, r *http.Request) (string, bool) 
 	return id, true
 }
 
+// force is the request's ?force, or false after answering 400 for one
+// that is neither true nor false.
+func (c *call) force() (force, ok bool) {
+	switch v := c.r.URL.Query().Get("force"); v {
+	case "", "false":
+		return false, true
+	case "true":
+		return true, true
+	default:
+		c.problem(http.StatusBadRequest, "force", fmt.Sprintf("force %q: give true or false", v))
+		return false, false
+	}
+}
+
 // within is the request's context, ended after d from now, or when the
 // handler returns.
 func (c *call) within(d time.Duration) context.Context {

@@ -400,13 +400,8 @@ func (s *Server) updateDest(c *call) {
 // removeDest removes a destination as 'relay dest rm' does: refused (409)
 // while events wait for its delivery, unless ?force=true.
 func (s *Server) removeDest(c *call) {
-	force := false
-	switch v := c.r.URL.Query().Get("force"); v {
-	case "", "false":
-	case "true":
-		force = true
-	default:
-		c.problem(http.StatusBadRequest, "force", fmt.Sprintf("force %q: give true or false", v))
+	force, ok := c.force()
+	if !ok {
 		return
 	}
 	if err := c.dests.RemoveIdle(c.within(30*time.Second), c.name, force); err != nil {

@@ -121,13 +121,8 @@ func (s *Server) listTenants(c *call) {
 // undelivered, until its retention ends, as a destination's removed with
 // force do; an attempt under way ends and is logged.
 func (s *Server) deleteTenant(c *call) {
-	force := false
-	switch v := c.r.URL.Query().Get("force"); v {
-	case "", "false":
-	case "true":
-		force = true
-	default:
-		c.problem(http.StatusBadRequest, "force", fmt.Sprintf("force=%q: give true or false", v))
+	force, ok := c.force()
+	if !ok {
 		return
 	}
 	removed, err := DeleteTenant(c.within(2*time.Minute), TenantDeletion{Tenants: c.tenants, Keys: s.cfg.Keys, Dests: s.cfg.Dests, Portal: s.cfg.Portal, ID: c.tenant, Force: force})

@@ -3,10 +3,8 @@ package eventtype
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -17,9 +15,7 @@ import (
 // bucket: what checks events as they are published over HTTP and as they
 // are routed. A nil *Catalog checks nothing.
 type Catalog struct {
-	w    jetstream.KeyWatcher
-	stop context.CancelFunc
-	done chan struct{}
+	stop func()
 	log  *slog.Logger
 
 	mu      sync.Mutex
@@ -30,48 +26,13 @@ type Catalog struct {
 
 // WatchCatalog loads the catalog and keeps it up to date until Stop.
 func WatchCatalog(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*Catalog, error) {
-	kv, err := js.KeyValue(ctx, stream.EventTypesBucket)
+	c := &Catalog{log: log, schemas: map[string]*Schema{}, moved: make(chan struct{})}
+	stop, err := stream.FollowBucket(ctx, js, stream.EventTypesBucket, "event types", c.apply)
 	if err != nil {
-		return nil, fmt.Errorf("open event-type bucket %s (has relay set up the streams? run 'relay run' once): %w", stream.EventTypesBucket, err)
+		return nil, err
 	}
-	wctx, stop := context.WithCancel(context.Background())
-	w, err := kv.WatchAll(wctx)
-	if err != nil {
-		stop()
-		return nil, fmt.Errorf("watch event types: %w", err)
-	}
-	c := &Catalog{w: w, stop: stop, done: make(chan struct{}), log: log, schemas: map[string]*Schema{}, moved: make(chan struct{})}
-	load, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	for loaded := false; !loaded; {
-		select {
-		case e, ok := <-w.Updates():
-			if !ok {
-				stop()
-				return nil, fmt.Errorf("watch event types: ended while loading")
-			}
-			if e == nil {
-				loaded = true
-				break
-			}
-			c.apply(e)
-		case <-load.Done():
-			_ = w.Stop()
-			stop()
-			return nil, fmt.Errorf("load event types: %w", load.Err())
-		}
-	}
-	go c.run()
+	c.stop = stop
 	return c, nil
-}
-
-func (c *Catalog) run() {
-	defer close(c.done)
-	for e := range c.w.Updates() {
-		if e != nil {
-			c.apply(e)
-		}
-	}
 }
 
 // apply takes in an entry of the bucket.
@@ -141,10 +102,7 @@ func (c *Catalog) WaitRev(ctx context.Context, rev uint64) error {
 
 // Stop ends the watch.
 func (c *Catalog) Stop() {
-	if c == nil {
-		return
+	if c != nil {
+		c.stop()
 	}
-	_ = c.w.Stop()
-	c.stop()
-	<-c.done
 }

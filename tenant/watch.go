@@ -3,10 +3,8 @@ package tenant
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -18,9 +16,7 @@ import (
 // per event. Only tenants with limits take memory. A nil *Policies limits
 // nothing.
 type Policies struct {
-	w    jetstream.KeyWatcher
-	stop context.CancelFunc
-	done chan struct{}
+	stop func()
 	log  *slog.Logger
 
 	mu     sync.Mutex
@@ -30,45 +26,12 @@ type Policies struct {
 // WatchPolicies loads the tenants' limits and follows their changes until
 // Stop.
 func WatchPolicies(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*Policies, error) {
-	kv, err := js.KeyValue(ctx, stream.TenantsBucket)
+	p := &Policies{log: log, limits: map[string]Limits{}}
+	stop, err := stream.FollowBucket(ctx, js, stream.TenantsBucket, "tenants", p.apply)
 	if err != nil {
-		return nil, fmt.Errorf("open tenant bucket %s (has relay set up the streams? run 'relay run' once): %w", stream.TenantsBucket, err)
+		return nil, err
 	}
-	wctx, stop := context.WithCancel(context.Background())
-	w, err := kv.WatchAll(wctx)
-	if err != nil {
-		stop()
-		return nil, fmt.Errorf("watch tenants: %w", err)
-	}
-	p := &Policies{w: w, stop: stop, done: make(chan struct{}), log: log, limits: map[string]Limits{}}
-	load, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	for loaded := false; !loaded; {
-		select {
-		case e, ok := <-w.Updates():
-			if !ok {
-				stop()
-				return nil, fmt.Errorf("watch tenants: ended while loading")
-			}
-			if e == nil {
-				loaded = true
-				break
-			}
-			p.apply(e)
-		case <-load.Done():
-			_ = w.Stop()
-			stop()
-			return nil, fmt.Errorf("load tenants: %w", load.Err())
-		}
-	}
-	go func() {
-		defer close(p.done)
-		for e := range w.Updates() {
-			if e != nil {
-				p.apply(e)
-			}
-		}
-	}()
+	p.stop = stop
 	return p, nil
 }
 
@@ -100,10 +63,7 @@ func (p *Policies) Limits(id string) Limits {
 
 // Stop ends the watch.
 func (p *Policies) Stop() {
-	if p == nil {
-		return
+	if p != nil {
+		p.stop()
 	}
-	_ = p.w.Stop()
-	p.stop()
-	<-p.done
 }
