@@ -119,6 +119,10 @@ type Input struct {
 	seed [2]uint64
 }
 
+// pausedHandBack is the longest an event of a paused destination is
+// handed back for: a resume seen late by this replica delays it no more.
+const pausedHandBack = 5 * time.Second
+
 // configErrorWait is how long the head of a blocked ordered key waits before
 // its filter is evaluated, or its body template rendered, again after it
 // failed.
@@ -215,8 +219,10 @@ func decide(in Input) Decision {
 		switch {
 		case in.Now.Before(d.PausedUntil):
 			// Paused (its consumer is paused too; this event was handed
-			// out before): back to JetStream without an attempt.
-			return Decision{Action: HandBack, Delay: min(d.PausedUntil.Sub(in.Now), time.Minute)}
+			// out before, or after a resume this replica has not seen
+			// yet): back to JetStream without an attempt, for a short
+			// while, so that a resume is not missed by a minute.
+			return Decision{Action: HandBack, Delay: min(d.PausedUntil.Sub(in.Now), pausedHandBack)}
 		case in.ProbeTaken:
 			// The circuit's pause is over and another worker probes.
 			return Decision{Action: HandBack, Delay: time.Second}
