@@ -20,6 +20,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relaydev/relay/portal"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -63,6 +64,11 @@ type Key struct {
 	// that tenant's resources only. "" for a key of no tenant.
 	Tenant  string    `json:"tenant,omitempty"`
 	Created time.Time `json:"created"`
+	// Session is the customer portal's session the request comes from
+	// (its token is a bearer key of the session's tenant), and
+	// Capabilities what it may change: not a stored key.
+	Session      string              `json:"session,omitempty"`
+	Capabilities []portal.Capability `json:"capabilities,omitempty"`
 	// Hash is the SHA-256 of the key's secret part, hex: the secret is 32
 	// random bytes, so a fast hash is enough (no password to guess).
 	Hash string `json:"hash,omitempty"`

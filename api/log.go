@@ -48,10 +48,10 @@ func queryTime(q url.Values, name string) (time.Time, error) {
 // attempts answers GET /v1/attempts: the delivery log, newest first.
 func (s *Server) attempts(c *call) {
 	q := c.r.URL.Query()
-	if !queryParams(c.w, q, "dest", "event", "status", "since", "until", "limit", "cursor") {
+	if !queryParams(c.w, q, "dest", "event", "type", "status", "since", "until", "limit", "cursor") {
 		return
 	}
-	aq := deliverylog.AttemptQuery{Scoped: !c.all, Tenant: c.scope, EventID: q.Get("event"), Status: q.Get("status")}
+	aq := deliverylog.AttemptQuery{Scoped: !c.all, Tenant: c.scope, EventID: q.Get("event"), Type: q.Get("type"), Status: q.Get("status")}
 	var err error
 	if d := q.Get("dest"); d != "" {
 		if aq.Dest, err = c.destRef(d); err != nil {

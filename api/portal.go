@@ -1,11 +1,14 @@
 package api
 
 import (
+	"context"
+	"crypto/rand"
 	"errors"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/relaydev/relay/opevent"
 	"github.com/relaydev/relay/portal"
 	"github.com/relaydev/relay/tenant"
 )
@@ -67,7 +70,7 @@ func (s *Server) createPortalSession(c *call) {
 		return
 	}
 	s.cfg.Logger.Info("portal session minted", "tenant", c.tenant, "session", sess.ID, "capabilities", sess.Capabilities, "expires", sess.Expires, "key", c.key.Name)
-	c.json(http.StatusCreated, portalSession{ID: sess.ID, URL: s.portalURL(c.r) + "#token=" + token, ExpiresAt: sess.Expires, Capabilities: sess.Capabilities})
+	c.json(http.StatusCreated, portalSession{ID: sess.ID, URL: s.portalURL(c.r) + "signin/" + c.tenant + "#token=" + token, ExpiresAt: sess.Expires, Capabilities: sess.Capabilities})
 }
 
 // endPortalSessions ends every portal session and link of the tenant.
@@ -103,4 +106,88 @@ func (s *Server) portalURL(r *http.Request) string {
 		scheme = "https"
 	}
 	return scheme + "://" + r.Host + "/portal/"
+}
+
+// portalKey is the key a customer portal's session token stands for: its
+// tenant's, scope admin (its capabilities limit it, in auth), or
+// ErrBadKey.
+func (s *Server) portalKey(ctx context.Context, token string) (Key, error) {
+	sess, err := s.cfg.Portal.Verify(ctx, token)
+	if errors.Is(err, portal.ErrBadToken) {
+		return Key{}, ErrBadKey
+	}
+	if err != nil {
+		return Key{}, err
+	}
+	return Key{ID: sess.ID, Name: "portal:" + sess.ID, Scope: ScopeAdmin, Tenant: sess.Tenant, Created: sess.Created,
+		Session: sess.ID, Capabilities: sess.Capabilities}, nil
+}
+
+// audit runs h, a change a portal session asks for, and records what it
+// asked and what came of it: a log line, and the operator event
+// relay.portal.action (for the operator, and for the tenant's own
+// destinations subscribed to relay.>).
+func (s *Server) audit(pattern string, key Key, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w}
+		h(sw, r)
+		status := sw.status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		at := time.Now().UTC()
+		s.cfg.Logger.Info("portal action", "tenant", key.Tenant, "session", key.Session, "action", pattern, "path", r.URL.Path, "status", status, "client", clientAddr(r))
+		body := opevent.PortalActionBody{Tenant: key.Tenant, Session: key.Session, Action: pattern, Path: r.URL.Path, Status: status, At: at}
+		go func() {
+			ev := opevent.Event{Type: opevent.PortalAction, ID: opevent.ID(opevent.PortalAction, key.Session, rand.Text()), Data: body}
+			if err := opevent.Publish(context.Background(), s.cfg.JS, ev); err != nil {
+				s.cfg.Logger.Warn("portal action: its operator event was not published", "tenant", key.Tenant, "session", key.Session, "err", err)
+			}
+		}()
+	}
+}
+
+// statusWriter remembers the status a handler answered.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection (body read
+// deadlines).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// revealSecret answers GET /v1/destinations/{name}/secret: the
+// destination's signing secret, and the previous one's end when it still
+// signs too.
+func (s *Server) revealSecret(c *call) {
+	d, err := c.dests.Get(c.within(30*time.Second), c.name)
+	if err != nil {
+		destProblem(c.w, nil, err)
+		return
+	}
+	if d.Secret == "" {
+		c.problem(http.StatusNotFound, "", "destination "+c.short+" signs nothing: it has no secret")
+		return
+	}
+	out := map[string]any{"secret": d.Secret}
+	if d.PrevSecret != "" && time.Now().Before(d.PrevSecretUntil) {
+		out["previous_secret_until"] = d.PrevSecretUntil
+	}
+	c.w.Header().Set("Cache-Control", "no-store")
+	c.json(http.StatusOK, out)
 }

@@ -2,14 +2,18 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relaydev/relay/opevent"
 	"github.com/relaydev/relay/portal"
+	"github.com/relaydev/relay/stream"
 )
 
 // Portal links over HTTP: minted by a key of no tenant or the tenant's own
@@ -29,7 +33,7 @@ func TestPortalSessionsOverHTTP(t *testing.T) {
 	code, m = e.send("POST", "/v1/tenants/acme/portal-sessions", e.admin, `{"capabilities":["replay","manage_endpoints"],"ttl":"2h"}`)
 	require.Equal(t, http.StatusCreated, code, m)
 	url := m["url"].(string)
-	require.True(t, strings.HasPrefix(url, e.url+"/portal/#token=rpl_"), url)
+	require.True(t, strings.HasPrefix(url, e.url+"/portal/signin/acme#token=rpl_"), url)
 	require.NotContains(t, strings.Split(url, "#")[0], "rpl_", "the token is in the fragment only")
 	exp, err := time.Parse(time.RFC3339Nano, m["expires_at"].(string))
 	require.NoError(t, err)
@@ -83,4 +87,95 @@ func TestPortalSessionsOverHTTP(t *testing.T) {
 	require.Equal(t, http.StatusCreated, code, m)
 	_, err = e.portal.Verify(ctx, cookie)
 	require.ErrorIs(t, err, portal.ErrBadToken, "a new tenant of the same id does not revive it")
+}
+
+// A portal session's token is a key of its tenant: it reads the tenant's
+// resources, changes only what its capabilities allow, never another
+// tenant's, and nothing of an operator's; what it changes is audited; it
+// stops working when the sessions end.
+func TestPortalSessionTokenActsWithinItsCapabilities(t *testing.T) {
+	t.Parallel()
+	e := startAPI(t)
+	ctx := context.Background()
+	for _, id := range []string{"acme", "globex"} {
+		code, m := e.send("PUT", "/v1/tenants/"+id, e.admin, `{}`)
+		require.Equal(t, http.StatusCreated, code, m)
+		code, m = e.send("POST", "/v1/tenants/"+id+"/destinations", e.admin, `{"name":"orders","url":"https://example.com/hook"}`)
+		require.Equal(t, http.StatusCreated, code, m)
+	}
+	session := func(caps string) string {
+		code, m := e.send("POST", "/v1/tenants/acme/portal-sessions", e.admin, `{"capabilities":`+caps+`}`)
+		require.Equal(t, http.StatusCreated, code, m)
+		cookie, _, err := e.portal.Exchange(ctx, strings.Split(m["url"].(string), "#token=")[1])
+		require.NoError(t, err)
+		return cookie
+	}
+	readOnly, manage, secrets := session(`[]`), session(`["manage_endpoints","replay"]`), session(`["view_secret"]`)
+
+	code, m := e.send("GET", "/v1/key", readOnly, "")
+	require.Equal(t, http.StatusOK, code, m)
+	require.Equal(t, "acme", m["tenant"])
+	require.NotEmpty(t, m["session"])
+	code, m = e.send("GET", "/v1/key", manage, "")
+	require.Equal(t, http.StatusOK, code, m)
+	require.Equal(t, []any{"manage_endpoints", "replay"}, m["capabilities"])
+
+	for _, c := range []struct {
+		key, method, path, body string
+		want                    int
+	}{
+		{readOnly, "GET", "/v1/destinations/orders", "", 200},
+		{readOnly, "GET", "/v1/attempts", "", 200},
+		{readOnly, "POST", "/v1/destinations/orders/pause", "", 403},
+		{readOnly, "POST", "/v1/events", `{"dest":"orders","data":1}`, 403},
+		{readOnly, "GET", "/v1/destinations/orders/secret", "", 403},
+		{manage, "GET", "/v1/destinations/orders/secret", "", 403},
+		{manage, "POST", "/v1/destinations/orders/rotate-secret", "", 403},
+		{manage, "POST", "/v1/dead-letters/purge", `{"all":true,"dry_run":true}`, 403},
+		{manage, "POST", "/v1/events:batch", `{"events":[{"dest":"orders","data":1}]}`, 403},
+		{manage, "POST", "/v1/tenants/acme/portal-sessions", `{}`, 403},
+		{manage, "DELETE", "/v1/tenants/acme/portal-sessions", "", 403},
+		{manage, "POST", "/v1/tenants/acme/keys", `{"name":"k","scope":"admin"}`, 403},
+		{manage, "GET", "/v1/tenants/globex/destinations/orders", "", 404},
+		{manage, "POST", "/v1/tenants/globex/destinations/orders/pause", "", 404},
+		{manage, "PUT", "/v1/event-types/x.y", `{}`, 403},
+		{manage, "POST", "/v1/dead-letters/replay", `{"all":true,"dry_run":true}`, 200},
+		{manage, "POST", "/v1/destinations/orders/pause", "", 200},
+		{manage, "POST", "/v1/events", `{"dest":"orders","data":1}`, 202},
+		{secrets, "GET", "/v1/destinations/orders/secret", "", 200},
+		{secrets, "POST", "/v1/destinations/orders/pause", "", 403},
+	} {
+		code, m := e.send(c.method, c.path, c.key, c.body)
+		require.Equal(t, c.want, code, "%s %s: %v", c.method, c.path, m)
+	}
+	// globex's destination is untouched; acme's paused.
+	code, m = e.send("GET", "/v1/tenants/globex/destinations/orders", e.admin, "")
+	require.Equal(t, "active", m["state"], m)
+	code, m = e.send("GET", "/v1/tenants/acme/destinations/orders", e.admin, "")
+	require.Equal(t, "operator", m["state"], m)
+
+	// The audit: each change asked (done or refused by the handler) is an
+	// operator event of acme's, with the session and the answer.
+	nc, err := nats.Connect(e.srv.URL)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	sub, err := nc.SubscribeSync(stream.TenantTypeSubject("acme", opevent.PortalAction))
+	require.NoError(t, err)
+	code, m = e.send("POST", "/v1/destinations/orders/resume", manage, "")
+	require.Equal(t, http.StatusOK, code, m)
+	msg, err := sub.NextMsg(10 * time.Second)
+	require.NoError(t, err)
+	var audit map[string]any
+	require.NoError(t, json.Unmarshal(msg.Data, &audit))
+	require.Equal(t, "relay.portal.action", audit["type"])
+	require.Equal(t, "acme", audit["tenant"])
+	require.Equal(t, "POST /v1/destinations/{name}/resume", audit["action"])
+	require.Equal(t, "/v1/destinations/orders/resume", audit["path"])
+	require.EqualValues(t, 200, audit["status"])
+	require.Contains(t, e.logs.String(), "portal action")
+
+	code, m = e.do("DELETE", "/v1/tenants/acme/portal-sessions", e.admin, "", nil)
+	require.Equal(t, http.StatusNoContent, code, m)
+	code, m = e.send("GET", "/v1/destinations", manage, "")
+	require.Equal(t, http.StatusUnauthorized, code, "an ended session is no key: %v", m)
 }

@@ -18,6 +18,9 @@ func (s *Server) whoami(c *call) {
 	if k.Tenant != "" {
 		out["tenant"] = k.Tenant
 	}
+	if k.Session != "" {
+		out["session"], out["capabilities"] = k.Session, k.Capabilities
+	}
 	c.json(http.StatusOK, out)
 }
 

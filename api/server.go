@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -171,15 +172,17 @@ func NewServer(cfg Config) *Server {
 		{"DELETE /v1/tenants/{tenant}/keys/{key}", ScopeAdmin, globalKey, needTenant, s.revokeTenantKey},
 		{"POST /v1/tenants/{tenant}/portal-sessions", ScopeAdmin, ownTenant, needTenant, s.createPortalSession},
 		{"DELETE /v1/tenants/{tenant}/portal-sessions", ScopeAdmin, ownTenant, needTenant, s.endPortalSessions},
+		{"GET /v1/destinations/{name}/secret", ScopeAdmin, tenanted, needName, s.revealSecret},
+		{"POST /v1/filters:test", ScopeRead, anyKey, 0, s.testFilter},
 	} {
-		s.mux.Handle(rt.pattern, s.auth(rt.scope, rt.ten, s.handle(rt.needs, rt.h)))
+		s.mux.Handle(rt.pattern, s.auth(rt.pattern, rt.scope, rt.ten, s.handle(rt.needs, rt.h)))
 		if _, path, _ := strings.Cut(rt.pattern, " "); tenantedPath(path) != (rt.ten == tenanted) {
 			panic("api: route " + rt.pattern + ": its tenancy and tenantedPrefixes disagree")
 		}
 		if rt.ten == tenanted {
 			// The same, for a tenant named in the path.
 			method, path, _ := strings.Cut(rt.pattern, " ")
-			s.mux.Handle(method+" "+TenantPath("{tenant}", strings.TrimPrefix(path, "/v1")), s.auth(rt.scope, rt.ten, s.handle(rt.needs|needScope, rt.h)))
+			s.mux.Handle(method+" "+TenantPath("{tenant}", strings.TrimPrefix(path, "/v1")), s.auth(rt.pattern, rt.scope, rt.ten, s.handle(rt.needs|needScope, rt.h)))
 		}
 	}
 	s.mux.HandleFunc("/", s.notFound)
@@ -266,13 +269,32 @@ func clientAddr(r *http.Request) string {
 	return host
 }
 
+// portalCaps are the capabilities a customer portal's session needs for
+// the routes that change something: a session may read its tenant's
+// resources, and change nothing else (403), whatever its capabilities.
+var portalCaps = map[string]portal.Capability{
+	"POST /v1/events":                                 portal.ManageEndpoints, // a test event
+	"POST /v1/destinations":                           portal.ManageEndpoints,
+	"PATCH /v1/destinations/{name}":                   portal.ManageEndpoints,
+	"DELETE /v1/destinations/{name}":                  portal.ManageEndpoints,
+	"POST /v1/destinations/{name}/pause":              portal.ManageEndpoints,
+	"POST /v1/destinations/{name}/resume":             portal.ManageEndpoints,
+	"POST /v1/destinations/{name}/retrying/{id}/skip": portal.ManageEndpoints,
+	"GET /v1/destinations/{name}/secret":              portal.ViewSecret,
+	"POST /v1/destinations/{name}/rotate-secret":      portal.RotateSecret,
+	"POST /v1/dead-letters/replay":                    portal.Replay,
+}
+
 // auth lets through requests with a valid key whose scope allows need.
+// A customer portal's session token (portal.IsSessionToken) is a key of
+// its tenant, scope admin, limited to the routes and capabilities of
+// portalCaps; what it changes is audited (audit). pattern is the route's.
 // Failed attempts are limited per client address (beyond the limit they
 // get 429, not 401) and logged with the key's name when the key exists
 // (never the key). A valid key always gets through: clients behind one
 // proxy share its address, and one of them sending wrong keys must not
 // lock the others out.
-func (s *Server) auth(need Scope, ten tenancy, h http.HandlerFunc) http.Handler {
+func (s *Server) auth(pattern string, need Scope, ten tenancy, h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		addr := clientAddr(r)
 		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -284,7 +306,14 @@ func (s *Server) auth(need Scope, ten tenancy, h http.HandlerFunc) http.Handler 
 			problem(w, http.StatusUnauthorized, "", "an API key is required: 'Authorization: Bearer <key>' (relay api-key create)")
 			return
 		}
-		key, err := s.cfg.Keys.Verify(r.Context(), strings.TrimSpace(token))
+		token = strings.TrimSpace(token)
+		var key Key
+		var err error
+		if portal.IsSessionToken(token) && s.cfg.Portal != nil {
+			key, err = s.portalKey(r.Context(), token)
+		} else {
+			key, err = s.cfg.Keys.Verify(r.Context(), token)
+		}
 		switch {
 		case errors.Is(err, ErrBadKey):
 			if s.fail(w, addr) {
@@ -322,6 +351,18 @@ func (s *Server) auth(need Scope, ten tenancy, h http.HandlerFunc) http.Handler 
 			}
 			problem(w, http.StatusForbidden, "", fmt.Sprintf("the key %q has scope %s; this needs %s", key.Name, key.Scope, needs))
 			return
+		}
+		if key.Session != "" && need != ScopeRead && need != scopeAny {
+			c, ok := portalCaps[pattern]
+			if !ok {
+				problem(w, http.StatusForbidden, "", "a customer portal session may not do this")
+				return
+			}
+			if !slices.Contains(key.Capabilities, c) {
+				problem(w, http.StatusForbidden, "", fmt.Sprintf("this portal session does not have the %s capability", c))
+				return
+			}
+			h = s.audit(pattern, key, h)
 		}
 		h(w, r.WithContext(context.WithValue(r.Context(), keyOfRequest{}, key)))
 	})

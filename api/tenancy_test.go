@@ -96,6 +96,8 @@ func TestCrossTenantRequestsFindNothing(t *testing.T) {
 		"pauseDestination":        {"POST", "/v1/destinations/gonly-g/pause", `{}`, 404},
 		"resumeDestination":       {"POST", "/v1/destinations/gonly-g/resume", "", 404},
 		"rotateDestinationSecret": {"POST", "/v1/destinations/gonly-g/rotate-secret", `{}`, 404},
+		"getDestinationSecret":    {"GET", "/v1/destinations/gonly-g/secret", "", 404},
+		"testFilter":              {"POST", "/v1/filters:test", `{"filter":"data.x == 1","event":{"data":{"x":1}}}`, 200},
 		"listRetrying":            {"GET", "/v1/destinations/gonly-g/retrying", "", 404},
 		"skipRetrying":            {"POST", "/v1/destinations/gonly-g/retrying/evt-globex/skip", `{}`, 404},
 		"listDeadLetters":         {"GET", "/v1/dead-letters", "", 200},

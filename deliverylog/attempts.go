@@ -28,6 +28,8 @@ type AttemptQuery struct {
 	// Dest is a destination (a stream.DestRef): its records only.
 	Dest    string
 	EventID string
+	// Type is an event type: the records of events of that type only.
+	Type string
 	// Status is a status code ("503"), or a class: 2xx, 3xx, 4xx, 5xx,
 	// error (no response) or none (no attempt: filtered out, or
 	// dead-lettered without one).
@@ -121,7 +123,7 @@ func ReadAttempts(ctx context.Context, js jetstream.JetStream, q AttemptQuery) (
 	match := func(r *AttemptRecord) bool {
 		return r.Outcome != OutcomeRouted &&
 			(q.Dest == "" || r.Dest == q.Dest) && (!q.Scoped || destTenant(r.Dest) == q.Tenant) && (class == "" || r.Class == class) && (code == 0 || r.Status == code) &&
-			(q.EventID == "" || r.EventID == q.EventID) &&
+			(q.EventID == "" || r.EventID == q.EventID) && (q.Type == "" || r.Type == q.Type) &&
 			(q.Since.IsZero() || !r.At.Before(q.Since)) && (q.Until.IsZero() || r.At.Before(q.Until)) &&
 			(q.Before == 0 || r.Seq < q.Before)
 	}

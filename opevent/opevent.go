@@ -30,6 +30,7 @@ const (
 	BacklogStale   = "relay.destination.backlog_stale"
 	DeadLetters    = "relay.dead_letters"
 	ReplayFinished = "relay.replay.finished"
+	PortalAction   = "relay.portal.action"
 )
 
 // Prefix starts every operator event's type.
@@ -105,6 +106,8 @@ func scoped(data any) (any, string) {
 		return c, split(&c.Tenant, &c.Dest)
 	case DeadLettersBody:
 		return b, split(&b.Tenant, &b.Dest)
+	case PortalActionBody:
+		return b, b.Tenant
 	case ReplayFinishedBody:
 		// A replay to another tenant's destination is the operator's
 		// alone.
@@ -148,6 +151,21 @@ func NewReplayID() string {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	return ID(ReplayFinished, hex.EncodeToString(b))
+}
+
+// PortalActionBody is the body of relay.portal.action: a change a
+// customer portal's session asked for, and what came of it (the audit of
+// the portal).
+type PortalActionBody struct {
+	At      time.Time `json:"at"`
+	Tenant  string    `json:"tenant"`
+	Session string    `json:"session"`
+	// Action is the API route, such as "POST
+	// /v1/destinations/{name}/pause"; Path the path asked for.
+	Action string `json:"action"`
+	Path   string `json:"path"`
+	// Status is the API's answer: 2xx done, else refused.
+	Status int `json:"status"`
 }
 
 // ReplayFinishedBody is the body of relay.replay.finished.

@@ -116,6 +116,10 @@ const (
 	cookiePrefix = "rps_"
 )
 
+// IsSessionToken reports whether token has the form of a session cookie's
+// token (the API takes it as a bearer key of the session's tenant).
+func IsSessionToken(token string) bool { return strings.HasPrefix(token, cookiePrefix) }
+
 var idRE = regexp.MustCompile(`^[0-9a-f]{16}$`)
 
 func secret() string {

@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 )
@@ -281,6 +282,20 @@ type Key struct {
 	Tenant  string    `json:"tenant,omitempty"`
 	ID      string    `json:"id"`
 	Created time.Time `json:"created"`
+	// Session is the customer portal's session, when the key is one's
+	// token; Capabilities what it may change (manage_endpoints,
+	// view_secret, rotate_secret, replay).
+	Session      string   `json:"session,omitempty"`
+	Capabilities []string `json:"capabilities,omitempty"`
+}
+
+// Can reports whether the key may change what capability c allows: any
+// admin key may, a portal session when it has c.
+func (k Key) Can(c string) bool {
+	if k.Scope != "admin" {
+		return false
+	}
+	return k.Session == "" || slices.Contains(k.Capabilities, c)
 }
 
 // Key returns the name and scope of the client's key (getKey). Any scope.

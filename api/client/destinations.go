@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -120,6 +121,49 @@ func Overlap(d time.Duration) RotateOption {
 // one.
 func UseSecret(secret string) RotateOption {
 	return func(b *rotateBody) { b.Secret = secret }
+}
+
+// DestinationSecret returns a destination's signing secret
+// (getDestinationSecret). Scope: admin (a portal session: view_secret).
+func (c *Client) DestinationSecret(ctx context.Context, name string) (DestinationSecret, error) {
+	var out DestinationSecret
+	err := c.do(ctx, request{method: http.MethodGet, path: destPath(name) + "/secret"}, &out)
+	return out, err
+}
+
+// DestinationSecret is a destination's signing secret.
+type DestinationSecret struct {
+	Secret string `json:"secret"`
+	// PreviousSecretUntil is when the previous secret stops signing too,
+	// during a rotation's overlap.
+	PreviousSecretUntil *time.Time `json:"previous_secret_until,omitempty"`
+}
+
+// FilterExample is an example event to try a filter on (TestFilter).
+type FilterExample struct {
+	ID      string            `json:"id,omitempty"`
+	Type    string            `json:"type,omitempty"`
+	Key     string            `json:"key,omitempty"`
+	Dest    string            `json:"dest,omitempty"`
+	Data    json.RawMessage   `json:"data,omitempty"`
+	Headers map[string]string `json:"headers,omitempty"`
+}
+
+// FilterResult is what a filter decides of an example event.
+type FilterResult struct {
+	Matched bool `json:"matched"`
+	// Outcome is delivered, filtered, or dead_letter (the filter failed
+	// on the event: Error says why).
+	Outcome string `json:"outcome"`
+	Error   string `json:"error,omitempty"`
+}
+
+// TestFilter tries filter on the example event ev (testFilter); a filter
+// that does not compile is an *Error of status 422. Scope: read.
+func (c *Client) TestFilter(ctx context.Context, filter string, ev FilterExample) (FilterResult, error) {
+	var out FilterResult
+	err := c.do(ctx, request{method: http.MethodPost, path: "/filters:test", body: map[string]any{"filter": filter, "event": ev}}, &out)
+	return out, err
 }
 
 // RotateSecret gives a destination a new signing secret, as 'relay dest

@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -88,6 +90,12 @@ func TestDestinations(t *testing.T) {
 	rot, err := e.admin.RotateSecret(ctx, "orders")
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(rot.Secret, "whsec_"))
+	sec, err := e.admin.DestinationSecret(ctx, "orders")
+	require.NoError(t, err)
+	require.Equal(t, rot.Secret, sec.Secret, "the secret in force is the rotated one")
+	require.NotNil(t, sec.PreviousSecretUntil, "the old one still signs")
+	_, err = e.read.DestinationSecret(ctx, "orders")
+	require.Equal(t, http.StatusForbidden, statusOf(err), "a read key does not see secrets: %v", err)
 	require.WithinDuration(t, time.Now().Add(24*time.Hour), rot.PreviousSecretUntil, time.Minute, "the old one signs for the default overlap")
 	rot, err = e.admin.RotateSecret(ctx, "orders", UseSecret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"), Overlap(0))
 	require.NoError(t, err)
@@ -123,4 +131,29 @@ func TestDeleteDestinationWithEventsWaiting(t *testing.T) {
 	all, err := e.read.Destinations(ctx)
 	require.NoError(t, err)
 	require.Empty(t, all)
+}
+
+// A filter is tried on an example event as a destination would decide.
+func TestTestFilter(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	ev := FilterExample{Type: "order.created", Data: json.RawMessage(`{"total": 120, "region": "eu"}`), Headers: map[string]string{"x-region": "eu"}}
+	for _, c := range []struct{ filter, outcome string }{
+		{`data.total > 100 && type == "order.created"`, "delivered"},
+		{`data.region == "us"`, "filtered"},
+		{`headers["X-Region"] == "eu"`, "delivered"},
+		{`data.total / 0 > int("x")`, "dead_letter"},
+	} {
+		res, err := e.read.TestFilter(ctx, c.filter, ev)
+		require.NoError(t, err, c.filter)
+		require.Equal(t, c.outcome, res.Outcome, "%s: %+v", c.filter, res)
+		require.Equal(t, c.outcome == "delivered", res.Matched, c.filter)
+		require.Equal(t, c.outcome == "dead_letter", res.Error != "", c.filter)
+	}
+	_, err := e.read.TestFilter(ctx, `data.total >`, ev)
+	var apiErr *Error
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, http.StatusUnprocessableEntity, apiErr.Status)
+	require.Equal(t, "filter", apiErr.Field)
 }

@@ -79,6 +79,7 @@ func (c *Client) Attempts(ctx context.Context, q AttemptQuery) (AttemptPage, err
 	v := url.Values{}
 	set(v, "dest", q.Dest)
 	set(v, "event", q.EventID)
+	set(v, "type", q.Type)
 	set(v, "status", q.Status)
 	setTime(v, "since", q.Since)
 	setTime(v, "until", q.Until)

@@ -436,6 +436,8 @@ type AttemptRecord struct {
 type AttemptQuery struct {
 	Dest    string
 	EventID string
+	// Type is an event type: the records of its events only.
+	Type string
 	// Status is a status code ("503") or a class: 2xx, 3xx, 4xx, 5xx,
 	// error (no response), none (no attempt).
 	Status string
