@@ -180,7 +180,7 @@ func TestTenantResources(t *testing.T) {
 
 	ps, err := own.CreatePortalSession(ctx, "acme", []string{"replay"}, 30*time.Minute)
 	require.NoError(t, err)
-	require.Contains(t, ps.URL, "/portal/#token=rpl_")
+	require.Contains(t, ps.URL, "/portal/signin/acme#token=rpl_")
 	require.Equal(t, []string{"replay"}, ps.Capabilities)
 	require.WithinDuration(t, time.Now().Add(30*time.Minute), ps.ExpiresAt, time.Minute)
 	_, err = own.CreatePortalSession(ctx, "globex", nil, 0)
