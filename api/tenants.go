@@ -21,6 +21,7 @@ type tenantBody struct {
 	Metadata map[string]string `json:"metadata"`
 	Defaults tenant.Defaults   `json:"defaults"`
 	Limits   tenant.Limits     `json:"limits"`
+	Portal   tenant.Portal     `json:"portal"`
 }
 
 // Tenants' pages: DefaultTenantPage a page unless limit says, at most
@@ -39,14 +40,14 @@ func (s *Server) tenants(w http.ResponseWriter) (*tenant.Store, bool) {
 }
 
 // putTenant creates or updates a tenant (an upsert): 201 when it was
-// created, 200 when updated. Its name and metadata are replaced by the
-// body's.
+// created, 200 when updated. Its name, metadata, defaults, limits and
+// portal settings are replaced by the body's.
 func (s *Server) putTenant(c *call) {
 	var body tenantBody
 	if !s.readJSON(c.w, c.r, &body) {
 		return
 	}
-	t, created, err := c.tenants.Put(c.within(30*time.Second), tenant.Tenant{ID: c.tenant, Name: body.Name, Metadata: body.Metadata, Defaults: body.Defaults, Limits: body.Limits})
+	t, created, err := c.tenants.Put(c.within(30*time.Second), tenant.Tenant{ID: c.tenant, Name: body.Name, Metadata: body.Metadata, Defaults: body.Defaults, Limits: body.Limits, Portal: body.Portal})
 	if err != nil {
 		tenantProblem(c, err)
 		return

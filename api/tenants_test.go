@@ -100,3 +100,52 @@ func TestTenantsOverHTTP(t *testing.T) {
 		require.Equal(t, http.StatusNotFound, code, id)
 	}
 }
+
+// A tenant's portal settings over HTTP: PUT stores them normalized, GET
+// answers them, a PUT without them clears them (as it does the other
+// fields), and a bad value is refused with 422 naming its field.
+func TestTenantPortalSettingsOverHTTP(t *testing.T) {
+	t.Parallel()
+	e := startAPI(t)
+	code, got := e.send(http.MethodPut, "/v1/tenants/acme", e.admin, `{"name":"Acme","portal":{"product_name":"Acme Hooks",
+		"accent_color":"#1A73E8","frame_ancestors":["HTTPS://App.Acme.example:443","https://*.acme.example","http://localhost:3000"]}}`)
+	require.Equal(t, http.StatusCreated, code, "%v", got)
+	want := map[string]any{"product_name": "Acme Hooks", "accent_color": "#1a73e8",
+		"frame_ancestors": []any{"https://app.acme.example", "https://*.acme.example", "http://localhost:3000"}}
+	require.Equal(t, want, got["portal"], "stored normalized")
+	code, got = e.send(http.MethodGet, "/v1/tenants/acme", e.read, "")
+	require.Equal(t, http.StatusOK, code, "%v", got)
+	require.Equal(t, want, got["portal"])
+
+	for _, c := range []struct {
+		portal, field string
+	}{
+		{`{"product_name":"` + strings.Repeat("p", 101) + `"}`, "portal.product_name"},
+		{`{"product_name":"line\nbreak"}`, "portal.product_name"},
+		{`{"accent_color":"blue"}`, "portal.accent_color"},
+		{`{"accent_color":"#12345"}`, "portal.accent_color"},
+		{`{"frame_ancestors":["app.acme.example"]}`, "portal.frame_ancestors"},
+		{`{"frame_ancestors":["https://app.acme.example/"]}`, "portal.frame_ancestors"},
+		{`{"frame_ancestors":["https://app.acme.example?x=1"]}`, "portal.frame_ancestors"},
+		{`{"frame_ancestors":["https://u@app.acme.example"]}`, "portal.frame_ancestors"},
+		{`{"frame_ancestors":["ftp://app.acme.example"]}`, "portal.frame_ancestors"},
+		{`{"frame_ancestors":["https://app.*.example"]}`, "portal.frame_ancestors"},
+		{`{"frame_ancestors":["https://a.example","https://A.example:443"]}`, "portal.frame_ancestors"},
+		{`{"frame_ancestors":[` + strings.Repeat(`"https://a.example",`, 20) + `"https://a.example"]}`, "portal.frame_ancestors"},
+	} {
+		code, got := e.send(http.MethodPut, "/v1/tenants/acme", e.admin, `{"name":"Acme","portal":`+c.portal+`}`)
+		require.Equal(t, http.StatusUnprocessableEntity, code, "%s: %v", c.portal, got)
+		require.Equal(t, c.field, got["field"], "%s: %v", c.portal, got)
+		require.Contains(t, got["detail"], c.field, "%s: %v", c.portal, got)
+	}
+	code, got = e.send(http.MethodPut, "/v1/tenants/acme", e.admin, `{"portal":{"accent_colour":"#000000"}}`)
+	require.Equal(t, http.StatusBadRequest, code, "an unknown field: %v", got)
+	require.Contains(t, got["detail"], "accent_colour")
+
+	code, got = e.send(http.MethodGet, "/v1/tenants/acme", e.read, "")
+	require.Equal(t, http.StatusOK, code, "%v", got)
+	require.Equal(t, want, got["portal"], "refused changes changed nothing")
+	code, got = e.send(http.MethodPut, "/v1/tenants/acme", e.admin, `{"name":"Acme"}`)
+	require.Equal(t, http.StatusOK, code, "%v", got)
+	require.Nil(t, got["portal"], "the body replaces the portal settings")
+}

@@ -30,8 +30,11 @@ type Tenant struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 	// Defaults are what its new destinations take where no setting is
 	// given; Limits what it may use. Optional.
-	Defaults  Defaults  `json:"defaults,omitzero"`
-	Limits    Limits    `json:"limits,omitzero"`
+	Defaults Defaults `json:"defaults,omitzero"`
+	Limits   Limits   `json:"limits,omitzero"`
+	// Portal is how the customer portal shows itself to the tenant's
+	// customers, and where it may be embedded. Optional.
+	Portal    Portal    `json:"portal,omitzero"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 }
@@ -59,7 +62,8 @@ type FieldError struct {
 
 func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
 
-// Validate checks t's id, name and metadata.
+// Validate checks t's id, name, metadata, defaults, limits and portal
+// settings.
 func (t Tenant) Validate() error {
 	if err := ValidateID(t.ID); err != nil {
 		return &FieldError{"id", err.Error()}
@@ -76,7 +80,11 @@ func (t Tenant) Validate() error {
 	if err := t.Defaults.validate(); err != nil {
 		return err
 	}
-	return t.Limits.validate()
+	if err := t.Limits.validate(); err != nil {
+		return err
+	}
+	_, err := t.Portal.normalize()
+	return err
 }
 
 // ValidateMetadata checks a tenant's metadata: at most MaxMetadataKeys
@@ -122,11 +130,16 @@ func Open(ctx context.Context, js jetstream.JetStream, now func() time.Time) (*S
 	return &Store{kv: kv, now: now}, nil
 }
 
-// Put creates the tenant t.ID, or replaces its name and metadata: an
-// upsert. It returns the tenant as stored, and whether it was created. Its
+// Put creates the tenant t.ID, or replaces its name, metadata, defaults,
+// limits and portal settings: an upsert. It returns the tenant as stored
+// (its portal settings normalized), and whether it was created. Its
 // CreatedAt is kept across updates.
 func (s *Store) Put(ctx context.Context, t Tenant) (Tenant, bool, error) {
 	if err := t.Validate(); err != nil {
+		return Tenant{}, false, err
+	}
+	var err error
+	if t.Portal, err = t.Portal.normalize(); err != nil {
 		return Tenant{}, false, err
 	}
 	for {

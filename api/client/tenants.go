@@ -16,6 +16,7 @@ type Tenant struct {
 	Metadata  map[string]string `json:"metadata,omitempty"`
 	Defaults  TenantDefaults    `json:"defaults,omitzero"`
 	Limits    TenantLimits      `json:"limits,omitzero"`
+	Portal    TenantPortal      `json:"portal,omitzero"`
 	CreatedAt time.Time         `json:"created_at"`
 	UpdatedAt time.Time         `json:"updated_at"`
 }
@@ -39,13 +40,30 @@ type TenantLimits struct {
 	MaxInFlight     int     `json:"max_in_flight,omitempty"`
 }
 
+// TenantPortal is how the customer portal shows itself to a tenant's
+// customers, and where it may be embedded (the TenantPortal schema).
+// Zero: relay's own look, and no site may embed it.
+type TenantPortal struct {
+	// ProductName is shown in the portal's header.
+	ProductName string `json:"product_name,omitempty"`
+	// AccentColor is "#rrggbb", answered lowercased.
+	AccentColor string `json:"accent_color,omitempty"`
+	// FrameAncestors are the origins allowed to embed the portal in an
+	// iframe, such as https://app.example.com or https://*.example.com:
+	// no path, not even "/". Answered lowercased, without the scheme's
+	// default port.
+	FrameAncestors []string `json:"frame_ancestors,omitempty"`
+}
+
 // TenantChange is what PutTenant sets: it replaces the tenant's name,
-// metadata, defaults and limits (the TenantChange schema).
+// metadata, defaults, limits and portal settings (the TenantChange
+// schema).
 type TenantChange struct {
 	Name     string            `json:"name,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
 	Defaults TenantDefaults    `json:"defaults,omitzero"`
 	Limits   TenantLimits      `json:"limits,omitzero"`
+	Portal   TenantPortal      `json:"portal,omitzero"`
 }
 
 // TenantPage is a page of ListTenants (the TenantPage schema): Next is the
@@ -57,8 +75,9 @@ type TenantPage struct {
 
 func tenantPath(id string) string { return "/tenants/" + url.PathEscape(id) }
 
-// PutTenant creates the tenant id, or replaces its name and metadata
-// (putTenant, an upsert); created says which. Scope: admin.
+// PutTenant creates the tenant id, or replaces its name, metadata,
+// defaults, limits and portal settings (putTenant, an upsert); created
+// says which. Scope: admin.
 func (c *Client) PutTenant(ctx context.Context, id string, change TenantChange) (t Tenant, created bool, err error) {
 	resp, err := c.send(ctx, request{method: http.MethodPut, path: tenantPath(id), body: change})
 	if err != nil {

@@ -18,16 +18,24 @@ func TestTenants(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, created)
 	require.Equal(t, "pro", got.Metadata["plan"])
-	got, created, err = e.admin.PutTenant(ctx, "acme", TenantChange{Name: "Acme Corp"})
+	got, created, err = e.admin.PutTenant(ctx, "acme", TenantChange{Name: "Acme Corp", Portal: TenantPortal{ProductName: "Acme Hooks",
+		AccentColor: "#1A73E8", FrameAncestors: []string{"https://app.acme.example:443", "https://*.acme.example"}}})
 	require.NoError(t, err)
 	require.False(t, created)
 	require.Equal(t, "Acme Corp", got.Name)
+	require.Nil(t, got.Metadata, "the change replaces the metadata")
+	require.Equal(t, TenantPortal{ProductName: "Acme Hooks", AccentColor: "#1a73e8", FrameAncestors: []string{"https://app.acme.example", "https://*.acme.example"}},
+		got.Portal, "answered normalized")
 	read, err := e.read.Tenant(ctx, "acme")
 	require.NoError(t, err)
 	require.Equal(t, got, read)
 
-	_, _, err = e.admin.PutTenant(ctx, "bad.id", TenantChange{})
+	_, _, err = e.admin.PutTenant(ctx, "acme", TenantChange{Portal: TenantPortal{FrameAncestors: []string{"https://app.acme.example/"}}})
 	var apiErr *Error
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, "portal.frame_ancestors", apiErr.Field)
+
+	_, _, err = e.admin.PutTenant(ctx, "bad.id", TenantChange{})
 	require.ErrorAs(t, err, &apiErr)
 	require.Equal(t, "id", apiErr.Field)
 

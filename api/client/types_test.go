@@ -75,6 +75,7 @@ func TestTypesMirrorTheDocument(t *testing.T) {
 		"PortalSession":  reflect.TypeFor[PortalSession](),
 		"TenantDefaults": reflect.TypeFor[TenantDefaults](),
 		"TenantLimits":   reflect.TypeFor[TenantLimits](),
+		"TenantPortal":   reflect.TypeFor[TenantPortal](),
 		// The body of PublishBatch, built from its []NewEvent.
 		"NewEventBatch": nil,
 	}

@@ -25,11 +25,13 @@ func tenantCommand() *cli.Command {
 		Subcommands: []*cli.Command{
 			{
 				Name:      "put",
-				Usage:     "create the tenant ID, or replace its name, metadata, defaults and limits (an upsert)",
+				Usage:     "create the tenant ID, or replace its name, metadata, defaults, limits and portal settings (an upsert)",
 				ArgsUsage: "ID",
 				Description: "The --default-* settings are what the tenant's new destinations take where 'dest add' gives\n" +
 					"none (relay's own defaults where the tenant has none either). The limits bound the tenant's\n" +
-					"destinations, its publish rate over HTTP and its attempts in flight (0: no limit).",
+					"destinations, its publish rate over HTTP and its attempts in flight (0: no limit). The\n" +
+					"--portal-* settings are how the customer portal shows itself to the tenant's customers, and\n" +
+					"which of their sites may embed it (docs/portal.md).",
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "name", Usage: "the tenant's name, for people"},
 					&cli.GenericFlag{Name: "metadata", Value: &listValue{}, Usage: "KEY=VALUE kept with the tenant (repeatable; a value may hold commas)"},
@@ -42,6 +44,9 @@ func tenantCommand() *cli.Command {
 					&cli.IntFlag{Name: "max-destinations", Usage: "the most destinations it may have"},
 					&cli.Float64Flag{Name: "publish-rate", Usage: "the most events per second published for it over HTTP (429 beyond)"},
 					&cli.IntFlag{Name: "max-in-flight", Usage: "the most attempts under way at once across its destinations"},
+					&cli.StringFlag{Name: "portal-product-name", Usage: "the product name shown in the portal's header"},
+					&cli.StringFlag{Name: "portal-accent-color", Usage: "the portal's accent color, #rrggbb"},
+					&cli.GenericFlag{Name: "portal-frame-ancestor", Value: &listValue{}, Usage: "an origin allowed to embed the portal in an iframe, such as https://app.example.com or https://*.example.com (repeatable)"},
 					&cli.BoolFlag{Name: "json", Usage: "print the tenant as JSON"},
 				},
 				Action: action(readTenantPut),
@@ -102,6 +107,10 @@ func tenantUsage(err error) error {
 		flag = "--default-" + strings.ReplaceAll(strings.TrimPrefix(fe.Field, "defaults."), "_", "-")
 	case strings.HasPrefix(fe.Field, "limits."):
 		flag = "--" + strings.ReplaceAll(strings.TrimPrefix(fe.Field, "limits."), "_", "-")
+	case fe.Field == "portal.frame_ancestors":
+		flag = "--portal-frame-ancestor"
+	case strings.HasPrefix(fe.Field, "portal."):
+		flag = "--portal-" + strings.ReplaceAll(strings.TrimPrefix(fe.Field, "portal."), "_", "-")
 	}
 	return usagef("%s: %s", flag, fe.Reason)
 }
@@ -113,16 +122,22 @@ type tenantPutOpts struct {
 	json     bool
 	defaults tenant.Defaults
 	limits   tenant.Limits
+	portal   tenant.Portal
 
 	t tenant.Tenant // Validate
 }
 
 func readTenantPut(c *cli.Context) *tenantPutOpts {
-	return &tenantPutOpts{cmdLine: readCmdLine(c), name: c.String("name"), metadata: listOf(c, "metadata"), json: c.Bool("json"),
+	o := &tenantPutOpts{cmdLine: readCmdLine(c), name: c.String("name"), metadata: listOf(c, "metadata"), json: c.Bool("json"),
 		defaults: tenant.Defaults{MaxAttempts: c.Int("default-max-attempts"), BackoffBase: destination.Duration(c.Duration("default-backoff-base")),
 			BackoffMax: destination.Duration(c.Duration("default-backoff-max")), Timeout: destination.Duration(c.Duration("default-timeout")),
 			RateLimit: c.Float64("default-rate-limit"), Concurrency: c.Int("default-concurrency")},
-		limits: tenant.Limits{MaxDestinations: c.Int("max-destinations"), PublishRate: c.Float64("publish-rate"), MaxInFlight: c.Int("max-in-flight")}}
+		limits: tenant.Limits{MaxDestinations: c.Int("max-destinations"), PublishRate: c.Float64("publish-rate"), MaxInFlight: c.Int("max-in-flight")},
+		portal: tenant.Portal{ProductName: c.String("portal-product-name"), AccentColor: c.String("portal-accent-color")}}
+	if l := listOf(c, "portal-frame-ancestor"); l != nil {
+		o.portal.FrameAncestors = *l
+	}
+	return o
 }
 
 func (o *tenantPutOpts) Validate() error {
@@ -130,7 +145,7 @@ func (o *tenantPutOpts) Validate() error {
 	if err != nil {
 		return err
 	}
-	o.t = tenant.Tenant{ID: id, Name: o.name, Defaults: o.defaults, Limits: o.limits}
+	o.t = tenant.Tenant{ID: id, Name: o.name, Defaults: o.defaults, Limits: o.limits, Portal: o.portal}
 	if o.metadata != nil {
 		o.t.Metadata = map[string]string{}
 		for _, kv := range *o.metadata {

@@ -104,6 +104,10 @@ func TestTenantBadInputExits2(t *testing.T) {
 		{[]string{"dest", "add", "orders", "--tenant", "a.b", "--url", "https://example.com"}, "--tenant: invalid tenant id"},
 		{[]string{"tenant", "put", "acme", "--default-timeout", "1h"}, "--default-timeout"},
 		{[]string{"tenant", "put", "acme", "--publish-rate", "-1"}, "--publish-rate"},
+		{[]string{"tenant", "put", "acme", "--portal-product-name", strings.Repeat("p", 101)}, "--portal-product-name: 101 bytes"},
+		{[]string{"tenant", "put", "acme", "--portal-accent-color", "blue"}, "--portal-accent-color: \"blue\": give a color as #rrggbb"},
+		{[]string{"tenant", "put", "acme", "--portal-frame-ancestor", "https://app.example.com/"}, "--portal-frame-ancestor: origin \"https://app.example.com/\""},
+		{[]string{"tenant", "put", "acme", "--portal-frame-ancestor", "https://a.example", "--portal-frame-ancestor", "https://A.example:443"}, "given twice"},
 		{[]string{"dest", "pause", "acme=orders"}, "is named with --tenant"},
 		{[]string{"api-key", "create", "--name", "k", "--scope", "read", "--tenant", "a b"}, "--tenant: invalid tenant id"},
 	} {
@@ -144,4 +148,23 @@ func TestTenantDefaultsFromTheCLI(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 7*time.Second, time.Duration(bd.Timeout))
 	require.Equal(t, 3, bd.Retry.MaxAttempts)
+}
+
+// A tenant's portal settings from the CLI: stored normalized, shown by
+// --json, and replaced (cleared) by a put without them.
+func TestTenantPortalSettingsFromTheCLI(t *testing.T) {
+	b := setup(t)
+	code, out, errs := b.cli(t, "", "tenant", "put", "acme", "--portal-product-name", "Acme Hooks", "--portal-accent-color", "#1A73E8",
+		"--portal-frame-ancestor", "HTTPS://App.Acme.example:443", "--portal-frame-ancestor", "https://*.acme.example", "--json")
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, `"portal":{"product_name":"Acme Hooks","accent_color":"#1a73e8","frame_ancestors":["https://app.acme.example","https://*.acme.example"]}`)
+	s, err := tenant.Open(context.Background(), b.js, nil)
+	require.NoError(t, err)
+	got, err := s.Get(context.Background(), "acme")
+	require.NoError(t, err)
+	require.Equal(t, tenant.Portal{ProductName: "Acme Hooks", AccentColor: "#1a73e8", FrameAncestors: []string{"https://app.acme.example", "https://*.acme.example"}}, got.Portal)
+
+	code, out, errs = b.cli(t, "", "tenant", "put", "acme", "--json")
+	require.Equal(t, 0, code, errs)
+	require.NotContains(t, out, "portal", "put replaces the portal settings")
 }
