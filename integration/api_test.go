@@ -12,7 +12,7 @@ import (
 	"github.com/relaydev/relay/destination"
 )
 
-var apiURLRE = regexp.MustCompile(`msg="serving the HTTP API and the dashboard" url=(\S+)`)
+var apiURLRE = regexp.MustCompile(`msg="serving the HTTP API, the dashboard and the customer portal" url=(\S+)`)
 
 // An event published over HTTP to 'relay run --api-addr' is delivered.
 func TestEventPublishedOverHTTPIsDelivered(t *testing.T) {

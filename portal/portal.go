@@ -299,3 +299,20 @@ func (s *Store) live(ctx context.Context, id string) (Session, error) {
 	}
 	return sess, nil
 }
+
+// End ends the session of cookie (a sign-out): its cookie is no longer
+// good, on any replica. A cookie that is not a live session's is
+// ErrBadToken.
+func (s *Store) End(ctx context.Context, cookie string) error {
+	sess, err := s.Verify(ctx, cookie)
+	if err != nil {
+		return err
+	}
+	if err := s.kv.Purge(ctx, "c."+sess.ID); err != nil {
+		return fmt.Errorf("end portal session %s: %w", sess.ID, err)
+	}
+	if err := s.kv.Purge(ctx, "s."+sess.ID); err != nil {
+		return fmt.Errorf("end portal session %s: %w", sess.ID, err)
+	}
+	return nil
+}

@@ -15,7 +15,12 @@ import (
 // through its handler: the dashboard has no other way to the data, and the
 // API checks the key, its scope and every input as for any client.
 func (u *UI) apiFor(from *http.Request, key string) *client.Client {
-	c, err := client.New("http://relay.internal", key, client.WithHTTPClient(&http.Client{Transport: inProcess{h: u.cfg.API, remote: from.RemoteAddr}}))
+	return inProcessClient(u.cfg.API, from, key)
+}
+
+// inProcessClient is the Go client of API h with key, on behalf of from.
+func inProcessClient(h http.Handler, from *http.Request, key string) *client.Client {
+	c, err := client.New("http://relay.internal", key, client.WithHTTPClient(&http.Client{Transport: inProcess{h: h, remote: from.RemoteAddr}}))
 	if err != nil {
 		panic(err) // a constant URL: cannot fail
 	}

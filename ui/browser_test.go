@@ -182,13 +182,15 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
-// openBrowser starts a headless chromium for the test, 1280x900.
-func openBrowser(t *testing.T) *page {
+// openBrowser starts a headless chromium for the test, 1280x900, with
+// extra options.
+func openBrowser(t *testing.T, extra ...chromedp.ExecAllocatorOption) *page {
 	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium(t)), chromedp.NoSandbox, chromedp.DisableGPU,
 		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true),
 		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900))
+	opts = append(opts, extra...)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
 	ctx, cancelTimeout := context.WithTimeout(ctx, 4*time.Minute)

@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"html/template"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/relaydev/relay/api/client"
 )
 
 // funcs are the templates' helpers; now is the clock.
@@ -53,6 +56,19 @@ func funcs(now func() time.Time) template.FuncMap {
 				return strconv.Itoa(status)
 			}
 			return class
+		},
+		// indentJSON is a JSON value indented, for reading.
+		"indentJSON": func(raw []byte) string { return indent(raw) },
+		// typesOf is what the portal's event-type checkboxes show: the
+		// catalog's types, and the form's other patterns (order.*).
+		"typesOf": func(catalog []client.EventType, f endpointForm) map[string]any {
+			var others []string
+			for _, t := range f.Types {
+				if !slices.ContainsFunc(catalog, func(c client.EventType) bool { return c.Type == t }) {
+					others = append(others, t)
+				}
+			}
+			return map[string]any{"Catalog": catalog, "Form": f, "Others": others}
 		},
 		// slug makes a CSS class of a state: "breaker open" -> breaker-open.
 		"slug": func(s string) string {

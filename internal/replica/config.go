@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/relaydev/relay/egress"
 	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/tenant"
 )
 
 // Config is what a replica runs with: the fields of 'relay run's flags,
@@ -201,6 +203,12 @@ type Config struct {
 	// over TLS (--api-tls-cert, --api-tls-key). Optional; they need
 	// APIAddr.
 	APITLSCert, APITLSKey string
+	// PortalURL is the customer portal's public URL, for the links the
+	// API mints (--portal-url). Optional: the API's own /portal/.
+	PortalURL string
+	// PortalFrameAncestors are the origins that may embed every tenant's
+	// portal in an iframe (--portal-frame-ancestor). Optional: none.
+	PortalFrameAncestors []string
 	// APIMaxConns is the most connections the API holds at once
 	// (--api-max-conns), 1 to 1,000,000. Optional, default
 	// DefaultAPIMaxConns.
@@ -283,6 +291,16 @@ func (cfg Config) Validate() error {
 	}
 	if cfg.APITLSCert != "" && cfg.APIAddr == "" {
 		return invalid("--api-tls-cert needs --api-addr")
+	}
+	for _, o := range cfg.PortalFrameAncestors {
+		if _, err := tenant.ValidateOrigin(o); err != nil {
+			return invalid("--portal-frame-ancestor %q: %v", o, err)
+		}
+	}
+	if u := cfg.PortalURL; u != "" {
+		if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.RawQuery != "" || p.Fragment != "" {
+			return invalid("--portal-url %q: give the portal's absolute http(s) URL, such as https://hooks.example.com/portal/", u)
+		}
 	}
 	if err := cfg.apiLimits().Validate(); err != nil {
 		return err

@@ -522,14 +522,21 @@ func (r *Replica) serveAPI(ctx context.Context, secretKey destination.StoreOptio
 	}
 	limits := cfg.apiLimits()
 	apiSrv := api.NewServer(api.Config{JS: js, Keys: keys, Producer: prod, Dests: dests, DeadLetters: letters.WithTracerProvider(tp), Tenants: tenants,
-		EventTypes: types, Catalog: catalog, Policies: policies, Portal: sessions, Replicas: replicas, Logger: log, BodyTimeout: limits.bodyTimeout})
+		EventTypes: types, Catalog: catalog, Policies: policies, Portal: sessions, PortalURL: cfg.PortalURL, Replicas: replicas, Logger: log, BodyTimeout: limits.bodyTimeout})
 	dash, err := ui.New(ctx, ui.Config{API: apiSrv, JS: js, Secure: cfg.APITLSCert != "", Logger: log})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	customers, err := ui.NewPortal(ctx, ui.PortalConfig{API: apiSrv, JS: js, Sessions: sessions, Tenants: tenants,
+		FrameAncestors: slices.Clone(cfg.PortalFrameAncestors), Secure: cfg.APITLSCert != "", Logger: log})
 	if err != nil {
 		ln.Close()
 		return err
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/ui/", dash)
+	mux.Handle("/portal/", customers)
 	mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
 	mux.Handle("/", apiSrv)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
@@ -548,7 +555,7 @@ func (r *Replica) serveAPI(ctx context.Context, secretKey destination.StoreOptio
 	} else {
 		go func() { _ = srv.Serve(ln) }()
 	}
-	log.Info("serving the HTTP API and the dashboard", "url", scheme+"://"+ln.Addr().String()+"/v1", "document", scheme+"://"+ln.Addr().String()+"/v1/openapi.json", "dashboard", scheme+"://"+ln.Addr().String()+"/ui/")
+	log.Info("serving the HTTP API, the dashboard and the customer portal", "url", scheme+"://"+ln.Addr().String()+"/v1", "document", scheme+"://"+ln.Addr().String()+"/v1/openapi.json", "dashboard", scheme+"://"+ln.Addr().String()+"/ui/", "portal", scheme+"://"+ln.Addr().String()+"/portal/")
 	r.onClose(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -77,7 +77,7 @@ func TestReplicaDeliversAndStops(t *testing.T) {
 	}()
 
 	metrics := logged(t, logs, `msg="serving /metrics, /healthz and /readyz" addr=(\S+)`)
-	apiURL := logged(t, logs, `msg="serving the HTTP API and the dashboard" url=(\S+)`)
+	apiURL := logged(t, logs, `msg="serving the HTTP API, the dashboard and the customer portal" url=(\S+)`)
 	natsURL := logged(t, logs, `msg="embedded NATS started" url=(\S+)`)
 	require.Contains(t, logs.String(), "address policy: deliveries may reach these non-public ranges")
 
