@@ -150,8 +150,10 @@ func TestPortalSessionTokenActsWithinItsCapabilities(t *testing.T) {
 	}
 	// globex's destination is untouched; acme's paused.
 	code, m = e.send("GET", "/v1/tenants/globex/destinations/orders", e.admin, "")
+	require.Equal(t, http.StatusOK, code, m)
 	require.Equal(t, "active", m["state"], m)
 	code, m = e.send("GET", "/v1/tenants/acme/destinations/orders", e.admin, "")
+	require.Equal(t, http.StatusOK, code, m)
 	require.Equal(t, "operator", m["state"], m)
 
 	// The audit: each change asked (done or refused by the handler) is an

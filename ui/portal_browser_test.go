@@ -11,7 +11,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -254,7 +257,6 @@ func TestPortalCustomerJourney(t *testing.T) {
 	require.Contains(t, p.text("#signin-error"), "expired or was already used", "a link is used once")
 	p.do(chromedp.Navigate(e.url + "/portal/endpoints"))
 	p.waitFor(`document.querySelector("#add-endpoint") !== null`)
-	p.screenshot("portal-endpoints-empty")
 
 	// A private address: refused, and explained.
 	p.do(chromedp.SetValue(chromedp.ID("name"), "orders"), chromedp.SetValue(chromedp.ID("url"), "http://10.1.2.3/hooks"),
@@ -293,6 +295,10 @@ func TestPortalCustomerJourney(t *testing.T) {
 	waitUntil(t, "the test event delivered", func() bool { n, _ := e.sink.deliveries(id); return n == 1 })
 	p.reloadUntil(e.url+"/portal/endpoints/orders", `document.querySelector(".attempts tbody").innerText.includes("answered 200")`)
 	p.screenshot("portal-endpoint")
+	p.do(chromedp.Navigate(e.url + "/portal/endpoints"))
+	p.waitFor(`document.querySelector("#endpoints") !== null`)
+	require.Contains(t, p.text("#endpoints"), "orders")
+	p.screenshot("portal-endpoints")
 	p.do(chromedp.Navigate(e.url + "/portal/attempts?endpoint=orders&status=2xx"))
 	p.waitFor(`document.querySelector(".attempts") !== null`)
 	require.Contains(t, p.text(".attempts tbody"), id)
@@ -522,14 +528,30 @@ func TestPortalEmbeddedOverTLS(t *testing.T) {
 	t.Parallel()
 	e := startPortal(t, portalOptions{tls: true})
 	e.call("POST", "/v1/tenants/acme/destinations", `{"name":"crm","url":"`+e.sink.URL+`/crm"}`)
-	link := e.link("acme")
-	embedder := framePage(t, link)
-	_, _, err := e.tenants.Put(context.Background(), tenant.Tenant{ID: "acme", Portal: tenant.Portal{FrameAncestors: []string{embedder}}})
+	// The embedding page is docs/portal.md's snippet, with a real link
+	// and the portal's real origin.
+	doc, err := os.ReadFile("../docs/portal.md")
+	require.NoError(t, err)
+	m := regexp.MustCompile("(?s)```html\n(.*?)```").FindSubmatch(doc)
+	require.NotNil(t, m, "docs/portal.md has an HTML snippet")
+	snippet := strings.NewReplacer("PORTAL_LINK", e.link("acme"), "https://hooks.example.com", e.url).Replace(string(m[1]))
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprintf(w, "<!doctype html><title>Acme's app</title><body><h1>Your webhooks</h1>%s</body>", snippet)
+	}))
+	t.Cleanup(hs.Close)
+	embedder := strings.Replace(hs.URL, "127.0.0.1", "localhost", 1)
+	_, _, err = e.tenants.Put(context.Background(), tenant.Tenant{ID: "acme", Portal: tenant.Portal{FrameAncestors: []string{embedder}}})
 	require.NoError(t, err)
 	p := openBrowser(t, append(inProcessFrames, chromedp.Flag("ignore-certificate-errors", true))...)
 	p.do(chromedp.Navigate(embedder))
-	p.waitFor(`window.heights.some(h => h.endsWith("/portal/endpoints"))`)
-	urls := p.frameURLs()
-	require.Len(t, urls, 1)
-	require.Equal(t, e.url+"/portal/endpoints", urls[0], "signed in, inside the frame")
+	waitUntil(t, "signed in inside the frame", func() bool {
+		urls := p.frameURLs()
+		return len(urls) == 1 && urls[0] == e.url+"/portal/endpoints"
+	})
+	// The snippet sized the frame to the page it shows.
+	p.waitFor(`document.getElementById("relay-portal").style.height !== ""`)
+	h, err := strconv.Atoi(strings.TrimSuffix(p.eval(`document.getElementById("relay-portal").style.height`), "px"))
+	require.NoError(t, err)
+	require.Greater(t, h, 300, "the endpoints page's height")
 }
