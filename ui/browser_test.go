@@ -236,9 +236,12 @@ func (p *page) do(actions ...chromedp.Action[chromedp.Void]) {
 }
 
 // text is the text of the element sel selects.
+// It is read in the page's script, not through the DOM's node ids, which
+// a page still loading invalidates ("No node with given id").
 func (p *page) text(sel string) string {
 	p.t.Helper()
-	s, err := chromedp.Run(p.ctx, chromedp.Text(chromedp.CSS(sel)))
+	p.waitFor(`document.querySelector(` + jsString(sel) + `) !== null`)
+	s, err := chromedp.Run(p.ctx, chromedp.Evaluate[string](`document.querySelector(`+jsString(sel)+`).innerText`))
 	require.NoError(p.t, err, "text of %s", sel)
 	return s
 }
