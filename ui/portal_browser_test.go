@@ -1,6 +1,7 @@
 package ui_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"os"
 	"regexp"
 	"slices"
@@ -23,6 +25,9 @@ import (
 	"github.com/chromedp/cdproto/cdp"
 	cdpage "github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers/legacy"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/api"
@@ -106,7 +111,7 @@ func startPortal(t *testing.T, o portalOptions) *portalEnv {
 	allow := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 	require.NoError(t, egress.AgreePolicy(ctx, srv.JS, egress.Policy{Allow: allow}))
 	apiSrv := api.NewServer(api.Config{JS: srv.JS, Keys: keys, Producer: prod, Dests: st, DeadLetters: letters, Tenants: tenants, EventTypes: types, Portal: sessions, Logger: quiet})
-	customers, err := ui.NewPortal(ctx, ui.PortalConfig{API: apiSrv, JS: srv.JS, Sessions: sessions, Tenants: tenants,
+	customers, err := ui.NewPortal(ctx, ui.PortalConfig{API: checkedAPI(t, apiSrv), JS: srv.JS, Sessions: sessions, Tenants: tenants,
 		FrameAncestors: o.frameAncestors, Secure: o.tls, Logger: quiet})
 	require.NoError(t, err)
 	mux := http.NewServeMux()
@@ -554,4 +559,113 @@ func TestPortalEmbeddedOverTLS(t *testing.T) {
 	h, err := strconv.Atoi(strings.TrimSuffix(p.eval(`document.getElementById("relay-portal").style.height`), "px"))
 	require.NoError(t, err)
 	require.Greater(t, h, 300, "the endpoints page's height")
+}
+
+// checkedAPI is h, the HTTP API, checking every request the portal makes
+// and every answer against the API's OpenAPI document; what does not match
+// fails the test when it ends.
+func checkedAPI(t *testing.T, h http.Handler) http.Handler {
+	t.Helper()
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(api.OpenAPI)
+	require.NoError(t, err)
+	doc.Servers = openapi3.Servers{{URL: "http://relay.internal"}}
+	router, err := legacy.NewRouter(doc)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var problems []string
+	checked := 0
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		require.Empty(t, problems, "the portal's API calls and their answers, against the OpenAPI document")
+		t.Logf("%d API calls of the portal checked against the OpenAPI document", checked)
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body []byte
+		if r.Body != nil {
+			body, _ = io.ReadAll(r.Body)
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		for k, vs := range rec.Header() {
+			w.Header()[k] = vs
+		}
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
+
+		probe := r.Clone(context.Background())
+		probe.URL.Scheme, probe.URL.Host = "http", "relay.internal"
+		probe.Body = io.NopCloser(bytes.NewReader(body))
+		route, params, err := router.FindRoute(probe)
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s %s: in no operation of the document (%v)", r.Method, r.URL, err))
+			return
+		}
+		checked++
+		in := &openapi3filter.RequestValidationInput{Request: probe, PathParams: params, Route: route,
+			Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc}}
+		if err := openapi3filter.ValidateRequest(context.Background(), in); err != nil {
+			problems = append(problems, fmt.Sprintf("%s %s: the request is not as the document says: %v", r.Method, r.URL, err))
+		}
+		out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: rec.Code, Header: rec.Header(),
+			Options: &openapi3filter.Options{IncludeResponseStatus: true}}
+		out.SetBodyBytes(rec.Body.Bytes())
+		if err := openapi3filter.ValidateResponse(context.Background(), out); err != nil {
+			problems = append(problems, fmt.Sprintf("%s %s answered %d %s, not as the document says: %v", r.Method, r.URL, rec.Code, rec.Body.Bytes(), err))
+		}
+	})
+}
+
+// TestPortalEscapesWhatOthersControl: the tenant's product name, the
+// catalog's descriptions and an event's body holding markup are shown as
+// text: nothing runs.
+func TestPortalEscapesWhatOthersControl(t *testing.T) {
+	t.Parallel()
+	name := `Acme <img src=x onerror=alert(1)>`
+	e := startPortal(t, portalOptions{acme: tenant.Portal{ProductName: name}})
+	e.call("PUT", "/v1/event-types/order.created", `{"description":"<script>alert(2)</script>","example":{"note":"<script>alert(3)</script>"}}`)
+	e.call("POST", "/v1/tenants/acme/destinations", `{"name":"crm","url":"`+e.sink.URL+`/crm","types":["order.created"]}`)
+	id := e.call("POST", "/v1/tenants/acme/events", `{"id":"<img src=x onerror=alert(4)>","type":"order.created","data":{"html":"<script>alert(5)</script>"}}`)["id"].(string)
+	waitUntil(t, "the event delivered", func() bool { n, _ := e.sink.deliveries(id); return n == 1 })
+	p := openBrowser(t)
+	p.signInPortal(e.link("acme", "manage_endpoints"))
+	require.Equal(t, name, p.text("#product"))
+	require.Contains(t, p.text("#types"), "<script>alert(2)</script>")
+	p.do(chromedp.Navigate(e.url + "/portal/endpoints/crm"))
+	p.waitFor(`document.querySelector("#data") !== null`)
+	require.Contains(t, p.eval(`document.querySelector("#data").value`), "<script>alert(3)</script>")
+	p.reloadUntil(e.url+"/portal/attempts", `document.querySelector(".attempts tbody").innerText.includes("onerror")`)
+	p.do(chromedp.Navigate(e.url + "/portal/event?id=" + url.QueryEscape(id)))
+	p.waitFor(`document.querySelector("pre.body") !== null`)
+	require.Contains(t, p.text("pre.body"), "<script>alert(5)</script>")
+	require.Contains(t, p.text("h1"), id)
+	dialogs, errs := p.problems()
+	require.Empty(t, dialogs, "no script ran")
+	require.Empty(t, errs)
+}
+
+// TestPortalSignInIsRateLimited: link exchanges from one address beyond
+// the burst are answered 429, whatever the link.
+func TestPortalSignInIsRateLimited(t *testing.T) {
+	t.Parallel()
+	e := startPortal(t, portalOptions{})
+	statuses := map[int]int{}
+	for range 12 {
+		res, err := http.Post(e.url+"/portal/session", "application/json", strings.NewReader(`{"token":"rpl_0123456789abcdef_wrong"}`))
+		require.NoError(t, err)
+		res.Body.Close()
+		statuses[res.StatusCode]++
+	}
+	require.Equal(t, map[int]int{http.StatusUnauthorized: 10, http.StatusTooManyRequests: 2}, statuses)
+	// A good link from that address waits too.
+	link := e.link("acme")
+	_, token, _ := strings.Cut(link, "#token=")
+	res, err := http.Post(e.url+"/portal/session", "application/json", strings.NewReader(`{"token":"`+token+`"}`))
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusTooManyRequests, res.StatusCode)
 }

@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -211,13 +212,21 @@ func exampleOf(catalog []client.EventType, subscribed []string, want string) (st
 	return want, "{\n  \"test\": true\n}"
 }
 
+// indent is raw indented, for people: < as <, not \u003c (the page
+// escapes what it shows).
 func indent(raw json.RawMessage) string {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
 	var v any
-	if json.Unmarshal(raw, &v) != nil {
+	if d.Decode(&v) != nil {
 		return string(raw)
 	}
-	b, _ := json.MarshalIndent(v, "", "  ")
-	return string(b)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 func (p *Portal) endpoint(w http.ResponseWriter, r *http.Request, v *visitor) {
