@@ -246,7 +246,9 @@ func (c *call) tracedWithin(d time.Duration) context.Context {
 }
 
 // admin reports whether the request came with an admin key.
-func (c *call) admin() bool { return c.key.Scope == ScopeAdmin }
+//
+// A customer portal's session is not: it sees what a read key sees.
+func (c *call) admin() bool { return c.key.Scope == ScopeAdmin && c.key.Session == "" }
 
 // problem answers an RFC 9457 problem (see problem).
 func (c *call) problem(status int, field, detail string) { problem(c.w, status, field, detail) }

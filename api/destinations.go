@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -90,6 +91,43 @@ func viewOf(d destination.Destination, now time.Time, admin bool) destView {
 		v.PausedUntil = &d.PausedUntil
 	}
 	return v
+}
+
+// PortalMaxDestinations bounds the destinations of a tenant without
+// limits.max_destinations that its customers add from the portal.
+const PortalMaxDestinations = 25
+
+// portalField is the first field of b that a customer portal's session
+// may not set ("" when none): a customer sets an endpoint's URL, event
+// types and filter; its delivery settings, headers, template and secret
+// are the sender's.
+func (b destChange) portalField() string {
+	v := reflect.ValueOf(b)
+	for i := range v.NumField() {
+		f := v.Type().Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch name {
+		case "name", "url", "types", "filter":
+			continue
+		}
+		if !v.Field(i).IsZero() {
+			return name
+		}
+	}
+	return ""
+}
+
+// portalAllows answers 403 and returns false when the request is a
+// portal session's that sets a field it may not.
+func portalAllows(c *call, b destChange) bool {
+	if c.key.Session == "" {
+		return true
+	}
+	if f := b.portalField(); f != "" {
+		c.problem(http.StatusForbidden, f, f+": a customer portal session sets an endpoint's url, types and filter only")
+		return false
+	}
+	return true
 }
 
 // destChange is the body of POST /v1/destinations (with a name) and of
@@ -278,7 +316,7 @@ func (s *Server) getDest(c *call) {
 // defaults, checks and generated secret (answered once).
 func (s *Server) createDest(c *call) {
 	var body destChange
-	if !s.readJSON(c.w, c.r, &body) {
+	if !s.readJSON(c.w, c.r, &body) || !portalAllows(c, body) {
 		return
 	}
 	if err := stream.ValidateDestName(body.Name); err != nil {
@@ -343,6 +381,11 @@ func (s *Server) createDest(c *call) {
 // answers 409 and returns false.
 func (s *Server) roomForDest(c *call, t tenant.Tenant) bool {
 	max := t.Limits.MaxDestinations
+	if max <= 0 && c.key.Session != "" {
+		// A customer adds endpoints from the portal: bounded, since each
+		// takes room in the stream's consumers, which all tenants share.
+		max = PortalMaxDestinations
+	}
 	if max <= 0 {
 		return true
 	}
@@ -357,6 +400,10 @@ func (s *Server) roomForDest(c *call, t tenant.Tenant) bool {
 			n++
 		}
 	}
+	if n >= max && c.key.Session != "" {
+		c.problem(http.StatusConflict, "", fmt.Sprintf("you have %d endpoints, the most you may have", n))
+		return false
+	}
 	if n >= max {
 		c.problem(http.StatusConflict, "", fmt.Sprintf("tenant %s has %d destinations, its limit (limits.max_destinations %d): remove one, or raise the limit", t.ID, n, max))
 		return false
@@ -367,7 +414,7 @@ func (s *Server) roomForDest(c *call, t tenant.Tenant) bool {
 // updateDest changes the settings given, as 'relay dest update' does.
 func (s *Server) updateDest(c *call) {
 	var body destChange
-	if !s.readJSON(c.w, c.r, &body) {
+	if !s.readJSON(c.w, c.r, &body) || !portalAllows(c, body) {
 		return
 	}
 	if body.Name != "" {

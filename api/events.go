@@ -136,6 +136,9 @@ func (s *Server) publish(c *call) {
 		c.problem(http.StatusUnprocessableEntity, field, err.Error())
 		return
 	}
+	if c.key.Session != "" && !s.portalTestEvent(c, ev) {
+		return
+	}
 	if status, err := ev.forScope(c); err != nil {
 		c.problem(status, "tenant", err.Error())
 		return

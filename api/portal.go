@@ -11,6 +11,7 @@ import (
 	"github.com/relaydev/relay/opevent"
 	"github.com/relaydev/relay/portal"
 	"github.com/relaydev/relay/tenant"
+	"golang.org/x/time/rate"
 )
 
 // portalBody is the body of POST /v1/tenants/{tenant}/portal-sessions.
@@ -119,6 +120,10 @@ func (s *Server) portalKey(ctx context.Context, token string) (Key, error) {
 	if err != nil {
 		return Key{}, err
 	}
+	if tenant.ValidateID(sess.Tenant) != nil {
+		// Never a key of no tenant: that would be the operator's view.
+		return Key{}, ErrBadKey
+	}
 	return Key{ID: sess.ID, Name: "portal:" + sess.ID, Scope: ScopeAdmin, Tenant: sess.Tenant, Created: sess.Created,
 		Session: sess.ID, Capabilities: sess.Capabilities}, nil
 }
@@ -138,7 +143,15 @@ func (s *Server) audit(pattern string, key Key, h http.HandlerFunc) http.Handler
 		at := time.Now().UTC()
 		s.cfg.Logger.Info("portal action", "tenant", key.Tenant, "session", key.Session, "action", pattern, "path", r.URL.Path, "status", status, "client", clientAddr(r))
 		body := opevent.PortalActionBody{Tenant: key.Tenant, Session: key.Session, Action: pattern, Path: r.URL.Path, Status: status, At: at}
+		select {
+		case s.audits <- struct{}{}:
+		default:
+			s.cfg.Logger.Warn("portal action: its operator event was not published (too many at once)", "tenant", key.Tenant, "session", key.Session, "action", pattern)
+			return
+		}
 		go func() {
+			defer func() { <-s.audits }()
+			// Publish bounds its wait (opevent's publish timeout).
 			ev := opevent.Event{Type: opevent.PortalAction, ID: opevent.ID(opevent.PortalAction, key.Session, rand.Text()), Data: body}
 			if err := opevent.Publish(context.Background(), s.cfg.JS, ev); err != nil {
 				s.cfg.Logger.Warn("portal action: its operator event was not published", "tenant", key.Tenant, "session", key.Session, "err", err)
@@ -191,3 +204,42 @@ func (s *Server) revealSecret(c *call) {
 	c.w.Header().Set("Cache-Control", "no-store")
 	c.json(http.StatusOK, out)
 }
+
+// refuse is a handler that answers 403 with detail.
+func refuse(detail string) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) { problem(w, http.StatusForbidden, "", detail) }
+}
+
+// portalTestEvent checks an event a portal session publishes: a test
+// event, for one of its endpoints (dest) with a body (data) and nothing
+// else, at most testEventBurst in a row and one a second after, per
+// session. It answers the problem and returns false otherwise.
+func (s *Server) portalTestEvent(c *call, ev newEvent) bool {
+	switch {
+	case ev.Dest == "":
+		c.problem(http.StatusForbidden, "dest", "a customer portal session sends test events to one of its endpoints (dest) only")
+		return false
+	case ev.Type != "" || ev.Key != "" || len(ev.Headers) > 0:
+		c.problem(http.StatusForbidden, "", "a customer portal session's test event has a dest and data only")
+		return false
+	}
+	s.mu.Lock()
+	l := s.testEvents[c.key.Session]
+	if l == nil {
+		if len(s.testEvents) > 10_000 {
+			clear(s.testEvents)
+		}
+		l = rate.NewLimiter(1, testEventBurst)
+		s.testEvents[c.key.Session] = l
+	}
+	ok := l.Allow()
+	s.mu.Unlock()
+	if !ok {
+		c.w.Header().Set("Retry-After", "1")
+		c.problem(http.StatusTooManyRequests, "", "too many test events: wait a second")
+	}
+	return ok
+}
+
+// testEventBurst is how many test events a portal session sends in a row.
+const testEventBurst = 5

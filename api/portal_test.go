@@ -139,6 +139,18 @@ func TestPortalSessionTokenActsWithinItsCapabilities(t *testing.T) {
 		{manage, "GET", "/v1/tenants/globex/destinations/orders", "", 404},
 		{manage, "POST", "/v1/tenants/globex/destinations/orders/pause", "", 404},
 		{manage, "PUT", "/v1/event-types/x.y", `{}`, 403},
+		{manage, "PATCH", "/v1/destinations/orders", `{"secret":"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}`, 403},
+		{manage, "PATCH", "/v1/destinations/orders", `{"no_secret":true}`, 403},
+		{manage, "PATCH", "/v1/destinations/orders", `{"concurrency":1000}`, 403},
+		{manage, "POST", "/v1/destinations", `{"name":"big","url":"https://example.com/b","ordered":true,"partitions":16}`, 403},
+		{manage, "DELETE", "/v1/destinations/orders?force=true", "", 403},
+		{manage, "POST", "/v1/destinations/orders/retrying/evt-1/skip", `{}`, 403},
+		{manage, "POST", "/v1/events", `{"type":"order.created","data":1}`, 403},
+		{manage, "POST", "/v1/events", `{"dest":"orders","key":"k","data":1}`, 403},
+		{readOnly, "GET", "/v1/tenants", "", 403},
+		{readOnly, "GET", "/v1/tenants/acme", "", 403},
+		{manage, "PATCH", "/v1/destinations/orders", `{"url":"https://example.com/moved","types":["order.*"],"filter":"data.x > 1"}`, 200},
+		{manage, "POST", "/v1/destinations", `{"name":"second","url":"https://example.com/2","types":["order.created"]}`, 201},
 		{manage, "POST", "/v1/dead-letters/replay", `{"all":true,"dry_run":true}`, 200},
 		{manage, "POST", "/v1/destinations/orders/pause", "", 200},
 		{manage, "POST", "/v1/events", `{"dest":"orders","data":1}`, 202},
@@ -165,16 +177,42 @@ func TestPortalSessionTokenActsWithinItsCapabilities(t *testing.T) {
 	require.NoError(t, err)
 	code, m = e.send("POST", "/v1/destinations/orders/resume", manage, "")
 	require.Equal(t, http.StatusOK, code, m)
-	msg, err := sub.NextMsg(10 * time.Second)
-	require.NoError(t, err)
-	var audit map[string]any
-	require.NoError(t, json.Unmarshal(msg.Data, &audit))
-	require.Equal(t, "relay.portal.action", audit["type"])
-	require.Equal(t, "acme", audit["tenant"])
-	require.Equal(t, "POST /v1/destinations/{name}/resume", audit["action"])
-	require.Equal(t, "/v1/destinations/orders/resume", audit["path"])
-	require.EqualValues(t, 200, audit["status"])
+	code, m = e.send("POST", "/v1/destinations/orders/pause", readOnly, "")
+	require.Equal(t, http.StatusForbidden, code, m)
+	audits := map[string]map[string]any{}
+	for range 2 {
+		msg, err := sub.NextMsg(10 * time.Second)
+		require.NoError(t, err)
+		var audit map[string]any
+		require.NoError(t, json.Unmarshal(msg.Data, &audit))
+		require.Equal(t, "relay.portal.action", audit["type"])
+		require.Equal(t, "acme", audit["tenant"])
+		audits[audit["action"].(string)] = audit
+	}
+	require.Equal(t, "/v1/destinations/orders/resume", audits["POST /v1/destinations/{name}/resume"]["path"])
+	require.EqualValues(t, 200, audits["POST /v1/destinations/{name}/resume"]["status"])
+	require.EqualValues(t, 403, audits["POST /v1/destinations/{name}/pause"]["status"], "a refusal is audited too")
 	require.Contains(t, e.logs.String(), "portal action")
+
+	// Test events: a few in a row, then one a second.
+	limited := false
+	for range 10 {
+		code, _ := e.send("POST", "/v1/events", manage, `{"dest":"orders","data":1}`)
+		if code == http.StatusTooManyRequests {
+			limited = true
+			break
+		}
+		require.Equal(t, http.StatusAccepted, code)
+	}
+	require.True(t, limited, "a session's test events are limited")
+
+	// A read-only session sees what a read key sees: no body template.
+	code, m = e.send("PATCH", "/v1/tenants/acme/destinations/orders", e.admin, `{"body_template":"{{.Data}} token=s3cret"}`)
+	require.Equal(t, http.StatusOK, code, m)
+	code, m = e.send("GET", "/v1/destinations/orders", readOnly, "")
+	require.Equal(t, http.StatusOK, code, m)
+	require.NotContains(t, m, "body_template")
+	require.NotZero(t, m["body_template_bytes"])
 
 	code, m = e.do("DELETE", "/v1/tenants/acme/portal-sessions", e.admin, "", nil)
 	require.Equal(t, http.StatusNoContent, code, m)

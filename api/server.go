@@ -104,6 +104,10 @@ type Server struct {
 	known map[string]time.Time
 	// rates are the tenants' publish rate limiters (see allowPublish).
 	rates map[string]*tenantRate
+	// testEvents limit the test events of each portal session.
+	testEvents map[string]*rate.Limiter
+	// audits bounds the audit events being published at once.
+	audits chan struct{}
 }
 
 // NewServer returns the API's handler.
@@ -123,7 +127,8 @@ func NewServer(cfg Config) *Server {
 	if cfg.MaxBatchBody == 0 {
 		cfg.MaxBatchBody = 8 << 20
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), failed: map[string]*rate.Limiter{}, known: map[string]time.Time{}, rates: map[string]*tenantRate{}}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), failed: map[string]*rate.Limiter{}, known: map[string]time.Time{}, rates: map[string]*tenantRate{},
+		testEvents: map[string]*rate.Limiter{}, audits: make(chan struct{}, 64)}
 	s.mux.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(OpenAPI)
@@ -273,16 +278,14 @@ func clientAddr(r *http.Request) string {
 // the routes that change something: a session may read its tenant's
 // resources, and change nothing else (403), whatever its capabilities.
 var portalCaps = map[string]portal.Capability{
-	"POST /v1/events":                                 portal.ManageEndpoints, // a test event
-	"POST /v1/destinations":                           portal.ManageEndpoints,
-	"PATCH /v1/destinations/{name}":                   portal.ManageEndpoints,
-	"DELETE /v1/destinations/{name}":                  portal.ManageEndpoints,
-	"POST /v1/destinations/{name}/pause":              portal.ManageEndpoints,
-	"POST /v1/destinations/{name}/resume":             portal.ManageEndpoints,
-	"POST /v1/destinations/{name}/retrying/{id}/skip": portal.ManageEndpoints,
-	"GET /v1/destinations/{name}/secret":              portal.ViewSecret,
-	"POST /v1/destinations/{name}/rotate-secret":      portal.RotateSecret,
-	"POST /v1/dead-letters/replay":                    portal.Replay,
+	"POST /v1/events":                            portal.ManageEndpoints, // a test event (portalTestEvent)
+	"POST /v1/destinations":                      portal.ManageEndpoints, // url, types, filter (portalAllows)
+	"PATCH /v1/destinations/{name}":              portal.ManageEndpoints,
+	"POST /v1/destinations/{name}/pause":         portal.ManageEndpoints,
+	"POST /v1/destinations/{name}/resume":        portal.ManageEndpoints,
+	"GET /v1/destinations/{name}/secret":         portal.ViewSecret,
+	"POST /v1/destinations/{name}/rotate-secret": portal.RotateSecret,
+	"POST /v1/dead-letters/replay":               portal.Replay,
 }
 
 // auth lets through requests with a valid key whose scope allows need.
@@ -352,14 +355,20 @@ func (s *Server) auth(pattern string, need Scope, ten tenancy, h http.HandlerFun
 			problem(w, http.StatusForbidden, "", fmt.Sprintf("the key %q has scope %s; this needs %s", key.Name, key.Scope, needs))
 			return
 		}
+		if key.Session != "" && ten == ownTenant {
+			// The tenant's record is the sender's: its metadata, limits
+			// and settings are not shown to its customers.
+			problem(w, http.StatusForbidden, "", "a customer portal session may not read the tenant's record")
+			return
+		}
 		if key.Session != "" && need != ScopeRead && need != scopeAny {
 			c, ok := portalCaps[pattern]
 			if !ok {
-				problem(w, http.StatusForbidden, "", "a customer portal session may not do this")
+				s.audit(pattern, key, refuse("a customer portal session may not do this"))(w, r)
 				return
 			}
 			if !slices.Contains(key.Capabilities, c) {
-				problem(w, http.StatusForbidden, "", fmt.Sprintf("this portal session does not have the %s capability", c))
+				s.audit(pattern, key, refuse(fmt.Sprintf("this portal session does not have the %s capability", c)))(w, r)
 				return
 			}
 			h = s.audit(pattern, key, h)

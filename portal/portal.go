@@ -233,6 +233,12 @@ func (s *Store) EndAll(ctx context.Context, tenant string) error {
 // exchange of the same link, an expired or ended one, or a wrong one is
 // ErrBadToken.
 func (s *Store) Exchange(ctx context.Context, token string) (cookie string, _ Session, _ error) {
+	return s.ExchangeFor(ctx, token, "")
+}
+
+// ExchangeFor is Exchange of a link that must be tenant's (any tenant's
+// when tenant is ""): another's is ErrBadToken, and not spent.
+func (s *Store) ExchangeFor(ctx context.Context, token, tenant string) (cookie string, _ Session, _ error) {
 	id, sec, ok := split(token, linkPrefix)
 	if !ok {
 		return "", Session{}, ErrBadToken
@@ -240,6 +246,9 @@ func (s *Store) Exchange(ctx context.Context, token string) (cookie string, _ Se
 	sess, err := s.live(ctx, id)
 	if err != nil {
 		return "", Session{}, err
+	}
+	if tenant != "" && sess.Tenant != tenant {
+		return "", Session{}, ErrBadToken
 	}
 	if subtle.ConstantTimeCompare([]byte(hash(sec)), []byte(sess.LinkHash)) != 1 {
 		return "", Session{}, ErrBadToken
@@ -308,10 +317,12 @@ func (s *Store) End(ctx context.Context, cookie string) error {
 	if err != nil {
 		return err
 	}
-	if err := s.kv.Purge(ctx, "c."+sess.ID); err != nil {
+	// The session first: without it neither the cookie nor the link is
+	// good, whatever happens to the cookie's key.
+	if err := s.kv.Purge(ctx, "s."+sess.ID); err != nil {
 		return fmt.Errorf("end portal session %s: %w", sess.ID, err)
 	}
-	if err := s.kv.Purge(ctx, "s."+sess.ID); err != nil {
+	if err := s.kv.Purge(ctx, "c."+sess.ID); err != nil {
 		return fmt.Errorf("end portal session %s: %w", sess.ID, err)
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -288,8 +289,9 @@ func (p *Portal) signinPage(w http.ResponseWriter, r *http.Request) {
 // exchange spends a link's token (a JSON body {"token": "rpl_..."}) for
 // the session cookie, once; limited per client address.
 func (p *Portal) exchange(w http.ResponseWriter, r *http.Request) {
-	if !p.allowExchange(clientAddr(r)) {
-		portalProblem(w, http.StatusTooManyRequests, "Too many sign-ins from this address: wait a minute and open the link again.")
+	addr := clientAddr(r)
+	if p.exchangesSpent(addr) {
+		portalProblem(w, http.StatusTooManyRequests, "Too many failed sign-ins from this address: wait a minute and open the link again.")
 		return
 	}
 	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
@@ -298,14 +300,20 @@ func (p *Portal) exchange(w http.ResponseWriter, r *http.Request) {
 	}
 	var body struct {
 		Token string `json:"token"`
+		// Tenant is the sign-in page's: a link of another tenant's is
+		// refused, so that a page never signs in as a tenant other than
+		// the one whose branding and framing it showed.
+		Tenant string `json:"tenant"`
 	}
 	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+		p.exchangeFailed(addr)
 		portalProblem(w, http.StatusBadRequest, "the sign-in request could not be read")
 		return
 	}
-	cookie, sess, err := p.cfg.Sessions.Exchange(r.Context(), strings.TrimSpace(body.Token))
+	cookie, sess, err := p.cfg.Sessions.ExchangeFor(r.Context(), strings.TrimSpace(body.Token), body.Tenant)
 	if errors.Is(err, portal.ErrBadToken) {
-		p.cfg.Logger.Warn("portal: a link was refused (unknown, used, expired or ended)", "client", r.RemoteAddr)
+		p.exchangeFailed(addr)
+		p.cfg.Logger.Warn("portal: a link was refused (unknown, used, expired, ended, or another tenant's)", "client", r.RemoteAddr)
 		portalProblem(w, http.StatusUnauthorized, "This link has expired or was already used. Ask for a new one where you got it.")
 		return
 	}
@@ -330,7 +338,18 @@ func (p *Portal) exchange(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(map[string]string{"next": "/portal/endpoints"})
 }
 
-func (p *Portal) allowExchange(addr string) bool {
+// exchangesSpent reports whether addr used up its failed exchanges:
+// only failures count, so that the customers behind one proxy are not
+// locked out by signing in, only by someone guessing.
+func (p *Portal) exchangesSpent(addr string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := p.exchanges[addr]
+	return l != nil && l.Tokens() < 1
+}
+
+// exchangeFailed counts a failed exchange from addr.
+func (p *Portal) exchangeFailed(addr string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	l := p.exchanges[addr]
@@ -341,7 +360,7 @@ func (p *Portal) allowExchange(addr string) bool {
 		l = rate.NewLimiter(p.cfg.ExchangeRate, p.cfg.ExchangeBurst)
 		p.exchanges[addr] = l
 	}
-	return l.Allow()
+	l.Allow()
 }
 
 func portalProblem(w http.ResponseWriter, status int, detail string) {
@@ -388,9 +407,16 @@ func (p *Portal) signedIn(h func(http.ResponseWriter, *http.Request, *visitor)) 
 	})
 }
 
-// forget removes the session cookie.
+// forget removes the session cookie: the one of a page of the portal's
+// own, and over TLS the partitioned one of a framed portal (a cookie is
+// removed only with the attributes it was set with).
 func (p *Portal) forget(w http.ResponseWriter, r *http.Request) {
-	http.SetCookie(w, &http.Cookie{Name: portalCookie, Value: "", Path: "/portal/", MaxAge: -1, HttpOnly: true, Secure: p.keys.secureFor(r), SameSite: http.SameSiteLaxMode})
+	secure := p.keys.secureFor(r)
+	http.SetCookie(w, &http.Cookie{Name: portalCookie, Value: "", Path: "/portal/", MaxAge: -1, HttpOnly: true, Secure: secure, SameSite: http.SameSiteLaxMode})
+	if secure {
+		http.SetCookie(w, &http.Cookie{Name: portalCookie, Value: "", Path: "/portal/", MaxAge: -1, HttpOnly: true, Secure: true,
+			SameSite: http.SameSiteNoneMode, Partitioned: true})
+	}
 }
 
 func (p *Portal) signedOut(w http.ResponseWriter, r *http.Request, msg string) {
@@ -429,7 +455,7 @@ func (p *Portal) render(w http.ResponseWriter, r *http.Request, status int, name
 	}
 	if err := t.ExecuteTemplate(&b, tmpl, portalPage{V: v, Data: data, Now: p.cfg.Now()}); err != nil {
 		p.cfg.Logger.Error("portal: rendering a page failed", "page", name, "err", err)
-		http.Error(w, "the page could not be rendered: "+err.Error(), http.StatusInternalServerError)
+		http.Error(w, "the page could not be shown: try again in a moment", http.StatusInternalServerError)
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -445,10 +471,16 @@ func (p *Portal) fail(w http.ResponseWriter, r *http.Request, v *visitor, err er
 	if st := statusOf(err); st != 0 {
 		status = st
 	}
-	msg := err.Error()
+	// What the API says of the customer's request is theirs to read;
+	// anything else (a store or a server that failed, the relays' own
+	// settings) is the operator's: logged, not shown.
+	msg := "Something went wrong on our side: try again in a moment."
 	var e *client.Error
-	if errors.As(err, &e) && e.Detail != "" {
+	switch {
+	case errors.As(err, &e) && slices.Contains([]int{400, 403, 404, 409, 422, 429}, e.Status) && e.Detail != "":
 		msg = e.Detail
+	default:
+		p.cfg.Logger.Warn("portal: a page failed", "path", r.URL.Path, "status", status, "err", err)
 	}
 	p.render(w, r, status, "error", v, map[string]any{"Status": status, "Error": msg})
 }

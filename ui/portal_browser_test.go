@@ -408,6 +408,13 @@ func TestPortalLinksExpireAndEnd(t *testing.T) {
 	p.waitFor(`!document.querySelector("#signin-error").hidden`)
 	require.Contains(t, p.text("#signin-error"), "expired or was already used")
 
+	// acme's link opened at globex's sign-in page: refused, not spent.
+	acme := e.link("acme")
+	_, token, _ := strings.Cut(acme, "#token=")
+	p.do(chromedp.Navigate(e.url + "/portal/signin/globex#token=" + token))
+	p.waitFor(`!document.querySelector("#signin-error").hidden`)
+	p.signInPortal(acme)
+
 	// A page without the token says what to do.
 	p.do(chromedp.Navigate(e.url + "/portal/signin/acme"))
 	p.waitFor(`!document.querySelector("#signin-error").hidden`)
@@ -668,4 +675,29 @@ func TestPortalSignInIsRateLimited(t *testing.T) {
 	require.NoError(t, err)
 	res.Body.Close()
 	require.Equal(t, http.StatusTooManyRequests, res.StatusCode)
+}
+
+// TestPortalEditKeepsAMaskedURL: the edit form shows the URL with its
+// credentials masked; saving other changes keeps the real URL.
+func TestPortalEditKeepsAMaskedURL(t *testing.T) {
+	t.Parallel()
+	e := startPortal(t, portalOptions{})
+	real := e.sink.URL + "/crm?token=s3cret"
+	e.call("POST", "/v1/tenants/acme/destinations", `{"name":"crm","url":"`+real+`"}`)
+	p := openBrowser(t)
+	p.signInPortal(e.link("acme", "manage_endpoints"))
+	p.do(chromedp.Navigate(e.url + "/portal/endpoints/crm"))
+	p.waitFor(`document.querySelector("#edit-endpoint") !== null`)
+	require.NotContains(t, p.eval(`document.querySelector("#url").value`), "s3cret", "masked")
+	p.do(chromedp.Click(chromedp.CSS(`#edit-endpoint input[name="type"][value="order.created"]`)), chromedp.Click(chromedp.ID("save")))
+	p.waitFor(`document.querySelector("#notice") !== null`)
+	d, err := e.st.Get(context.Background(), "acme=crm")
+	require.NoError(t, err)
+	require.Equal(t, real, d.URL, "the real URL is kept")
+	require.Equal(t, []string{"order.created"}, d.Types)
+	// A change the API refuses is shown on the page, the form as filled.
+	p.do(chromedp.SetValue(chromedp.ID("url"), "http://169.254.169.254/latest"), chromedp.Click(chromedp.ID("save")))
+	p.waitFor(`document.querySelector("#endpoint-error") !== null`)
+	require.Contains(t, p.text("#endpoint-error"), "public internet addresses only")
+	require.Equal(t, "http://169.254.169.254/latest", p.eval(`document.querySelector("#url").value`))
 }

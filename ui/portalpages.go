@@ -276,9 +276,19 @@ func (p *Portal) endpointAction(w http.ResponseWriter, r *http.Request, v *visit
 	switch action {
 	case "update":
 		f := endpointFormOf(r)
-		change := client.DestinationSettings{URL: &f.URL, Filter: &f.Filter, Types: f.Types}
+		change := client.DestinationSettings{Filter: &f.Filter, Types: f.Types}
 		if change.Types == nil {
 			change.Types = []string{}
+		}
+		// The form shows the URL with its credentials masked (and a pool's
+		// first URL): sent back unchanged, it would replace the real one.
+		was, gerr := api.Destination(ctx, name)
+		if gerr != nil {
+			p.fail(w, r, v, gerr)
+			return
+		}
+		if f.URL != was.URL {
+			change.URL = &f.URL
 		}
 		_, err = api.UpdateDestination(ctx, name, change)
 		set = func(d *endpointData) { d.Notice = "Saved." }

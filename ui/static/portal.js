@@ -24,7 +24,7 @@
         method: "POST",
         credentials: "same-origin",
         headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({ token: decodeURIComponent(m[1]) })
+        body: JSON.stringify({ token: decodeURIComponent(m[1]), tenant: decodeURIComponent(location.pathname.split("/").pop()) })
       }).then(function (r) {
         return r.json().then(function (b) { return { ok: r.ok, b: b }; });
       }).then(function (x) {
