@@ -163,7 +163,12 @@ func TestCrossTenantRequestsFindNothing(t *testing.T) {
 	require.Equal(t, []string{"acme"}, names(m["tenants"], "id"))
 	_, m = e.do("GET", "/v1/attempts", acmeRead, "", nil)
 	require.Len(t, m["attempts"], 1, "acme's one delivery: %v", m)
-	// An id both published: each sees its own event.
+	// An id both published: each sees its own event (once the log's index
+	// of events has it: it is written after the records).
+	require.Eventually(t, func() bool {
+		code, _ := e.do("GET", "/v1/events/evt-shared", acmeRead, "", nil)
+		return code == http.StatusOK
+	}, 20*time.Second, 20*time.Millisecond)
 	_, m = e.do("GET", "/v1/events/evt-shared", acmeRead, "", nil)
 	require.Len(t, m["destinations"], 1, "%v", m)
 	_, body := e.exchange("GET", "/v1/events/evt-shared/body", acmeRead, "", nil)
