@@ -24,6 +24,9 @@ type Options struct {
 	ResponseHeaderTimeout time.Duration
 	// InsecureSkipVerify turns off TLS certificate verification. Dangerous.
 	InsecureSkipVerify bool
+	// Proxy is the HTTP CONNECT proxy deliveries go through, the guard
+	// kept (Proxy). Optional: none, deliveries connect directly.
+	Proxy *Proxy
 }
 
 // NewClient returns the client relay delivers with: the address guard,
@@ -36,22 +39,31 @@ func NewClient(o Options) *http.Client {
 	if o.TLSHandshakeTimeout == 0 {
 		o.TLSHandshakeTimeout = 10 * time.Second
 	}
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.Proxy = nil
-	// Keep every connection a destination's workers use: many destinations
-	// on one host (a shared ingress) must not churn connections. Idle ones
-	// close after 90s.
-	t.MaxIdleConns = 0 // no total limit
-	t.MaxIdleConnsPerHost = 4096
-	t.IdleConnTimeout = 90 * time.Second
-	t.DialContext = o.Guard.dialContext(&net.Dialer{Timeout: o.ConnectTimeout, KeepAlive: 30 * time.Second})
-	t.TLSHandshakeTimeout = o.TLSHandshakeTimeout
-	t.ResponseHeaderTimeout = o.ResponseHeaderTimeout
-	if o.InsecureSkipVerify {
-		t.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // the operator asked, loudly
+	transport := func(proxy *Proxy) *http.Transport {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		// Go's own proxy support sends CONNECT with the name, which the
+		// proxy would resolve past the guard: the tunnel is the dialer's.
+		t.Proxy = nil
+		// Keep every connection a destination's workers use: many
+		// destinations on one host (a shared ingress) must not churn
+		// connections. Idle ones close after 90s.
+		t.MaxIdleConns = 0 // no total limit
+		t.MaxIdleConnsPerHost = 4096
+		t.IdleConnTimeout = 90 * time.Second
+		t.DialContext = o.Guard.dialContext(&net.Dialer{Timeout: o.ConnectTimeout, KeepAlive: 30 * time.Second}, proxy)
+		t.TLSHandshakeTimeout = o.TLSHandshakeTimeout
+		t.ResponseHeaderTimeout = o.ResponseHeaderTimeout
+		if o.InsecureSkipVerify {
+			t.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // the operator asked, loudly
+		}
+		return t
+	}
+	var rt http.RoundTripper = transport(nil)
+	if o.Proxy != nil {
+		rt = &proxyTransport{proxy: o.Proxy, tunnel: transport(o.Proxy), direct: rt.(*http.Transport)}
 	}
 	return &http.Client{
-		Transport: t,
+		Transport: rt,
 		CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse
 		},

@@ -126,7 +126,10 @@ func ParseAllowNets(vals []string) ([]netip.Prefix, error) {
 // dialContext resolves the host itself, refuses blocked addresses, and dials
 // the permitted ones. Checking the addresses actually dialled, not the name,
 // covers DNS rebinding.
-func (g Guard) dialContext(d *net.Dialer) func(ctx context.Context, network, addr string) (net.Conn, error) {
+//
+// With a proxy, each permitted address is reached through a tunnel the
+// proxy opens to it (CONNECT ip:port), never by name.
+func (g Guard) dialContext(d *net.Dialer, proxy *Proxy) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	lookup := g.Lookup
 	if lookup == nil {
 		lookup = func(ctx context.Context, host string) ([]netip.Addr, error) {
@@ -156,9 +159,18 @@ func (g Guard) dialContext(d *net.Dialer) func(ctx context.Context, network, add
 				}
 				continue
 			}
-			c, err := d.DialContext(ctx, network, net.JoinHostPort(ip.Unmap().String(), port))
+			target := net.JoinHostPort(ip.Unmap().String(), port)
+			var c net.Conn
+			if proxy != nil {
+				c, err = proxy.connect(ctx, d, target, host)
+			} else {
+				c, err = d.DialContext(ctx, network, target)
+			}
 			if err == nil {
 				return c, nil
+			}
+			if _, ok := errors.AsType[*ProxyError](err); ok {
+				return nil, err // the proxy's failure: no other address helps
 			}
 			errs = append(errs, err)
 		}
