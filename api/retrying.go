@@ -24,6 +24,16 @@ func (s *Server) whoami(c *call) {
 	c.json(http.StatusOK, out)
 }
 
+// egress answers GET /v1/egress: the addresses deliveries come from, as
+// the operator declared them (--egress-ips), for receivers to allowlist.
+func (s *Server) egress(c *call) {
+	addrs := s.cfg.EgressIPs
+	if addrs == nil {
+		addrs = []string{}
+	}
+	c.json(http.StatusOK, map[string]any{"addresses": addrs})
+}
+
 // listRetrying answers GET /v1/destinations/{name}/retrying: the events
 // of the destination waiting for their next attempt, as 'relay dest
 // retrying'.

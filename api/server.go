@@ -72,6 +72,10 @@ type Config struct {
 	// PortalURL is where the customer portal is served, for the links
 	// minted. Optional: this server's own /portal/.
 	PortalURL string
+	// EgressIPs are the addresses deliveries come from, as the operator
+	// declared them (--egress-ips), for receivers to allowlist: GET
+	// /v1/egress. Optional.
+	EgressIPs []string
 	// Replicas is how many relay replicas serve the API, each enforcing
 	// an equal share of a tenant's publish rate. Optional: 1.
 	Replicas func() int
@@ -146,6 +150,7 @@ func NewServer(cfg Config) *Server {
 		{"POST /v1/events:batch", ScopePublish, tenanted, 0, s.publishBatch},
 		{"GET /v1/stats", ScopeRead, tenanted, 0, s.stats},
 		{"GET /v1/key", scopeAny, anyKey, 0, s.whoami},
+		{"GET /v1/egress", scopeAny, anyKey, 0, s.egress},
 		{"GET /v1/destinations/{name}/retrying", ScopeRead, tenanted, needName, s.listRetrying},
 		{"POST /v1/destinations/{name}/retrying/{id}/skip", ScopeAdmin, tenanted, needName, s.skipRetrying},
 		{"GET /v1/attempts", ScopeRead, tenanted, 0, s.attempts},

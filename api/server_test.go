@@ -60,6 +60,13 @@ func startAPI(t *testing.T) *apiEnv {
 // startTracedAPI is startAPI with a producer that traces with tp.
 func startTracedAPI(t *testing.T, tp trace.TracerProvider) *apiEnv {
 	t.Helper()
+	return startAPIWith(t, tp, nil)
+}
+
+// startAPIWith is startTracedAPI with the server's Config changed by
+// change (when not nil).
+func startAPIWith(t *testing.T, tp trace.TracerProvider, change func(*Config)) *apiEnv {
+	t.Helper()
 	srv := streamtest.Start(t)
 	ctx := context.Background()
 	keys, err := OpenKeys(ctx, srv.JS)
@@ -84,9 +91,13 @@ func startTracedAPI(t *testing.T, tp trace.TracerProvider) *apiEnv {
 	sessions, err := portal.Open(ctx, srv.JS, nil)
 	require.NoError(t, err)
 	logs := &lockedWriter{w: &bytes.Buffer{}, mu: &sync.Mutex{}}
-	h := NewServer(Config{JS: srv.JS, Keys: keys, Producer: prod, Dests: dests, DeadLetters: letters, Tenants: tenants, EventTypes: types, Catalog: catalog, Policies: policies, Portal: sessions, MaxBody: 64 << 10, MaxBatchBody: 256 << 10,
+	cfg := Config{JS: srv.JS, Keys: keys, Producer: prod, Dests: dests, DeadLetters: letters, Tenants: tenants, EventTypes: types, Catalog: catalog, Policies: policies, Portal: sessions, MaxBody: 64 << 10, MaxBatchBody: 256 << 10,
 		BodyTimeout: testBodyTimeout,
-		Logger:      slog.New(slog.NewTextHandler(logs, nil))})
+		Logger:      slog.New(slog.NewTextHandler(logs, nil))}
+	if change != nil {
+		change(&cfg)
+	}
+	h := NewServer(cfg)
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
 
@@ -371,4 +382,21 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+func TestEgressAddresses(t *testing.T) {
+	t.Parallel()
+	e := startAPIWith(t, nil, func(c *Config) { c.EgressIPs = []string{"203.0.113.7", "198.51.100.0/28"} })
+	for _, key := range []string{e.publish, e.read, e.admin} {
+		code, m := e.do("GET", "/v1/egress", key, "", nil)
+		require.Equal(t, http.StatusOK, code, m)
+		require.Equal(t, []any{"203.0.113.7", "198.51.100.0/28"}, m["addresses"], "every key reads them")
+	}
+	code, _ := e.do("GET", "/v1/egress", "", "", nil)
+	require.Equal(t, http.StatusUnauthorized, code)
+
+	none := startAPI(t)
+	code, m := none.do("GET", "/v1/egress", none.read, "", nil)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, []any{}, m["addresses"], "none declared: an empty list, not null")
 }

@@ -85,6 +85,7 @@ func TestCrossTenantRequestsFindNothing(t *testing.T) {
 	calls := map[string]crossTenantCall{
 		"getOpenAPI":              {"GET", "/v1/openapi.json", "", 200},
 		"getKey":                  {"GET", "/v1/key", "", 200},
+		"getEgress":               {"GET", "/v1/egress", "", 200},
 		"publishEvent":            {"POST", "/v1/events", `{"tenant":"globex","dest":"orders","data":1}`, 404},
 		"publishEventBatch":       {"POST", "/v1/events:batch", `{"events":[{"tenant":"globex","dest":"orders","data":1}]}`, 404},
 		"getStats":                {"GET", "/v1/stats", "", 200},

@@ -121,6 +121,8 @@ type ProxyError struct {
 	// Status is the proxy's answer to CONNECT; 0 when it gave none.
 	Status int
 	Err    error
+	// LastTunnel is when the proxy last granted a tunnel (zero: never).
+	LastTunnel time.Time
 }
 
 func (e *ProxyError) Error() string {
@@ -146,7 +148,7 @@ const healthyFor = time.Minute
 func (p *Proxy) connect(ctx context.Context, d *net.Dialer, target, host string) (net.Conn, error) {
 	c, err := d.DialContext(ctx, "tcp", p.Addr)
 	if err != nil {
-		return nil, &ProxyError{Proxy: p.Addr, Err: err}
+		return nil, &ProxyError{Proxy: p.Addr, Err: err, LastTunnel: p.lastTunnel()}
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		_ = c.SetDeadline(dl)
@@ -159,24 +161,24 @@ func (p *Proxy) connect(ctx context.Context, d *net.Dialer, target, host string)
 	}
 	if err := req.Write(c); err != nil {
 		c.Close()
-		return nil, &ProxyError{Proxy: p.Addr, Err: fmt.Errorf("send CONNECT: %w", err)}
+		return nil, &ProxyError{Proxy: p.Addr, Err: fmt.Errorf("send CONNECT: %w", err), LastTunnel: p.lastTunnel()}
 	}
 	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, req)
 	if err != nil {
 		c.Close()
-		return nil, &ProxyError{Proxy: p.Addr, Err: fmt.Errorf("read its answer to CONNECT: %w", err)}
+		return nil, &ProxyError{Proxy: p.Addr, Err: fmt.Errorf("read its answer to CONNECT: %w", err), LastTunnel: p.lastTunnel()}
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		c.Close()
-		healthy := time.Since(time.Unix(0, p.health.Load())) < healthyFor
+		healthy := time.Since(p.lastTunnel()) < healthyFor
 		if resp.StatusCode >= 500 && healthy {
 			// A proxy that tunnels to other destinations says it could
 			// not reach this one: the destination's failure.
 			return nil, fmt.Errorf("the egress proxy could not reach %s (%s): %d %s", host, target, resp.StatusCode, http.StatusText(resp.StatusCode))
 		}
-		return nil, &ProxyError{Proxy: p.Addr, Status: resp.StatusCode}
+		return nil, &ProxyError{Proxy: p.Addr, Status: resp.StatusCode, LastTunnel: p.lastTunnel()}
 	}
 	p.health.Store(time.Now().UnixNano())
 	_ = c.SetDeadline(time.Time{})
@@ -184,6 +186,14 @@ func (p *Proxy) connect(ctx context.Context, d *net.Dialer, target, host string)
 		return &bufferedConn{Conn: c, r: br}, nil
 	}
 	return c, nil
+}
+
+// lastTunnel is when the proxy last granted a tunnel (zero: never).
+func (p *Proxy) lastTunnel() time.Time {
+	if n := p.health.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
 }
 
 // bufferedConn is a tunnel whose first bytes were read with the proxy's

@@ -31,6 +31,7 @@ const (
 	DeadLetters    = "relay.dead_letters"
 	ReplayFinished = "relay.replay.finished"
 	PortalAction   = "relay.portal.action"
+	ProxyFailing   = "relay.egress.proxy_failing"
 )
 
 // Prefix starts every operator event's type.
@@ -166,6 +167,22 @@ type PortalActionBody struct {
 	Path   string `json:"path"`
 	// Status is the API's answer: 2xx done, else refused.
 	Status int `json:"status"`
+}
+
+// ProxyFailingBody is the body of relay.egress.proxy_failing: the egress
+// proxy has failed every attempt through it for a while (a replica's
+// view). Deliveries wait for it, no attempt used. Sent again every 10
+// minutes while it lasts.
+type ProxyFailingBody struct {
+	At time.Time `json:"at"`
+	// Proxy is the proxy's address (never its credentials).
+	Proxy string `json:"proxy"`
+	// Since is the first failure of the run; Failures how many attempts it
+	// failed since.
+	Since    time.Time `json:"since"`
+	Failures int       `json:"failures"`
+	// LastError is the last failure.
+	LastError string `json:"last_error"`
 }
 
 // ReplayFinishedBody is the body of relay.replay.finished.

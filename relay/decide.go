@@ -91,6 +91,11 @@ type Input struct {
 	// attempt failed; it says why. No request was made.
 	TemplateErr string
 
+	// ProxyFailed: the egress proxy failed to carry the attempt (it is
+	// down, refused the tunnel...); it says why. The request never reached
+	// the destination: no attempt was made.
+	ProxyFailed string
+
 	// Interrupted: a shutdown cut the evaluation of the destination's
 	// filter or body template short, before any attempt.
 	Interrupted bool
@@ -122,6 +127,10 @@ type Input struct {
 // pausedHandBack is the longest an event of a paused destination is
 // handed back for: a resume seen late by this replica delays it no more.
 const pausedHandBack = 5 * time.Second
+
+// proxyWait is how long an event waits, handed back, when the egress
+// proxy failed to carry its attempt.
+const proxyWait = 5 * time.Second
 
 // configErrorWait is how long the head of a blocked ordered key waits before
 // its filter is evaluated, or its body template rendered, again after it
@@ -252,6 +261,10 @@ func decide(in Input) Decision {
 			// it, perhaps after a later one. JetStream hands it out
 			// again if nobody settled it.
 			return Decision{Action: Leave}
+		case in.ProxyFailed != "":
+			// The proxy's failure, not the destination's: no attempt
+			// used, nothing for its breaker; it waits for the proxy.
+			return Decision{Action: HandBack, Delay: proxyWait, Jitter: true}
 		case in.Skip != "":
 			return Decision{Action: DeadLetter, Reason: ReasonSkipped}
 		case !in.Known:

@@ -83,6 +83,8 @@ func TestDecideOutcomes(t *testing.T) {
 		{"body template failed, head of a skipping key", with(func(in *Input) { in.TemplateErr, in.Ordered, in.Dest.OnFailure = "x", true, destination.OnFailureSkip }), Decision{Action: DeadLetter, Reason: ReasonTemplateError, Note: "x"}},
 		{"body template failed, skipped by an operator", with(func(in *Input) { in.TemplateErr, in.Skip = "x", "wrong payload" }), Decision{Action: DeadLetter, Reason: ReasonSkipped}},
 		{"ready", ready(), Decision{Action: Send}},
+		{"egress proxy failed: no attempt used", with(func(in *Input) { in.ProxyFailed = "egress proxy 10.0.0.9:3128: connection refused" }), Decision{Action: HandBack, Delay: 5 * time.Second, Jitter: true}},
+		{"egress proxy failed at the last attempt", with(func(in *Input) { in.ProxyFailed, in.Attempt = "407", 3 }), Decision{Action: HandBack, Delay: 5 * time.Second, Jitter: true}},
 
 		// After the attempt.
 		{"2xx", with(result(Result{Status: 204})), Decision{Action: Ack, Effect: Healthy}},

@@ -81,6 +81,16 @@ func (r *Relay) handle(ctx context.Context, msg delivered, mark *partitionMark) 
 			inf := r.cfg.Metrics.attemptStarted(in.Dest.Name)
 			res := r.send(ctx, in.Dest, d)
 			inf.done()
+			if res.ProxyFailed {
+				// Decided on next: no request reached the destination.
+				if ctx.Err() != nil {
+					in.Interrupted = true
+				} else {
+					in.ProxyFailed = res.Err.Error()
+					r.proxyFailed(res.Err)
+				}
+				continue
+			}
 			in.Sent, in.Result = true, res
 			if in.CanPark && (res.Status < 200 || res.Status > 299) {
 				// A park may fail, and Decide is asked again then: the
@@ -287,7 +297,11 @@ func (r *Relay) execute(ctx context.Context, msg delivered, ev *event, mark *par
 		if in.Sent {
 			r.log.Info("attempt cancelled by shutdown", "dest", ev.dest, "event_id", ev.id, "attempt", in.Attempt)
 		}
-		r.handBack(msg, dec.Delay)
+		delay := dec.Delay
+		if dec.Jitter {
+			delay = jitter(delay)
+		}
+		r.handBack(msg, delay)
 		return out
 	case AckSettled:
 		why := "the head of an ordered key settled before its ack was lost (a crash of the NATS server's process)"

@@ -53,6 +53,8 @@ type Metrics struct {
 	// The router's typed events without a subscriber, and copies.
 	routedUnsubscribed, routedCopyCount prometheus.Counter
 	tenantWaits                         prometheus.Counter
+	// Attempts the egress proxy failed to carry.
+	proxyFailures prometheus.Counter
 	// The delivery log's records lost: not written (the writer's queue
 	// full) or refused by JetStream.
 	logDropped, logFailed, logIndexFailed prometheus.Counter
@@ -133,6 +135,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "relay_tenant_in_flight_waits_total",
 		Help: "Deliveries handed back to JetStream because their tenant's in-flight slots (limits.max_in_flight) stayed taken: no attempt was used.",
 	})
+	m.proxyFailures = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "relay_egress_proxy_failures_total",
+		Help: "Attempts the egress proxy failed to carry (down, refused the tunnel or the credentials, its own 5xx): handed back, no attempt used.",
+	})
 	m.logDropped = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "relay_attempt_log_dropped_total",
 		Help: "Delivery-log records this process dropped because its writer fell behind (deliveries never wait for the log).",
@@ -147,7 +153,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	})
 	reg.MustRegister(m.logDropped, m.logFailed, m.logIndexFailed)
 	reg.MustRegister(m.deliveries, m.attempts, m.responses, m.attemptDuration, m.latency, m.inFlight, m.parkFailures, m.pauses, m.settled, m.deadLetterFails, m.filtered, m.checkRead, m.checkListed,
-		m.routedUnsubscribed, m.routedCopyCount, m.tenantWaits)
+		m.routedUnsubscribed, m.routedCopyCount, m.tenantWaits, m.proxyFailures)
 	return m
 }
 
@@ -199,6 +205,13 @@ func (m *Metrics) CheckedListed(n uint64) {
 func (m *Metrics) tenantWaited() {
 	if m != nil {
 		m.tenantWaits.Inc()
+	}
+}
+
+// proxyFailure counts an attempt the egress proxy failed to carry.
+func (m *Metrics) proxyFailure() {
+	if m != nil {
+		m.proxyFailures.Inc()
 	}
 }
 

@@ -25,6 +25,9 @@ type Result struct {
 	HasRetryAfter bool
 	// Blocked says the address guard refused the destination's address.
 	Blocked bool
+	// ProxyFailed says the egress proxy failed (egress.ProxyError): the
+	// request never reached the destination.
+	ProxyFailed bool
 	// Snippet is the start of the response body, for the failure history.
 	Snippet string
 	// Body is the start of the response body and Headers the response
@@ -251,9 +254,10 @@ func (r Result) invalid() *InvalidEventError {
 }
 
 // Attempted reports whether a request was made (whether or not a response
-// came back): not for an event that could not become a request.
+// came back): not for an event that could not become a request, nor for
+// one the egress proxy failed to carry.
 func (r Result) Attempted() bool {
-	return r.Status != 0 || r.Err != nil && r.invalid() == nil
+	return r.Status != 0 || r.Err != nil && r.invalid() == nil && !r.ProxyFailed
 }
 
 // classify turns the result of attempt number attempt (1-based) under

@@ -296,6 +296,8 @@ type Relay struct {
 	pools    *urlPools
 	limits   limits
 	tenants  tenantSlots
+	// proxyDown follows the egress proxy's failures.
+	proxyDown proxyWatch
 	// parkWarn keeps "cannot park" to one warning per destination every
 	// 10s (relay_park_failures_total counts them all).
 	parkWarn quiet.Limiter

@@ -134,6 +134,7 @@ func (s *Sender) Send(ctx context.Context, d destination.Destination, ev Deliver
 	now := s.Now()
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(d.Timeout))
 	defer cancel()
+	ctx = egress.ForDestination(ctx, d.Name) // for --no-proxy dest:... and tenant:...
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.URL, bytes.NewReader(ev.Body))
 	if err != nil {
 		var ue *url.Error
@@ -196,10 +197,11 @@ func (s *Sender) Send(ctx context.Context, d destination.Destination, ev Deliver
 	resp, err := s.transport().RoundTrip(req)
 	if err != nil {
 		var be *egress.BlockedError
+		var pe *egress.ProxyError
 		// As http.Client reports it, but the URL redacted: the error is
 		// logged and kept in the history and the dead letter.
 		err = &url.Error{Op: "Post", URL: destination.RedactURL(d.URL), Err: egress.WithoutResolver(err)}
-		return Result{Err: transportError(err, d), Blocked: errors.As(err, &be), Duration: s.Now().Sub(now)}
+		return Result{Err: transportError(err, d), Blocked: errors.As(err, &be), ProxyFailed: errors.As(err, &pe), Duration: s.Now().Sub(now)}
 	}
 	var body, kept []byte
 	var rerr error

@@ -110,7 +110,8 @@ func startPortal(t *testing.T, o portalOptions) *portalEnv {
 	// that is not public.
 	allow := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 	require.NoError(t, egress.AgreePolicy(ctx, srv.JS, egress.Policy{Allow: allow}))
-	apiSrv := api.NewServer(api.Config{JS: srv.JS, Keys: keys, Producer: prod, Dests: st, DeadLetters: letters, Tenants: tenants, EventTypes: types, Portal: sessions, Logger: quiet})
+	apiSrv := api.NewServer(api.Config{JS: srv.JS, Keys: keys, Producer: prod, Dests: st, DeadLetters: letters, Tenants: tenants, EventTypes: types, Portal: sessions,
+		EgressIPs: []string{"203.0.113.7", "198.51.100.0/28"}, Logger: quiet})
 	customers, err := ui.NewPortal(ctx, ui.PortalConfig{API: checkedAPI(t, apiSrv), JS: srv.JS, Sessions: sessions, Tenants: tenants,
 		FrameAncestors: o.frameAncestors, Secure: o.tls, Logger: quiet})
 	require.NoError(t, err)
@@ -262,6 +263,7 @@ func TestPortalCustomerJourney(t *testing.T) {
 	require.Contains(t, p.text("#signin-error"), "expired or was already used", "a link is used once")
 	p.do(chromedp.Navigate(e.url + "/portal/endpoints"))
 	p.waitFor(`document.querySelector("#add-endpoint") !== null`)
+	require.Equal(t, "Webhooks come from these addresses, for your firewall's allowlist: 203.0.113.7, 198.51.100.0/28.", p.text("#egress"))
 
 	// A private address: refused, and explained.
 	p.do(chromedp.SetValue(chromedp.ID("name"), "orders"), chromedp.SetValue(chromedp.ID("url"), "http://10.1.2.3/hooks"),

@@ -42,7 +42,10 @@ type endpointRow struct {
 }
 
 type endpointsData struct {
-	Rows   []endpointRow
+	Rows []endpointRow
+	// Egress are the addresses deliveries come from, for the customer's
+	// allowlist (none declared: not shown).
+	Egress []string
 	Types  []client.EventType
 	Form   endpointForm
 	Error  string
@@ -71,6 +74,9 @@ func (p *Portal) endpointsOf(r *http.Request, v *visitor) (endpointsData, error)
 		return endpointsData{}, err
 	}
 	d := endpointsData{Types: p.catalog(r, v)}
+	if d.Egress, err = api.Egress(r.Context()); err != nil {
+		p.cfg.Logger.Warn("portal: cannot read the egress addresses", "err", err)
+	}
 	for _, dest := range ds {
 		row := endpointRow{Destination: dest, Health: dest.State}
 		for _, s := range stats {

@@ -298,6 +298,16 @@ func (k Key) Can(c string) bool {
 	return k.Session == "" || slices.Contains(k.Capabilities, c)
 }
 
+// Egress returns the addresses deliveries come from, as the operator
+// declared them, for receivers to allowlist (getEgress). Any scope.
+func (c *Client) Egress(ctx context.Context) ([]string, error) {
+	var out struct {
+		Addresses []string `json:"addresses"`
+	}
+	err := c.do(ctx, request{method: http.MethodGet, path: "/egress"}, &out)
+	return out.Addresses, err
+}
+
 // Key returns the name and scope of the client's key (getKey). Any scope.
 func (c *Client) Key(ctx context.Context) (Key, error) {
 	var out Key

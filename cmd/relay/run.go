@@ -62,6 +62,10 @@ hands the rest back to JetStream, and exits 0.`,
 			&cli.DurationFlag{Name: "connect-timeout", EnvVars: []string{"RELAY_CONNECT_TIMEOUT"}, Value: 10 * time.Second, Usage: "TCP connect timeout of a delivery"},
 			&cli.DurationFlag{Name: "tls-handshake-timeout", EnvVars: []string{"RELAY_TLS_HANDSHAKE_TIMEOUT"}, Value: 10 * time.Second, Usage: "TLS handshake timeout of a delivery"},
 			&cli.DurationFlag{Name: "response-header-timeout", EnvVars: []string{"RELAY_RESPONSE_HEADER_TIMEOUT"}, Usage: "wait for response headers (0: only the destination's total timeout)"},
+			&cli.StringFlag{Name: "egress-proxy", EnvVars: []string{"RELAY_EGRESS_PROXY"}, Usage: "send deliveries through this HTTP proxy, http://host:port: relay resolves each destination's name, vets every address with the guard and asks the proxy for a tunnel to the address (CONNECT ip:port), never the name; TLS still checks the name. Credentials: in the URL (better in the environment than on the command line) or --egress-proxy-auth-file. HTTP_PROXY and HTTPS_PROXY are ignored"},
+			&cli.StringFlag{Name: "egress-proxy-auth-file", EnvVars: []string{"RELAY_EGRESS_PROXY_AUTH_FILE"}, Usage: "a file with the egress proxy's credentials, one line user:password (Basic); never printed", TakesFile: true},
+			&cli.StringSliceFlag{Name: "no-proxy", EnvVars: []string{"RELAY_NO_PROXY"}, Usage: "what goes direct rather than through --egress-proxy, as NO_PROXY has it: a host name, .domain (and its subdomains), an address or CIDR range; and dest:NAME (a tenant's: dest:TENANT=NAME) or tenant:ID (repeatable, or comma-separated); the guard applies either way"},
+			&cli.StringSliceFlag{Name: "egress-ips", EnvVars: []string{"RELAY_EGRESS_IPS"}, Usage: "the addresses deliveries come from (your proxy's or NAT's), IPs or CIDR ranges, shown by GET /v1/egress and the customer portal for receivers to allowlist (repeatable, or comma-separated)"},
 			&cli.BoolFlag{Name: "dangerously-skip-tls-verify", EnvVars: []string{"RELAY_DANGEROUSLY_SKIP_TLS_VERIFY"}, Usage: "do not verify destinations' TLS certificates (anyone on the path can read and forge deliveries)"},
 			&cli.StringFlag{Name: "api-addr", EnvVars: []string{"RELAY_API_ADDR"}, Usage: "serve the HTTP API (/v1, docs/api.md) here (empty: off); on a non-loopback address only once an API key exists ('relay api-key create')"},
 			&cli.StringFlag{Name: "api-tls-cert", EnvVars: []string{"RELAY_API_TLS_CERT"}, Usage: "serve the HTTP API over TLS with this certificate (PEM file; with --api-tls-key)", TakesFile: true},
@@ -99,6 +103,8 @@ type runOpts struct {
 	logResponseBytes int
 	gcHeapFloor      int64
 	tracing          tracingOpts
+	// proxyAuthFile is --egress-proxy-auth-file, read when relay runs.
+	proxyAuthFile string
 }
 
 func readRun(c *cli.Context) *runOpts {
@@ -111,7 +117,7 @@ func readRun(c *cli.Context) *runOpts {
 	return &runOpts{
 		embeddedGiven: embedded, clusterSecret: c.String("cluster-secret"), clusterSecretFile: c.String("cluster-secret-file"),
 		attemptMaxBytes: c.Int64("attempt-max-bytes"), logResponseBytes: c.Int("log-response-bytes"),
-		gcHeapFloor: c.Int64("gc-heap-floor"), tracing: readTracing(c),
+		gcHeapFloor: c.Int64("gc-heap-floor"), tracing: readTracing(c), proxyAuthFile: c.String("egress-proxy-auth-file"),
 		cfg: replica.Config{
 			NATSURL: c.String("nats-url"), DataDir: c.String("data-dir"), Listen: c.String("listen"), ServerName: c.String("server-name"),
 			SyncAlways: c.Bool("sync-always"), ClusterName: c.String("cluster-name"), ClusterListen: c.String("cluster-listen"),
@@ -125,6 +131,7 @@ func readRun(c *cli.Context) *runOpts {
 			RedisReplicaWait: c.Duration("redis-replica-wait"), ParkThreshold: c.Duration("park-threshold"), ParkLease: c.Duration("park-lease"),
 			AllowNet: c.StringSlice("allow-net"), ConnectTimeout: c.Duration("connect-timeout"), TLSHandshakeTimeout: c.Duration("tls-handshake-timeout"),
 			ResponseHeaderTimeout: c.Duration("response-header-timeout"), SkipTLSVerify: c.Bool("dangerously-skip-tls-verify"),
+			EgressProxy: c.String("egress-proxy"), NoProxy: c.StringSlice("no-proxy"), EgressIPs: splitCommas(c.StringSlice("egress-ips")),
 			MetricsAddr: c.String("metrics-addr"), MetricsTenantDestinations: c.Bool("metrics-tenant-destinations"), Pprof: c.String("pprof"), APIAddr: c.String("api-addr"), APITLSCert: c.String("api-tls-cert"), APITLSKey: c.String("api-tls-key"),
 			PortalURL: c.String("portal-url"), PortalFrameAncestors: c.StringSlice("portal-frame-ancestor"),
 			APIMaxConns: c.Int("api-max-conns"), APIIdleTimeout: c.Duration("api-idle-timeout"), APIBodyTimeout: c.Duration("api-body-timeout"),
@@ -181,6 +188,16 @@ func (o *runOpts) Run(ctx context.Context, e *env) error {
 	if cfg.SecretKey, cfg.PreviousSecretKeys, err = e.global.secretKeys(); err != nil {
 		return err
 	}
+	if o.proxyAuthFile != "" {
+		b, err := os.ReadFile(o.proxyAuthFile)
+		if err != nil {
+			return fmt.Errorf("--egress-proxy-auth-file: %w", err)
+		}
+		cfg.EgressProxyAuth = strings.TrimSpace(string(b))
+		if cfg.EgressProxyAuth == "" {
+			return usagef("--egress-proxy-auth-file %s is empty: give one line, user:password", o.proxyAuthFile)
+		}
+	}
 	if cfg.ClusterSecret, err = keyFrom("cluster-secret", "RELAY_CLUSTER_SECRET", o.clusterSecret, o.clusterSecretFile); err != nil {
 		return err
 	}
@@ -215,4 +232,18 @@ func givenInt64(c *cli.Context, name string) int64 {
 		return c.Int64(name)
 	}
 	return 0
+}
+
+// splitCommas is vals with each comma-separated value split, blanks left
+// out.
+func splitCommas(vals []string) []string {
+	var out []string
+	for _, v := range vals {
+		for _, s := range strings.Split(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
 }

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -152,6 +154,22 @@ type Config struct {
 	// (--response-header-timeout). Optional: 0, only the destination's
 	// own timeout.
 	ResponseHeaderTimeout time.Duration
+	// EgressProxy is the HTTP proxy deliveries go through, with CONNECT to
+	// addresses the guard vetted (--egress-proxy),
+	// http://[user:password@]host:port. Optional: none, deliveries
+	// connect directly.
+	EgressProxy string
+	// EgressProxyAuth is its credentials, user:password
+	// (--egress-proxy-auth-file's content). Optional.
+	EgressProxyAuth string
+	// NoProxy are what goes direct, not through EgressProxy (--no-proxy):
+	// host names, .domains, addresses and CIDR ranges as NO_PROXY has
+	// them, dest:NAME and tenant:ID. Optional.
+	NoProxy []string
+	// EgressIPs are the addresses deliveries come from, as the operator
+	// declares them for receivers to allowlist (--egress-ips): each an IP
+	// address or a CIDR range. Optional.
+	EgressIPs []string
 	// SkipTLSVerify does not verify destinations' TLS certificates
 	// (--dangerously-skip-tls-verify). Optional. Dangerous.
 	SkipTLSVerify bool
@@ -383,6 +401,17 @@ func (cfg Config) Validate() error {
 	if _, err := egress.ParseAllowNets(cfg.AllowNet); err != nil {
 		return &ConfigError{err.Error()}
 	}
+	if _, err := cfg.proxy(); err != nil {
+		return err
+	}
+	for _, a := range cfg.EgressIPs {
+		if _, err := netip.ParseAddr(a); err == nil {
+			continue
+		}
+		if _, err := netip.ParsePrefix(a); err != nil {
+			return invalid("--egress-ips %q: give an IP address or a CIDR range (203.0.113.7, 198.51.100.0/28)", a)
+		}
+	}
 	if len(cfg.SecretKey) > 0 && len(cfg.SecretKey) < destination.MinKeyLen {
 		return invalid("the secret key is %d bytes; use at least %d random bytes (openssl rand -base64 32)", len(cfg.SecretKey), destination.MinKeyLen)
 	}
@@ -477,6 +506,44 @@ func splitListen(addr string) (string, int, error) {
 // address with no API key, a TLS certificate that does not load). Its
 // message names the flag of 'relay run' that sets it.
 type ConfigError struct{ msg string }
+
+// proxy is the egress proxy of EgressProxy, EgressProxyAuth and NoProxy;
+// nil without one.
+func (cfg Config) proxy() (*egress.Proxy, error) {
+	if cfg.EgressProxy == "" {
+		switch {
+		case len(cfg.NoProxy) > 0:
+			return nil, invalid("--no-proxy names what goes direct rather than through --egress-proxy: give --egress-proxy too, or leave --no-proxy out")
+		case cfg.EgressProxyAuth != "":
+			return nil, invalid("--egress-proxy-auth-file is the credentials of --egress-proxy: give --egress-proxy too")
+		}
+		return nil, nil
+	}
+	p, err := egress.ParseProxyURL(cfg.EgressProxy)
+	if err != nil {
+		return nil, invalid("--egress-proxy: %v", err)
+	}
+	if cfg.EgressProxyAuth != "" {
+		if p.User != "" {
+			return nil, invalid("--egress-proxy has credentials and so has --egress-proxy-auth-file: give them once (the file keeps them out of the process list)")
+		}
+		user, pass, ok := strings.Cut(strings.TrimSpace(cfg.EgressProxyAuth), ":")
+		if !ok || user == "" {
+			return nil, invalid("--egress-proxy-auth-file: give one line, user:password")
+		}
+		p.User, p.Password = user, pass
+	}
+	for _, e := range cfg.NoProxy {
+		for _, e := range strings.Split(e, ",") {
+			e = strings.TrimSpace(e)
+			if err := egress.ValidateNoProxy(e); err != nil {
+				return nil, invalid("--no-proxy %v", err)
+			}
+			p.NoProxy = append(p.NoProxy, e)
+		}
+	}
+	return p, nil
+}
 
 func (e *ConfigError) Error() string { return e.msg }
 

@@ -135,6 +135,13 @@ func (r *Replica) Start(ctx context.Context) (err error) {
 	if cfg.SkipTLSVerify {
 		log.Warn("TLS certificates of destinations are NOT verified (--dangerously-skip-tls-verify)")
 	}
+	proxy, err := cfg.proxy()
+	if err != nil {
+		return err
+	}
+	if proxy != nil {
+		log.Info("deliveries go through the egress proxy: relay resolves and vets each address, the proxy tunnels to it (CONNECT ip:port)", "proxy", proxy.String(), "no_proxy", proxy.NoProxy)
+	}
 	ecfg := relay.Config{JS: r.js, Logger: log, NetPolicy: policy, SecretKey: cfg.SecretKey, PreviousSecretKeys: cfg.PreviousSecretKeys, ShutdownGrace: cfg.ShutdownGrace, ParkThreshold: cfg.ParkThreshold, MaxInFlight: cfg.MaxInFlight, AckWait: cfg.AckWait,
 		NoAttemptLog: cfg.NoAttemptLog, NoOperatorEvents: cfg.NoOperatorEvents, AlertBacklogAge: cfg.AlertBacklogAge, AlertDeadLetters: cfg.AlertDeadLetters, LogResponseBytes: cfg.LogResponseBytes,
 		TracerProvider: cfg.TracerProvider,
@@ -144,6 +151,7 @@ func (r *Replica) Start(ctx context.Context) (err error) {
 			TLSHandshakeTimeout:   cfg.TLSHandshakeTimeout,
 			ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
 			InsecureSkipVerify:    cfg.SkipTLSVerify,
+			Proxy:                 proxy,
 		})}
 	var promoter *schedule.Promoter
 	if cfg.RedisURL != "" {
@@ -522,7 +530,7 @@ func (r *Replica) serveAPI(ctx context.Context, secretKey destination.StoreOptio
 	}
 	limits := cfg.apiLimits()
 	apiSrv := api.NewServer(api.Config{JS: js, Keys: keys, Producer: prod, Dests: dests, DeadLetters: letters.WithTracerProvider(tp), Tenants: tenants,
-		EventTypes: types, Catalog: catalog, Policies: policies, Portal: sessions, PortalURL: cfg.PortalURL, Replicas: replicas, Logger: log, BodyTimeout: limits.bodyTimeout})
+		EventTypes: types, Catalog: catalog, Policies: policies, Portal: sessions, PortalURL: cfg.PortalURL, EgressIPs: cfg.EgressIPs, Replicas: replicas, Logger: log, BodyTimeout: limits.bodyTimeout})
 	dash, err := ui.New(ctx, ui.Config{API: apiSrv, JS: js, Secure: cfg.APITLSCert != "", Logger: log})
 	if err != nil {
 		ln.Close()
