@@ -45,6 +45,19 @@ type Destination struct {
 	// rotation, receivers that still have the old secret keep verifying.
 	PrevSecret      string    `json:"prev_secret,omitempty"`
 	PrevSecretUntil time.Time `json:"prev_secret_until,omitzero"`
+	// Signature is how deliveries are signed: SignatureHMAC (default:
+	// "v1" with Secret), SignatureEd25519 ("v1a" with SigningKey: the
+	// receiver holds only the public key) or SignatureBoth (both on every
+	// request, while receivers move from one to the other).
+	Signature string `json:"signature,omitempty"`
+	// SigningKey signs "v1a" (Standard Webhooks, "whsk_" + base64 of an
+	// Ed25519 private key), with SignatureEd25519 and SignatureBoth.
+	// PrevSigningKey, until PrevSigningKeyUntil, also signs: after a
+	// rotation, receivers that still have the old public key keep
+	// verifying.
+	SigningKey          string    `json:"signing_key,omitempty"`
+	PrevSigningKey      string    `json:"prev_signing_key,omitempty"`
+	PrevSigningKeyUntil time.Time `json:"prev_signing_key_until,omitzero"`
 	// Headers are added to every request. Optional.
 	Headers map[string]string `json:"headers,omitempty"`
 	// Timeout bounds one attempt, connect to last body byte. Optional,
@@ -249,6 +262,9 @@ func (d Destination) WithDefaults() Destination {
 	if d.OnGone == "" {
 		d.OnGone = OnGoneDisable
 	}
+	if d.Signature == "" {
+		d.Signature = SignatureHMAC
+	}
 	if d.URLStrategy == "" {
 		d.URLStrategy = URLFailover
 	}
@@ -435,6 +451,9 @@ func (d Destination) Validate() error {
 			}
 		}
 	}
+	if err := d.validateSignature(); err != nil {
+		return err
+	}
 	for k, v := range d.Headers {
 		if isSealed(v) {
 			return settingErr("header", fmt.Errorf("header %s: %w", k, ErrSealed))
@@ -553,7 +572,7 @@ func (d Destination) LongWait() time.Duration {
 
 // hasSecrets reports whether d has a value that is sealed at rest.
 func (d Destination) hasSecrets() bool {
-	return d.Secret != "" || d.PrevSecret != "" || len(d.Headers) > 0 || d.BodyTemplate != ""
+	return d.Secret != "" || d.PrevSecret != "" || d.SigningKey != "" || d.PrevSigningKey != "" || len(d.Headers) > 0 || d.BodyTemplate != ""
 }
 
 // BodyTemplateSum describes d's body template without its text: its length
@@ -578,6 +597,12 @@ func (d Destination) Redacted() Destination {
 	}
 	if d.PrevSecret != "" {
 		d.PrevSecret = "(set)"
+	}
+	if d.SigningKey != "" {
+		d.SigningKey = "(set)"
+	}
+	if d.PrevSigningKey != "" {
+		d.PrevSigningKey = "(set)"
 	}
 	if len(d.Headers) > 0 {
 		h := make(map[string]string, len(d.Headers))

@@ -62,6 +62,10 @@ type Settings struct {
 	URLStrategy *string
 	// Secret is the signing secret; "": deliveries are not signed.
 	Secret *string
+	// Signature is how deliveries are signed: hmac, ed25519 or both.
+	Signature *string
+	// SigningKey is the Ed25519 signing key (whsk_) of "v1a" signatures.
+	SigningKey *string
 	// Headers are added to every request; they replace all the current
 	// ones.
 	Headers *map[string]string
@@ -168,6 +172,10 @@ func (s Settings) Apply(d *Destination) {
 	}
 	set(&d.URLStrategy, s.URLStrategy)
 	set(&d.Secret, s.Secret)
+	set(&d.Signature, s.Signature)
+	set(&d.SigningKey, s.SigningKey)
+	// A destination that comes to sign "v1a" gets its key.
+	d.withSigningKey()
 	set(&d.Headers, s.Headers)
 	if s.Timeout != nil {
 		d.Timeout = Duration(*s.Timeout)
@@ -211,8 +219,9 @@ func set[T any](dst *T, v *T) {
 }
 
 // NewDestination is the destination name with settings s, defaults for
-// the settings not given, and a generated signing secret unless s gives
-// one (generated says which). It is validated, not stored (Store.Add).
+// the settings not given, a generated signing secret unless s gives one
+// or the destination does not sign with one (generated says which), and,
+// signing "v1a", a generated signing key unless s gives one. It is validated, not stored (Store.Add).
 func (s Settings) NewDestination(name string) (d Destination, generated bool, err error) {
 	if err := s.Validate(); err != nil {
 		return Destination{}, false, err
@@ -222,7 +231,7 @@ func (s Settings) NewDestination(name string) (d Destination, generated bool, er
 	if err := d.WithDefaults().Validate(); err != nil {
 		return Destination{}, false, err
 	}
-	if s.Secret == nil {
+	if s.Secret == nil && d.SignsHMAC() {
 		d.Secret, generated = webhook.GenerateSecret(), true
 	}
 	return d, generated, nil

@@ -136,6 +136,8 @@ func eachSecret(d *Destination, fn func(v, aad string) (string, error)) error {
 	}
 	d.Secret = do(d.Secret, d.Name)
 	d.PrevSecret = do(d.PrevSecret, d.Name)
+	d.SigningKey = do(d.SigningKey, signingKeyAAD(d.Name))
+	d.PrevSigningKey = do(d.PrevSigningKey, signingKeyAAD(d.Name))
 	if len(d.Headers) > 0 {
 		h := make(map[string]string, len(d.Headers)) // d's map may be a caller's too
 		for k, v := range d.Headers {

@@ -176,19 +176,9 @@ func (s *Sender) Send(ctx context.Context, d destination.Destination, ev Deliver
 		req.Header[eventTypeHeader] = []string{ev.Type}
 	}
 	req.Header["Webhook-Timestamp"] = []string{strconv.FormatInt(ts, 10)}
-	if d.Secret != "" {
-		sig, err := webhook.Sign(d.Secret, ev.ID, ts, ev.Body)
-		if err != nil {
-			return Result{Err: err}
-		}
-		if d.PrevSecret != "" && now.Before(d.PrevSecretUntil) {
-			// During a rotation's overlap both secrets sign, space-separated.
-			prev, err := webhook.Sign(d.PrevSecret, ev.ID, ts, ev.Body)
-			if err != nil {
-				return Result{Err: err}
-			}
-			sig += " " + prev
-		}
+	if sig, err := signature(d, ev, ts, now); err != nil {
+		return Result{Err: err}
+	} else if sig != "" {
 		req.Header["Webhook-Signature"] = []string{sig}
 	}
 	// Straight to the transport: relay follows no redirects and keeps no
@@ -263,4 +253,44 @@ func snippet(b []byte) string {
 	}
 	s := strings.ToValidUTF8(string(b), string(utf8.RuneError))
 	return strings.TrimSpace(s)
+}
+
+// signature is the webhook-signature of ev's attempt to d at ts: "v1" with
+// its secret, "v1a" with its signing key, or both, as d signs; during a
+// rotation's overlap, the previous secret or key signs too. The
+// signatures are space-separated, the current ones first. "" when d signs
+// nothing.
+func signature(d destination.Destination, ev Delivery, ts int64, now time.Time) (string, error) {
+	var sig string
+	add := func(s string, err error) error {
+		if err != nil {
+			return err
+		}
+		if sig != "" {
+			sig += " "
+		}
+		sig += s
+		return nil
+	}
+	if d.SignsHMAC() && d.Secret != "" {
+		if err := add(webhook.Sign(d.Secret, ev.ID, ts, ev.Body)); err != nil {
+			return "", err
+		}
+		if d.PrevSecret != "" && now.Before(d.PrevSecretUntil) {
+			if err := add(webhook.Sign(d.PrevSecret, ev.ID, ts, ev.Body)); err != nil {
+				return "", err
+			}
+		}
+	}
+	if d.SignsEd25519() && d.SigningKey != "" {
+		if err := add(webhook.SignEd25519(d.SigningKey, ev.ID, ts, ev.Body)); err != nil {
+			return "", err
+		}
+		if d.PrevSigningKey != "" && now.Before(d.PrevSigningKeyUntil) {
+			if err := add(webhook.SignEd25519(d.PrevSigningKey, ev.ID, ts, ev.Body)); err != nil {
+				return "", err
+			}
+		}
+	}
+	return sig, nil
 }

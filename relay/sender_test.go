@@ -3,6 +3,8 @@ package relay
 import (
 	"bytes"
 	"compress/gzip"
+	"crypto/ed25519"
+	"encoding/base64"
 	"context"
 	"errors"
 	"io"
@@ -420,6 +422,55 @@ func TestSenderHeaders(t *testing.T) {
 		require.NoError(t, res.Err)
 		r := senderTestReceive(t, got)
 		require.Equal(t, []string{"application/xml"}, r.Header.Values("Content-Type"))
+	})
+
+	t.Run("ed25519 and both, across a rotation", func(t *testing.T) {
+		key, old := webhook.GenerateSigningKey(), webhook.GenerateSigningKey()
+		verify := func(sk, sig string) bool {
+			pk, err := webhook.PublicKey(sk)
+			require.NoError(t, err)
+			raw, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(pk, webhook.PublicKeyPrefix))
+			require.NoError(t, err)
+			s, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(sig, "v1a,"))
+			require.NoError(t, err)
+			return strings.HasPrefix(sig, "v1a,") && ed25519.Verify(raw, []byte("evt_11.1900000000."+string(body)), s)
+		}
+		for _, tc := range []struct {
+			signature string
+			kinds     []string
+		}{
+			{destination.SignatureEd25519, []string{"v1a", "v1a"}},
+			{destination.SignatureBoth, []string{"v1", "v1a", "v1a"}},
+			{destination.SignatureHMAC, []string{"v1"}},
+		} {
+			d := senderTestDest(srv.URL, 5*time.Second)
+			d.Signature, d.Secret, d.SigningKey, d.PrevSigningKey, d.PrevSigningKeyUntil = tc.signature, secret, key, old, now.Add(time.Hour)
+			res := s.Send(t.Context(), d, Delivery{ID: "evt_11", Body: body})
+			require.NoError(t, res.Err)
+			sigs := strings.Fields(senderTestReceive(t, got).Header.Get("Webhook-Signature"))
+			var kinds []string
+			for _, s := range sigs {
+				kind, _, _ := strings.Cut(s, ",")
+				kinds = append(kinds, kind)
+			}
+			require.Equal(t, tc.kinds, kinds, tc.signature)
+			if tc.signature != destination.SignatureHMAC {
+				n := len(sigs)
+				require.True(t, verify(key, sigs[n-2]), "the current key signs first")
+				require.True(t, verify(old, sigs[n-1]), "the previous key signs during the overlap")
+				require.False(t, verify(old, sigs[n-2]))
+			}
+			if tc.signature != destination.SignatureEd25519 {
+				require.NoError(t, webhook.Verify(secret, "evt_11", 1_900_000_000, body, sigs[0]))
+			}
+		}
+		// The overlap over, the previous key signs no more.
+		d := senderTestDest(srv.URL, 5*time.Second)
+		d.Signature, d.SigningKey, d.PrevSigningKey, d.PrevSigningKeyUntil = destination.SignatureEd25519, key, old, now
+		require.NoError(t, s.Send(t.Context(), d, Delivery{ID: "evt_11", Body: body}).Err)
+		sigs := strings.Fields(senderTestReceive(t, got).Header.Get("Webhook-Signature"))
+		require.Len(t, sigs, 1)
+		require.True(t, verify(key, sigs[0]))
 	})
 
 	t.Run("a bad signing secret fails before sending", func(t *testing.T) {
