@@ -3,9 +3,9 @@ package relay
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"crypto/ed25519"
 	"encoding/base64"
-	"context"
 	"errors"
 	"io"
 	"log/slog"
