@@ -11,7 +11,6 @@ import (
 
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/tenant"
-	"github.com/relaydev/relay/webhook"
 
 	"github.com/relaydev/relay/stream"
 )
@@ -30,31 +29,36 @@ type destView struct {
 	URLStrategy         string     `json:"url_strategy"`
 	Signed              bool       `json:"signed"`
 	PreviousSecretUntil *time.Time `json:"previous_secret_until,omitempty"`
-	HeaderNames         []string   `json:"header_names"`
-	Timeout             string     `json:"timeout"`
-	MaxAttempts         int        `json:"max_attempts"`
-	BackoffBase         string     `json:"backoff_base"`
-	BackoffMax          string     `json:"backoff_max"`
-	Jitter              float64    `json:"jitter"`
-	Concurrency         int        `json:"concurrency"`
-	RateLimit           float64    `json:"rate_limit"`
-	BreakerThreshold    int        `json:"breaker_threshold"`
-	BreakerPause        string     `json:"breaker_pause"`
-	OnGone              string     `json:"on_gone"`
-	Ordered             bool       `json:"ordered"`
-	Partitions          int        `json:"partitions,omitempty"`
-	OnFailure           string     `json:"on_failure,omitempty"`
-	Shared              bool       `json:"shared"`
-	Types               []string   `json:"types"`
-	Filter              string     `json:"filter,omitempty"`
-	BodyTemplate        string     `json:"body_template,omitempty"`
-	BodyTemplateBytes   int        `json:"body_template_bytes,omitempty"`
-	BodyTemplateSHA256  string     `json:"body_template_sha256,omitempty"`
-	BodyContentType     string     `json:"body_content_type,omitempty"`
-	State               string     `json:"state"`
-	PausedUntil         *time.Time `json:"paused_until,omitempty"`
-	Created             time.Time  `json:"created"`
-	Updated             time.Time  `json:"updated"`
+	// Signature is how deliveries are signed: hmac, ed25519 or both.
+	Signature string `json:"signature"`
+	// PublicKeys verify its v1a signatures: the current key, then the
+	// previous one during a rotation's overlap (with until).
+	PublicKeys         []publicKeyView `json:"public_keys,omitempty"`
+	HeaderNames        []string        `json:"header_names"`
+	Timeout            string          `json:"timeout"`
+	MaxAttempts        int             `json:"max_attempts"`
+	BackoffBase        string          `json:"backoff_base"`
+	BackoffMax         string          `json:"backoff_max"`
+	Jitter             float64         `json:"jitter"`
+	Concurrency        int             `json:"concurrency"`
+	RateLimit          float64         `json:"rate_limit"`
+	BreakerThreshold   int             `json:"breaker_threshold"`
+	BreakerPause       string          `json:"breaker_pause"`
+	OnGone             string          `json:"on_gone"`
+	Ordered            bool            `json:"ordered"`
+	Partitions         int             `json:"partitions,omitempty"`
+	OnFailure          string          `json:"on_failure,omitempty"`
+	Shared             bool            `json:"shared"`
+	Types              []string        `json:"types"`
+	Filter             string          `json:"filter,omitempty"`
+	BodyTemplate       string          `json:"body_template,omitempty"`
+	BodyTemplateBytes  int             `json:"body_template_bytes,omitempty"`
+	BodyTemplateSHA256 string          `json:"body_template_sha256,omitempty"`
+	BodyContentType    string          `json:"body_content_type,omitempty"`
+	State              string          `json:"state"`
+	PausedUntil        *time.Time      `json:"paused_until,omitempty"`
+	Created            time.Time       `json:"created"`
+	Updated            time.Time       `json:"updated"`
 	// Secret is the signing secret relay generated, in the answer that
 	// created it only (create, rotate-secret).
 	Secret string `json:"secret,omitempty"`
@@ -62,11 +66,18 @@ type destView struct {
 
 // viewOf is d as the API shows it; admin: to an admin key, with its body
 // template's text.
+// publicKeyView is a public key of a destination's, as the API shows it.
+type publicKeyView struct {
+	Key   string     `json:"key"`
+	Kid   string     `json:"kid"`
+	Until *time.Time `json:"until,omitempty"`
+}
+
 func viewOf(d destination.Destination, now time.Time, admin bool) destView {
 	d = d.WithDefaults()
 	r := d.Redacted()
 	v := destView{
-		Name: d.ShortName(), Tenant: d.Tenant(), URL: r.URL, URLs: r.Pool(), URLStrategy: d.URLStrategy, Signed: d.Secret != "",
+		Name: d.ShortName(), Tenant: d.Tenant(), URL: r.URL, URLs: r.Pool(), URLStrategy: d.URLStrategy, Signed: d.SignsHMAC() && d.Secret != "" || d.SignsEd25519(), Signature: d.Signature,
 		HeaderNames: []string{}, Timeout: time.Duration(d.Timeout).String(),
 		MaxAttempts: d.Retry.MaxAttempts, BackoffBase: time.Duration(d.Retry.Base).String(), BackoffMax: time.Duration(d.Retry.Max).String(), Jitter: d.Retry.Jitter,
 		Concurrency: d.Concurrency, RateLimit: d.RateLimit, BreakerThreshold: d.BreakerThreshold, BreakerPause: time.Duration(d.BreakerPause).String(),
@@ -80,8 +91,15 @@ func viewOf(d destination.Destination, now time.Time, admin bool) destView {
 			v.BodyTemplate = d.BodyTemplate
 		}
 	}
-	if d.PrevSecret != "" && now.Before(d.PrevSecretUntil) {
+	if d.PrevSecret != "" && now.Before(d.PrevSecretUntil) && d.SignsHMAC() {
 		v.PreviousSecretUntil = &d.PrevSecretUntil
+	}
+	for _, pk := range d.PublicKeys(now) {
+		pv := publicKeyView{Key: pk.Key, Kid: pk.ID}
+		if !pk.Until.IsZero() {
+			pv.Until = &pk.Until
+		}
+		v.PublicKeys = append(v.PublicKeys, pv)
 	}
 	for k := range d.Headers {
 		v.HeaderNames = append(v.HeaderNames, k)
@@ -141,6 +159,8 @@ type destChange struct {
 	URLStrategy      *string            `json:"url_strategy"`
 	Secret           *string            `json:"secret"`
 	NoSecret         bool               `json:"no_secret"`
+	Signature        *string            `json:"signature"`
+	SigningKey       *string            `json:"signing_key"`
 	Headers          *map[string]string `json:"headers"`
 	Timeout          *string            `json:"timeout"`
 	MaxAttempts      *int               `json:"max_attempts"`
@@ -176,7 +196,7 @@ func (c destChange) settings() (destination.Settings, error) {
 		URLStrategy: c.URLStrategy, Headers: c.Headers, MaxAttempts: c.MaxAttempts, Jitter: c.Jitter,
 		Concurrency: c.Concurrency, RateLimit: c.RateLimit, BreakerThreshold: c.BreakerThreshold, OnGone: c.OnGone,
 		Ordered: c.Ordered, Shared: c.Shared, Partitions: c.Partitions, OnFailure: c.OnFailure, Types: c.Types, Filter: c.Filter,
-		BodyTemplate: c.BodyTemplate, BodyContentType: c.BodyContentType,
+		BodyTemplate: c.BodyTemplate, BodyContentType: c.BodyContentType, Signature: c.Signature, SigningKey: c.SigningKey,
 	}
 	switch {
 	case c.URL != nil && c.URLs != nil:
@@ -315,6 +335,7 @@ func (s *Server) getDest(c *call) {
 // createDest adds a destination as 'relay dest add' does: the same
 // defaults, checks and generated secret (answered once).
 func (s *Server) createDest(c *call) {
+	defer s.jwks.forget() // its keys may have changed: this replica serves the change at once
 	var body destChange
 	if !s.readJSON(c.w, c.r, &body) || !portalAllows(c, body) {
 		return
@@ -413,6 +434,7 @@ func (s *Server) roomForDest(c *call, t tenant.Tenant) bool {
 
 // updateDest changes the settings given, as 'relay dest update' does.
 func (s *Server) updateDest(c *call) {
+	defer s.jwks.forget() // its keys may have changed: this replica serves the change at once
 	var body destChange
 	if !s.readJSON(c.w, c.r, &body) || !portalAllows(c, body) {
 		return
@@ -447,6 +469,7 @@ func (s *Server) updateDest(c *call) {
 // removeDest removes a destination as 'relay dest rm' does: refused (409)
 // while events wait for its delivery, unless ?force=true.
 func (s *Server) removeDest(c *call) {
+	defer s.jwks.forget() // its keys may have changed: this replica serves the change at once
 	force, ok := c.force()
 	if !ok {
 		return
@@ -506,6 +529,7 @@ func (s *Server) resumeDest(c *call) {
 // answered, once) unless the body gives one; the old one signs too during
 // the overlap (default 24h), as 'relay dest rotate-secret' does.
 func (s *Server) rotateSecret(c *call) {
+	defer s.jwks.forget() // its keys may have changed: this replica serves the change at once
 	var body struct {
 		Overlap *string `json:"overlap"`
 		Secret  string  `json:"secret"`
@@ -522,18 +546,14 @@ func (s *Server) rotateSecret(c *call) {
 		}
 		overlap = d
 	}
-	next, generated := body.Secret, body.Secret == ""
-	if generated {
-		next = webhook.GenerateSecret()
-	}
-	d, err := c.dests.RotateSecret(c.within(30*time.Second), c.name, next, overlap)
+	d, err := c.dests.RotateSecret(c.within(30*time.Second), c.name, body.Secret, overlap)
 	if err != nil {
 		destProblem(c.w, nil, err)
 		return
 	}
 	v := viewOf(d, time.Now(), c.admin())
-	if generated {
-		v.Secret = next
+	if body.Secret == "" && d.SignsHMAC() {
+		v.Secret = d.Secret // generated: answered once
 	}
 	c.json(http.StatusOK, v)
 }

@@ -193,7 +193,11 @@ func (s *Server) revealSecret(c *call) {
 		destProblem(c.w, nil, err)
 		return
 	}
-	if d.Secret == "" {
+	switch {
+	case !d.SignsHMAC():
+		c.problem(http.StatusNotFound, "", "destination "+c.short+" signs with an Ed25519 key (signature "+d.Signature+"): it has no secret to reveal; receivers verify with its public keys (public_keys, or the JWKS)")
+		return
+	case d.Secret == "":
 		c.problem(http.StatusNotFound, "", "destination "+c.short+" signs nothing: it has no secret")
 		return
 	}

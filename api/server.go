@@ -112,6 +112,8 @@ type Server struct {
 	testEvents map[string]*rate.Limiter
 	// audits bounds the audit events being published at once.
 	audits chan struct{}
+	// jwks are the key sets GET /v1/jwks.json serves.
+	jwks jwksCache
 }
 
 // NewServer returns the API's handler.
@@ -137,6 +139,9 @@ func NewServer(cfg Config) *Server {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(OpenAPI)
 	})
+	// Public keys are public: no API key.
+	s.mux.HandleFunc("GET /v1/jwks.json", s.serveJWKS)
+	s.mux.HandleFunc("GET /v1/tenants/{tenant}/jwks.json", s.serveJWKS)
 	// Each route: the key's scope it needs and who may call it (auth),
 	// then what its handler works on (handle).
 	for _, rt := range []struct {

@@ -1,6 +1,7 @@
 package destination
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -277,16 +278,32 @@ func (s *Store) setPause(ctx context.Context, name string, fn func(*Destination)
 	return d, nil
 }
 
-// RotateSecret makes next the signing secret of the destination name. For
-// overlap (when positive and the destination had a secret) the old secret
-// signs too, so that receivers can switch without losing a delivery.
+// RotateSecret makes new signing credentials for the destination name,
+// those it signs with: its HMAC secret (next, or a generated one when next
+// is ""), its Ed25519 signing key (always generated), or both. For overlap
+// (when positive) the old secret or key signs too, so that receivers can
+// switch without losing a delivery. The destination returned has the new
+// secret, in clear.
 func (s *Store) RotateSecret(ctx context.Context, name, next string, overlap time.Duration) (Destination, error) {
 	return s.Update(ctx, name, func(d *Destination) error {
-		d.PrevSecret, d.PrevSecretUntil = "", time.Time{}
-		if overlap > 0 && d.Secret != "" {
-			d.PrevSecret, d.PrevSecretUntil = d.Secret, s.now().Add(overlap).UTC()
+		if next != "" && !d.SignsHMAC() {
+			return settingErr("secret", fmt.Errorf("destination %s signs with an Ed25519 key only (signature %s): it has no HMAC secret to set; leave the secret out to rotate its key", Display(name), d.Signature))
 		}
-		d.Secret = next
+		until := s.now().Add(overlap).UTC()
+		if d.SignsHMAC() {
+			d.PrevSecret, d.PrevSecretUntil = "", time.Time{}
+			if overlap > 0 && d.Secret != "" {
+				d.PrevSecret, d.PrevSecretUntil = d.Secret, until
+			}
+			d.Secret = cmp.Or(next, webhook.GenerateSecret())
+		}
+		if d.SignsEd25519() {
+			d.PrevSigningKey, d.PrevSigningKeyUntil = "", time.Time{}
+			if overlap > 0 && d.SigningKey != "" {
+				d.PrevSigningKey, d.PrevSigningKeyUntil = d.SigningKey, until
+			}
+			d.SigningKey = webhook.GenerateSigningKey()
+		}
 		return nil
 	})
 }

@@ -1,7 +1,6 @@
 package destination
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -100,22 +99,4 @@ func (d *Destination) withSigningKey() bool {
 		return true
 	}
 	return false
-}
-
-// RotateSigningKey makes next the "v1a" signing key of the destination
-// name. For overlap (when positive and the destination had a key) the old
-// key signs too, and stays in its JWKS, so that receivers can switch
-// without losing a delivery.
-func (s *Store) RotateSigningKey(ctx context.Context, name, next string, overlap time.Duration) (Destination, error) {
-	return s.Update(ctx, name, func(d *Destination) error {
-		if !d.SignsEd25519() {
-			return settingErr("signature", fmt.Errorf("destination %s signs with an HMAC secret only (signature hmac): rotate its secret, or give it --signature ed25519 or both first", name))
-		}
-		d.PrevSigningKey, d.PrevSigningKeyUntil = "", time.Time{}
-		if overlap > 0 && d.SigningKey != "" {
-			d.PrevSigningKey, d.PrevSigningKeyUntil = d.SigningKey, s.now().Add(overlap).UTC()
-		}
-		d.SigningKey = next
-		return nil
-	})
 }

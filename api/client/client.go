@@ -308,6 +308,36 @@ func (c *Client) Egress(ctx context.Context) ([]string, error) {
 	return out.Addresses, err
 }
 
+// JWKS returns the public keys that verify the v1a signatures of the
+// destinations of no tenant (getJWKS), or of the client's tenant when it
+// is for one (ForTenant, getTenantJWKS), as a JSON Web Key Set. It needs
+// no key.
+func (c *Client) JWKS(ctx context.Context) (JWKSet, error) {
+	path := "/jwks.json"
+	if c.tenant != "" {
+		path = "/tenants/" + url.PathEscape(c.tenant) + "/jwks.json"
+	}
+	var out JWKSet
+	err := c.do(ctx, request{method: http.MethodGet, path: path}, &out)
+	return out, err
+}
+
+// JWKSet is a JSON Web Key Set (RFC 7517).
+type JWKSet struct {
+	Keys []JWK `json:"keys"`
+}
+
+// JWK is an Ed25519 public key as a JSON Web Key (RFC 8037): Kty OKP, Crv
+// Ed25519, X the key in base64url, Kid its RFC 7638 thumbprint.
+type JWK struct {
+	Kty string `json:"kty"`
+	Crv string `json:"crv"`
+	X   string `json:"x"`
+	Kid string `json:"kid"`
+	Use string `json:"use,omitempty"`
+	Alg string `json:"alg,omitempty"`
+}
+
 // Key returns the name and scope of the client's key (getKey). Any scope.
 func (c *Client) Key(ctx context.Context) (Key, error) {
 	var out Key

@@ -157,3 +157,46 @@ func TestTestFilter(t *testing.T) {
 	require.Equal(t, http.StatusUnprocessableEntity, apiErr.Status)
 	require.Equal(t, "filter", apiErr.Field)
 }
+
+// An Ed25519 destination's public key is in the JWKS, which needs no key;
+// a tenant's is in its own.
+func TestEd25519DestinationsAndTheirJWKS(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	d, err := e.admin.CreateDestination(ctx, NewDestination{Name: "edge", DestinationSettings: DestinationSettings{
+		URL: new(e.sink.URL + "/edge"), Signature: new("ed25519")}})
+	require.NoError(t, err)
+	require.Empty(t, d.Secret, "no HMAC secret")
+	require.True(t, d.Signed)
+	require.Equal(t, "ed25519", d.Signature)
+	require.Len(t, d.PublicKeys, 1)
+	require.True(t, strings.HasPrefix(d.PublicKeys[0].Key, "whpk_"), d.PublicKeys[0].Key)
+
+	anyone := e.client("")
+	set, err := anyone.JWKS(ctx)
+	require.NoError(t, err)
+	require.Len(t, set.Keys, 1)
+	require.Equal(t, JWK{Kty: "OKP", Crv: "Ed25519", X: set.Keys[0].X, Kid: d.PublicKeys[0].Kid, Use: "sig", Alg: "EdDSA"}, set.Keys[0])
+
+	_, _, err = e.admin.PutTenant(ctx, "acme", TenantChange{Name: "Acme"})
+	require.NoError(t, err)
+	td, err := e.admin.ForTenant("acme").CreateDestination(ctx, NewDestination{Name: "orders", DestinationSettings: DestinationSettings{
+		URL: new(e.sink.URL + "/orders"), Signature: new("both")}})
+	require.NoError(t, err)
+	require.NotEmpty(t, td.Secret, "both: an HMAC secret too, shown once")
+	set, err = anyone.ForTenant("acme").JWKS(ctx)
+	require.NoError(t, err)
+	require.Len(t, set.Keys, 1)
+	require.Equal(t, td.PublicKeys[0].Kid, set.Keys[0].Kid)
+
+	rot, err := e.admin.RotateSecret(ctx, "edge", Overlap(time.Hour))
+	require.NoError(t, err)
+	require.Len(t, rot.PublicKeys, 2)
+	require.Equal(t, d.PublicKeys[0].Kid, rot.PublicKeys[1].Kid)
+	require.False(t, rot.PublicKeys[1].Until.IsZero())
+
+	addrs, err := e.read.Egress(ctx)
+	require.NoError(t, err)
+	require.Empty(t, addrs, "none declared")
+}

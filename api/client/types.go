@@ -144,6 +144,11 @@ type Destination struct {
 	// too until PreviousSecretUntil.
 	Signed              bool      `json:"signed"`
 	PreviousSecretUntil time.Time `json:"previous_secret_until,omitzero"`
+	// Signature is how deliveries are signed: hmac (v1), ed25519 (v1a) or
+	// both. PublicKeys verify the v1a signatures: the current key first,
+	// then the previous one during a rotation's overlap (with Until).
+	Signature  string      `json:"signature"`
+	PublicKeys []PublicKey `json:"public_keys,omitempty"`
 	// HeaderNames are the configured headers' names.
 	HeaderNames      []string `json:"header_names"`
 	Timeout          Duration `json:"timeout"`
@@ -182,6 +187,15 @@ type Destination struct {
 	Secret string `json:"secret,omitempty"`
 }
 
+// PublicKey is a public key that verifies a destination's v1a signatures.
+type PublicKey struct {
+	// Key is whpk_<base64>; Kid its JWK thumbprint, its kid in the JWKS.
+	Key string `json:"key"`
+	Kid string `json:"kid"`
+	// Until is when the previous key stops signing; zero for the current.
+	Until time.Time `json:"until,omitzero"`
+}
+
 // DestinationSettings are the settings of 'relay dest add' and 'update'.
 // A nil field is not given: it keeps its value (UpdateDestination) or
 // takes its default (CreateDestination). Go 1.26's new(value) makes the
@@ -196,6 +210,10 @@ type DestinationSettings struct {
 	// create, neither generates a secret (answered once).
 	Secret   *string `json:"secret,omitempty"`
 	NoSecret bool    `json:"no_secret,omitempty"`
+	// Signature is hmac, ed25519 or both; SigningKey imports an Ed25519
+	// signing key (whsk_<base64>) rather than have relay generate one.
+	Signature  *string `json:"signature,omitempty"`
+	SigningKey *string `json:"signing_key,omitempty"`
 	// Headers are added to every request, replacing all the current ones
 	// (an empty map removes them); their values are never shown again.
 	Headers map[string]string `json:"headers,omitzero"`

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/destination"
-	"github.com/relaydev/relay/webhook"
 
 	"github.com/urfave/cli/v2"
 )
@@ -95,27 +94,37 @@ func (o *rotateSecretOpts) Validate() (err error) {
 }
 
 func (o *rotateSecretOpts) Run(ctx context.Context, e *env) error {
-	name, next := o.name, o.secret
-	generated := next == ""
-	if generated {
-		next = webhook.GenerateSecret()
-	}
+	name := o.name
 	ctx, cl, st, err := e.openDests(ctx, 30*time.Second)
 	if err != nil {
 		return err
 	}
 	defer cl.close()
-	d, err := st.RotateSecret(ctx, name, next, o.overlap)
+	d, err := st.RotateSecret(ctx, name, o.secret, o.overlap)
 	if err != nil {
 		return err
 	}
-	if d.PrevSecret != "" {
-		fmt.Fprintf(e.out, "rotated the secret of %s; the old one also signs until %s\n", name, d.PrevSecretUntil.Format(time.RFC3339))
-	} else {
-		fmt.Fprintf(e.out, "rotated the secret of %s; the old one no longer signs\n", name)
+	if d.SignsHMAC() {
+		if d.PrevSecret != "" {
+			fmt.Fprintf(e.out, "rotated the secret of %s; the old one also signs until %s\n", name, d.PrevSecretUntil.Format(time.RFC3339))
+		} else {
+			fmt.Fprintf(e.out, "rotated the secret of %s; the old one no longer signs\n", name)
+		}
+		if o.secret == "" {
+			fmt.Fprintf(e.out, "new signing secret (shown once): %s\n", d.Secret)
+		}
 	}
-	if generated {
-		fmt.Fprintf(e.out, "new signing secret (shown once): %s\n", next)
+	if d.SignsEd25519() {
+		if d.PrevSigningKey != "" {
+			fmt.Fprintf(e.out, "rotated the Ed25519 signing key of %s; the old one also signs, and stays in the JWKS, until %s\n", name, d.PrevSigningKeyUntil.Format(time.RFC3339))
+		} else {
+			fmt.Fprintf(e.out, "rotated the Ed25519 signing key of %s; the old one no longer signs\n", name)
+		}
+		for _, pk := range d.PublicKeys(time.Now()) {
+			if pk.Until.IsZero() {
+				fmt.Fprintf(e.out, "new public key (kid %s): %s\n", pk.ID, pk.Key)
+			}
+		}
 	}
 	return nil
 }
