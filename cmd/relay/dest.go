@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -118,6 +119,13 @@ losing a delivery. After the overlap only the new secret signs.`,
 				Action: action(readSkip),
 			},
 			{
+				Name:      "show",
+				Usage:     "show a destination's settings and state, and the public keys of its v1a signatures (secrets are never shown)",
+				ArgsUsage: "NAME",
+				Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "a JSON object"}},
+				Action:    action(readDestShow),
+			},
+			{
 				Name:   "list",
 				Usage:  "list destinations (secrets are never shown)",
 				Flags:  []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "one JSON object per line"}},
@@ -148,7 +156,8 @@ func destFlags() []cli.Flag {
 		&cli.GenericFlag{Name: "url", Value: &urlsValue{}, Usage: "http(s) URL that receives a POST per attempt (required); repeat it for a pool of URLs, tried as --url-strategy says"},
 		&cli.StringFlag{Name: "url-strategy", DefaultText: "failover", Usage: "how an attempt picks a URL of the pool: failover (the first that is not cooling down after failures) or round-robin (those not cooling down, in turn)"},
 		&cli.StringFlag{Name: "secret", Usage: "signing secret (whsec_<base64>); default: generate one"},
-		&cli.BoolFlag{Name: "no-secret", Usage: "do not sign deliveries"},
+		&cli.BoolFlag{Name: "no-secret", Usage: "do not sign deliveries with an HMAC secret"},
+		&cli.StringFlag{Name: "signature", DefaultText: "hmac", Usage: "how deliveries are signed: hmac (v1, with the secret), ed25519 (v1a, with a signing key relay generates: receivers verify with its public key, 'relay dest show' and the JWKS) or both (v1 and v1a on every request, while receivers move over)"},
 		&cli.GenericFlag{Name: "header", Aliases: []string{"H"}, Value: &listValue{}, Usage: "NAME=VALUE added to every request (repeatable; a value may hold commas)"},
 		&cli.DurationFlag{Name: "timeout", DefaultText: "30s", Usage: "per-attempt timeout, connect to last byte"},
 		&cli.IntFlag{Name: "max-attempts", DefaultText: "15", Usage: "attempts before dead-lettering, the first included"},
@@ -314,6 +323,7 @@ func readDestSettings(c *cli.Context) destSettings {
 			Types:            setOnly(c, "type", c.StringSlice),
 			Filter:           setOnly(c, "filter", c.String),
 			BodyContentType:  setOnly(c, "body-content-type", c.String),
+			Signature:        setOnly(c, "signature", c.String),
 		},
 		bodyTemplate: setOnly(c, "body-template", c.String),
 		secret:       setOnly(c, "secret", c.String),
@@ -475,8 +485,11 @@ func (o *destAddOpts) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	fmt.Fprintf(e.out, "added destination %s -> %s\n", destination.Display(d.Name), poolText(d))
-	if o.generated {
+	if o.generated && d.SignsHMAC() {
 		fmt.Fprintf(e.out, "signing secret (shown once, give it to the receiver): %s\n", d.Secret)
+	}
+	for _, pk := range d.PublicKeys(time.Now()) {
+		fmt.Fprintf(e.out, "public key (kid %s; receivers verify v1a with it, it is also in the JWKS): %s\n", pk.ID, pk.Key)
 	}
 	return nil
 }
@@ -561,7 +574,7 @@ func (o *destListOpts) Run(ctx context.Context, e *env) error {
 		return jsonLines(e.out, ds, func(d destination.Destination) any { return d.WithDefaults().Redacted() })
 	}
 	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENANT\tNAME\tURL\tSIGNED\tTIMEOUT\tMAX ATTEMPTS\tBACKOFF\tCONCURRENCY\tORDERED\tTYPES")
+	fmt.Fprintln(tw, "TENANT\tNAME\tURL\tSIGNATURE\tTIMEOUT\tMAX ATTEMPTS\tBACKOFF\tCONCURRENCY\tORDERED\tTYPES")
 	for _, d := range ds {
 		d = d.WithDefaults()
 		ordered := "no"
@@ -575,8 +588,94 @@ func (o *destListOpts) Run(ctx context.Context, e *env) error {
 		if types == "" {
 			types = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%d\t%s..%s\t%d\t%s\t%s\n", cmp.Or(d.Tenant(), "-"), d.ShortName(), poolText(d), d.Secret != "", time.Duration(d.Timeout),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%d\t%s..%s\t%d\t%s\t%s\n", cmp.Or(d.Tenant(), "-"), d.ShortName(), poolText(d), signatureText(d), time.Duration(d.Timeout),
 			d.Retry.MaxAttempts, time.Duration(d.Retry.Base), time.Duration(d.Retry.Max), d.Concurrency, ordered, types)
+	}
+	return tw.Flush()
+}
+
+// signatureText is how d signs its deliveries: hmac, ed25519, both, or
+// none.
+func signatureText(d destination.Destination) string {
+	if d.SignsHMAC() && d.Secret == "" {
+		if d.SignsEd25519() {
+			return destination.SignatureEd25519
+		}
+		return "none"
+	}
+	return d.Signature
+}
+
+// destShowOpts are the options of 'relay dest show'.
+type destShowOpts struct {
+	json bool
+	cmdLine
+
+	name string // Validate
+}
+
+func readDestShow(c *cli.Context) *destShowOpts {
+	return &destShowOpts{json: c.Bool("json"), cmdLine: readCmdLine(c)}
+}
+
+func (o *destShowOpts) Validate() (err error) {
+	o.name, err = o.destArg()
+	return err
+}
+
+func (o *destShowOpts) Run(ctx context.Context, e *env) error {
+	ctx, cl, st, err := e.openDests(ctx, 30*time.Second)
+	if err != nil {
+		return err
+	}
+	defer cl.close()
+	d, err := st.Get(ctx, o.name)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	d = d.WithDefaults()
+	keys := d.PublicKeys(now)
+	if o.json {
+		type key struct {
+			Key   string    `json:"key"`
+			Kid   string    `json:"kid"`
+			Until time.Time `json:"until,omitzero"`
+		}
+		out := struct {
+			destination.Destination
+			PublicKeys []key `json:"public_keys,omitempty"`
+		}{Destination: d.Redacted()}
+		for _, k := range keys {
+			out.PublicKeys = append(out.PublicKeys, key{k.Key, k.ID, k.Until})
+		}
+		return jsonLines(e.out, []any{out}, func(v any) any { return v })
+	}
+	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	row("name", d.ShortName())
+	row("tenant", cmp.Or(d.Tenant(), "-"))
+	row("url", poolText(d))
+	row("state", d.State(now))
+	row("signature", signatureText(d))
+	if d.SignsHMAC() && d.PrevSecret != "" && now.Before(d.PrevSecretUntil) {
+		row("previous secret signs until", d.PrevSecretUntil.Format(time.RFC3339))
+	}
+	for _, k := range keys {
+		if k.Until.IsZero() {
+			row("public key", k.Key+" (kid "+k.ID+")")
+		} else {
+			row("previous public key", k.Key+" (kid "+k.ID+", signs until "+k.Until.Format(time.RFC3339)+")")
+		}
+	}
+	types := strings.Join(d.Types, ", ")
+	row("types", cmp.Or(types, "-"))
+	row("filter", cmp.Or(d.Filter, "-"))
+	row("timeout", time.Duration(d.Timeout).String())
+	row("retries", fmt.Sprintf("%d attempts, backoff %s..%s", d.Retry.MaxAttempts, time.Duration(d.Retry.Base), time.Duration(d.Retry.Max)))
+	row("concurrency", strconv.Itoa(d.Concurrency))
+	if d.Ordered {
+		row("ordered", fmt.Sprintf("%d partitions, %s", d.Partitions, d.OnFailure))
 	}
 	return tw.Flush()
 }

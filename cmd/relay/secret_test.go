@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/webhook"
 )
 
 func TestRotateSecretAndEncryptionKey(t *testing.T) {
@@ -198,4 +200,69 @@ func TestHeaderValuesMayHoldCommas(t *testing.T) {
 	require.Equal(t, 0, code, errs)
 	m := dlqtEvents(t, b, start+1)
 	require.Equal(t, "a, b,c", m.Header.Get("X-List"))
+}
+
+// A destination that signs v1a: its signing key sealed at rest like a
+// secret and never printed, its public key shown by add, show and
+// rotate-secret, kept across a move to both and rotated with an overlap.
+func TestEd25519SigningKeysOnTheCommandLine(t *testing.T) {
+	b := setup(t)
+	const key = "an-operator-key-of-enough-bytes"
+	code, out, errs := b.cli(t, "", "--secret-key", key, "dest", "add", "edge", "--url", "https://example.test/a", "--signature", "ed25519")
+	require.Equal(t, 0, code, errs)
+	require.NotContains(t, out, "whsec_", "ed25519 alone: no HMAC secret")
+	require.Regexp(t, `public key \(kid [A-Za-z0-9_-]{43}; receivers verify v1a with it, it is also in the JWKS\): whpk_`, out)
+	first := out[strings.Index(out, "whpk_"):]
+	first = strings.TrimSpace(first)
+
+	st, err := destination.NewStore(context.Background(), b.js, destination.WithSecretKey([]byte(key)))
+	require.NoError(t, err)
+	d, err := st.Get(context.Background(), "edge")
+	require.NoError(t, err)
+	require.Empty(t, d.Secret)
+	pk, err := webhook.PublicKey(d.SigningKey)
+	require.NoError(t, err)
+	require.Equal(t, first, pk)
+
+	// Sealed at rest: the stored value does not hold the key.
+	kv, err := b.js.KeyValue(context.Background(), stream.DestBucket)
+	require.NoError(t, err)
+	raw, err := kv.Get(context.Background(), "edge")
+	require.NoError(t, err)
+	require.NotContains(t, string(raw.Value()), strings.TrimPrefix(d.SigningKey, webhook.SigningKeyPrefix))
+
+	code, out, errs = b.cli(t, "", "--secret-key", key, "dest", "show", "edge")
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "signature:")
+	require.Contains(t, out, "ed25519")
+	require.Contains(t, out, "public key:")
+	require.Contains(t, out, first)
+	require.NotContains(t, out, strings.TrimPrefix(d.SigningKey, webhook.SigningKeyPrefix))
+	code, out, errs = b.cli(t, "", "--secret-key", key, "dest", "list")
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "SIGNATURE")
+	require.Contains(t, out, "ed25519")
+
+	code, out, errs = b.cli(t, "", "--secret-key", key, "dest", "rotate-secret", "edge", "--overlap", "2h")
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "rotated the Ed25519 signing key of edge; the old one also signs, and stays in the JWKS, until")
+	require.NotContains(t, out, "whsec_")
+	code, out, errs = b.cli(t, "", "--secret-key", key, "dest", "show", "edge", "--json")
+	require.Equal(t, 0, code, errs)
+	var shown struct {
+		SigningKey string `json:"signing_key"`
+		PublicKeys []struct {
+			Key   string    `json:"key"`
+			Until time.Time `json:"until"`
+		} `json:"public_keys"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &shown))
+	require.Equal(t, "(set)", shown.SigningKey)
+	require.Len(t, shown.PublicKeys, 2)
+	require.Equal(t, first, shown.PublicKeys[1].Key, "the old key second, until the overlap ends")
+	require.WithinDuration(t, time.Now().Add(2*time.Hour), shown.PublicKeys[1].Until, time.Minute)
+
+	code, _, errs = b.cli(t, "", "--secret-key", key, "dest", "add", "bad", "--url", "https://example.test/a", "--signature", "rsa")
+	require.Equal(t, 2, code)
+	require.Contains(t, errs, `signature "rsa": use "hmac", "ed25519" or "both"`)
 }
