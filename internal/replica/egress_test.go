@@ -2,13 +2,18 @@ package replica
 
 import (
 	"context"
+	"encoding/base64"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,4 +107,94 @@ func TestReplicaDeliversThroughTheEgressProxy(t *testing.T) {
 	require.Equal(t, relay.Ack, o.Decision.Action)
 	require.Equal(t, 1, o.Attempt, "the destination allows one attempt, and the proxy's failures used none")
 	require.Equal(t, []string{"CONNECT 127.0.0.1:" + sinkPort}, tp.Requests())
+}
+
+// The issue's end to end: a delivery through a real proxy on loopback
+// carries a v1a signature that an independent verifier (Node's crypto)
+// accepts with the key it fetched from relay's JWKS; a tampered body it
+// refuses.
+func TestV1aThroughTheProxyVerifiesWithTheJWKS(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Fatalf("node is not installed: the v1a cross-check needs an independent Ed25519 verifier (apt-get install -y nodejs)")
+	}
+	type delivery struct {
+		header http.Header
+		body   []byte
+	}
+	got := make(chan delivery, 4)
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		got <- delivery{r.Header.Clone(), body}
+	}))
+	defer sink.Close()
+	_, sinkPort, _ := net.SplitHostPort(sink.Listener.Addr().String())
+	tp := proxytest.Start(t, proxytest.Options{})
+
+	logs := &syncLog{}
+	r, err := New(Config{
+		Logger: slog.New(slog.NewTextHandler(logs, nil)), DataDir: t.TempDir(), Listen: "127.0.0.1:0",
+		APIAddr: "127.0.0.1:0", AllowNet: []string{"127.0.0.0/8"}, EgressProxy: tp.URL(),
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	require.NoError(t, r.Start(ctx))
+	defer r.Stop()
+	apiURL := logged(t, logs, `msg="serving the HTTP API, the dashboard and the customer portal" url=(\S+)`)
+	natsURL := logged(t, logs, `msg="embedded NATS started" url=(\S+)`)
+
+	nc, err := nats.Connect(natsURL)
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	st, err := destination.NewStore(ctx, js, destination.AllowStoringInClear())
+	require.NoError(t, err)
+	d, _, err := destination.Settings{URLs: []string{sink.URL + "/hooks"}, Signature: new(destination.SignatureEd25519)}.NewDestination("edge")
+	require.NoError(t, err)
+	_, err = st.Add(ctx, d)
+	require.NoError(t, err)
+	prod, err := publish.NewProducer(ctx, js)
+	require.NoError(t, err)
+	_, err = prod.Publish(ctx, publish.Event{Dest: "edge", ID: "evt-v1a", Data: []byte(`{"order":42,"note":"ünïcode"}`)})
+	require.NoError(t, err)
+	var dl delivery
+	select {
+	case dl = <-got:
+	case <-time.After(time.Minute):
+		t.Fatalf("not delivered within a minute:\n%s", logs)
+	}
+	require.Equal(t, []string{"CONNECT 127.0.0.1:" + sinkPort}, tp.Requests(), "delivered through the proxy")
+	sig := dl.header.Get("Webhook-Signature")
+	require.True(t, strings.HasPrefix(sig, "v1a,"), sig)
+
+	// The receiver's side: the JWKS, fetched without a key.
+	res, err := http.Get(strings.TrimSuffix(apiURL, "/v1") + "/v1/jwks.json")
+	require.NoError(t, err)
+	jwks, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode, "%s", jwks)
+
+	script := filepath.Join(t.TempDir(), "verify.js")
+	require.NoError(t, os.WriteFile(script, []byte(`
+const crypto = require("crypto");
+const e = process.env;
+const set = JSON.parse(e.JWKS);
+const signed = Buffer.concat([Buffer.from(e.ID + "." + e.TS + "."), Buffer.from(e.BODY, "base64")]);
+const ok = e.SIG.split(" ").some((s) => s.startsWith("v1a,") && set.keys.some((jwk) =>
+  crypto.verify(null, signed, crypto.createPublicKey({key: jwk, format: "jwk"}), Buffer.from(s.slice(4), "base64"))));
+process.stdout.write(ok ? "ok" : "invalid");
+`), 0o644))
+	verify := func(body []byte) string {
+		cmd := exec.Command("node", script)
+		cmd.Env = append(os.Environ(), "JWKS="+string(jwks), "ID="+dl.header.Get("Webhook-Id"), "TS="+dl.header.Get("Webhook-Timestamp"),
+			"SIG="+sig, "BODY="+base64.StdEncoding.EncodeToString(body))
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		return string(out)
+	}
+	require.Equal(t, "ok", verify(dl.body), "Node verifies relay's v1a with the JWKS's key")
+	require.Equal(t, "invalid", verify(append(dl.body, ' ')), "and refuses a tampered body")
 }
