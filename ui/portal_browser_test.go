@@ -703,3 +703,35 @@ func TestPortalEditKeepsAMaskedURL(t *testing.T) {
 	require.Contains(t, p.text("#endpoint-error"), "public internet addresses only")
 	require.Equal(t, "http://169.254.169.254/latest", p.eval(`document.querySelector("#url").value`))
 }
+
+// An endpoint signed with Ed25519 shows its public key and kid, links the
+// tenant's key set, has no secret to reveal, and rotates its key with an
+// overlap during which both public keys show.
+func TestPortalShowsEd25519PublicKeys(t *testing.T) {
+	t.Parallel()
+	e := startPortal(t, portalOptions{})
+	e.call("POST", "/v1/tenants/acme/destinations", `{"name":"edge","url":"`+e.sink.URL+`/edge","signature":"ed25519"}`)
+	d, err := e.st.Get(context.Background(), "acme=edge")
+	require.NoError(t, err)
+	keys := d.PublicKeys(time.Now())
+	require.Len(t, keys, 1)
+	p := openBrowser(t)
+	p.signInPortal(e.link("acme", "view_secret", "rotate_secret"))
+	p.do(chromedp.Navigate(e.url + "/portal/endpoints/edge"))
+	p.waitFor(`document.querySelector("#endpoint-url") !== null`)
+	require.Contains(t, p.text("#signature"), "with an Ed25519 key (v1a)")
+	require.Equal(t, keys[0].Key, p.text(".public-key"))
+	require.Contains(t, p.eval(`document.body.innerText`), "kid "+keys[0].ID)
+	require.False(t, p.has("#reveal"), "no secret to reveal")
+	jwks, err := chromedp.Run(p.ctx, chromedp.Evaluate[string](`fetch(document.querySelector('a[href$="/jwks.json"]').href).then(r => r.text())`, chromedp.EvalAwaitPromise))
+	require.NoError(t, err)
+	require.Contains(t, jwks, keys[0].ID, "the link is the tenant's key set")
+
+	require.Equal(t, "Rotate the signing key", p.text("#rotate"))
+	p.do(chromedp.Click(chromedp.ID("rotate")))
+	p.waitFor(`document.querySelectorAll(".public-key").length === 2`)
+	require.Contains(t, p.text("#notice"), "New signing key")
+	require.False(t, p.has("#secret"), "no secret shown")
+	shown := p.eval(`Array.from(document.querySelectorAll(".public-key")).map(e => e.innerText).join(" ")`)
+	require.Contains(t, shown, keys[0].Key, "the previous key is still shown, until its overlap ends")
+}

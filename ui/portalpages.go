@@ -319,7 +319,14 @@ func (p *Portal) endpointAction(w http.ResponseWriter, r *http.Request, v *visit
 		var out client.Destination
 		out, err = api.RotateSecret(ctx, name)
 		set = func(d *endpointData) {
-			d.Notice = "New signing secret below. The previous one keeps signing too for 24 hours, so that you can deploy the new one."
+			switch out.Signature {
+			case "ed25519":
+				d.Notice = "New signing key: its public key is below, and in your key set. The previous key keeps signing too for 24 hours, so that you can deploy the new public key."
+			case "both":
+				d.Notice = "New signing secret below, and a new signing key (its public key below). The previous ones keep signing too for 24 hours, so that you can deploy the new ones."
+			default:
+				d.Notice = "New signing secret below. The previous one keeps signing too for 24 hours, so that you can deploy the new one."
+			}
 			d.Secret = out.Secret
 		}
 	case "test":
