@@ -142,7 +142,7 @@ docs: ## Regenerate docs/cli.md from the CLI definition (TestCLIDocsUpToDate fai
 .PHONY: bench
 bench: build deps ## End-to-end benchmark (report in bench-results/, see BENCHMARKS.md), then the Go micro-benchmarks
 	$(GO) run ./cmd/relay-bench -relay $(BIN) -out bench-results -shared
-	$(GO) test -run '^$$' -bench . -benchmem ./relay ./api
+	$(GO) test -run '^$$' -bench . -benchmem ./relay ./api ./webhook
 
 # Helm is not a Debian package: chart-test builds it, pinned, from the Go
 # module proxy into bin/ (once; later runs reuse it).

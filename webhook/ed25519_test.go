@@ -63,3 +63,15 @@ func TestSigningKeysAreChecked(t *testing.T) {
 		require.ErrorIs(t, ValidatePublicKey(bad), ErrPublicKey, bad)
 	}
 }
+
+func BenchmarkSignEd25519(b *testing.B) {
+	key := GenerateSigningKey()
+	body := make([]byte, 1024)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := SignEd25519(key, "evt_06h2rcpt1p0j6zbfdgx7z5g334", 1764500000, body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
