@@ -118,6 +118,37 @@ func signedContent(id string, timestamp int64, body []byte) []byte {
 	return append(b, body...)
 }
 
+// verifyV1a returns nil when one of the header's v1a signatures verifies
+// under one of keys, else an error matching ErrNoMatchingSignature:
+// errNoV1aInHeader when the header has no v1a signature, miss otherwise.
+func verifyV1a(keys []ed25519.PublicKey, id string, timestamp int64, body []byte, signatures string, miss error) error {
+	var content []byte
+	seen := false
+	for _, field := range strings.Fields(signatures) {
+		b64, ok := strings.CutPrefix(field, "v1a,")
+		if !ok {
+			continue
+		}
+		seen = true
+		sig, err := base64.StdEncoding.DecodeString(b64)
+		if err != nil || len(sig) != ed25519.SignatureSize {
+			continue
+		}
+		if content == nil {
+			content = signedContent(id, timestamp, body)
+		}
+		for _, k := range keys {
+			if ed25519.Verify(k, content, sig) {
+				return nil
+			}
+		}
+	}
+	if !seen {
+		return errNoV1aInHeader
+	}
+	return miss
+}
+
 // privateKeys caches decoded signing keys (deriving the public half is a
 // scalar multiplication), up to maxSigners.
 var (

@@ -1,15 +1,26 @@
 // Package webhook signs and verifies webhooks in the Standard Webhooks
 // format (https://www.standardwebhooks.com), as relay sends them: the
 // headers webhook-id, webhook-timestamp and webhook-signature, the last
-// one or more space-separated "v1,<base64 HMAC-SHA256>" signatures of
-// "id.timestamp.body" under a "whsec_<base64>" secret.
+// one or more space-separated signatures of "id.timestamp.body" in either
+// scheme:
 //
-// A receiver calls VerifyRequest with the request's headers and its raw
-// body, before it parses the body. The package imports only the standard
+//   - "v1,<base64 HMAC-SHA256>" under a shared "whsec_<base64>" secret;
+//   - "v1a,<base64 Ed25519>" under a "whsk_<base64>" signing key that only
+//     the sender holds, verified with its "whpk_<base64>" public key.
+//
+// A header holds two signatures of a kind while a key rotates (the old
+// key's and the new one's), and both kinds while a destination moves from
+// one scheme to the other.
+//
+// A receiver calls VerifyRequest with its secret or public key, the
+// request's headers and its raw body, before it parses the body; or
+// JWKS.VerifyRequest, which fetches the public keys from relay's JSON Web
+// Key Set and keeps them fresh. The package imports only the standard
 // library, so a receiver links nothing else.
 package webhook
 
 import (
+	"crypto/ed25519"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -48,8 +59,9 @@ var (
 	// further from now than the tolerance.
 	ErrTimestamp = errors.New("webhook: timestamp")
 	// ErrNoMatchingSignature: no signature of the header matches the body
-	// under the secret.
-	ErrNoMatchingSignature = errors.New("webhook: no matching v1 signature")
+	// under the key. The error that wraps it says which scheme it looked
+	// for (v1 under a secret, v1a under a public key).
+	ErrNoMatchingSignature = errors.New("webhook: no matching signature")
 	// ErrSecret: the secret is not "whsec_" and the base64 of 24 to 64
 	// bytes.
 	ErrSecret = errors.New("not a Standard Webhooks secret")
@@ -97,10 +109,22 @@ func Sign(secret, id string, timestamp int64, body []byte) (string, error) {
 }
 
 // Verify checks signatures, a webhook-signature header (one or more
-// space-separated signatures), against secret. It checks the signature
+// space-separated signatures), against key: a "whsec_" secret checks the
+// v1 (HMAC) signatures, a "whpk_" public key the v1a (Ed25519) ones, and
+// the signatures of the other scheme are ignored. It checks the signature
 // only: VerifyRequest also checks the timestamp.
-func Verify(secret, id string, timestamp int64, body []byte, signatures string) error {
-	sg, err := signerFor(secret)
+func Verify(key, id string, timestamp int64, body []byte, signatures string) error {
+	if strings.HasPrefix(key, PublicKeyPrefix) {
+		pub, err := decodePublicKey(key)
+		if err != nil {
+			return err
+		}
+		return verifyV1a([]ed25519.PublicKey{pub}, id, timestamp, body, signatures, errNoV1aUnderKey)
+	}
+	if !strings.HasPrefix(key, SecretPrefix) {
+		return errKeyKind(key)
+	}
+	sg, err := signerFor(key)
 	if err != nil {
 		return err
 	}
@@ -110,32 +134,77 @@ func Verify(secret, id string, timestamp int64, body []byte, signatures string) 
 			return nil
 		}
 	}
-	return ErrNoMatchingSignature
+	if !hasScheme(signatures, "v1,") {
+		return errNoV1InHeader
+	}
+	return errNoV1UnderSecret
+}
+
+// The ways ErrNoMatchingSignature comes back, made once: a receiver that
+// is sent forged requests should not pay for formatting the refusal.
+var (
+	errNoV1InHeader    = fmt.Errorf("%w: the header has no v1 signature (v1a ones verify with a whpk_ public key)", ErrNoMatchingSignature)
+	errNoV1UnderSecret = fmt.Errorf("%w: no v1 signature matches the secret", ErrNoMatchingSignature)
+	errNoV1aInHeader   = fmt.Errorf("%w: the header has no v1a signature (v1 ones verify with a whsec_ secret)", ErrNoMatchingSignature)
+	errNoV1aUnderKey   = fmt.Errorf("%w: no v1a signature verifies under the public key", ErrNoMatchingSignature)
+)
+
+// errKeyKind is the error for a key that is neither a secret nor a public
+// key: it matches both ErrSecret and ErrPublicKey.
+func errKeyKind(key string) error {
+	hint := ""
+	if strings.HasPrefix(key, SigningKeyPrefix) {
+		hint = " (a whsk_ signing key signs: verify with its whpk_ public key)"
+	}
+	return fmt.Errorf(`%w, and %w: the key must be a secret, "whsec_<base64>" (v1, HMAC), or a public key, "whpk_<base64>" (v1a, Ed25519)%s`, ErrSecret, ErrPublicKey, hint)
+}
+
+// hasScheme reports whether signatures holds one that starts with prefix
+// ("v1," or "v1a,").
+func hasScheme(signatures, prefix string) bool {
+	for _, sig := range strings.Fields(signatures) {
+		if strings.HasPrefix(sig, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // VerifyRequest checks a request a receiver got: its webhook-* headers h,
 // its raw body, the timestamp within tolerance of now (DefaultTolerance
-// if tolerance is 0), and a signature under secret. Receivers should
-// answer 401 when it fails, and may use webhook-id to drop a request they
-// have already processed (relay delivers at least once).
-func VerifyRequest(secret string, h http.Header, body []byte, now time.Time, tolerance time.Duration) error {
-	id, ts, sigs := h.Get(HeaderID), h.Get(HeaderTimestamp), h.Get(HeaderSignature)
-	for name, v := range map[string]string{HeaderID: id, HeaderTimestamp: ts, HeaderSignature: sigs} {
-		if v == "" {
-			return fmt.Errorf("%w: %s", ErrMissingHeader, name)
+// if tolerance is 0), and a signature under key, a "whsec_" secret (v1)
+// or a "whpk_" public key (v1a), as Verify. Receivers should answer 401
+// when it fails, and may use webhook-id to drop a request they have
+// already processed (relay delivers at least once).
+func VerifyRequest(key string, h http.Header, body []byte, now time.Time, tolerance time.Duration) error {
+	id, ts, sigs, err := requestHeaders(h, now, tolerance)
+	if err != nil {
+		return err
+	}
+	return Verify(key, id, ts, body, sigs)
+}
+
+// requestHeaders returns a request's webhook-id, webhook-timestamp and
+// webhook-signature, once it has checked that they are there and that
+// the timestamp is within tolerance of now.
+func requestHeaders(h http.Header, now time.Time, tolerance time.Duration) (id string, timestamp int64, signatures string, err error) {
+	id, ts, signatures := h.Get(HeaderID), h.Get(HeaderTimestamp), h.Get(HeaderSignature)
+	for _, v := range [...]struct{ name, value string }{{HeaderID, id}, {HeaderTimestamp, ts}, {HeaderSignature, signatures}} {
+		if v.value == "" {
+			return "", 0, "", fmt.Errorf("%w: %s", ErrMissingHeader, v.name)
 		}
 	}
 	sec, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil {
-		return fmt.Errorf("%w: %q is not a Unix time in seconds", ErrTimestamp, ts)
+		return "", 0, "", fmt.Errorf("%w: %q is not a Unix time in seconds", ErrTimestamp, ts)
 	}
 	if tolerance <= 0 {
 		tolerance = DefaultTolerance
 	}
 	if d := now.Sub(time.Unix(sec, 0)); d > tolerance || d < -tolerance {
-		return fmt.Errorf("%w: %s is %s from now, more than the tolerance of %s", ErrTimestamp, ts, d.Round(time.Second), tolerance)
+		return "", 0, "", fmt.Errorf("%w: %s is %s from now, more than the tolerance of %s", ErrTimestamp, ts, d.Round(time.Second), tolerance)
 	}
-	return Verify(secret, id, sec, body, sigs)
+	return id, sec, signatures, nil
 }
 
 // A signer holds a decoded key and reusable HMAC states for it: a sender

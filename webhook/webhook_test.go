@@ -366,7 +366,7 @@ func ExampleVerifyRequest() {
 	fmt.Println(VerifyRequest(secret, h, body, now.Add(time.Hour), 0))
 	// Output:
 	// <nil>
-	// webhook: no matching v1 signature
+	// webhook: no matching signature: no v1 signature matches the secret
 	// webhook: timestamp: 1614265330 is 1h1m0s from now, more than the tolerance of 5m0s
 }
 
