@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,12 +24,13 @@ func sinkCommand() *cli.Command {
 		Name:  "sink",
 		Usage: "run a webhook receiver that prints each delivery (for trying relay out and for tests)",
 		Description: `Answers every POST with --status (default 200), prints one line per request,
-and verifies Standard Webhooks signatures when given --secret (a bad or missing
-signature is answered with 401). --fail-first N answers the first N requests of
+and verifies Standard Webhooks signatures when given --secret (v1, HMAC) or
+--public-key (v1a, Ed25519) (a bad or missing signature is answered with 401). --fail-first N answers the first N requests of
 each webhook-id with --fail-status instead; --delay D waits before answering.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "addr", Value: "127.0.0.1:8080", Usage: "address to listen on"},
-			&cli.StringFlag{Name: "secret", EnvVars: []string{"RELAY_SINK_SECRET"}, Usage: "verify signatures with this whsec_ secret"},
+			&cli.StringFlag{Name: "secret", EnvVars: []string{"RELAY_SINK_SECRET"}, Usage: "verify v1 signatures with this whsec_ secret"},
+			&cli.StringFlag{Name: "public-key", EnvVars: []string{"RELAY_SINK_PUBLIC_KEY"}, Usage: "verify v1a (Ed25519) signatures with this whpk_ public key ('relay dest show' prints it)"},
 			&cli.IntFlag{Name: "status", Value: 200, Usage: "status to answer with"},
 			&cli.IntFlag{Name: "fail-first", Usage: "answer the first N requests of each webhook-id with --fail-status"},
 			&cli.IntFlag{Name: "fail-status", Value: 503, Usage: "status of the --fail-first answers"},
@@ -43,13 +45,14 @@ each webhook-id with --fail-status instead; --delay D waits before answering.`,
 // sinkOpts are the options of 'relay sink'.
 type sinkOpts struct {
 	addr, secret, retryAfter      string
+	publicKey                     string
 	status, failFirst, failStatus int
 	delay                         time.Duration
 	json                          bool
 }
 
 func readSink(c *cli.Context) *sinkOpts {
-	return &sinkOpts{addr: c.String("addr"), secret: c.String("secret"), retryAfter: c.String("retry-after"),
+	return &sinkOpts{addr: c.String("addr"), secret: c.String("secret"), publicKey: c.String("public-key"), retryAfter: c.String("retry-after"),
 		status: c.Int("status"), failFirst: c.Int("fail-first"), failStatus: c.Int("fail-status"),
 		delay: c.Duration("delay"), json: c.Bool("json")}
 }
@@ -63,10 +66,18 @@ func (o *sinkOpts) Validate() error {
 			return usagef("--%s %d: give an HTTP status from 200 to 599", f.name, f.status)
 		}
 	}
+	if o.secret != "" && o.publicKey != "" {
+		return usagef("--secret and --public-key exclude each other: give the one the destination signs with")
+	}
 	if o.secret != "" {
 		if err := webhook.ValidateSecret(o.secret); err != nil {
 			// Every request would be answered 401 signature=invalid.
 			return usagef("--secret: %v", err)
+		}
+	}
+	if o.publicKey != "" {
+		if err := webhook.ValidatePublicKey(o.publicKey); err != nil {
+			return usagef("--public-key: %v", err)
 		}
 	}
 	return nil
@@ -79,7 +90,7 @@ func (o *sinkOpts) Run(ctx context.Context, e *env) error {
 		return fmt.Errorf("sink: listen on %s: %w", o.addr, err)
 	}
 	s := &sink{
-		out: e.out, secret: o.secret, status: o.status,
+		out: e.out, secret: cmp.Or(o.secret, o.publicKey), status: o.status,
 		failFirst: o.failFirst, failStatus: o.failStatus,
 		retryAfter: o.retryAfter, delay: o.delay,
 		asJSON: o.json, seen: map[string]int{},
@@ -99,7 +110,9 @@ func (o *sinkOpts) Run(ctx context.Context, e *env) error {
 }
 
 type sink struct {
-	out        io.Writer
+	out io.Writer
+	// secret is the whsec_ secret or the whpk_ public key signatures are
+	// verified with (webhook.Verify takes either).
 	secret     string
 	status     int
 	failFirst  int

@@ -64,3 +64,34 @@ func TestSinkFailsFirstAndVerifiesSignatures(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(lines[4]), &rec))
 	require.Equal(t, "invalid", rec.Signature)
 }
+
+// With --public-key the sink verifies v1a signatures.
+func TestSinkVerifiesEd25519(t *testing.T) {
+	key := webhook.GenerateSigningKey()
+	pk, err := webhook.PublicKey(key)
+	require.NoError(t, err)
+	var out bytes.Buffer
+	s := &sink{out: &out, secret: pk, status: 200, seen: map[string]int{}}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	post := func(sign func(id string, ts int64, body []byte) (string, error)) int {
+		ts := time.Now().Unix()
+		sig, err := sign("evt_1", ts, []byte(`{}`))
+		require.NoError(t, err)
+		req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(`{}`))
+		require.NoError(t, err)
+		req.Header.Set("webhook-id", "evt_1")
+		req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
+		req.Header.Set("webhook-signature", sig)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, 200, post(func(id string, ts int64, b []byte) (string, error) { return webhook.SignEd25519(key, id, ts, b) }))
+	other := webhook.GenerateSigningKey()
+	require.Equal(t, 401, post(func(id string, ts int64, b []byte) (string, error) { return webhook.SignEd25519(other, id, ts, b) }))
+	require.Equal(t, 401, post(func(id string, ts int64, b []byte) (string, error) {
+		return webhook.Sign(webhook.GenerateSecret(), id, ts, b)
+	}), "a v1 signature does not pass for a public key")
+}
