@@ -105,6 +105,9 @@ func (e *DNSFailure) Unwrap() error { return e.err }
 // WithoutResolver is err with a failed DNS lookup in it told as a
 // *DNSFailure, and err itself otherwise.
 func WithoutResolver(err error) error {
+	if _, ok := errors.AsType[*ProxyError](err); ok {
+		return err // the proxy's name, not the destination's: it says which proxy
+	}
 	de, ok := errors.AsType[*net.DNSError](err)
 	if !ok {
 		return err

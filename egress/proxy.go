@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -33,8 +34,23 @@ type Proxy struct {
 	// relay's own, dest:NAME (a destination, tenant=name for a tenant's)
 	// and tenant:ID (every destination of a tenant).
 	NoProxy []string
-	// health is the last CONNECT the proxy granted (Unix nanoseconds).
+	// health is when a request through the proxy last succeeded: a tunnel
+	// granted or a response through one (Unix nanoseconds).
 	health atomic.Int64
+	// doubts are, per destination, when an answer to CONNECT that may be
+	// the proxy's failure or the destination's first came while the proxy
+	// had done nothing for a while (see connect).
+	doubts sync.Map // dest -> time.Time
+	// now is the clock of health and doubts (tests move it). Optional:
+	// time.Now.
+	now func() time.Time
+}
+
+func (p *Proxy) clock() time.Time {
+	if p.now != nil {
+		return p.now()
+	}
+	return time.Now()
 }
 
 // ParseProxyURL reads a proxy URL, http://[user:password@]host:port.
@@ -42,12 +58,11 @@ type Proxy struct {
 func ParseProxyURL(raw string) (*Proxy, error) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme != "http" || u.Host == "" || u.Port() == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
-		what := raw
-		if u != nil && u.User != nil {
-			what = u.Redacted()
-		}
-		if err != nil {
-			what = "it"
+		// Never the value itself: without its scheme, user:password@host
+		// parses as a scheme and an opaque rest, credentials and all.
+		what := "the URL given"
+		if err == nil && u.Scheme != "" && u.Host != "" {
+			what = (&url.URL{Scheme: u.Scheme, Host: u.Host, User: u.User}).Redacted()
 		}
 		return nil, fmt.Errorf("%s is not an HTTP proxy's URL: give http://host:port (relay speaks CONNECT to it; https:// and socks5:// proxies are not supported)", what)
 	}
@@ -69,18 +84,23 @@ func (p *Proxy) String() string {
 
 // ValidateNoProxy checks a --no-proxy entry.
 func ValidateNoProxy(e string) error {
+	bad := fmt.Errorf("%q: give a host name, .domain, an address or CIDR range, dest:NAME or tenant:ID", e)
 	switch {
 	case e == "":
 		return errors.New("an empty entry")
 	case strings.HasPrefix(e, "dest:") && len(e) > len("dest:"), strings.HasPrefix(e, "tenant:") && len(e) > len("tenant:"):
 		return nil
-	case strings.ContainsAny(e, " /:") && !strings.Contains(e, "/"):
-		return fmt.Errorf("%q: give a host name, .domain, an address or CIDR range, dest:NAME or tenant:ID", e)
-	}
-	if strings.Contains(e, "/") {
+	case strings.Contains(e, "*"):
+		return fmt.Errorf("%q: no wildcards: .example.com is example.com and its subdomains", e)
+	case strings.Contains(e, "/"):
 		if _, err := parsePrefix(e); err != nil {
 			return fmt.Errorf("%q: not a CIDR range", e)
 		}
+		return nil
+	case net.ParseIP(strings.Trim(e, "[]")) != nil:
+		return nil // an address, IPv6 too
+	case strings.ContainsAny(e, " :@?#") || strings.Trim(e, ".") == "":
+		return bad
 	}
 	return nil
 }
@@ -105,17 +125,23 @@ func (p *Proxy) bypass(host, dest string) bool {
 		case strings.Contains(e, "/"):
 			n, err := parsePrefix(e)
 			return err == nil && ip != nil && n.Contains(ip)
-		case strings.HasPrefix(e, "."):
-			return strings.HasSuffix(host, strings.ToLower(e)) || host == strings.ToLower(e[1:])
 		}
-		return host == strings.ToLower(e)
+		e = strings.ToLower(strings.TrimSuffix(e, "."))
+		if a := net.ParseIP(strings.Trim(e, "[]")); a != nil {
+			return ip != nil && a.Equal(ip)
+		}
+		if strings.HasPrefix(e, ".") {
+			return strings.HasSuffix(host, e) || host == e[1:]
+		}
+		return host == e
 	})
 }
 
 // ProxyError is a failure of the egress proxy, not of the destination: the
-// proxy could not be reached or talked to, refused the tunnel
-// (407, 403...), or failed with a 5xx while it had granted no tunnel for
-// a while. A delivery that meets one is not charged to its destination.
+// proxy could not be reached or talked to, refused the credentials (401,
+// 407), or gave an answer that may be its own failure (a 5xx, 403, none
+// in time) while nothing went through it for a while (see doubtful). A
+// delivery that meets one is not charged to its destination.
 type ProxyError struct {
 	Proxy string
 	// Status is the proxy's answer to CONNECT; 0 when it gave none.
@@ -138,23 +164,40 @@ func (e *ProxyError) Error() string {
 
 func (e *ProxyError) Unwrap() error { return e.Err }
 
-// healthyFor is how recently the proxy must have granted a tunnel for its
-// 5xx answer to CONNECT to be the destination's failure (the proxy could
-// not reach it), not the proxy's own.
+// healthyFor is how recently a request through the proxy must have
+// succeeded for an answer to CONNECT that may be the proxy's failure or
+// the destination's (a 5xx, 403, no answer in time) to be the
+// destination's: the proxy works.
 const healthyFor = time.Minute
 
+// doubtFor is how long such an answer is taken as the proxy's failure,
+// for one destination, while nothing through the proxy succeeds: after
+// that it is the destination's, so that a destination that is down is
+// charged, retried and dead-lettered as usual even when it is the only
+// one a quiet relay delivers to.
+const doubtFor = time.Minute
+
 // connect opens a tunnel through the proxy to target, a vetted ip:port;
-// host is the destination's name, for the errors.
+// host is the destination's name, for the errors, and ctx carries the
+// destination (ForDestination). The exchange takes at most the dialer's
+// timeout from the dial's start.
 func (p *Proxy) connect(ctx context.Context, d *net.Dialer, target, host string) (net.Conn, error) {
+	start := time.Now()
 	c, err := d.DialContext(ctx, "tcp", p.Addr)
 	if err != nil {
 		return nil, &ProxyError{Proxy: p.Addr, Err: err, LastTunnel: p.lastTunnel()}
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		_ = c.SetDeadline(dl)
-	} else {
-		_ = c.SetDeadline(time.Now().Add(d.Timeout))
+	timeout := d.Timeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
 	}
+	deadline := start.Add(timeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	_ = c.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
 	req := &http.Request{Method: http.MethodConnect, URL: &url.URL{Opaque: target}, Host: target, Header: http.Header{}}
 	if p.User != "" {
 		req.Header.Set("Proxy-Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(p.User+":"+p.Password)))
@@ -163,29 +206,66 @@ func (p *Proxy) connect(ctx context.Context, d *net.Dialer, target, host string)
 		c.Close()
 		return nil, &ProxyError{Proxy: p.Addr, Err: fmt.Errorf("send CONNECT: %w", err), LastTunnel: p.lastTunnel()}
 	}
+	dest, _ := ctx.Value(destKey{}).(string)
 	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, req)
-	if err != nil {
-		c.Close()
-		return nil, &ProxyError{Proxy: p.Addr, Err: fmt.Errorf("read its answer to CONNECT: %w", err), LastTunnel: p.lastTunnel()}
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		c.Close()
-		healthy := time.Since(p.lastTunnel()) < healthyFor
-		if resp.StatusCode >= 500 && healthy {
-			// A proxy that tunnels to other destinations says it could
-			// not reach this one: the destination's failure.
-			return nil, fmt.Errorf("the egress proxy could not reach %s (%s): %d %s", host, target, resp.StatusCode, http.StatusText(resp.StatusCode))
+	var resp *http.Response
+	for {
+		resp, err = http.ReadResponse(br, req)
+		if err != nil {
+			c.Close()
+			if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+				// The proxy took the connection and did not answer: it
+				// may be waiting for the destination.
+				return nil, p.doubtful(dest, host, target, 0, fmt.Errorf("no answer to CONNECT within %s", timeout))
+			}
+			return nil, &ProxyError{Proxy: p.Addr, Err: fmt.Errorf("read its answer to CONNECT: %w", err), LastTunnel: p.lastTunnel()}
 		}
-		return nil, &ProxyError{Proxy: p.Addr, Status: resp.StatusCode, LastTunnel: p.lastTunnel()}
+		resp.Body.Close()
+		if resp.StatusCode >= 200 || resp.StatusCode < 100 {
+			break // not an interim answer
+		}
 	}
-	p.health.Store(time.Now().UnixNano())
+	switch code := resp.StatusCode; {
+	case code >= 200 && code <= 299:
+	case code == http.StatusUnauthorized, code == http.StatusProxyAuthRequired:
+		c.Close()
+		return nil, &ProxyError{Proxy: p.Addr, Status: code, LastTunnel: p.lastTunnel()}
+	default:
+		c.Close()
+		return nil, p.doubtful(dest, host, target, code, nil)
+	}
+	p.worked(dest)
 	_ = c.SetDeadline(time.Time{})
 	if br.Buffered() > 0 {
 		return &bufferedConn{Conn: c, r: br}, nil
 	}
 	return c, nil
+}
+
+// doubtful is the error of an answer to CONNECT (status, or err without
+// one) that may be the proxy's failure or the destination's: the
+// destination's while the proxy works for others, or once it has come for
+// doubtFor; else a *ProxyError.
+func (p *Proxy) doubtful(dest, host, target string, status int, err error) error {
+	what := fmt.Sprint(err)
+	if status != 0 {
+		what = fmt.Sprintf("%d %s", status, http.StatusText(status))
+	}
+	now := p.clock()
+	if now.Sub(p.lastTunnel()) < healthyFor {
+		return fmt.Errorf("the egress proxy could not reach %s (%s): %s", host, target, what)
+	}
+	first, _ := p.doubts.LoadOrStore(dest, now)
+	if since := now.Sub(first.(time.Time)); since >= doubtFor {
+		return fmt.Errorf("the egress proxy could not reach %s (%s): %s (for %s, while nothing else went through it: taken as the destination's failure)", host, target, what, since.Round(time.Second))
+	}
+	return &ProxyError{Proxy: p.Addr, Status: status, Err: err, LastTunnel: p.lastTunnel()}
+}
+
+// worked records that a request to dest through the proxy succeeded.
+func (p *Proxy) worked(dest string) {
+	p.health.Store(p.clock().UnixNano())
+	p.doubts.Delete(dest)
 }
 
 // lastTunnel is when the proxy last granted a tunnel (zero: never).
@@ -229,7 +309,12 @@ func (t *proxyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.proxy.bypass(req.URL.Hostname(), dest) {
 		return t.direct.RoundTrip(req)
 	}
-	return t.tunnel.RoundTrip(req)
+	resp, err := t.tunnel.RoundTrip(req)
+	if err == nil {
+		// A response through a tunnel, new or kept alive: the proxy works.
+		t.proxy.worked(dest)
+	}
+	return resp, err
 }
 
 // CloseIdleConnections closes both transports' idle connections.

@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -12,6 +13,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -210,16 +212,113 @@ func TestParseProxyURL(t *testing.T) {
 	require.Equal(t, "relay", p.User)
 	require.Equal(t, "pa$$", p.Password)
 	require.Equal(t, "http://relay:xxxxx@proxy.internal:3128", p.String())
-	for _, bad := range []string{"proxy:3128", "https://proxy:3128", "socks5://proxy:1080", "http://proxy", "http://u:topsecret@proxy/x", "http://proxy:3128/?a=b", "://"} {
+	for _, bad := range []string{"proxy:3128", "https://proxy:3128", "socks5://proxy:1080", "http://proxy", "http://u:topsecret@proxy/x", "http://proxy:3128/?a=b", "://",
+		"relay:topsecret@proxy.internal:3128", "socks5://u:topsecret@proxy:1080", "http://u:topsecret@proxy"} {
 		_, err := ParseProxyURL(bad)
 		require.Error(t, err, bad)
 		require.NotContains(t, err.Error(), "topsecret", "credentials are never printed")
 		require.True(t, strings.Contains(err.Error(), "http://host:port"), err.Error())
 	}
-	for _, ok := range []string{"hooks.example.com", ".example.com", "10.0.0.0/8", "192.0.2.7", "dest:billing", "dest:acme=billing", "tenant:acme"} {
+	for _, ok := range []string{"hooks.example.com", ".example.com", "example.com.", "10.0.0.0/8", "192.0.2.7", "::1", "[2001:db8::1]", "dest:billing", "dest:acme=billing", "tenant:acme"} {
 		require.NoError(t, ValidateNoProxy(ok), ok)
 	}
-	for _, bad := range []string{"", "dest:", "tenant:", "10.0.0.0/33", "host with space", "http://x"} {
+	for _, bad := range []string{"", "dest:", "tenant:", "10.0.0.0/33", "host with space", "http://x", "*", "*.example.com", ".", "u@host"} {
 		require.Error(t, ValidateNoProxy(bad), bad)
 	}
+	p.NoProxy = []string{".Example.com.", "::1", "hooks.test."}
+	for host, want := range map[string]bool{"a.example.com": true, "example.com": true, "badexample.com": false, "EXAMPLE.COM.": true,
+		"::1": true, "::2": false, "hooks.test": true, "hooks.test.evil": false} {
+		require.Equal(t, want, p.bypass(host, ""), host)
+	}
+}
+
+// scriptedProxy is a CONNECT proxy that answers answer to every CONNECT
+// and, when its last answer is a 2xx, tunnels to the target asked for.
+func scriptedProxy(t *testing.T, answer string) (addr string, asked chan string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	asked = make(chan string, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				asked <- req.Method + " " + req.Host
+				if _, err := io.WriteString(c, answer); err != nil || !strings.Contains(answer[strings.LastIndex(answer, "HTTP/1.1 "):], "HTTP/1.1 2") {
+					return
+				}
+				up, err := net.Dial("tcp", req.Host)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				go func() { _, _ = io.Copy(up, br) }()
+				_, _ = io.Copy(c, up)
+			}()
+		}
+	}()
+	return ln.Addr().String(), asked
+}
+
+// Interim answers are skipped and any 2xx opens the tunnel (RFC 9110).
+func TestProxyTunnelOnAny2xx(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(srv.Close)
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	addr, asked := scriptedProxy(t, "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 Tunnel open\r\n\r\n")
+	c := NewClient(Options{Guard: loopbackGuard(map[string]string{"hooks.example.test": "127.0.0.1"}), Proxy: &Proxy{Addr: addr}})
+	resp, err := get(t, c, context.Background(), "http://hooks.example.test:"+port+"/")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "CONNECT 127.0.0.1:"+port, <-asked)
+}
+
+// An answer that may be the proxy's failure or the destination's (403,
+// 502) is the proxy's while nothing went through it, for a minute per
+// destination; then the destination's. While requests through the proxy
+// succeed, it is the destination's at once. Credentials refused are
+// always the proxy's.
+func TestProxyDoubtfulAnswers(t *testing.T) {
+	t.Parallel()
+	for _, status := range []string{"403 Forbidden", "502 Bad Gateway"} {
+		addr, _ := scriptedProxy(t, "HTTP/1.1 "+status+"\r\nContent-Length: 0\r\n\r\n")
+		now := time.Unix(1_900_000_000, 0)
+		px := &Proxy{Addr: addr, now: func() time.Time { return now }}
+		c := NewClient(Options{Guard: loopbackGuard(map[string]string{"hooks.example.test": "127.0.0.1"}), Proxy: px})
+		ctx := ForDestination(context.Background(), "orders")
+		_, err := get(t, c, ctx, "http://hooks.example.test:9/")
+		_, ok := errors.AsType[*ProxyError](err)
+		require.True(t, ok, "%s, nothing through the proxy yet: its failure (%v)", status, err)
+		now = now.Add(doubtFor)
+		_, err = get(t, c, ctx, "http://hooks.example.test:9/")
+		_, ok = errors.AsType[*ProxyError](err)
+		require.False(t, ok, "%s for a minute: the destination's (%v)", status, err)
+		require.ErrorContains(t, err, "taken as the destination's failure")
+		_, err = get(t, c, ForDestination(context.Background(), "other"), "http://hooks.example.test:9/")
+		_, ok = errors.AsType[*ProxyError](err)
+		require.True(t, ok, "the doubt is per destination")
+
+		px.worked("another") // a request through the proxy succeeded
+		_, err = get(t, c, ForDestination(context.Background(), "third"), "http://hooks.example.test:9/")
+		_, ok = errors.AsType[*ProxyError](err)
+		require.False(t, ok, "%s while the proxy works: the destination's (%v)", status, err)
+		require.ErrorContains(t, err, "the egress proxy could not reach hooks.example.test (127.0.0.1:9): "+status)
+	}
+	addr, _ := scriptedProxy(t, "HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n")
+	px := &Proxy{Addr: addr}
+	px.worked("x")
+	_, err := get(t, NewClient(Options{Guard: loopbackGuard(map[string]string{"hooks.example.test": "127.0.0.1"}), Proxy: px}), context.Background(), "http://hooks.example.test:9/")
+	_, ok := errors.AsType[*ProxyError](err)
+	require.True(t, ok, "credentials refused: always the proxy's (%v)", err)
 }

@@ -615,3 +615,16 @@ func TestSenderDNSFailureHidesTheResolver(t *testing.T) {
 		})
 	}
 }
+
+// A proxy whose own name does not resolve fails as the proxy: the DNS
+// error is the proxy's, not the destination's.
+func TestSenderProxyFailureIsNotTheDestinations(t *testing.T) {
+	t.Parallel()
+	c := egress.NewClient(egress.Options{Guard: egress.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
+		Proxy: &egress.Proxy{Addr: "proxy.invalid:3128"}})
+	s := &Sender{Client: c, Now: time.Now}
+	res := s.Send(t.Context(), senderTestDest("http://127.0.0.1:9/hook", 5*time.Second), Delivery{ID: "evt_1", Body: []byte(`{}`)})
+	require.True(t, res.ProxyFailed, "%v", res.Err)
+	require.False(t, res.Attempted(), "no request reached the destination")
+	require.ErrorContains(t, res.Err, "egress proxy proxy.invalid:3128")
+}
