@@ -455,15 +455,20 @@ func (s *Server) updateDest(c *call) {
 			return
 		}
 	}
+	var generated string
 	d, err := c.dests.Update(ctx, c.name, func(d *destination.Destination) error {
+		before := *d
 		set.Apply(d)
+		generated = set.GeneratedSecret(before, *d)
 		return nil
 	})
 	if err != nil {
 		destProblem(c.w, &body, err)
 		return
 	}
-	c.json(http.StatusOK, viewOf(d, time.Now(), c.admin()))
+	v := viewOf(d, time.Now(), c.admin())
+	v.Secret = generated // a destination back to signing v1: its new secret, once
+	c.json(http.StatusOK, v)
 }
 
 // removeDest removes a destination as 'relay dest rm' does: refused (409)

@@ -111,6 +111,14 @@ func TestJWKSPublishesTheKeysInForce(t *testing.T) {
 	require.Equal(t, http.StatusUnprocessableEntity, code, m)
 	require.Equal(t, "signing_key", m["field"])
 
+	// Back to HMAC: a new secret, answered once, and no key published.
+	code, m = e.send("PATCH", "/v1/destinations/edge", e.admin, `{"signature":"hmac"}`)
+	require.Equal(t, http.StatusOK, code, m)
+	require.True(t, strings.HasPrefix(m["secret"].(string), "whsec_"), "%v", m)
+	require.Nil(t, m["public_keys"])
+	_, set = e.getJWKS("/v1/jwks.json", "")
+	require.Empty(t, set.Keys)
+
 	// An HMAC destination moved to both gets a key, kept across updates.
 	code, m = e.send("PATCH", "/v1/destinations/plain", e.admin, `{"signature":"both"}`)
 	require.Equal(t, http.StatusOK, code, m)

@@ -158,6 +158,9 @@ func (s *Settings) Validate() error {
 			return &SettingError{Setting: "body-template", Err: fmt.Errorf(": %w", err), continues: true}
 		}
 	}
+	if s.Signature != nil && *s.Signature == SignatureEd25519 && s.Secret != nil && *s.Secret != "" {
+		return &SettingError{Setting: "secret", Err: errors.New(": signature ed25519 signs with a key, not a secret: leave the secret out, or sign both"), continues: true}
+	}
 	if s.BodyContentType != nil {
 		if err := ValidateContentType(*s.BodyContentType); err != nil {
 			return &SettingError{Setting: "body-content-type", Err: fmt.Errorf(": %w", err), continues: true}
@@ -173,6 +176,18 @@ func (s Settings) Apply(d *Destination) {
 	}
 	set(&d.URLStrategy, s.URLStrategy)
 	set(&d.Secret, s.Secret)
+	if s.Signature != nil && *s.Signature != d.Signature {
+		switch {
+		case *s.Signature == SignatureEd25519:
+			// No HMAC secret left behind: one a receiver may have leaked
+			// must not come back with a later move to both or hmac.
+			d.Secret, d.PrevSecret, d.PrevSecretUntil = "", "", time.Time{}
+		case d.Signature == SignatureEd25519 && s.Secret == nil:
+			// Back to signing v1, with a new secret (GeneratedSecret),
+			// never unsigned by surprise.
+			d.Secret = webhook.GenerateSecret()
+		}
+	}
 	set(&d.Signature, s.Signature)
 	set(&d.SigningKey, s.SigningKey)
 	// A destination that comes to sign "v1a" gets its key.
@@ -210,6 +225,16 @@ func (s Settings) Apply(d *Destination) {
 	}
 	set(&d.BodyTemplate, s.BodyTemplate)
 	set(&d.BodyContentType, s.BodyContentType)
+}
+
+// GeneratedSecret is the HMAC secret Apply generated for a destination
+// that signed with Ed25519 alone (before) and signs v1 again (after); ""
+// when it generated none. It is shown once.
+func (s Settings) GeneratedSecret(before, after Destination) string {
+	if s.Secret == nil && !before.SignsHMAC() && after.SignsHMAC() && after.Secret != "" && after.Secret != before.Secret {
+		return after.Secret
+	}
+	return ""
 }
 
 // set copies *v to *dst if v is not nil.

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/relaydev/relay/webhook"
 )
 
 // Every error of a destination's settings names the setting at fault, so
@@ -65,4 +67,39 @@ func TestSettingErrorsNameTheSetting(t *testing.T) {
 	_, generated, err = Settings{URLs: []string{"https://a.example/h"}, Secret: new("")}.NewDestination("orders")
 	require.NoError(t, err)
 	require.False(t, generated, "an empty secret: unsigned")
+}
+
+// Moving to ed25519 alone drops the HMAC secrets; moving back to v1
+// generates a new one (never unsigned by surprise, never the old one).
+func TestSignatureMovesKeepNoStaleSecret(t *testing.T) {
+	t.Parallel()
+	old := webhook.GenerateSecret()
+	d := Destination{Name: "d", URL: "https://example.com/h", Secret: old, PrevSecret: webhook.GenerateSecret(), PrevSecretUntil: time.Now().Add(time.Hour)}
+	before := d
+	Settings{Signature: new(SignatureEd25519)}.Apply(&d)
+	require.Empty(t, d.Secret)
+	require.Empty(t, d.PrevSecret)
+	require.NotEmpty(t, d.SigningKey, "a key generated")
+	require.Empty(t, Settings{Signature: new(SignatureEd25519)}.GeneratedSecret(before, d))
+	require.NoError(t, d.WithDefaults().Validate())
+	key := d.SigningKey
+
+	before = d
+	Settings{Signature: new(SignatureHMAC)}.Apply(&d)
+	require.NotEmpty(t, d.Secret)
+	require.NotEqual(t, old, d.Secret)
+	require.Equal(t, d.Secret, Settings{Signature: new(SignatureHMAC)}.GeneratedSecret(before, d), "shown once")
+	require.Equal(t, key, d.SigningKey, "the key is kept, unused")
+	require.Empty(t, d.PublicKeys(time.Now()), "hmac publishes no key")
+
+	// Both, from ed25519, with a secret given: that one.
+	d = Destination{Name: "d", URL: "https://example.com/h", Signature: SignatureEd25519, SigningKey: key}
+	before = d
+	given := webhook.GenerateSecret()
+	Settings{Signature: new(SignatureBoth), Secret: &given}.Apply(&d)
+	require.Equal(t, given, d.Secret)
+	require.Empty(t, Settings{Signature: new(SignatureBoth), Secret: &given}.GeneratedSecret(before, d), "given, not generated")
+
+	s := Settings{Signature: new(SignatureEd25519), Secret: &given}
+	require.ErrorContains(t, s.Validate(), "signature ed25519 signs with a key, not a secret")
 }

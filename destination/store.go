@@ -428,6 +428,10 @@ func (s *Store) reseal(ctx context.Context, name string) (bool, error) {
 		if stale {
 			d.PrevSecret, d.PrevSecretUntil = "", time.Time{}
 		}
+		// So does an expired previous signing key.
+		if d.PrevSigningKey != "" && !d.PrevSigningKeyUntil.IsZero() && s.now().After(d.PrevSigningKeyUntil) {
+			d.PrevSigningKey, d.PrevSigningKeyUntil, stale = "", time.Time{}, true
+		}
 		err = eachSecret(&d, func(v, aad string) (string, error) {
 			if v == "" {
 				return v, nil

@@ -524,8 +524,11 @@ func (o *destUpdateOpts) Run(ctx context.Context, e *env) error {
 			return err
 		}
 	}
+	var generated string
 	d, err := st.Update(ctx, o.name, func(d *destination.Destination) error {
+		before := *d
 		o.settings.Apply(d)
+		generated = o.settings.GeneratedSecret(before, *d)
 		return nil
 	})
 	if err != nil {
@@ -534,6 +537,12 @@ func (o *destUpdateOpts) Run(ctx context.Context, e *env) error {
 		return flagError(err)
 	}
 	fmt.Fprintf(e.out, "updated destination %s -> %s\n", d.Name, poolText(d))
+	if generated != "" {
+		fmt.Fprintf(e.out, "signing secret (shown once, give it to the receiver): %s\n", generated)
+	}
+	for _, pk := range d.PublicKeys(time.Now()) {
+		fmt.Fprintf(e.out, "public key (kid %s): %s\n", pk.ID, pk.Key)
+	}
 	return nil
 }
 
