@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"slices"
 	"strconv"
@@ -25,13 +26,28 @@ const jwksMaxAge = 5 * time.Minute
 // is served without a key, and building it reads every destination.
 const jwksFresh = 10 * time.Second
 
+// jwksBuildTimeout bounds a build of the key sets.
+const jwksBuildTimeout = 30 * time.Second
+
 // jwksCache is the JWKS of each tenant ("" for the destinations of none),
-// built from one read of the destinations.
+// built from one read of the destinations, by one build at a time.
+// Requests never wait for a build while a set built before is at hand,
+// unless this server changed a destination since (forget): then they
+// wait for the build that sees the change, or get the set before it if
+// that build fails.
 type jwksCache struct {
 	mu    sync.Mutex
-	built time.Time
+	built time.Time // when sets were built; zero: stale
 	sets  map[string][]byte
 	etags map[string]string
+	// building is closed when the running build ends; nil when none runs.
+	building chan struct{}
+	// gen counts forget's calls; a build that began before the last one
+	// does not make the sets fresh. waitFor is the gen requests wait for.
+	gen, waitFor, builtGen uint64
+	// failed is when the last build failed, and err why.
+	failed time.Time
+	err    error
 }
 
 // serveJWKS answers GET /v1/jwks.json and GET /v1/tenants/{tenant}/jwks.json:
@@ -46,58 +62,144 @@ func (s *Server) serveJWKS(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusServiceUnavailable, "", "this server does not serve destinations (no store configured)")
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-	defer cancel()
-	body, etag, err := s.jwks.get(ctx, s, r.PathValue("tenant"))
+	body, etag, err := s.jwks.get(r.Context(), s)
 	if err != nil {
 		problem(w, http.StatusServiceUnavailable, "", "cannot read relay's destinations now: "+err.Error())
 		return
 	}
+	b, tag := body[r.PathValue("tenant")], etag[r.PathValue("tenant")]
+	if b == nil {
+		b, tag = encodeJWKS(nil)
+	}
 	w.Header().Set("Cache-Control", "public, max-age="+strconv.Itoa(int(jwksMaxAge/time.Second)))
-	w.Header().Set("ETag", etag)
-	if r.Header.Get("If-None-Match") == etag {
+	w.Header().Set("ETag", tag)
+	if etagMatch(r.Header.Get("If-None-Match"), tag) {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
 	w.Header().Set("Content-Type", "application/jwk-set+json")
-	_, _ = w.Write(body)
+	_, _ = w.Write(b)
 }
 
-func (c *jwksCache) get(ctx context.Context, s *Server, tenant string) ([]byte, string, error) {
+// etagMatch reports whether an If-None-Match value names tag, compared
+// weakly (RFC 9110 13.1.2: a proxy that compresses the answer may weaken
+// its ETag).
+func etagMatch(header, tag string) bool {
+	for v := range strings.SplitSeq(header, ",") {
+		v = strings.TrimPrefix(strings.TrimSpace(v), "W/")
+		if v == "*" || v == strings.TrimPrefix(tag, "W/") {
+			return true
+		}
+	}
+	return false
+}
+
+// get returns the key sets and their ETags by tenant: maps a build made,
+// never changed after.
+func (c *jwksCache) get(ctx context.Context, s *Server) (map[string][]byte, map[string]string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := time.Now()
-	if c.sets == nil || now.Sub(c.built) >= jwksFresh {
-		ds, err := s.cfg.Dests.List(ctx)
-		if err != nil {
-			return nil, "", err
+	for {
+		if c.sets != nil && !c.built.IsZero() && time.Since(c.built) < jwksFresh && c.builtGen >= c.waitFor {
+			return c.sets, c.etags, nil
 		}
-		slices.SortFunc(ds, func(a, b destination.Destination) int { return strings.Compare(a.Name, b.Name) }) // a stable ETag
-		keys := map[string][]webhook.JWK{}
-		for _, d := range ds {
-			for _, pk := range d.PublicKeys(now) {
-				jwk, err := webhook.JWKOf(pk.Key)
-				if err == nil {
-					keys[d.Tenant()] = append(keys[d.Tenant()], jwk)
-				}
+		if c.building == nil && (c.failed.IsZero() || time.Since(c.failed) >= time.Second) {
+			c.building = make(chan struct{})
+			go c.build(s, c.gen, c.building)
+		}
+		if c.sets != nil && c.builtGen >= c.waitFor {
+			return c.sets, c.etags, nil // the last build's, while the next runs
+		}
+		ch := c.building
+		if ch == nil {
+			// A build failed a moment ago: its error, or the sets before it.
+			if c.sets != nil {
+				return c.sets, c.etags, nil
 			}
+			return nil, nil, c.err
 		}
-		c.sets, c.etags, c.built = map[string][]byte{}, map[string]string{}, now
-		for t, ks := range keys {
-			c.sets[t], c.etags[t] = encodeJWKS(ks)
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			c.mu.Lock()
+			return nil, nil, ctx.Err()
+		}
+		c.mu.Lock()
+		if c.builtGen < c.waitFor && c.building == nil && !c.failed.IsZero() && time.Since(c.failed) < time.Second {
+			// The build that was to see the change failed: the sets
+			// before it, if any, rather than nothing.
+			if c.sets != nil {
+				return c.sets, c.etags, nil
+			}
+			return nil, nil, c.err
 		}
 	}
-	if b, ok := c.sets[tenant]; ok {
-		return b, c.etags[tenant], nil
-	}
-	b, etag := encodeJWKS(nil)
-	return b, etag, nil
 }
 
-// forget drops the key sets built: the next request builds them again.
+// build reads every destination and makes the key sets; a destination
+// that cannot be read is left out, and logged.
+func (c *jwksCache) build(s *Server, gen uint64, done chan struct{}) {
+	ctx, cancel := context.WithTimeout(context.Background(), jwksBuildTimeout)
+	defer cancel()
+	sets, etags, err := buildJWKS(ctx, s)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	defer close(done)
+	c.building = nil
+	if err != nil {
+		c.failed, c.err = time.Now(), err
+		s.cfg.Logger.Warn("cannot build the JWKS; serving the last one built, if any", "err", err)
+		return
+	}
+	c.sets, c.etags, c.failed, c.err = sets, etags, time.Time{}, nil
+	c.builtGen = gen
+	c.built = time.Now()
+	if gen != c.gen {
+		c.built = time.Time{} // a change came during the build: build again
+	}
+}
+
+func buildJWKS(ctx context.Context, s *Server) (map[string][]byte, map[string]string, error) {
+	names, err := s.cfg.Dests.Names(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	slices.Sort(names) // a stable order, and ETag
+	now := time.Now()
+	keys := map[string][]webhook.JWK{}
+	for _, name := range names {
+		d, err := s.cfg.Dests.Get(ctx, name)
+		switch {
+		case errors.Is(err, destination.ErrNotFound):
+			continue
+		case ctx.Err() != nil:
+			return nil, nil, ctx.Err()
+		case err != nil:
+			s.cfg.Logger.Warn("JWKS: a destination cannot be read; its keys are left out", "dest", name, "err", err)
+			continue
+		}
+		for _, pk := range d.PublicKeys(now) {
+			if jwk, err := webhook.JWKOf(pk.Key); err == nil {
+				keys[d.Tenant()] = append(keys[d.Tenant()], jwk)
+			}
+		}
+	}
+	sets, etags := map[string][]byte{}, map[string]string{}
+	for t, ks := range keys {
+		sets[t], etags[t] = encodeJWKS(ks)
+	}
+	return sets, etags, nil
+}
+
+// forget makes the key sets stale: this server changed a destination, and
+// the next request waits for a build that sees the change.
 func (c *jwksCache) forget() {
 	c.mu.Lock()
-	c.sets = nil
+	c.gen++
+	c.waitFor = c.gen
+	c.built = time.Time{}
+	c.failed = time.Time{}
 	c.mu.Unlock()
 }
 

@@ -3,7 +3,9 @@ package api
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -126,4 +128,52 @@ func TestJWKSPublishesTheKeysInForce(t *testing.T) {
 	code, m = e.send("PATCH", "/v1/destinations/plain", e.admin, `{"timeout":"5s"}`)
 	require.Equal(t, http.StatusOK, code, m)
 	require.Equal(t, key, m["public_keys"].([]any)[0].(map[string]any)["kid"])
+}
+
+func TestETagsCompareWeakly(t *testing.T) {
+	t.Parallel()
+	for header, want := range map[string]bool{`"abc"`: true, `W/"abc"`: true, `"x", W/"abc"`: true, `*`: true, `"abd"`: false, ``: false} {
+		require.Equal(t, want, etagMatch(header, `"abc"`), header)
+	}
+}
+
+// Many receivers at once, while destinations change: every answer is a
+// whole set, and after a change through this server, the next answer has
+// it.
+func TestJWKSUnderConcurrentRequests(t *testing.T) {
+	t.Parallel()
+	e := startAPI(t)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for range 8 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				resp, err := http.Get(e.url + "/v1/jwks.json")
+				if err != nil {
+					continue
+				}
+				var set webhook.JWKSet
+				err = json.NewDecoder(resp.Body).Decode(&set)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK || err != nil {
+					t.Errorf("status %d, %v", resp.StatusCode, err)
+					return
+				}
+			}
+		})
+	}
+	for i := range 5 {
+		name := "d" + strconv.Itoa(i)
+		code, m := e.send("POST", "/v1/destinations", e.admin, `{"name":"`+name+`","url":"https://example.com/in","signature":"ed25519"}`)
+		require.Equal(t, http.StatusCreated, code, m)
+		_, set := e.getJWKS("/v1/jwks.json", "")
+		require.Len(t, set.Keys, i+1, "the change is in the next answer")
+	}
+	close(stop)
+	wg.Wait()
 }

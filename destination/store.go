@@ -470,6 +470,19 @@ func (s *Store) Get(ctx context.Context, name string) (Destination, error) {
 	return d, err
 }
 
+// Names returns the names of all destinations, in no particular order.
+func (s *Store) Names(ctx context.Context) ([]string, error) {
+	keys, err := s.kv.ListKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for k := range keys.Keys() {
+		out = append(out, k)
+	}
+	return out, nil
+}
+
 // List returns all destinations, sorted by name.
 func (s *Store) List(ctx context.Context) ([]Destination, error) {
 	keys, err := s.kv.ListKeys(ctx)

@@ -85,6 +85,10 @@ func TestDecideOutcomes(t *testing.T) {
 		{"ready", ready(), Decision{Action: Send}},
 		{"egress proxy failed: no attempt used", with(func(in *Input) { in.ProxyFailed = "egress proxy 10.0.0.9:3128: connection refused" }), Decision{Action: HandBack, Delay: 5 * time.Second, Jitter: true}},
 		{"egress proxy failed at the last attempt", with(func(in *Input) { in.ProxyFailed, in.Attempt = "407", 3 }), Decision{Action: HandBack, Delay: 5 * time.Second, Jitter: true}},
+		{"egress proxy failed, head of a blocked key", with(func(in *Input) {
+			in.ProxyFailed, in.Ordered, in.Dest.OnFailure = "refused", true, destination.OnFailureBlock
+		}), Decision{Action: HandBack, Delay: 5 * time.Second, Jitter: true}},
+		{"egress proxy failed, the circuit's probe", with(func(in *Input) { in.ProxyFailed, in.Probing = "refused", true }), Decision{Action: HandBack, Delay: 5 * time.Second, Jitter: true}},
 
 		// After the attempt.
 		{"2xx", with(result(Result{Status: 204})), Decision{Action: Ack, Effect: Healthy}},

@@ -154,30 +154,46 @@ func (j *JWKS) keySet(ctx context.Context, now time.Time, refresh bool) (keys []
 	etag := j.etag
 	j.mu.Unlock()
 
-	got, err := j.fetch(ctx, etag)
-
+	// The fetch is everyone's: it runs on, bounded by its own timeout,
+	// when the request that started it goes away.
+	go func() {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), jwksFetchTimeout)
+		defer cancel()
+		got, err := j.fetch(fctx, etag)
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		j.inFlight = nil
+		j.fetchedAt = now
+		switch {
+		case err != nil:
+			f.err = fmt.Errorf("%w: %w", ErrJWKS, err)
+			if j.have && !now.Before(j.expires) {
+				// Keep the stale copy, and try again after MinRefresh.
+				j.expires = now.Add(minRefresh)
+			}
+		case got.notModified:
+			j.expires = now.Add(got.maxAge)
+			if got.etag != "" {
+				j.etag = got.etag
+			}
+		default:
+			j.have, j.keys, j.etag, j.expires = true, got.keys, got.etag, now.Add(got.maxAge)
+		}
+		close(f.done)
+	}()
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+		return nil, false, fmt.Errorf("%w: waiting for %s: %w", ErrJWKS, j.URL, ctx.Err())
+	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.inFlight = nil
-	j.fetchedAt = now
-	switch {
-	case err != nil:
-		f.err = fmt.Errorf("%w: %w", ErrJWKS, err)
-		if j.have && !now.Before(j.expires) {
-			// Keep the stale copy, and try again after MinRefresh.
-			j.expires = now.Add(minRefresh)
-		}
-	case got.notModified:
-		j.expires = now.Add(got.maxAge)
-		if got.etag != "" {
-			j.etag = got.etag
-		}
-	default:
-		j.have, j.keys, j.etag, j.expires = true, got.keys, got.etag, now.Add(got.maxAge)
-	}
-	close(f.done)
 	return j.keys, true, f.err
 }
+
+// jwksFetchTimeout bounds a fetch of the key set, whatever the client's
+// own timeout.
+const jwksFetchTimeout = 30 * time.Second
 
 // jwksResponse is what a fetch learnt.
 type jwksResponse struct {

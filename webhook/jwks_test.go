@@ -444,3 +444,30 @@ func TestJWKSNeedsAV1aSignature(t *testing.T) {
 	fetches, _ := srv.counts()
 	require.Zero(t, fetches)
 }
+
+// The request that starts a fetch may go away: the fetch goes on for the
+// others waiting, and its answer is kept.
+func TestJWKSFetchOutlivesTheRequestThatStartedIt(t *testing.T) {
+	t.Parallel()
+	a := newJWKSKey(t)
+	srv := newJWKSServer(t, "", a.jwk)
+	block, arrived := make(chan struct{}), make(chan struct{}, 100)
+	srv.set(func(s *jwksServer) { s.block, s.arrived = block, arrived })
+	j := &JWKS{URL: srv.URL, Client: srv.Client()}
+	h := signedBy(t, jwksNow, a)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	first := make(chan error, 1)
+	go func() { first <- j.VerifyRequest(ctx, h, jwksBody, jwksNow, 0) }()
+	<-arrived // its fetch is under way, and held
+	other := make(chan error, 1)
+	go func() { other <- j.VerifyRequest(context.Background(), h, jwksBody, jwksNow, 0) }()
+	cancel()
+	err := <-first
+	require.ErrorIs(t, err, context.Canceled, "the one that went away gives up")
+	close(block)
+	require.NoError(t, <-other, "the fetch it started went on for the other")
+	require.NoError(t, j.VerifyRequest(context.Background(), h, jwksBody, jwksNow, 0))
+	fetches, _ := srv.counts()
+	require.Equal(t, 1, fetches, "and its answer is kept")
+}
