@@ -177,3 +177,25 @@ func TestJWKSUnderConcurrentRequests(t *testing.T) {
 	close(stop)
 	wg.Wait()
 }
+
+// A tenant's default signature: its new destinations sign as it says,
+// unless they say otherwise (or give a secret, which is v1).
+func TestTenantDefaultSignature(t *testing.T) {
+	t.Parallel()
+	e := startAPI(t)
+	code, m := e.send("PUT", "/v1/tenants/acme", e.admin, `{"name":"Acme","defaults":{"signature":"rsa"}}`)
+	require.Equal(t, http.StatusUnprocessableEntity, code, m)
+	require.Equal(t, "defaults.signature", m["field"])
+	code, m = e.send("PUT", "/v1/tenants/acme", e.admin, `{"name":"Acme","defaults":{"signature":"ed25519"}}`)
+	require.Equal(t, http.StatusCreated, code, m)
+	code, m = e.send("POST", "/v1/tenants/acme/destinations", e.admin, `{"name":"a","url":"https://example.com/in"}`)
+	require.Equal(t, http.StatusCreated, code, m)
+	require.Equal(t, "ed25519", m["signature"])
+	require.Nil(t, m["secret"])
+	code, m = e.send("POST", "/v1/tenants/acme/destinations", e.admin, `{"name":"b","url":"https://example.com/in","signature":"hmac"}`)
+	require.Equal(t, http.StatusCreated, code, m)
+	require.Equal(t, "hmac", m["signature"])
+	code, m = e.send("POST", "/v1/tenants/acme/destinations", e.admin, `{"name":"c","url":"https://example.com/in","secret":"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}`)
+	require.Equal(t, http.StatusCreated, code, m)
+	require.Equal(t, "hmac", m["signature"], "a secret given: v1")
+}

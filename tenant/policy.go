@@ -20,6 +20,9 @@ type Defaults struct {
 	Timeout     destination.Duration `json:"timeout,omitempty"`
 	RateLimit   float64              `json:"rate_limit,omitempty"`
 	Concurrency int                  `json:"concurrency,omitempty"`
+	// Signature is how its new destinations sign: hmac, ed25519 or both
+	// (a destination added from the customer portal takes it too).
+	Signature string `json:"signature,omitempty"`
 }
 
 // Limits bound what the tenant may use. 0: no limit.
@@ -70,6 +73,10 @@ func (d Defaults) Fill(s *destination.Settings) {
 	}
 	if s.Concurrency == nil && d.Concurrency != 0 {
 		s.Concurrency = &d.Concurrency
+	}
+	if s.Signature == nil && d.Signature != "" && s.Secret == nil {
+		// A secret given says how the destination signs: v1.
+		s.Signature = &d.Signature
 	}
 }
 

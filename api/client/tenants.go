@@ -30,6 +30,7 @@ type TenantDefaults struct {
 	Timeout     Duration `json:"timeout,omitzero"`
 	RateLimit   float64  `json:"rate_limit,omitempty"`
 	Concurrency int      `json:"concurrency,omitempty"`
+	Signature   string   `json:"signature,omitempty"`
 }
 
 // TenantLimits bound what a tenant may use (the TenantLimits schema).

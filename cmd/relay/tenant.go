@@ -41,6 +41,7 @@ func tenantCommand() *cli.Command {
 					&cli.DurationFlag{Name: "default-timeout", Usage: "its new destinations' attempt timeout"},
 					&cli.Float64Flag{Name: "default-rate-limit", Usage: "its new destinations' requests per second"},
 					&cli.IntFlag{Name: "default-concurrency", Usage: "its new destinations' deliveries in flight per replica"},
+					&cli.StringFlag{Name: "default-signature", Usage: "how its new destinations sign, those its customers add from the portal too: hmac, ed25519 or both"},
 					&cli.IntFlag{Name: "max-destinations", Usage: "the most destinations it may have"},
 					&cli.Float64Flag{Name: "publish-rate", Usage: "the most events per second published for it over HTTP (429 beyond)"},
 					&cli.IntFlag{Name: "max-in-flight", Usage: "the most attempts under way at once across its destinations"},
@@ -131,7 +132,7 @@ func readTenantPut(c *cli.Context) *tenantPutOpts {
 	o := &tenantPutOpts{cmdLine: readCmdLine(c), name: c.String("name"), metadata: listOf(c, "metadata"), json: c.Bool("json"),
 		defaults: tenant.Defaults{MaxAttempts: c.Int("default-max-attempts"), BackoffBase: destination.Duration(c.Duration("default-backoff-base")),
 			BackoffMax: destination.Duration(c.Duration("default-backoff-max")), Timeout: destination.Duration(c.Duration("default-timeout")),
-			RateLimit: c.Float64("default-rate-limit"), Concurrency: c.Int("default-concurrency")},
+			RateLimit: c.Float64("default-rate-limit"), Concurrency: c.Int("default-concurrency"), Signature: c.String("default-signature")},
 		limits: tenant.Limits{MaxDestinations: c.Int("max-destinations"), PublishRate: c.Float64("publish-rate"), MaxInFlight: c.Int("max-in-flight")},
 		portal: tenant.Portal{ProductName: c.String("portal-product-name"), AccentColor: c.String("portal-accent-color")}}
 	if l := listOf(c, "portal-frame-ancestor"); l != nil {
