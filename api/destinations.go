@@ -335,7 +335,6 @@ func (s *Server) getDest(c *call) {
 // createDest adds a destination as 'relay dest add' does: the same
 // defaults, checks and generated secret (answered once).
 func (s *Server) createDest(c *call) {
-	defer s.jwks.forget() // its keys may have changed: this replica serves the change at once
 	var body destChange
 	if !s.readJSON(c.w, c.r, &body) || !portalAllows(c, body) {
 		return
@@ -395,6 +394,7 @@ func (s *Server) createDest(c *call) {
 		loc = TenantPath(c.scope, "/destinations/"+d.ShortName())
 	}
 	c.w.Header().Set("Location", loc)
+	s.jwks.forget() // its keys may have changed: this replica serves the change at once
 	c.json(http.StatusCreated, v)
 }
 
@@ -434,7 +434,6 @@ func (s *Server) roomForDest(c *call, t tenant.Tenant) bool {
 
 // updateDest changes the settings given, as 'relay dest update' does.
 func (s *Server) updateDest(c *call) {
-	defer s.jwks.forget() // its keys may have changed: this replica serves the change at once
 	var body destChange
 	if !s.readJSON(c.w, c.r, &body) || !portalAllows(c, body) {
 		return
@@ -468,13 +467,13 @@ func (s *Server) updateDest(c *call) {
 	}
 	v := viewOf(d, time.Now(), c.admin())
 	v.Secret = generated // a destination back to signing v1: its new secret, once
+	s.jwks.forget() // its keys may have changed: this replica serves the change at once
 	c.json(http.StatusOK, v)
 }
 
 // removeDest removes a destination as 'relay dest rm' does: refused (409)
 // while events wait for its delivery, unless ?force=true.
 func (s *Server) removeDest(c *call) {
-	defer s.jwks.forget() // its keys may have changed: this replica serves the change at once
 	force, ok := c.force()
 	if !ok {
 		return
@@ -483,6 +482,7 @@ func (s *Server) removeDest(c *call) {
 		destProblem(c.w, nil, err)
 		return
 	}
+	s.jwks.forget() // its keys may have changed: this replica serves the change at once
 	c.w.WriteHeader(http.StatusNoContent)
 }
 
@@ -534,7 +534,6 @@ func (s *Server) resumeDest(c *call) {
 // answered, once) unless the body gives one; the old one signs too during
 // the overlap (default 24h), as 'relay dest rotate-secret' does.
 func (s *Server) rotateSecret(c *call) {
-	defer s.jwks.forget() // its keys may have changed: this replica serves the change at once
 	var body struct {
 		Overlap *string `json:"overlap"`
 		Secret  string  `json:"secret"`
@@ -560,5 +559,6 @@ func (s *Server) rotateSecret(c *call) {
 	if body.Secret == "" && d.SignsHMAC() {
 		v.Secret = d.Secret // generated: answered once
 	}
+	s.jwks.forget() // its keys may have changed: this replica serves the change at once
 	c.json(http.StatusOK, v)
 }

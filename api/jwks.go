@@ -99,15 +99,18 @@ func etagMatch(header, tag string) bool {
 func (c *jwksCache) get(ctx context.Context, s *Server) (map[string][]byte, map[string]string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// The change this request must see, if any: later ones are later
+	// requests' (a moving target would starve it while changes go on).
+	want := c.waitFor
 	for {
-		if c.sets != nil && !c.built.IsZero() && time.Since(c.built) < jwksFresh && c.builtGen >= c.waitFor {
+		if c.sets != nil && !c.built.IsZero() && time.Since(c.built) < jwksFresh && c.builtGen >= want {
 			return c.sets, c.etags, nil
 		}
 		if c.building == nil && (c.failed.IsZero() || time.Since(c.failed) >= time.Second) {
 			c.building = make(chan struct{})
 			go c.build(s, c.gen, c.building)
 		}
-		if c.sets != nil && c.builtGen >= c.waitFor {
+		if c.sets != nil && c.builtGen >= want {
 			return c.sets, c.etags, nil // the last build's, while the next runs
 		}
 		ch := c.building
@@ -126,7 +129,7 @@ func (c *jwksCache) get(ctx context.Context, s *Server) (map[string][]byte, map[
 			return nil, nil, ctx.Err()
 		}
 		c.mu.Lock()
-		if c.builtGen < c.waitFor && c.building == nil && !c.failed.IsZero() && time.Since(c.failed) < time.Second {
+		if c.builtGen < want && c.building == nil && !c.failed.IsZero() && time.Since(c.failed) < time.Second {
 			// The build that was to see the change failed: the sets
 			// before it, if any, rather than nothing.
 			if c.sets != nil {

@@ -184,8 +184,8 @@ func (s Settings) Apply(d *Destination) {
 			d.Secret, d.PrevSecret, d.PrevSecretUntil = "", "", time.Time{}
 		case d.Signature == SignatureEd25519 && s.Secret == nil:
 			// Back to signing v1, with a new secret (GeneratedSecret),
-			// never unsigned by surprise.
-			d.Secret = webhook.GenerateSecret()
+			// never unsigned by surprise, and no old one beside it.
+			d.Secret, d.PrevSecret, d.PrevSecretUntil = webhook.GenerateSecret(), "", time.Time{}
 		}
 	}
 	set(&d.Signature, s.Signature)

@@ -51,6 +51,9 @@ func (d Destination) validateSignature() error {
 			}
 		}
 	}
+	if d.Signature == SignatureEd25519 && d.Secret != "" {
+		return settingErr("secret", errors.New("signature ed25519 signs with a key, not a secret: leave the secret out, or sign both"))
+	}
 	if d.SignsEd25519() && d.SigningKey == "" {
 		return settingErr("signing-key", errors.New("signature "+d.Signature+" signs with an Ed25519 key, and the destination has none (omit it to have one generated)"))
 	}

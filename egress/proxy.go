@@ -40,7 +40,7 @@ type Proxy struct {
 	// doubts are, per destination, when an answer to CONNECT that may be
 	// the proxy's failure or the destination's first came while the proxy
 	// had done nothing for a while (see connect).
-	doubts sync.Map // dest -> time.Time
+	doubts sync.Map // dest -> doubt
 	// now is the clock of health and doubts (tests move it). Optional:
 	// time.Now.
 	now func() time.Time
@@ -195,6 +195,14 @@ func (p *Proxy) connect(ctx context.Context, d *net.Dialer, target, host string)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
 	}
+	if dl, ok := ctx.Value(deadlineKey{}).(time.Time); ok {
+		// The request's own deadline, which the transport's dial does not
+		// carry: the exchange ends a little before it, so that its
+		// failure, the proxy's or doubtful, is what the request reports.
+		if dl = dl.Add(-max(time.Until(dl)/10, 10*time.Millisecond)); dl.Before(deadline) {
+			deadline = dl
+		}
+	}
 	_ = c.SetDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
@@ -213,10 +221,13 @@ func (p *Proxy) connect(ctx context.Context, d *net.Dialer, target, host string)
 		resp, err = http.ReadResponse(br, req)
 		if err != nil {
 			c.Close()
+			if ctx.Err() != nil {
+				return nil, &ProxyError{Proxy: p.Addr, Err: ctx.Err(), LastTunnel: p.lastTunnel()}
+			}
 			if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
 				// The proxy took the connection and did not answer: it
 				// may be waiting for the destination.
-				return nil, p.doubtful(dest, host, target, 0, fmt.Errorf("no answer to CONNECT within %s", timeout))
+				return nil, p.doubtful(dest, host, target, 0, fmt.Errorf("no answer to CONNECT within %s", time.Since(start).Round(time.Millisecond)))
 			}
 			return nil, &ProxyError{Proxy: p.Addr, Err: fmt.Errorf("read its answer to CONNECT: %w", err), LastTunnel: p.lastTunnel()}
 		}
@@ -233,6 +244,11 @@ func (p *Proxy) connect(ctx context.Context, d *net.Dialer, target, host string)
 	default:
 		c.Close()
 		return nil, p.doubtful(dest, host, target, code, nil)
+	}
+	if !stop() {
+		// ctx ended as the tunnel opened: its close is under way.
+		c.Close()
+		return nil, &ProxyError{Proxy: p.Addr, Err: ctx.Err(), LastTunnel: p.lastTunnel()}
 	}
 	p.worked(dest)
 	_ = c.SetDeadline(time.Time{})
@@ -255,12 +271,24 @@ func (p *Proxy) doubtful(dest, host, target string, status int, err error) error
 	if now.Sub(p.lastTunnel()) < healthyFor {
 		return fmt.Errorf("the egress proxy could not reach %s (%s): %s", host, target, what)
 	}
-	first, _ := p.doubts.LoadOrStore(dest, now)
-	if since := now.Sub(first.(time.Time)); since >= doubtFor {
+	d := doubt{first: now, last: now}
+	if v, ok := p.doubts.Load(dest); ok {
+		// The same doubt goes on unless it went quiet for doubtFor, or the
+		// proxy worked since it began.
+		if old := v.(doubt); now.Sub(old.last) < doubtFor && !old.first.Before(p.lastTunnel()) {
+			d.first = old.first
+		}
+	}
+	p.doubts.Store(dest, d)
+	if since := now.Sub(d.first); since >= doubtFor {
 		return fmt.Errorf("the egress proxy could not reach %s (%s): %s (for %s, while nothing else went through it: taken as the destination's failure)", host, target, what, since.Round(time.Second))
 	}
 	return &ProxyError{Proxy: p.Addr, Status: status, Err: err, LastTunnel: p.lastTunnel()}
 }
+
+// doubt is a run of doubtful answers for a destination: its first and
+// last.
+type doubt struct{ first, last time.Time }
 
 // worked records that a request to dest through the proxy succeeded.
 func (p *Proxy) worked(dest string) {
@@ -285,14 +313,23 @@ type bufferedConn struct {
 
 func (c *bufferedConn) Read(b []byte) (int, error) { return c.r.Read(b) }
 
-// destKey is the context key of the destination a request is for.
-type destKey struct{}
+// destKey is the context key of the destination a request is for, and
+// deadlineKey of the request's deadline (values outlive the
+// context.WithoutCancel the transport dials with; deadlines do not).
+type (
+	destKey     struct{}
+	deadlineKey struct{}
+)
 
 // ForDestination is ctx for a request to destination dest (a
 // stream.DestRef): the proxy's NoProxy entries dest:... and tenant:...
-// match it.
+// match it, and a tunnel's CONNECT ends before ctx's deadline.
 func ForDestination(ctx context.Context, dest string) context.Context {
-	return context.WithValue(ctx, destKey{}, dest)
+	ctx = context.WithValue(ctx, destKey{}, dest)
+	if dl, ok := ctx.Deadline(); ok {
+		ctx = context.WithValue(ctx, deadlineKey{}, dl)
+	}
+	return ctx
 }
 
 // proxyTransport routes each request through the proxy's transport, or

@@ -297,23 +297,38 @@ func TestProxyDoubtfulAnswers(t *testing.T) {
 		px := &Proxy{Addr: addr, now: func() time.Time { return now }}
 		c := NewClient(Options{Guard: loopbackGuard(map[string]string{"hooks.example.test": "127.0.0.1"}), Proxy: px})
 		ctx := ForDestination(context.Background(), "orders")
+		// Coming back every 10s (a hand-back's wait), the proxy's failure
+		// for a minute.
+		for range doubtFor / (10 * time.Second) {
+			_, err := get(t, c, ctx, "http://hooks.example.test:9/")
+			_, ok := errors.AsType[*ProxyError](err)
+			require.True(t, ok, "%s, nothing through the proxy yet: its failure (%v)", status, err)
+			now = now.Add(10 * time.Second)
+		}
 		_, err := get(t, c, ctx, "http://hooks.example.test:9/")
 		_, ok := errors.AsType[*ProxyError](err)
-		require.True(t, ok, "%s, nothing through the proxy yet: its failure (%v)", status, err)
-		now = now.Add(doubtFor)
-		_, err = get(t, c, ctx, "http://hooks.example.test:9/")
-		_, ok = errors.AsType[*ProxyError](err)
 		require.False(t, ok, "%s for a minute: the destination's (%v)", status, err)
 		require.ErrorContains(t, err, "taken as the destination's failure")
 		_, err = get(t, c, ForDestination(context.Background(), "other"), "http://hooks.example.test:9/")
 		_, ok = errors.AsType[*ProxyError](err)
 		require.True(t, ok, "the doubt is per destination")
+		// A doubt that went quiet for a minute starts over.
+		now = now.Add(doubtFor)
+		_, err = get(t, c, ctx, "http://hooks.example.test:9/")
+		_, ok = errors.AsType[*ProxyError](err)
+		require.True(t, ok, "a new doubt: the proxy's failure again (%v)", err)
 
 		px.worked("another") // a request through the proxy succeeded
 		_, err = get(t, c, ForDestination(context.Background(), "third"), "http://hooks.example.test:9/")
 		_, ok = errors.AsType[*ProxyError](err)
 		require.False(t, ok, "%s while the proxy works: the destination's (%v)", status, err)
 		require.ErrorContains(t, err, "the egress proxy could not reach hooks.example.test (127.0.0.1:9): "+status)
+		// The proxy worked since the doubt began: once it is idle again,
+		// a failure starts a new doubt, not charged.
+		now = now.Add(healthyFor)
+		_, err = get(t, c, ctx, "http://hooks.example.test:9/")
+		_, ok = errors.AsType[*ProxyError](err)
+		require.True(t, ok, "an old doubt does not charge a new outage (%v)", err)
 	}
 	addr, _ := scriptedProxy(t, "HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n")
 	px := &Proxy{Addr: addr}
@@ -321,4 +336,32 @@ func TestProxyDoubtfulAnswers(t *testing.T) {
 	_, err := get(t, NewClient(Options{Guard: loopbackGuard(map[string]string{"hooks.example.test": "127.0.0.1"}), Proxy: px}), context.Background(), "http://hooks.example.test:9/")
 	_, ok := errors.AsType[*ProxyError](err)
 	require.True(t, ok, "credentials refused: always the proxy's (%v)", err)
+}
+
+// A proxy that takes the connection and never answers CONNECT: the
+// exchange ends before the request's own deadline, so that the request
+// fails as doubtful (the proxy's, while nothing goes through it), not as
+// a plain timeout charged to the destination.
+func TestProxySilentWithinTheRequestsDeadline(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() }) // held open, unanswered
+		}
+	}()
+	c := NewClient(Options{Guard: loopbackGuard(map[string]string{"hooks.example.test": "127.0.0.1"}), Proxy: &Proxy{Addr: ln.Addr().String()},
+		ConnectTimeout: 30 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, err = get(t, c, ForDestination(ctx, "orders"), "http://hooks.example.test:9/")
+	pe, ok := errors.AsType[*ProxyError](err)
+	require.True(t, ok, "%v", err)
+	require.ErrorContains(t, pe, "no answer to CONNECT")
 }
