@@ -467,7 +467,7 @@ func (s *Server) updateDest(c *call) {
 	}
 	v := viewOf(d, time.Now(), c.admin())
 	v.Secret = generated // a destination back to signing v1: its new secret, once
-	s.jwks.forget() // its keys may have changed: this replica serves the change at once
+	s.jwks.forget()      // its keys may have changed: this replica serves the change at once
 	c.json(http.StatusOK, v)
 }
 
