@@ -26,9 +26,19 @@ import (
 type Destination struct {
 	// Name identifies the destination in subjects and commands. Required.
 	Name string `json:"name"`
-	// URL receives one POST per attempt. Required: http or https, no
-	// credentials in it.
-	URL string `json:"url"`
+	// Kind is the system the destination delivers to: "" (HTTP POSTs to
+	// URL) or a registered kind (kind.Names: nats, kafka, rabbitmq,
+	// pubsub, sqs, eventbridge), whose target Config describes. Fixed once
+	// the destination exists.
+	Kind string `json:"kind,omitempty"`
+	// Config is a non-HTTP destination's configuration: its kind's fields
+	// that are not credentials. Credentials are those that are: sealed at
+	// rest like the signing secrets, never printed (Redacted).
+	Config      map[string]string `json:"config,omitempty"`
+	Credentials map[string]string `json:"credentials,omitempty"`
+	// URL receives one POST per attempt. Required for an HTTP destination:
+	// http or https, no credentials in it. Empty for other kinds.
+	URL string `json:"url,omitempty"`
 	// URLs is the destination's URL pool, in order, when it has more than
 	// one URL (URLs[0] is URL); each attempt goes to one of them, as
 	// URLStrategy says. Optional: empty, every attempt goes to URL. At most
@@ -438,7 +448,14 @@ func (d Destination) Validate() error {
 	if err := stream.ValidateDestRef(d.Name); err != nil {
 		return settingErr("name", err)
 	}
-	if err := d.validatePool(); err != nil {
+	if d.IsHTTP() {
+		if len(d.Config) > 0 || len(d.Credentials) > 0 {
+			return settingErr("config", errors.New("an HTTP destination takes no config: its settings are its own (url, header...)"))
+		}
+		if err := d.validatePool(); err != nil {
+			return err
+		}
+	} else if err := d.validateKind(); err != nil {
 		return err
 	}
 	for _, sec := range []string{d.Secret, d.PrevSecret} {
@@ -572,7 +589,7 @@ func (d Destination) LongWait() time.Duration {
 
 // hasSecrets reports whether d has a value that is sealed at rest.
 func (d Destination) hasSecrets() bool {
-	return d.Secret != "" || d.PrevSecret != "" || d.SigningKey != "" || d.PrevSigningKey != "" || len(d.Headers) > 0 || d.BodyTemplate != ""
+	return d.Secret != "" || d.PrevSecret != "" || d.SigningKey != "" || d.PrevSigningKey != "" || len(d.Headers) > 0 || d.BodyTemplate != "" || len(d.Credentials) > 0
 }
 
 // BodyTemplateSum describes d's body template without its text: its length
@@ -610,6 +627,13 @@ func (d Destination) Redacted() Destination {
 			h[k] = "(set)"
 		}
 		d.Headers = h
+	}
+	if len(d.Credentials) > 0 {
+		c := make(map[string]string, len(d.Credentials))
+		for k := range d.Credentials {
+			c[k] = "(set)"
+		}
+		d.Credentials = c
 	}
 	if n, sum := d.BodyTemplateSum(); n > 0 {
 		d.BodyTemplate = fmt.Sprintf("(set: %d bytes, sha256 %s)", n, sum)

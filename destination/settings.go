@@ -57,6 +57,12 @@ func (e *SettingError) Text(name func(setting string) string) string {
 // 'relay dest update' and the HTTP API take them: a nil field was not given
 // (add: the default; update: unchanged).
 type Settings struct {
+	// Kind is the destination's kind ("" or "http": HTTP). Fixed once the
+	// destination exists.
+	Kind *string
+	// Config sets fields of a non-HTTP kind's configuration, credentials
+	// included (its kind says which are); "" removes a field.
+	Config map[string]string
 	// URLs is the URL pool, in order (one URL: a pool of one).
 	URLs []string
 	// URLStrategy is failover or round-robin.
@@ -171,6 +177,12 @@ func (s *Settings) Validate() error {
 
 // Apply copies the settings given onto d.
 func (s Settings) Apply(d *Destination) {
+	if s.Kind != nil {
+		d.Kind = normKind(*s.Kind)
+	}
+	if s.Config != nil {
+		d.applyConfig(s.Config)
+	}
 	if s.URLs != nil {
 		d.SetPool(s.URLs)
 	}

@@ -116,6 +116,10 @@ func headerAAD(dest, header string) string {
 	return dest + "/header/" + http.CanonicalHeaderKey(header)
 }
 
+// credentialAAD binds a sealed credential of a non-HTTP kind to its
+// destination and field.
+func credentialAAD(dest, field string) string { return dest + "/credential/" + field }
+
 // bodyTemplateAAD binds a sealed body template to its destination.
 func bodyTemplateAAD(dest string) string { return dest + "/body-template" }
 
@@ -146,6 +150,13 @@ func eachSecret(d *Destination, fn func(v, aad string) (string, error)) error {
 		d.Headers = h
 	}
 	d.BodyTemplate = do(d.BodyTemplate, bodyTemplateAAD(d.Name))
+	if len(d.Credentials) > 0 {
+		c := make(map[string]string, len(d.Credentials))
+		for k, v := range d.Credentials {
+			c[k] = do(v, credentialAAD(d.Name, k))
+		}
+		d.Credentials = c
+	}
 	return first
 }
 
@@ -326,6 +337,9 @@ func (s *Store) Update(ctx context.Context, name string, fn func(*Destination) e
 		}
 		d.Name = name
 		d = d.WithDefaults()
+		if d.KindName() != before.KindName() {
+			return Destination{}, settingErr("kind", fmt.Errorf("%w (%s is %s)", errKindFixed, Display(name), before.KindName()))
+		}
 		if d.Ordered != before.Ordered || d.Partitions != before.Partitions || d.Shared != before.Shared {
 			return Destination{}, fmt.Errorf("%w: ordering, partitions and the shared consumer of %s are fixed; add a new destination with the new layout, send new events there, and remove %s once 'relay stats' shows it drained", ErrLayoutFixed, name, name)
 		}

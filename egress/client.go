@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"net"
@@ -113,4 +114,36 @@ func WithoutResolver(err error) error {
 		return err
 	}
 	return &DNSFailure{Host: de.Name, IsNotFound: de.IsNotFound, IsTimeout: de.IsTimeout, err: de}
+}
+
+// NewDialer returns the dial function of relay's publishers of non-HTTP
+// kinds (a broker's address, say): the address guard as NewClient's,
+// and, with a proxy, a tunnel through it to each permitted address
+// (CONNECT ip:port), except for what the proxy's NoProxy lets go direct
+// (ForDestination says which destination a dial is for).
+func NewDialer(o Options) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	if o.ConnectTimeout == 0 {
+		o.ConnectTimeout = 10 * time.Second
+	}
+	d := &net.Dialer{Timeout: o.ConnectTimeout, KeepAlive: 30 * time.Second}
+	direct := o.Guard.dialContext(d, nil)
+	if o.Proxy == nil {
+		return direct
+	}
+	tunnel := o.Guard.dialContext(d, o.Proxy)
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dest, _ := ctx.Value(destKey{}).(string)
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		if o.Proxy.bypass(host, dest) {
+			return direct(ctx, network, addr)
+		}
+		c, err := tunnel(ctx, network, addr)
+		if err == nil {
+			o.Proxy.worked(dest)
+		}
+		return c, err
+	}
 }

@@ -287,7 +287,7 @@ func decide(in Input) Decision {
 	case in.Cancelled && res.Status == 0:
 		// Shut down mid-attempt: back without counting it.
 		return Decision{Action: HandBack}
-	case in.Late && (res.Status < 200 || res.Status > 299):
+	case in.Late && !res.OK():
 		// Stopped past AckWait (SIGSTOP, a long pause): JetStream handed
 		// the event to another worker; recording or nak'ing now would only
 		// disturb it.
@@ -337,14 +337,13 @@ func effectOf(res Result, d destination.Destination) Effect {
 	switch {
 	case !res.Attempted():
 		return NoEffect
-	case res.Status >= 200 && res.Status <= 299:
+	case res.OK():
 		return Healthy
 	case res.Status == http.StatusGone && d.OnGone == destination.OnGoneDisable:
 		return Disabled
 	case !res.Retryable() || res.Blocked:
 		return NoEffect // the destination answered; the event is at fault
-	case res.HasRetryAfter && res.RetryAfter >= time.Second &&
-		(res.Status == http.StatusTooManyRequests || res.Status == http.StatusServiceUnavailable):
+	case res.retryAfterHonoured() && res.RetryAfter >= time.Second:
 		return PauseRequested
 	}
 	return Failing

@@ -65,6 +65,7 @@ func (r *Relay) handle(ctx context.Context, msg delivered, mark *partitionMark) 
 				continue
 			}
 			d, err := r.delivery(ctx, in.Dest, ev)
+			d.Attempt = in.Attempt
 			switch {
 			case errors.Is(err, destination.ErrRenderStopped):
 				in.Interrupted = true // decided on next: no request is made
@@ -92,7 +93,7 @@ func (r *Relay) handle(ctx context.Context, msg delivered, mark *partitionMark) 
 				continue
 			}
 			in.Sent, in.Result = true, res
-			if in.CanPark && (res.Status < 200 || res.Status > 299) {
+			if in.CanPark && !res.OK() {
 				// A park may fail, and Decide is asked again then: the
 				// same draws give the event the same wait in JetStream.
 				in.seed = [2]uint64{rand.Uint64(), rand.Uint64()}
@@ -118,7 +119,7 @@ func (r *Relay) handle(ctx context.Context, msg delivered, mark *partitionMark) 
 // returns why (its first line), and logs it; one cut short by a shutdown
 // (ctx) returns errRenderStopped.
 func (r *Relay) delivery(ctx context.Context, d destination.Destination, ev event) (Delivery, error) {
-	dl := Delivery{ID: ev.id, Type: ev.typ, Body: ev.body, Headers: eventHeaders(ev.hdr)}
+	dl := Delivery{ID: ev.id, Type: ev.typ, Body: ev.body, Headers: eventHeaders(ev.hdr), Key: ev.key}
 	if d.CompiledTemplate() == nil {
 		return dl, nil
 	}
@@ -139,6 +140,9 @@ func (r *Relay) delivery(ctx context.Context, d destination.Destination, ev even
 // the pool's state picks, and records in that state what the attempt said
 // about the URL.
 func (r *Relay) send(ctx context.Context, d destination.Destination, ev Delivery) Result {
+	if !d.IsHTTP() {
+		return r.publish(ctx, d, ev)
+	}
 	pool := d.Pool()
 	if len(pool) < 2 {
 		return r.sender.Send(ctx, d, ev)

@@ -278,6 +278,8 @@ func classIndex(r Result) int {
 	switch {
 	case r.Blocked:
 		return 6
+	case r.Delivered:
+		return 1 // 2xx: every kind's success
 	case r.Status == 0:
 		return 5
 	case r.Status >= 100 && r.Status < 600:
@@ -598,7 +600,7 @@ func (r *Relay) recordOutcome(ev *event, d destination.Destination, out *Outcome
 		Dest:     ev.dest,
 		Outcome:  out.Decision.Action.String(),
 		At:       r.cfg.Now().UTC(),
-		Class:    stream.LogClass(sent, res.Status),
+		Class:    stream.LogClass(sent, res.classStatus()),
 		Status:   res.Status,
 		EventSeq: ev.origin,
 	}

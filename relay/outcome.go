@@ -15,8 +15,16 @@ import (
 
 // Result is what one delivery attempt came back with.
 type Result struct {
-	// Status is the HTTP status, 0 when no response arrived.
+	// Status is the HTTP status, 0 when no response arrived (and for a
+	// destination of another kind).
 	Status int
+	// Delivered says a destination of a non-HTTP kind confirmed it has the
+	// event (its kind.Answer had no error); Permanent says its failure
+	// cannot pass by retrying (the event is dead-lettered with
+	// ReasonPermanentError), and Code is the target's code for it.
+	Delivered bool
+	Permanent bool
+	Code      string
 	// Err is the transport error (connection refused, DNS, timeout...) when
 	// no response arrived.
 	Err error
@@ -176,6 +184,11 @@ func (a Action) String() string {
 const (
 	ReasonMaxAttempts        = "max_attempts"
 	ReasonPermanentStatus    = "permanent_status"
+	// ReasonPermanentError: a destination of a non-HTTP kind answered with
+	// an error its kind says cannot pass by retrying (no such topic,
+	// credentials refused, a message too large); the attempt's error,
+	// which names the target's code, says which.
+	ReasonPermanentError     = "permanent_error"
 	ReasonRedirect           = "redirect"
 	ReasonUnknownDestination = "unknown_destination"
 	ReasonBlockedAddress     = "blocked_address"
@@ -206,7 +219,7 @@ const (
 
 // Reasons returns all the reasons an event is dead-lettered for.
 func Reasons() []string {
-	return []string{ReasonMaxAttempts, ReasonPermanentStatus, ReasonRedirect, ReasonUnknownDestination, ReasonBlockedAddress, ReasonSkipped, ReasonInvalidEvent, ReasonCorruptParkedEntry, ReasonFilterError, ReasonTemplateError, ReasonSchemaMismatch}
+	return []string{ReasonMaxAttempts, ReasonPermanentStatus, ReasonPermanentError, ReasonRedirect, ReasonUnknownDestination, ReasonBlockedAddress, ReasonSkipped, ReasonInvalidEvent, ReasonCorruptParkedEntry, ReasonFilterError, ReasonTemplateError, ReasonSchemaMismatch}
 }
 
 // Decision is what Decide chose for a delivery.
@@ -231,7 +244,7 @@ type Decision struct {
 // 425, 429 and 5xx. An invalid event never is.
 func (r Result) Retryable() bool {
 	if r.Status == 0 {
-		return r.invalid() == nil
+		return r.invalid() == nil && !r.Permanent && !r.Delivered
 	}
 	switch {
 	case r.Status == http.StatusRequestTimeout, r.Status == http.StatusTooEarly, r.Status == http.StatusTooManyRequests:
@@ -257,7 +270,26 @@ func (r Result) invalid() *InvalidEventError {
 // came back): not for an event that could not become a request, nor for
 // one the egress proxy failed to carry.
 func (r Result) Attempted() bool {
-	return r.Status != 0 || r.Err != nil && r.invalid() == nil && !r.ProxyFailed
+	return r.Status != 0 || r.Delivered || r.Err != nil && r.invalid() == nil && !r.ProxyFailed
+}
+
+// OK reports whether the destination confirmed the attempt: a 2xx, or a
+// non-HTTP kind's confirmation.
+func (r Result) OK() bool { return r.Delivered || r.Status >= 200 && r.Status <= 299 }
+
+// classStatus is the status the delivery log classes r by: 200 for a
+// non-HTTP kind's confirmation (the class "2xx" is every kind's success).
+func (r Result) classStatus() int {
+	if r.Delivered {
+		return http.StatusOK
+	}
+	return r.Status
+}
+
+// retryAfterHonoured reports whether r's Retry-After is the destination
+// asking for a wait: with a 429 or a 503, or a non-HTTP kind's throttling.
+func (r Result) retryAfterHonoured() bool {
+	return r.HasRetryAfter && (r.Status == http.StatusTooManyRequests || r.Status == http.StatusServiceUnavailable || r.Status == 0 && r.Err != nil)
 }
 
 // classify turns the result of attempt number attempt (1-based) under
@@ -270,8 +302,10 @@ func classify(res Result, attempt int, p destination.RetryPolicy, rnd *rand.Rand
 	switch {
 	case res.Blocked:
 		return Decision{Action: DeadLetter, Reason: ReasonBlockedAddress}
-	case res.Status >= 200 && res.Status <= 299:
+	case res.OK():
 		return Decision{Action: Ack}
+	case res.Permanent:
+		return Decision{Action: DeadLetter, Reason: ReasonPermanentError}
 	case res.Status >= 300 && res.Status <= 399:
 		return Decision{Action: DeadLetter, Reason: ReasonRedirect}
 	case !res.Retryable():
@@ -279,7 +313,7 @@ func classify(res Result, attempt int, p destination.RetryPolicy, rnd *rand.Rand
 	case attempt >= p.MaxAttempts:
 		return Decision{Action: DeadLetter, Reason: ReasonMaxAttempts}
 	}
-	if res.HasRetryAfter && (res.Status == http.StatusTooManyRequests || res.Status == http.StatusServiceUnavailable) {
+	if res.retryAfterHonoured() {
 		return Decision{Action: Retry, Delay: min(res.RetryAfter, time.Duration(p.Max))}
 	}
 	return Decision{Action: Retry, Delay: p.Delay(attempt, rnd)}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -24,6 +25,7 @@ import (
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/egress"
+	"github.com/relaydev/relay/kind"
 	"github.com/relaydev/relay/eventtype"
 	"github.com/relaydev/relay/internal/lease"
 	"github.com/relaydev/relay/internal/quiet"
@@ -45,6 +47,13 @@ type Config struct {
 	// policy, cookie jar and timeout are not used; see Sender). Optional,
 	// default NewHTTPClient(HTTPOptions{}): non-public addresses refused.
 	HTTPClient *http.Client
+	// Dial opens the connections of the publishers of non-HTTP kinds
+	// (kind.Env), and KindHTTPClient makes the requests of those whose
+	// client speaks HTTP: both keep the address guard and the egress
+	// proxy, as HTTPClient does. Optional, default
+	// egress.NewDialer(egress.Options{}) and HTTPClient.
+	Dial           func(ctx context.Context, network, addr string) (net.Conn, error)
+	KindHTTPClient *http.Client
 	// ShutdownGrace is how long in-flight deliveries may take to finish once
 	// Run's context is cancelled; what is still running then is cancelled and
 	// handed back to JetStream. Optional, default 10s.
@@ -163,6 +172,12 @@ func (cfg Config) WithDefaults() Config {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = egress.NewClient(egress.Options{})
 	}
+	if cfg.Dial == nil {
+		cfg.Dial = egress.NewDialer(egress.Options{})
+	}
+	if cfg.KindHTTPClient == nil {
+		cfg.KindHTTPClient = cfg.HTTPClient
+	}
 	if cfg.ShutdownGrace == 0 {
 		cfg.ShutdownGrace = 10 * time.Second
 	}
@@ -238,6 +253,7 @@ type Relay struct {
 	events   jetstream.Stream
 	dlq      dlq.Writer
 	sender   *Sender
+	kinds    *publishers
 	// tracer makes relay's spans (nil: no tracing).
 	tracer trace.Tracer
 	// logw writes the delivery log (nil: off).
@@ -355,6 +371,7 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 		dlq:          dlq.Writer{JS: cfg.JS},
 		sender:       &Sender{Client: cfg.HTTPClient, Now: cfg.Now, KeepBody: max(cfg.LogResponseBytes, 0), KeepHeaders: !cfg.NoAttemptLog},
 		dests:        destination.NewWatch(),
+		kinds:        &publishers{env: kind.Env{Dial: cfg.Dial, HTTPClient: cfg.KindHTTPClient}, log: cfg.Logger, now: cfg.Now, m: map[string]*openPublisher{}},
 		workers:      map[string]*worker{},
 		unserved:     map[string]error{},
 		sharedPaused: map[string]time.Time{},
@@ -468,6 +485,7 @@ loop:
 			break loop
 		case <-tick.C:
 			r.reconcile(ctx)
+			r.kinds.sweep(func(dest string) bool { _, ok := r.dests.Get(dest); return ok })
 		case e, ok := <-w.Updates():
 			if !ok {
 				break loop
@@ -498,6 +516,7 @@ loop:
 		<-wk.done
 	}
 	wg.Wait()
+	r.kinds.closeAll()
 	r.log.Info("relay stopped")
 	return nil
 }

@@ -53,6 +53,10 @@ type Delivery struct {
 	// ContentType is the body's Content-Type; "": the event's own, else
 	// application/json.
 	ContentType string
+	// Key is the event's order key and Attempt the attempt's number: a
+	// non-HTTP kind may use them (a Kafka record key).
+	Key     string
+	Attempt int
 }
 
 // Validate reports why ev cannot become a valid request, as an
@@ -158,17 +162,8 @@ func (s *Sender) Send(ctx context.Context, d destination.Destination, ev Deliver
 	if traced {
 		stream.InjectTrace(trace.ContextWithSpanContext(ctx, ev.Trace), propagation.HeaderCarrier(req.Header))
 	}
-	ct := ev.ContentType
-	for k, vs := range ev.Headers {
-		if ct == "" && strings.EqualFold(k, "Content-Type") && len(vs) > 0 {
-			ct = vs[0]
-		}
-	}
-	if ct == "" {
-		ct = "application/json"
-	}
 	// Canonical keys set directly: these run per attempt.
-	req.Header["Content-Type"] = []string{ct}
+	req.Header["Content-Type"] = []string{contentType(ev)}
 	req.Header["User-Agent"] = userAgent
 	ts := now.Unix()
 	req.Header["Webhook-Id"] = []string{ev.ID}

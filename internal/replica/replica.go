@@ -142,17 +142,23 @@ func (r *Replica) Start(ctx context.Context) (err error) {
 	if proxy != nil {
 		log.Info("deliveries go through the egress proxy: relay resolves and vets each address, the proxy tunnels to it (CONNECT ip:port)", "proxy", proxy.String(), "no_proxy", proxy.NoProxy)
 	}
+	eopts := egress.Options{
+		Guard:                 egress.Guard{Allow: allow},
+		ConnectTimeout:        cfg.ConnectTimeout,
+		TLSHandshakeTimeout:   cfg.TLSHandshakeTimeout,
+		ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
+		InsecureSkipVerify:    cfg.SkipTLSVerify,
+		Proxy:                 proxy,
+	}
 	ecfg := relay.Config{JS: r.js, Logger: log, NetPolicy: policy, SecretKey: cfg.SecretKey, PreviousSecretKeys: cfg.PreviousSecretKeys, ShutdownGrace: cfg.ShutdownGrace, ParkThreshold: cfg.ParkThreshold, MaxInFlight: cfg.MaxInFlight, AckWait: cfg.AckWait,
 		NoAttemptLog: cfg.NoAttemptLog, NoOperatorEvents: cfg.NoOperatorEvents, AlertBacklogAge: cfg.AlertBacklogAge, AlertDeadLetters: cfg.AlertDeadLetters, LogResponseBytes: cfg.LogResponseBytes,
 		TracerProvider: cfg.TracerProvider,
-		HTTPClient: egress.NewClient(egress.Options{
-			Guard:                 egress.Guard{Allow: allow},
-			ConnectTimeout:        cfg.ConnectTimeout,
-			TLSHandshakeTimeout:   cfg.TLSHandshakeTimeout,
-			ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
-			InsecureSkipVerify:    cfg.SkipTLSVerify,
-			Proxy:                 proxy,
-		})}
+		HTTPClient: egress.NewClient(eopts),
+		Dial:       egress.NewDialer(eopts),
+		// Without ResponseHeaderTimeout: a client library's long poll is
+		// its own to bound.
+		KindHTTPClient: egress.NewClient(egress.Options{Guard: eopts.Guard, ConnectTimeout: eopts.ConnectTimeout, TLSHandshakeTimeout: eopts.TLSHandshakeTimeout, InsecureSkipVerify: eopts.InsecureSkipVerify, Proxy: proxy}),
+	}
 	var promoter *schedule.Promoter
 	if cfg.RedisURL != "" {
 		if ecfg.Schedule, err = r.openSchedule(setupCtx); err != nil {
