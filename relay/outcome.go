@@ -182,8 +182,8 @@ func (a Action) String() string {
 
 // Reasons an event is dead-lettered.
 const (
-	ReasonMaxAttempts        = "max_attempts"
-	ReasonPermanentStatus    = "permanent_status"
+	ReasonMaxAttempts     = "max_attempts"
+	ReasonPermanentStatus = "permanent_status"
 	// ReasonPermanentError: a destination of a non-HTTP kind answered with
 	// an error its kind says cannot pass by retrying (no such topic,
 	// credentials refused, a message too large); the attempt's error,

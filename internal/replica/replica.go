@@ -153,8 +153,8 @@ func (r *Replica) Start(ctx context.Context) (err error) {
 	ecfg := relay.Config{JS: r.js, Logger: log, NetPolicy: policy, SecretKey: cfg.SecretKey, PreviousSecretKeys: cfg.PreviousSecretKeys, ShutdownGrace: cfg.ShutdownGrace, ParkThreshold: cfg.ParkThreshold, MaxInFlight: cfg.MaxInFlight, AckWait: cfg.AckWait,
 		NoAttemptLog: cfg.NoAttemptLog, NoOperatorEvents: cfg.NoOperatorEvents, AlertBacklogAge: cfg.AlertBacklogAge, AlertDeadLetters: cfg.AlertDeadLetters, LogResponseBytes: cfg.LogResponseBytes,
 		TracerProvider: cfg.TracerProvider,
-		HTTPClient: egress.NewClient(eopts),
-		Dial:       egress.NewDialer(eopts),
+		HTTPClient:     egress.NewClient(eopts),
+		Dial:           egress.NewDialer(eopts),
 		// Without ResponseHeaderTimeout: a client library's long poll is
 		// its own to bound.
 		KindHTTPClient: egress.NewClient(egress.Options{Guard: eopts.Guard, ConnectTimeout: eopts.ConnectTimeout, TLSHandshakeTimeout: eopts.TLSHandshakeTimeout, InsecureSkipVerify: eopts.InsecureSkipVerify, Proxy: proxy}),
