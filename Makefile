@@ -31,11 +31,12 @@ run: build ## Run relay with an embedded NATS server on 127.0.0.1:4222 (data in 
 	./$(BIN) run --allow-net 127.0.0.0/8 --allow-net ::1 --api-addr 127.0.0.1:8088
 
 .PHONY: deps
-deps: ## Install what the tests need that Go does not fetch (redis-server, chromium, tinyproxy, from Debian)
+deps: ## Install what the tests need that Go does not fetch (redis-server, chromium, tinyproxy, rabbitmq-server, from Debian)
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	command -v tinyproxy >/dev/null 2>&1 || missing="$$missing tinyproxy"; \
+	command -v rabbitmq-server >/dev/null 2>&1 || missing="$$missing rabbitmq-server"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing$$missing (Debian packages)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/destination"
+	"github.com/relaydev/relay/kind"
 	"github.com/relaydev/relay/tenant"
 
 	"github.com/relaydev/relay/stream"
@@ -23,12 +24,18 @@ import (
 type destView struct {
 	Name string `json:"name"`
 	// Tenant is the tenant the destination belongs to; omitted for none.
-	Tenant              string     `json:"tenant,omitempty"`
-	URL                 string     `json:"url"`
-	URLs                []string   `json:"urls"`
-	URLStrategy         string     `json:"url_strategy"`
-	Signed              bool       `json:"signed"`
-	PreviousSecretUntil *time.Time `json:"previous_secret_until,omitempty"`
+	Tenant string `json:"tenant,omitempty"`
+	// Kind is the system it delivers to (http, nats, kafka...); Config
+	// its kind's configuration but the credentials, whose names alone
+	// CredentialNames lists.
+	Kind                string            `json:"kind"`
+	Config              map[string]string `json:"config,omitempty"`
+	CredentialNames     []string          `json:"credential_names,omitempty"`
+	URL                 string            `json:"url"`
+	URLs                []string          `json:"urls"`
+	URLStrategy         string            `json:"url_strategy"`
+	Signed              bool              `json:"signed"`
+	PreviousSecretUntil *time.Time        `json:"previous_secret_until,omitempty"`
 	// Signature is how deliveries are signed: hmac, ed25519 or both.
 	Signature string `json:"signature"`
 	// PublicKeys verify its v1a signatures: the current key, then the
@@ -77,7 +84,7 @@ func viewOf(d destination.Destination, now time.Time, admin bool) destView {
 	d = d.WithDefaults()
 	r := d.Redacted()
 	v := destView{
-		Name: d.ShortName(), Tenant: d.Tenant(), URL: r.URL, URLs: r.Pool(), URLStrategy: d.URLStrategy, Signed: d.SignsHMAC() && d.Secret != "" || d.SignsEd25519(), Signature: d.Signature,
+		Name: d.ShortName(), Tenant: d.Tenant(), Kind: d.KindName(), Config: d.Config, URL: r.URL, URLs: r.Pool(), URLStrategy: d.URLStrategy, Signed: d.SignsHMAC() && d.Secret != "" || d.SignsEd25519(), Signature: d.Signature,
 		HeaderNames: []string{}, Timeout: time.Duration(d.Timeout).String(),
 		MaxAttempts: d.Retry.MaxAttempts, BackoffBase: time.Duration(d.Retry.Base).String(), BackoffMax: time.Duration(d.Retry.Max).String(), Jitter: d.Retry.Jitter,
 		Concurrency: d.Concurrency, RateLimit: d.RateLimit, BreakerThreshold: d.BreakerThreshold, BreakerPause: time.Duration(d.BreakerPause).String(),
@@ -105,6 +112,13 @@ func viewOf(d destination.Destination, now time.Time, admin bool) destView {
 		v.HeaderNames = append(v.HeaderNames, k)
 	}
 	slices.Sort(v.HeaderNames)
+	for k := range d.Credentials {
+		v.CredentialNames = append(v.CredentialNames, k)
+	}
+	slices.Sort(v.CredentialNames)
+	if !d.IsHTTP() {
+		v.URLs = []string{}
+	}
 	if now.Before(d.PausedUntil) && !d.PausedUntil.Equal(destination.Forever) {
 		v.PausedUntil = &d.PausedUntil
 	}
@@ -125,7 +139,7 @@ func (b destChange) portalField() string {
 		f := v.Type().Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
 		switch name {
-		case "name", "url", "types", "filter":
+		case "name", "url", "types", "filter", "kind", "config":
 			continue
 		}
 		if !v.Field(i).IsZero() {
@@ -142,7 +156,7 @@ func portalAllows(c *call, b destChange) bool {
 		return true
 	}
 	if f := b.portalField(); f != "" {
-		c.problem(http.StatusForbidden, f, f+": a customer portal session sets an endpoint's url, types and filter only")
+		c.problem(http.StatusForbidden, f, f+": a customer portal session sets an endpoint's url (or kind and config), types and filter only")
 		return false
 	}
 	return true
@@ -153,7 +167,11 @@ func portalAllows(c *call, b destChange) bool {
 // and 'update', named as their flags with '_' for '-'. A field left out is
 // not given.
 type destChange struct {
-	Name             string             `json:"name"` // POST only
+	Name string `json:"name"` // POST only
+	// Kind and Config: a destination of another kind than HTTP, and its
+	// configuration, credentials included ("" removes a field).
+	Kind             *string            `json:"kind"`
+	Config           map[string]string  `json:"config"`
 	URL              *string            `json:"url"`
 	URLs             []string           `json:"urls"`
 	URLStrategy      *string            `json:"url_strategy"`
@@ -197,6 +215,7 @@ func (c destChange) settings() (destination.Settings, error) {
 		Concurrency: c.Concurrency, RateLimit: c.RateLimit, BreakerThreshold: c.BreakerThreshold, OnGone: c.OnGone,
 		Ordered: c.Ordered, Shared: c.Shared, Partitions: c.Partitions, OnFailure: c.OnFailure, Types: c.Types, Filter: c.Filter,
 		BodyTemplate: c.BodyTemplate, BodyContentType: c.BodyContentType, Signature: c.Signature, SigningKey: c.SigningKey,
+		Kind: c.Kind, Config: c.Config,
 	}
 	switch {
 	case c.URL != nil && c.URLs != nil:
@@ -260,6 +279,7 @@ func fieldOf(c *destChange) func(setting string) string {
 func destProblem(w http.ResponseWriter, c *destChange, err error) {
 	var (
 		fe *fieldError
+		ke *kind.FieldError
 		se *destination.SettingError
 		be *destination.BlockedURLError
 		pe *destination.PendingError
@@ -269,6 +289,8 @@ func destProblem(w http.ResponseWriter, c *destChange, err error) {
 		problem(w, http.StatusUnprocessableEntity, fe.field, fe.Error())
 	case errors.Is(err, destination.ErrSealed):
 		problem(w, http.StatusServiceUnavailable, "", "cannot change the destination: "+err.Error())
+	case errors.As(err, &ke):
+		problem(w, http.StatusUnprocessableEntity, "config."+ke.Field, ke.Error())
 	case errors.As(err, &se):
 		problem(w, http.StatusUnprocessableEntity, fieldOf(c)(se.Setting), se.Text(fieldOf(c)))
 	case errors.As(err, &be):
@@ -343,7 +365,7 @@ func (s *Server) createDest(c *call) {
 		c.problem(http.StatusUnprocessableEntity, "name", err.Error())
 		return
 	}
-	if body.URL == nil && body.URLs == nil {
+	if body.URL == nil && body.URLs == nil && (body.Kind == nil || *body.Kind == kind.HTTP || *body.Kind == "") {
 		c.problem(http.StatusUnprocessableEntity, "url", "url is required: the http(s) URL that receives a POST per attempt (or urls, a pool)")
 		return
 	}
@@ -369,9 +391,11 @@ func (s *Server) createDest(c *call) {
 		destProblem(c.w, &body, err)
 		return
 	}
-	if err := destination.CheckPool(ctx, s.cfg.JS, d.Pool()); err != nil {
-		destProblem(c.w, &body, err)
-		return
+	if d.IsHTTP() { // another kind's addresses are checked as its publisher connects
+		if err := destination.CheckPool(ctx, s.cfg.JS, d.Pool()); err != nil {
+			destProblem(c.w, &body, err)
+			return
+		}
 	}
 	if d, err = c.dests.Add(ctx, d); err != nil {
 		destProblem(c.w, &body, err)

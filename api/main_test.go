@@ -11,6 +11,9 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	// Every kind of destination, as the relay binary has them.
+	_ "github.com/relaydev/relay/kind/kinds"
 )
 
 // operations are the OpenAPI operations the tests sent a request to,

@@ -156,6 +156,7 @@ func NewServer(cfg Config) *Server {
 		{"GET /v1/stats", ScopeRead, tenanted, 0, s.stats},
 		{"GET /v1/key", scopeAny, anyKey, 0, s.whoami},
 		{"GET /v1/egress", scopeAny, anyKey, 0, s.egress},
+		{"GET /v1/destination-types", scopeAny, anyKey, 0, s.destinationTypes},
 		{"GET /v1/destinations/{name}/retrying", ScopeRead, tenanted, needName, s.listRetrying},
 		{"POST /v1/destinations/{name}/retrying/{id}/skip", ScopeAdmin, tenanted, needName, s.skipRetrying},
 		{"GET /v1/attempts", ScopeRead, tenanted, 0, s.attempts},

@@ -86,6 +86,7 @@ func TestCrossTenantRequestsFindNothing(t *testing.T) {
 		"getOpenAPI":              {"GET", "/v1/openapi.json", "", 200},
 		"getKey":                  {"GET", "/v1/key", "", 200},
 		"getEgress":               {"GET", "/v1/egress", "", 200},
+		"listDestinationTypes":    {"GET", "/v1/destination-types", "", 200},
 		"getJWKS":                 {"GET", "/v1/jwks.json", "", 200},
 		"getTenantJWKS":           {"GET", g + "/jwks.json", "", 200},
 		"publishEvent":            {"POST", "/v1/events", `{"tenant":"globex","dest":"orders","data":1}`, 404},

@@ -4,6 +4,9 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	// Every kind of destination, as the relay binary has them.
+	_ "github.com/relaydev/relay/kind/kinds"
 )
 
 // TestMain fails the package's tests when a goroutine outlives them: every

@@ -12,17 +12,35 @@ import (
 	"strings"
 
 	"github.com/relaydev/relay/api/client"
+	"github.com/relaydev/relay/kind"
 )
 
 // endpointForm is the form that adds or edits an endpoint, as filled in.
 type endpointForm struct {
 	Name, URL, Filter string
 	Types             []string
+	// Kind is the kind of endpoint ("" or http: a URL), and Config the
+	// fields of its configuration filled in (credentials are never sent
+	// back to the page: Value leaves them out).
+	Kind   string
+	Config map[string]string
 }
 
 func endpointFormOf(r *http.Request) endpointForm {
 	f := endpointForm{Name: strings.TrimSpace(r.PostFormValue("name")), URL: strings.TrimSpace(r.PostFormValue("url")),
-		Filter: strings.TrimSpace(r.PostFormValue("filter"))}
+		Filter: strings.TrimSpace(r.PostFormValue("filter")), Kind: r.PostFormValue("kind")}
+	if f.Kind != "" && f.Kind != kind.HTTP {
+		// Only the chosen kind's fields: config.KIND.FIELD.
+		prefix := "config." + f.Kind + "."
+		for k, vs := range r.PostForm {
+			if name, ok := strings.CutPrefix(k, prefix); ok && len(vs) > 0 && strings.TrimSpace(vs[0]) != "" {
+				if f.Config == nil {
+					f.Config = map[string]string{}
+				}
+				f.Config[name] = strings.TrimSpace(vs[0])
+			}
+		}
+	}
 	for _, t := range r.PostForm["type"] {
 		if t = strings.TrimSpace(t); t != "" && !slices.Contains(f.Types, t) {
 			f.Types = append(f.Types, t)
@@ -33,6 +51,24 @@ func endpointFormOf(r *http.Request) endpointForm {
 
 // Has reports whether the form subscribes to type t.
 func (f endpointForm) Has(t string) bool { return slices.Contains(f.Types, t) }
+
+// IsKind reports whether the form is for an endpoint of kind k (http when
+// it says none).
+func (f endpointForm) IsKind(k string) bool {
+	if f.Kind == "" {
+		return k == kind.HTTP
+	}
+	return f.Kind == k
+}
+
+// Value is what the form shows in field name of kind k: what was typed,
+// but never a credential.
+func (f endpointForm) Value(k string, field client.KindField) string {
+	if f.Kind != k || field.Sensitive {
+		return ""
+	}
+	return f.Config[field.Name]
+}
 
 // endpointRow is an endpoint's line of the list.
 type endpointRow struct {
@@ -47,6 +83,8 @@ type endpointsData struct {
 	// allowlist (none declared: not shown).
 	Egress []string
 	Types  []client.EventType
+	// Kinds are the kinds of endpoint the relay delivers to (HTTP first).
+	Kinds  []client.DestinationType
 	Form   endpointForm
 	Error  string
 	Notice string
@@ -76,6 +114,9 @@ func (p *Portal) endpointsOf(r *http.Request, v *visitor) (endpointsData, error)
 	d := endpointsData{Types: p.catalog(r, v)}
 	if d.Egress, err = api.Egress(r.Context()); err != nil {
 		p.cfg.Logger.Warn("portal: cannot read the egress addresses", "err", err)
+	}
+	if d.Kinds, err = api.DestinationTypes(r.Context()); err != nil {
+		p.cfg.Logger.Warn("portal: cannot read the kinds of destination", "err", err)
 	}
 	for _, dest := range ds {
 		row := endpointRow{Destination: dest, Health: dest.State}
@@ -111,7 +152,7 @@ func explain(err error) string {
 			return before + ". Webhooks are delivered to public internet addresses only: a name that resolves to a private, loopback, link-local or otherwise reserved address is refused, here and again at every delivery."
 		}
 	}
-	if e.Field != "" {
+	if e.Field != "" && !strings.HasPrefix(e.Field, "config.") { // a config field's detail names it
 		return e.Field + ": " + e.Detail
 	}
 	return e.Detail
@@ -124,6 +165,9 @@ func (p *Portal) addEndpoint(w http.ResponseWriter, r *http.Request, v *visitor)
 	}
 	f := endpointFormOf(r)
 	nd := client.NewDestination{Name: f.Name, DestinationSettings: client.DestinationSettings{URL: &f.URL, Types: f.Types}}
+	if !f.IsKind(kind.HTTP) {
+		nd.URL, nd.Kind, nd.Config = nil, &f.Kind, f.Config
+	}
 	if f.Filter != "" {
 		nd.Filter = &f.Filter
 	}

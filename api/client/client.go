@@ -308,6 +308,16 @@ func (c *Client) Egress(ctx context.Context) ([]string, error) {
 	return out.Addresses, err
 }
 
+// DestinationTypes returns the kinds of destination the relay delivers
+// to, HTTP first (listDestinationTypes).
+func (c *Client) DestinationTypes(ctx context.Context) ([]DestinationType, error) {
+	var out struct {
+		Types []DestinationType `json:"types"`
+	}
+	err := c.do(ctx, request{method: http.MethodGet, path: "/destination-types"}, &out)
+	return out.Types, err
+}
+
 // JWKS returns the public keys that verify the v1a signatures of the
 // destinations of no tenant (getJWKS), or of the client's tenant when it
 // is for one (ForTenant, getTenantJWKS), as a JSON Web Key Set. It needs

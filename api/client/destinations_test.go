@@ -199,4 +199,66 @@ func TestEd25519DestinationsAndTheirJWKS(t *testing.T) {
 	addrs, err := e.read.Egress(ctx)
 	require.NoError(t, err)
 	require.Empty(t, addrs, "none declared")
+
+	types, err := e.read.DestinationTypes(ctx)
+	require.NoError(t, err)
+	var names []string
+	for _, ty := range types {
+		names = append(names, ty.Name)
+	}
+	require.Equal(t, []string{"http", "eventbridge", "kafka", "nats", "pubsub", "rabbitmq", "sqs"}, names)
+	for _, ty := range types[1:] {
+		require.NotEmpty(t, ty.Fields, ty.Name)
+		var required bool
+		for _, f := range ty.Fields {
+			required = required || f.Required
+		}
+		require.True(t, required || ty.Name == "eventbridge", "%s has a required field", ty.Name)
+	}
+	require.True(t, types[2].Ordered, "kafka keeps a key's order")
+	require.False(t, types[1].Ordered, "eventbridge does not")
+}
+
+// A destination of another kind is created, shown (its credentials by
+// name only), updated and refused by its config's field, through the API.
+func TestDestinationOfAnotherKind(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	kafka := "kafka"
+	d, err := e.admin.CreateDestination(ctx, NewDestination{Name: "stream", DestinationSettings: DestinationSettings{
+		Kind: &kafka, Config: map[string]string{"brokers": "kafka-1:9092", "topic": "orders", "sasl_mechanism": "plain", "sasl_username": "relay", "sasl_password": "s3cret"},
+		Ordered: new(true)}})
+	require.NoError(t, err)
+	require.Equal(t, "kafka", d.Kind)
+	require.Equal(t, map[string]string{"brokers": "kafka-1:9092", "topic": "orders", "sasl_mechanism": "plain", "sasl_username": "relay"}, d.Config)
+	require.Equal(t, []string{"sasl_password"}, d.CredentialNames, "the password by name only")
+	require.Empty(t, d.URL)
+	require.NotEmpty(t, d.Secret, "signed, as an HTTP destination is")
+
+	d, err = e.admin.UpdateDestination(ctx, "stream", DestinationSettings{Config: map[string]string{"topic": "orders-v2"}})
+	require.NoError(t, err)
+	require.Equal(t, "orders-v2", d.Config["topic"])
+	require.Equal(t, []string{"sasl_password"}, d.CredentialNames, "fields not given keep their values")
+
+	for _, tc := range []struct {
+		nd    NewDestination
+		field string
+	}{
+		{NewDestination{Name: "bad", DestinationSettings: DestinationSettings{Kind: &kafka, Config: map[string]string{"brokers": "kafka-1:9092"}}}, "config.topic"},
+		{NewDestination{Name: "bad", DestinationSettings: DestinationSettings{Kind: &kafka, Config: map[string]string{"brokers": "kafka-1", "topic": "t"}}}, "config.brokers"},
+		{NewDestination{Name: "bad", DestinationSettings: DestinationSettings{Kind: &kafka, Config: map[string]string{"brokers": "k:1", "topic": "t", "nope": "1"}}}, "config.nope"},
+		{NewDestination{Name: "bad", DestinationSettings: DestinationSettings{Kind: new("carrier-pigeon")}}, "kind"},
+		{NewDestination{Name: "bad", DestinationSettings: DestinationSettings{Kind: &kafka, Config: map[string]string{"brokers": "k:1", "topic": "t", "key": "none"}, Ordered: new(true)}}, "ordered"},
+	} {
+		_, err := e.admin.CreateDestination(ctx, tc.nd)
+		var pe *Error
+		require.ErrorAs(t, err, &pe, tc.field)
+		require.Equal(t, 422, pe.Status, pe.Detail)
+		require.Equal(t, tc.field, pe.Field, pe.Detail)
+	}
+	_, err = e.admin.UpdateDestination(ctx, "stream", DestinationSettings{Kind: new("http")})
+	var pe *Error
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "kind", pe.Field, pe.Detail)
 }

@@ -12,6 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/api"
+
+	// Every kind of destination, as the relay binary has them.
+	_ "github.com/relaydev/relay/kind/kinds"
 )
 
 // operations are the OpenAPI operations the tests called through a

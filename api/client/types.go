@@ -136,10 +136,16 @@ type DeadLetterFailures struct {
 type Destination struct {
 	Name string `json:"name"`
 	// Tenant is the destination's tenant; "" for none.
-	Tenant      string   `json:"tenant,omitempty"`
-	URL         string   `json:"url"`
-	URLs        []string `json:"urls"`
-	URLStrategy string   `json:"url_strategy"`
+	Tenant string `json:"tenant,omitempty"`
+	// Kind is the system it delivers to: http, or another of
+	// DestinationTypes. Config is a non-HTTP kind's configuration, without
+	// its credentials, whose names CredentialNames lists.
+	Kind            string            `json:"kind"`
+	Config          map[string]string `json:"config,omitempty"`
+	CredentialNames []string          `json:"credential_names,omitempty"`
+	URL             string            `json:"url"`
+	URLs            []string          `json:"urls"`
+	URLStrategy     string            `json:"url_strategy"`
 	// Signed: deliveries are signed. After a rotation the old secret signs
 	// too until PreviousSecretUntil.
 	Signed              bool      `json:"signed"`
@@ -201,6 +207,11 @@ type PublicKey struct {
 // takes its default (CreateDestination). Go 1.26's new(value) makes the
 // pointers: MaxAttempts: new(5).
 type DestinationSettings struct {
+	// Kind is the system delivered to ("" or http: a POST per event to
+	// URL), fixed once the destination exists; Config is a non-HTTP kind's
+	// configuration, credentials included (on update, "" removes a field).
+	Kind   *string           `json:"kind,omitempty"`
+	Config map[string]string `json:"config,omitempty"`
 	// URL receives a POST per attempt; URLs is a pool instead, tried as
 	// URLStrategy (failover, round-robin) says.
 	URL         *string  `json:"url,omitempty"`
@@ -525,4 +536,30 @@ type DestState struct {
 	Dest     string          `json:"dest"`
 	State    string          `json:"state"`
 	Attempts []AttemptRecord `json:"attempts"`
+}
+
+// DestinationType is a kind of destination relay delivers to, with the
+// fields of its configuration.
+type DestinationType struct {
+	Name        string `json:"name"`
+	Title       string `json:"title"`
+	Description string `json:"description"`
+	// Ordered: some configuration of the kind keeps the order of a key's
+	// events.
+	Ordered bool        `json:"ordered"`
+	Fields  []KindField `json:"fields"`
+}
+
+// KindField is a field of a kind's configuration.
+type KindField struct {
+	Name  string `json:"name"`
+	Label string `json:"label"`
+	Help  string `json:"help"`
+	// Type is string, text, bool, int, duration or enum (one of Values).
+	Type     string   `json:"type"`
+	Values   []string `json:"values,omitempty"`
+	Required bool     `json:"required"`
+	// Sensitive: a credential, sealed at rest and never shown once set.
+	Sensitive bool   `json:"sensitive"`
+	Default   string `json:"default,omitempty"`
 }

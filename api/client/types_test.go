@@ -51,6 +51,7 @@ func TestTypesMirrorTheDocument(t *testing.T) {
 		"DestinationChange": reflect.TypeFor[DestinationSettings](),
 		"NewDestination":    reflect.TypeFor[NewDestination](),
 		"Destination":       reflect.TypeFor[Destination](),
+		"DestinationType":   reflect.TypeFor[DestinationType](),
 		"Attempt":           reflect.TypeFor[Attempt](),
 		"DeadLetter":        reflect.TypeFor[DeadLetter](),
 		"DeadLetterDetail":  reflect.TypeFor[DeadLetterDetail](),

@@ -17,13 +17,14 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/relaydev/relay/destination"
+	"github.com/relaydev/relay/kind"
 	"github.com/relaydev/relay/tenant"
 )
 
 func destCommand() *cli.Command {
 	cmd := destCommands()
 	for _, sub := range cmd.Subcommands {
-		if sub.Name != "rekey" {
+		if sub.Name != "rekey" && sub.Name != "types" {
 			sub.Flags = append(sub.Flags, tenantFlag())
 		}
 	}
@@ -35,6 +36,7 @@ func destCommands() *cli.Command {
 		Name:  "dest",
 		Usage: "manage destinations",
 		Subcommands: []*cli.Command{
+			destTypesCommand(),
 			{
 				Name:      "add",
 				Usage:     "add a destination",
@@ -153,7 +155,10 @@ losing a delivery. After the overlap only the new secret signs.`,
 // destFlags are the settings of a destination, shared by add and update.
 func destFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.GenericFlag{Name: "url", Value: &urlsValue{}, Usage: "http(s) URL that receives a POST per attempt (required); repeat it for a pool of URLs, tried as --url-strategy says"},
+		&cli.StringFlag{Name: "kind", DefaultText: "http", Usage: "what the destination delivers to: http (a POST per event to --url) or another kind with its --config: nats, kafka, rabbitmq, pubsub, sqs, eventbridge ('relay dest types' lists each one's fields; fixed once added)"},
+		&cli.GenericFlag{Name: "config", Value: &listValue{}, Usage: "NAME=VALUE of a non-HTTP kind's configuration, credentials included (repeatable; 'relay dest types KIND' lists the fields)"},
+		&cli.GenericFlag{Name: "config-file", Value: &listValue{}, Usage: "NAME=FILE: a --config value read from a file (a credentials file, a PEM; repeatable)"},
+		&cli.GenericFlag{Name: "url", Value: &urlsValue{}, Usage: "http(s) URL that receives a POST per attempt (required for --kind http); repeat it for a pool of URLs, tried as --url-strategy says"},
 		&cli.StringFlag{Name: "url-strategy", DefaultText: "failover", Usage: "how an attempt picks a URL of the pool: failover (the first that is not cooling down after failures) or round-robin (those not cooling down, in turn)"},
 		&cli.StringFlag{Name: "secret", Usage: "signing secret (whsec_<base64>); default: generate one"},
 		&cli.BoolFlag{Name: "no-secret", Usage: "do not sign deliveries with an HMAC secret"},
@@ -193,6 +198,8 @@ var updateUsage = map[string]string{
 	"type":          "event type pattern to subscribe to (repeatable): replaces all the current ones, from the next event published; --type '' subscribes to none",
 	"filter":        "new filter, replacing the current one ('' removes it: every event is delivered)",
 	"body-template": "`FILE` holding a new body template, replacing the current one ('' removes it, and its content type: the event's body is sent)",
+	"kind":          "fixed when the destination is added: a different value is refused",
+	"config":        "NAME=VALUE of the kind's configuration to set (repeatable; NAME= removes the field); the fields not given keep their values",
 }
 
 // updateFlags are the flags of 'dest update': add's, with its own texts and
@@ -299,6 +306,9 @@ type destSettings struct {
 	// bodyTemplate is the file of --body-template, read by Validate
 	// ("": no template).
 	bodyTemplate *string
+	// config and configFile are --config NAME=VALUE and --config-file
+	// NAME=FILE, parsed (and read) by Validate.
+	config, configFile *[]string
 }
 
 func readDestSettings(c *cli.Context) destSettings {
@@ -324,7 +334,10 @@ func readDestSettings(c *cli.Context) destSettings {
 			Filter:           setOnly(c, "filter", c.String),
 			BodyContentType:  setOnly(c, "body-content-type", c.String),
 			Signature:        setOnly(c, "signature", c.String),
+			Kind:             setOnly(c, "kind", c.String),
 		},
+		config:       listOf(c, "config"),
+		configFile:   listOf(c, "config-file"),
 		bodyTemplate: setOnly(c, "body-template", c.String),
 		secret:       setOnly(c, "secret", c.String),
 		noSecret:     c.Bool("no-secret"),
@@ -363,6 +376,9 @@ func (s *destSettings) Validate() error {
 		}
 		s.Headers = &h
 	}
+	if err := s.readConfig(); err != nil {
+		return err
+	}
 	if s.bodyTemplate != nil {
 		src := ""
 		if *s.bodyTemplate != "" {
@@ -384,6 +400,10 @@ func (s *destSettings) Validate() error {
 // *relay.SettingError.
 func flagError(err error) error {
 	var se *destination.SettingError
+	var fe *kind.FieldError
+	if errors.As(err, &fe) {
+		return usagef("--config %s: %s", fe.Field, fe.Msg)
+	}
 	if errors.As(err, &se) {
 		return usageError{se.Text(func(s string) string { return "--" + s })}
 	}
@@ -409,14 +429,15 @@ func (o *destAddOpts) Validate() error {
 	if err != nil {
 		return err
 	}
-	if len(o.settings.URLs) == 0 {
+	http := o.settings.Kind == nil || *o.settings.Kind == "" || *o.settings.Kind == kind.HTTP
+	if len(o.settings.URLs) == 0 && http {
 		return o.missing("url")
 	}
 	if err := o.settings.Validate(); err != nil {
 		return err
 	}
 	if o.dest, o.generated, err = o.settings.NewDestination(name); err != nil {
-		return usageError{err.Error()}
+		return flagError(err)
 	}
 	return nil
 }
@@ -463,14 +484,16 @@ func (o *destAddOpts) Run(ctx context.Context, e *env) error {
 		t.Defaults.Fill(&set)
 		generated := o.generated
 		if d, _, err = set.NewDestination(d.Name); err != nil {
-			return usageError{err.Error()}
+			return flagError(err)
 		}
 		if generated {
 			d.Secret = o.dest.Secret
 		}
 	}
-	if err := checkNetPolicy(ctx, cl.js, d.Pool()); err != nil {
-		return err
+	if d.IsHTTP() {
+		if err := checkNetPolicy(ctx, cl.js, d.Pool()); err != nil {
+			return err
+		}
 	}
 	d, err = st.Add(ctx, d)
 	if errors.Is(err, destination.ErrWouldStoreInClear) {
@@ -664,7 +687,17 @@ func (o *destShowOpts) Run(ctx context.Context, e *env) error {
 	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
 	row("name", d.ShortName())
 	row("tenant", cmp.Or(d.Tenant(), "-"))
-	row("url", poolText(d))
+	row("kind", d.KindName())
+	if d.IsHTTP() {
+		row("url", poolText(d))
+	} else {
+		for _, k := range slices.Sorted(maps.Keys(d.Config)) {
+			row("config "+k, d.Config[k])
+		}
+		for _, k := range slices.Sorted(maps.Keys(d.Credentials)) {
+			row("config "+k, "(set)")
+		}
+	}
 	row("state", d.State(now))
 	row("signature", signatureText(d))
 	if d.SignsHMAC() && d.PrevSecret != "" && now.Before(d.PrevSecretUntil) {
@@ -692,6 +725,9 @@ func (o *destShowOpts) Run(ctx context.Context, e *env) error {
 // poolText shows d's URL, or its pool and strategy, redacted:
 // "https://a/h" or "failover: [0] https://a/h [1] https://b/h".
 func poolText(d destination.Destination) string {
+	if !d.IsHTTP() {
+		return targetText(d)
+	}
 	pool := d.Pool()
 	if len(pool) == 1 {
 		return destination.RedactURL(d.URL)

@@ -38,6 +38,20 @@
       });
     }
   };
+  // The add form: only the chosen kind's fields show, and only they are
+  // sent (a disabled fieldset's fields are not).
+  var kind = document.getElementById("kind");
+  var showKind = function () {
+    document.querySelectorAll("fieldset.kind-fields").forEach(function (f) {
+      var on = f.getAttribute("data-kind") === kind.value;
+      f.hidden = !on;
+      f.disabled = !on;
+    });
+  };
+  if (kind) {
+    kind.addEventListener("change", showKind);
+    showKind();
+  }
   if (signin) {
     signIn();
     // Another link opened in this tab changes only the fragment: the page

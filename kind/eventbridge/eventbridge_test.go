@@ -1,0 +1,447 @@
+package eventbridge_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/relaydev/relay/kind"
+	"github.com/relaydev/relay/kind/eventbridge"
+	"github.com/relaydev/relay/kind/eventbridge/eventbridgetest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+var plainEnv = kind.Env{Dial: (&net.Dialer{}).DialContext}
+
+// open checks c and opens a publisher closed when the test ends.
+func open(t *testing.T, c kind.Config, env kind.Env) kind.Publisher {
+	t.Helper()
+	require.NoError(t, kind.Check(eventbridge.New(), c))
+	p, err := eventbridge.New().Open(c, env)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, p.Close()) })
+	return p
+}
+
+func message(id string) kind.Message {
+	return kind.Message{ID: id, Type: "order.created", Tenant: "acme", Dest: "orders",
+		Body: []byte(`{"order":42,"note":"<déjà vu>"}`), ContentType: "application/json",
+		Timestamp: 1700000000, Signature: "v1,c2lnbmF0dXJl", Attempt: 1}
+}
+
+func publish(t *testing.T, p kind.Publisher, m kind.Message) kind.Answer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return p.Publish(ctx, m)
+}
+
+func requireDelivered(t *testing.T, a kind.Answer) {
+	t.Helper()
+	require.NoError(t, a.Err)
+	require.False(t, a.Permanent)
+}
+
+func detail(t *testing.T, e eventbridgetest.Event) map[string]any {
+	t.Helper()
+	var d map[string]any
+	require.NoError(t, json.Unmarshal([]byte(e.Detail), &d))
+	return d
+}
+
+func TestDelivered(t *testing.T) {
+	t.Parallel()
+	s := eventbridgetest.Start(t)
+	p := open(t, s.Config(), plainEnv)
+
+	a := publish(t, p, message("evt-1"))
+	requireDelivered(t, a)
+	got := s.Events(t)
+	require.Len(t, got, 1)
+	e := got[0]
+	require.Equal(t, "event id "+e.ID, a.Detail)
+	require.Equal(t, eventbridgetest.Bus, e.Bus)
+	require.Equal(t, "relay", e.Source)
+	require.Equal(t, "order.created", e.DetailType)
+	require.Equal(t, time.Unix(1700000000, 0).UTC(), e.Time)
+	require.JSONEq(t, `{"id":"evt-1","type":"order.created","tenant":"acme","destination":"orders",
+		"timestamp":1700000000,"signature":"v1,c2lnbmF0dXJl","content_type":"application/json",
+		"data":{"order":42,"note":"<déjà vu>"}}`, e.Detail)
+	require.Contains(t, e.Detail, `"<déjà vu>"`, "no HTML escaping")
+
+	// A body that is not JSON is a string; one that is not text, base64.
+	// Empty metadata is left out, and an untyped event gets detail-type event.
+	m := kind.Message{ID: "evt-2", Dest: "orders", Body: []byte("plain text"), ContentType: "text/plain", Timestamp: 1700000001}
+	requireDelivered(t, publish(t, p, m))
+	m = kind.Message{ID: "evt-3", Dest: "orders", Body: []byte{0xff, 0x00, 0x01}, ContentType: "application/octet-stream", Timestamp: 1700000002}
+	requireDelivered(t, publish(t, p, m))
+	got = s.Events(t)
+	require.Len(t, got, 3)
+	require.Equal(t, "event", got[1].DetailType)
+	require.JSONEq(t, `{"id":"evt-2","destination":"orders","timestamp":1700000001,"content_type":"text/plain","data":"plain text"}`, got[1].Detail)
+	require.Equal(t, map[string]any{"id": "evt-3", "destination": "orders", "timestamp": float64(1700000002),
+		"content_type": "application/octet-stream", "data_base64": "/wAB"}, detail(t, got[2]))
+}
+
+func TestSourceDetailTypeAndBusARN(t *testing.T) {
+	t.Parallel()
+	s := eventbridgetest.Start(t)
+	c := s.Config()
+	c["event_bus"] = s.BusARN("default")
+	delete(c, "region") // the ARN's
+	c["source"] = "com.example.orders"
+	c["detail_type"] = "Order Event"
+	p := open(t, c, plainEnv)
+	requireDelivered(t, publish(t, p, message("evt-1")))
+	e := s.Events(t)[0]
+	require.Equal(t, "default", e.Bus)
+	require.Equal(t, "com.example.orders", e.Source)
+	require.Equal(t, "Order Event", e.DetailType)
+	require.Equal(t, "order.created", detail(t, e)["type"])
+}
+
+func TestTargetDownThenRestarted(t *testing.T) {
+	t.Parallel()
+	s := eventbridgetest.Start(t)
+	p := open(t, s.Config(), plainEnv)
+	requireDelivered(t, publish(t, p, message("before")))
+
+	s.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	a := p.Publish(ctx, message("while-down"))
+	require.Error(t, a.Err)
+	require.False(t, a.Permanent, "a stopped server is not a permanent failure: %v", a.Err)
+	require.Less(t, time.Since(start), 5*time.Second)
+
+	s.Restart()
+	requireDelivered(t, publish(t, p, message("after")))
+	// A restart between two publishes leaves a closed kept-alive
+	// connection behind: the next publish still gets through.
+	for i := range 10 {
+		s.Restart()
+		requireDelivered(t, publish(t, p, message(fmt.Sprintf("restart-%d", i))))
+	}
+	got := s.Events(t)
+	require.Len(t, got, 12)
+	require.Equal(t, "before", detail(t, got[0])["id"])
+	require.Equal(t, "after", detail(t, got[1])["id"])
+}
+
+func TestTargetNeverStarted(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	c := kind.Config{"endpoint": "http://" + addr, "region": "us-east-1",
+		"access_key_id": eventbridgetest.AccessKeyID, "secret_access_key": eventbridgetest.SecretAccessKey}
+	p := open(t, c, plainEnv)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	a := p.Publish(ctx, message("evt-1"))
+	require.Error(t, a.Err)
+	require.False(t, a.Permanent)
+}
+
+func TestHungTarget(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var conns sync.WaitGroup
+	accepted := make(chan net.Conn, 4)
+	conns.Go(func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- conn // read nothing, answer nothing
+		}
+	})
+	t.Cleanup(func() {
+		_ = ln.Close()
+		conns.Wait()
+		close(accepted)
+		for conn := range accepted {
+			_ = conn.Close()
+		}
+	})
+	c := kind.Config{"endpoint": "http://" + ln.Addr().String(), "region": "us-east-1",
+		"access_key_id": eventbridgetest.AccessKeyID, "secret_access_key": eventbridgetest.SecretAccessKey}
+
+	p := open(t, c, plainEnv)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	a := p.Publish(ctx, message("evt-1"))
+	require.Error(t, a.Err)
+	require.False(t, a.Permanent)
+	require.Less(t, time.Since(start), 5*time.Second)
+
+	p2, err := eventbridge.New().Open(c, plainEnv)
+	require.NoError(t, err)
+	done := make(chan kind.Answer)
+	go func() { done <- p2.Publish(context.Background(), message("evt-2")) }()
+	require.Eventually(t, func() bool { return len(accepted) == 2 }, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, p2.Close())
+	select {
+	case a := <-done:
+		require.ErrorIs(t, a.Err, kind.ErrClosed)
+		require.False(t, a.Permanent)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Publish still running after Close")
+	}
+}
+
+func TestPermanent(t *testing.T) {
+	t.Parallel()
+	s := eventbridgetest.Start(t)
+
+	a := publish(t, open(t, s.BusConfig("missing"), plainEnv), message("evt-1"))
+	require.True(t, a.Permanent, "%v", a.Err)
+	require.Equal(t, "ResourceNotFoundException", a.Code)
+	require.ErrorContains(t, a.Err, "Event bus missing does not exist")
+	var entryErr *eventbridge.EntryError
+	require.ErrorAs(t, a.Err, &entryErr)
+
+	wrongSecret := s.Config()
+	wrongSecret["secret_access_key"] = "not-the-secret"
+	a = publish(t, open(t, wrongSecret, plainEnv), message("evt-1"))
+	require.True(t, a.Permanent, "%v", a.Err)
+	require.Equal(t, "InvalidSignatureException", a.Code)
+	require.NotContains(t, a.Err.Error(), "not-the-secret")
+
+	wrongKey := s.Config()
+	wrongKey["access_key_id"] = "AKIAOTHER"
+	a = publish(t, open(t, wrongKey, plainEnv), message("evt-1"))
+	require.True(t, a.Permanent, "%v", a.Err)
+	require.Equal(t, "UnrecognizedClientException", a.Code)
+
+	p := open(t, s.Config(), plainEnv)
+	s.FailNext(1, eventbridgetest.AccessDenied)
+	a = publish(t, p, message("evt-1"))
+	require.True(t, a.Permanent)
+	require.Equal(t, "AccessDeniedException", a.Code)
+
+	// An event type too long for a detail-type is refused without a call.
+	m := message("evt-1")
+	m.Type = strings.Repeat("t", 129)
+	a = publish(t, p, m)
+	require.True(t, a.Permanent)
+	require.Empty(t, s.Events(t))
+}
+
+func TestPartialFailure(t *testing.T) {
+	t.Parallel()
+	s := eventbridgetest.Start(t)
+	p := open(t, s.Config(), plainEnv)
+
+	for _, f := range []eventbridgetest.EntryFailure{eventbridgetest.EntryThrottled, eventbridgetest.EntryInternal,
+		{Code: "InternalException", Message: "oops"}} {
+		s.FailEntriesNext(1, f)
+		a := publish(t, p, message("evt-1"))
+		require.Error(t, a.Err)
+		require.False(t, a.Permanent, f.Code)
+		require.Equal(t, f.Code, a.Code)
+		require.ErrorContains(t, a.Err, f.Message)
+	}
+	for _, f := range []eventbridgetest.EntryFailure{eventbridgetest.EntryNotAuthorized,
+		{Code: "InvalidArgument", Message: "bad"}, {Code: "MalformedDetail", Message: "bad json"},
+		{Code: "AccessDeniedException", Message: "no"}} {
+		s.FailEntriesNext(1, f)
+		a := publish(t, p, message("evt-1"))
+		require.True(t, a.Permanent, f.Code)
+		require.Equal(t, f.Code, a.Code)
+		var entryErr *eventbridge.EntryError
+		require.ErrorAs(t, a.Err, &entryErr)
+		require.Equal(t, f.Message, entryErr.Message)
+	}
+	require.Empty(t, s.Events(t))
+	requireDelivered(t, publish(t, p, message("evt-1")))
+}
+
+func TestRetryable(t *testing.T) {
+	t.Parallel()
+	s := eventbridgetest.Start(t)
+	p := open(t, s.Config(), plainEnv)
+
+	s.FailNext(1, eventbridgetest.Throttled)
+	a := publish(t, p, message("evt-1"))
+	require.Error(t, a.Err)
+	require.False(t, a.Permanent)
+	require.Equal(t, "ThrottlingException", a.Code)
+
+	s.FailNext(1, eventbridgetest.Internal)
+	a = publish(t, p, message("evt-1"))
+	require.Error(t, a.Err)
+	require.False(t, a.Permanent)
+	require.Equal(t, "InternalException", a.Code)
+
+	requireDelivered(t, publish(t, p, message("evt-1")))
+	require.Len(t, s.Events(t), 1)
+}
+
+func TestSessionToken(t *testing.T) {
+	t.Parallel()
+	s := eventbridgetest.Start(t)
+	s.RequireSessionToken("session-token-1")
+	requireDelivered(t, publish(t, open(t, s.Config(), plainEnv), message("evt-1")))
+
+	c := s.Config()
+	delete(c, "session_token")
+	a := publish(t, open(t, c, plainEnv), message("evt-2"))
+	require.True(t, a.Permanent)
+	require.Equal(t, "UnrecognizedClientException", a.Code)
+}
+
+func TestConcurrent(t *testing.T) {
+	t.Parallel()
+	s := eventbridgetest.Start(t)
+	p := open(t, s.Config(), plainEnv)
+	require.False(t, eventbridge.New().Ordered(s.Config()))
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 25 {
+				a := publish(t, p, message(fmt.Sprintf("evt-%d-%d", g, i)))
+				if a.Err != nil {
+					t.Errorf("publish %d-%d: %v", g, i, a.Err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	got := s.Events(t)
+	require.Len(t, got, 200)
+	ids := map[any]bool{}
+	for _, e := range got {
+		ids[detail(t, e)["id"]] = true
+	}
+	require.Len(t, ids, 200)
+}
+
+func TestDialThroughEnv(t *testing.T) {
+	t.Parallel()
+	s := eventbridgetest.Start(t)
+
+	var dials atomic.Int32
+	counting := kind.Env{Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}}
+	requireDelivered(t, publish(t, open(t, s.Config(), counting), message("evt-1")))
+	require.Positive(t, dials.Load())
+
+	refused := errors.New("address refused by the guard")
+	refusing := kind.Env{Dial: func(context.Context, string, string) (net.Conn, error) { return nil, refused }}
+	a := publish(t, open(t, s.Config(), refusing), message("evt-2"))
+	require.ErrorIs(t, a.Err, refused)
+	require.False(t, a.Permanent)
+
+	var viaClient atomic.Int32
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		viaClient.Add(1)
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}}
+	t.Cleanup(tr.CloseIdleConnections)
+	withClient := kind.Env{Dial: refusing.Dial, HTTPClient: &http.Client{Transport: tr}}
+	requireDelivered(t, publish(t, open(t, s.Config(), withClient), message("evt-3")))
+	require.Positive(t, viaClient.Load())
+	require.Len(t, s.Events(t), 2)
+}
+
+func TestClose(t *testing.T) {
+	t.Parallel()
+	s := eventbridgetest.Start(t)
+	p, err := eventbridge.New().Open(s.Config(), plainEnv)
+	require.NoError(t, err)
+	requireDelivered(t, publish(t, p, message("evt-1")))
+	require.NoError(t, p.Close())
+	require.NoError(t, p.Close())
+	a := publish(t, p, message("evt-2"))
+	require.ErrorIs(t, a.Err, kind.ErrClosed)
+	require.False(t, a.Permanent)
+	require.Len(t, s.Events(t), 1)
+}
+
+func TestConfig(t *testing.T) {
+	t.Parallel()
+	k := eventbridge.New()
+	good := kind.Config{"region": "eu-west-1", "access_key_id": "AKIAEXAMPLE", "secret_access_key": "secret"}
+	with := func(kv ...string) kind.Config {
+		c := maps.Clone(good)
+		for i := 0; i < len(kv); i += 2 {
+			if kv[i+1] == "" {
+				delete(c, kv[i])
+			} else {
+				c[kv[i]] = kv[i+1]
+			}
+		}
+		return c
+	}
+	arn := "arn:aws:events:eu-west-1:123456789012:event-bus/orders"
+	for _, tc := range []struct {
+		name  string
+		c     kind.Config
+		field string // "" for a good configuration
+	}{
+		{"good", good, ""},
+		{"named bus", with("event_bus", "orders"), ""},
+		{"partner bus", with("event_bus", "aws.partner/example.com/123/orders"), ""},
+		{"arn", with("event_bus", arn, "region", ""), ""},
+		{"arn and region", with("event_bus", arn), ""},
+		{"gov arn", with("event_bus", "arn:aws-us-gov:events:us-gov-west-1:123456789012:event-bus/x", "region", ""), ""},
+		{"source and detail type", with("source", "com.example.orders", "detail_type", "Order Created"), ""},
+		{"endpoint", with("endpoint", "http://localhost:4566"), ""},
+		{"no region", with("region", ""), "region"},
+		{"bad region", with("region", "Ireland"), "region"},
+		{"arn elsewhere", with("event_bus", arn, "region", "us-east-1"), "region"},
+		{"bad bus", with("event_bus", "my bus"), "event_bus"},
+		{"bad arn", with("event_bus", "arn:aws:sqs:eu-west-1:123456789012:orders"), "event_bus"},
+		{"long bus", with("event_bus", strings.Repeat("b", 257)), "event_bus"},
+		{"aws source", with("source", "aws.ec2"), "source"},
+		{"long source", with("source", strings.Repeat("s", 257)), "source"},
+		{"long detail type", with("detail_type", strings.Repeat("d", 129)), "detail_type"},
+		{"bad endpoint", with("endpoint", "localhost:4566"), "endpoint"},
+		{"no access key", with("access_key_id", ""), "access_key_id"},
+		{"no secret", with("secret_access_key", ""), "secret_access_key"},
+		{"spaced token", with("session_token", "a b"), "session_token"},
+		{"unknown field", with("bus", "x"), "bus"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := kind.Check(k, tc.c)
+			if tc.field == "" {
+				require.NoError(t, err)
+				return
+			}
+			var fe *kind.FieldError
+			require.ErrorAs(t, err, &fe)
+			require.Equal(t, tc.field, fe.Field, "%v", err)
+		})
+	}
+
+	for _, f := range k.Fields() {
+		require.Equal(t, f.Name == "secret_access_key" || f.Name == "session_token", f.Sensitive, f.Name)
+	}
+	require.Equal(t, "default", kind.Get(k, good, "event_bus"))
+	require.Equal(t, "relay", kind.Get(k, good, "source"))
+	require.Equal(t, "eventbridge", k.Name())
+	require.Equal(t, "Amazon EventBridge", k.Title())
+}
