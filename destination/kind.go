@@ -69,6 +69,11 @@ func (d Destination) validateKind() error {
 	if err := kind.Check(k, c); err != nil {
 		return settingErr("config", err)
 	}
+	if a, ok := k.(kind.Ambient); ok && d.Tenant() != "" {
+		if ambient, field := a.AmbientCredentials(c); ambient {
+			return settingErr("config", kind.Errorf(field, "required for a tenant's destination: without it, relay would publish with its own identity on the host, which is the operator's, not the tenant's"))
+		}
+	}
 	if d.Ordered && !k.Ordered(c) {
 		return settingErr("ordered", fmt.Errorf("this %s destination does not keep the order of the events of a key (docs/destinations.md): leave --ordered out", d.Kind))
 	}

@@ -165,6 +165,16 @@ type Kind interface {
 	Open(c Config, env Env) (Publisher, error)
 }
 
+// Ambient is implemented by a kind whose configuration may leave its
+// credentials out and act with relay's own identity on the host (Google's
+// Application Default Credentials, say). A tenant's destination may not:
+// its customer would act with the operator's rights.
+type Ambient interface {
+	// AmbientCredentials reports whether configuration c acts with relay's
+	// own identity, and names the field that would give its own.
+	AmbientCredentials(c Config) (ambient bool, field string)
+}
+
 // FieldError says which field of a configuration is wrong and why.
 type FieldError struct {
 	Field string

@@ -74,7 +74,12 @@ func (memKind) Fields() []kind.Field {
 		{Name: "target", Type: kind.String, Required: true, Help: "the target's name"},
 		{Name: "token", Type: kind.String, Sensitive: true, Help: "a credential"},
 		{Name: "unordered", Type: kind.Bool, Help: "the target keeps no order"},
+		{Name: "ambient", Type: kind.Bool, Help: "without a token, act with relay's own identity"},
 	}
+}
+
+func (memKind) AmbientCredentials(c kind.Config) (bool, string) {
+	return c["ambient"] == "true" && c["token"] == "", "token"
 }
 func (memKind) Validate(c kind.Config) error {
 	if c["target"] == "bad" {
@@ -286,6 +291,7 @@ func TestKindConfigIsValidatedAndSealed(t *testing.T) {
 		{destination.Destination{Name: "a", Kind: "test-mem", Config: map[string]string{"target": name}, URL: "https://example.com"}, "url", "has no URL"},
 		{destination.Destination{Name: "a", Kind: "nosuch"}, "kind", `unknown kind "nosuch"`},
 		{destination.Destination{Name: "a", URL: "https://example.com", Config: map[string]string{"x": "y"}}, "config", "takes no config"},
+		{destination.Destination{Name: "acme=a", Kind: "test-mem", Config: map[string]string{"target": name, "ambient": "true"}}, "config", "config token: required for a tenant's destination"},
 	} {
 		_, err := f.st.Add(ctx, tc.d)
 		var se *destination.SettingError

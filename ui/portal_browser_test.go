@@ -735,3 +735,76 @@ func TestPortalShowsEd25519PublicKeys(t *testing.T) {
 	shown := p.eval(`Array.from(document.querySelectorAll(".public-key")).map(e => e.innerText).join(" ")`)
 	require.Contains(t, shown, keys[0].Key, "the previous key is still shown, until its overlap ends")
 }
+
+// A customer adds an endpoint of every kind from the portal's form: the
+// kind's fields show when it is chosen, credentials in password inputs; a
+// field the kind refuses is explained, the form kept; the endpoint stored
+// has the kind, its config and its credentials apart, and its page shows
+// the credentials by name only.
+func TestPortalAddsEndpointsOfEveryKind(t *testing.T) {
+	t.Parallel()
+	e := startPortal(t, portalOptions{})
+	p := openBrowser(t)
+	p.signInPortal(e.link("acme", "manage_endpoints"))
+	for _, tc := range []struct {
+		kind   string
+		config map[string]string
+		secret string // the credential among them
+	}{
+		{"nats", map[string]string{"url": "nats://nats.example.com:4222", "subject": "orders.created", "token": "tok-s3cret"}, "token"},
+		{"kafka", map[string]string{"brokers": "kafka.example.com:9092", "topic": "orders", "sasl_mechanism": "plain", "sasl_username": "relay", "sasl_password": "pw-s3cret"}, "sasl_password"},
+		{"rabbitmq", map[string]string{"url": "amqp://rabbit.example.com:5672", "exchange": "orders", "username": "relay", "password": "pw-s3cret"}, "password"},
+		{"pubsub", map[string]string{"project": "acme-prod", "topic": "orders", "endpoint": "pubsub.example.com:8085"}, ""},
+		{"sqs", map[string]string{"queue_url": "https://sqs.eu-west-1.amazonaws.com/123456789012/orders", "access_key_id": "AKIAEXAMPLE", "secret_access_key": "sk-s3cret"}, "secret_access_key"},
+		{"eventbridge", map[string]string{"region": "eu-west-1", "access_key_id": "AKIAEXAMPLE", "secret_access_key": "sk-s3cret"}, "secret_access_key"},
+	} {
+		p.do(chromedp.Navigate(e.url + "/portal/endpoints"))
+		p.waitFor(`document.querySelector("#add-endpoint") !== null`)
+		p.eval(`(() => { const k = document.querySelector("#kind"); k.value = "` + tc.kind + `"; k.dispatchEvent(new Event("change")); return "" })()`)
+		require.Equal(t, "true", p.eval(`document.querySelector('fieldset[data-kind="http"]').disabled`), "%s: the URL is not asked for", tc.kind)
+		require.Equal(t, "false", p.eval(`document.querySelector('fieldset[data-kind="`+tc.kind+`"]').hidden`), tc.kind)
+		if tc.secret != "" {
+			require.Equal(t, "password", p.eval(`document.querySelector("#config-`+tc.kind+`-`+tc.secret+`").type`), "%s: a credential is typed unseen", tc.kind)
+		}
+		name := "q-" + tc.kind
+		p.do(chromedp.SetValue(chromedp.ID("name"), name))
+		// First without a field it needs: refused, explained.
+		first := map[string]string{"nats": "url", "kafka": "brokers", "rabbitmq": "url", "pubsub": "endpoint", "sqs": "queue_url", "eventbridge": "region"}[tc.kind]
+		// The field the error names: without an endpoint, a tenant's
+		// Pub/Sub endpoint needs its own credentials.
+		named := map[string]string{"pubsub": "credentials_json"}[tc.kind]
+		if named == "" {
+			named = first
+		}
+		for k, v := range tc.config {
+			if k != first {
+				p.do(chromedp.SetValue(chromedp.ID("config-"+tc.kind+"-"+k), v))
+			}
+		}
+		p.do(chromedp.Click(chromedp.ID("add")))
+		p.waitFor(`document.querySelector("#add-error") !== null`)
+		require.Contains(t, p.text("#add-error"), named, "%s: the error names the field", tc.kind)
+		require.Equal(t, tc.kind, p.eval(`document.querySelector("#kind").value`), "the form is kept")
+		p.do(chromedp.SetValue(chromedp.ID("config-"+tc.kind+"-"+first), tc.config[first]))
+		if tc.secret != "" {
+			p.do(chromedp.SetValue(chromedp.ID("config-"+tc.kind+"-"+tc.secret), tc.config[tc.secret]))
+		}
+		p.do(chromedp.Click(chromedp.ID("add")))
+		p.waitFor(`document.querySelector("#notice") !== null`)
+		require.Contains(t, p.text("#notice"), "Endpoint added", tc.kind)
+		require.Equal(t, tc.kind, p.text("#endpoint-kind"))
+		if tc.secret != "" {
+			require.NotContains(t, p.eval(`document.body.innerText`), tc.config[tc.secret], "%s: a credential is never shown", tc.kind)
+		}
+		d, err := e.st.Get(context.Background(), "acme="+name)
+		require.NoError(t, err, tc.kind)
+		require.Equal(t, tc.kind, d.Kind)
+		stored := d.KindConfig()
+		for k, v := range tc.config {
+			require.Equal(t, v, stored[k], "%s: %s", tc.kind, k)
+		}
+		if tc.secret != "" {
+			require.Equal(t, map[string]string{tc.secret: tc.config[tc.secret]}, d.Credentials, "%s: credentials apart", tc.kind)
+		}
+	}
+}

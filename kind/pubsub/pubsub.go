@@ -168,6 +168,13 @@ func checkServiceAccount(b []byte) error {
 // Ordered reports whether ordering is on: Pub/Sub then keeps the order of
 // the messages published with one ordering key, and relay publishes one
 // key's events one at a time.
+// AmbientCredentials reports whether c publishes with Application Default
+// Credentials (no credentials_json, and no endpoint: an emulator needs
+// none), relay's own identity on the host (kind.Ambient).
+func (k pubsubKind) AmbientCredentials(c kind.Config) (bool, string) {
+	return c[FieldCredentials] == "" && c[FieldEndpoint] == "", FieldCredentials
+}
+
 func (k pubsubKind) Ordered(c kind.Config) bool {
 	on, _ := strconv.ParseBool(kind.Get(k, c, FieldOrdering))
 	return on
