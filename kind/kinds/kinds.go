@@ -10,11 +10,12 @@ import (
 	"github.com/relaydev/relay/kind/kafka"
 	"github.com/relaydev/relay/kind/natskind"
 	"github.com/relaydev/relay/kind/pubsub"
+	"github.com/relaydev/relay/kind/rabbitmq"
 	"github.com/relaydev/relay/kind/sqs"
 )
 
 func init() {
-	for _, k := range []kind.Kind{natskind.New(), kafka.New(), pubsub.New(), sqs.New(), eventbridge.New()} {
+	for _, k := range []kind.Kind{natskind.New(), kafka.New(), rabbitmq.New(), pubsub.New(), sqs.New(), eventbridge.New()} {
 		kind.Register(k)
 	}
 }
