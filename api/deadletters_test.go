@@ -7,14 +7,17 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/opevent"
+	"github.com/relaydev/relay/relay"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -288,4 +291,47 @@ func mustField(t *testing.T, b []byte, name string) string {
 	var m map[string]json.RawMessage
 	require.NoError(t, json.Unmarshal(b, &m))
 	return string(m[name])
+}
+
+// Every reason relay dead-letters for is in the document's reason enums,
+// and nothing else is: a client generated from it takes every letter.
+func TestDocumentListsEveryReason(t *testing.T) {
+	t.Parallel()
+	doc, err := openapi3.NewLoader().LoadFromData(OpenAPI)
+	require.NoError(t, err)
+	want := slices.Sorted(slices.Values(relay.Reasons()))
+	var enums [][]string
+	var walk func(s *openapi3.Schema)
+	walk = func(s *openapi3.Schema) {
+		for name, p := range s.Properties {
+			if name == "reason" && len(p.Value.Enum) > 0 {
+				var got []string
+				for _, v := range p.Value.Enum {
+					got = append(got, v.(string))
+				}
+				enums = append(enums, got)
+			}
+		}
+	}
+	for _, s := range doc.Components.Schemas {
+		walk(s.Value)
+	}
+	for _, item := range doc.Paths.Map() {
+		for _, op := range item.Operations() {
+			for _, p := range op.Parameters {
+				if p.Value.Name == "reason" && len(p.Value.Schema.Value.Enum) > 0 {
+					var got []string
+					for _, v := range p.Value.Schema.Value.Enum {
+						got = append(got, v.(string))
+					}
+					enums = append(enums, got)
+				}
+			}
+		}
+	}
+	require.NotEmpty(t, enums)
+	for _, got := range enums {
+		slices.Sort(got)
+		require.Equal(t, want, got)
+	}
 }

@@ -284,8 +284,9 @@ func decide(in Input) Decision {
 	}
 	res := in.Result
 	switch {
-	case in.Cancelled && res.Status == 0:
-		// Shut down mid-attempt: back without counting it.
+	case in.Cancelled && res.Status == 0 && !res.Delivered:
+		// Shut down mid-attempt: back without counting it (a kind's
+		// confirmation that came as it stopped is a delivery).
 		return Decision{Action: HandBack}
 	case in.Late && !res.OK():
 		// Stopped past AckWait (SIGSTOP, a long pause): JetStream handed

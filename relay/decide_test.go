@@ -114,6 +114,25 @@ func TestDecideOutcomes(t *testing.T) {
 			in.Sent, in.Result = true, Result{Blocked: true, Err: errors.New("blocked")}
 		}), Decision{Action: DeadLetter, Reason: ReasonBlockedAddress}},
 		{"invalid event", with(result(Result{Err: invalid})), Decision{Action: DeadLetter, Reason: ReasonInvalidEvent, Note: invalid.Error()}},
+
+		// A destination of another kind than HTTP: no status.
+		{"kind: confirmed", with(result(Result{Delivered: true})), Decision{Action: Ack, Effect: Healthy}},
+		{"kind: may pass", with(result(Result{Err: errors.New("kafka: NOT_LEADER_FOR_PARTITION"), Code: "NOT_LEADER_FOR_PARTITION"})), Decision{Action: Retry, Delay: time.Second, Effect: Failing}},
+		{"kind: may pass, at the last attempt", with(func(in *Input) { in.Attempt = 3; in.Sent, in.Result = true, Result{Err: errors.New("down")} }), Decision{Action: DeadLetter, Reason: ReasonMaxAttempts, Effect: Failing}},
+		{"kind: permanent", with(result(Result{Err: errors.New("kafka: UNKNOWN_TOPIC_OR_PARTITION"), Permanent: true})), Decision{Action: DeadLetter, Reason: ReasonPermanentError}},
+		{"kind: permanent, head of a blocked key", with(func(in *Input) {
+			in.Ordered, in.Dest.OnFailure = true, destination.OnFailureBlock
+			in.Sent, in.Result = true, Result{Err: errors.New("too large"), Permanent: true}
+		}), Decision{Action: DeadLetter, Reason: ReasonPermanentError}},
+		{"kind: throttled, with when", with(result(Result{Err: errors.New("ThrottlingException"), RetryAfter: 3 * time.Second, HasRetryAfter: true})), Decision{Action: Retry, Delay: 3 * time.Second, Effect: PauseRequested, Pause: 3 * time.Second}},
+		{"kind: throttled briefly: no pause", with(result(Result{Err: errors.New("slow down"), RetryAfter: 500 * time.Millisecond, HasRetryAfter: true})), Decision{Action: Retry, Delay: 500 * time.Millisecond, Effect: Failing}},
+		{"kind: confirmed as relay stopped", with(func(in *Input) { in.Cancelled = true; in.Sent, in.Result = true, Result{Delivered: true} }), Decision{Action: Ack, Effect: Healthy}},
+		{"kind: cut short by a shutdown", with(func(in *Input) {
+			in.Cancelled = true
+			in.Sent, in.Result = true, Result{Err: errors.New("context canceled")}
+		}), Decision{Action: HandBack}},
+		{"kind: confirmed after AckWait, unordered", with(func(in *Input) { in.Late = true; in.Sent, in.Result = true, Result{Delivered: true} }), Decision{Action: Ack, Effect: Healthy}},
+		{"kind: failed after AckWait", with(func(in *Input) { in.Late = true; in.Sent, in.Result = true, Result{Err: errors.New("down")} }), Decision{Action: Leave}},
 		{"long wait, Redis there: park", with(func(in *Input) {
 			in.CanPark, in.Attempt = true, 2
 			in.Sent, in.Result = true, Result{Status: 503, RetryAfter: time.Minute, HasRetryAfter: true}

@@ -33,11 +33,14 @@ type publishers struct {
 
 	mu sync.Mutex
 	m  map[string]*openPublisher // by destination name
+	// closing counts the closes under way, which closeAll waits for.
+	closing sync.WaitGroup
 }
 
 type openPublisher struct {
 	pub     kind.Publisher
 	version [sha256.Size]byte // of the kind and configuration it was opened with
+	updated time.Time         // the destination's version it was opened for
 	inUse   int
 	last    time.Time
 	retired bool // replaced or swept: closed when inUse drops to 0
@@ -68,6 +71,11 @@ func (p *publishers) get(d destination.Destination) (kind.Publisher, func(), err
 		if !ok {
 			return nil, nil, fmt.Errorf("unknown destination kind %q", d.Kind)
 		}
+		// An attempt that took its copy of the destination before a change
+		// (handed back, waiting for its rate limit) must not take the
+		// publisher from the newer configuration's attempts: it gets one of
+		// its own, closed when it ends.
+		stale := op != nil && d.Updated.Before(op.updated)
 		env := p.env
 		if dial := env.Dial; dial != nil {
 			// Connections the library opens in the background carry the
@@ -80,23 +88,31 @@ func (p *publishers) get(d destination.Destination) (kind.Publisher, func(), err
 		if err != nil {
 			return nil, nil, err
 		}
+		if stale {
+			once := &openPublisher{pub: pub, version: v, updated: d.Updated, inUse: 1, retired: true}
+			return pub, func() { p.release(d.Name, once) }, nil
+		}
 		if op != nil {
 			p.retire(d.Name, op)
 		}
-		op = &openPublisher{pub: pub, version: v}
+		op = &openPublisher{pub: pub, version: v, updated: d.Updated}
 		p.m[d.Name] = op
 	}
 	op.inUse++
 	op.last = p.now()
-	return op.pub, func() {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		op.inUse--
-		op.last = p.now()
-		if op.retired && op.inUse == 0 {
-			go p.close(d.Name, op)
-		}
-	}, nil
+	return op.pub, func() { p.release(d.Name, op) }, nil
+}
+
+// release gives op back at the end of an attempt: closed if it was
+// retired meanwhile and no other attempt uses it.
+func (p *publishers) release(dest string, op *openPublisher) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	op.inUse--
+	op.last = p.now()
+	if op.retired && op.inUse == 0 {
+		p.closeLater(dest, op)
+	}
 }
 
 // retire takes op out of use; it is closed now if no attempt uses it, else
@@ -104,8 +120,14 @@ func (p *publishers) get(d destination.Destination) (kind.Publisher, func(), err
 func (p *publishers) retire(dest string, op *openPublisher) {
 	op.retired = true
 	if op.inUse == 0 {
-		go p.close(dest, op)
+		p.closeLater(dest, op)
 	}
+}
+
+// closeLater closes op without holding up the caller (a Close may wait for
+// the target); closeAll waits for it. p.mu is held.
+func (p *publishers) closeLater(dest string, op *openPublisher) {
+	p.closing.Go(func() { p.close(dest, op) })
 }
 
 func (p *publishers) close(dest string, op *openPublisher) {
@@ -137,6 +159,7 @@ func (p *publishers) closeAll() {
 	for name, op := range ops {
 		p.close(name, op)
 	}
+	p.closing.Wait()
 }
 
 // publish makes one attempt to deliver ev to d, a destination of a
@@ -171,7 +194,7 @@ func (r *Relay) publish(ctx context.Context, d destination.Destination, ev Deliv
 	if a.Err == nil {
 		res.Delivered = true
 		if a.Detail != "" && r.sender.KeepBody > 0 {
-			res.Body = []byte(a.Detail)
+			res.Body = []byte(a.Detail[:min(len(a.Detail), r.sender.KeepBody)])
 		}
 		return res
 	}
@@ -184,7 +207,11 @@ func (r *Relay) publish(ctx context.Context, d destination.Destination, ev Deliv
 		res.Err = fmt.Errorf("timeout after %s: %w", time.Duration(d.Timeout), res.Err)
 	}
 	var be *egress.BlockedError
+	var pe *egress.ProxyError
 	res.Blocked = errors.As(a.Err, &be)
+	// As for HTTP: the egress proxy's failure is not the target's
+	// (Decide hands the event back without an attempt).
+	res.ProxyFailed = errors.As(a.Err, &pe)
 	res.Permanent = a.Permanent
 	if a.RetryAfter > 0 {
 		res.RetryAfter, res.HasRetryAfter = a.RetryAfter, true
@@ -199,7 +226,7 @@ func contentType(ev Delivery) string {
 		return ev.ContentType
 	}
 	for k, vs := range ev.Headers {
-		if strings.EqualFold(k, "Content-Type") && len(vs) > 0 {
+		if strings.EqualFold(k, "Content-Type") && len(vs) > 0 && vs[0] != "" {
 			return vs[0]
 		}
 	}

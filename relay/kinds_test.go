@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -316,4 +319,55 @@ func TestKindConfigIsValidatedAndSealed(t *testing.T) {
 		return nil
 	})
 	require.ErrorContains(t, err, "kind is fixed")
+}
+
+// The publishers of many attempts at once, while the destination's config
+// changes and idle ones are swept: no attempt ever gets a closed publisher,
+// an attempt on an older copy of the destination does not take the
+// publisher from the newer one's, and every publisher opened is closed
+// once, by closeAll at the latest.
+func TestPublishersUnderConcurrentChange(t *testing.T) {
+	t.Parallel()
+	var clock atomic.Int64
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	p := &publishers{log: slog.New(slog.NewTextHandler(io.Discard, nil)), now: now, m: map[string]*openPublisher{}}
+	var targets []*mem
+	var dests []destination.Destination
+	for i := range 4 {
+		name, m := newMemTarget(t, func(int, kind.Message) kind.Answer { return kind.Delivered("") })
+		targets = append(targets, m)
+		dests = append(dests, destination.Destination{Name: "d", Kind: "test-mem", Config: map[string]string{"target": name}, Updated: time.Unix(int64(i+1), 0)})
+	}
+	var current atomic.Int32
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 300 {
+				d := dests[current.Load()]
+				if i%7 == w%7 && current.Load() > 0 {
+					d = dests[current.Load()-1] // an older copy
+				}
+				pub, release, err := p.get(d)
+				require.NoError(t, err)
+				a := pub.Publish(context.Background(), kind.Message{ID: "evt", Dest: "d"})
+				require.NoError(t, a.Err, "never a closed publisher")
+				release()
+			}
+		})
+	}
+	wg.Go(func() {
+		for i := 1; i < len(dests); i++ {
+			current.Store(int32(i))
+			clock.Add(int64(2 * publisherIdle))
+			p.sweep(func(string) bool { return true })
+		}
+	})
+	wg.Wait()
+	p.closeAll()
+	for i, m := range targets {
+		opened, closed := m.counts()
+		require.Equal(t, opened, closed, "target %d: every publisher closed, once", i)
+	}
+	opened, _ := targets[len(targets)-1].counts()
+	require.Positive(t, opened)
 }

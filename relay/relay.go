@@ -546,7 +546,11 @@ func (r *Relay) apply(e jetstream.KeyValueEntry, live bool) {
 			r.log.Info("destination removed", "dest", e.Key())
 		}
 	case !ch.Had:
-		r.log.Info("destination added", "dest", d.Name, "url", destination.RedactURL(d.URL), "ordered", d.Ordered)
+		if d.IsHTTP() {
+			r.log.Info("destination added", "dest", d.Name, "url", destination.RedactURL(d.URL), "ordered", d.Ordered)
+		} else {
+			r.log.Info("destination added", "dest", d.Name, "kind", d.Kind, "ordered", d.Ordered)
+		}
 	default:
 		if changed := changedSettings(ch.Before, d); len(changed) > 0 {
 			r.log.Info("destination changed", "dest", d.Name, "changed", strings.Join(changed, ","))
