@@ -497,7 +497,9 @@ func startProcEnv(t testing.TB, env []string, args ...string) *proc {
 	// The tests' sinks listen on loopback, which the address guard refuses
 	// unless allowed.
 	// Several relays run at once: each serves its metrics on a free port.
-	cmd.Env = append(append(os.Environ(), "RELAY_ALLOW_NET=127.0.0.0/8", "RELAY_METRICS_ADDR=127.0.0.1:0"), env...)
+	// DEBUG: the tests read each attempt's line (outcome=delivered), which
+	// INFO leaves out.
+	cmd.Env = append(append(os.Environ(), "RELAY_ALLOW_NET=127.0.0.0/8", "RELAY_METRICS_ADDR=127.0.0.1:0", "RELAY_LOG_LEVEL=debug"), env...)
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	p := &proc{cmd: cmd, exited: make(chan struct{})}

@@ -105,8 +105,11 @@ func TestDestinationChangesAreLogged(t *testing.T) {
 	}
 }
 
-// A dead letter is logged at WARN: it needs someone's attention. Other
-// outcomes stay at INFO, a failure to act on one at WARN.
+// A dead letter is logged at WARN: it needs someone's attention, and so
+// does a failure to act on any outcome. A delivery is not logged at INFO
+// (the delivery log has every attempt): the minute's summary per
+// destination counts it. Retries are logged at INFO once per destination
+// every 10s, the next line saying how many were left out.
 func TestDeadLettersAreLoggedAtWarn(t *testing.T) {
 	t.Parallel()
 	var logs lockedBuffer
@@ -117,7 +120,32 @@ func TestDeadLettersAreLoggedAtWarn(t *testing.T) {
 	r.logOutcome(Outcome{Dest: "d", EventID: "stuck", Attempt: 1, Result: Result{Status: 200}, Decision: Decision{Action: Ack}, Err: errors.New("ack failed")})
 	require.Contains(t, logs.lineWith("event_id=dead"), "level=WARN")
 	require.Contains(t, logs.lineWith("event_id=dead"), "reason=max_attempts")
-	require.Contains(t, logs.lineWith("event_id=fine"), "level=INFO")
+	require.NotContains(t, logs.String(), "event_id=fine", "a delivery is no INFO line")
 	require.Contains(t, logs.lineWith("event_id=stuck"), "level=WARN")
 	require.Contains(t, logs.lineWith("event_id=stuck"), "act_error=")
+
+	now := time.Now()
+	r.cfg.Now = func() time.Time { return now }
+	retry := func(dest, id string) {
+		r.logOutcome(Outcome{Dest: dest, EventID: id, Attempt: 1, Result: Result{Status: 503}, Decision: Decision{Action: Retry, Delay: time.Second}})
+	}
+	retry("d", "r1")
+	retry("d", "r2")
+	retry("d", "r3")
+	retry("other", "o1")
+	require.Contains(t, logs.lineWith("event_id=r1"), "level=INFO")
+	require.NotContains(t, logs.String(), "event_id=r2")
+	require.Contains(t, logs.lineWith("event_id=o1"), "level=INFO", "destinations apart")
+	now = now.Add(retryLogEvery)
+	retry("d", "r4")
+	require.Contains(t, logs.lineWith("event_id=r4"), "retries_not_logged=2")
+
+	// The summary: one line per destination with outcomes, at stop (or
+	// every minute), then counting again.
+	r.summary.flush(r.log, now, true)
+	require.Contains(t, logs.lineWith(`msg=deliveries dest=d `), "delivered=2 retried=4 dead_lettered=1 filtered=0")
+	require.Contains(t, logs.lineWith(`msg=deliveries dest=other `), "delivered=0 retried=1")
+	before := strings.Count(logs.String(), "msg=deliveries")
+	r.summary.flush(r.log, now.Add(summaryEvery), false)
+	require.Equal(t, before, strings.Count(logs.String(), "msg=deliveries"), "nothing since: no line")
 }

@@ -683,20 +683,37 @@ func (r *Relay) handBack(msg delivered, delay time.Duration) {
 	_ = msg.Redeliver(delay)
 }
 
+// logOutcome logs what came of a delivery, at a level an operator can run
+// production at: a dead letter or a failure to act at WARN; a retry at
+// INFO, one per destination every retryLogEvery (the next says how many
+// were left out); a delivery, a filtered event, a hand-back at DEBUG, as
+// many as the events, which the delivery log and the metrics have, and
+// the minute's summary per destination counts (summaries).
 func (r *Relay) logOutcome(o Outcome) {
-	// A dead letter needs someone's attention: WARN, like a failure to act.
-	level := slog.LevelInfo
-	switch {
-	case o.Err != nil || o.Decision.Action == DeadLetter:
+	r.summary.add(o.Dest, o.Decision.Action)
+	level := slog.LevelDebug
+	var notLogged int
+	switch o.Decision.Action {
+	case DeadLetter:
 		level = slog.LevelWarn
-	case o.Decision.Action == AckFiltered:
-		level = slog.LevelDebug // as many as the events: counted in relay_filtered_total
+	case Retry, Park:
+		if ok, n := r.retryLog.Allow(o.Dest, r.cfg.Now()); ok {
+			level, notLogged = slog.LevelInfo, n
+		}
+	case Leave, Terminate:
+		level = slog.LevelInfo
+	}
+	if o.Err != nil {
+		level = slog.LevelWarn
 	}
 	if !r.log.Enabled(context.Background(), level) {
 		return // on the hot path: build nothing that is not logged
 	}
 	attrs := []any{"dest", o.Dest, "event_id", o.EventID, "seq", o.Seq, "attempt", o.Attempt,
 		"outcome", o.Decision.Action.String()}
+	if notLogged > 0 {
+		attrs = append(attrs, "retries_not_logged", notLogged)
+	}
 	if o.Result.Pooled {
 		attrs = append(attrs, "url", o.Result.URL)
 	}

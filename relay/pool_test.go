@@ -170,10 +170,11 @@ func TestPoolValidation(t *testing.T) {
 func TestAttemptLogLineNamesTheURLIndex(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
-	r := &Relay{log: slog.New(slog.NewTextHandler(&buf, nil))}
+	r := &Relay{log: slog.New(slog.NewTextHandler(&buf, nil)), cfg: Config{Now: time.Now}}
 	r.logOutcome(Outcome{Dest: "d", EventID: "e1", Attempt: 2, Result: Result{Status: 503, URL: 1, Pooled: true}, Decision: Decision{Action: Retry}})
 	require.Contains(t, buf.String(), " url=1 ")
 	buf.Reset()
-	r.logOutcome(Outcome{Dest: "d", EventID: "e2", Attempt: 1, Result: Result{Status: 503}, Decision: Decision{Action: Retry}})
+	r.logOutcome(Outcome{Dest: "d2", EventID: "e2", Attempt: 1, Result: Result{Status: 503}, Decision: Decision{Action: Retry}})
+	require.Contains(t, buf.String(), "event_id=e2")
 	require.NotContains(t, buf.String(), "url=")
 }

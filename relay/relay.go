@@ -317,6 +317,11 @@ type Relay struct {
 	// parkWarn keeps "cannot park" to one warning per destination every
 	// 10s (relay_park_failures_total counts them all).
 	parkWarn quiet.Limiter
+	// retryLog keeps retries to one INFO line per destination every
+	// retryLogEvery; summary counts the outcomes the minute's line per
+	// destination gives (logOutcome).
+	retryLog quiet.Limiter
+	summary  summaries
 	// ops queues the operator events of the delivery path and of the
 	// operations job for publishOps, so that no delivery waits for one to
 	// be stored.
@@ -381,6 +386,7 @@ func New(ctx context.Context, cfg Config) (*Relay, error) {
 		pools:        newURLPools(cfg.URLCooldown),
 		limits:       limits{byDest: map[string]*limit{}, replicas: 1},
 		parkWarn:     quiet.Limiter{Interval: 10 * time.Second},
+		retryLog:     quiet.Limiter{Interval: retryLogEvery},
 		tracer:       spans.Tracer(cfg.TracerProvider),
 		ops:          make(chan opevent.Event, opsQueue),
 	}
@@ -486,6 +492,7 @@ loop:
 		case <-tick.C:
 			r.reconcile(ctx)
 			r.kinds.sweep(func(dest string) bool { _, ok := r.dests.Get(dest); return ok })
+			r.summary.flush(r.log, r.cfg.Now(), false)
 		case e, ok := <-w.Updates():
 			if !ok {
 				break loop
@@ -517,6 +524,7 @@ loop:
 	}
 	wg.Wait()
 	r.kinds.closeAll()
+	r.summary.flush(r.log, r.cfg.Now(), true)
 	r.log.Info("relay stopped")
 	return nil
 }

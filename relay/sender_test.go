@@ -609,7 +609,7 @@ func TestSenderDNSFailureHidesTheResolver(t *testing.T) {
 			}
 
 			var buf bytes.Buffer
-			r := &Relay{log: slog.New(slog.NewTextHandler(&buf, nil))}
+			r := &Relay{log: slog.New(slog.NewTextHandler(&buf, nil)), cfg: Config{Now: time.Now}}
 			r.logOutcome(Outcome{Dest: "d", EventID: "evt_1", Attempt: 1, Result: res, Decision: Decision{Action: Retry}})
 			require.Contains(t, buf.String(), "lookup hooks.example.test on 10.43.0.10:53", "the relay's log has the detail")
 		})
