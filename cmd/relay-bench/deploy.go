@@ -17,17 +17,20 @@ import (
 	"github.com/relaydev/relay/stream"
 )
 
-// scenarioI: the default deployment, (a'). 'relay run' with its own
-// embedded NATS server (what make run starts: --api-addr on loopback, the
-// delivery log, operator events) against the minimal loop with an embedded
-// server of its own, each on a data directory already holding n events for
-// it, each timed from its process's start to the sink's last 2xx: start-up,
-// store recovery and relay's unknown-destination check included. Rounds
-// alternate which goes first, as in (a).
+// scenarioI: the default deployment, as a user runs it (issue 44). 'relay
+// run' with its own embedded NATS server, its default log level and
+// nothing but the sink's address policy and the API (what make run
+// starts: the delivery log, operator events), its destination added with
+// the defaults but --concurrency equal to the loop's workers, against the
+// minimal loop with an embedded server of its own; each on a data
+// directory already holding -i-n events for it, each timed from its
+// process's start to the sink's last 2xx: start-up, store recovery and
+// relay's unknown-destination check included. -i-rounds rounds alternate
+// which goes first, as in (a).
 func (b *bench) scenarioI(ctx context.Context) ([]*result, error) {
-	n := b.opts.n
+	n := b.opts.iN
 	var out []*result
-	for k := 1; k <= b.opts.aRounds; k++ {
+	for k := 1; k <= b.opts.iRounds; k++ {
 		r := &result{Scenario: "i", Title: "default deployment", System: "relay", Round: k, Events: n, LatencyKind: "queue"}
 		l := &result{Scenario: "i", Title: "default deployment", System: "minimal loop", Round: k, Events: n, LatencyKind: "queue"}
 		runRelay := func() error {
@@ -60,7 +63,7 @@ func (b *bench) scenarioI(ctx context.Context) ([]*result, error) {
 // its own embedded server, and times it from its start to the sink's n-th
 // delivery. The bench's own NATS server takes no part.
 func (b *bench) deployRun(ctx context.Context, r *result, dest string, loop bool) error {
-	n := b.opts.n
+	n := b.opts.iN
 	dir := filepath.Join(b.tmp, "deploy-"+dest)
 	if err := b.prepareDeployData(ctx, r, dir, dest, n); err != nil {
 		return fmt.Errorf("preparing the data directory: %w", err)
@@ -90,8 +93,9 @@ func (b *bench) deployRun(ctx context.Context, r *result, dest string, loop bool
 		if err != nil {
 			return err
 		}
-		// As make run starts it, with a metrics port for the notes.
-		args := []string{"--log-level", "warn", "run", "--data-dir", dir, "--listen", natsAddr,
+		// As make run starts it (its log level too), with a metrics port
+		// for the notes.
+		args := []string{"run", "--data-dir", dir, "--listen", natsAddr,
 			"--allow-net", "127.0.0.0/8", "--api-addr", api, "--metrics-addr", metrics}
 		p, _, err = startProc("relay ("+dest+")", filepath.Join(b.logDir, "relay-"+dest+".log"), childEnv(), false, b.opts.relay, args...)
 		if p != nil {
@@ -133,9 +137,9 @@ func (b *bench) deployRun(ctx context.Context, r *result, dest string, loop bool
 }
 
 // prepareDeployData starts an embedded server on dir, sets relay's streams
-// up as 'relay run' does, adds dest (to the sink, with the bench's
-// concurrency and a signing secret) and publishes n events to it, then
-// stops the server.
+// up as 'relay run' does, adds dest as 'relay dest add' would (the
+// defaults, a signing secret, and the loop's workers as its concurrency)
+// and publishes n events to it, then stops the server.
 func (b *bench) prepareDeployData(ctx context.Context, r *result, dir, dest string, n int) error {
 	s, err := embedded.StartContext(ctx, embedded.Config{DataDir: dir, Port: -1})
 	if err != nil {
@@ -161,7 +165,7 @@ func (b *bench) prepareDeployData(ctx context.Context, r *result, dir, dest stri
 	if err != nil {
 		return err
 	}
-	if _, err := st.Add(ctx, destination.Destination{Name: dest, URL: b.sinkURL(dest), Concurrency: b.opts.concurrency, Secret: webhook.GenerateSecret()}); err != nil {
+	if _, err := st.Add(ctx, destination.Destination{Name: dest, URL: b.sinkURL(dest), Concurrency: b.opts.loopWorkers, Secret: webhook.GenerateSecret()}); err != nil {
 		return fmt.Errorf("add destination %s: %w", dest, err)
 	}
 	pub, err := newPublisher(nc)

@@ -48,6 +48,8 @@ type options struct {
 	loopInBench  bool
 	sharedNATS   bool
 	aRounds      int
+	// iRounds and iN are (i)'s rounds and events per round.
+	iRounds, iN int
 	aLive        bool
 	aa           bool
 	loopCPUProf  string
@@ -149,6 +151,8 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.loopWorkers, "loop-workers", 64, "worker goroutines of the minimal loop")
 	fs.IntVar(&o.window, "window", 20_000, "unacknowledged async publishes at most while publishing a backlog")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (embedded NATS, publisher; with -loop-in-bench also the minimal loop, whose goroutines carry the label part=minimal-loop) to this file")
+	fs.IntVar(&o.iRounds, "i-rounds", 5, "rounds of scenario (i), each relay and the minimal loop; the target uses the median")
+	fs.IntVar(&o.iN, "i-n", 300_000, "events of each round of scenario (i)")
 	fs.IntVar(&o.aRounds, "a-rounds", 3, "rounds of scenario (a), each relay and the minimal loop (and of (l) and (p)); the targets use the median")
 	fs.BoolVar(&o.aa, "aa", false, "an A/A check of the bench itself: in (a), (b) and (i), run the minimal loop again in relay's place, so that the ratios show how far two runs of the same program move apart on this machine (the report's relay rows of those scenarios are then the minimal loop)")
 	fs.BoolVar(&o.aLive, "a-live", false, "in (a), start relay and the minimal loop first and publish while they run, instead of publishing the backlog before they start")
@@ -236,6 +240,12 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.pBatch < 1 || o.pBatch > api.MaxBatch {
 		return o, fmt.Errorf("-p-batch %d: give 1 to %d", o.pBatch, api.MaxBatch)
+	}
+	if o.iRounds < 1 || o.iRounds > 20 {
+		return o, fmt.Errorf("-i-rounds %d: give 1 to 20", o.iRounds)
+	}
+	if o.iN < 1 {
+		return o, fmt.Errorf("-i-n %d: give 1 or more", o.iN)
 	}
 	if o.aRounds < 1 || o.aRounds > 20 {
 		return o, fmt.Errorf("-a-rounds %d: give 1 to 20", o.aRounds)
