@@ -11,22 +11,22 @@
 package eventbridge
 
 import (
-	"net/url"
 	"regexp"
 	"strings"
 	"unicode"
 
 	"github.com/relaydev/relay/kind"
+	"github.com/relaydev/relay/kind/internal/awsapi"
 )
 
 // The names of the configuration fields.
 const (
 	FieldEventBus        = "event_bus"
-	FieldRegion          = "region"
-	FieldAccessKeyID     = "access_key_id"
-	FieldSecretAccessKey = "secret_access_key"
-	FieldSessionToken    = "session_token"
-	FieldEndpoint        = "endpoint"
+	FieldRegion          = awsapi.FieldRegion
+	FieldAccessKeyID     = awsapi.FieldAccessKeyID
+	FieldSecretAccessKey = awsapi.FieldSecretAccessKey
+	FieldSessionToken    = awsapi.FieldSessionToken
+	FieldEndpoint        = awsapi.FieldEndpoint
 	FieldSource          = "source"
 	FieldDetailType      = "detail_type"
 )
@@ -47,8 +47,6 @@ var (
 	busNameRE = regexp.MustCompile(`^[/.\-_A-Za-z0-9]{1,256}$`)
 	// busARNRE is an event bus's ARN; its 1st group is the region.
 	busARNRE = regexp.MustCompile(`^arn:aws[a-z-]*:events:([a-z0-9-]+):[0-9]{12}:event-bus/[/.\-_A-Za-z0-9]{1,256}$`)
-	// regionRE is an AWS region's shape (us-east-1, us-gov-west-1...).
-	regionRE = regexp.MustCompile(`^[a-z]{2}(-[a-z]+)+-[0-9]+$`)
 )
 
 // New returns the eventbridge kind.
@@ -69,24 +67,21 @@ func (ebKind) Description() string {
 
 // Fields describe the configuration.
 func (ebKind) Fields() []kind.Field {
-	return []kind.Field{
+	fields := []kind.Field{
 		{Name: FieldEventBus, Label: "Event bus", Type: kind.String, Default: "default",
 			Help: "the event bus's name or ARN (arn:aws:events:<region>:<account>:event-bus/<name>)"},
-		{Name: FieldRegion, Label: "Region", Type: kind.String,
-			Help: "the event bus's AWS region, such as eu-west-1; optional when event_bus is an ARN"},
-		{Name: FieldAccessKeyID, Label: "Access key ID", Type: kind.String, Required: true,
-			Help: "the access key ID of an IAM identity allowed events:PutEvents on the event bus"},
-		{Name: FieldSecretAccessKey, Label: "Secret access key", Type: kind.String, Required: true, Sensitive: true,
-			Help: "the secret access key of that access key ID"},
-		{Name: FieldSessionToken, Label: "Session token", Type: kind.String, Sensitive: true,
-			Help: "the session token, for temporary credentials only"},
-		{Name: FieldEndpoint, Label: "Endpoint", Type: kind.String,
-			Help: "an http(s) base URL to send to instead of AWS's regional endpoint (LocalStack, a test server); empty for AWS"},
+	}
+	fields = append(fields, awsapi.Fields(awsapi.FieldHelp{
+		Region:      "the event bus's AWS region, such as eu-west-1; optional when event_bus is an ARN",
+		AccessKeyID: "the access key ID of an IAM identity allowed events:PutEvents on the event bus",
+		Endpoint:    "an http(s) base URL to send to instead of AWS's regional endpoint (LocalStack, a test server); empty for AWS",
+	})...)
+	return append(fields, []kind.Field{
 		{Name: FieldSource, Label: "Source", Type: kind.String, Default: "relay",
 			Help: "the entries' source, which rules match on (up to 256 characters, not starting with aws.)"},
 		{Name: FieldDetailType, Label: "Detail type", Type: kind.String,
 			Help: "the entries' detail-type; empty for each event's type (\"" + UntypedDetailType + "\" for an event without one)"},
-	}
+	}...)
 }
 
 // Validate checks the fields' meaning together; it connects to nothing.
@@ -102,22 +97,18 @@ func (k ebKind) Validate(c kind.Config) error {
 	} else if !busNameRE.MatchString(bus) {
 		return kind.Errorf(FieldEventBus, "%q is not an event bus name: 1-%d characters A-Z, a-z, 0-9, '.', '-', '_' or '/'", bus, maxBusName)
 	}
-	switch r := c[FieldRegion]; {
-	case r != "" && !regionRE.MatchString(r):
-		return kind.Errorf(FieldRegion, "%q is not an AWS region such as us-east-1", r)
+	r := c[FieldRegion]
+	if err := awsapi.CheckRegion(r); err != nil {
+		return err
+	}
+	switch {
 	case r != "" && busRegion != "" && r != busRegion:
 		return kind.Errorf(FieldRegion, "%s differs from the event bus ARN's region %s: leave region empty or make them agree", r, busRegion)
 	case r == "" && busRegion == "":
 		return kind.Errorf(FieldRegion, "required unless event_bus is an ARN: the event bus's region, such as us-east-1")
 	}
-	if e := c[FieldEndpoint]; e != "" {
-		u, err := url.Parse(e)
-		if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
-			return kind.Errorf(FieldEndpoint, "%q is not an http(s) URL such as http://localhost:4566", e)
-		}
-		if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-			return kind.Errorf(FieldEndpoint, "must have no user, query or fragment")
-		}
+	if err := awsapi.CheckEndpoint(c[FieldEndpoint]); err != nil {
+		return err
 	}
 	source := kind.Get(k, c, FieldSource)
 	switch {
@@ -129,12 +120,7 @@ func (k ebKind) Validate(c kind.Config) error {
 	if dt := c[FieldDetailType]; len(dt) > maxDetailType || strings.ContainsFunc(dt, notPrintable) {
 		return kind.Errorf(FieldDetailType, "must be at most %d printable characters", maxDetailType)
 	}
-	for _, f := range []string{FieldAccessKeyID, FieldSecretAccessKey, FieldSessionToken} {
-		if strings.ContainsFunc(c[f], unicode.IsSpace) {
-			return kind.Errorf(f, "has a space in it: paste the value alone")
-		}
-	}
-	return nil
+	return awsapi.CheckCredentials(c)
 }
 
 // Ordered is false: EventBridge delivers to its targets in no set order.

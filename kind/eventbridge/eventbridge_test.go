@@ -1,16 +1,8 @@
 package eventbridge_test
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
-	"maps"
-	"net"
-	"net/http"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,41 +12,29 @@ import (
 	"github.com/relaydev/relay/kind"
 	"github.com/relaydev/relay/kind/eventbridge"
 	"github.com/relaydev/relay/kind/eventbridge/eventbridgetest"
+	"github.com/relaydev/relay/kind/internal/awsapi/awstest"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-var plainEnv = kind.Env{Dial: (&net.Dialer{}).DialContext}
+var (
+	plainEnv         = awstest.PlainEnv
+	message          = awstest.Message
+	publish          = awstest.Publish
+	requireDelivered = awstest.RequireDelivered
+)
 
 // open checks c and opens a publisher closed when the test ends.
 func open(t *testing.T, c kind.Config, env kind.Env) kind.Publisher {
 	t.Helper()
-	require.NoError(t, kind.Check(eventbridge.New(), c))
-	p, err := eventbridge.New().Open(c, env)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, p.Close()) })
-	return p
+	return awstest.Open(t, eventbridge.New(), c, env)
 }
 
-func message(id string) kind.Message {
-	return kind.Message{ID: id, Type: "order.created", Tenant: "acme", Dest: "orders",
-		Body: []byte(`{"order":42,"note":"<déjà vu>"}`), ContentType: "application/json",
-		Timestamp: 1700000000, Signature: "v1,c2lnbmF0dXJl", Attempt: 1}
-}
-
-func publish(t *testing.T, p kind.Publisher, m kind.Message) kind.Answer {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return p.Publish(ctx, m)
-}
-
-func requireDelivered(t *testing.T, a kind.Answer) {
-	t.Helper()
-	require.NoError(t, a.Err)
-	require.False(t, a.Permanent)
+// endpointConfig reaches the default event bus of an endpoint at addr.
+func endpointConfig(addr string) kind.Config {
+	return awstest.EndpointConfig(addr, eventbridgetest.AccessKeyID, eventbridgetest.SecretAccessKey)
 }
 
 func detail(t *testing.T, e eventbridgetest.Event) map[string]any {
@@ -119,25 +99,10 @@ func TestTargetDownThenRestarted(t *testing.T) {
 	t.Parallel()
 	s := eventbridgetest.Start(t)
 	p := open(t, s.Config(), plainEnv)
-	requireDelivered(t, publish(t, p, message("before")))
-
-	s.Stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	start := time.Now()
-	a := p.Publish(ctx, message("while-down"))
-	require.Error(t, a.Err)
-	require.False(t, a.Permanent, "a stopped server is not a permanent failure: %v", a.Err)
-	require.Less(t, time.Since(start), 5*time.Second)
-
-	s.Restart()
-	requireDelivered(t, publish(t, p, message("after")))
+	awstest.StopAndRestart(t, p, s)
 	// A restart between two publishes leaves a closed kept-alive
 	// connection behind: the next publish still gets through.
-	for i := range 10 {
-		s.Restart()
-		requireDelivered(t, publish(t, p, message(fmt.Sprintf("restart-%d", i))))
-	}
+	awstest.RestartBetween(t, p, s)
 	got := s.Events(t)
 	require.Len(t, got, 12)
 	require.Equal(t, "before", detail(t, got[0])["id"])
@@ -146,68 +111,12 @@ func TestTargetDownThenRestarted(t *testing.T) {
 
 func TestTargetNeverStarted(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	c := kind.Config{"endpoint": "http://" + addr, "region": "us-east-1",
-		"access_key_id": eventbridgetest.AccessKeyID, "secret_access_key": eventbridgetest.SecretAccessKey}
-	p := open(t, c, plainEnv)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	a := p.Publish(ctx, message("evt-1"))
-	require.Error(t, a.Err)
-	require.False(t, a.Permanent)
+	awstest.TargetNeverStarted(t, eventbridge.New(), endpointConfig)
 }
 
 func TestHungTarget(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var conns sync.WaitGroup
-	accepted := make(chan net.Conn, 4)
-	conns.Go(func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- conn // read nothing, answer nothing
-		}
-	})
-	t.Cleanup(func() {
-		_ = ln.Close()
-		conns.Wait()
-		close(accepted)
-		for conn := range accepted {
-			_ = conn.Close()
-		}
-	})
-	c := kind.Config{"endpoint": "http://" + ln.Addr().String(), "region": "us-east-1",
-		"access_key_id": eventbridgetest.AccessKeyID, "secret_access_key": eventbridgetest.SecretAccessKey}
-
-	p := open(t, c, plainEnv)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	a := p.Publish(ctx, message("evt-1"))
-	require.Error(t, a.Err)
-	require.False(t, a.Permanent)
-	require.Less(t, time.Since(start), 5*time.Second)
-
-	p2, err := eventbridge.New().Open(c, plainEnv)
-	require.NoError(t, err)
-	done := make(chan kind.Answer)
-	go func() { done <- p2.Publish(context.Background(), message("evt-2")) }()
-	require.Eventually(t, func() bool { return len(accepted) == 2 }, 5*time.Second, 10*time.Millisecond)
-	require.NoError(t, p2.Close())
-	select {
-	case a := <-done:
-		require.ErrorIs(t, a.Err, kind.ErrClosed)
-		require.False(t, a.Permanent)
-	case <-time.After(5 * time.Second):
-		t.Fatal("Publish still running after Close")
-	}
+	awstest.HungTarget(t, eventbridge.New(), endpointConfig)
 }
 
 func TestPermanent(t *testing.T) {
@@ -221,18 +130,7 @@ func TestPermanent(t *testing.T) {
 	var entryErr *eventbridge.EntryError
 	require.ErrorAs(t, a.Err, &entryErr)
 
-	wrongSecret := s.Config()
-	wrongSecret["secret_access_key"] = "not-the-secret"
-	a = publish(t, open(t, wrongSecret, plainEnv), message("evt-1"))
-	require.True(t, a.Permanent, "%v", a.Err)
-	require.Equal(t, "InvalidSignatureException", a.Code)
-	require.NotContains(t, a.Err.Error(), "not-the-secret")
-
-	wrongKey := s.Config()
-	wrongKey["access_key_id"] = "AKIAOTHER"
-	a = publish(t, open(t, wrongKey, plainEnv), message("evt-1"))
-	require.True(t, a.Permanent, "%v", a.Err)
-	require.Equal(t, "UnrecognizedClientException", a.Code)
+	awstest.RefusedCredentials(t, eventbridge.New(), s.Config(), "InvalidSignatureException", "UnrecognizedClientException")
 
 	p := open(t, s.Config(), plainEnv)
 	s.FailNext(1, eventbridgetest.AccessDenied)
@@ -283,16 +181,10 @@ func TestRetryable(t *testing.T) {
 	p := open(t, s.Config(), plainEnv)
 
 	s.FailNext(1, eventbridgetest.Throttled)
-	a := publish(t, p, message("evt-1"))
-	require.Error(t, a.Err)
-	require.False(t, a.Permanent)
-	require.Equal(t, "ThrottlingException", a.Code)
+	awstest.RequireRetry(t, publish(t, p, message("evt-1")), "ThrottlingException")
 
 	s.FailNext(1, eventbridgetest.Internal)
-	a = publish(t, p, message("evt-1"))
-	require.Error(t, a.Err)
-	require.False(t, a.Permanent)
-	require.Equal(t, "InternalException", a.Code)
+	awstest.RequireRetry(t, publish(t, p, message("evt-1")), "InternalException")
 
 	requireDelivered(t, publish(t, p, message("evt-1")))
 	require.Len(t, s.Events(t), 1)
@@ -300,15 +192,7 @@ func TestRetryable(t *testing.T) {
 
 func TestSessionToken(t *testing.T) {
 	t.Parallel()
-	s := eventbridgetest.Start(t)
-	s.RequireSessionToken("session-token-1")
-	requireDelivered(t, publish(t, open(t, s.Config(), plainEnv), message("evt-1")))
-
-	c := s.Config()
-	delete(c, "session_token")
-	a := publish(t, open(t, c, plainEnv), message("evt-2"))
-	require.True(t, a.Permanent)
-	require.Equal(t, "UnrecognizedClientException", a.Code)
+	awstest.SessionToken(t, eventbridge.New(), eventbridgetest.Start(t), "UnrecognizedClientException")
 }
 
 func TestConcurrent(t *testing.T) {
@@ -316,18 +200,7 @@ func TestConcurrent(t *testing.T) {
 	s := eventbridgetest.Start(t)
 	p := open(t, s.Config(), plainEnv)
 	require.False(t, eventbridge.New().Ordered(s.Config()))
-	var wg sync.WaitGroup
-	for g := range 8 {
-		wg.Go(func() {
-			for i := range 25 {
-				a := publish(t, p, message(fmt.Sprintf("evt-%d-%d", g, i)))
-				if a.Err != nil {
-					t.Errorf("publish %d-%d: %v", g, i, a.Err)
-				}
-			}
-		})
-	}
-	wg.Wait()
+	awstest.PublishConcurrently(t, p)
 	got := s.Events(t)
 	require.Len(t, got, 200)
 	ids := map[any]bool{}
@@ -340,44 +213,14 @@ func TestConcurrent(t *testing.T) {
 func TestDialThroughEnv(t *testing.T) {
 	t.Parallel()
 	s := eventbridgetest.Start(t)
-
-	var dials atomic.Int32
-	counting := kind.Env{Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		dials.Add(1)
-		return (&net.Dialer{}).DialContext(ctx, network, addr)
-	}}
-	requireDelivered(t, publish(t, open(t, s.Config(), counting), message("evt-1")))
-	require.Positive(t, dials.Load())
-
-	refused := errors.New("address refused by the guard")
-	refusing := kind.Env{Dial: func(context.Context, string, string) (net.Conn, error) { return nil, refused }}
-	a := publish(t, open(t, s.Config(), refusing), message("evt-2"))
-	require.ErrorIs(t, a.Err, refused)
-	require.False(t, a.Permanent)
-
-	var viaClient atomic.Int32
-	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		viaClient.Add(1)
-		return (&net.Dialer{}).DialContext(ctx, network, addr)
-	}}
-	t.Cleanup(tr.CloseIdleConnections)
-	withClient := kind.Env{Dial: refusing.Dial, HTTPClient: &http.Client{Transport: tr}}
-	requireDelivered(t, publish(t, open(t, s.Config(), withClient), message("evt-3")))
-	require.Positive(t, viaClient.Load())
+	awstest.DialThroughEnv(t, eventbridge.New(), s.Config())
 	require.Len(t, s.Events(t), 2)
 }
 
 func TestClose(t *testing.T) {
 	t.Parallel()
 	s := eventbridgetest.Start(t)
-	p, err := eventbridge.New().Open(s.Config(), plainEnv)
-	require.NoError(t, err)
-	requireDelivered(t, publish(t, p, message("evt-1")))
-	require.NoError(t, p.Close())
-	require.NoError(t, p.Close())
-	a := publish(t, p, message("evt-2"))
-	require.ErrorIs(t, a.Err, kind.ErrClosed)
-	require.False(t, a.Permanent)
+	awstest.CloseTwice(t, eventbridge.New(), s.Config())
 	require.Len(t, s.Events(t), 1)
 }
 
@@ -385,17 +228,7 @@ func TestConfig(t *testing.T) {
 	t.Parallel()
 	k := eventbridge.New()
 	good := kind.Config{"region": "eu-west-1", "access_key_id": "AKIAEXAMPLE", "secret_access_key": "secret"}
-	with := func(kv ...string) kind.Config {
-		c := maps.Clone(good)
-		for i := 0; i < len(kv); i += 2 {
-			if kv[i+1] == "" {
-				delete(c, kv[i])
-			} else {
-				c[kv[i]] = kv[i+1]
-			}
-		}
-		return c
-	}
+	with := func(kv ...string) kind.Config { return awstest.With(good, kv...) }
 	arn := "arn:aws:events:eu-west-1:123456789012:event-bus/orders"
 	for _, tc := range []struct {
 		name  string
@@ -425,21 +258,9 @@ func TestConfig(t *testing.T) {
 		{"spaced token", with("session_token", "a b"), "session_token"},
 		{"unknown field", with("bus", "x"), "bus"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			err := kind.Check(k, tc.c)
-			if tc.field == "" {
-				require.NoError(t, err)
-				return
-			}
-			var fe *kind.FieldError
-			require.ErrorAs(t, err, &fe)
-			require.Equal(t, tc.field, fe.Field, "%v", err)
-		})
+		awstest.CheckConfig(t, k, tc.name, tc.c, tc.field)
 	}
-
-	for _, f := range k.Fields() {
-		require.Equal(t, f.Name == "secret_access_key" || f.Name == "session_token", f.Sensitive, f.Name)
-	}
+	awstest.RequireSensitiveCredentials(t, k)
 	require.Equal(t, "default", kind.Get(k, good, "event_bus"))
 	require.Equal(t, "relay", kind.Get(k, good, "source"))
 	require.Equal(t, "eventbridge", k.Name())

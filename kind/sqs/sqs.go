@@ -14,19 +14,19 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
-	"unicode"
 
 	"github.com/relaydev/relay/kind"
+	"github.com/relaydev/relay/kind/internal/awsapi"
 )
 
 // The names of the configuration fields.
 const (
 	FieldQueueURL        = "queue_url"
-	FieldRegion          = "region"
-	FieldAccessKeyID     = "access_key_id"
-	FieldSecretAccessKey = "secret_access_key"
-	FieldSessionToken    = "session_token"
-	FieldEndpoint        = "endpoint"
+	FieldRegion          = awsapi.FieldRegion
+	FieldAccessKeyID     = awsapi.FieldAccessKeyID
+	FieldSecretAccessKey = awsapi.FieldSecretAccessKey
+	FieldSessionToken    = awsapi.FieldSessionToken
+	FieldEndpoint        = awsapi.FieldEndpoint
 )
 
 // The names of the message attributes relay sets on every message (a
@@ -44,14 +44,9 @@ const (
 // fifoSuffix ends the name (and so the URL) of every FIFO queue.
 const fifoSuffix = ".fifo"
 
-var (
-	// queueNameRE is a queue's name without ".fifo": SQS allows 80
-	// characters in all, the suffix included.
-	queueNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,80}$`)
-	// regionRE is an AWS region's shape (us-east-1, us-gov-west-1,
-	// cn-north-1, eu-central-2...).
-	regionRE = regexp.MustCompile(`^[a-z]{2}(-[a-z]+)+-[0-9]+$`)
-)
+// queueNameRE is a queue's name without ".fifo": SQS allows 80 characters
+// in all, the suffix included.
+var queueNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,80}$`)
 
 // New returns the sqs kind.
 func New() kind.Kind { return sqsKind{} }
@@ -71,47 +66,33 @@ func (sqsKind) Description() string {
 
 // Fields describe the configuration.
 func (sqsKind) Fields() []kind.Field {
-	return []kind.Field{
+	return append([]kind.Field{
 		{Name: FieldQueueURL, Label: "Queue URL", Type: kind.String, Required: true,
 			Help: "the queue's URL, https://sqs.<region>.amazonaws.com/<account>/<name> (a name ending in .fifo is a FIFO queue)"},
-		{Name: FieldRegion, Label: "Region", Type: kind.String,
-			Help: "the queue's AWS region, such as eu-west-1; optional when the queue URL's host names it"},
-		{Name: FieldAccessKeyID, Label: "Access key ID", Type: kind.String, Required: true,
-			Help: "the access key ID of an IAM identity allowed sqs:SendMessage on the queue"},
-		{Name: FieldSecretAccessKey, Label: "Secret access key", Type: kind.String, Required: true, Sensitive: true,
-			Help: "the secret access key of that access key ID"},
-		{Name: FieldSessionToken, Label: "Session token", Type: kind.String, Sensitive: true,
-			Help: "the session token, for temporary credentials only"},
-		{Name: FieldEndpoint, Label: "Endpoint", Type: kind.String,
-			Help: "an http(s) base URL to send to instead of AWS's regional endpoint (LocalStack, ElasticMQ, a test server); empty for AWS"},
-	}
+	}, awsapi.Fields(awsapi.FieldHelp{
+		Region:      "the queue's AWS region, such as eu-west-1; optional when the queue URL's host names it",
+		AccessKeyID: "the access key ID of an IAM identity allowed sqs:SendMessage on the queue",
+		Endpoint:    "an http(s) base URL to send to instead of AWS's regional endpoint (LocalStack, ElasticMQ, a test server); empty for AWS",
+	})...)
 }
 
 // Validate checks the fields' meaning together; it connects to nothing.
 func (k sqsKind) Validate(c kind.Config) error {
 	endpoint := c[FieldEndpoint]
-	if endpoint != "" {
-		if err := checkEndpoint(endpoint); err != nil {
-			return err
-		}
+	if err := awsapi.CheckEndpoint(endpoint); err != nil {
+		return err
 	}
 	u, err := parseQueueURL(c[FieldQueueURL], endpoint != "")
 	if err != nil {
 		return err
 	}
-	if r := c[FieldRegion]; r != "" {
-		if !regionRE.MatchString(r) {
-			return kind.Errorf(FieldRegion, "%q is not an AWS region such as us-east-1", r)
-		}
-	} else if regionFromHost(u.Hostname()) == "" {
+	if err := awsapi.CheckRegion(c[FieldRegion]); err != nil {
+		return err
+	}
+	if c[FieldRegion] == "" && regionFromHost(u.Hostname()) == "" {
 		return kind.Errorf(FieldRegion, "required: the queue URL's host %q does not name a region (set one such as us-east-1)", u.Hostname())
 	}
-	for _, f := range []string{FieldAccessKeyID, FieldSecretAccessKey, FieldSessionToken} {
-		if strings.ContainsFunc(c[f], unicode.IsSpace) {
-			return kind.Errorf(f, "has a space in it: paste the value alone")
-		}
-	}
-	return nil
+	return awsapi.CheckCredentials(c)
 }
 
 // Ordered is true for a FIFO queue: the events of one key share a message
@@ -158,24 +139,12 @@ func regionFromHost(host string) string {
 	}
 	labels := strings.Split(host, ".")
 	for i, l := range labels {
-		if i+1 < len(labels) && l == "sqs" && regionRE.MatchString(labels[i+1]) {
+		if i+1 < len(labels) && l == "sqs" && awsapi.IsRegion(labels[i+1]) {
 			return labels[i+1]
 		}
-		if i > 0 && l == "queue" && regionRE.MatchString(labels[i-1]) {
+		if i > 0 && l == "queue" && awsapi.IsRegion(labels[i-1]) {
 			return labels[i-1]
 		}
 	}
 	return ""
-}
-
-// checkEndpoint checks a custom endpoint: an http(s) base URL.
-func checkEndpoint(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
-		return kind.Errorf(FieldEndpoint, "%q is not an http(s) URL such as http://localhost:4566", raw)
-	}
-	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return kind.Errorf(FieldEndpoint, "must have no user, query or fragment")
-	}
-	return nil
 }

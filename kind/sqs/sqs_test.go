@@ -1,24 +1,17 @@
 package sqs_test
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"maps"
-	"net"
-	"net/http"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/relaydev/relay/kind"
+	"github.com/relaydev/relay/kind/internal/awsapi/awstest"
 	"github.com/relaydev/relay/kind/sqs"
 	"github.com/relaydev/relay/kind/sqs/sqstest"
 )
@@ -27,35 +20,24 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-var plainEnv = kind.Env{Dial: (&net.Dialer{}).DialContext}
+var (
+	plainEnv         = awstest.PlainEnv
+	message          = awstest.Message
+	publish          = awstest.Publish
+	requireDelivered = awstest.RequireDelivered
+)
 
 // open checks c and opens a publisher closed when the test ends.
 func open(t *testing.T, c kind.Config, env kind.Env) kind.Publisher {
 	t.Helper()
-	require.NoError(t, kind.Check(sqs.New(), c))
-	p, err := sqs.New().Open(c, env)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, p.Close()) })
-	return p
+	return awstest.Open(t, sqs.New(), c, env)
 }
 
-func message(id string) kind.Message {
-	return kind.Message{ID: id, Type: "order.created", Tenant: "acme", Dest: "orders",
-		Body: []byte(`{"order":42,"note":"<déjà vu>"}`), ContentType: "application/json",
-		Timestamp: 1700000000, Signature: "v1,c2lnbmF0dXJl", Attempt: 1}
-}
-
-func publish(t *testing.T, p kind.Publisher, m kind.Message) kind.Answer {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return p.Publish(ctx, m)
-}
-
-func requireDelivered(t *testing.T, a kind.Answer) {
-	t.Helper()
-	require.NoError(t, a.Err)
-	require.False(t, a.Permanent)
+// endpointConfig reaches the queue q of an endpoint at addr.
+func endpointConfig(addr string) kind.Config {
+	c := awstest.EndpointConfig(addr, sqstest.AccessKeyID, sqstest.SecretAccessKey)
+	c["queue_url"] = "http://" + addr + "/000000000000/q"
+	return c
 }
 
 func TestDelivered(t *testing.T) {
@@ -135,19 +117,7 @@ func TestTargetDownThenRestarted(t *testing.T) {
 	t.Parallel()
 	s := sqstest.Start(t)
 	p := open(t, s.Config(), plainEnv)
-	requireDelivered(t, publish(t, p, message("before")))
-
-	s.Stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	start := time.Now()
-	a := p.Publish(ctx, message("while-down"))
-	require.Error(t, a.Err)
-	require.False(t, a.Permanent, "a stopped server is not a permanent failure: %v", a.Err)
-	require.Less(t, time.Since(start), 5*time.Second)
-
-	s.Restart()
-	requireDelivered(t, publish(t, p, message("after")))
+	awstest.StopAndRestart(t, p, s)
 	got := s.Messages(t)
 	require.Len(t, got, 2)
 	require.Equal(t, "before", got[0].Attributes["webhook-id"])
@@ -155,27 +125,13 @@ func TestTargetDownThenRestarted(t *testing.T) {
 
 	// A restart between two publishes leaves a closed kept-alive
 	// connection behind: the next publish still gets through.
-	for i := range 10 {
-		s.Restart()
-		requireDelivered(t, publish(t, p, message(fmt.Sprintf("restart-%d", i))))
-	}
+	awstest.RestartBetween(t, p, s)
 	require.Len(t, s.Messages(t), 12)
 }
 
 func TestTargetNeverStarted(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	c := kind.Config{"queue_url": "http://" + addr + "/000000000000/q", "endpoint": "http://" + addr,
-		"region": "us-east-1", "access_key_id": sqstest.AccessKeyID, "secret_access_key": sqstest.SecretAccessKey}
-	p := open(t, c, plainEnv)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	a := p.Publish(ctx, message("evt-1"))
-	require.Error(t, a.Err)
-	require.False(t, a.Permanent)
+	awstest.TargetNeverStarted(t, sqs.New(), endpointConfig)
 }
 
 // TestHungTarget checks that Publish ends with its context when the target
@@ -183,53 +139,7 @@ func TestTargetNeverStarted(t *testing.T) {
 // under way.
 func TestHungTarget(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var conns sync.WaitGroup
-	accepted := make(chan net.Conn, 4)
-	conns.Go(func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- conn // read nothing, answer nothing
-		}
-	})
-	t.Cleanup(func() {
-		_ = ln.Close()
-		conns.Wait()
-		close(accepted)
-		for conn := range accepted {
-			_ = conn.Close()
-		}
-	})
-	addr := ln.Addr().String()
-	c := kind.Config{"queue_url": "http://" + addr + "/000000000000/q", "endpoint": "http://" + addr,
-		"region": "us-east-1", "access_key_id": sqstest.AccessKeyID, "secret_access_key": sqstest.SecretAccessKey}
-
-	p := open(t, c, plainEnv)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	a := p.Publish(ctx, message("evt-1"))
-	require.Error(t, a.Err)
-	require.False(t, a.Permanent)
-	require.Less(t, time.Since(start), 5*time.Second)
-
-	p2, err := sqs.New().Open(c, plainEnv)
-	require.NoError(t, err)
-	done := make(chan kind.Answer)
-	go func() { done <- p2.Publish(context.Background(), message("evt-2")) }()
-	require.Eventually(t, func() bool { return len(accepted) == 2 }, 5*time.Second, 10*time.Millisecond)
-	require.NoError(t, p2.Close())
-	select {
-	case a := <-done:
-		require.ErrorIs(t, a.Err, kind.ErrClosed)
-		require.False(t, a.Permanent)
-	case <-time.After(5 * time.Second):
-		t.Fatal("Publish still running after Close")
-	}
+	awstest.HungTarget(t, sqs.New(), endpointConfig)
 }
 
 func TestPermanent(t *testing.T) {
@@ -241,18 +151,7 @@ func TestPermanent(t *testing.T) {
 	require.Equal(t, "AWS.SimpleQueueService.NonExistentQueue", a.Code)
 	require.ErrorContains(t, a.Err, "does not exist")
 
-	wrongSecret := s.Config()
-	wrongSecret["secret_access_key"] = "not-the-secret"
-	a = publish(t, open(t, wrongSecret, plainEnv), message("evt-1"))
-	require.True(t, a.Permanent, "%v", a.Err)
-	require.Equal(t, "SignatureDoesNotMatch", a.Code)
-	require.NotContains(t, a.Err.Error(), "not-the-secret")
-
-	wrongKey := s.Config()
-	wrongKey["access_key_id"] = "AKIAOTHER"
-	a = publish(t, open(t, wrongKey, plainEnv), message("evt-1"))
-	require.True(t, a.Permanent, "%v", a.Err)
-	require.Equal(t, "InvalidClientTokenId", a.Code)
+	awstest.RefusedCredentials(t, sqs.New(), s.Config(), "SignatureDoesNotMatch", "InvalidClientTokenId")
 
 	p := open(t, s.Config(), plainEnv)
 	s.FailNext(1, sqstest.AccessDenied)
@@ -289,16 +188,10 @@ func TestRetryable(t *testing.T) {
 	p := open(t, s.Config(), plainEnv)
 
 	s.FailNext(1, sqstest.Throttled)
-	a := publish(t, p, message("evt-1"))
-	require.Error(t, a.Err)
-	require.False(t, a.Permanent)
-	require.Equal(t, "RequestThrottled", a.Code)
+	awstest.RequireRetry(t, publish(t, p, message("evt-1")), "RequestThrottled")
 
 	s.FailNext(1, sqstest.Unavailable)
-	a = publish(t, p, message("evt-1"))
-	require.Error(t, a.Err)
-	require.False(t, a.Permanent)
-	require.Equal(t, "ServiceUnavailable", a.Code)
+	awstest.RequireRetry(t, publish(t, p, message("evt-1")), "ServiceUnavailable")
 
 	requireDelivered(t, publish(t, p, message("evt-1")))
 	require.Len(t, s.Messages(t), 1)
@@ -306,15 +199,7 @@ func TestRetryable(t *testing.T) {
 
 func TestSessionToken(t *testing.T) {
 	t.Parallel()
-	s := sqstest.Start(t)
-	s.RequireSessionToken("session-token-1")
-	requireDelivered(t, publish(t, open(t, s.Config(), plainEnv), message("evt-1")))
-
-	c := s.Config()
-	delete(c, "session_token")
-	a := publish(t, open(t, c, plainEnv), message("evt-2"))
-	require.True(t, a.Permanent)
-	require.Equal(t, "InvalidClientTokenId", a.Code)
+	awstest.SessionToken(t, sqs.New(), sqstest.Start(t), "InvalidClientTokenId")
 }
 
 func TestOrder(t *testing.T) {
@@ -338,19 +223,7 @@ func TestOrder(t *testing.T) {
 func TestConcurrent(t *testing.T) {
 	t.Parallel()
 	s := sqstest.Start(t)
-	p := open(t, s.Config(), plainEnv)
-	var wg sync.WaitGroup
-	for g := range 8 {
-		wg.Go(func() {
-			for i := range 25 {
-				a := publish(t, p, message(fmt.Sprintf("evt-%d-%d", g, i)))
-				if a.Err != nil {
-					t.Errorf("publish %d-%d: %v", g, i, a.Err)
-				}
-			}
-		})
-	}
-	wg.Wait()
+	awstest.PublishConcurrently(t, open(t, s.Config(), plainEnv))
 	got := s.Messages(t)
 	require.Len(t, got, 200)
 	ids := map[string]bool{}
@@ -363,45 +236,14 @@ func TestConcurrent(t *testing.T) {
 func TestDialThroughEnv(t *testing.T) {
 	t.Parallel()
 	s := sqstest.Start(t)
-
-	var dials atomic.Int32
-	counting := kind.Env{Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		dials.Add(1)
-		return (&net.Dialer{}).DialContext(ctx, network, addr)
-	}}
-	requireDelivered(t, publish(t, open(t, s.Config(), counting), message("evt-1")))
-	require.Positive(t, dials.Load())
-
-	refused := errors.New("address refused by the guard")
-	refusing := kind.Env{Dial: func(context.Context, string, string) (net.Conn, error) { return nil, refused }}
-	a := publish(t, open(t, s.Config(), refusing), message("evt-2"))
-	require.ErrorIs(t, a.Err, refused)
-	require.False(t, a.Permanent)
-
-	// relay's HTTP client, when given, is the one used.
-	var viaClient atomic.Int32
-	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		viaClient.Add(1)
-		return (&net.Dialer{}).DialContext(ctx, network, addr)
-	}}
-	t.Cleanup(tr.CloseIdleConnections)
-	withClient := kind.Env{Dial: refusing.Dial, HTTPClient: &http.Client{Transport: tr}}
-	requireDelivered(t, publish(t, open(t, s.Config(), withClient), message("evt-3")))
-	require.Positive(t, viaClient.Load())
+	awstest.DialThroughEnv(t, sqs.New(), s.Config())
 	require.Len(t, s.Messages(t), 2)
 }
 
 func TestClose(t *testing.T) {
 	t.Parallel()
 	s := sqstest.Start(t)
-	p, err := sqs.New().Open(s.Config(), plainEnv)
-	require.NoError(t, err)
-	requireDelivered(t, publish(t, p, message("evt-1")))
-	require.NoError(t, p.Close())
-	require.NoError(t, p.Close())
-	a := publish(t, p, message("evt-2"))
-	require.ErrorIs(t, a.Err, kind.ErrClosed)
-	require.False(t, a.Permanent)
+	awstest.CloseTwice(t, sqs.New(), s.Config())
 	require.Len(t, s.Messages(t), 1)
 }
 
@@ -413,17 +255,7 @@ func TestConfig(t *testing.T) {
 		"access_key_id":     "AKIAEXAMPLE",
 		"secret_access_key": "secret",
 	}
-	with := func(kv ...string) kind.Config {
-		c := maps.Clone(good)
-		for i := 0; i < len(kv); i += 2 {
-			if kv[i+1] == "" {
-				delete(c, kv[i])
-			} else {
-				c[kv[i]] = kv[i+1]
-			}
-		}
-		return c
-	}
+	with := func(kv ...string) kind.Config { return awstest.With(good, kv...) }
 	for _, tc := range []struct {
 		name  string
 		c     kind.Config
@@ -455,21 +287,9 @@ func TestConfig(t *testing.T) {
 		{"spaced key", with("access_key_id", "AKIA EXAMPLE"), "access_key_id"},
 		{"spaced secret", with("secret_access_key", "secret "), "secret_access_key"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			err := kind.Check(k, tc.c)
-			if tc.field == "" {
-				require.NoError(t, err)
-				return
-			}
-			var fe *kind.FieldError
-			require.ErrorAs(t, err, &fe)
-			require.Equal(t, tc.field, fe.Field, "%v", err)
-		})
+		awstest.CheckConfig(t, k, tc.name, tc.c, tc.field)
 	}
-
-	for _, f := range k.Fields() {
-		require.Equal(t, f.Name == "secret_access_key" || f.Name == "session_token", f.Sensitive, f.Name)
-	}
+	awstest.RequireSensitiveCredentials(t, k)
 	require.Equal(t, "sqs", k.Name())
 	require.Equal(t, "Amazon SQS", k.Title())
 }

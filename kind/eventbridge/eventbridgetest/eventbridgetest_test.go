@@ -2,12 +2,10 @@ package eventbridgetest
 
 import (
 	"context"
-	"net/http"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	awseb "github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
 	"github.com/aws/smithy-go"
@@ -21,15 +19,7 @@ func TestMain(m *testing.M) {
 
 // client is an SDK client of s signing with secret, without retries.
 func client(t *testing.T, s *Server, secret string) *awseb.Client {
-	tr := &http.Transport{}
-	t.Cleanup(tr.CloseIdleConnections)
-	return awseb.NewFromConfig(aws.Config{
-		Region:           Region,
-		Credentials:      credentials.NewStaticCredentialsProvider(AccessKeyID, secret, ""),
-		HTTPClient:       &http.Client{Transport: tr},
-		RetryMaxAttempts: 1,
-		BaseEndpoint:     aws.String(s.Endpoint()),
-	})
+	return awseb.NewFromConfig(s.svc.ClientConfig(t, s.Endpoint(), secret))
 }
 
 func entry(bus string) types.PutEventsRequestEntry {

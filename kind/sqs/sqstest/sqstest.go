@@ -10,18 +10,11 @@ package sqstest
 
 import (
 	"bytes"
-	"context"
 	"crypto/md5"
-	"crypto/rand"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
-	"net"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -32,11 +25,10 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relaydev/relay/kind"
+	"github.com/relaydev/relay/kind/internal/awsapi/awstest"
 )
 
 // The credentials and region the server checks signatures with.
@@ -113,18 +105,14 @@ var (
 
 // Server is an in-process SQS.
 type Server struct {
-	t    testing.TB
-	addr string
-
-	life sync.Mutex // guards srv and done
-	srv  *http.Server
-	done chan struct{}
+	t   testing.TB
+	svc *awstest.Service
+	ln  *awstest.Listener
 
 	mu       sync.Mutex
-	token    string
 	queues   map[string]*queue
 	messages []Message
-	fail     []Failure
+	fail     awstest.Queue[Failure]
 }
 
 type queue struct {
@@ -141,33 +129,42 @@ type dedupEntry struct {
 // ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	s := &Server{t: t, addr: ln.Addr().String(), queues: map[string]*queue{}}
+	s := &Server{t: t, svc: newService(), queues: map[string]*queue{}}
 	s.queues[Queue] = &queue{}
 	s.queues[FIFOQueue] = &queue{dedup: map[string]dedupEntry{}}
-	s.serve(ln)
-	t.Cleanup(s.Stop)
+	s.ln = awstest.Listen(t, http.HandlerFunc(s.handle))
 	return s
 }
 
-func (s *Server) serve(ln net.Listener) {
-	srv := &http.Server{Handler: http.HandlerFunc(s.handle), ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(ln)
-	}()
-	s.life.Lock()
-	s.srv, s.done = srv, done
-	s.life.Unlock()
+// newService is SQS's JSON protocol, with the credentials and the error
+// answers of SQS.
+func newService() *awstest.Service {
+	return &awstest.Service{
+		ContentType: "application/x-amz-json-1.0",
+		Target:      "AmazonSQS.SendMessage",
+		SigningName: "sqs", Region: Region, AccessKeyID: AccessKeyID, SecretAccessKey: SecretAccessKey,
+		SerializationType: "com.amazon.coral.service#SerializationException",
+		UnknownOperation: awstest.Error{Status: 400, Type: "com.amazon.coral.service#UnknownOperationException",
+			QueryError: "InvalidAction;Sender"},
+		Refused: map[awstest.Refusal]awstest.Error{
+			awstest.MissingSignature: {Status: 403, Type: "com.amazon.coral.service#MissingAuthenticationTokenException",
+				QueryError: "MissingAuthenticationToken;Sender", Message: "Request is missing Authentication Token"},
+			awstest.InvalidToken: {Status: 403, Type: "com.amazon.coral.service#InvalidClientTokenId",
+				QueryError: "InvalidClientTokenId;Sender", Message: "The security token included in the request is invalid."},
+			awstest.BadDate: {Status: 400, Type: "com.amazon.coral.service#IncompleteSignatureException",
+				QueryError: "IncompleteSignature;Sender", Message: "X-Amz-Date is missing or malformed"},
+			awstest.SignatureMismatch: {Status: 403, Type: "com.amazon.coral.service#SignatureDoesNotMatch",
+				QueryError: "SignatureDoesNotMatch;Sender",
+				Message:    "The request signature we calculated does not match the signature you provided. Check your AWS Secret Access Key and signing method."},
+		},
+	}
 }
 
 // Addr is the server's host:port.
-func (s *Server) Addr() string { return s.addr }
+func (s *Server) Addr() string { return s.ln.Addr() }
 
 // Endpoint is the server's base URL, the sqs kind's endpoint field.
-func (s *Server) Endpoint() string { return "http://" + s.addr }
+func (s *Server) Endpoint() string { return s.ln.Endpoint() }
 
 // QueueURL is the URL of queue name on this server.
 func (s *Server) QueueURL(name string) string {
@@ -183,28 +180,14 @@ func (s *Server) FIFOConfig() kind.Config { return s.QueueConfig(FIFOQueue) }
 
 // QueueConfig is a configuration reaching queue name, which need not exist.
 func (s *Server) QueueConfig(name string) kind.Config {
-	c := kind.Config{
-		"queue_url":         s.QueueURL(name),
-		"region":            Region,
-		"endpoint":          s.Endpoint(),
-		"access_key_id":     AccessKeyID,
-		"secret_access_key": SecretAccessKey,
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.token != "" {
-		c["session_token"] = s.token
-	}
+	c := s.svc.Config(s.Endpoint())
+	c["queue_url"] = s.QueueURL(name)
 	return c
 }
 
 // RequireSessionToken makes the server take only requests signed with
 // temporary credentials of session token tok (Config then has it).
-func (s *Server) RequireSessionToken(tok string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.token = tok
-}
+func (s *Server) RequireSessionToken(tok string) { s.svc.RequireSessionToken(tok) }
 
 // CreateQueue adds queue name (a FIFO queue when it ends in .fifo).
 func (s *Server) CreateQueue(name string) {
@@ -231,9 +214,7 @@ func (s *Server) DeleteQueue(name string) {
 func (s *Server) FailNext(n int, f Failure) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for range n {
-		s.fail = append(s.fail, f)
-	}
+	s.fail.Add(n, f)
 }
 
 // Messages returns the messages accepted so far, in the order accepted.
@@ -253,37 +234,18 @@ func (s *Server) Messages(t testing.TB) []Message {
 // returns them all.
 func (s *Server) WaitFor(t testing.TB, n int) []Message {
 	t.Helper()
-	require.Eventually(t, func() bool { return len(s.Messages(t)) >= n }, 10*time.Second, 10*time.Millisecond,
-		"waiting for %d SQS messages", n)
-	return s.Messages(t)
+	return awstest.WaitFor(t, n, "SQS messages", func() []Message { return s.Messages(t) })
 }
 
 // Stop stops the server: connections are refused until Restart. What it
 // accepted is kept. Stopping a stopped server does nothing.
-func (s *Server) Stop() {
-	s.life.Lock()
-	srv, done := s.srv, s.done
-	s.srv, s.done = nil, nil
-	s.life.Unlock()
-	if srv == nil {
-		return
-	}
-	_ = srv.Close()
-	<-done
-}
+func (s *Server) Stop() { s.ln.Stop() }
 
 // Restart stops the server if it runs and starts it again on the same
 // address, with the same queues and messages.
 func (s *Server) Restart() {
 	s.t.Helper()
-	s.Stop()
-	var ln net.Listener
-	require.Eventually(s.t, func() bool {
-		var err error
-		ln, err = net.Listen("tcp", s.addr)
-		return err == nil
-	}, 10*time.Second, 20*time.Millisecond, "listening again on %s", s.addr)
-	s.serve(ln)
+	s.ln.Restart()
 }
 
 // sendMessageRequest is SendMessage's input in the JSON protocol.
@@ -303,49 +265,29 @@ type attributeValue struct {
 }
 
 func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, 4<<20))
-	if err != nil {
-		return
-	}
-	if r.Method != http.MethodPost || r.URL.Path != "/" {
-		writeError(w, Failure{Status: 404, Type: "UnknownOperationException", Message: "POST / only"})
-		return
-	}
-	if ct := r.Header.Get("Content-Type"); ct != "application/x-amz-json-1.0" {
-		writeError(w, Failure{Status: 400, Type: "com.amazon.coral.service#SerializationException",
-			Message: "Content-Type " + ct + " is not application/x-amz-json-1.0"})
-		return
-	}
-	if f, ok := s.verify(r, body); !ok {
-		writeError(w, f)
+	body, ok := s.svc.ReadRequest(w, r)
+	if !ok {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.fail) > 0 {
-		f := s.fail[0]
-		s.fail = s.fail[1:]
-		writeError(w, f)
+	if f, ok := s.fail.Pop(); ok {
+		s.svc.WriteError(w, awstest.Error(f))
 		return
 	}
-	if target := r.Header.Get("X-Amz-Target"); target != "AmazonSQS.SendMessage" {
-		writeError(w, Failure{Status: 400, Type: "com.amazon.coral.service#UnknownOperationException",
-			QueryError: "InvalidAction;Sender", Message: "the test server knows only AmazonSQS.SendMessage, not " + target})
+	if !s.svc.CheckTarget(w, r) {
 		return
 	}
 	var in sendMessageRequest
-	if err := json.Unmarshal(body, &in); err != nil {
-		writeError(w, Failure{Status: 400, Type: "com.amazon.coral.service#SerializationException", Message: err.Error()})
+	if !s.svc.Decode(w, body, &in) {
 		return
 	}
 	out, f, ok := s.send(in)
 	if !ok {
-		writeError(w, f)
+		s.svc.WriteError(w, awstest.Error(f))
 		return
 	}
-	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
-	w.Header().Set("X-Amzn-RequestId", newID())
-	_ = json.NewEncoder(w).Encode(out)
+	s.svc.WriteOutput(w, out)
 }
 
 func invalid(msg string) Failure {
@@ -398,7 +340,7 @@ func (s *Server) send(in sendMessageRequest) (map[string]string, Failure, bool) 
 	if size > MaxMessageSize {
 		return nil, invalid(fmt.Sprintf("One or more parameters are invalid. Reason: Message must be shorter than %d bytes.", MaxMessageSize)), false
 	}
-	m := Message{Queue: name, Body: body, Attributes: attrs, MessageID: newID()}
+	m := Message{Queue: name, Body: body, Attributes: attrs, MessageID: awstest.NewID()}
 	out := map[string]string{"MD5OfMessageBody": md5Hex([]byte(body))}
 	if len(attrs) > 0 {
 		out["MD5OfMessageAttributes"] = attributesMD5(attrs)
@@ -429,74 +371,6 @@ func (s *Server) send(in sendMessageRequest) (map[string]string, Failure, bool) 
 	out["MessageId"] = m.MessageID
 	s.messages = append(s.messages, m)
 	return out, Failure{}, true
-}
-
-// verify checks r's SigV4 signature: the access key, the session token and
-// the signature itself, recomputed with the server's credentials over the
-// headers r signed.
-func (s *Server) verify(r *http.Request, body []byte) (Failure, bool) {
-	s.mu.Lock()
-	token := s.token
-	s.mu.Unlock()
-	auth := r.Header.Get("Authorization")
-	fields, ok := strings.CutPrefix(auth, "AWS4-HMAC-SHA256 ")
-	if !ok {
-		return Failure{Status: 403, Type: "com.amazon.coral.service#MissingAuthenticationTokenException",
-			QueryError: "MissingAuthenticationToken;Sender", Message: "Request is missing Authentication Token"}, false
-	}
-	var credential, signedHeaders string
-	for f := range strings.SplitSeq(fields, ",") {
-		k, v, _ := strings.Cut(strings.TrimSpace(f), "=")
-		switch k {
-		case "Credential":
-			credential = v
-		case "SignedHeaders":
-			signedHeaders = v
-		}
-	}
-	refused := Failure{Status: 403, Type: "com.amazon.coral.service#InvalidClientTokenId",
-		QueryError: "InvalidClientTokenId;Sender", Message: "The security token included in the request is invalid."}
-	akid, _, _ := strings.Cut(credential, "/")
-	if akid != AccessKeyID || r.Header.Get("X-Amz-Security-Token") != token {
-		return refused, false
-	}
-	at, err := time.Parse("20060102T150405Z", r.Header.Get("X-Amz-Date"))
-	if err != nil {
-		return Failure{Status: 400, Type: "com.amazon.coral.service#IncompleteSignatureException",
-			QueryError: "IncompleteSignature;Sender", Message: "X-Amz-Date is missing or malformed"}, false
-	}
-	re, err := http.NewRequest(r.Method, "http://"+r.Host+r.URL.RequestURI(), nil)
-	if err != nil {
-		return refused, false
-	}
-	re.Host = r.Host
-	re.ContentLength = r.ContentLength
-	for h := range strings.SplitSeq(signedHeaders, ";") {
-		if h != "host" && h != "content-length" {
-			re.Header[http.CanonicalHeaderKey(h)] = r.Header.Values(h)
-		}
-	}
-	sum := sha256.Sum256(body)
-	creds := aws.Credentials{AccessKeyID: AccessKeyID, SecretAccessKey: SecretAccessKey, SessionToken: token}
-	if err := v4.NewSigner().SignHTTP(context.Background(), creds, re, hex.EncodeToString(sum[:]), "sqs", Region, at); err != nil {
-		return refused, false
-	}
-	if subtle.ConstantTimeCompare([]byte(re.Header.Get("Authorization")), []byte(auth)) != 1 {
-		return Failure{Status: 403, Type: "com.amazon.coral.service#SignatureDoesNotMatch",
-			QueryError: "SignatureDoesNotMatch;Sender",
-			Message:    "The request signature we calculated does not match the signature you provided. Check your AWS Secret Access Key and signing method."}, false
-	}
-	return Failure{}, true
-}
-
-func writeError(w http.ResponseWriter, f Failure) {
-	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
-	w.Header().Set("X-Amzn-RequestId", newID())
-	if f.QueryError != "" {
-		w.Header().Set("X-Amzn-Query-Error", f.QueryError)
-	}
-	w.WriteHeader(f.Status)
-	_ = json.NewEncoder(w).Encode(map[string]string{"__type": f.Type, "message": f.Message})
 }
 
 // validChars reports whether s has only the characters SQS takes.
@@ -536,13 +410,4 @@ func attributesMD5(attrs map[string]string) string {
 		put(attrs[n])
 	}
 	return md5Hex(b.Bytes())
-}
-
-// newID is a random UUID, as SQS's message and request ids.
-func newID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
 }

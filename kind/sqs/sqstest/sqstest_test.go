@@ -3,11 +3,9 @@ package sqstest
 import (
 	"context"
 	"errors"
-	"net/http"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
@@ -21,15 +19,7 @@ func TestMain(m *testing.M) {
 
 // client is an SDK client of s signing with secret, without retries.
 func client(t *testing.T, s *Server, secret string) *awssqs.Client {
-	tr := &http.Transport{}
-	t.Cleanup(tr.CloseIdleConnections)
-	return awssqs.NewFromConfig(aws.Config{
-		Region:           Region,
-		Credentials:      credentials.NewStaticCredentialsProvider(AccessKeyID, secret, ""),
-		HTTPClient:       &http.Client{Transport: tr},
-		RetryMaxAttempts: 1,
-		BaseEndpoint:     aws.String(s.Endpoint()),
-	})
+	return awssqs.NewFromConfig(s.svc.ClientConfig(t, s.Endpoint(), secret))
 }
 
 // TestSDKParsesAnswers checks that the SDK reads the server's answers as it
