@@ -49,7 +49,7 @@ type options struct {
 	sharedNATS   bool
 	aRounds      int
 	// iRounds and iN are (i)'s rounds and events per round.
-	iRounds, iN int
+	iRounds, iN  int
 	aLive        bool
 	aa           bool
 	loopCPUProf  string
