@@ -301,8 +301,7 @@ func TestDocumentListsEveryReason(t *testing.T) {
 	require.NoError(t, err)
 	want := slices.Sorted(slices.Values(relay.Reasons()))
 	var enums [][]string
-	var walk func(s *openapi3.Schema)
-	walk = func(s *openapi3.Schema) {
+	walk := func(s *openapi3.Schema) {
 		for name, p := range s.Properties {
 			if name == "reason" && len(p.Value.Enum) > 0 {
 				var got []string
