@@ -88,6 +88,7 @@ var children = map[string]func(args []string) error{
 	"loop":         runLoopProc,
 	"redis-sender": runRedisSender,
 	"nats-node":    runNATSNode,
+	"api-floor":    runAPIFloor,
 }
 
 func main() {

@@ -56,6 +56,7 @@ type result struct {
 	RefRate     float64 `json:"reference_rate,omitempty"`
 	VsRelayA    float64 `json:"ratio_to_relay_a,omitempty"` // (g): deliveries/s over (a)'s median relay rate
 	VsDirect    float64 `json:"ratio_to_direct,omitempty"`  // (p): events/s over direct JetStream publishing's in the same round
+	VsFloor     float64 `json:"ratio_to_floor,omitempty"`   // (p): events/s over the minimal handler's in the same round
 	Rate        float64 `json:"target_rate_per_second,omitempty"`
 	PublishSecs float64 `json:"publish_seconds,omitempty"`
 	PublishRate float64 `json:"publish_rate_per_second,omitempty"`
