@@ -266,12 +266,6 @@ func (s Settings) NewDestination(name string) (d Destination, generated bool, er
 	}
 	d = Destination{Name: name}
 	s.Apply(&d)
-	if s.Shared == nil && !d.Ordered {
-		// Served by the shared consumer unless it says otherwise: in the
-		// bench's many-destinations runs it delivered faster, every run,
-		// and with less memory (docs/performance.md, "Many destinations").
-		d.Shared = true
-	}
 	if err := d.WithDefaults().Validate(); err != nil {
 		return Destination{}, false, err
 	}

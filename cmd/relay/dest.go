@@ -175,7 +175,7 @@ func destFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "breaker-pause", DefaultText: "30s", Usage: "first pause when the circuit opens; doubles while probes fail, up to --backoff-max"},
 		&cli.StringFlag{Name: "on-gone", DefaultText: "disable", Usage: "what a 410 Gone does: disable (pause until resumed; the event is kept) or dead-letter"},
 		&cli.BoolFlag{Name: "ordered", Usage: "deliver the events of each order key one at a time, in publish order (fixed once added)"},
-		&cli.BoolFlag{Name: "shared", DefaultText: "true, unless --ordered", Usage: "unordered: served by relay's shared consumer (the default: faster with many destinations, and less memory); --shared=false gives it a JetStream consumer of its own (fixed once added; docs/architecture.md)"},
+		&cli.BoolFlag{Name: "shared", Usage: "unordered: served by relay's shared consumer instead of a JetStream consumer of its own, for thousands of destinations (fixed once added; docs/architecture.md)"},
 		&cli.IntFlag{Name: "partitions", DefaultText: "8", Usage: "ordered: keys delivered in parallel, 1 to 64 (fixed once added)"},
 		&cli.StringFlag{Name: "on-failure", DefaultText: "block", Usage: "ordered: block (retry the head of a key until delivered) or skip (dead-letter it after max attempts, the key continues)"},
 		&cli.StringSliceFlag{Name: "type", Aliases: []string{"t"}, Usage: "event type pattern to subscribe to, such as order.* ('*' one token, '>' the rest; repeatable)"},

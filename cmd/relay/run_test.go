@@ -59,7 +59,7 @@ func TestDestAddRefusesWithoutConsumerRoom(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	require.NoError(t, stream.Ensure(ctx, b.js, stream.Config{MaxConsumers: stream.ReservedConsumers + 2}))
-	code, _, errs := b.cli(t, "", "dest", "add", "one", "--url", "https://example.test/one", "--shared=false")
+	code, _, errs := b.cli(t, "", "dest", "add", "one", "--url", "https://example.test/one")
 	require.Equal(t, 0, code, errs)
 	code, _, errs = b.cli(t, "", "dest", "add", "two", "--url", "https://example.test/two", "--ordered", "--partitions", "4")
 	require.Equal(t, 2, code, errs)
