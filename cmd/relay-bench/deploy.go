@@ -9,7 +9,6 @@ import (
 
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/stream/embedded"
-	"github.com/relaydev/relay/webhook"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -165,7 +164,14 @@ func (b *bench) prepareDeployData(ctx context.Context, r *result, dir, dest stri
 	if err != nil {
 		return err
 	}
-	if _, err := st.Add(ctx, destination.Destination{Name: dest, URL: b.sinkURL(dest), Concurrency: b.opts.loopWorkers, Secret: webhook.GenerateSecret()}); err != nil {
+	// As 'relay dest add NAME --url U --concurrency 64' makes it (shared,
+	// the default for an unordered destination).
+	concurrency := b.opts.loopWorkers
+	d, _, err := destination.Settings{URLs: []string{b.sinkURL(dest)}, Concurrency: &concurrency}.NewDestination(dest)
+	if err != nil {
+		return err
+	}
+	if _, err := st.Add(ctx, d); err != nil {
 		return fmt.Errorf("add destination %s: %w", dest, err)
 	}
 	pub, err := newPublisher(nc)
