@@ -175,6 +175,10 @@ func TestPortalSessionTokenActsWithinItsCapabilities(t *testing.T) {
 	t.Cleanup(nc.Close)
 	sub, err := nc.SubscribeSync(stream.TenantTypeSubject("acme", opevent.PortalAction))
 	require.NoError(t, err)
+	// The server has the subscription before the audits are published
+	// (from another connection): without the round trip, a loaded machine
+	// could publish first, and the audit would be missed.
+	require.NoError(t, nc.Flush())
 	code, m = e.send("POST", "/v1/destinations/orders/resume", manage, "")
 	require.Equal(t, http.StatusOK, code, m)
 	code, m = e.send("POST", "/v1/destinations/orders/pause", readOnly, "")
