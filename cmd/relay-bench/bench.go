@@ -62,6 +62,11 @@ type bench struct {
 	// relayArgs are added to 'relay run' (scenario l turns the delivery
 	// log off with them).
 	relayArgs []string
+	// defaultLogLevel runs relay at its default log level rather than
+	// warn ((r): as a user runs it).
+	defaultLogLevel bool
+	// rRuns counts (r)'s runs at a rate, for their events' ids.
+	rRuns     int
 	loopRateA float64
 }
 
@@ -410,7 +415,11 @@ func (b *bench) startRelay(name string) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"--nats-url", b.natsURL, "--log-level", "warn", "run", "--allow-net", "127.0.0.0/8", "--metrics-addr", addr}
+	args := []string{"--nats-url", b.natsURL, "--log-level", "warn"}
+	if b.defaultLogLevel {
+		args = args[:2]
+	}
+	args = append(args, "run", "--allow-net", "127.0.0.0/8", "--metrics-addr", addr)
 	args = append(args, b.relayArgs...)
 	args = append(args, b.opts.relayExtra...)
 	p, _, err := startProc("relay ("+name+")", filepath.Join(b.logDir, "relay-"+name+".log"), childEnv(), false, b.opts.relay, args...)

@@ -67,6 +67,7 @@ type options struct {
 	pBatch       int
 	pBClients    int
 	rN           int
+	rRounds      int
 	rDuration    time.Duration
 	rDown        time.Duration
 	tenants      int
@@ -136,9 +137,10 @@ func parseFlags(args []string) (options, error) {
 		o.relayExtra = append(o.relayExtra, v)
 		return nil
 	})
-	fs.IntVar(&o.rN, "r-n", 50_000, "events of scenario (r)'s throughput runs, published to the cluster before relay or the minimal loop starts")
-	fs.DurationVar(&o.rDuration, "r-duration", 15*time.Second, "how long scenario (r) publishes at 50% of its relay rate, for the latency run and again for the node-restart run")
-	fs.DurationVar(&o.rDown, "r-down", 3*time.Second, "scenario (r): how long the killed node (the events stream's leader, SIGKILLed 4s into the node-restart run) stays down")
+	fs.IntVar(&o.rN, "r-n", 100_000, "events of each of scenario (r)'s throughput rounds, published to the cluster before relay or the minimal loop starts")
+	fs.IntVar(&o.rRounds, "r-rounds", 5, "rounds of scenario (r)'s throughput and latency runs, each relay and the minimal loop; the targets use the medians")
+	fs.DurationVar(&o.rDuration, "r-duration", 15*time.Second, "how long scenario (r) publishes at half the minimal loop's throughput (its rounds' median), for each latency round and again for the node-restart runs")
+	fs.DurationVar(&o.rDown, "r-down", 3*time.Second, "scenario (r): how long the killed node (the leader of the events stream and of the consumer, SIGKILLed 4s into the node-restart run) stays down")
 	fs.BoolVar(&o.shared, "shared", false, "scenarios (g) and (h): add the destinations shared (dest add --shared), served by relay's shared consumer")
 	fs.Float64Var(&o.rate, "rate", 0, "publish rate of scenario (b) per second (0: half of (a)'s relay rate)")
 	fs.DurationVar(&o.duration, "duration", 20*time.Second, "how long scenarios (b) and (t) publish")
@@ -244,6 +246,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.iRounds < 1 || o.iRounds > 20 {
 		return o, fmt.Errorf("-i-rounds %d: give 1 to 20", o.iRounds)
+	}
+	if o.rRounds < 1 || o.rRounds > 20 {
+		return o, fmt.Errorf("-r-rounds %d: give 1 to 20", o.rRounds)
 	}
 	if o.iN < 1 {
 		return o, fmt.Errorf("-i-n %d: give 1 or more", o.iN)

@@ -85,6 +85,7 @@ type optsJSON struct {
 	PBatch       int     `json:"p_batch"`
 	PBClients    int     `json:"p_batch_clients"`
 	RN           int     `json:"r_n"`
+	RRounds      int     `json:"r_rounds"`
 	RDuration    string  `json:"r_duration"`
 	RDown        string  `json:"r_down"`
 }
@@ -104,7 +105,7 @@ func newReport(o options) *report {
 			LoopWorkers: o.loopWorkers, LoopInBench: o.loopInBench, SharedNATS: o.sharedNATS, ARounds: o.aRounds, ALive: o.aLive, AA: o.aa, LoopCPUProf: o.loopCPUProf != "", Window: o.window,
 			GSubscribers: o.gSubscribers, GDeliveries: o.gDeliveries, RelayProf: o.relayProf != "", KeysN: o.keysN, KeysDrain: o.keysDrain,
 			PN: o.pN, PClients: o.pClients, PBatch: o.pBatch, PBClients: o.pBClients,
-			RN: o.rN, RDuration: o.rDuration.String(), RDown: o.rDown.String()},
+			RN: o.rN, RRounds: o.rRounds, RDuration: o.rDuration.String(), RDown: o.rDown.String()},
 	}
 	if bi, err := buildinfo.ReadFile(o.relay); err == nil {
 		r.RelayBuild = bi.GoVersion
@@ -204,6 +205,7 @@ func (r *report) evaluate() {
 	r.Targets = append(r.Targets, r.deploymentTarget())
 	r.Targets = append(r.Targets, r.latencyTargets()...)
 	r.Targets = append(r.Targets, r.fairnessTarget())
+	r.Targets = append(r.Targets, r.clusterTargets()...)
 
 	d := r.find("d", "relay")
 	t := target{Name: "backlog", Want: "(d) 1,000,000-event backlog drained, relay peak RSS < 64 MB", Status: "n/a", Got: "(d) not run"}
@@ -299,6 +301,48 @@ func (r *report) deploymentTarget() target {
 	return t
 }
 
+// clusterTargets judge (r): two relay replicas on the cluster against the
+// minimal loop on it, by the medians of the rounds' ratios: throughput at
+// least 85%, p99 at half the loop's throughput at most 1.5x; and after
+// the node restart nothing lost and no event (a copy included) later
+// than 30 s after its publish.
+func (r *report) clusterTargets() []target {
+	const relay, loop = "relay, 2 replicas", "minimal loop"
+	tp := target{Name: "cluster throughput", Want: "(r) two relay replicas on a 3-node R3 cluster >= 85% of the minimal loop on it", Status: "n/a", Got: "(r) not run"}
+	lat := target{Name: "cluster latency", Want: "(r) relay's p99 at half the loop's throughput <= 1.5x the loop's", Status: "n/a", Got: "(r) not run"}
+	back := target{Name: "cluster node restart", Want: "(r) the node leading the events stream and the consumer SIGKILLed and restarted: nothing lost, every event and copy within 30 s of its publish", Status: "n/a", Got: "(r) not run"}
+	var ratios, p99s []float64
+	for _, x := range r.Results {
+		if x.Scenario != "r" || x.System != relay {
+			continue
+		}
+		l := r.findRoundTitle("r", x.Title, loop, x.Round)
+		switch {
+		case x.Title == "cluster throughput" && x.VsLoop > 0:
+			ratios = append(ratios, x.VsLoop)
+		case x.Title == "cluster latency" && l != nil && l.P99ms > 0:
+			p99s = append(p99s, x.P99ms/l.P99ms)
+		}
+	}
+	if len(ratios) > 0 {
+		m := median(ratios)
+		tp.Got, tp.Status = fmt.Sprintf("median of %d rounds %.0f%% (%s)", len(ratios), 100*m, percents(ratios)), passMiss(m >= 0.85)
+	}
+	if len(p99s) > 0 {
+		m := median(p99s)
+		lat.Got, lat.Status = fmt.Sprintf("median of %d rounds %.2fx (%s)", len(p99s), m, times(p99s)), passMiss(m <= 1.5)
+	}
+	if x := r.findRoundTitle("r", "cluster node restart", relay, 0); x != nil && x.Restart != nil {
+		f := x.Restart
+		back.Got = fmt.Sprintf("lost %d, %d copies, the longest publish-to-2xx %.1f s (%s)", f.Lost, x.Duplicates, f.LongestMs/1000, f.lastCopy())
+		if l := r.findRoundTitle("r", "cluster node restart", loop, 0); l != nil && l.Restart != nil {
+			back.Got += fmt.Sprintf("; the loop (AckWait 30 s): lost %d, the longest %.1f s", l.Restart.Lost, l.Restart.LongestMs/1000)
+		}
+		back.Status = passMiss(f.Lost == 0 && f.LongestMs < 30_000)
+	}
+	return []target{tp, lat, back}
+}
+
 // latencyTargets judge each rate of (b): relay's p99 at most 1.1x the
 // minimal loop's at the same rate.
 func (r *report) latencyTargets() []target {
@@ -336,6 +380,16 @@ func (r *report) fairnessTarget() target {
 		t.Status = passMiss(loaded.P99ms <= 2*idle.P99ms)
 	}
 	return t
+}
+
+// findRoundTitle is findRound among the results titled title.
+func (r *report) findRoundTitle(scenario, title, system string, round int) *result {
+	for _, x := range r.Results {
+		if x.Scenario == scenario && x.Title == title && x.System == system && x.Round == round {
+			return x
+		}
+	}
+	return nil
 }
 
 func (r *report) findRound(scenario, system string, round int) *result {
@@ -559,14 +613,15 @@ func (r *report) clusterText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\n(r) a 3-node NATS cluster (three relay-bench nats-node processes, file storage, R3 streams and consumers),\n")
 	fmt.Fprintf(w, "relay as two replicas (run --replicas 3), beside one server (R1: (a)'s medians, (b)); for a node restart, the\n")
-	fmt.Fprintf(w, "events stream's leader SIGKILLed %s into the run and started again %s later, -r-duration %s in all:\n\n", rKillAfter, r.Options.RDown, r.Options.RDuration)
+	fmt.Fprintf(w, "node leading the events stream and the consumer SIGKILLed %s into the run and started again %s later, -r-duration %s in all:\n\n", rKillAfter, r.Options.RDown, r.Options.RDuration)
 	table(w, rows)
 	fmt.Fprintf(w, "\n(CPU s/1k: relay's processes, both replicas summed, or the loop's; NATS s/1k: the three nodes, or with R1 the bench\n")
 	fmt.Fprintf(w, "process that embeds the server. x R1: deliveries/s over R1's. Longest gap: the longest time without a new delivery;\n")
 	fmt.Fprintf(w, "new leader: from the kill to the events stream's new leader, from the nodes' logs;\n")
 	fmt.Fprintf(w, "below half: the 100 ms periods after the kill with fewer deliveries than half the publish rate; recovered: from\n")
 	fmt.Fprintf(w, "the first of those until the start of a second whose every 100 ms had half or more; drained: from the end of\n")
-	fmt.Fprintf(w, "publishing until the sink had every event.)\n")
+	fmt.Fprintf(w, "publishing until the sink had every event; longest wait: the longest publish-to-2xx, copies included.\n")
+	fmt.Fprintf(w, "Throughput and latency are medians of %d rounds each.)\n", max(r.Options.RRounds, 1))
 }
 
 // clusterRows are clusterText's table, nil without (r).
@@ -579,8 +634,31 @@ func (r *report) clusterRows() [][]string {
 		}
 		return nil
 	}
+	// medians of (r)'s rounds of title for system, of each of f's figures.
+	medians := func(title, system string, f func(*result) []float64) []float64 {
+		var cols [][]float64
+		for _, x := range r.Results {
+			if x.Scenario != "r" || x.Title != title || x.System != system {
+				continue
+			}
+			for i, v := range f(x) {
+				if i == len(cols) {
+					cols = append(cols, nil)
+				}
+				cols[i] = append(cols[i], v)
+			}
+		}
+		if cols == nil {
+			return nil
+		}
+		out := make([]float64, len(cols))
+		for i, c := range cols {
+			out[i] = median(c)
+		}
+		return out
+	}
 	per1k := func(cpu float64, x *result) float64 { return cpu / float64(x.Delivered) * 1000 }
-	rows := [][]string{{"", "deliveries/s", "x R1", "CPU s/1k", "NATS s/1k", "p50 ms", "p99 ms", "@ rate/s", "restart: lost", "dups", "longest gap ms", "new leader s", "below half ms", "recovered ms", "drained s"}}
+	rows := [][]string{{"", "deliveries/s", "x R1", "CPU s/1k", "NATS s/1k", "p50 ms", "p99 ms", "@ rate/s", "restart: lost", "dups", "longest gap ms", "new leader s", "below half ms", "recovered ms", "drained s", "longest wait s"}}
 	var r1 = map[string]float64{}
 	for _, sys := range []string{"relay", "minimal loop"} {
 		var rates, cpus, nats []float64
@@ -591,7 +669,7 @@ func (r *report) clusterRows() [][]string {
 				nats = append(nats, per1k(x.BenchCPU, x))
 			}
 		}
-		row := []string{sys + ", R1", "-", "", "-", "-", "-", "-", "-", "", "", "", "", "", "", ""}
+		row := []string{sys + ", R1", "-", "", "-", "-", "-", "-", "-", "", "", "", "", "", "", "", ""}
 		if len(rates) > 0 {
 			r1[sys] = median(rates)
 			row[1], row[3], row[4] = f0(r1[sys]), strconv.FormatFloat(median(cpus), 'f', 3, 64), strconv.FormatFloat(median(nats), 'f', 3, 64)
@@ -605,28 +683,33 @@ func (r *report) clusterRows() [][]string {
 	}
 	found := false
 	for _, sys := range []string{"relay, 2 replicas", "minimal loop"} {
-		row := []string{sys + ", R3", "-", "", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-"}
-		if x := find("cluster throughput", sys); x != nil && x.Delivered > 0 {
+		row := []string{sys + ", R3", "-", "", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-"}
+		if m := medians("cluster throughput", sys, func(x *result) []float64 {
+			if x.Delivered == 0 {
+				return nil
+			}
+			return []float64{x.PerSecond, per1k(x.ProcCPU, x), per1k(x.NodesCPU, x)}
+		}); m != nil {
 			found = true
-			row[1], row[3], row[4] = f0(x.PerSecond), strconv.FormatFloat(per1k(x.ProcCPU, x), 'f', 3, 64), strconv.FormatFloat(per1k(x.NodesCPU, x), 'f', 3, 64)
+			row[1], row[3], row[4] = f0(m[0]), strconv.FormatFloat(m[1], 'f', 3, 64), strconv.FormatFloat(m[2], 'f', 3, 64)
 			base := r1["relay"]
 			if sys == "minimal loop" {
 				base = r1[sys]
 			}
 			if base > 0 {
-				row[2] = fmt.Sprintf("%.2f", x.PerSecond/base)
+				row[2] = fmt.Sprintf("%.2f", m[0]/base)
 			}
 		}
-		if x := find("cluster latency", sys); x != nil {
+		if m := medians("cluster latency", sys, func(x *result) []float64 { return []float64{x.P50ms, x.P99ms, x.Rate} }); m != nil {
 			found = true
-			row[5], row[6], row[7] = f2(x.P50ms), f2(x.P99ms), f0(x.Rate)
+			row[5], row[6], row[7] = f2(m[0]), f2(m[1]), f0(m[2])
 		}
 		if x := find("cluster node restart", sys); x != nil && x.Restart != nil {
 			found = true
 			f := x.Restart
 			row[8], row[9], row[10] = strconv.FormatInt(f.Lost, 10), strconv.FormatInt(x.Duplicates, 10), f0(f.MaxGapMs)
 			row[11] = orDash(f.ElectedSecs >= 0, f1(f.ElectedSecs))
-			row[12], row[13], row[14] = f0(f.Dip.BelowHalfMs), f0(f.Dip.LastsMs), f1(f.AllDeliveredSecs)
+			row[12], row[13], row[14], row[15] = f0(f.Dip.BelowHalfMs), f0(f.Dip.LastsMs), f1(f.AllDeliveredSecs), f1(f.LongestMs/1000)
 			switch {
 			case f.Dip.StartMs < 0:
 				row[13] = "no dip"

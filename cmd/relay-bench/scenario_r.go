@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,24 +11,32 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaydev/relay/destination"
 	"github.com/relaydev/relay/stream"
 )
 
-// scenarioR: the distributed deployment (issue 29). A 3-node NATS cluster
-// (natsCluster: three processes), relay's streams and buckets with 3
-// replicas, and two 'relay run --replicas 3' processes on the cluster's
-// URLs, against the minimal loop on the same cluster. For each: (1)
-// throughput, -r-n events published before it starts, timed until the sink
-// has them all; (2) latency at 50% of relay's rate in (1), for
-// -r-duration; (3) the same rate again, with the events stream's leader
-// SIGKILLed rKillAfter into it and started again -r-down later: events
-// published (retried until acknowledged) against delivered, duplicates, the
-// longest gap between new deliveries and the dip in the delivery rate.
-// Relay runs first, on the new cluster; the loop after it, once every node
-// is healthy again, with no relay process running.
+// scenarioR: the distributed deployment (issues 29 and 44). A 3-node NATS
+// cluster (natsCluster: three processes), relay's streams and buckets with
+// 3 replicas, and two 'relay run --replicas 3' processes on the cluster's
+// URLs at relay's default log level, against the minimal loop on the same
+// cluster:
+//  1. throughput, -r-rounds rounds each, taking turns which goes first:
+//     -r-n events published before the processes start, timed from their
+//     start until the sink has them all;
+//  2. latency at half the loop's rate in (1) (the median of its rounds),
+//     for -r-duration, -r-rounds rounds each, taking turns;
+//  3. the same rate again, with the node that leads the events stream and
+//     the consumer (colocate) SIGKILLed rKillAfter into it and started again -r-down later, once each: events
+//     published (retried until acknowledged) against delivered, duplicates,
+//     the longest publish-to-2xx (copies included: how long an event whose
+//     ack or pull response the node took with it waited), the longest gap
+//     between new deliveries and the dip in the delivery rate.
+//
+// Each round starts the processes it measures and stops them after it, so
+// that neither runs beside the other.
 func (b *bench) scenarioR(ctx context.Context) ([]*result, error) {
 	dir := filepath.Join(b.tmp, "cluster")
 	defer func() {
@@ -67,40 +76,104 @@ func (b *bench) scenarioR(ctx context.Context) ([]*result, error) {
 	// consumer and check waits) work on the cluster while (r) runs.
 	natsURL, bnc, bjs, bstore, bpub, ns := b.natsURL, b.nc, b.js, b.store, b.pub, b.ns
 	b.natsURL, b.nc, b.js, b.store, b.pub, b.ns, b.cluster = c.urls(), nc, js, store, pub, nil, c
-	// Without --replicas 3, relay would set the streams to one replica.
-	b.relayArgs = []string{"--replicas", "3"}
+	// Without --replicas 3, relay would set the streams to one replica;
+	// and relay runs at its default log level, as a user runs it.
+	b.relayArgs, b.defaultLogLevel = []string{"--replicas", "3"}, true
 	defer func() {
 		b.natsURL, b.nc, b.js, b.store, b.pub, b.ns, b.cluster = natsURL, bnc, bjs, bstore, bpub, ns, nil
-		b.relayArgs = nil
+		b.relayArgs, b.defaultLogLevel = nil, false
 	}()
 	logf("  cluster healthy: %s; relay's streams and buckets have 3 replicas", c.urls())
 
-	rs, err := b.clusterRelay(ctx, c, b.opts.rN)
-	if err != nil {
+	const dest = "r"
+	relaySys := clusterSystem{name: "relay, 2 replicas", dest: dest, consumer: destination.ConsumerName(dest), relay: true}
+	if err := b.addDest(ctx, destination.Destination{Name: dest}); err != nil {
 		return nil, err
 	}
-	logf("  waiting until every node is healthy again")
-	if err := waitFor(ctx, nil, 2*time.Minute, 100*time.Millisecond, "every NATS node healthy", c.healthy); err != nil {
-		return nil, fmt.Errorf("(r): %w", err)
-	}
-	ls, err := b.clusterLoop(ctx, c, b.opts.rN, rs[1].Rate)
-	if err != nil {
+	if err := b.settleUnrouted(ctx); err != nil {
 		return nil, err
 	}
-	// relay against the loop on the cluster, in the "vs loop (a)" column
-	// (in (a), each relay round against its loop); relay on the cluster
-	// against relay on one server in "vs relay (a)".
-	rs[0].VsLoop = rs[0].PerSecond / ls[0].PerSecond
-	ls[0].VsLoop = 0
-	rs[0].Notes = append(rs[0].Notes, "vs loop (a): against the minimal loop on the cluster")
-	if b.relayRateA > 0 {
-		rs[0].VsRelayA = rs[0].PerSecond / b.relayRateA
-		rs[0].Notes = append(rs[0].Notes, "vs relay (a): against relay on one server, (a)'s median")
+	n := b.opts.rN
+	var out, loops []*result
+	for k := 1; k <= b.opts.rRounds; k++ {
+		r := &result{Scenario: "r", Title: "cluster throughput", System: relaySys.name, Round: k, Events: n, LatencyKind: "queue"}
+		l := &result{Scenario: "r", Title: "cluster throughput", System: "minimal loop", Round: k, Events: n, LatencyKind: "queue"}
+		err := inTurn(k, func() error {
+			if err := b.clusterRelayThroughput(ctx, c, r, relaySys, k == 1); err != nil {
+				return fmt.Errorf("(r) relay throughput, round %d: %w", k, err)
+			}
+			logf("  relay (2 replicas), round %d: %d delivered in %.2fs = %.0f/s", k, r.Delivered, r.Seconds, r.PerSecond)
+			return nil
+		}, func() error {
+			if err := b.clusterLoopThroughput(ctx, c, l, "rloop"+strconv.Itoa(k), n); err != nil {
+				return fmt.Errorf("(r) minimal loop throughput, round %d: %w", k, err)
+			}
+			logf("  minimal loop, round %d: %d delivered in %.2fs = %.0f/s", k, l.Delivered, l.Seconds, l.PerSecond)
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		// relay against the loop on the cluster in the same round, in the
+		// "vs loop" column; relay on the cluster against relay on one
+		// server in "vs relay (a)".
+		r.VsLoop, l.VsLoop = r.PerSecond/l.PerSecond, 0
+		r.Notes = append(r.Notes, "vs loop: against the minimal loop on the cluster, the same round")
+		if b.relayRateA > 0 {
+			r.VsRelayA = r.PerSecond / b.relayRateA
+			r.Notes = append(r.Notes, "vs relay (a): against relay on one server, (a)'s median")
+		}
+		out = append(out, r, l)
+		loops = append(loops, l)
 	}
-	for _, x := range append(rs[1:], ls[1:]...) {
-		x.VsLoop = 0
+
+	rate := medianRate(loops) / 2
+	logf("  latency and node restart at %.0f/s, half the loop's median throughput", rate)
+	const loopDest = "rloopb"
+	if err := b.addPausedDest(ctx, loopDest); err != nil {
+		return nil, err
 	}
-	out := append(rs, ls...)
+	loopSys := clusterSystem{name: "minimal loop", dest: loopDest, consumer: "bench_" + loopDest}
+	atRate := func(r *result, sys clusterSystem, restart bool) error {
+		run := b.withLoop
+		if sys.relay {
+			run = b.withRelay
+		}
+		return run(ctx, r, sys, func(sys clusterSystem) error { return b.clusterAtRate(ctx, c, r, sys, rate, restart) })
+	}
+	for k := 1; k <= b.opts.rRounds; k++ {
+		r := &result{Scenario: "r", Title: "cluster latency", System: relaySys.name, Round: k, Rate: rate, LatencyKind: "publish-to-delivery"}
+		l := &result{Scenario: "r", Title: "cluster latency", System: loopSys.name, Round: k, Rate: rate, LatencyKind: "publish-to-delivery"}
+		err := inTurn(k, func() error {
+			if err := atRate(r, relaySys, false); err != nil {
+				return fmt.Errorf("(r) relay latency, round %d: %w", k, err)
+			}
+			return nil
+		}, func() error {
+			if err := atRate(l, loopSys, false); err != nil {
+				return fmt.Errorf("(r) minimal loop latency, round %d: %w", k, err)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r, l)
+	}
+
+	for i, sys := range []clusterSystem{relaySys, loopSys} {
+		if i > 0 {
+			logf("  waiting until every node is healthy again")
+			if err := waitFor(ctx, nil, 2*time.Minute, 100*time.Millisecond, "every NATS node healthy", c.healthy); err != nil {
+				return nil, fmt.Errorf("(r): %w", err)
+			}
+		}
+		kill := &result{Scenario: "r", Title: "cluster node restart", System: sys.name, Rate: rate, LatencyKind: "publish-to-delivery"}
+		if err := atRate(kill, sys, true); err != nil {
+			return nil, fmt.Errorf("(r) %s node restart: %w", sys.name, err)
+		}
+		out = append(out, kill)
+	}
 	if note := b.clusterDeadLetters(ctx); note != "" {
 		out[len(out)-1].Notes = append(out[len(out)-1].Notes, note)
 	}
@@ -124,122 +197,106 @@ func (s clusterSystem) first() *proc {
 	return s.procs[0]
 }
 
-// clusterRelay measures two relay replicas: throughput, latency and a node
-// restart, in that order, the same two processes throughout.
-func (b *bench) clusterRelay(ctx context.Context, c *natsCluster, n int) ([]*result, error) {
-	const dest = "r"
-	sys := clusterSystem{name: "relay, 2 replicas", dest: dest, consumer: destination.ConsumerName(dest), relay: true}
-	tp := &result{Scenario: "r", Title: "cluster throughput", System: sys.name, Events: n, LatencyKind: "queue"}
-	if err := b.addDest(ctx, destination.Destination{Name: dest}); err != nil {
-		return nil, err
-	}
-	if err := b.settleUnrouted(ctx); err != nil {
-		return nil, err
-	}
-	if err := b.publishFor(ctx, tp, []string{dest}, n); err != nil {
-		return nil, fmt.Errorf("(r) relay: %w", err)
-	}
-	if err := b.sinkReset(ctx); err != nil {
-		return nil, err
-	}
-	logf("  starting two relay replicas")
-	m, start := b.mark(), time.Now()
-	defer func() {
-		for _, p := range sys.procs {
-			_ = p.stop(20 * time.Second)
-		}
-	}()
+// startReplicas starts two relay replicas on the cluster, profiled if
+// profile and -relay-profile.
+func (b *bench) startReplicas(ctx context.Context, sys *clusterSystem, profile bool) ([]<-chan string, error) {
 	var profiles []<-chan string
 	for i := range 2 {
 		name := "r-" + strconv.Itoa(i+1)
 		p, err := b.startRelay(name)
 		if err != nil {
-			return nil, err
+			return profiles, err
 		}
 		sys.procs = append(sys.procs, p)
+		if !profile {
+			continue
+		}
 		if ch := b.profileRelay(ctx, p, name); ch != nil {
 			profiles = append(profiles, ch)
 		}
 	}
+	return profiles, nil
+}
+
+// stopReplicas stops sys's relay processes, noting in r the errors their
+// logs have and how they stopped.
+func stopReplicas(r *result, sys clusterSystem) {
+	for _, p := range sys.procs {
+		if note := logErrors(p.logPath); note != "" {
+			r.Notes = append(r.Notes, p.name+": "+note)
+		}
+		if err := p.stop(20 * time.Second); err != nil {
+			r.Notes = append(r.Notes, err.Error())
+		}
+	}
+}
+
+// withRelay runs f with two relay replicas started for it, stopped after.
+func (b *bench) withRelay(ctx context.Context, r *result, sys clusterSystem, f func(clusterSystem) error) error {
+	defer func() { stopReplicas(r, sys) }()
+	if _, err := b.startReplicas(ctx, &sys, false); err != nil {
+		return err
+	}
+	return f(sys)
+}
+
+// withLoop runs f with the minimal loop started for it, stopped after.
+func (b *bench) withLoop(ctx context.Context, r *result, sys clusterSystem, f func(clusterSystem) error) error {
+	lr, lp, err := b.startLoopRunner(ctx, sys.dest)
+	if err != nil {
+		return err
+	}
+	if lp != nil {
+		sys.procs = []*proc{lp}
+	}
+	err = f(sys)
+	if serr := lr.stop(); err == nil && serr != nil {
+		r.Notes = append(r.Notes, serr.Error())
+	}
+	return err
+}
+
+// clusterRelayThroughput measures two relay replicas draining -r-n events
+// published before they start, timed from their start.
+func (b *bench) clusterRelayThroughput(ctx context.Context, c *natsCluster, tp *result, sys clusterSystem, profile bool) error {
+	// Each round's events have ids of their own, as JetStream drops an id
+	// seen in the last two minutes.
+	n := tp.Events
+	if err := b.publishTo(ctx, tp, []string{stream.InSubject(sys.dest, "")}, sys.dest+"-tp"+strconv.Itoa(tp.Round)+"-", n); err != nil {
+		return err
+	}
+	if err := b.sinkReset(ctx); err != nil {
+		return err
+	}
+	m, start := b.mark(), time.Now()
+	defer func() { stopReplicas(tp, sys) }()
+	profiles, err := b.startReplicas(ctx, &sys, profile)
+	if err != nil {
+		return err
+	}
 	first, err := b.waitDeliveredAll(ctx, int64(n), sys.procs, limitFor(n))
 	if err != nil {
-		return nil, fmt.Errorf("(r) relay throughput: %w", err)
+		return err
 	}
 	el := time.Since(start)
 	procsFigures(tp, sys.procs, nil)
 	if err := b.finish(ctx, tp, m, start, first, el); err != nil {
-		return nil, err
+		return err
 	}
-	tp.Notes = append(tp.Notes, fmt.Sprintf("two relay processes, %s --nats-url <the 3 nodes> ... run --replicas 3 (concurrency %d each); CPU s/1k sums both, RSS is the larger peak", b.opts.relay, b.opts.concurrency))
+	tp.Notes = append(tp.Notes, fmt.Sprintf("two relay processes, %s --nats-url <the 3 nodes> run --replicas 3 (concurrency %d each); CPU s/1k sums both, RSS is the larger peak", b.opts.relay, b.opts.concurrency))
 	for _, p := range sys.procs {
 		for _, note := range b.relayNotes(ctx, p) {
 			tp.Notes = append(tp.Notes, p.name+": "+note)
 		}
 	}
-	if note := b.redeliveries(ctx, []string{dest}, n); note != "" {
+	if note := b.redeliveries(ctx, []string{sys.dest}, n); note != "" {
 		tp.Notes = append(tp.Notes, note)
 	}
 	tp.Notes = append(tp.Notes, b.consumerNote(ctx, sys.consumer), c.placement(ctx))
-	logf("  relay (2 replicas): %d delivered in %.2fs = %.0f/s", tp.Delivered, tp.Seconds, tp.PerSecond)
-
-	rate := tp.PerSecond / 2
-	lat := &result{Scenario: "r", Title: "cluster latency", System: sys.name, Rate: rate, LatencyKind: "publish-to-delivery"}
-	if err := b.clusterAtRate(ctx, c, lat, sys, rate, false); err != nil {
-		return nil, fmt.Errorf("(r) relay latency: %w", err)
-	}
-	kill := &result{Scenario: "r", Title: "cluster node restart", System: sys.name, Rate: rate, LatencyKind: "publish-to-delivery"}
-	if err := b.clusterAtRate(ctx, c, kill, sys, rate, true); err != nil {
-		return nil, fmt.Errorf("(r) relay node restart: %w", err)
-	}
 	for _, ch := range profiles {
 		tp.Notes = append(tp.Notes, <-ch)
 	}
-	for _, p := range sys.procs {
-		if note := logErrors(p.logPath); note != "" {
-			kill.Notes = append(kill.Notes, p.name+" (over the three runs): "+note)
-		}
-		if err := p.stop(20 * time.Second); err != nil {
-			kill.Notes = append(kill.Notes, err.Error())
-		}
-	}
-	return []*result{tp, lat, kill}, nil
-}
-
-// clusterLoop measures the minimal loop on the cluster: throughput (its
-// own process, as in (a)), then latency and a node restart at rate, both
-// with one loop process.
-func (b *bench) clusterLoop(ctx context.Context, c *natsCluster, n int, rate float64) ([]*result, error) {
-	tp := &result{Scenario: "r", Title: "cluster throughput", System: "minimal loop", Events: n, LatencyKind: "queue"}
-	if err := b.clusterLoopThroughput(ctx, c, tp, "rloop", n); err != nil {
-		return nil, fmt.Errorf("(r) minimal loop throughput: %w", err)
-	}
-	logf("  minimal loop: %d delivered in %.2fs = %.0f/s", tp.Delivered, tp.Seconds, tp.PerSecond)
-	const dest = "rloopb"
-	if err := b.addPausedDest(ctx, dest); err != nil {
-		return nil, err
-	}
-	lr, lp, err := b.startLoopRunner(ctx, dest)
-	if err != nil {
-		return nil, err
-	}
-	defer lr.stop()
-	sys := clusterSystem{name: "minimal loop", dest: dest, consumer: "bench_" + dest}
-	if lp != nil {
-		sys.procs = []*proc{lp}
-	}
-	lat := &result{Scenario: "r", Title: "cluster latency", System: sys.name, Rate: rate, LatencyKind: "publish-to-delivery"}
-	if err := b.clusterAtRate(ctx, c, lat, sys, rate, false); err != nil {
-		return nil, fmt.Errorf("(r) minimal loop latency: %w", err)
-	}
-	lat.Notes = append(lat.Notes, b.consumerNote(ctx, sys.consumer))
-	kill := &result{Scenario: "r", Title: "cluster node restart", System: sys.name, Rate: rate, LatencyKind: "publish-to-delivery"}
-	if err := b.clusterAtRate(ctx, c, kill, sys, rate, true); err != nil {
-		return nil, fmt.Errorf("(r) minimal loop node restart: %w", err)
-	}
-	if err := lr.stop(); err != nil {
-		kill.Notes = append(kill.Notes, err.Error())
-	}
-	return []*result{tp, lat, kill}, nil
+	return nil
 }
 
 // clusterLoopThroughput is loopRun (not live) for (r): it also notes,
@@ -284,8 +341,8 @@ const rKillAfter = 4 * time.Second
 const pubAckTimeout = 2 * time.Second
 
 // clusterAtRate publishes to sys at rate for -r-duration and waits until
-// everything is delivered. Without restart it first warms up for a second
-// at rate; with restart, it SIGKILLs the events stream's leader rKillAfter
+// everything is delivered, after a warm-up of a second at rate. With
+// restart, it SIGKILLs the events stream's leader rKillAfter
 // into the run, starts it again -r-down later, and records what that did
 // (r.Restart).
 func (b *bench) clusterAtRate(ctx context.Context, c *natsCluster, r *result, sys clusterSystem, rate float64, restart bool) error {
@@ -294,18 +351,30 @@ func (b *bench) clusterAtRate(ctx context.Context, c *natsCluster, r *result, sy
 	if err != nil {
 		return err
 	}
-	if !restart {
-		warm, err := rp.atRate(ctx, sys.dest, sys.dest+"-warm-", rate, time.Second, b.opts.tick, time.Minute)
-		if err != nil {
-			return fmt.Errorf("warm-up: %w", err)
+	if restart {
+		// The node killed leads both the events stream and the consumer:
+		// publishes stall and the acks on their way to it are lost.
+		if err := b.colocate(ctx, sys.consumer); err != nil {
+			return err
 		}
-		if _, err := b.waitDeliveredAll(ctx, int64(warm), sys.procs, 2*time.Minute); err != nil {
+	}
+	if err := b.sinkReset(ctx); err != nil {
+		return err
+	}
+	// Every run's events have ids of their own: JetStream would drop an
+	// id it saw in the last two minutes as a duplicate.
+	b.rRuns++
+	run := strconv.Itoa(b.rRuns)
+	warm, err := rp.atRate(ctx, sys.dest, sys.dest+"-warm"+run+"-", rate, time.Second, b.opts.tick, time.Minute)
+	if err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+	if _, err := b.waitDeliveredAll(ctx, int64(warm), sys.procs, 2*time.Minute); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+	if sys.relay {
+		if err := b.waitCheckCaughtUp(ctx, p0, 5*time.Minute); err != nil {
 			return fmt.Errorf("warm-up: %w", err)
-		}
-		if sys.relay {
-			if err := b.waitCheckCaughtUp(ctx, p0, 5*time.Minute); err != nil {
-				return fmt.Errorf("warm-up: %w", err)
-			}
 		}
 	}
 	if err := b.waitConsumerIdle(ctx, sys.consumer, p0, 2*time.Minute); err != nil {
@@ -333,7 +402,7 @@ func (b *bench) clusterAtRate(ctx context.Context, c *natsCluster, r *result, sy
 		wg.Go(func() { rr = b.restartLeader(kctx, c, sys, start) })
 	}
 	logf("  %s: publishing to %s at %.0f/s for %s%s", sys.name, sys.dest, rate, dur, also)
-	published, err := rp.atRate(ctx, sys.dest, sys.dest+"-"+what+"-", rate, dur, b.opts.tick, 2*time.Minute)
+	published, err := rp.atRate(ctx, sys.dest, sys.dest+"-"+what+run+"-", rate, dur, b.opts.tick, 2*time.Minute)
 	if err != nil {
 		return err
 	}
@@ -341,7 +410,7 @@ func (b *bench) clusterAtRate(ctx context.Context, c *natsCluster, r *result, sy
 	var delivered int64
 	if restart {
 		// Events the lost node had handed out come back after their
-		// AckWait (30s for relay and the loop): no stall
+		// AckWait (relay's --ack-wait, 30s for the loop): no stall
 		// limit here, only a bound; what is still missing then is lost.
 		delivered, err = b.waitCount(ctx, int64(published), sys.procs, 3*time.Minute)
 	} else {
@@ -384,12 +453,17 @@ func (b *bench) clusterAtRate(ctx context.Context, c *natsCluster, r *result, sy
 		ReadySecs:   rr.readyAt.Sub(rr.restartAt).Seconds(),
 		Republished: retried, PubDuplicates: pubDups,
 		Lost:             int64(published) - delivered,
+		LongestMs:        st.Maxms,
+		LastCopySecs:     -1,
 		MaxGapMs:         st.MaxGapMs,
 		AllDeliveredSecs: (el - dur).Seconds(),
 		Dip:              dipOf(st.Bins, rate*binWidth.Seconds(), binOf(rr.killAt), binOf(start.Add(dur))),
 	}
 	if t, ok := firstLogAfter(c.logs(), "new stream leader for '$G > "+stream.EventsStream+"'", rr.killAt); ok {
 		f.ElectedSecs = t.Sub(rr.killAt).Seconds()
+	}
+	if st.LastDuplicateNs > 0 {
+		f.LastCopySecs = float64(st.LastDuplicateNs-ns(rr.killAt)) / 1e9
 	}
 	if st.MaxGapEndNs > 0 {
 		f.MaxGapEndSecs = float64(st.MaxGapEndNs-ns(rr.killAt)) / 1e9
@@ -401,6 +475,50 @@ func (b *bench) clusterAtRate(ctx context.Context, c *natsCluster, r *result, sy
 	}
 	logf("  %s: %s", sys.name, f.String())
 	return nil
+}
+
+// colocate makes the events stream's leader lead consumer too, asking the
+// consumer's leader to step down in its favour (the JetStream API's
+// preferred placement), and waits until it does.
+func (b *bench) colocate(ctx context.Context, consumer string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		s, err := b.js.Stream(ctx, stream.EventsStream)
+		if err != nil {
+			return fmt.Errorf("stream %s: %w", stream.EventsStream, err)
+		}
+		cons, err := b.js.Consumer(ctx, stream.EventsStream, consumer)
+		if err != nil {
+			return fmt.Errorf("consumer %s: %w", consumer, err)
+		}
+		sl, cl := s.CachedInfo().Cluster, cons.CachedInfo().Cluster
+		switch {
+		case sl == nil || cl == nil:
+			return fmt.Errorf("stream %s or consumer %s has no cluster information", stream.EventsStream, consumer)
+		case sl.Leader != "" && sl.Leader == cl.Leader:
+			logf("  %s leads both the events stream and consumer %s", sl.Leader, consumer)
+			return nil
+		case sl.Leader != "" && cl.Leader != "":
+			req, _ := json.Marshal(server.JSApiLeaderStepdownRequest{Placement: &server.Placement{Preferred: sl.Leader}})
+			msg, err := b.nc.RequestWithContext(ctx, fmt.Sprintf(server.JSApiConsumerLeaderStepDownT, stream.EventsStream, consumer), req)
+			if err != nil {
+				return fmt.Errorf("ask consumer %s's leader to step down: %w", consumer, err)
+			}
+			var resp server.JSApiConsumerLeaderStepDownResponse
+			if err := json.Unmarshal(msg.Data, &resp); err != nil {
+				return fmt.Errorf("consumer %s's step-down answered %q: %w", consumer, msg.Data, err)
+			}
+			if resp.Error != nil {
+				return fmt.Errorf("consumer %s's step-down in favour of %s: %v", consumer, sl.Leader, resp.Error)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("consumer %s's leader did not move to the events stream's: %w", consumer, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // restartRun is what restartLeader did.
@@ -599,6 +717,12 @@ type restartFigures struct {
 	Republished   int64   `json:"republished"`   // publishes repeated for want of a PubAck
 	PubDuplicates int64   `json:"publish_duplicates"`
 	Lost          int64   `json:"lost"` // acknowledged, not delivered
+	// LongestMs is the longest publish-to-2xx of the run, copies
+	// included: how long the events whose acks (or pull responses) the
+	// node took with it waited to come back. LastCopySecs is when the
+	// last copy came, from the kill (-1: none).
+	LongestMs    float64 `json:"longest_publish_to_2xx_ms"`
+	LastCopySecs float64 `json:"last_copy_after_kill_seconds"`
 	// MaxGapMs is the longest time without a new delivery, and
 	// MaxGapEndSecs when it ended, from the kill.
 	MaxGapMs         float64    `json:"max_gap_ms"`
@@ -618,9 +742,17 @@ func (f *restartFigures) String() string {
 	}
 	return fmt.Sprintf("SIGKILL of node %s (leader of %s; its clients: %s) %.1fs in, started again %.1fs later, healthy %.1fs after that; "+
 		"the events stream's new leader elected %s; %d publishes repeated for want of a PubAck (%d dropped by JetStream as duplicates); lost %d; "+
-		"longest time without a new delivery %.0f ms, ending %.1fs after the kill; %s; all delivered %.1fs after publishing ended",
+		"longest time without a new delivery %.0f ms, ending %.1fs after the kill; %s; all delivered %.1fs after publishing ended; "+
+		"the longest publish-to-2xx, copies included, %.1fs; %s",
 		f.Node, strings.Join(f.Led, ", "), clients, f.KillAtSecs, f.DownSecs, f.ReadySecs, elected, f.Republished, f.PubDuplicates, f.Lost,
-		f.MaxGapMs, f.MaxGapEndSecs, f.Dip, f.AllDeliveredSecs)
+		f.MaxGapMs, f.MaxGapEndSecs, f.Dip, f.AllDeliveredSecs, f.LongestMs/1000, f.lastCopy())
+}
+
+func (f *restartFigures) lastCopy() string {
+	if f.LastCopySecs < 0 {
+		return "no copies"
+	}
+	return fmt.Sprintf("the last copy %.1fs after the kill", f.LastCopySecs)
 }
 
 // dipFigures describe the delivery rate after a node's loss, from the

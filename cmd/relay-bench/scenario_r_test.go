@@ -132,7 +132,8 @@ func TestClusterFlags(t *testing.T) {
 	o, err := parseFlags([]string{"-relay", exe})
 	require.NoError(t, err)
 	require.NotContains(t, o.scenarios, "r", "(r) runs on purpose only")
-	require.Equal(t, 50_000, o.rN)
+	require.Equal(t, 100_000, o.rN)
+	require.Equal(t, 5, o.rRounds, "the issue's five rounds")
 	require.Equal(t, 15*time.Second, o.rDuration)
 	require.Equal(t, 3*time.Second, o.rDown)
 
@@ -148,6 +149,8 @@ func TestClusterFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"-r-n", "0"}, "-r-n 0"},
+		{[]string{"-r-rounds", "0"}, "-r-rounds 0: give 1 to 20"},
+		{[]string{"-r-rounds", "21"}, "-r-rounds 21: give 1 to 20"},
 		{[]string{"-r-down", "500ms"}, "-r-down 500ms: give 1s to 1m"},
 		{[]string{"-r-duration", "9s"}, "-r-duration 9s: give 10s (the kill at 4s, -r-down, then 3s)"},
 		{[]string{"-r-down", "10s", "-r-duration", "15s"}, "-r-duration 15s: give 17s"},
@@ -177,22 +180,27 @@ func TestClusterBesideR1(t *testing.T) {
 	}
 	r.Results = append(r.Results,
 		&result{Scenario: "b", System: "relay", Rate: 5000, P50ms: 1.5, P99ms: 9.25, Seconds: 1},
-		&result{Scenario: "r", Title: "cluster throughput", System: "relay, 2 replicas", PerSecond: 4000, Delivered: 1000, ProcCPU: 0.2, NodesCPU: 0.4, Seconds: 1},
-		&result{Scenario: "r", Title: "cluster latency", System: "relay, 2 replicas", Rate: 2000, P50ms: 3, P99ms: 20.5, Seconds: 1},
+		// Rounds: the table has their medians.
+		&result{Scenario: "r", Title: "cluster throughput", System: "relay, 2 replicas", Round: 1, PerSecond: 4000, Delivered: 1000, ProcCPU: 0.2, NodesCPU: 0.4, Seconds: 1},
+		&result{Scenario: "r", Title: "cluster throughput", System: "relay, 2 replicas", Round: 2, PerSecond: 3000, Delivered: 1000, ProcCPU: 0.3, NodesCPU: 0.5, Seconds: 1},
+		&result{Scenario: "r", Title: "cluster throughput", System: "relay, 2 replicas", Round: 3, PerSecond: 5000, Delivered: 1000, ProcCPU: 0.1, NodesCPU: 0.3, Seconds: 1},
+		&result{Scenario: "r", Title: "cluster latency", System: "relay, 2 replicas", Round: 1, Rate: 2000, P50ms: 3, P99ms: 20.5, Seconds: 1},
+		&result{Scenario: "r", Title: "cluster latency", System: "relay, 2 replicas", Round: 2, Rate: 2000, P50ms: 4, P99ms: 30, Seconds: 1},
 		&result{Scenario: "r", Title: "cluster node restart", System: "relay, 2 replicas", Rate: 2000, Duplicates: 7, Seconds: 1,
-			Restart: &restartFigures{MaxGapMs: 2345, ElectedSecs: 2.25, AllDeliveredSecs: 1.25, Dip: dipFigures{StartMs: 100, LastsMs: 2600, BelowHalfMs: 2700}}},
-		&result{Scenario: "r", Title: "cluster throughput", System: "minimal loop", PerSecond: 4500, Delivered: 1000, ProcCPU: 0.1, NodesCPU: 0.3, Seconds: 1},
+			Restart: &restartFigures{MaxGapMs: 2345, ElectedSecs: 2.25, AllDeliveredSecs: 1.25, LongestMs: 17_250, Dip: dipFigures{StartMs: 100, LastsMs: 2600, BelowHalfMs: 2700}}},
+		&result{Scenario: "r", Title: "cluster throughput", System: "minimal loop", Round: 1, PerSecond: 4500, Delivered: 1000, ProcCPU: 0.1, NodesCPU: 0.3, Seconds: 1},
 		&result{Scenario: "r", Title: "cluster node restart", System: "minimal loop", Rate: 2000, Seconds: 1,
 			Restart: &restartFigures{Lost: 0, MaxGapMs: 900, ElectedSecs: -1, Dip: dipFigures{StartMs: -1, LastsMs: 0}}},
 	)
 	rows := r.clusterRows()
-	require.Equal(t, []string{"relay, R1", "10000", "", "0.100", "0.050", "1.50", "9.25", "5000", "", "", "", "", "", "", ""}, rows[1])
-	require.Equal(t, []string{"minimal loop, R1", "9000", "", "0.080", "0.050", "-", "-", "-", "", "", "", "", "", "", ""}, rows[2])
-	require.Equal(t, []string{"relay, 2 replicas, R3", "4000", "0.40", "0.200", "0.400", "3.00", "20.50", "2000", "0", "7", "2345", "2.2", "2700", "2600", "1.2"}, rows[3])
-	require.Equal(t, []string{"minimal loop, R3", "4500", "0.50", "0.100", "0.300", "-", "-", "-", "0", "0", "900", "-", "0", "no dip", "0.0"}, rows[4])
+	require.Equal(t, []string{"relay, R1", "10000", "", "0.100", "0.050", "1.50", "9.25", "5000", "", "", "", "", "", "", "", ""}, rows[1])
+	require.Equal(t, []string{"minimal loop, R1", "9000", "", "0.080", "0.050", "-", "-", "-", "", "", "", "", "", "", "", ""}, rows[2])
+	require.Equal(t, []string{"relay, 2 replicas, R3", "4000", "0.40", "0.200", "0.400", "3.00", "20.50", "2000", "0", "7", "2345", "2.2", "2700", "2600", "1.2", "17.2"}, rows[3],
+		"the medians of the rounds (the lower middle one of two)")
+	require.Equal(t, []string{"minimal loop, R3", "4500", "0.50", "0.100", "0.300", "-", "-", "-", "0", "0", "900", "-", "0", "no dip", "0.0", "0.0"}, rows[4])
 	var buf bytes.Buffer
 	r.clusterText(&buf)
-	require.Contains(t, buf.String(), "SIGKILLed 4s into the run and started again 3s later, -r-duration 15s in all")
+	require.Contains(t, buf.String(), "the consumer SIGKILLed 4s into the run and started again 3s later, -r-duration 15s in all")
 }
 
 // TestFirstLogAfter finds, in the nodes' logs, when the events stream's new
@@ -220,4 +228,43 @@ func TestFirstLogAfter(t *testing.T) {
 
 	_, ok = firstLogAfter([]string{a, b}, needle, kill.Add(time.Minute))
 	require.False(t, ok, "nothing after")
+}
+
+// TestClusterTargets judges (r) by the medians of the rounds' ratios, and
+// the node restart by what was lost and the longest wait.
+func TestClusterTargets(t *testing.T) {
+	r := &report{}
+	got := r.clusterTargets()
+	require.Len(t, got, 3)
+	for _, x := range got {
+		require.Equal(t, "n/a", x.Status, x.Name)
+		require.Equal(t, "(r) not run", x.Got)
+	}
+
+	const relay, loop = "relay, 2 replicas", "minimal loop"
+	for k, v := range []struct{ vs, p99, loopP99 float64 }{{0.80, 30, 20}, {0.90, 12, 10}, {0.86, 14, 10}} {
+		r.Results = append(r.Results,
+			&result{Scenario: "r", Title: "cluster throughput", System: relay, Round: k + 1, VsLoop: v.vs},
+			&result{Scenario: "r", Title: "cluster throughput", System: loop, Round: k + 1},
+			&result{Scenario: "r", Title: "cluster latency", System: relay, Round: k + 1, P99ms: v.p99},
+			&result{Scenario: "r", Title: "cluster latency", System: loop, Round: k + 1, P99ms: v.loopP99})
+	}
+	kill := &result{Scenario: "r", Title: "cluster node restart", System: relay, Duplicates: 40,
+		Restart: &restartFigures{LongestMs: 21_500, LastCopySecs: 19.5}}
+	r.Results = append(r.Results, kill, &result{Scenario: "r", Title: "cluster node restart", System: loop,
+		Restart: &restartFigures{LongestMs: 36_000, LastCopySecs: 34}})
+	got = r.clusterTargets()
+	require.Equal(t, "PASS", got[0].Status)
+	require.Equal(t, "median of 3 rounds 86% (80%, 90%, 86%)", got[0].Got)
+	require.Equal(t, "PASS", got[1].Status, "ratios 1.5, 1.2, 1.4: median 1.4")
+	require.Equal(t, "median of 3 rounds 1.40x (1.50x, 1.20x, 1.40x)", got[1].Got)
+	require.Equal(t, "PASS", got[2].Status)
+	require.Equal(t, "lost 0, 40 copies, the longest publish-to-2xx 21.5 s (the last copy 19.5s after the kill); the loop (AckWait 30 s): lost 0, the longest 36.0 s", got[2].Got)
+
+	kill.Restart.LongestMs = 30_000
+	require.Equal(t, "MISS", r.clusterTargets()[2].Status, "30 s is not under 30 s")
+	kill.Restart.LongestMs, kill.Restart.Lost = 1000, 1
+	require.Equal(t, "MISS", r.clusterTargets()[2].Status, "an event lost")
+	r.Results[0].VsLoop, r.Results[4].VsLoop = 0.5, 0.6
+	require.Equal(t, "MISS", r.clusterTargets()[0].Status, "median 60%")
 }

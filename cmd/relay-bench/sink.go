@@ -62,6 +62,9 @@ type sinkStats struct {
 	// ended it arrived (Unix ns; 0 without two deliveries).
 	MaxGapMs    float64 `json:"max_gap_ms"`
 	MaxGapEndNs int64   `json:"max_gap_end_unix_ns,omitempty"`
+	// LastDuplicateNs is when the last duplicate arrived (Unix ns; 0
+	// without one).
+	LastDuplicateNs int64 `json:"last_duplicate_unix_ns,omitempty"`
 	// With ?bins=1: new deliveries per binWidth since the reset, the first
 	// bin starting at BinsStartNs (Unix ns).
 	Bins        []int64 `json:"per_100ms,omitempty"`
@@ -96,6 +99,7 @@ type sinkServer struct {
 	lastNew    int64              // Unix ns of the last new delivery
 	maxGap     int64              // the longest time between two new deliveries
 	maxGapEnd  int64
+	lastDup    int64 // Unix ns of the last duplicate
 }
 
 func newSinkServer() *sinkServer {
@@ -124,7 +128,7 @@ func (s *sinkServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.byDest = map[string]int64{}
 		s.ids = map[uint64]idState{}
 		s.lat, s.pub = s.lat[:0], s.pub[:0]
-		s.resetAt, s.bins, s.lastNew, s.maxGap, s.maxGapEnd = time.Now().UnixNano(), s.bins[:0], 0, 0, 0
+		s.resetAt, s.bins, s.lastNew, s.maxGap, s.maxGapEnd, s.lastDup = time.Now().UnixNano(), s.bins[:0], 0, 0, 0, 0
 		s.conns.Store(0)
 		s.mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
@@ -179,6 +183,7 @@ func (s *sinkServer) deliver(w http.ResponseWriter, r *http.Request, dest string
 	if status == http.StatusNoContent {
 		if st.delivered {
 			s.duplicates++
+			s.lastDup = now
 		} else {
 			st.delivered = true
 			s.delivered++
@@ -249,7 +254,7 @@ func parseTS(b []byte) int64 {
 func (s *sinkServer) stats(bins bool) sinkStats {
 	s.mu.Lock()
 	st := sinkStats{Delivered: s.delivered, Requests: s.requests, Duplicates: s.duplicates, Failed: s.failed, Conns: s.conns.Load(), ByDest: make(map[string]int64, len(s.byDest)),
-		MaxGapMs: ms(s.maxGap), MaxGapEndNs: s.maxGapEnd}
+		MaxGapMs: ms(s.maxGap), MaxGapEndNs: s.maxGapEnd, LastDuplicateNs: s.lastDup}
 	if bins {
 		st.Bins, st.BinsStartNs = slices.Clone(s.bins), s.resetAt
 	}

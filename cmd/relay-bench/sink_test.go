@@ -76,10 +76,14 @@ func TestSinkCountsEachDestinationsCopyOnce(t *testing.T) {
 	require.Equal(t, int64(4), st.Delivered, "one event to three subscribers and another to one")
 	require.Equal(t, int64(0), st.Duplicates, "the same webhook-id at another destination is no duplicate")
 	require.Equal(t, map[string]int64{"g10-0": 2, "g10-1": 1, "g10-2": 1}, st.ByDest)
+	require.Zero(t, st.LastDuplicateNs)
 
+	before := time.Now().UnixNano()
 	post("g10-1", "evt-1") // the same destination again: a duplicate
 	st = stats()
 	require.Equal(t, int64(4), st.Delivered)
 	require.Equal(t, int64(1), st.Duplicates)
+	require.GreaterOrEqual(t, st.LastDuplicateNs, before, "when the duplicate came")
+	require.LessOrEqual(t, st.LastDuplicateNs, time.Now().UnixNano())
 	require.Equal(t, int64(5), st.Requests)
 }
