@@ -68,6 +68,7 @@ type options struct {
 	pBClients    int
 	rN           int
 	rRounds      int
+	rRateShare   float64
 	rDuration    time.Duration
 	rDown        time.Duration
 	tenants      int
@@ -139,7 +140,8 @@ func parseFlags(args []string) (options, error) {
 	})
 	fs.IntVar(&o.rN, "r-n", 100_000, "events of each of scenario (r)'s throughput rounds, published to the cluster before relay or the minimal loop starts")
 	fs.IntVar(&o.rRounds, "r-rounds", 5, "rounds of scenario (r)'s throughput and latency runs, each relay and the minimal loop; the targets use the medians")
-	fs.DurationVar(&o.rDuration, "r-duration", 15*time.Second, "how long scenario (r) publishes at half the minimal loop's throughput (its rounds' median), for each latency round and again for the node-restart runs")
+	fs.DurationVar(&o.rDuration, "r-duration", 15*time.Second, "how long scenario (r) publishes at -r-rate-share of the minimal loop's throughput (its rounds' median), for each latency round and again for the node-restart runs")
+	fs.Float64Var(&o.rRateShare, "r-rate-share", 0.5, "scenario (r): the latency and node-restart runs' rate, as a share of the minimal loop's throughput (the target is set at 0.5)")
 	fs.DurationVar(&o.rDown, "r-down", 3*time.Second, "scenario (r): how long the killed node (the leader of the events stream and of the consumer, SIGKILLed 4s into the node-restart run) stays down")
 	fs.BoolVar(&o.shared, "shared", false, "scenarios (g) and (h): add the destinations shared (dest add --shared), served by relay's shared consumer")
 	fs.Float64Var(&o.rate, "rate", 0, "publish rate of scenario (b) per second (0: half of (a)'s relay rate)")
@@ -249,6 +251,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.rRounds < 1 || o.rRounds > 20 {
 		return o, fmt.Errorf("-r-rounds %d: give 1 to 20", o.rRounds)
+	}
+	if o.rRateShare <= 0 || o.rRateShare > 1 {
+		return o, fmt.Errorf("-r-rate-share %g: give more than 0, up to 1", o.rRateShare)
 	}
 	if o.iN < 1 {
 		return o, fmt.Errorf("-i-n %d: give 1 or more", o.iN)

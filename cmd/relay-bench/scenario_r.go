@@ -127,8 +127,8 @@ func (b *bench) scenarioR(ctx context.Context) ([]*result, error) {
 		loops = append(loops, l)
 	}
 
-	rate := medianRate(loops) / 2
-	logf("  latency and node restart at %.0f/s, half the loop's median throughput", rate)
+	rate := medianRate(loops) * b.opts.rRateShare
+	logf("  latency and node restart at %.0f/s, %.0f%% of the loop's median throughput", rate, 100*b.opts.rRateShare)
 	const loopDest = "rloopb"
 	if err := b.addPausedDest(ctx, loopDest); err != nil {
 		return nil, err
@@ -197,9 +197,9 @@ func (s clusterSystem) first() *proc {
 	return s.procs[0]
 }
 
-// startReplicas starts two relay replicas on the cluster, profiled if
-// profile and -relay-profile.
-func (b *bench) startReplicas(ctx context.Context, sys *clusterSystem, profile bool) ([]<-chan string, error) {
+// startReplicas starts two relay replicas on the cluster, with
+// -relay-cpuprofile profiled as <profile>-1 and -2 (none if "").
+func (b *bench) startReplicas(ctx context.Context, sys *clusterSystem, profile string) ([]<-chan string, error) {
 	var profiles []<-chan string
 	for i := range 2 {
 		name := "r-" + strconv.Itoa(i+1)
@@ -208,10 +208,10 @@ func (b *bench) startReplicas(ctx context.Context, sys *clusterSystem, profile b
 			return profiles, err
 		}
 		sys.procs = append(sys.procs, p)
-		if !profile {
+		if profile == "" {
 			continue
 		}
-		if ch := b.profileRelay(ctx, p, name); ch != nil {
+		if ch := b.profileRelay(ctx, p, profile+"-"+strconv.Itoa(i+1)); ch != nil {
 			profiles = append(profiles, ch)
 		}
 	}
@@ -231,13 +231,22 @@ func stopReplicas(r *result, sys clusterSystem) {
 	}
 }
 
-// withRelay runs f with two relay replicas started for it, stopped after.
+// withRelay runs f with two relay replicas started for it, stopped after
+// (their profiles written first, in the first latency round).
 func (b *bench) withRelay(ctx context.Context, r *result, sys clusterSystem, f func(clusterSystem) error) error {
 	defer func() { stopReplicas(r, sys) }()
-	if _, err := b.startReplicas(ctx, &sys, false); err != nil {
-		return err
+	profile := ""
+	if r.Title == "cluster latency" && r.Round == 1 {
+		profile = "rlat"
 	}
-	return f(sys)
+	profiles, err := b.startReplicas(ctx, &sys, profile)
+	if err == nil {
+		err = f(sys)
+	}
+	for _, ch := range profiles {
+		r.Notes = append(r.Notes, <-ch)
+	}
+	return err
 }
 
 // withLoop runs f with the minimal loop started for it, stopped after.
@@ -270,7 +279,11 @@ func (b *bench) clusterRelayThroughput(ctx context.Context, c *natsCluster, tp *
 	}
 	m, start := b.mark(), time.Now()
 	defer func() { stopReplicas(tp, sys) }()
-	profiles, err := b.startReplicas(ctx, &sys, profile)
+	name := ""
+	if profile {
+		name = "r"
+	}
+	profiles, err := b.startReplicas(ctx, &sys, name)
 	if err != nil {
 		return err
 	}

@@ -134,6 +134,7 @@ func TestClusterFlags(t *testing.T) {
 	require.NotContains(t, o.scenarios, "r", "(r) runs on purpose only")
 	require.Equal(t, 100_000, o.rN)
 	require.Equal(t, 5, o.rRounds, "the issue's five rounds")
+	require.Equal(t, 0.5, o.rRateShare, "half the loop's throughput")
 	require.Equal(t, 15*time.Second, o.rDuration)
 	require.Equal(t, 3*time.Second, o.rDown)
 
@@ -151,6 +152,8 @@ func TestClusterFlags(t *testing.T) {
 		{[]string{"-r-n", "0"}, "-r-n 0"},
 		{[]string{"-r-rounds", "0"}, "-r-rounds 0: give 1 to 20"},
 		{[]string{"-r-rounds", "21"}, "-r-rounds 21: give 1 to 20"},
+		{[]string{"-r-rate-share", "0"}, "-r-rate-share 0: give more than 0, up to 1"},
+		{[]string{"-r-rate-share", "1.5"}, "-r-rate-share 1.5: give more than 0, up to 1"},
 		{[]string{"-r-down", "500ms"}, "-r-down 500ms: give 1s to 1m"},
 		{[]string{"-r-duration", "9s"}, "-r-duration 9s: give 10s (the kill at 4s, -r-down, then 3s)"},
 		{[]string{"-r-down", "10s", "-r-duration", "15s"}, "-r-duration 15s: give 17s"},
@@ -267,4 +270,10 @@ func TestClusterTargets(t *testing.T) {
 	require.Equal(t, "MISS", r.clusterTargets()[2].Status, "an event lost")
 	r.Results[0].VsLoop, r.Results[4].VsLoop = 0.5, 0.6
 	require.Equal(t, "MISS", r.clusterTargets()[0].Status, "median 60%")
+
+	// At another rate than half the loop's, latency is information.
+	r.Options.RRateShare = 0.35
+	got = r.clusterTargets()
+	require.Equal(t, "n/a", got[1].Status)
+	require.Contains(t, got[1].Got, "at 35% of the loop's throughput, not the target's 50%")
 }
