@@ -145,6 +145,10 @@ bench: build deps ## End-to-end benchmark (report in bench-results/, see BENCHMA
 	$(GO) run ./cmd/relay-bench -relay $(BIN) -out bench-results -shared
 	$(GO) test -run '^$$' -bench . -benchmem ./relay ./api ./webhook
 
+.PHONY: bench-cluster
+bench-cluster: build ## Scenario (r): a 3-node NATS cluster, two relay replicas against the minimal loop (about 8 minutes; report in bench-results-cluster/)
+	$(GO) run ./cmd/relay-bench -relay $(BIN) -out bench-results-cluster -scenarios r
+
 # Helm is not a Debian package: chart-test builds it, pinned, from the Go
 # module proxy into bin/ (once; later runs reuse it).
 HELM_VERSION ?= v4.3.2

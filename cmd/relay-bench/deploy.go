@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -25,23 +26,33 @@ import (
 // directory already holding -i-n events for it, each timed from its
 // process's start to the sink's last 2xx: start-up, store recovery and
 // relay's unknown-destination check included. -i-rounds rounds alternate
-// which goes first, as in (a).
+// which goes first, as in (a). Every run starts on a copy of one data
+// directory, prepared once: the same events, and no publishing between
+// the runs.
 func (b *bench) scenarioI(ctx context.Context) ([]*result, error) {
 	n := b.opts.iN
+	tmpl := filepath.Join(b.tmp, "deploy-template")
+	defer os.RemoveAll(tmpl)
+	prep := &result{}
+	if err := b.prepareDeployData(ctx, prep, tmpl, deployDest, n); err != nil {
+		return nil, fmt.Errorf("(i) preparing the data directory: %w", err)
+	}
 	var out []*result
 	for k := 1; k <= b.opts.iRounds; k++ {
-		r := &result{Scenario: "i", Title: "default deployment", System: "relay", Round: k, Events: n, LatencyKind: "queue"}
-		l := &result{Scenario: "i", Title: "default deployment", System: "minimal loop", Round: k, Events: n, LatencyKind: "queue"}
+		r := &result{Scenario: "i", Title: "default deployment", System: "relay", Round: k, Events: n, LatencyKind: "queue",
+			PublishSecs: prep.PublishSecs, PublishRate: prep.PublishRate}
+		l := &result{Scenario: "i", Title: "default deployment", System: "minimal loop", Round: k, Events: n, LatencyKind: "queue",
+			PublishSecs: prep.PublishSecs, PublishRate: prep.PublishRate}
 		runRelay := func() error {
 			// -aa: the loop with its own server in relay's place too.
-			if err := b.deployRun(ctx, r, "i"+strconv.Itoa(k), b.opts.aa); err != nil {
+			if err := b.deployRun(ctx, r, tmpl, "i"+strconv.Itoa(k), b.opts.aa); err != nil {
 				return fmt.Errorf("(i) relay, round %d: %w", k, err)
 			}
 			logf("  relay: %d delivered in %.2fs = %.0f/s, peak RSS %.1f MB", r.Delivered, r.Seconds, r.PerSecond, r.ProcRSSMB)
 			return nil
 		}
 		runLoop := func() error {
-			if err := b.deployRun(ctx, l, "iloop"+strconv.Itoa(k), true); err != nil {
+			if err := b.deployRun(ctx, l, tmpl, "iloop"+strconv.Itoa(k), true); err != nil {
 				return fmt.Errorf("(i) minimal loop, round %d: %w", k, err)
 			}
 			logf("  minimal loop: %d delivered in %.2fs = %.0f/s, peak RSS %.1f MB", l.Delivered, l.Seconds, l.PerSecond, l.ProcRSSMB)
@@ -56,17 +67,21 @@ func (b *bench) scenarioI(ctx context.Context) ([]*result, error) {
 	return out, nil
 }
 
-// deployRun prepares a data directory holding n events for dest (with an
-// embedded server in the bench process, stopped before the measurement),
-// then starts relay, or the minimal loop with -loop, on that directory with
-// its own embedded server, and times it from its start to the sink's n-th
-// delivery. The bench's own NATS server takes no part.
-func (b *bench) deployRun(ctx context.Context, r *result, dest string, loop bool) error {
-	n := b.opts.iN
-	dir := filepath.Join(b.tmp, "deploy-"+dest)
-	if err := b.prepareDeployData(ctx, r, dir, dest, n); err != nil {
-		return fmt.Errorf("preparing the data directory: %w", err)
+// deployDest is (i)'s destination.
+const deployDest = "i"
+
+// deployRun copies the data directory tmpl (prepareDeployData's, holding
+// -i-n events for deployDest) and starts relay, or the minimal loop with
+// -loop, on the copy with its own embedded server, and times it from its
+// start to the sink's n-th delivery. The bench's own NATS server takes no
+// part. run names the copy, the logs and the profiles.
+func (b *bench) deployRun(ctx context.Context, r *result, tmpl, run string, loop bool) error {
+	n, dest := b.opts.iN, deployDest
+	dir := filepath.Join(b.tmp, "deploy-"+run)
+	if err := os.CopyFS(dir, os.DirFS(tmpl)); err != nil {
+		return fmt.Errorf("copying the data directory: %w", err)
 	}
+	defer os.RemoveAll(dir)
 	natsAddr, err := freeAddr()
 	if err != nil {
 		return err
@@ -81,9 +96,9 @@ func (b *bench) deployRun(ctx context.Context, r *result, dest string, loop bool
 		// Ready once it consumes: its start-up is timed all the same.
 		args := []string{"loop", "-embedded-dir", dir, "-url", b.sinkURL(dest), "-dest", dest, "-workers", strconv.Itoa(b.opts.loopWorkers)}
 		if b.opts.loopCPUProf != "" {
-			args = append(args, "-cpuprofile", b.opts.loopCPUProf+"."+dest)
+			args = append(args, "-cpuprofile", b.opts.loopCPUProf+"."+run)
 		}
-		p, err = startReady(ctx, "minimal loop ("+dest+")", filepath.Join(b.logDir, "loop-"+dest+".log"), args...)
+		p, err = startReady(ctx, "minimal loop ("+run+")", filepath.Join(b.logDir, "loop-"+run+".log"), args...)
 	} else {
 		var metrics, api string
 		if metrics, err = freeAddr(); err == nil {
@@ -96,7 +111,7 @@ func (b *bench) deployRun(ctx context.Context, r *result, dest string, loop bool
 		// for the notes.
 		args := []string{"run", "--data-dir", dir, "--listen", natsAddr,
 			"--allow-net", "127.0.0.0/8", "--api-addr", api, "--metrics-addr", metrics}
-		p, _, err = startProc("relay ("+dest+")", filepath.Join(b.logDir, "relay-"+dest+".log"), childEnv(), false, b.opts.relay, args...)
+		p, _, err = startProc("relay ("+run+")", filepath.Join(b.logDir, "relay-"+run+".log"), childEnv(), false, b.opts.relay, args...)
 		if p != nil {
 			p.metrics = metrics
 		}
@@ -107,7 +122,7 @@ func (b *bench) deployRun(ctx context.Context, r *result, dest string, loop bool
 	defer p.stop(45 * time.Second)
 	var profiled <-chan string
 	if !loop {
-		profiled = b.profileRelay(ctx, p, dest)
+		profiled = b.profileRelay(ctx, p, run)
 	}
 	first, err := b.waitDelivered(ctx, int64(n), p, limitFor(n))
 	if err != nil {

@@ -73,6 +73,7 @@ type options struct {
 	rDown        time.Duration
 	tenants      int
 	tRate        float64
+	tDuration    time.Duration
 	tBacklog     int
 	tFailing     int
 }
@@ -145,7 +146,8 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.rDown, "r-down", 3*time.Second, "scenario (r): how long the killed node (the leader of the events stream and of the consumer, SIGKILLed 4s into the node-restart run) stays down")
 	fs.BoolVar(&o.shared, "shared", false, "scenarios (g) and (h): add the destinations shared (dest add --shared), served by relay's shared consumer")
 	fs.Float64Var(&o.rate, "rate", 0, "publish rate of scenario (b) per second (0: half of (a)'s relay rate)")
-	fs.DurationVar(&o.duration, "duration", 20*time.Second, "how long scenarios (b) and (t) publish")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long scenario (b) publishes at each rate (50,000 latencies at 5,000/s)")
+	fs.DurationVar(&o.tDuration, "t-duration", 20*time.Second, "how long scenario (t) publishes tenant B's events in each of its runs")
 	fs.IntVar(&o.tenants, "tenants", 0, "scenario (h): spread -dests over this many tenants (0: destinations of no tenant)")
 	fs.Float64Var(&o.tRate, "t-rate", 100, "scenario (t): tenant B's events per second")
 	fs.IntVar(&o.tBacklog, "t-backlog", 100_000, "scenario (t): tenant A's backlog to a 1s endpoint")
@@ -269,6 +271,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.duration < time.Second || o.duration > time.Hour {
 		return o, fmt.Errorf("-duration %s: give 1s to 1h", o.duration)
+	}
+	if o.tDuration < time.Second || o.tDuration > time.Hour {
+		return o, fmt.Errorf("-t-duration %s: give 1s to 1h", o.tDuration)
 	}
 	if o.tick < 100*time.Microsecond || o.tick > time.Second {
 		return o, fmt.Errorf("-tick %s: give 100µs to 1s", o.tick)

@@ -34,7 +34,7 @@ func TestLoopRunsAsLongAsRelayInScenarioB(t *testing.T) {
 		args []string
 		want time.Duration
 	}{
-		{nil, 20 * time.Second},
+		{nil, 10 * time.Second},
 		{[]string{"-duration", "7s"}, 7 * time.Second},
 		{[]string{"-duration", "7s", "-loop-duration", "3s"}, 3 * time.Second},
 		{[]string{"-loop-duration", "0"}, 0},

@@ -65,6 +65,7 @@ type optsJSON struct {
 	Rate         float64 `json:"rate"`
 	Duration     string  `json:"duration"`
 	LoopDuration string  `json:"loop_duration"`
+	TDuration    string  `json:"t_duration"`
 	Tick         string  `json:"tick"`
 	Concurrency  int     `json:"concurrency"`
 	LoopWorkers  int     `json:"loop_workers"`
@@ -102,7 +103,7 @@ func newReport(o options) *report {
 		RelayCommand: o.relay + " --nats-url <embedded server> --log-level warn run --allow-net 127.0.0.0/8 --metrics-addr 127.0.0.1:<a free port>" +
 			" (environment without RELAY_* variables)",
 		Options: optsJSON{N: o.n, Backlog: o.backlog, FailN: o.failN, RedisN: o.redisN, Scenarios: strings.Join(o.scenarios, ","),
-			Rate: o.rate, Duration: o.duration.String(), LoopDuration: o.loopDuration.String(), Tick: o.tick.String(), Concurrency: o.concurrency,
+			Rate: o.rate, Duration: o.duration.String(), LoopDuration: o.loopDuration.String(), TDuration: o.tDuration.String(), Tick: o.tick.String(), Concurrency: o.concurrency,
 			LoopWorkers: o.loopWorkers, LoopInBench: o.loopInBench, SharedNATS: o.sharedNATS, ARounds: o.aRounds, ALive: o.aLive, AA: o.aa, LoopCPUProf: o.loopCPUProf != "", Window: o.window,
 			GSubscribers: o.gSubscribers, GDeliveries: o.gDeliveries, RelayProf: o.relayProf != "", KeysN: o.keysN, KeysDrain: o.keysDrain,
 			PN: o.pN, PClients: o.pClients, PBatch: o.pBatch, PBClients: o.pBClients,

@@ -67,7 +67,7 @@ func (b *bench) scenarioT(ctx context.Context) ([]*result, error) {
 		return nil, err
 	}
 	defer p.stop(20 * time.Second)
-	rate, dur := b.opts.tRate, b.opts.duration
+	rate, dur := b.opts.tRate, b.opts.tDuration
 	title := fmt.Sprintf("fairness: tenant B at %.0f/s", rate)
 	if b.opts.shared {
 		title += ", shared destinations"
