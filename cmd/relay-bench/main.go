@@ -129,8 +129,8 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.redisN, "redis-n", 0, "events of scenario (f) (0: min(-n, 10000))")
 	sc := fs.String("scenarios", strings.Join(defaultScenarios, ","), "comma-separated scenarios to run: a throughput, b latency, c 10% 503, d backlog, e 100 destinations, f redis list, g fan-out, h -dests destinations (relay with its own embedded NATS), i the default deployment (relay run and the loop, each with its own embedded NATS, timed from process start), k order keys, l the delivery log's cost, p publishing over the HTTP API, r a 3-node NATS cluster (R3) with two relay replicas")
 	fs.IntVar(&o.keysN, "keys-n", 1_000_000, "events of scenario (k), published once with one order key and once with a key each")
-	fs.IntVar(&o.keysDrain, "keys-drain", 20_000, "events of scenario (k) relay delivers while its RSS is measured")
-	fs.IntVar(&o.pN, "p-n", 0, "events of scenario (p) per mode and round (0: -n)")
+	fs.IntVar(&o.keysDrain, "keys-drain", 10_000, "events of scenario (k) relay delivers while its RSS is measured")
+	fs.IntVar(&o.pN, "p-n", 0, "events of scenario (p) per mode and round (0: -n, at most 30,000)")
 	fs.IntVar(&o.pClients, "p-clients", 64, "scenario (p): client goroutines sending POST /v1/events, one event per request")
 	fs.IntVar(&o.pBatch, "p-batch", 100, "scenario (p): events per POST /v1/events:batch (1 to 1000)")
 	fs.IntVar(&o.pBClients, "p-batch-clients", 8, "scenario (p): client goroutines sending POST /v1/events:batch")
@@ -147,7 +147,7 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.shared, "shared", false, "scenarios (g) and (h): add the destinations shared (dest add --shared), served by relay's shared consumer")
 	fs.Float64Var(&o.rate, "rate", 0, "publish rate of scenario (b) per second (0: half of (a)'s relay rate)")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long scenario (b) publishes at each rate (50,000 latencies at 5,000/s)")
-	fs.DurationVar(&o.tDuration, "t-duration", 20*time.Second, "how long scenario (t) publishes tenant B's events in each of its runs")
+	fs.DurationVar(&o.tDuration, "t-duration", 15*time.Second, "how long scenario (t) publishes tenant B's events in each of its runs")
 	fs.IntVar(&o.tenants, "tenants", 0, "scenario (h): spread -dests over this many tenants (0: destinations of no tenant)")
 	fs.Float64Var(&o.tRate, "t-rate", 100, "scenario (t): tenant B's events per second")
 	fs.IntVar(&o.tBacklog, "t-backlog", 100_000, "scenario (t): tenant A's backlog to a 1s endpoint")
@@ -198,7 +198,9 @@ func parseFlags(args []string) (options, error) {
 		o.redisN = min(o.n, 10_000)
 	}
 	if o.pN == 0 {
-		o.pN = o.n
+		// (p) runs five systems in each of three rounds: 30,000 events
+		// keep make bench under 10 minutes.
+		o.pN = min(o.n, 30_000)
 	}
 	for name, v := range map[string]int{"-n": o.n, "-backlog": o.backlog, "-fail-n": o.failN, "-redis-n": o.redisN, "-keys-n": o.keysN, "-keys-drain": o.keysDrain, "-window": o.window, "-loop-workers": o.loopWorkers, "-p-n": o.pN, "-r-n": o.rN} {
 		if v < 1 || v > 100_000_000 {

@@ -83,6 +83,10 @@ func TestPublishFlags(t *testing.T) {
 	require.Contains(t, o.scenarios, "p")
 	require.Equal(t, []int{3000, 64, 100, 8}, []int{o.pN, o.pClients, o.pBatch, o.pBClients}, "-p-n defaults to -n")
 
+	o, err = parseFlags([]string{"-relay", exe})
+	require.NoError(t, err)
+	require.Equal(t, 30_000, o.pN, "at most 30,000 by default")
+
 	o, err = parseFlags([]string{"-relay", exe, "-p-n", "10", "-p-batch", "1000"})
 	require.NoError(t, err)
 	require.Equal(t, []int{10, 1000}, []int{o.pN, o.pBatch})
