@@ -74,6 +74,7 @@ type options struct {
 	tenants      int
 	tRate        float64
 	tDuration    time.Duration
+	tStorm       bool
 	tBacklog     int
 	tFailing     int
 }
@@ -147,7 +148,8 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.shared, "shared", false, "scenarios (g) and (h): add the destinations shared (dest add --shared), served by relay's shared consumer")
 	fs.Float64Var(&o.rate, "rate", 0, "publish rate of scenario (b) per second (0: half of (a)'s relay rate)")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long scenario (b) publishes at each rate (50,000 latencies at 5,000/s)")
-	fs.DurationVar(&o.tDuration, "t-duration", 15*time.Second, "how long scenario (t) publishes tenant B's events in each of its runs")
+	fs.BoolVar(&o.tStorm, "t-storm", false, "scenario (t): also measure tenant B with tenant A's failing destination's breaker off (information, about 20 s)")
+	fs.DurationVar(&o.tDuration, "t-duration", 20*time.Second, "how long scenario (t) publishes tenant B's events in each of its runs")
 	fs.IntVar(&o.tenants, "tenants", 0, "scenario (h): spread -dests over this many tenants (0: destinations of no tenant)")
 	fs.Float64Var(&o.tRate, "t-rate", 100, "scenario (t): tenant B's events per second")
 	fs.IntVar(&o.tBacklog, "t-backlog", 100_000, "scenario (t): tenant A's backlog to a 1s endpoint")
@@ -164,7 +166,7 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.aa, "aa", false, "an A/A check of the bench itself: in (a), (b) and (i), run the minimal loop again in relay's place, so that the ratios show how far two runs of the same program move apart on this machine (the report's relay rows of those scenarios are then the minimal loop)")
 	fs.BoolVar(&o.aLive, "a-live", false, "in (a), start relay and the minimal loop first and publish while they run, instead of publishing the backlog before they start")
 	fs.StringVar(&o.loopCPUProf, "loop-cpuprofile", "", "write a CPU profile of each minimal-loop process to this file, suffixed with .<destination>")
-	gSubs := fs.String("g-subscribers", "1,10,100", "scenario (g): the subscriber counts to measure, comma-separated, each a run of its own")
+	gSubs := fs.String("g-subscribers", "10", "scenario (g): the subscriber counts to measure, comma-separated, each a run of its own")
 	fs.IntVar(&o.gDeliveries, "g-deliveries", 0, "scenario (g): deliveries per run, events x subscribers (0: -n); each run publishes this divided by its subscribers")
 	fs.StringVar(&o.relayProf, "relay-cpuprofile", "", "fetch a CPU profile of each measured relay process from its /debug/pprof/profile, from its start, to this file suffixed with .<run> (a, a2, g10, ...)")
 	fs.DurationVar(&o.relayProfFor, "relay-cpuprofile-for", 20*time.Second, "how long each -relay-cpuprofile profile runs; relay is stopped only once it is written, so make it longer than the measurement")
