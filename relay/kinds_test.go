@@ -339,23 +339,32 @@ func TestPublishersUnderConcurrentChange(t *testing.T) {
 		dests = append(dests, destination.Destination{Name: "d", Kind: "test-mem", Config: map[string]string{"target": name}, Updated: time.Unix(int64(i+1), 0)})
 	}
 	var current atomic.Int32
+	var swept atomic.Bool // every change made
+	attempt := func(d destination.Destination) {
+		pub, release, err := p.get(d)
+		require.NoError(t, err)
+		a := pub.Publish(context.Background(), kind.Message{ID: "evt", Dest: "d"})
+		require.NoError(t, a.Err, "never a closed publisher")
+		release()
+	}
 	var wg sync.WaitGroup
 	for w := range 8 {
 		wg.Go(func() {
-			for i := range 300 {
+			// At least 300 attempts, and on until the changes are
+			// made, however the scheduler orders the goroutines (a
+			// loaded machine may run the changes first or last).
+			for i := 0; i < 300 || !swept.Load(); i++ {
 				d := dests[current.Load()]
 				if i%7 == w%7 && current.Load() > 0 {
 					d = dests[current.Load()-1] // an older copy
 				}
-				pub, release, err := p.get(d)
-				require.NoError(t, err)
-				a := pub.Publish(context.Background(), kind.Message{ID: "evt", Dest: "d"})
-				require.NoError(t, a.Err, "never a closed publisher")
-				release()
+				attempt(d)
 			}
+			attempt(dests[len(dests)-1]) // after the last change
 		})
 	}
 	wg.Go(func() {
+		defer swept.Store(true)
 		for i := 1; i < len(dests); i++ {
 			current.Store(int32(i))
 			clock.Add(int64(2 * publisherIdle))
